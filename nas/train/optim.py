@@ -1,0 +1,187 @@
+"""The optimizer built from a config, in big_vision's `make` shape, on optax.
+
+Why: every candidate in a search must be trained by exactly the same recipe, and that recipe
+must be readable from its config. The update of a parameter p with gradient g is
+
+    -schedule(step) * (lr * tx(clip(g)) + wd * p)        (wd only where `wd_pattern` matches)
+
+and exactly 0 for frozen parameters (matched by `frozen_pattern`, by the `frozen` argument,
+or by a `None` schedule in a `[(regex, schedule), ...]` list). Frozen parameters get no
+optimizer state and do not count towards the clipping norm.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+
+Schedule = Callable[[jax.Array], jax.Array]
+FROZEN = "frozen"
+
+
+def param_paths(params: Any) -> Any:
+    """A tree like `params` whose leaves are their "op/param" path strings."""
+
+    def name(path, _):
+        return "/".join(str(getattr(k, "key", getattr(k, "name", k))) for k in path)
+
+    return jax.tree_util.tree_map_with_path(name, params)
+
+
+def _steps(kw: Mapping, name: str, steps_per_epoch: float) -> int:
+    """`<name>_steps`, or `<name>_epochs` converted to steps; not both."""
+    steps, epochs = kw.get(f"{name}_steps"), kw.get(f"{name}_epochs")
+    if steps is not None and epochs is not None:
+        raise ValueError(f"schedule: give {name}_steps or {name}_epochs, not both")
+    if epochs is not None:
+        return int(round(epochs * steps_per_epoch))
+    return int(steps or 0)
+
+
+def make_schedule(
+    sched: Mapping[str, Any],
+    *,
+    total_steps: int,
+    steps_per_epoch: float = 1.0,
+    global_batch_size: int | None = None,
+) -> Schedule:
+    """A multiplier of `lr` per step: linear warmup, then decay, then linear cooldown.
+
+    decay_type: cosine (to `min_value` at the end), linear (to `linear_end`), rsqrt
+    (1/sqrt(1 + t/timescale)), stair (`boundaries` in fraction of training, `mults`),
+    exponential (to `end_ratio`), constant.
+    """
+    kw = dict(sched)
+    decay = kw.pop("decay_type", "cosine")
+    warmup = _steps(kw, "warmup", steps_per_epoch)
+    cooldown = _steps(kw, "cooldown", steps_per_epoch)
+    if warmup + cooldown > total_steps:
+        raise ValueError(f"schedule: warmup ({warmup}) + cooldown ({cooldown}) steps exceed "
+                         f"total_steps ({total_steps})")
+    base = float(kw.get("base", 1.0))
+    if kw.get("scale_with_batchsize") and global_batch_size:
+        base *= global_batch_size / 256.0
+    span = max(1, total_steps - warmup)
+
+    def fn(step):
+        step = jnp.asarray(step, jnp.float32)
+        t = jnp.clip((step - warmup) / span, 0.0, 1.0)
+        if decay == "cosine":
+            lo = kw.get("min_value", 0.0)
+            mult = lo + (1.0 - lo) * 0.5 * (1.0 + jnp.cos(jnp.pi * t))
+        elif decay == "linear":
+            end = kw.get("linear_end", 0.0)
+            mult = 1.0 + (end - 1.0) * t
+        elif decay == "rsqrt":
+            timescale = kw.get("timescale", 10_000)
+            mult = 1.0 / jnp.sqrt(1.0 + jnp.maximum(step - warmup, 0.0) / timescale)
+        elif decay == "stair":
+            bounds = jnp.asarray(kw.get("boundaries", ()), jnp.float32)
+            mults = jnp.asarray((1.0, *kw.get("mults", ())), jnp.float32)
+            if len(mults) != len(bounds) + 1:
+                raise ValueError("schedule: stair needs len(mults) == len(boundaries)")
+            mult = mults[jnp.sum(t >= bounds).astype(jnp.int32)] if len(bounds) else mults[0]
+        elif decay == "exponential":
+            mult = jnp.exp(t * math.log(kw.get("end_ratio", 0.012)))
+        elif decay == "constant":
+            mult = jnp.ones_like(step)
+        else:
+            raise ValueError(f"schedule: unknown decay_type {decay!r}")
+        if warmup:
+            mult = mult * jnp.minimum(1.0, (step + 1.0) / warmup)
+        if cooldown:
+            mult = mult * jnp.minimum(1.0, (total_steps - step) / cooldown)
+        return base * mult
+
+    return fn
+
+
+def _labels(
+    params: Any, schedules: list[tuple[str, Mapping | None]], frozen_pattern: str,
+    frozen: Iterable[str],
+) -> Any:
+    """Each parameter's group: the index of the first matching schedule, or FROZEN."""
+    frozen_ops = set(frozen)
+
+    def label(path: str) -> str:
+        op = path.rsplit("/", 1)[0]
+        if op in frozen_ops or path in frozen_ops:
+            return FROZEN
+        if frozen_pattern and re.search(frozen_pattern, path):
+            return FROZEN
+        for i, (regex, sched) in enumerate(schedules):
+            if re.search(regex, path):
+                return FROZEN if sched is None else str(i)
+        return FROZEN  # big_vision: a parameter no schedule names is not trained
+
+    return jax.tree.map(label, param_paths(params))
+
+
+def make(
+    config: Any, params: Any, sched_kw: Mapping[str, Any], frozen: Iterable[str] = ()
+) -> tuple[optax.GradientTransformation, list[Schedule]]:
+    """Build (tx, schedule_fns) from `config`; `sched_kw` holds total_steps etc."""
+    sched_cfg = config.schedule
+    if isinstance(sched_cfg, Mapping) or hasattr(sched_cfg, "to_dict"):
+        sched_cfg = dict(sched_cfg)
+        schedules: list[tuple[str, Mapping | None]] = [(".*", sched_cfg)]
+    else:
+        schedules = [(str(r), None if s is None else dict(s)) for r, s in sched_cfg]
+    labels = _labels(params, schedules, config.get("frozen_pattern", ""), frozen)
+
+    try:
+        named = getattr(optax, config.optax_name)
+    except AttributeError:
+        raise ValueError(f"config field 'optax_name': optax has no {config.optax_name!r}") from None
+    optax_kw = dict(config.get("optax", {}))
+    wd_pattern = config.get("wd_pattern", r"(^|/)kernel$")
+    wd_mask = jax.tree.map(lambda p: bool(re.search(wd_pattern, p)), param_paths(params))
+
+    sched_fns, groups = [], {FROZEN: optax.set_to_zero()}
+    for i, (_, sched) in enumerate(schedules):
+        if sched is None:
+            continue
+        fn = make_schedule(sched, **sched_kw)
+        sched_fns.append(fn)
+        groups[str(i)] = optax.chain(
+            named(**optax_kw),
+            optax.scale(config.lr),
+            optax.add_decayed_weights(config.wd, mask=wd_mask) if config.wd else optax.identity(),
+            optax.scale_by_schedule(fn),
+            optax.scale(-1.0),
+        )
+    used = set(jax.tree.leaves(labels))
+    groups = {k: v for k, v in groups.items() if k in used or k == FROZEN}
+    frozen_mask = jax.tree.map(lambda lab: lab == FROZEN, labels)
+    parts = [optax.masked(optax.set_to_zero(), frozen_mask)]
+    if config.grad_clip_norm:
+        parts.append(optax.clip_by_global_norm(config.grad_clip_norm))
+    parts.append(optax.multi_transform(groups, labels))
+    return optax.chain(*parts), sched_fns
+
+
+def step_count(opt_state: Any) -> int:
+    """The number of updates applied so far, read from the first schedule's state."""
+    for node in jax.tree.leaves(
+        opt_state, is_leaf=lambda x: isinstance(x, optax.ScaleByScheduleState)
+    ):
+        if isinstance(node, optax.ScaleByScheduleState):
+            return int(jnp.asarray(node.count).reshape(-1)[0])
+    return 0
+
+
+def ema_update(ema: Any, new: Any, step: jax.Array, decay: float, warmup_steps: int) -> Any:
+    """Exponential moving average of `new` (params and batch stats) after step `step`.
+
+    The effective decay ramps up as min(decay, (1 + d) / (10 + d)), d = step - warmup, and is
+    0 (copy the new values) before `warmup_steps`, so early noisy weights are forgotten.
+    """
+    d = jnp.asarray(step, jnp.float32) - warmup_steps
+    rate = jnp.where(d >= 0, jnp.minimum(decay, (1.0 + d) / (10.0 + d)), 0.0)
+    return jax.tree.map(lambda old, x: rate * old + (1.0 - rate) * x, ema, new)
