@@ -1,0 +1,149 @@
+"""Pareto front of two objectives, and each point's signed distance to it.
+
+Parent selection ranks candidates by how far they lie from the accuracy/cost front:
+0 on the front, positive behind it, negative beyond it (a point that would join or
+extend the front). Internally every objective is "standardized" so that higher is
+better (a lower-better objective is negated).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+ArrayLike = Sequence[Sequence[float]] | np.ndarray
+
+
+def as_points(points: ArrayLike, field: str = "points") -> np.ndarray:
+    """Validate and convert to a float array of shape (n, 2)."""
+    try:
+        arr = np.asarray(points, dtype=np.float64)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{field}: expected a sequence of (x, y) numbers ({e})") from e
+    if arr.size == 0:
+        return arr.reshape(0, 2)
+    if arr.ndim != 2 or arr.shape[1] != 2:
+        raise ValueError(f"{field}: expected shape (n, 2), got {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{field}: every coordinate must be finite, got {arr.tolist()}")
+    return arr
+
+
+class ParetoCurve:
+    """The non-dominated points of a set, ordered from best-first to best-second objective.
+
+    `higher_better[i]` says whether objective i is to be maximized. Among points with
+    equal coordinates only one is kept on the curve.
+    """
+
+    def __init__(self, points: ArrayLike, higher_better: tuple[bool, bool] = (True, True)):
+        pts = as_points(points)
+        if len(pts) == 0:
+            raise ValueError("points: empty; a Pareto curve needs at least one point")
+        if len(higher_better) != 2:
+            raise ValueError(f"higher_better: expected two booleans, got {higher_better!r}")
+        self.higher_better = (bool(higher_better[0]), bool(higher_better[1]))
+        self._signs = np.array([1.0 if hb else -1.0 for hb in self.higher_better])
+        std = pts * self._signs
+        # Descending by first objective, ties broken by descending second.
+        order = np.lexsort((-std[:, 1], -std[:, 0]))
+        keep: list[int] = []
+        best_second = -np.inf
+        for i in order:
+            if std[i, 1] > best_second:
+                keep.append(int(i))
+                best_second = std[i, 1]
+        self.indices = np.array(keep, dtype=np.int64)
+        """Indices (into the input) of the points on the curve, in curve order."""
+        self.curve = std[keep]
+        """Curve points, standardized (higher is better in both coordinates)."""
+
+    @property
+    def points(self) -> np.ndarray:
+        """Curve points in the caller's orientation."""
+        return self.curve * self._signs
+
+    def standardize(self, points: ArrayLike) -> np.ndarray:
+        """Map points into the higher-is-better frame of the curve."""
+        return as_points(points) * self._signs
+
+    def normalization(self) -> np.ndarray:
+        """Per-objective scale: the extent of the curve, so both objectives weigh alike.
+
+        (1, 1) when the curve is a single point or flat in either objective.
+        """
+        if len(self.curve) <= 1:
+            return np.ones(2)
+        extent = np.abs(self.curve[-1] - self.curve[0])
+        if np.any(extent == 0):
+            return np.ones(2)
+        return extent
+
+    def dominated(self, points: ArrayLike) -> np.ndarray:
+        """Whether each point is weakly dominated by some curve point (not beyond the front)."""
+        std = self.standardize(points)
+        ge = self.curve[None, :, :] >= std[:, None, :]
+        return np.any(np.all(ge, axis=2), axis=1)
+
+    def weights(
+        self, points: ArrayLike, normalize: bool = True, anchor: Sequence[float] | None = None
+    ) -> np.ndarray:
+        """Signed distance of each point to the front; lower is better.
+
+        Without an anchor: a point behind the front gets its distance to the front drawn as
+        a polyline (the curve's segments, plus a ray straight down from the best-first end
+        and a ray straight back from the best-second end); a point beyond the front gets
+        minus its distance to the region the front dominates (so it grows more negative the
+        further out it lies, which the reference did not guarantee). With an anchor (a point
+        in the caller's orientation, e.g. from `sample_point`): the distance to the anchor,
+        negated for points beyond the front. `normalize` divides each objective by
+        `normalization()` first.
+        """
+        std = self.standardize(points)
+        if len(std) == 0:
+            return np.zeros(0)
+        scale = self.normalization() if normalize else np.ones(2)
+        p = std / scale
+        curve = self.curve / scale
+        beyond = ~self.dominated(points)
+        if anchor is not None:
+            a = self.standardize([anchor])[0] / scale
+            dist = np.linalg.norm(p - a, axis=1)
+            return np.where(beyond, -dist, dist)
+        behind = _distance_to_polyline(p, curve)
+        ahead = _distance_to_dominated_region(p, curve)
+        return np.where(beyond, -ahead, behind)
+
+    def sample_point(self, rng: np.random.Generator) -> np.ndarray:
+        """A uniformly random point on a uniformly chosen segment (caller's orientation)."""
+        if len(self.curve) == 1:
+            return self.points[0].copy()
+        i = int(rng.integers(len(self.curve) - 1))
+        t = float(rng.random())
+        std = self.curve[i] + t * (self.curve[i + 1] - self.curve[i])
+        return std * self._signs
+
+
+def _distance_to_polyline(p: np.ndarray, curve: np.ndarray) -> np.ndarray:
+    """Distance from each point to the front drawn as segments plus its two end rays."""
+    first, last = curve[0], curve[-1]
+    # Ray down from the best-first end: x = first.x, y <= first.y.
+    down = np.where(
+        p[:, 1] <= first[1], np.abs(p[:, 0] - first[0]), np.linalg.norm(p - first, axis=1)
+    )
+    # Ray back from the best-second end: y = last.y, x <= last.x.
+    back = np.where(p[:, 0] <= last[0], np.abs(p[:, 1] - last[1]), np.linalg.norm(p - last, axis=1))
+    best = np.minimum(down, back)
+    for a, b in zip(curve[:-1], curve[1:], strict=True):
+        d = b - a
+        t = np.clip(((p - a) @ d) / float(d @ d), 0.0, 1.0)
+        foot = a + t[:, None] * d
+        best = np.minimum(best, np.linalg.norm(p - foot, axis=1))
+    return best
+
+
+def _distance_to_dominated_region(p: np.ndarray, curve: np.ndarray) -> np.ndarray:
+    """Distance from each point to the union of the quadrants below-left of curve points."""
+    excess = np.maximum(p[:, None, :] - curve[None, :, :], 0.0)
+    return np.min(np.linalg.norm(excess, axis=2), axis=1)

@@ -1,0 +1,211 @@
+"""Parent selection from the accuracy/cost Pareto front (regularized-evolution style).
+
+Each suggestion ranks the population by its signed distance to the Pareto front of
+accuracy against one cost objective (or, sometimes, by accuracy alone), keeps the top-k,
+and samples a parent with probability proportional to 10^(-normalized weight). Optional
+aging discounts the accuracy of old individuals so the search keeps moving. Everything
+random comes from the caller's `numpy.random.Generator`: the same population and seed
+give the same parents.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from nas.search.pareto import ParetoCurve
+
+# Objective name -> whether higher is better.
+OBJECTIVES: dict[str, bool] = {
+    "accuracy": True,
+    "flops": False,
+    "params": False,
+    "im_sec_core_train": True,
+    "im_sec_core_infer": True,
+}
+COSTS = tuple(k for k in OBJECTIVES if k != "accuracy")
+AGING_MODES = ("cosine", "step")
+
+
+def check_cost(cost: str, field: str = "cost") -> str:
+    """Validate a cost objective name."""
+    if cost not in COSTS:
+        raise ValueError(f"{field}: unknown cost objective {cost!r}; expected one of {COSTS}")
+    return cost
+
+
+@dataclasses.dataclass(frozen=True)
+class Individual:
+    """What selection needs to know about one trained candidate."""
+
+    id: int
+    accuracy: float
+    flops: float | None = None
+    params: float | None = None
+    im_sec_core_train: float | None = None
+    im_sec_core_infer: float | None = None
+
+    @classmethod
+    def from_candidate(cls, candidate: Any) -> Individual:
+        """Build from a `nas.search.Candidate` (or anything with the same attributes)."""
+        if candidate.accuracy is None:
+            raise ValueError(
+                f"candidate {candidate.id}: has no accuracy (status "
+                f"{getattr(candidate, 'status', '?')!r}); only done ones select"
+            )
+        return cls(
+            id=int(candidate.id),
+            accuracy=float(candidate.accuracy),
+            **{k: getattr(candidate, k, None) for k in COSTS},
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class SelectionConfig:
+    """Knobs of `select_parents`. Accuracy units are whatever the study stores.
+
+    costs: cost objectives, one drawn uniformly per suggestion.
+    p_accuracy_only: chance a suggestion ranks by accuracy alone (distance to the best).
+    min_acc: individuals below it are never parents.
+    top_n / top_perc / min_to_select: size of the sampled top group: `top_n` if > 0,
+        else `int(len * top_perc)`, clamped to [min_to_select, len].
+    normalize: scale both objectives by the front's extent before measuring distances.
+    balanced: measure distances to a random point of the front (spreads parents along it)
+        instead of to the front as a whole.
+    generations_to_live: aging horizon in individuals created later (0: no aging).
+    warm_up: later individuals that do not count toward age.
+    aging: "cosine" (smooth decay between 1x and 2x the horizon) or "step" (drop at it).
+    """
+
+    costs: tuple[str, ...] = ("flops", "params")
+    p_accuracy_only: float = 0.2
+    min_acc: float | None = None
+    top_n: int = 0
+    top_perc: float = 0.1
+    min_to_select: int = 10
+    normalize: bool = True
+    balanced: bool = True
+    generations_to_live: int = 0
+    warm_up: int = 0
+    aging: str = "cosine"
+
+    def __post_init__(self) -> None:
+        costs = (self.costs,) if isinstance(self.costs, str) else tuple(self.costs)
+        object.__setattr__(self, "costs", costs)
+        if not costs:
+            raise ValueError("costs: need at least one cost objective")
+        for c in costs:
+            check_cost(c, "costs")
+        if not 0.0 <= self.p_accuracy_only <= 1.0:
+            raise ValueError(f"p_accuracy_only: must be in [0, 1], got {self.p_accuracy_only}")
+        if not 0.0 < self.top_perc <= 1.0:
+            raise ValueError(f"top_perc: must be in (0, 1], got {self.top_perc}")
+        for name in ("top_n", "min_to_select", "generations_to_live", "warm_up"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name}: must be an integer >= 0, got {value!r}")
+        if self.min_acc is not None and not math.isfinite(self.min_acc):
+            raise ValueError(f"min_acc: must be finite or None, got {self.min_acc}")
+        if self.aging not in AGING_MODES:
+            raise ValueError(f"aging: expected one of {AGING_MODES}, got {self.aging!r}")
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any] | None) -> SelectionConfig:
+        """Build from a plain dict (e.g. `config.selection.to_dict()`), naming unknown keys."""
+        values = dict(values or {})
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(
+                f"selection config: unknown field(s) {unknown}; known: {sorted(known)}"
+            )
+        return cls(**values)
+
+
+def age(accuracy: float, alive: int, config: SelectionConfig) -> float:
+    """Discount accuracy by age; keeps a tenth so old champions stay comparable."""
+    gtl = config.generations_to_live
+    if gtl <= 0:
+        return accuracy
+    if config.aging == "step":
+        aged = 0.0 if alive >= gtl else accuracy
+    else:
+        progress = min(max(alive / gtl - 1.0, 0.0), 1.0)
+        aged = accuracy * 0.5 * (1.0 + math.cos(math.pi * progress))
+    return 0.1 * accuracy + 0.9 * aged
+
+
+def aged_accuracies(population: Sequence[Individual], config: SelectionConfig) -> np.ndarray:
+    """Accuracy after aging; age = individuals with a larger id (created later) - warm_up."""
+    ids = np.array([ind.id for ind in population])
+    out = np.empty(len(population))
+    for i, ind in enumerate(population):
+        alive = max(int(np.sum(ids > ind.id)) - config.warm_up, 0)
+        out[i] = age(ind.accuracy, alive, config)
+    return out
+
+
+def sample_from_weights(
+    weights: np.ndarray, config: SelectionConfig, rng: np.random.Generator
+) -> int:
+    """Index of the chosen one among the top-k lowest weights, p ∝ 10^(-normalized w)."""
+    n = len(weights)
+    if n == 0:
+        raise ValueError("population: nothing to select from")
+    k = config.top_n if config.top_n > 0 else int(n * config.top_perc)
+    k = min(max(k, config.min_to_select, 1), n)
+    top = np.argsort(weights, kind="stable")[:k]
+    w = weights[top]
+    span = float(w.max() - w.min())
+    w = (w - w.min()) / span if span > 0 else np.zeros_like(w)
+    p = np.power(10.0, -w)
+    return int(rng.choice(top, p=p / p.sum()))
+
+
+def select_parents(
+    population: Sequence[Individual],
+    config: SelectionConfig | None = None,
+    rng: np.random.Generator | None = None,
+    num: int = 1,
+) -> list[int]:
+    """Choose `num` distinct parent ids from the trained population.
+
+    The result depends only on the population (as a set, it is ordered by id here),
+    the config and the generator state.
+    """
+    config = config or SelectionConfig()
+    if rng is None:
+        raise ValueError("rng: pass a numpy.random.Generator so selection is reproducible")
+    if not population:
+        raise ValueError("population: empty; at least one trained candidate is needed")
+    pool = sorted(population, key=lambda ind: ind.id)
+    if config.min_acc is not None:
+        pool = [ind for ind in pool if ind.accuracy >= config.min_acc]
+        if not pool:
+            raise ValueError(f"population: no individual reaches min_acc={config.min_acc}")
+    if isinstance(num, bool) or not isinstance(num, int) or not 1 <= num <= len(pool):
+        raise ValueError(f"num: must be an integer in [1, {len(pool)}], got {num!r}")
+    acc = aged_accuracies(pool, config)
+    chosen: list[int] = []
+    alive = list(range(len(pool)))
+    for _ in range(num):
+        if rng.random() < config.p_accuracy_only:
+            idx = alive
+            weights = acc.max() - acc[idx]
+        else:
+            cost = config.costs[int(rng.integers(len(config.costs)))]
+            idx = [i for i in alive if getattr(pool[i], cost) is not None]
+            if not idx:
+                raise ValueError(f"population: no individual has a value for cost {cost!r}")
+            points = [(acc[i], float(getattr(pool[i], cost))) for i in idx]
+            curve = ParetoCurve(points, (True, OBJECTIVES[cost]))
+            anchor = curve.sample_point(rng) if config.balanced else None
+            weights = curve.weights(points, normalize=config.normalize, anchor=anchor)
+        pick = idx[sample_from_weights(np.asarray(weights, dtype=float), config, rng)]
+        chosen.append(pool[pick].id)
+        alive.remove(pick)
+    return chosen

@@ -1,0 +1,559 @@
+"""`Study`: the durable, multi-process store of a search, one SQLite file per workdir.
+
+Every state change is one SQLite transaction in WAL mode, so a driver or worker killed
+at any moment leaves a consistent file that the next run resumes from. Claims use
+`BEGIN IMMEDIATE` (the write lock is taken before the pending row is read), so two
+processes never claim the same candidate. WAL needs all processes on one host (or a
+filesystem with working shared memory and locks, which NFS is not).
+
+Typical use (the driver and any external worker share the workdir):
+
+    study = Study.open(workdir, config)          # create or resume
+    cid = study.add(graph_json, parent_id=p, fingerprint=fp, seed=s)
+    cand = study.claim(worker="host:123")        # None when nothing is pending
+    study.tell(cand.id, {"accuracy": .93, "flops": 1.2e6, ...})   # or study.fail(...)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import socket
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from nas.search import _schema
+from nas.search._atomic import atomic_write_text
+from nas.search.candidate import (
+    COLUMNS,
+    FINISHED,
+    METRICS,
+    STATUSES,
+    Candidate,
+    candidate_from_row,
+    dumps,
+    split_metrics,
+)
+from nas.search.pareto import ParetoCurve
+from nas.search.selection import OBJECTIVES, check_cost
+
+DB_NAME = "study.db"
+DEFAULT_MAX_ATTEMPTS = 3
+_SELECT = f"SELECT {', '.join(COLUMNS)} FROM candidates"
+_STATE_PREFIX = "state:"
+
+
+class StudyNotFoundError(ValueError, FileNotFoundError):
+    """No study database in the workdir."""
+
+
+class DuplicateCandidateError(ValueError):
+    """A candidate with the same fingerprint is already in the study."""
+
+    def __init__(self, fingerprint: str, existing_id: int):
+        super().__init__(
+            f"fingerprint: {fingerprint} is already candidate {existing_id} "
+            "(pass allow_duplicate=True to add it anyway)"
+        )
+        self.fingerprint = fingerprint
+        self.existing_id = existing_id
+
+
+def default_worker() -> str:
+    """A worker name that identifies this process: host:pid."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class Study:
+    """A search's candidates and state in `<workdir>/study.db`. Use create/load/open."""
+
+    def __init__(self, workdir: str | os.PathLike, *, _token: object = None):
+        if _token is not _PRIVATE:
+            raise TypeError("use Study.create, Study.load or Study.open")
+        self.workdir = Path(workdir)
+        self.path = self.workdir / DB_NAME
+        self._lock = threading.RLock()
+        self._conn: sqlite3.Connection | None = None
+        self._pid = -1
+        self.config: dict[str, Any] = {}
+
+    # ----------------------------------------------------------------- opening
+
+    @classmethod
+    def create(cls, workdir: str | os.PathLike, config: Any = None) -> Study:
+        """Create a new study; ValueError if one already exists in `workdir`.
+
+        `config` (a dict or anything with `to_dict()`, e.g. a ConfigDict) is stored as
+        JSON; `config["max_attempts"]` (default 3) caps re-queues of interrupted runs.
+        """
+        config_json = dumps(_plain_config(config), "config")
+        study = cls(workdir, _token=_PRIVATE)
+        if study.path.exists() and study.path.stat().st_size > 0:
+            raise ValueError(f"{study.path}: a study already exists (use Study.load or Study.open)")
+        study.workdir.mkdir(parents=True, exist_ok=True)
+        conn = study._connect(create=True)
+        conn.execute("PRAGMA journal_mode=WAL")
+        with study._write() as c:
+            if c.execute("SELECT 1 FROM sqlite_master WHERE name='meta'").fetchone():
+                raise ValueError(f"{study.path}: a study already exists (created concurrently)")
+            for statement in _schema.SCHEMA.split(";"):
+                if statement.strip():
+                    c.execute(statement)  # not executescript: it would commit early
+            now = time.time()
+            c.executemany(
+                "INSERT INTO meta(key, value) VALUES (?, ?)",
+                [
+                    ("format", _schema.FORMAT),
+                    ("schema_version", str(_schema.SCHEMA_VERSION)),
+                    ("config", config_json or "{}"),
+                    ("created_at", repr(now)),
+                ],
+            )
+        study.config = json.loads(config_json or "{}")
+        return study
+
+    @classmethod
+    def load(cls, workdir: str | os.PathLike) -> Study:
+        """Open an existing study; ValueError if missing, corrupt, foreign or too new."""
+        study = cls(workdir, _token=_PRIVATE)
+        if not study.path.is_file():
+            raise StudyNotFoundError(f"{study.path}: no study here (create one with Study.create)")
+        conn = study._connect(create=False)
+        try:
+            _schema.check_study(conn, study.path)
+            row = conn.execute("SELECT value FROM meta WHERE key='config'").fetchone()
+            study.config = json.loads(row[0]) if row else {}
+        except (ValueError, sqlite3.DatabaseError) as e:
+            study.close()
+            if isinstance(e, ValueError):
+                raise
+            raise ValueError(f"{study.path}: study database is damaged: {e}") from e
+        return study
+
+    @classmethod
+    def open(cls, workdir: str | os.PathLike, config: Any = None) -> Study:
+        """Load the study in `workdir` if there is one (its stored config wins), else create."""
+        path = Path(workdir) / DB_NAME
+        if path.is_file() and path.stat().st_size > 0:
+            study = cls.load(workdir)
+            if config is not None and _plain_config(config) != study.config:
+                logging.warning("%s: resuming with the stored config; the given one differs", path)
+            return study
+        try:
+            return cls.create(workdir, config)
+        except ValueError:
+            if path.is_file():  # another process created it first
+                return cls.load(workdir)
+            raise
+
+    def close(self) -> None:
+        """Close the connection (the study stays usable: the next call reconnects)."""
+        with self._lock:
+            if self._conn is not None and self._pid == os.getpid():
+                self._conn.close()
+            self._conn = None
+
+    def __enter__(self) -> Study:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Study({str(self.workdir)!r})"
+
+    # ------------------------------------------------------------------ writing
+
+    def add(
+        self,
+        graph_json: str,
+        *,
+        parent_id: int | None = None,
+        generation: int | None = None,
+        fingerprint: str | None = None,
+        seed: int | None = None,
+        spec: Any = None,
+        properties: Any = None,
+        inheritance: Any = None,
+        status: str = "pending",
+        error: str | None = None,
+        allow_duplicate: bool = False,
+        state: Mapping[str, Any] | None = None,
+    ) -> int:
+        """Record a new candidate and return its id.
+
+        `generation` defaults to the parent's + 1 (0 for a seed). A fingerprint already in
+        the study (any status: a failed architecture fails again) raises
+        `DuplicateCandidateError` carrying `existing_id`, unless `allow_duplicate`.
+        `status` may be "infeasible" or "failed" to record a child that never reaches
+        training. `state` entries are saved with `set_state` in the same transaction, so
+        the driver's RNG/counters always match the candidates they produced.
+        """
+        if not isinstance(graph_json, str):
+            raise ValueError(f"graph_json: expected JSON text, got {type(graph_json).__name__}")
+        try:
+            json.loads(graph_json)
+        except ValueError as e:
+            raise ValueError(f"graph_json: not valid JSON ({e})") from e
+        if status not in ("pending", "failed", "infeasible"):
+            raise ValueError(
+                f"status: new candidates are pending/failed/infeasible, not {status!r}"
+            )
+        if fingerprint is not None and not isinstance(fingerprint, str):
+            kind = type(fingerprint).__name__
+            raise ValueError(f"fingerprint: expected a hex string, got {kind}")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise ValueError(f"seed: expected an integer, got {seed!r}")
+        fields = {
+            "spec_json": dumps(spec, "spec"),
+            "properties_json": dumps(properties, "properties"),
+            "inheritance_json": dumps(inheritance, "inheritance"),
+        }
+        state_rows = self._state_rows(state)
+        with self._write() as c:
+            if parent_id is not None:
+                row = c.execute("SELECT generation FROM candidates WHERE id=?", (parent_id,))
+                parent = row.fetchone()
+                if parent is None:
+                    raise ValueError(f"parent_id: no candidate {parent_id} in {self.path}")
+                if generation is None:
+                    generation = parent[0] + 1
+            if generation is None:
+                generation = 0
+            if fingerprint is not None and not allow_duplicate:
+                row = c.execute(
+                    "SELECT id FROM candidates WHERE fingerprint=? ORDER BY id LIMIT 1",
+                    (fingerprint,),
+                ).fetchone()
+                if row is not None:
+                    raise DuplicateCandidateError(fingerprint, row[0])
+            now = time.time()
+            cur = c.execute(
+                "INSERT INTO candidates(parent_id, generation, status, graph_json, fingerprint,"
+                " seed, spec_json, properties_json, inheritance_json, error, created_at,"
+                " finished_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    parent_id, int(generation), status, graph_json, fingerprint, seed,
+                    fields["spec_json"], fields["properties_json"], fields["inheritance_json"],
+                    error, now, None if status == "pending" else now,
+                ),
+            )  # fmt: skip
+            c.executemany("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", state_rows)
+            return int(cur.lastrowid)
+
+    def claim(self, worker: str | None = None, candidate_id: int | None = None) -> Candidate | None:
+        """Atomically mark the oldest pending candidate (or `candidate_id`) running.
+
+        Returns the claimed candidate, or None if nothing (or not that one) is pending.
+        Each claim counts one attempt.
+        """
+        worker = worker or default_worker()
+        with self._write() as c:
+            if candidate_id is None:
+                row = c.execute(
+                    "SELECT id FROM candidates WHERE status='pending' ORDER BY id LIMIT 1"
+                ).fetchone()
+                if row is None:
+                    return None
+                cid = row[0]
+            else:
+                status = self._status(c, candidate_id)
+                if status != "pending":
+                    return None
+                cid = candidate_id
+            c.execute(
+                "UPDATE candidates SET status='running', worker=?, started_at=?, finished_at=NULL,"
+                " attempts=attempts+1 WHERE id=?",
+                (worker, time.time(), cid),
+            )
+            return self._get(c, cid)
+
+    def tell(
+        self, candidate_id: int, metrics: Any, *, checkpoint_path: str | None = None
+    ) -> Candidate:
+        """Record a finished training: status done, with its metrics.
+
+        `metrics` is a mapping or dataclass with at least `accuracy`; see
+        `candidate.split_metrics`. The first result wins: telling a finished candidate is
+        a ValueError.
+        """
+        known, extra = split_metrics(metrics)
+        cols = ", ".join(f"{k}=?" for k in METRICS)
+        values = [known.get(k) for k in METRICS]
+        with self._write() as c:
+            self._check_open(c, candidate_id, "tell")
+            c.execute(
+                f"UPDATE candidates SET status='done', {cols}, metrics_json=?, checkpoint_path=?,"
+                " error=NULL, finished_at=? WHERE id=?",
+                (*values, dumps(extra, "metrics"), checkpoint_path, time.time(), candidate_id),
+            )
+            return self._get(c, candidate_id)
+
+    def fail(
+        self, candidate_id: int, error: str | BaseException, *, infeasible: bool = False
+    ) -> Candidate:
+        """Record that a candidate failed (or is infeasible: it can never run, e.g. OOM).
+
+        Failed candidates are never retried automatically.
+        """
+        if isinstance(error, BaseException):
+            error = f"{type(error).__name__}: {error}"
+        status = "infeasible" if infeasible else "failed"
+        with self._write() as c:
+            self._check_open(c, candidate_id, "fail")
+            c.execute(
+                "UPDATE candidates SET status=?, error=?, finished_at=? WHERE id=?",
+                (status, str(error), time.time(), candidate_id),
+            )
+            return self._get(c, candidate_id)
+
+    def requeue_running(
+        self, max_attempts: int | None = None, *, worker: str | None = None
+    ) -> tuple[list[int], list[int]]:
+        """Return interrupted candidates (status running) to pending, or fail them.
+
+        Call when a driver restarts: whatever it left running died with it. A candidate
+        whose attempts reached `max_attempts` (default: config["max_attempts"] or 3) is
+        marked failed instead, so a candidate that kills its process is not retried
+        forever. `worker` restricts this to one worker's candidates (leave others' alone
+        when external workers share the study). Returns (requeued ids, failed ids).
+        """
+        if max_attempts is None:
+            max_attempts = int(self.config.get("max_attempts", DEFAULT_MAX_ATTEMPTS))
+        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+            raise ValueError(f"max_attempts: must be an integer >= 1, got {max_attempts!r}")
+        where, args = "status='running'", []
+        if worker is not None:
+            where, args = where + " AND worker=?", [worker]
+        with self._write() as c:
+            rows = c.execute(
+                f"SELECT id, attempts, worker FROM candidates WHERE {where} ORDER BY id", args
+            ).fetchall()
+            requeued, failed = [], []
+            now = time.time()
+            for cid, attempts, who in rows:
+                if attempts >= max_attempts:
+                    c.execute(
+                        "UPDATE candidates SET status='failed', error=?, finished_at=? WHERE id=?",
+                        (
+                            f"interrupted {attempts} time(s) (last worker {who}); "
+                            f"gave up after max_attempts={max_attempts}",
+                            now,
+                            cid,
+                        ),
+                    )
+                    failed.append(cid)
+                else:
+                    c.execute(
+                        "UPDATE candidates SET status='pending', worker=NULL, started_at=NULL"
+                        " WHERE id=?",
+                        (cid,),
+                    )
+                    requeued.append(cid)
+            return requeued, failed
+
+    def set_state(self, key: str, value: Any) -> None:
+        """Save a JSON value for the driver (RNG state, generation counter, ...)."""
+        rows = self._state_rows({key: value})
+        with self._write() as c:
+            c.executemany("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", rows)
+
+    # ------------------------------------------------------------------ reading
+
+    def get_state(self, key: str, default: Any = None) -> Any:
+        """A value saved with `set_state` (or `add(state=...)`), else `default`."""
+        with self._read() as c:
+            row = c.execute("SELECT value FROM meta WHERE key=?", (_STATE_PREFIX + key,)).fetchone()
+        return default if row is None else json.loads(row[0])
+
+    def get(self, candidate_id: int) -> Candidate:
+        """The candidate with this id; ValueError if there is none."""
+        with self._read() as c:
+            return self._get(c, candidate_id)
+
+    def candidates(self, status: str | Iterable[str] | None = None) -> list[Candidate]:
+        """All candidates (or those with the given status/statuses), by id."""
+        query, args = _SELECT, []
+        if status is not None:
+            statuses = [status] if isinstance(status, str) else list(status)
+            for s in statuses:
+                _check_status(s)
+            query += f" WHERE status IN ({', '.join('?' * len(statuses))})"
+            args = statuses
+        with self._read() as c:
+            rows = c.execute(query + " ORDER BY id", args).fetchall()
+        return [candidate_from_row(r) for r in rows]
+
+    def find(self, fingerprint: str) -> list[int]:
+        """Ids of candidates with this fingerprint."""
+        with self._read() as c:
+            rows = c.execute(
+                "SELECT id FROM candidates WHERE fingerprint=? ORDER BY id", (fingerprint,)
+            ).fetchall()
+        return [r[0] for r in rows]
+
+    def counts(self) -> dict[str, int]:
+        """Number of candidates per status (every status present, zeros included)."""
+        with self._read() as c:
+            rows = c.execute("SELECT status, COUNT(*) FROM candidates GROUP BY status").fetchall()
+        out = dict.fromkeys(STATUSES, 0)
+        out.update(rows)
+        return out
+
+    def pareto_front(self, cost: str = "flops") -> list[Candidate]:
+        """Done candidates on the accuracy/`cost` front, from most accurate to cheapest.
+
+        Candidates tied with a front point (same accuracy and cost) are all included.
+        """
+        check_cost(cost)
+        done = [c for c in self.candidates("done") if c.accuracy is not None]
+        done = [c for c in done if getattr(c, cost) is not None]
+        if not done:
+            return []
+        curve = ParetoCurve(
+            [(c.accuracy, getattr(c, cost)) for c in done], (True, OBJECTIVES[cost])
+        )
+        order = {tuple(p): i for i, p in enumerate(curve.points.tolist())}
+        front = [c for c in done if (c.accuracy, float(getattr(c, cost))) in order]
+        return sorted(front, key=lambda c: (order[(c.accuracy, float(getattr(c, cost)))], c.id))
+
+    def best(self, k: int = 5) -> list[Candidate]:
+        """The `k` most accurate done candidates (ties: fewer FLOPs, then older)."""
+        if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+            raise ValueError(f"k: must be an integer >= 0, got {k!r}")
+        done = self.candidates("done")
+        inf = float("inf")
+        done.sort(key=lambda c: (-c.accuracy, c.flops if c.flops is not None else inf, c.id))
+        return done[:k]
+
+    def export(self, candidate_id: int, path: str | os.PathLike) -> Path:
+        """Write one candidate as a self-describing JSON file (atomically).
+
+        Contains the graph (as produced by `graph_to_json`, decoded), metrics, lineage
+        fields and the checkpoint path: what `nas-train --graph` and users load.
+        """
+        cand = self.get(candidate_id)
+        doc = {
+            "format": "nas-candidate",
+            "version": 1,
+            "study": str(self.workdir.resolve()),
+            "id": cand.id,
+            "parent_id": cand.parent_id,
+            "generation": cand.generation,
+            "status": cand.status,
+            "fingerprint": cand.fingerprint,
+            "seed": cand.seed,
+            "graph": cand.graph,
+            "spec": cand.spec,
+            "properties": cand.properties,
+            "inheritance": cand.inheritance,
+            "metrics": cand.metrics,
+            "checkpoint_path": cand.checkpoint_path,
+            "error": cand.error,
+        }
+        return atomic_write_text(path, json.dumps(doc, indent=1, allow_nan=False) + "\n")
+
+    # ---------------------------------------------------------------- internals
+
+    def _connect(self, create: bool) -> sqlite3.Connection:
+        """(Re)open the connection; a forked child gets its own, as SQLite requires."""
+        mode = "rwc" if create else "rw"
+        uri = f"file:{self.path.resolve()}?mode={mode}"
+        try:
+            conn = sqlite3.connect(
+                uri, uri=True, timeout=60.0, isolation_level=None, check_same_thread=False
+            )
+            conn.execute("PRAGMA foreign_keys=ON")
+            conn.execute("PRAGMA synchronous=FULL")
+        except sqlite3.DatabaseError as e:
+            raise ValueError(f"{self.path}: cannot open study database: {e}") from e
+        self._conn, self._pid = conn, os.getpid()
+        return conn
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is None or self._pid != os.getpid():
+            return self._connect(create=False)
+        return self._conn
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction, write lock taken up front (BEGIN IMMEDIATE)."""
+        with self._lock, self._damage_as_value_error():
+            conn = self._connection()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+    @contextlib.contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        with self._lock, self._damage_as_value_error():
+            yield self._connection()
+
+    @contextlib.contextmanager
+    def _damage_as_value_error(self) -> Iterator[None]:
+        try:
+            yield
+        except sqlite3.DatabaseError as e:
+            if type(e) is sqlite3.DatabaseError:  # "malformed", "not a database"
+                raise ValueError(f"{self.path}: study database is damaged: {e}") from e
+            raise
+
+    def _get(self, c: sqlite3.Connection, candidate_id: int) -> Candidate:
+        row = c.execute(_SELECT + " WHERE id=?", (candidate_id,)).fetchone()
+        if row is None:
+            raise ValueError(f"candidate_id: no candidate {candidate_id!r} in {self.path}")
+        return candidate_from_row(row)
+
+    def _status(self, c: sqlite3.Connection, candidate_id: int) -> str:
+        row = c.execute("SELECT status FROM candidates WHERE id=?", (candidate_id,)).fetchone()
+        if row is None:
+            raise ValueError(f"candidate_id: no candidate {candidate_id!r} in {self.path}")
+        return row[0]
+
+    def _check_open(self, c: sqlite3.Connection, candidate_id: int, verb: str) -> None:
+        status = self._status(c, candidate_id)
+        if status in FINISHED:
+            raise ValueError(
+                f"candidate_id: cannot {verb} candidate {candidate_id}, it is already {status}"
+            )
+
+    @staticmethod
+    def _state_rows(state: Mapping[str, Any] | None) -> list[tuple[str, str]]:
+        rows = []
+        for key, value in (state or {}).items():
+            if not isinstance(key, str) or not key:
+                raise ValueError(f"state: keys must be non-empty strings, got {key!r}")
+            rows.append((_STATE_PREFIX + key, dumps(value, f"state.{key}") or "null"))
+        return rows
+
+
+_PRIVATE = object()
+
+
+def _check_status(status: str) -> str:
+    if status not in STATUSES:
+        raise ValueError(f"status: unknown status {status!r}; expected one of {STATUSES}")
+    return status
+
+
+def _plain_config(config: Any) -> dict[str, Any]:
+    """A JSON-ready dict from None, a mapping, or a ConfigDict-like object."""
+    if config is None:
+        return {}
+    if hasattr(config, "to_dict"):
+        config = config.to_dict()
+    if not isinstance(config, Mapping):
+        raise ValueError(f"config: expected a dict or ConfigDict, got {type(config).__name__}")
+    # Round-trip so comparisons with the stored copy see the same types (tuples -> lists).
+    return json.loads(dumps(dict(config), "config"))
