@@ -472,7 +472,9 @@ class Study:
             conn.execute("PRAGMA foreign_keys=ON")
             conn.execute("PRAGMA synchronous=FULL")
         except sqlite3.DatabaseError as e:
-            raise ValueError(f"{self.path}: cannot open study database: {e}") from e
+            raise ValueError(
+                f"{self.path}: not a readable SQLite database (corrupt or foreign file): {e}"
+            ) from e
         self._conn, self._pid = conn, os.getpid()
         return conn
 
