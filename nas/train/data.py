@@ -1,0 +1,256 @@
+"""Input pipelines: `tfds.data_source` (array_record) fed through grain, no TensorFlow.
+
+Why: reading is random access (array_record), so shuffling is an index permutation per epoch
+(exact, no buffer) and the whole pipeline state is one integer: the train iterator is saved
+in checkpoints and resumes on exactly the next batch. Preprocessing is numpy, per example,
+following big_vision's recipes:
+
+* digits: value range to [-1, 1]; train augmentation is a random shift (pad 2, crop).
+* cifar10: value range to [0, 1]; train: pad-4 random crop + horizontal flip; then
+  normalize with the CIFAR-10 mean/std.
+* imagenet2012 (and any other dataset with images of varying size): train: inception crop
+  to `image_size` + flip; eval: resize the short side to image_size*256/224, center crop;
+  value range to [-1, 1].
+
+Labels stay integers; the train step one-hots them (less to copy to the device).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import grain
+import jax
+import numpy as np
+import tensorflow_datasets as tfds
+
+from nas.train import digits as digits_lib
+
+CIFAR_MEAN = np.array([0.4914, 0.4822, 0.4465], np.float32)
+CIFAR_STD = np.array([0.2470, 0.2435, 0.2616], np.float32)
+
+Example = dict[str, np.ndarray]
+
+
+# ----------------------------------------------------------------------------- preprocessing
+
+
+def _pad_crop(image: np.ndarray, pad: int, rng: np.random.Generator) -> np.ndarray:
+    h, w = image.shape[:2]
+    padded = np.pad(image, ((pad, pad), (pad, pad), (0, 0)))
+    y, x = rng.integers(0, 2 * pad + 1, size=2)
+    return padded[y : y + h, x : x + w]
+
+
+def _resize(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """Bilinear resize of a uint8 HWC image to (height, width) with PIL."""
+    from PIL import Image
+
+    if image.shape[:2] == size:
+        return image
+    return np.asarray(Image.fromarray(image).resize((size[1], size[0]), Image.BILINEAR))
+
+
+def _inception_crop(image: np.ndarray, size: int, rng: np.random.Generator) -> np.ndarray:
+    """Random crop of 5%-100% of the area, aspect 3/4-4/3, resized to size x size."""
+    h, w = image.shape[:2]
+    for _ in range(10):
+        area = h * w * rng.uniform(0.05, 1.0)
+        aspect = math.exp(rng.uniform(math.log(3 / 4), math.log(4 / 3)))
+        ch, cw = int(round(math.sqrt(area / aspect))), int(round(math.sqrt(area * aspect)))
+        if 0 < ch <= h and 0 < cw <= w:
+            y, x = rng.integers(0, h - ch + 1), rng.integers(0, w - cw + 1)
+            return _resize(image[y : y + ch, x : x + cw], (size, size))
+    return _center_crop(image, size)
+
+
+def _center_crop(image: np.ndarray, size: int) -> np.ndarray:
+    h, w = image.shape[:2]
+    short = size * 256 // 224
+    scale = short / min(h, w)
+    image = _resize(image, (max(size, round(h * scale)), max(size, round(w * scale))))
+    h, w = image.shape[:2]
+    y, x = (h - size) // 2, (w - size) // 2
+    return image[y : y + size, x : x + size]
+
+
+def _rgb(image: np.ndarray) -> np.ndarray:
+    image = np.asarray(image)
+    if image.ndim == 2:
+        image = image[..., None]
+    if image.shape[-1] == 1:
+        image = np.repeat(image, 3, axis=-1)
+    return image
+
+
+def make_preprocess(
+    name: str, train: bool, image_size: int, augment: bool = True
+) -> Callable[[Example, np.random.Generator | None], Example]:
+    """(example, rng) -> {"image": float32 HWC, "label": int32}; rng is None for eval."""
+    base = name.split("/")[0].split(":")[0]
+
+    def finish(image: np.ndarray, label: Any) -> Example:
+        return {"image": image.astype(np.float32), "label": np.int32(label)}
+
+    if base == "digits":
+
+        def pp(ex: Example, rng: np.random.Generator | None) -> Example:
+            image = _rgb(ex["image"])
+            if train and augment and rng is not None:
+                image = _pad_crop(image, 2, rng)
+            return finish(image / 127.5 - 1.0, ex["label"])
+
+    elif base == "cifar10" or base == "cifar100":
+
+        def pp(ex: Example, rng: np.random.Generator | None) -> Example:
+            image = _rgb(ex["image"]).astype(np.float32) / 255.0
+            if train and augment and rng is not None:
+                image = _pad_crop(image, 4, rng)
+                if rng.random() < 0.5:
+                    image = image[:, ::-1]
+            return finish((image - CIFAR_MEAN) / CIFAR_STD, ex["label"])
+
+    else:
+
+        def pp(ex: Example, rng: np.random.Generator | None) -> Example:
+            image = _rgb(ex["image"])
+            if train and augment and rng is not None:
+                image = _inception_crop(image, image_size, rng)
+                if rng.random() < 0.5:
+                    image = image[:, ::-1]
+            else:
+                image = _center_crop(image, image_size)
+            return finish(image / 127.5 - 1.0, ex["label"])
+
+    return pp
+
+
+# ----------------------------------------------------------------------------- sources
+
+
+def resolve_data_dir(data_dir: str | None) -> str:
+    return data_dir or digits_lib.default_data_dir()
+
+
+def host_split(split: str, process_index: int, process_count: int) -> str:
+    """This host's share of `split` (tfds.even_splits) when there are several hosts."""
+    if process_count <= 1:
+        return split
+    return tfds.even_splits(split, n=process_count, drop_remainder=False)[process_index]
+
+
+def open_source(name: str, split: str, data_dir: str | None) -> Any:
+    """A random-access tfds source; builds the bundled `digits` on first use."""
+    data_dir = resolve_data_dir(data_dir)
+    if name == "digits":
+        digits_lib.ensure_built(data_dir)
+    try:
+        return tfds.data_source(name, split=split, data_dir=data_dir)
+    except Exception as e:  # tfds raises several types for a missing dataset or split
+        raise ValueError(
+            f"config field 'input.data.name': cannot open {name!r} split {split!r} in "
+            f"{data_dir}: {type(e).__name__}: {str(e).splitlines()[0][:200]}"
+        ) from e
+
+
+# ----------------------------------------------------------------------------- iterators
+
+
+def _stack(examples: list[Example]) -> dict[str, np.ndarray]:
+    return {k: np.stack([ex[k] for ex in examples]) for k in examples[0]}
+
+
+def make_train_dataset(
+    source: Any,
+    preprocess: Callable[[Example, np.random.Generator | None], Example],
+    *,
+    local_batch_size: int,
+    seed: int,
+    shuffle: bool = True,
+    num_threads: int = 2,
+    prefetch: int = 4,
+) -> grain.IterDataset:
+    """Endless, per-epoch reshuffled, preprocessed batches (drop remainder).
+
+    The returned dataset's iterator has get_state()/set_state() (a dict of ints), which is
+    what a checkpoint stores to resume on the exact next batch.
+    """
+    if len(source) < local_batch_size:
+        raise ValueError(
+            f"config field 'input.batch_size': {local_batch_size} per host exceeds the "
+            f"{len(source)} training examples"
+        )
+    ds = grain.MapDataset.source(source)
+    if shuffle:
+        ds = ds.shuffle(seed=seed)
+    ds = ds.repeat(None).random_map(lambda ex, rng: preprocess(ex, rng), seed=seed + 1)
+    ds = ds.batch(local_batch_size, drop_remainder=True, batch_fn=_stack)
+    options = grain.ReadOptions(num_threads=max(1, num_threads), prefetch_buffer_size=prefetch)
+    return ds.to_iter_dataset(options)
+
+
+@dataclass(frozen=True)
+class EvalData:
+    """Every example of a split exactly once, in fixed-size batches with a `mask`.
+
+    `num_batches` is the same on every host (computed from the largest host share), so
+    collective eval steps never wait on a host that ran out; surplus batches are all-padding.
+    """
+
+    source: Any
+    preprocess: Callable[[Example, np.random.Generator | None], Example]
+    batch_size: int
+    num_batches: int
+
+    @property
+    def num_examples(self) -> int:
+        return len(self.source)
+
+    def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
+        ds = grain.MapDataset.source(self.source).map(lambda ex: self.preprocess(ex, None))
+        ds = ds.batch(self.batch_size, drop_remainder=False, batch_fn=_stack)
+        it = iter(ds.to_iter_dataset(grain.ReadOptions(num_threads=2, prefetch_buffer_size=2)))
+        template = None
+        for _ in range(self.num_batches):
+            batch = next(it, None)
+            if batch is None:  # this host has fewer batches than another: all padding
+                yield {k: np.zeros_like(v) for k, v in template.items()} | {
+                    "mask": np.zeros(self.batch_size, np.float32)
+                }
+                continue
+            n = len(batch["label"])
+            template = batch if template is None else template
+            if n < self.batch_size:
+                batch = {
+                    k: np.concatenate([v, np.zeros((self.batch_size - n, *v.shape[1:]), v.dtype)])
+                    for k, v in batch.items()
+                }
+            mask = np.zeros(self.batch_size, np.float32)
+            mask[:n] = 1.0
+            yield batch | {"mask": mask}
+
+
+def make_eval_data(
+    name: str,
+    split: str,
+    data_dir: str | None,
+    image_size: int,
+    global_batch_size: int,
+    num_devices: int,
+) -> EvalData:
+    """Eval data for this host; the per-host batch is rounded up to a multiple of devices."""
+    pc, pi = jax.process_count(), jax.process_index()
+    total = len(open_source(name, split, data_dir)) if pc > 1 else None
+    source = open_source(name, host_split(split, pi, pc), data_dir)
+    local = max(1, global_batch_size // pc)
+    local = int(math.ceil(local / num_devices) * num_devices)
+    largest_share = math.ceil(total / pc) if total is not None else len(source)
+    return EvalData(
+        source=source,
+        preprocess=make_preprocess(name, train=False, image_size=image_size),
+        batch_size=local,
+        num_batches=max(1, math.ceil(largest_share / local)),
+    )

@@ -1,0 +1,125 @@
+"""What a candidate costs: parameters, FLOPs, throughput, memory; and the `Metrics` record.
+
+Why: the search trades accuracy against these costs, so each must be measured the same
+way for every candidate and be exact where it can be.
+
+* `num_params`: the element count of the `params` tree (batch statistics are not
+  parameters).
+* FLOPs per example: XLA's cost analysis of the *compiled* inference function on a batch of
+  one. XLA counts a multiply-add as 2 flops, and counts only taps that touch real input:
+  the zero taps a SAME-padded convolution adds at the border are not counted, so a 3x3
+  SAME conv on an HxW map costs less than 2*9*Cin*Cout*H*W (see `conv_flops_same`).
+* images/sec/core: measured on compiled functions only (compile time is reported
+  separately in `compile_seconds`); "core" is a JAX device.
+* memory: `memory_analysis()` of the compiled train step: temporaries, arguments and
+  outputs (on CPU, host arrays count as arguments).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+
+@dataclasses.dataclass
+class Metrics:
+    """Result of training and evaluating one candidate (JSON-friendly)."""
+
+    acc: float = 0.0  # top-1 accuracy on the eval split, a fraction
+    loss: float = 0.0  # mean eval cross-entropy per example
+    num_params: int = 0
+    flops: int = 0  # forward FLOPs per example (XLA count; multiply-add = 2)
+    im_sec_core_train: float = 0.0  # median over epochs, after compilation
+    im_sec_core_infer: float = 0.0  # median over evals, after compilation
+    compile_seconds: float = 0.0  # train step + eval step compilation
+    train_temp_bytes: int = 0  # XLA temporaries of one train step (per device)
+    train_peak_bytes: int = 0  # arguments + outputs + temporaries - aliased (per device)
+    train_seconds: float = 0.0
+    steps: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def count_params(params: Any) -> int:
+    return int(sum(np.size(x) for x in jax.tree.leaves(params)))
+
+
+def compiled_flops(compiled: Any) -> int:
+    """The 'flops' entry of a compiled executable's cost analysis (0 when not reported)."""
+    cost = compiled.cost_analysis()
+    if isinstance(cost, Sequence) and not isinstance(cost, dict):  # older jax: a list
+        cost = cost[0] if cost else {}
+    return int(round(float((cost or {}).get("flops", 0.0))))
+
+
+def flops_per_example(apply_fn: Callable[..., Any], variables: Any, example_shape: tuple) -> int:
+    """Forward FLOPs of `apply_fn(variables, x)` on one example, from compiled XLA."""
+    x = jax.ShapeDtypeStruct((1, *example_shape), np.float32)
+    abstract = jax.tree.map(lambda a: jax.ShapeDtypeStruct(np.shape(a), np.asarray(a).dtype),
+                            variables)
+    return compiled_flops(jax.jit(apply_fn).lower(abstract, x).compile())
+
+
+def memory_bytes(compiled: Any) -> tuple[int, int]:
+    """(temp bytes, peak bytes) of a compiled executable; (0, 0) if not reported."""
+    try:
+        m = compiled.memory_analysis()
+    except Exception:  # some backends do not implement it
+        return 0, 0
+    if m is None:
+        return 0, 0
+    temp = int(m.temp_size_in_bytes)
+    peak = temp + int(m.argument_size_in_bytes) + int(m.output_size_in_bytes)
+    peak -= int(getattr(m, "alias_size_in_bytes", 0))
+    return temp, peak
+
+
+def conv_flops_same(h: int, w: int, cin: int, cout: int, k: int, stride: int = 1) -> int:
+    """Analytic FLOPs of a SAME conv counting only taps inside the input (XLA's count).
+
+    Each output position contributes 2*cin*cout per kernel tap that lands on a real pixel.
+    """
+    def taps(n: int) -> int:
+        out = math.ceil(n / stride)
+        pad_total = max((out - 1) * stride + k - n, 0)
+        lo = pad_total // 2
+        total = 0
+        for o in range(out):
+            start = o * stride - lo
+            total += sum(1 for t in range(k) if 0 <= start + t < n)
+        return total
+
+    return 2 * cin * cout * taps(h) * taps(w)
+
+
+def throughput(fn: Callable[[], Any], images_per_call: int, *, min_seconds: float = 1.0,
+               min_calls: int = 3, devices: int = 1) -> float:
+    """Images/sec/device of a warm, already compiled `fn` (median of per-call rates)."""
+    jax.block_until_ready(fn())  # warm
+    rates, start = [], time.perf_counter()
+    while len(rates) < min_calls or time.perf_counter() - start < min_seconds:
+        t = time.perf_counter()
+        jax.block_until_ready(fn())
+        rates.append(images_per_call / (time.perf_counter() - t) / devices)
+    return statistics.median(rates)
+
+
+def matmul_peak_flops(n: int = 2048, seconds: float = 2.0) -> float:
+    """This machine's warm f32 matmul rate under XLA (FLOP/s), the MFU denominator."""
+    a = jax.random.normal(jax.random.key(0), (n, n), np.float32)
+    f = jax.jit(lambda x: x @ x)
+    jax.block_until_ready(f(a))
+    best, start = 0.0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        t = time.perf_counter()
+        jax.block_until_ready(f(a))
+        best = max(best, 2 * n**3 / (time.perf_counter() - t))
+    return best

@@ -1,0 +1,136 @@
+"""The data-parallel train and eval steps (pmap semantics over the local devices).
+
+Why a separate file: `train.py` reads top to bottom as the loop; the math of one step lives
+here, where tests can build it around any flax module and compare a 2-device step with a
+1-device step on the whole batch.
+
+Semantics: each device gets `batch / devices` examples; gradients are averaged over devices
+(`pmean` inside `jax.pmap`: checked numerically against a single device, see
+tests/train/test_data_parallel.py; the shard_map 2x pitfall does not apply to pmap);
+BatchNorm uses per-device batch statistics in the forward pass and the running averages are
+averaged over devices after every step, so every replica holds the same state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from nas.train import optim
+
+AXIS = "batch"
+State = dict[str, Any]
+
+
+def softmax_xent(logits: jax.Array, labels: jax.Array) -> jax.Array:
+    """Per-example cross-entropy against one-hot (or soft) labels."""
+    return -jnp.sum(labels * jax.nn.log_softmax(logits, axis=-1), axis=-1)
+
+
+def _variables(params: Any, frozen: Any, batch_stats: Any) -> dict[str, Any]:
+    out = {"params": {**frozen, **params}}
+    if batch_stats:
+        out["batch_stats"] = batch_stats
+    return out
+
+
+def make_train_step(
+    model: Any,
+    tx: optax.GradientTransformation,
+    num_classes: int,
+    *,
+    ema_decay: float = 0.0,
+    ema_warmup_steps: int = 0,
+    return_grads: bool = False,
+) -> Callable[[State, dict[str, jax.Array], jax.Array], tuple[State, dict[str, jax.Array]]]:
+    """(state, batch, rng) -> (state, metrics), to be run under pmap(axis_name=AXIS).
+
+    The dropout key of step s on device d is fold_in(fold_in(rng, s), d): a resumed run
+    draws exactly the keys an uninterrupted one would.
+    """
+
+    def step_fn(state: State, batch: dict[str, jax.Array], rng: jax.Array):
+        step = state["step"]
+        key = jax.random.fold_in(jax.random.fold_in(rng, step), jax.lax.axis_index(AXIS))
+        labels = jax.nn.one_hot(batch["label"], num_classes)
+
+        def loss_fn(params):
+            logits, new_vars = model.apply(
+                _variables(params, state["frozen"], state["batch_stats"]),
+                batch["image"],
+                deterministic=False,
+                training=True,
+                rngs={"dropout": key},
+                mutable=["batch_stats"],
+            )
+            loss = jnp.mean(softmax_xent(logits, labels))
+            return loss, new_vars.get("batch_stats", {})
+
+        (loss, batch_stats), grads = jax.value_and_grad(loss_fn, has_aux=True)(state["params"])
+        grads = jax.lax.pmean(grads, AXIS)
+        batch_stats = jax.lax.pmean(batch_stats, AXIS)
+        updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
+        params = optax.apply_updates(params=state["params"], updates=updates)
+        new = dict(state, params=params, opt_state=opt_state, batch_stats=batch_stats,
+                   step=step + 1)
+        if ema_decay:
+            new["ema"] = optim.ema_update(
+                state["ema"], {"params": {**state["frozen"], **params},
+                               "batch_stats": batch_stats},
+                step + 1, ema_decay, ema_warmup_steps,
+            )
+        metrics = {
+            "training_loss": jax.lax.pmean(loss, AXIS),
+            "l2_grads": optax.global_norm(grads),
+            "l2_params": optax.global_norm(params),
+            "l2_updates": optax.global_norm(updates),
+        }
+        if return_grads:
+            metrics["grads"] = grads
+        return new, metrics
+
+    return step_fn
+
+
+def make_eval_step(model: Any, num_classes: int) -> Callable[..., dict[str, jax.Array]]:
+    """(variables, batch) -> summed correct / loss / count over devices, mask-aware."""
+
+    def eval_fn(variables: dict[str, Any], batch: dict[str, jax.Array]):
+        logits = model.apply(variables, batch["image"], deterministic=True,
+                             training=False)
+        mask = batch["mask"]
+        labels = jax.nn.one_hot(batch["label"], num_classes)
+        loss = softmax_xent(logits, labels) * mask
+        correct = (jnp.argmax(logits, axis=-1) == batch["label"]).astype(jnp.float32) * mask
+        return {
+            "correct": jax.lax.psum(jnp.sum(correct), AXIS),
+            "loss": jax.lax.psum(jnp.sum(loss), AXIS),
+            "count": jax.lax.psum(jnp.sum(mask), AXIS),
+        }
+
+    return eval_fn
+
+
+def replicate(tree: Any, n: int) -> Any:
+    """Host arrays with a leading device axis (views, no copies) for pmap inputs."""
+    return jax.tree.map(lambda x: np.broadcast_to(np.asarray(x), (n, *np.shape(x))), tree)
+
+
+def unreplicate(tree: Any) -> Any:
+    """Replica 0 of a pmapped tree as host numpy arrays."""
+    return jax.tree.map(lambda x: np.asarray(x[0]), tree)
+
+
+def shard(batch: dict[str, np.ndarray], n: int) -> dict[str, np.ndarray]:
+    """(B, ...) host batch -> (n, B/n, ...) for pmap."""
+    def split(x: np.ndarray) -> np.ndarray:
+        if x.shape[0] % n:
+            raise ValueError(f"batch of {x.shape[0]} does not split over {n} devices")
+        return x.reshape(n, x.shape[0] // n, *x.shape[1:])
+
+    return {k: split(v) for k, v in batch.items()}
