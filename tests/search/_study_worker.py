@@ -1,7 +1,7 @@
 """Subprocess used by the study tests: real processes contending for one study.
 
 usage: python _study_worker.py MODE WORKDIR [ARG]
-  claim-all NAME   say ready, wait for WORKDIR/go, claim and tell until nothing is pending; print ids
+  claim-all NAME   say ready, wait for WORKDIR/go, claim+tell until none is pending, print ids
   claim-hold NAME  claim one candidate, print its id, then sleep until killed
   add-loop         add candidates forever, each with state {"added": n}, until killed
 """

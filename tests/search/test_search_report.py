@@ -1,0 +1,54 @@
+"""Report: PNG, self-contained HTML and text summary from a study."""
+
+import base64
+import json
+
+from nas.search import Study
+from nas.search.report import lineage, summary, write_report
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _study(tmp_path):
+    study = Study.create(tmp_path)
+    prev = None
+    for i, (acc, flops, params) in enumerate([(0.8, 4e6, 3e4), (0.85, 2e6, 2e4), (0.9, 5e6, 1e4)]):
+        cid = study.add(json.dumps({"i": i}), parent_id=prev)
+        study.claim("w", cid)
+        study.tell(cid, {"accuracy": acc, "flops": flops, "params": params, "loss": 0.5})
+        prev = cid
+    bad = study.add("{}", parent_id=prev)
+    study.claim("w", bad)
+    study.fail(bad, "ValueError: <boom> & NaN")
+    study.add("{}", parent_id=1)
+    return study
+
+
+def test_write_report(tmp_path):
+    study = _study(tmp_path)
+    html_path = write_report(study)
+    assert html_path == tmp_path / "report" / "report.html"
+    png = (tmp_path / "report" / "pareto.png").read_bytes()
+    assert png.startswith(PNG_MAGIC) and len(png) > 5000
+    page = html_path.read_text()
+    assert base64.b64encode(png).decode() in page  # self-contained
+    assert page.count("<tr class=") == 5
+    assert "&lt;boom&gt; &amp; NaN" in page and "<boom>" not in page
+    assert 'href="#c1">1</a> → <a href="#c2">2</a> → <a href="#c3">3</a>' in page
+    assert sorted(p.name for p in (tmp_path / "report").iterdir()) == ["pareto.png", "report.html"]
+
+
+def test_report_of_empty_study_and_summary(tmp_path):
+    empty = Study.create(tmp_path / "empty")
+    write_report(empty)
+    assert (tmp_path / "empty" / "report" / "pareto.png").read_bytes().startswith(PNG_MAGIC)
+    assert "no finished candidates yet" in summary(empty)
+
+    study = _study(tmp_path / "s")
+    text = summary(study, k=2)
+    lines = text.splitlines()
+    assert "done 3" in lines[0] and "failed 1" in lines[0] and "pending 1" in lines[0]
+    assert lines[2].split()[0] == "id"
+    assert [line.split()[0] for line in lines[3:]] == ["3", "2"]
+    by_id = {c.id: c for c in study.candidates()}
+    assert lineage(4, by_id) == [1, 2, 3, 4]
