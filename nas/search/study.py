@@ -16,20 +16,19 @@ Typical use (the driver and any external worker share the workdir):
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
 import socket
 import sqlite3
-import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from nas.search import _schema
 from nas.search._atomic import atomic_write_text
+from nas.search._db import Database
 from nas.search.candidate import (
     COLUMNS,
     FINISHED,
@@ -78,9 +77,7 @@ class Study:
             raise TypeError("use Study.create, Study.load or Study.open")
         self.workdir = Path(workdir)
         self.path = self.workdir / DB_NAME
-        self._lock = threading.RLock()
-        self._conn: sqlite3.Connection | None = None
-        self._pid = -1
+        self._db = Database(self.path)
         self.config: dict[str, Any] = {}
 
     # ----------------------------------------------------------------- opening
@@ -97,9 +94,9 @@ class Study:
         if study.path.exists() and study.path.stat().st_size > 0:
             raise ValueError(f"{study.path}: a study already exists (use Study.load or Study.open)")
         study.workdir.mkdir(parents=True, exist_ok=True)
-        conn = study._connect(create=True)
+        conn = study._db.connect(create=True)
         conn.execute("PRAGMA journal_mode=WAL")
-        with study._write() as c:
+        with study._db.write() as c:
             if c.execute("SELECT 1 FROM sqlite_master WHERE name='meta'").fetchone():
                 raise ValueError(f"{study.path}: a study already exists (created concurrently)")
             for statement in _schema.SCHEMA.split(";"):
@@ -124,7 +121,7 @@ class Study:
         study = cls(workdir, _token=_PRIVATE)
         if not study.path.is_file():
             raise StudyNotFoundError(f"{study.path}: no study here (create one with Study.create)")
-        conn = study._connect(create=False)
+        conn = study._db.connect()
         try:
             _schema.check_study(conn, study.path)
             row = conn.execute("SELECT value FROM meta WHERE key='config'").fetchone()
@@ -154,10 +151,7 @@ class Study:
 
     def close(self) -> None:
         """Close the connection (the study stays usable: the next call reconnects)."""
-        with self._lock:
-            if self._conn is not None and self._pid == os.getpid():
-                self._conn.close()
-            self._conn = None
+        self._db.close()
 
     def __enter__(self) -> Study:
         return self
@@ -216,7 +210,7 @@ class Study:
             "inheritance_json": dumps(inheritance, "inheritance"),
         }
         state_rows = self._state_rows(state)
-        with self._write() as c:
+        with self._db.write() as c:
             if parent_id is not None:
                 row = c.execute("SELECT generation FROM candidates WHERE id=?", (parent_id,))
                 parent = row.fetchone()
@@ -254,7 +248,7 @@ class Study:
         Each claim counts one attempt.
         """
         worker = worker or default_worker()
-        with self._write() as c:
+        with self._db.write() as c:
             if candidate_id is None:
                 row = c.execute(
                     "SELECT id FROM candidates WHERE status='pending' ORDER BY id LIMIT 1"
@@ -286,7 +280,7 @@ class Study:
         known, extra = split_metrics(metrics)
         cols = ", ".join(f"{k}=?" for k in METRICS)
         values = [known.get(k) for k in METRICS]
-        with self._write() as c:
+        with self._db.write() as c:
             self._check_open(c, candidate_id, "tell")
             c.execute(
                 f"UPDATE candidates SET status='done', {cols}, metrics_json=?, checkpoint_path=?,"
@@ -305,7 +299,7 @@ class Study:
         if isinstance(error, BaseException):
             error = f"{type(error).__name__}: {error}"
         status = "infeasible" if infeasible else "failed"
-        with self._write() as c:
+        with self._db.write() as c:
             self._check_open(c, candidate_id, "fail")
             c.execute(
                 "UPDATE candidates SET status=?, error=?, finished_at=? WHERE id=?",
@@ -331,7 +325,7 @@ class Study:
         where, args = "status='running'", []
         if worker is not None:
             where, args = where + " AND worker=?", [worker]
-        with self._write() as c:
+        with self._db.write() as c:
             rows = c.execute(
                 f"SELECT id, attempts, worker FROM candidates WHERE {where} ORDER BY id", args
             ).fetchall()
@@ -361,20 +355,20 @@ class Study:
     def set_state(self, key: str, value: Any) -> None:
         """Save a JSON value for the driver (RNG state, generation counter, ...)."""
         rows = self._state_rows({key: value})
-        with self._write() as c:
+        with self._db.write() as c:
             c.executemany("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", rows)
 
     # ------------------------------------------------------------------ reading
 
     def get_state(self, key: str, default: Any = None) -> Any:
         """A value saved with `set_state` (or `add(state=...)`), else `default`."""
-        with self._read() as c:
+        with self._db.read() as c:
             row = c.execute("SELECT value FROM meta WHERE key=?", (_STATE_PREFIX + key,)).fetchone()
         return default if row is None else json.loads(row[0])
 
     def get(self, candidate_id: int) -> Candidate:
         """The candidate with this id; ValueError if there is none."""
-        with self._read() as c:
+        with self._db.read() as c:
             return self._get(c, candidate_id)
 
     def candidates(self, status: str | Iterable[str] | None = None) -> list[Candidate]:
@@ -386,13 +380,13 @@ class Study:
                 _check_status(s)
             query += f" WHERE status IN ({', '.join('?' * len(statuses))})"
             args = statuses
-        with self._read() as c:
+        with self._db.read() as c:
             rows = c.execute(query + " ORDER BY id", args).fetchall()
         return [candidate_from_row(r) for r in rows]
 
     def find(self, fingerprint: str) -> list[int]:
         """Ids of candidates with this fingerprint."""
-        with self._read() as c:
+        with self._db.read() as c:
             rows = c.execute(
                 "SELECT id FROM candidates WHERE fingerprint=? ORDER BY id", (fingerprint,)
             ).fetchall()
@@ -400,7 +394,7 @@ class Study:
 
     def counts(self) -> dict[str, int]:
         """Number of candidates per status (every status present, zeros included)."""
-        with self._read() as c:
+        with self._db.read() as c:
             rows = c.execute("SELECT status, COUNT(*) FROM candidates GROUP BY status").fetchall()
         out = dict.fromkeys(STATUSES, 0)
         out.update(rows)
@@ -460,56 +454,6 @@ class Study:
         return atomic_write_text(path, json.dumps(doc, indent=1, allow_nan=False) + "\n")
 
     # ---------------------------------------------------------------- internals
-
-    def _connect(self, create: bool) -> sqlite3.Connection:
-        """(Re)open the connection; a forked child gets its own, as SQLite requires."""
-        mode = "rwc" if create else "rw"
-        uri = f"file:{self.path.resolve()}?mode={mode}"
-        try:
-            conn = sqlite3.connect(
-                uri, uri=True, timeout=60.0, isolation_level=None, check_same_thread=False
-            )
-            conn.execute("PRAGMA foreign_keys=ON")
-            conn.execute("PRAGMA synchronous=FULL")
-        except sqlite3.DatabaseError as e:
-            raise ValueError(
-                f"{self.path}: not a readable SQLite database (corrupt or foreign file): {e}"
-            ) from e
-        self._conn, self._pid = conn, os.getpid()
-        return conn
-
-    def _connection(self) -> sqlite3.Connection:
-        if self._conn is None or self._pid != os.getpid():
-            return self._connect(create=False)
-        return self._conn
-
-    @contextlib.contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction, write lock taken up front (BEGIN IMMEDIATE)."""
-        with self._lock, self._damage_as_value_error():
-            conn = self._connection()
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield conn
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
-
-    @contextlib.contextmanager
-    def _read(self) -> Iterator[sqlite3.Connection]:
-        with self._lock, self._damage_as_value_error():
-            yield self._connection()
-
-    @contextlib.contextmanager
-    def _damage_as_value_error(self) -> Iterator[None]:
-        try:
-            yield
-        except sqlite3.DatabaseError as e:
-            if type(e) is sqlite3.DatabaseError:  # "malformed", "not a database"
-                raise ValueError(f"{self.path}: study database is damaged: {e}") from e
-            raise
 
     def _get(self, c: sqlite3.Connection, candidate_id: int) -> Candidate:
         row = c.execute(_SELECT + " WHERE id=?", (candidate_id,)).fetchone()
