@@ -1,0 +1,129 @@
+"""Lossless, versioned JSON for graphs and their constants.
+
+Used to store candidates in a study database and to export them. Loading only builds plain
+data (no pickle, no eval), then validates the graph, so a hostile file cannot run code.
+Tuples are tagged so that `graph_from_json(graph_to_json(g)) == g` holds exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from nas.graph.ops import Graph, Op, as_op_type, new_graph
+
+FORMAT = "nas.graph"
+VERSION = 1
+_TUPLE = "__tuple__"
+
+
+def _encode(value: Any, where: str) -> Any:
+    if isinstance(value, tuple):
+        return {_TUPLE: [_encode(v, where) for v in value]}
+    if isinstance(value, list):
+        return [_encode(v, where) for v in value]
+    if isinstance(value, Mapping):
+        if _TUPLE in value:
+            raise ValueError(f"{where}: dict key {_TUPLE!r} is reserved")
+        return {str(k): _encode(v, where) for k, v in value.items()}
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, int | float) or hasattr(value, "item"):
+        number = value.item() if hasattr(value, "item") else value
+        if isinstance(number, float) and not math.isfinite(number):
+            raise ValueError(f"{where}: non-finite number {number} cannot be stored")
+        return number
+    raise ValueError(f"{where}: value {value!r} of type {type(value).__name__} is not "
+                     f"serializable; use a symbolic string such as 'I:zeros' instead")
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_decode(v) for v in value]
+    if isinstance(value, dict):
+        if set(value) == {_TUPLE}:
+            return tuple(_decode(v) for v in value[_TUPLE])
+        return {k: _decode(v) for k, v in value.items()}
+    return value
+
+
+def graph_to_dict(graph: Graph, constants: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    ops = [
+        {
+            "name": op.name,
+            "type": op.type.name,
+            "input_names": list(op.input_names),
+            "input_kwargs": _encode(op.input_kwargs, f"op {op.name!r} input_kwargs"),
+            "op_kwargs": _encode(op.op_kwargs, f"op {op.name!r} op_kwargs"),
+            "num_outputs": op.num_outputs,
+        }
+        for op in graph.ops
+    ]
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "input_names": list(graph.input_names),
+        "output_names": list(graph.output_names),
+        "ops": ops,
+        "constants": _encode(dict(constants or {}), "constants"),
+    }
+
+
+def graph_to_json(graph: Graph, constants: Mapping[str, Any] | None = None) -> str:
+    return json.dumps(graph_to_dict(graph, constants), sort_keys=True)
+
+
+def _field(data: Mapping[str, Any], key: str, kind: type, where: str) -> Any:
+    if key not in data:
+        raise ValueError(f"{where}: missing field {key!r}")
+    if not isinstance(data[key], kind):
+        raise ValueError(f"{where}: field {key!r} must be a {kind.__name__}")
+    return data[key]
+
+
+def graph_from_dict(data: Any) -> tuple[Graph, dict[str, Any]]:
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ValueError(f"not a serialized graph: expected format {FORMAT!r}")
+    version = data.get("version")
+    if version != VERSION:
+        raise ValueError(f"serialized graph version {version!r} is not supported "
+                         f"(this nas reads version {VERSION})")
+    ops = []
+    for i, entry in enumerate(_field(data, "ops", list, "graph")):
+        where = f"graph op #{i}"
+        if not isinstance(entry, dict):
+            raise ValueError(f"{where}: must be an object")
+        name = _field(entry, "name", str, where)
+        ops.append(Op(
+            name=name,
+            type=as_op_type(_field(entry, "type", str, where), name),
+            input_names=list(_field(entry, "input_names", list, where)),
+            input_kwargs=_decode(_field(entry, "input_kwargs", dict, where)),
+            op_kwargs=_decode(_field(entry, "op_kwargs", dict, where)),
+            num_outputs=_field(entry, "num_outputs", int, where),
+        ))
+    graph = new_graph(
+        _field(data, "input_names", list, "graph"),
+        _field(data, "output_names", list, "graph"),
+        ops,
+    )
+    return graph, _decode(_field(data, "constants", dict, "graph"))
+
+
+def load(text: str | bytes) -> tuple[Graph, dict[str, Any]]:
+    """(graph, constants) from JSON text; a malformed document is a ValueError."""
+    try:
+        data = json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"serialized graph is not valid JSON: {e}") from None
+    return graph_from_dict(data)
+
+
+def graph_from_json(text: str | bytes) -> Graph:
+    return load(text)[0]
+
+
+def constants_from_json(text: str | bytes) -> dict[str, Any]:
+    return load(text)[1]

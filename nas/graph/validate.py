@@ -1,0 +1,162 @@
+"""Static validation of a graph: everything that can be checked without running it.
+
+A graph that passes is well formed: unique legal names, known op types with the right number
+of inputs, every input produced earlier, every output produced, known kwargs with parseable
+symbolic values. Errors are `ValueError`s that name the op and the problem.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Mapping
+from typing import Any
+
+import flax.linen as nn
+
+from nas.graph import symbolic
+from nas.graph.ops import Graph, Op, OpType, canonical_name, check_op_name, input_arity
+
+# Op types whose op_kwargs construct a flax module; their allowed kwargs are its fields.
+MODULE_TYPES: dict[OpType, type[nn.Module]] = {
+    OpType.DENSE: nn.Dense,
+    OpType.DENSE_GENERAL: nn.DenseGeneral,
+    OpType.CONV: nn.Conv,
+    OpType.SELF_ATTENTION: nn.SelfAttention,
+    OpType.BATCH_NORM: nn.BatchNorm,
+    OpType.LAYER_NORM: nn.LayerNorm,
+    OpType.GROUP_NORM: nn.GroupNorm,
+    OpType.DROPOUT: nn.Dropout,
+}
+
+# Call-time kwargs each op type accepts.
+INPUT_KWARGS: dict[OpType, frozenset[str]] = {
+    OpType.ADD: frozenset({"layer_drop_rate"}),
+    OpType.STOCH_DEPTH: frozenset({"layer_drop_rate"}),
+    OpType.SCALAR_MUL: frozenset({"const"}),
+    OpType.SCALAR_ADD: frozenset({"const"}),
+    OpType.DOT_GENERAL: frozenset({"dimension_numbers", "precision", "preferred_element_type"}),
+    OpType.EINSUM: frozenset({"sum"}),
+    OpType.SOFTMAX: frozenset({"axis"}),
+    OpType.BATCH_NORM: frozenset({"use_running_average"}),
+    OpType.RESHAPE: frozenset({"new_shape", "order"}),
+    OpType.TRANSPOSE: frozenset({"axes"}),
+    OpType.AVG_POOL: frozenset({"window_shape", "strides", "padding"}),
+    OpType.MAX_POOL: frozenset({"window_shape", "strides", "padding"}),
+    OpType.MEAN: frozenset({"axis"}),
+    OpType.PARAM: frozenset({"init_fn", "shape"}),
+}
+
+REQUIRED: dict[OpType, tuple[str, ...]] = {
+    OpType.DENSE: ("features",),
+    OpType.DENSE_GENERAL: ("features",),
+    OpType.CONV: ("features", "kernel_size"),
+    OpType.SELF_ATTENTION: ("num_heads",),
+    OpType.DROPOUT: ("rate",),
+    OpType.SCALAR_ADD: ("const",),
+    OpType.STOCH_DEPTH: ("layer_drop_rate",),
+    OpType.DOT_GENERAL: ("dimension_numbers",),
+    OpType.EINSUM: ("sum",),
+    OpType.RESHAPE: ("new_shape",),
+    OpType.TRANSPOSE: ("axes",),
+    OpType.AVG_POOL: ("window_shape",),
+    OpType.MAX_POOL: ("window_shape",),
+    OpType.MEAN: ("axis",),
+    OpType.PARAM: ("init_fn", "shape"),
+}
+
+# Kwargs that must resolve to integers (or tuples of integers).
+INT_KWARGS = frozenset({
+    "features", "feature_group_count", "num_heads", "qkv_features", "out_features",
+    "num_groups", "group_size", "kernel_size", "strides", "input_dilation", "kernel_dilation",
+    "window_shape", "axes", "shape", "batch_dims",
+})
+INIT_KWARGS = frozenset({"kernel_init", "bias_init", "scale_init", "init_fn", "embedding_init"})
+
+
+@functools.cache
+def module_fields(op_type: OpType) -> frozenset[str]:
+    cls = MODULE_TYPES[op_type]
+    return frozenset(f.name for f in dataclasses.fields(cls) if f.name not in ("parent", "name"))
+
+
+def _check_value(op: Op, key: str, value: Any, available: set[str], arity: int) -> None:
+    where = f"op {op.name!r} kwarg {key!r}"
+    try:
+        refs = symbolic.references(value)
+    except ValueError as e:
+        raise ValueError(f"{where}: {e}") from None
+    if isinstance(value, str) and key in INT_KWARGS and not refs:
+        if not isinstance(symbolic.parse(value), int) and value != "B":
+            raise ValueError(f"{where}: expected an int or symbolic int, got {value!r}")
+    if key in INIT_KWARGS and isinstance(value, str) and not (
+        refs and isinstance(refs[0], symbolic.InitRef)
+    ):
+        raise ValueError(f"{where}: expected an initializer like 'I:zeros', got {value!r}")
+    for ref in refs:
+        if isinstance(ref, symbolic.ShapeRef):
+            if ref.tensor is not None and ref.tensor not in available:
+                raise ValueError(f"{where}: {value!r} refers to tensor {ref.tensor!r}, "
+                                 f"which no earlier op or graph input produces")
+            if ref.input_index is not None and ref.input_index >= max(arity, 1):
+                raise ValueError(f"{where}: {value!r} refers to input {ref.input_index}, "
+                                 f"but the op has {arity} input(s)")
+
+
+def validate_op(op: Op, available: set[str]) -> None:
+    """Checks one op against the tensors produced before it (canonical names)."""
+    if not isinstance(op, Op):
+        raise ValueError(f"graph ops must be Op instances, got {type(op).__name__}")
+    check_op_name(op.name)
+    if not isinstance(op.type, OpType):
+        raise ValueError(f"op {op.name!r}: unknown op type {op.type!r}")
+    if not isinstance(op.num_outputs, int) or op.num_outputs < 1:
+        raise ValueError(f"op {op.name!r}: num_outputs must be a positive int")
+    arity = input_arity(op.type)
+    if len(op.input_names) != arity:
+        raise ValueError(f"op {op.name!r}: {op.type.name} takes {arity} input(s), "
+                         f"got {len(op.input_names)}: {list(op.input_names)}")
+    for name in op.input_names:
+        if not isinstance(name, str) or canonical_name(name) not in available:
+            raise ValueError(f"op {op.name!r}: input {name!r} is not produced by an earlier op "
+                             f"or a graph input")
+    for label, kwargs in (("op_kwargs", op.op_kwargs), ("input_kwargs", op.input_kwargs)):
+        if not isinstance(kwargs, Mapping):
+            raise ValueError(f"op {op.name!r}: {label} must be a dict")
+    allowed_op = module_fields(op.type) if op.type in MODULE_TYPES else frozenset()
+    allowed_in = INPUT_KWARGS.get(op.type, frozenset())
+    for label, kwargs, allowed in (("op_kwargs", op.op_kwargs, allowed_op),
+                                   ("input_kwargs", op.input_kwargs, allowed_in)):
+        unknown = sorted(k for k in kwargs if k not in allowed and k != "name")
+        if unknown:
+            raise ValueError(f"op {op.name!r}: unknown {label} {unknown} for {op.type.name}; "
+                             f"expected a subset of {sorted(allowed)}")
+    present = {**op.op_kwargs, **op.input_kwargs}
+    for key in REQUIRED.get(op.type, ()):
+        if key not in present:
+            raise ValueError(f"op {op.name!r}: {op.type.name} requires kwarg {key!r}")
+    for key, value in present.items():
+        _check_value(op, key, value, available, arity)
+
+
+def validate(graph: Graph) -> Graph:
+    """Raises ValueError naming the op and the problem if `graph` is malformed; else returns it."""
+    if not isinstance(graph, Graph):
+        raise ValueError(f"expected a Graph, got {type(graph).__name__}")
+    for label, names in (("input_names", graph.input_names), ("output_names", graph.output_names)):
+        if isinstance(names, str) or not all(isinstance(n, str) and n for n in names):
+            raise ValueError(f"graph {label} must be a list of non-empty strings, got {names!r}")
+    available = {canonical_name(n) for n in graph.input_names}
+    if len(available) != len(graph.input_names):
+        raise ValueError(f"graph input names are not unique: {graph.input_names}")
+    seen: set[str] = {n.split(":")[0] for n in graph.input_names}
+    for op in graph.ops:
+        validate_op(op, available)
+        if op.name in seen:
+            raise ValueError(f"op name {op.name!r} is not unique in the graph")
+        seen.add(op.name)
+        available.update(op.output_names)
+    for name in graph.output_names:
+        if canonical_name(name) not in available:
+            raise ValueError(f"graph output {name!r} is produced by no op or graph input")
+    return graph

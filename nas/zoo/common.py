@@ -1,0 +1,15 @@
+"""What every zoo builder returns, and helpers they share."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nas.graph.block import Block
+from nas.graph.ops import Graph
+
+ModelParts = tuple[Graph, dict[str, Any], list[Block]]
+
+
+def factor(base: str, mul: int = 1, div: int = 1) -> str:
+    """A symbolic width: `factor("S:-1", mul=2)` -> `"S:-1*2"`, `div=4` -> `"S:-1%4"`."""
+    return base + (f"%{div}" if div > 1 else "") + (f"*{mul}" if mul > 1 else "")
