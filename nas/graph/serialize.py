@@ -84,6 +84,9 @@ def _field(data: Mapping[str, Any], key: str, kind: type, where: str) -> Any:
 
 
 def graph_from_dict(data: Any) -> tuple[Graph, dict[str, Any]]:
+    """Also accepts a candidate exported from a study (`nas-search export`)."""
+    if isinstance(data, dict) and data.get("format") == "nas-candidate":
+        data = data.get("graph")
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ValueError(f"not a serialized graph: expected format {FORMAT!r}")
     version = data.get("version")

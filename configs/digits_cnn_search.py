@@ -1,0 +1,27 @@
+"""A short evolution search from CifarNet on the bundled digits (minutes on 2 CPU cores).
+
+    nas-search --config=configs/digits_cnn_search.py --workdir=runs/digits
+Children inherit their parent's weights, so each trains for a few epochs only.
+"""
+
+import os
+import runpy
+
+import ml_collections
+
+from nas.search.settings import search_defaults
+
+
+def get_config(arg=None):
+    del arg
+    here = os.path.dirname(os.path.abspath(__file__))
+    train = runpy.run_path(os.path.join(here, "digits_cnn.py"))["get_config"]()
+    train.total_epochs = 3.0
+    train.log_training_steps = 50
+    config = ml_collections.ConfigDict()
+    config.train = train
+    config.search = search_defaults()
+    config.search.max_candidates = 8
+    config.search.time_limit_s = 300.0
+    config.search.selection = {"costs": ("flops", "params"), "min_acc": 0.5}
+    return config

@@ -1,0 +1,243 @@
+"""The evolution loop: seed, then select a parent, mutate, train, record; resumable.
+
+Everything the loop decides is derived from `search.seed` and a proposal counter stored in
+the study in the same transaction as the candidate it produced, and every result is recorded
+in the study before the next step. So a driver killed at any moment and started again with
+the same command continues: finished candidates are kept, candidates that were training are
+re-queued (and resume from their own checkpoints), nothing finished is trained again.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Any
+
+import ml_collections
+import numpy as np
+from absl import logging
+from tqdm import tqdm
+
+from nas import zoo
+from nas.graph.serialize import graph_to_json, load
+from nas.search.executors import Outcome, make_executor
+from nas.search.selection import Individual, SelectionConfig, select_parents
+from nas.search.settings import validate_search
+from nas.search.study import DuplicateCandidateError, Study
+from nas.search.weights import load_variables, save_variables
+
+
+def candidate_dir(workdir: str, candidate_id: int) -> str:
+    return os.path.join(os.path.abspath(workdir), "candidates", str(candidate_id))
+
+
+def fingerprint_of(graph: Any, constants: Any, input_shape: tuple[int, ...]) -> str:
+    from nas.properties import fingerprint
+
+    return fingerprint.fingerprint_graph(graph, constants, input_shape)
+
+
+# Fields of the search section a resumed search takes from the command line rather than
+# from the stored config: how far and where to run, not what to search.
+OPERATIONAL = ("max_candidates", "executor", "workers", "ray_address", "time_limit_s",
+               "hard_time_limit_s")
+
+
+def candidate_task(study: Study, train: ml_collections.ConfigDict, time_limit_s: float,
+                   candidate_id: int) -> dict[str, Any]:
+    """Plain-data arguments of `train_candidate` for a claimed candidate."""
+    candidate = study.get(candidate_id)
+    directory = candidate_dir(str(study.workdir), candidate_id)
+    init = os.path.join(directory, "init")
+    variables = None
+    if os.path.isdir(init):
+        variables = load_variables(init)
+    elif candidate.parent_id is not None:  # killed before its init was saved: inherit again
+        variables = load_variables(study.get(candidate.parent_id).checkpoint_path)
+    return {
+        "train_config": train.to_dict(),
+        "graph_json": candidate.graph_json,
+        "init_variables": variables,
+        "time_limit_s": time_limit_s,
+        "workdir": os.path.join(directory, "train"),
+    }
+
+
+def record_outcome(study: Study, outcome: Outcome) -> None:
+    """Writes a finished candidate's weights and metrics, or its error, to the study."""
+    if outcome.error is not None:
+        logging.warning("candidate %d failed: %s", outcome.candidate_id, outcome.error)
+        study.fail(outcome.candidate_id, outcome.error)
+        return
+    path = save_variables(
+        os.path.join(candidate_dir(str(study.workdir), outcome.candidate_id), "final"),
+        outcome.variables)
+    try:
+        study.tell(outcome.candidate_id, outcome.metrics, checkpoint_path=path)
+    except ValueError as e:  # e.g. NaN metrics
+        study.fail(outcome.candidate_id, str(e))
+
+
+def resumed_config(given: ml_collections.ConfigDict, study: Study) -> ml_collections.ConfigDict:
+    """The stored config of a resumed study, with the given operational search fields."""
+    if not study.config:
+        return given
+    config = ml_collections.ConfigDict(study.config)
+    for key in OPERATIONAL:
+        if key in given.get("search", {}):
+            config.search[key] = given.search[key]
+    return config
+
+
+def train_from_study(workdir: str, candidate_id: int | None = None,
+                     worker: str | None = None) -> Any:
+    """Claims one candidate (the next pending, or `candidate_id`), trains it in this process
+    and records the result. For external workers (`nas-train --study`). None if none."""
+    from nas.search.executors import InlineExecutor
+
+    study = Study.load(workdir)
+    config = ml_collections.ConfigDict(study.config)
+    search = validate_search(config)
+    candidate = study.claim(worker=worker, candidate_id=candidate_id)
+    if candidate is None:
+        return None
+    executor = InlineExecutor()
+    executor.submit(candidate.id, candidate_task(study, config.train,
+                                                 float(search.time_limit_s), candidate.id))
+    for outcome in executor.poll(0):
+        record_outcome(study, outcome)
+    return study.get(candidate.id)
+
+
+class Driver:
+    """One search over one study directory."""
+
+    def __init__(self, config: ml_collections.ConfigDict, workdir: str) -> None:
+        validate_search(config)
+        self.workdir = os.path.abspath(workdir)
+        self.study = Study.open(self.workdir, config=config.to_dict())
+        config = resumed_config(config, self.study)
+        self.search = validate_search(config)
+        self.train = config.train
+        self.selection = SelectionConfig.from_dict(dict(self.search.selection))
+        size = int(self.train.input.image_size)
+        self.input_shape = (1, size, size, 3)
+        self.worker = f"driver@{socket.gethostname()}:{os.getpid()}"
+
+    # ------------------------------------------------------------------ proposing
+    def seed_population(self) -> None:
+        if self.study.candidates():
+            return
+        graph, constants, _ = zoo.build(self.train.model_name, int(self.train.num_classes),
+                                        int(self.train.input.image_size))
+        self.study.add(graph_to_json(graph, constants), generation=0, seed=self.search.seed,
+                       fingerprint=fingerprint_of(graph, constants, self.input_shape),
+                       state={"proposals": 0})
+
+    def propose(self) -> int | None:
+        """Adds one mutated child of a selected parent; None if this proposal failed."""
+        from nas.mutation import NoChildFound, propose_child
+
+        done = self.study.candidates(status="done")
+        if not done:
+            return None
+        k = int(self.study.get_state("proposals", 0))
+        rng = np.random.default_rng([self.search.seed, k])
+        try:
+            index = select_parents([Individual.from_candidate(c) for c in done],
+                                   self.selection, rng, num=1)[0]
+        except ValueError as e:  # e.g. nobody reaches min_acc
+            logging.warning("no parent can be selected: %s", e)
+            self.study.set_state("proposals", k + 1)
+            return None
+        parent = done[index]
+        child_seed = int(rng.integers(2**31 - 1))
+        graph, constants = load(parent.graph_json)
+        variables = load_variables(parent.checkpoint_path)
+        mutation = dict(self.search.mutation)
+        mutation.setdefault("input_shape", self.input_shape)
+        try:
+            child = propose_child(graph, constants, variables, seed=child_seed, config=mutation)
+            child_id = self.study.add(
+                graph_to_json(child.graph, child.constants), parent_id=parent.id,
+                generation=parent.generation + 1, seed=child_seed,
+                fingerprint=fingerprint_of(child.graph, child.constants, self.input_shape),
+                spec=child.spec_json(), properties=child.properties_json(),
+                inheritance={"inherited": sorted(child.inherited), "new": sorted(child.new)},
+                state={"proposals": k + 1})
+        except (NoChildFound, DuplicateCandidateError) as e:
+            logging.info("proposal %d from parent %d failed: %s", k, parent.id, e)
+            self.study.set_state("proposals", k + 1)
+            return None
+        save_variables(os.path.join(candidate_dir(self.workdir, child_id), "init"),
+                       child.variables)
+        return child_id
+
+    # ------------------------------------------------------------------ training
+    def task(self, candidate_id: int) -> dict[str, Any]:
+        return candidate_task(self.study, self.train, float(self.search.time_limit_s),
+                              candidate_id)
+
+    def record(self, outcome: Outcome) -> None:
+        record_outcome(self.study, outcome)
+
+    # ------------------------------------------------------------------ loop
+    def run(self, progress: bool = True) -> Study:
+        search = self.search
+        requeued, failed = self.study.requeue_running(int(search.max_attempts))
+        if requeued or failed:
+            logging.info("resuming: re-queued %s, failed after too many attempts %s",
+                         requeued, failed)
+        self.seed_population()
+        executor = make_executor(
+            search.executor, workers=int(search.workers), ray_address=search.ray_address,
+            hard_timeout_s=float(search.hard_time_limit_s),
+            num_cpus=float(search.num_cpus_per_candidate),
+            num_gpus=float(search.num_gpus_per_candidate))
+        bar = tqdm(total=int(search.max_candidates), disable=not progress, unit="cand")
+        proposal_failures = 0
+        try:
+            while True:
+                counts = self.study.counts()
+                finished = counts.get("done", 0) + counts.get("failed", 0) + counts.get(
+                    "infeasible", 0)
+                self._update(bar, finished, counts)
+                if finished >= search.max_candidates:
+                    break
+                while executor.running() < executor.capacity:
+                    candidate = self.study.claim(worker=self.worker)
+                    if candidate is not None:
+                        executor.submit(candidate.id, self.task(candidate.id))
+                        continue
+                    total = sum(self.study.counts().values())
+                    if total >= search.max_candidates or not self.study.candidates("done"):
+                        break
+                    if self.propose() is None:
+                        proposal_failures += 1
+                        if proposal_failures >= search.max_proposal_failures:
+                            break
+                    else:
+                        proposal_failures = 0
+                if executor.running() == 0:
+                    logging.warning("search stopped early: nothing left to train and no "
+                                    "child could be proposed (%d failed proposals)",
+                                    proposal_failures)
+                    break
+                for outcome in executor.poll(timeout=1.0):
+                    self.record(outcome)
+        finally:
+            executor.close()
+            bar.close()
+        return self.study
+
+    def _update(self, bar: tqdm, finished: int, counts: dict[str, int]) -> None:
+        bar.n = finished
+        best = self.study.best(1)
+        bar.set_postfix(done=counts.get("done", 0), failed=counts.get("failed", 0),
+                        best_acc=f"{best[0].accuracy:.3f}" if best else "-",
+                        front=len(self.study.pareto_front("flops")) if best else 0)
+        bar.refresh()
+
+
+def run_search(config: ml_collections.ConfigDict, workdir: str, progress: bool = True) -> Study:
+    return Driver(config, workdir).run(progress=progress)

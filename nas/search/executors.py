@@ -1,0 +1,202 @@
+"""Where candidates train: in this process, in local worker processes, or on a Ray cluster.
+
+Every executor runs `nas.search.worker.train_candidate` on plain-data arguments and hands
+back `Outcome`s; only the driver writes to the study. A candidate that raises, dies with its
+worker process or runs past its hard time limit comes back as an Outcome with an error.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import multiprocessing
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from absl import logging
+
+from nas.search.worker import train_candidate
+
+
+@dataclass
+class Outcome:
+    candidate_id: int
+    metrics: dict[str, Any] | None = None
+    variables: dict[str, Any] | None = None
+    error: str | None = None
+
+
+def _describe(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}"[:2000]
+
+
+class InlineExecutor:
+    """Runs each candidate to completion in this process (debugging, tests)."""
+
+    def __init__(self) -> None:
+        self.capacity = 1
+        self._done: list[Outcome] = []
+
+    def submit(self, candidate_id: int, kwargs: dict[str, Any]) -> None:
+        try:
+            metrics, variables = train_candidate(**kwargs)
+            self._done.append(Outcome(candidate_id, metrics, variables))
+        except Exception as e:  # noqa: BLE001 - any failure of a candidate is recorded
+            self._done.append(Outcome(candidate_id, error=_describe(e)))
+
+    def running(self) -> int:
+        return 0
+
+    def poll(self, timeout: float) -> list[Outcome]:
+        done, self._done = self._done, []
+        return done
+
+    def close(self) -> None:
+        pass
+
+
+class LocalExecutor:
+    """A pool of spawned worker processes (kept alive between candidates, so jax is imported
+    once). A worker that dies or hangs past `hard_timeout_s` is replaced; its candidate fails
+    and the other in-flight candidates are resubmitted."""
+
+    def __init__(self, workers: int = 1, hard_timeout_s: float = 0.0) -> None:
+        self.capacity = max(1, workers)
+        self.hard_timeout_s = hard_timeout_s
+        self._pool = self._new_pool()
+        self._inflight: dict[cf.Future, tuple[int, dict[str, Any], float]] = {}
+
+    def _new_pool(self) -> cf.ProcessPoolExecutor:
+        return cf.ProcessPoolExecutor(self.capacity,
+                                      mp_context=multiprocessing.get_context("spawn"))
+
+    def submit(self, candidate_id: int, kwargs: dict[str, Any]) -> None:
+        future = self._pool.submit(train_candidate, **kwargs)
+        self._inflight[future] = (candidate_id, kwargs, time.monotonic())
+
+    def running(self) -> int:
+        return len(self._inflight)
+
+    def poll(self, timeout: float) -> list[Outcome]:
+        if not self._inflight:
+            return []
+        done, _ = cf.wait(list(self._inflight), timeout=timeout,
+                          return_when=cf.FIRST_COMPLETED)
+        outcomes = []
+        for future in done:
+            candidate_id, kwargs, _ = self._inflight.pop(future)
+            try:
+                metrics, variables = future.result()
+                outcomes.append(Outcome(candidate_id, metrics, variables))
+            except cf.process.BrokenProcessPool:
+                outcomes.append(Outcome(candidate_id, error="worker process died (killed or "
+                                                           "out of memory)"))
+            except Exception as e:  # noqa: BLE001
+                outcomes.append(Outcome(candidate_id, error=_describe(e)))
+        if any(o.error and o.error.startswith("worker process died") for o in outcomes):
+            self._restart()
+        outcomes += self._enforce_hard_timeout()
+        return outcomes
+
+    def _enforce_hard_timeout(self) -> list[Outcome]:
+        if not self.hard_timeout_s:
+            return []
+        now = time.monotonic()
+        late = [f for f, (_, _, t) in self._inflight.items() if now - t > self.hard_timeout_s]
+        if not late:
+            return []
+        outcomes = []
+        for future in late:
+            candidate_id, _, _ = self._inflight.pop(future)
+            logging.warning("candidate %d exceeded the hard time limit; killing its worker",
+                            candidate_id)
+            outcomes.append(Outcome(candidate_id, error=f"exceeded the hard time limit of "
+                                                        f"{self.hard_timeout_s:.0f} s"))
+        self._restart()
+        return outcomes
+
+    def _restart(self) -> None:
+        """Replaces the pool; candidates still in flight start again in the new one."""
+        for process in list(getattr(self._pool, "_processes", {}).values()):
+            process.kill()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._pool = self._new_pool()
+        pending = list(self._inflight.values())
+        self._inflight.clear()
+        for candidate_id, kwargs, _ in pending:
+            self.submit(candidate_id, kwargs)
+
+    def close(self) -> None:
+        for process in list(getattr(self._pool, "_processes", {}).values()):
+            process.kill()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+class RayExecutor:
+    """Each candidate is a Ray task with its own resource request."""
+
+    def __init__(self, address: str | None = None, capacity: int = 1, num_cpus: float = 1,
+                 num_gpus: float = 0, hard_timeout_s: float = 0.0) -> None:
+        try:
+            import ray
+        except ImportError:
+            raise ValueError("executor 'ray' needs ray: pip install 'nas[ray]'") from None
+        self._ray = ray
+        if not ray.is_initialized():
+            if address:
+                ray.init(address=address, include_dashboard=False, log_to_driver=False)
+            else:
+                ray.init(num_cpus=max(1, int(num_cpus * capacity)), include_dashboard=False,
+                         log_to_driver=False)
+        self._remote = ray.remote(num_cpus=num_cpus, num_gpus=num_gpus,
+                                  max_retries=0)(train_candidate)
+        self.capacity = max(1, capacity)
+        self.hard_timeout_s = hard_timeout_s
+        self._inflight: dict[Any, tuple[int, float]] = {}
+
+    def submit(self, candidate_id: int, kwargs: dict[str, Any]) -> None:
+        ref = self._remote.remote(**kwargs)
+        self._inflight[ref] = (candidate_id, time.monotonic())
+
+    def running(self) -> int:
+        return len(self._inflight)
+
+    def poll(self, timeout: float) -> list[Outcome]:
+        if not self._inflight:
+            return []
+        ready, _ = self._ray.wait(list(self._inflight), num_returns=1, timeout=timeout)
+        outcomes = []
+        for ref in ready:
+            candidate_id, _ = self._inflight.pop(ref)
+            try:
+                metrics, variables = self._ray.get(ref)
+                outcomes.append(Outcome(candidate_id, metrics, variables))
+            except Exception as e:  # noqa: BLE001
+                cause = getattr(e, "cause", None) or e
+                outcomes.append(Outcome(candidate_id, error=_describe(cause)))
+        now = time.monotonic()
+        for ref, (candidate_id, start) in list(self._inflight.items()):
+            if self.hard_timeout_s and now - start > self.hard_timeout_s:
+                self._ray.cancel(ref, force=True)
+                del self._inflight[ref]
+                outcomes.append(Outcome(candidate_id, error=f"exceeded the hard time limit of "
+                                                            f"{self.hard_timeout_s:.0f} s"))
+        return outcomes
+
+    def close(self) -> None:
+        for ref in list(self._inflight):
+            self._ray.cancel(ref, force=True)
+        self._inflight.clear()
+
+
+def make_executor(kind: str, *, workers: int, ray_address: str | None,
+                  hard_timeout_s: float, num_cpus: float = 1, num_gpus: float = 0):
+    if kind == "inline":
+        return InlineExecutor()
+    if kind == "local":
+        return LocalExecutor(workers, hard_timeout_s)
+    if kind == "ray":
+        return RayExecutor(ray_address or None, workers, num_cpus, num_gpus, hard_timeout_s)
+    raise ValueError(f"config field 'search.executor': unknown executor {kind!r}; expected "
+                     f"'local', 'ray' or 'inline'")
