@@ -148,12 +148,25 @@ def open_source(name: str, split: str, data_dir: str | None) -> Any:
     if name == "digits":
         digits_lib.ensure_built(data_dir)
     try:
-        return tfds.data_source(name, split=split, data_dir=data_dir)
+        return tfds.data_source(name, split=split, data_dir=data_dir, download=False)
     except Exception as e:  # tfds raises several types for a missing dataset or split
+        if not _is_prepared(name, data_dir):
+            raise ValueError(
+                f"config field 'input.data.name': dataset {name!r} is not prepared in "
+                f"{data_dir} (build it there with tfds, file_format='array_record', or set "
+                f"input.data_dir)"
+            ) from e
         raise ValueError(
             f"config field 'input.data.name': cannot open {name!r} split {split!r} in "
             f"{data_dir}: {type(e).__name__}: {str(e).splitlines()[0][:200]}"
         ) from e
+
+
+def _is_prepared(name: str, data_dir: str) -> bool:
+    try:
+        return tfds.builder(name, data_dir=data_dir).is_prepared()
+    except Exception:  # unknown dataset name, unreadable dir
+        return False
 
 
 # ----------------------------------------------------------------------------- iterators

@@ -1,0 +1,116 @@
+"""`nas-train`: train and evaluate one candidate from the command line.
+
+    nas-train --config=configs/digits_cnn.py --workdir=/tmp/run [--config.lr=3e-3]
+              [--graph=candidate.json]
+
+A bad config or graph file prints one line to stderr and exits with status 1 (no
+traceback). To add subcommand-like flags (e.g. --study/--candidate), define them next to
+the others and branch in `run()` before the default path.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+from absl import app, flags
+from ml_collections import config_flags
+
+FLAGS = flags.FLAGS
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", None, "Training config file (configs/*.py[:arg]).", lock_config=True
+)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Where checkpoints and metrics go.")
+_GRAPH = flags.DEFINE_string("graph", None, "Graph JSON to train instead of the config's model.")
+
+
+class UserError(Exception):
+    """An error in what the user gave us: printed as one line, exit status 1."""
+
+
+def _fail(message: str) -> None:
+    print(f"nas-train: error: {message}", file=sys.stderr)
+    sys.exit(1)
+
+
+def _parse(argv: Sequence[str]) -> list[str]:
+    """absl flag parsing whose errors (e.g. a config file that fails to load) are one line."""
+    try:
+        rest = FLAGS(list(argv))
+        if FLAGS["config"].present:
+            FLAGS.config.keys()  # a config file that failed to load raises only when used
+        return rest
+    except flags.Error as e:
+        _fail(_first_line(e))
+    except (AttributeError, KeyError) as e:  # an override of a field the config lacks
+        _fail(f"--config: unknown config field {str(e.args[0]).strip(chr(34) + chr(39))!r}")
+    except Exception as e:  # a config file missing, or raising while it is executed
+        _fail(f"--config: {_last_line(e)}")
+    return []
+
+
+def _first_line(e: BaseException) -> str:
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    return lines[0] if lines else type(e).__name__
+
+
+def _last_line(e: BaseException) -> str:
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    return lines[-1] if lines else type(e).__name__
+
+
+def format_table(metrics: dict, epochs: int) -> str:
+    """A two-column table of the final metrics, for humans."""
+    rows = [
+        ("accuracy", f"{metrics['acc'] * 100:.2f} %"),
+        ("eval loss", f"{metrics['loss']:.4f}"),
+        ("parameters", f"{metrics['num_params']:,}"),
+        ("FLOPs / example", f"{metrics['flops']:,}"),
+        ("train images/sec/core", f"{metrics['im_sec_core_train']:.1f}"),
+        ("infer images/sec/core", f"{metrics['im_sec_core_infer']:.1f}"),
+        ("compile seconds", f"{metrics['compile_seconds']:.2f}"),
+        ("train step peak MiB", f"{metrics['train_peak_bytes'] / 2**20:.1f}"),
+        ("train seconds", f"{metrics['train_seconds']:.1f}"),
+        ("epochs / steps", f"{epochs} / {metrics['steps']}"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+def run() -> None:
+    """The default action: train the config's model (or --graph) and print the table."""
+    from nas.train import train_and_eval
+
+    config = _CONFIG.value
+    if config is None:
+        raise UserError("--config is required")
+    graph = constants = None
+    if _GRAPH.value:
+        from nas.graph.serialize import graph_from_json
+
+        try:
+            with open(_GRAPH.value) as f:
+                graph, constants = graph_from_json(f.read())
+        except OSError as e:
+            raise UserError(f"--graph: cannot read {_GRAPH.value}: {e.strerror}") from None
+    metrics, epochs, _ = train_and_eval(config, graph=graph, constants=constants,
+                                        workdir=_WORKDIR.value)
+    print(format_table(metrics.to_dict(), epochs))
+
+
+def _main(argv: Sequence[str]) -> None:
+    if len(argv) > 1:
+        _fail(f"unexpected arguments: {' '.join(argv[1:])}")
+    try:
+        run()
+    except (ValueError, UserError) as e:
+        _fail(_first_line(e))
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app.run(_main, flags_parser=_parse)
+
+
+if __name__ == "__main__":
+    main()
