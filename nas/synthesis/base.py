@@ -1,0 +1,144 @@
+"""The synthesizer protocol: from subgraphs and target properties, build new subgraphs.
+
+A synthesizer gets one `(SubgraphModel, [property, ...])` pair per *context* (one instance of
+the subgraph: a block used several times has several contexts that share its structure but
+differ in constants and inputs) and returns one new `SubgraphModel` per context whose graph
+contains a new subgraph satisfying every property of that context.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from nas.graph.ops import Graph
+from nas.graph.subgraph import SubgraphModel, SubgraphNode, replace_subgraph
+from nas.properties.tensor_shapes import GraphShapes, graph_shapes
+from nas.synthesis.variables import build_variables
+
+Context = tuple[SubgraphModel, list[Any]]
+
+
+class SynthesisError(ValueError):
+    """No subgraph satisfying the properties was found; the message says why."""
+
+
+class SynthesisTimeout(SynthesisError):
+    """The synthesizer ran out of its time budget."""
+
+
+def property_distance(prop: Any, model: SubgraphModel, shapes: GraphShapes | None = None
+                      ) -> float:
+    """How far `model` is from satisfying `prop` (0 when satisfied). `shapes` are the host
+    graph's tensor shapes, reused instead of recomputed (the subgraph's prefix is the
+    parent's, so the parent's shapes serve every candidate)."""
+    return float(prop.distance_from(prop.infer(model, abstract=True, shapes=shapes)))
+
+
+def verify_property(prop: Any, model: SubgraphModel, shapes: GraphShapes | None = None) -> bool:
+    """True when `model` satisfies `prop`; a candidate that cannot be inferred or compared
+    does not satisfy it."""
+    try:
+        return property_distance(prop, model, shapes) <= 0
+    except (ValueError, KeyError, TypeError):
+        return False
+
+
+def host_shapes(model: SubgraphModel) -> GraphShapes | None:
+    """Tensor shapes of a context's graph (cached by graph content), None if unknown."""
+    if not model.inputs:
+        return None
+    try:
+        return graph_shapes(model.graph, model.constants, model.inputs)
+    except ValueError:
+        return None
+
+
+class AbstractSynthesizer:
+    """Holds the contexts and builds, verifies and measures candidate subgraphs.
+
+    `generation` makes new op names unique (`gen<generation>/...`). With `abstract=True`
+    candidates carry no state; otherwise each is initialized and inherits its context's
+    parent variables (`params` and `batch_stats`, kept under their collection names).
+    `rng` is the only source of randomness, so a seeded synthesizer is deterministic;
+    `deadline` (a `time.monotonic()` value) bounds the search.
+    """
+
+    def __init__(
+        self,
+        subgraphs_and_props: Sequence[Context],
+        generation: int | str,
+        abstract: bool = True,
+        rng: random.Random | None = None,
+        deadline: float | None = None,
+    ) -> None:
+        if not subgraphs_and_props:
+            raise ValueError("a synthesizer needs at least one (subgraph model, properties) pair")
+        self.subgraphs_and_props = [(m, list(props)) for m, props in subgraphs_and_props]
+        self.generation = generation
+        self.abstract = abstract
+        self.rng = rng if rng is not None else random.Random(0)
+        self.deadline = deadline  # a time.monotonic() value, or None for no limit
+        self.shapes: list[GraphShapes | None] = [host_shapes(m) for m, _ in
+                                                 self.subgraphs_and_props]
+
+    def check_deadline(self) -> None:
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise SynthesisTimeout("synthesis ran out of its time budget")
+
+    @property
+    def prefix(self) -> str:
+        return f"gen{self.generation}/"
+
+    def synthesize(self) -> list[SubgraphModel]:
+        raise NotImplementedError
+
+    def make_subgraph_models(
+        self, subgraph_spec: Sequence[SubgraphNode], graphs: Sequence[Graph | None] | None = None
+    ) -> list[SubgraphModel]:
+        """Splices `subgraph_spec` into every context's graph (or into `graphs`, to build a
+        subgraph in several steps). Raises ValueError when the spec does not fit a graph."""
+        graphs = list(graphs) if graphs else [None] * len(self.subgraphs_and_props)
+        out = []
+        for graph, (model, _) in zip(graphs, self.subgraphs_and_props, strict=True):
+            new_graph = replace_subgraph(graph or model.graph, subgraph_spec)
+            state = None
+            if not self.abstract:
+                try:
+                    state = build_variables(new_graph, model.constants, model.inputs,
+                                            model.state).variables
+                except Exception as e:  # any failure means the subgraph is malformed
+                    raise ValueError(f"could not initialize the synthesized subgraph "
+                                     f"({type(e).__name__}: {e})") from e
+            out.append(SubgraphModel(new_graph, model.constants, state, model.inputs,
+                                     list(subgraph_spec)))
+        return out
+
+    def verify(self, subgraph_models: Sequence[SubgraphModel]) -> bool:
+        """True when every context's model satisfies every property of that context."""
+        if len(subgraph_models) != len(self.subgraphs_and_props):
+            raise ValueError(f"expected {len(self.subgraphs_and_props)} subgraph models, got "
+                             f"{len(subgraph_models)}")
+        return all(verify_property(prop, model, shapes)
+                   for model, (_, props), shapes in zip(subgraph_models, self.subgraphs_and_props,
+                                                        self.shapes, strict=True)
+                   for prop in props)
+
+    def subg_distance(self, subgraph_models: Sequence[SubgraphModel]) -> float:
+        """Sum over property types of the distance, taken as the worst over contexts.
+
+        (The reference asserts that contexts agree; taking the maximum keeps the search
+        honest when they do not.)
+        """
+        per_type: dict[str, float] = {}
+        for model, (_, props), shapes in zip(subgraph_models, self.subgraphs_and_props,
+                                             self.shapes, strict=True):
+            for prop in props:
+                key = type(prop).__name__
+                per_type[key] = max(per_type.get(key, 0.0),
+                                    property_distance(prop, model, shapes))
+        return float(sum(per_type.values()))
+
+

@@ -1,0 +1,144 @@
+"""Enumerative sequential synthesis: try chains in order of length until one satisfies the
+properties, then randomize its kwargs within what still satisfies them.
+
+The search itself uses the cheap TEST kwarg values (few candidates per op type); the found
+chain is then given random FULL values (strides, kernel sizes, groups, dilations, windows)
+one kwarg at a time, each change kept only if the chain still verifies.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from nas.graph.ops import Op, OpType
+from nas.graph.subgraph import SubgraphModel
+from nas.synthesis.base import Context, SynthesisError, SynthesisTimeout
+from nas.synthesis.search_space import (
+    KwargSets,
+    all_kwargs_for_op_type,
+    hashable,
+    kwarg_defaults,
+    op_enumerator,
+    sequence_generator,
+)
+from nas.synthesis.sequential import AbstractSequentialSynthesizer
+
+# (kwarg, preferred values, probability that a preferred current value is kept as is)
+PREFERENCES: tuple[tuple[str, tuple[Any, ...], float], ...] = (
+    ("features", (), 1.0),
+    ("kernel_size", (1,), 0.5),
+    ("feature_group_count", (1,), 0.5),
+    ("kernel_dilation", (1,), 0.5),
+    ("window_shape", (0,), 1.0),
+)
+RANDOMIZED_TYPES = (OpType.DENSE, OpType.CONV, OpType.GROUP_NORM, OpType.AVG_POOL,
+                    OpType.MAX_POOL, OpType.MEAN)
+
+
+def _spec_key(ops: Sequence[Op]) -> str:
+    """A cheap identity for a candidate chain, to skip duplicates."""
+    return repr([(op.type.value, sorted(op.op_kwargs.items(), key=str),
+                  sorted(op.input_kwargs.items(), key=str)) for op in ops])
+
+
+class EnumerativeSequentialSynthesizer(AbstractSequentialSynthesizer):
+    """Shortest-first enumeration. Length bounds: `max_len` / `min_len` absolute, or
+    `max_delta` / `min_delta` relative to the length of the replaced chain."""
+
+    def __init__(
+        self,
+        subgraphs_and_props: Sequence[Context],
+        generation: int | str,
+        abstract: bool = True,
+        rng: random.Random | None = None,
+        deadline: float | None = None,
+        max_len: int = -1,
+        max_delta: int = -1,
+        min_len: int = 0,
+        min_delta: int = -1,
+    ) -> None:
+        if max_len >= 0 and max_delta >= 0:
+            raise ValueError("set at most one of max_len and max_delta")
+        super().__init__(subgraphs_and_props, generation, abstract, rng, deadline)
+        self.max_len = max_len
+        self.max_delta = max_delta
+        self.min_len = min_len
+        self.min_delta = min_delta
+        ops = [node.op for node in self.subgraphs_and_props[0][0].subgraph]
+        self.kwarg_defaults: KwargSets = kwarg_defaults(
+            ops, skip_int_features=len(self.subgraphs_and_props) > 1)
+
+    def length_bounds(self) -> tuple[int, int]:
+        """(min, max) chain length; max < 0 means unbounded."""
+        max_len = self.num_ops + self.max_delta if self.max_delta > 0 else self.max_len
+        min_len = max(0, self.num_ops - self.min_delta) if self.min_delta > 0 else self.min_len
+        return min_len, max_len
+
+    def subg_enumerator(self, max_len: int, min_len: int) -> Iterator[list[Op]]:
+        gen = lambda: op_enumerator(self.prefix, self.kwarg_defaults, full=False)
+        return sequence_generator(gen, max_len, min_len)
+
+    def try_ops(self, ops: Sequence[Op], adjust_features: bool) -> list[SubgraphModel] | None:
+        """Models of the chain `ops` if it builds and satisfies every property, else None."""
+        try:
+            models = self.make_subgraph_models(self.make_subgraph_spec(ops, adjust_features))
+        except ValueError:
+            return None
+        return models if self.verify(models) else None
+
+    def synthesize(self) -> list[SubgraphModel]:
+        min_len, max_len = self.length_bounds()
+        seen: set[str] = set()
+        for ops in self.subg_enumerator(max_len, min_len):
+            self.check_deadline()
+            spec = self.make_subgraph_spec(ops, adjust_features=True)
+            key = _spec_key([node.op for node in spec])
+            if key in seen:
+                continue
+            seen.add(key)
+            if self.try_ops(ops, adjust_features=True) is not None:
+                return self.randomize_subgraph([node.op for node in spec])
+        raise SynthesisError(f"no chain of length {min_len}..{max_len} satisfies the "
+                             f"properties")
+
+    def randomize_subgraph(self, ops: Sequence[Op], full: bool = True) -> list[SubgraphModel]:
+        """Random FULL kwargs for each op of a satisfying chain, keeping it satisfying."""
+        ops = [copy.deepcopy(op) for op in ops]
+        best = self.try_ops(ops, adjust_features=False)
+        if best is None:
+            raise SynthesisError("the chain to randomize does not satisfy the properties")
+        for index, op in enumerate(ops):
+            if op.type not in RANDOMIZED_TYPES:
+                continue
+            op_choices, in_choices = all_kwargs_for_op_type(self.kwarg_defaults, full, op.type)
+            choices = [(k, v, "op") for k, v in op_choices.items()]
+            choices += [(k, v, "in") for k, v in in_choices.items()]
+            pinned = set()
+            for key, preferred, keep in PREFERENCES:
+                current = op.op_kwargs.get(key, op.input_kwargs.get(key))
+                if (not preferred or hashable(current) in preferred) and \
+                        self.rng.random() < keep:
+                    pinned.add(key)
+            choices = [c for c in choices if c[0] not in pinned and len(c[1]) > 1]
+            self.rng.shuffle(choices)
+            for key, values, where in choices:
+                values = sorted(values, key=lambda v: (type(v).__name__, repr(v)))
+                self.rng.shuffle(values)
+                for value in values:
+                    try:
+                        self.check_deadline()
+                    except SynthesisTimeout:
+                        return best
+                    trial = [copy.deepcopy(o) for o in ops]
+                    target = trial[index].op_kwargs if where == "op" else trial[index].input_kwargs
+                    if hashable(target.get(key)) == hashable(value):
+                        break  # keeping the current value is an accepted choice
+                    target[key] = value
+                    models = self.try_ops(trial, adjust_features=False)
+                    if models is not None:
+                        ops, best = trial, models
+                        break
+        return best

@@ -1,0 +1,289 @@
+"""The space of ops the sequential synthesizers build subgraphs from.
+
+Two settings of kwarg values: TEST (few, cheap values used while searching for a structure
+that satisfies the properties) and FULL (many values used to randomize a found structure).
+Both are extended with the values the subgraph being replaced already uses, so a search
+can always rebuild something close to the original.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import math
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from fractions import Fraction
+from typing import Any
+
+from nas.graph.ops import Op, OpType, new_op
+from nas.graph.symbolic import split_factors
+
+KwargSets = dict[str, set[Any]]
+
+
+def _factor_sets(full: bool) -> dict[str, list[Any]]:
+    """The class-level kwarg values of each setting."""
+    if full:
+        return {
+            "features_factor": ["%4", "%2", "", "*2", "*4"],
+            "features": ["S:-1"],
+            "kernel_size": [1, 3, 5],
+            "strides": [1, 2, 3],
+            "kernel_dilation": [1, 2, 3],
+            "feature_group_count": [1, 2, 4, 16, 64],
+            "window_shape": [0, 2, 3, 4, 8],
+        }
+    return {
+        "features_factor": ["", "*2", "*4", "%2", "%4"],
+        "features": ["S:-1"],
+        "kernel_size": [1, 3],
+        "strides": [1],
+        "kernel_dilation": [1],
+        "feature_group_count": [1],
+        "window_shape": [0, 2, 3],
+    }
+
+
+# Keys whose observed values are shared (a pool's window is a good stride and vice versa).
+MERGE_KWARGS = (("strides", "window_shape"),)
+
+# Op types that are never synthesized (they change rank, need two inputs, or own weights
+# that cannot be sized from one input).
+SKIPPED_TYPES = frozenset({
+    OpType.NONE, OpType.IDENTITY, OpType.DENSE_GENERAL, OpType.ADD, OpType.MUL,
+    OpType.SCALAR_ADD, OpType.DOT_GENERAL, OpType.EINSUM, OpType.FLATTEN, OpType.RESHAPE,
+    OpType.TRANSPOSE, OpType.PARAM, OpType.SELF_ATTENTION, OpType.STOCH_DEPTH, OpType.MEAN,
+})
+KWARG_FREE_TYPES = frozenset({
+    OpType.SCALAR_MUL, OpType.RELU, OpType.GELU, OpType.SWISH, OpType.SIGMOID, OpType.SOFTMAX,
+    OpType.BATCH_NORM, OpType.LAYER_NORM,
+})
+
+
+def hashable(value: Any) -> Any:
+    """Lists become tuples so kwarg values can live in sets."""
+    if isinstance(value, list | tuple):
+        return tuple(hashable(v) for v in value)
+    return value
+
+
+def kwarg_defaults(ops: Iterable[Op], skip_int_features: bool = False) -> KwargSets:
+    """Every kwarg name used by `ops` -> the set of values seen, with MERGE_KWARGS unioned.
+
+    With several contexts (`skip_int_features`), concrete widths are dropped: a width that
+    fits one instance of a block may not fit another.
+    """
+    seen: KwargSets = {}
+    for op in ops:
+        for key, value in {**op.op_kwargs, **op.input_kwargs}.items():
+            if key == "name" or callable(value):
+                continue
+            if key == "features" and skip_int_features and isinstance(value, int):
+                continue
+            seen.setdefault(key, set()).add(hashable(value))
+    for group in MERGE_KWARGS:
+        union: set[Any] = set()
+        for key in group:
+            union |= seen.get(key, set())
+        if union:
+            for key in group:
+                seen[key] = set(union)
+    if "strides" in seen:  # a global-pool window of 0 is not a stride
+        seen["strides"] = {s for s in seen["strides"] if s != 0}
+    return seen
+
+
+def make_default_kwargs(defaults: Mapping[str, set[Any]] | None, full: bool) -> KwargSets:
+    """The observed values unioned with the class values of the setting."""
+    out: KwargSets = {k: set(v) for k, v in (defaults or {}).items()}
+    for key, values in _factor_sets(full).items():
+        out.setdefault(key, set()).update(values)
+    return out
+
+
+def combine_factor(base: Any, factor: str) -> Any | None:
+    """Applies a factor string (`"*2"`, `"%4"`, `""`) to a width; None if it cannot apply.
+
+    Concrete widths stay ints (and must divide exactly); symbolic widths get their factors
+    combined and reduced, e.g. `"S:-1*2"` with `"%2"` is `"S:-1"`.
+    """
+    ratio = Fraction(1)
+    if factor.startswith("*"):
+        ratio = Fraction(int(factor[1:]))
+    elif factor.startswith("%"):
+        ratio = Fraction(1, int(factor[1:]))
+    if isinstance(base, int):
+        value = base * ratio
+        return int(value) if value.denominator == 1 and value > 0 else None
+    if not isinstance(base, str) or not base.startswith("S:"):
+        return None
+    ref, div, mul = split_factors(base)
+    total = Fraction(mul, div) * ratio
+    return symbolic_width(ref, total)
+
+
+def symbolic_width(ref: str, ratio: Fraction) -> str:
+    """`symbolic_width("S:-1", 1/2)` -> `"S:-1%2"`; the canonical order is `%D*M`."""
+    out = ref
+    if ratio.denominator > 1:
+        out += f"%{ratio.denominator}"
+    if ratio.numerator > 1:
+        out += f"*{ratio.numerator}"
+    return out
+
+
+def make_features(defaults: Mapping[str, set[Any]], full: bool) -> set[Any]:
+    bases = set(defaults.get("features", set())) | set(_factor_sets(full)["features"])
+    factors = defaults.get("features_factor") or set(_factor_sets(full)["features_factor"])
+    out = set()
+    for base in bases:
+        for factor in factors:
+            value = combine_factor(base, factor)
+            if value is not None:
+                out.add(value)
+    return out
+
+
+def all_kwargs_for_op_type(
+    defaults: Mapping[str, set[Any]], full: bool, op_type: OpType
+) -> tuple[KwargSets, KwargSets]:
+    """(op_kwargs choices, input_kwargs choices) for one op type; ({}, {}) if it has none."""
+    d = make_default_kwargs(defaults, full)
+    if op_type is OpType.DENSE:
+        return {"features": make_features(d, full)}, {}
+    if op_type is OpType.CONV:
+        features = make_features(d, full)
+        groups = set(d["feature_group_count"]) | (features if full else set())
+        return {
+            "features": features,
+            "kernel_size": set(d["kernel_size"]),
+            "strides": {s for s in d["strides"] if s != 0},
+            "padding": {"SAME"},
+            "feature_group_count": groups,
+            "kernel_dilation": set(d["kernel_dilation"]),
+        }, {}
+    if op_type is OpType.GROUP_NORM:
+        groups = set(d.get("num_groups", set()))
+        if full:
+            groups |= {"S:-1%4", "S:-1%2", "S:-1"}
+        return ({"num_groups": groups} if groups else {}), {}
+    if op_type is OpType.DROPOUT:
+        return {"rate": set(d.get("rate", set())) | {0.2}}, {}
+    if op_type in (OpType.AVG_POOL, OpType.MAX_POOL):
+        return {}, {
+            "window_shape": set(d["window_shape"]),
+            "strides": {s for s in d["strides"] if s != 0},
+            "padding": {"SAME"},
+        }
+    if op_type is OpType.MEAN:
+        return {}, {"axis": {1, 2, 3}}
+    return {}, {}
+
+
+def _sorted(values: Iterable[Any]) -> list[Any]:
+    """A deterministic order for a set of mixed ints/strings/tuples."""
+    return sorted(values, key=lambda v: (type(v).__name__, repr(v)))
+
+
+def kwargs_for_op_to_product(
+    op_kwargs: Mapping[str, set[Any]], input_kwargs: Mapping[str, set[Any]]
+) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Every (op_kwargs, input_kwargs) pair of the Cartesian product, in a fixed order."""
+    op_keys, in_keys = list(op_kwargs), list(input_kwargs)
+    choices = [_sorted(op_kwargs[k]) for k in op_keys] + [_sorted(input_kwargs[k]) for k in in_keys]
+    out = []
+    for combo in itertools.product(*choices):
+        out.append((dict(zip(op_keys, combo[: len(op_keys)], strict=True)),
+                    dict(zip(in_keys, combo[len(op_keys):], strict=True))))
+    return out
+
+
+PARAMETERIZED_TYPES = (OpType.DENSE, OpType.CONV, OpType.GROUP_NORM, OpType.DROPOUT,
+                       OpType.AVG_POOL, OpType.MAX_POOL)
+
+
+def op_enumerator(
+    prefix: str = "",
+    defaults: Mapping[str, set[Any]] | None = None,
+    full: bool = True,
+    op_types: Sequence[OpType] | None = None,
+) -> Iterator[Op]:
+    """Every single-input op of the search space, in op-type definition order.
+
+    The input name is the placeholder `"inputs"`; sequential specs rewire it.
+    """
+    allowed = set(op_types) if op_types is not None else None
+    for op_type in OpType:
+        if op_type in SKIPPED_TYPES or (allowed is not None and op_type not in allowed):
+            continue
+        name = prefix + op_type.name.lower()
+        if op_type in KWARG_FREE_TYPES:
+            yield new_op(name, op_type, ["inputs"])
+            continue
+        if op_type not in PARAMETERIZED_TYPES:
+            continue
+        op_kw, in_kw = all_kwargs_for_op_type(defaults or {}, full, op_type)
+        if not op_kw and not in_kw:
+            continue
+        for o, i in kwargs_for_op_to_product(op_kw, in_kw):
+            yield new_op(name, op_type, ["inputs"], input_kwargs=i, op_kwargs=o)
+
+
+def sequence_generator(
+    gen: Callable[[], Iterable[Any]], max_len: int, min_len: int = 0
+) -> Iterator[list[Any]]:
+    """All sequences over `gen()`, shortest first, lexicographic within a length.
+
+    `max_len < 0` means unbounded. Each yielded list holds fresh deep copies.
+    """
+    length = max(min_len, 1)
+    while max_len < 0 or length <= max_len:
+        for combo in itertools.product(list(gen()), repeat=length):
+            yield [copy.deepcopy(x) for x in combo]
+        length += 1
+
+
+def num_in_base(number: int, base: int) -> list[int]:
+    """Big-endian digits: `num_in_base(14, 2) == [1, 1, 1, 0]`, `num_in_base(0, b) == [0]`."""
+    digits = []
+    while True:
+        number, digit = divmod(number, base)
+        digits.append(digit)
+        if number == 0:
+            return digits[::-1]
+
+
+def _permutation(size: int, rng) -> Iterator[int]:
+    """A seeded pseudo-random permutation of range(size) in O(1) memory (affine map)."""
+    if size <= 4096:
+        order = list(range(size))
+        rng.shuffle(order)
+        yield from order
+        return
+    while True:
+        a = rng.randrange(1, size)
+        if math.gcd(a, size) == 1:
+            break
+    b = rng.randrange(size)
+    for i in range(size):
+        yield (a * i + b) % size
+
+
+def random_sequence_generator(
+    gen: Callable[[], Iterable[Any]], max_len: int, rng, min_len: int = 0
+) -> Iterator[list[Any]]:
+    """All sequences, shortest length first, each length's sequences in a random order.
+
+    Unlike the reference, length 0 yields nothing and `max_len < 0` means unbounded.
+    """
+    items = list(gen())
+    n = len(items)
+    if n == 0:
+        return
+    length = max(min_len, 1)
+    while max_len < 0 or length <= max_len:
+        for index in _permutation(n**length, rng):
+            digits = num_in_base(index, n)
+            digits = [0] * (length - len(digits)) + digits
+            yield [copy.deepcopy(items[d]) for d in digits]
+        length += 1
