@@ -15,6 +15,7 @@ compiled function per input shape: parameters are passed keyed by their *base* o
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -95,7 +96,8 @@ def layer_optimizer_config(config: Any, full_of_base: Mapping[str, str],
 
 
 def _signature(cfg: _Cfg) -> str:
-    return json.dumps(cfg, sort_keys=True, default=str)
+    text = json.dumps(cfg, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 # --------------------------------------------------------------------------- layers
@@ -149,8 +151,8 @@ def make_layers(spec: Any) -> list[Layer]:
             models.append(Model(graph, consts))
             names.append({op.name: ref.prefix + sub + op.name for op in graph.ops})
             keys.append(graph_to_json(graph, consts))
-        layers.append(Layer(ref, index, tuple(models), tuple(names),
-                            ref.kind + "|" + "|".join(keys)))
+        digest = hashlib.sha256("|".join(keys).encode()).hexdigest()[:16]
+        layers.append(Layer(ref, index, tuple(models), tuple(names), f"{ref.kind}:{digest}"))
     return layers
 
 
