@@ -87,6 +87,7 @@ def ensure_built(data_dir: str | None = None) -> str:
     builder = Digits(data_dir=data_dir, file_format="array_record")
     if not builder.is_prepared():
         os.makedirs(data_dir, exist_ok=True)
+        tfds.disable_progress_bar()  # a sub-second build needs no bars
         builder.download_and_prepare(
             download_config=tfds.download.DownloadConfig(
                 download_mode=tfds.download.GenerateMode.REUSE_DATASET_IF_EXISTS

@@ -86,9 +86,9 @@ def make_train_step(
             )
         metrics = {
             "training_loss": jax.lax.pmean(loss, AXIS),
-            "l2_grads": optax.global_norm(grads),
-            "l2_params": optax.global_norm(params),
-            "l2_updates": optax.global_norm(updates),
+            "l2_grads": optax.tree.norm(grads),
+            "l2_params": optax.tree.norm(params),
+            "l2_updates": optax.tree.norm(updates),
         }
         if return_grads:
             metrics["grads"] = grads

@@ -113,6 +113,8 @@ def train_and_eval(
     callback(epoch, metrics) -> bool is called after each eval; False stops early.
     state: {"params", "batch_stats"} (the EMA of them when ema_decay > 0).
     """
+    if "train" in config:  # a search config: its `train` part trains one candidate
+        config = config.train
     config = config_lib.with_defaults(config)
     if config.trainer == "reversible":
         raise ValueError("config field 'trainer': 'reversible' runs through "
