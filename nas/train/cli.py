@@ -86,11 +86,11 @@ def run() -> None:
         raise UserError("--config is required")
     graph = constants = None
     if _GRAPH.value:
-        from nas.graph.serialize import graph_from_json
+        from nas.graph import serialize
 
         try:
             with open(_GRAPH.value) as f:
-                graph, constants = graph_from_json(f.read())
+                graph, constants = serialize.load(f.read())  # (graph, constants)
         except OSError as e:
             raise UserError(f"--graph: cannot read {_GRAPH.value}: {e.strerror}") from None
     metrics, epochs, _ = train_and_eval(config, graph=graph, constants=constants,

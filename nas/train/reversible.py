@@ -68,7 +68,7 @@ def _with_kind(x: Any, kind: str) -> Any:
 
 def _avals(tree: Any) -> tuple:
     leaves, treedef = jax.tree.flatten(tree)
-    return treedef, tuple((np.shape(x), np.result_type(x).str) for x in leaves)
+    return treedef, tuple((np.shape(x), np.dtype(x.dtype if hasattr(x, 'dtype') else type(x)).str) for x in leaves)
 
 
 class ReversibleTrainer:
@@ -166,7 +166,8 @@ class ReversibleTrainer:
             out.append(w)
             if layer.kind != "head":
                 fwd = revlayers.eval_forward(layer)
-                stack = jax.eval_shape(fwd, w, tuple(stack))
+                abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), w)
+                stack = jax.eval_shape(fwd, abstract, tuple(stack))
         return out
 
     # ------------------------------------------------------------------ compiled calls

@@ -52,7 +52,7 @@ def _device_key(key: jax.Array) -> jax.Array:
 
 def _update(tx: optax.GradientTransformation, grads: Tree, opt: Tree, w: Tree):
     updates, opt = tx.update(grads, opt, w)
-    return optax.apply_updates(w, updates), opt, optax.global_norm(grads)
+    return optax.apply_updates(w, updates), opt, optax.tree.norm(grads)
 
 
 # --------------------------------------------------------------------------- optimizer

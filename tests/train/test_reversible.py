@@ -89,7 +89,9 @@ def test_three_steps_equal_standard(optax_name, extra):
 def test_transformer_matches_standard():
     graph, constants, _ = revnet.RevTransformer(depth=2, width=16, num_heads=2, patch_size=4,
                                                 image_size=16)
-    config = _config("scale_by_adam", lr=0.01)
+    # SGD: the key bias has an exactly-zero gradient (softmax ignores a per-query shift),
+    # whose float noise Adam would blow up to lr-sized steps in either trainer.
+    config = _config("identity", lr=0.01)
     params = _init(graph, constants)
     batches = _batches(2)
     trainer = ReversibleTrainer(graph, constants, config=config, sched_kw=SCHED_KW,

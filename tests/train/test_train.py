@@ -1,0 +1,120 @@
+"""End-to-end train_and_eval on the bundled digits with a tiny graph, and the CLI."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from helpers import tiny_config, tiny_graph
+
+from nas.graph.serialize import graph_to_json
+from nas.train import Metrics, train_and_eval
+
+
+@pytest.fixture(scope="module")
+def parent(data_dir, tmp_path_factory):
+    graph, constants = tiny_graph(with_bn=True)
+    workdir = str(tmp_path_factory.mktemp("parent"))
+    metrics, epochs, state = train_and_eval(
+        tiny_config(data_dir, total_epochs=2.0), graph=graph, constants=constants,
+        workdir=workdir)
+    return metrics, epochs, state, workdir
+
+
+def test_trains_and_measures(parent):
+    metrics, epochs, state, workdir = parent
+    assert isinstance(metrics, Metrics) and epochs == 2
+    assert metrics.acc > 0.6  # a linear-ish model on digits after 2 epochs
+    assert metrics.num_params == 3 * 3 * 3 * 8 + 8 + 2 * 8 + 8 * 8 * 8 * 10 + 10
+    assert metrics.flops > 0 and metrics.im_sec_core_train > 0 and metrics.im_sec_core_infer > 0
+    assert metrics.train_peak_bytes >= metrics.train_temp_bytes > 0
+    assert set(state) == {"params", "batch_stats"} and "bn" in state["batch_stats"]
+    lines = [json.loads(x) for x in open(os.path.join(workdir, "metrics.jsonl"))]
+    assert any("training_loss" in r for r in lines)
+    assert [r["epoch"] for r in lines if "eval_acc" in r] == [1, 2]
+    assert os.path.exists(os.path.join(workdir, "config.json"))
+
+
+def test_inherits_and_freezes_parent_weights(parent, data_dir):
+    _, _, pstate, _ = parent
+    graph, constants = tiny_graph(with_bn=True, features=8)
+    _, _, state = train_and_eval(
+        tiny_config(data_dir, total_epochs=0.2), eval_perf=False, graph=graph,
+        constants=constants, init_variables=pstate, freeze_inherited=True)
+    for op in ("conv", "logits"):  # all inherited and frozen: unchanged
+        for name, value in pstate["params"][op].items():
+            np.testing.assert_array_equal(state["params"][op][name], value)
+
+
+def test_inherits_only_matching_shapes_and_finetunes(parent, data_dir):
+    _, _, pstate, _ = parent
+    graph, constants = tiny_graph(with_bn=True, features=4)  # conv and logits change shape
+    metrics, _, state = train_and_eval(
+        tiny_config(data_dir, total_epochs=0.2), eval_perf=False, graph=graph,
+        constants=constants, init_variables=pstate, freeze={"bn"})
+    assert state["params"]["conv"]["kernel"].shape == (3, 3, 3, 4)
+    assert metrics.acc > 0.0
+
+
+def test_callback_stops_early(data_dir):
+    graph, constants = tiny_graph()
+    calls = []
+
+    def callback(epoch, metrics):
+        calls.append((epoch, metrics.acc))
+        return False
+
+    _, epochs, _ = train_and_eval(tiny_config(data_dir, total_epochs=3.0), eval_perf=False,
+                                  callback=callback, graph=graph, constants=constants)
+    assert epochs == 1 and len(calls) == 1
+
+
+def test_bad_freeze_name_is_value_error(data_dir):
+    graph, constants = tiny_graph()
+    with pytest.raises(ValueError, match="freeze"):
+        train_and_eval(tiny_config(data_dir), graph=graph, constants=constants,
+                       freeze={"nope"})
+
+
+def _cli(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "nas.train.cli", *args], capture_output=True,
+                          text=True, timeout=120, env=env)
+
+
+def _error_lines(stderr):
+    return [ln for ln in stderr.splitlines() if ln.startswith("nas-train: error:")]
+
+
+@pytest.mark.parametrize("args, match", [
+    (["--config=configs/missing.py"], "No such file"),
+    (["--config=configs/digits_cnn.py", "--config.bogus=1"], "unknown config field 'bogus'"),
+    (["--config=configs/digits_cnn.py", "--config.trainer=magic"], "'trainer'"),
+])
+def test_cli_bad_config_is_one_line_and_exit_1(args, match):
+    proc = _cli(*args)
+    assert proc.returncode == 1
+    errors = _error_lines(proc.stderr)
+    assert len(errors) == 1 and match in errors[0], proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+
+
+def test_cli_bad_graph_file(tmp_path):
+    bad = tmp_path / "g.json"
+    bad.write_text("{not json")
+    proc = _cli("--config=configs/digits_cnn.py", f"--graph={bad}")
+    assert proc.returncode == 1 and len(_error_lines(proc.stderr)) == 1
+    assert "Traceback" not in proc.stderr
+
+
+def test_cli_trains_a_graph_file_and_prints_table(data_dir, tmp_path):
+    graph, constants = tiny_graph()
+    path = tmp_path / "g.json"
+    path.write_text(graph_to_json(graph, constants))
+    proc = _cli("--config=configs/digits_cnn.py", f"--graph={path}",
+                f"--workdir={tmp_path / 'w'}", f"--config.input.data_dir={data_dir}",
+                "--config.total_epochs=0.3", "--config.schedule.warmup_steps=0")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for key in ("accuracy", "FLOPs / example", "parameters", "train images/sec/core"):
+        assert key in proc.stdout
