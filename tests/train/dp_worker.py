@@ -12,12 +12,11 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
+from helpers import tiny_graph  # noqa: E402
 
 from nas.graph import Model  # noqa: E402
 from nas.train import optim, steps  # noqa: E402
 from nas.train.config import base_config  # noqa: E402
-
-from helpers import tiny_graph  # noqa: E402
 
 
 def main() -> None:

@@ -13,10 +13,9 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
+from helpers import tiny_config, tiny_graph  # noqa: E402
 
 from nas.train import steps, train_and_eval  # noqa: E402
-
-from helpers import tiny_config, tiny_graph  # noqa: E402
 
 
 def main() -> None:
