@@ -102,7 +102,11 @@ class ProgressiveSequentialSynthesizer(EnumerativeSequentialSynthesizer):
                 dist = self.subg_distance(models)
             except (ValueError, KeyError, TypeError):
                 continue
-            out.append(([node.op for node in spec], dist))
+            # Keep the adjusted kwargs but the unsuffixed names, so the next spec renames once.
+            chain = [node.op for node in spec]
+            for new, raw in zip(chain, [*ops, op], strict=True):
+                new.name = raw.name
+            out.append((chain, dist))
         return out
 
     def synthesize_one(self, ops: Sequence[Op], last_dist: float | None, max_len: int

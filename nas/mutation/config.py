@@ -1,0 +1,152 @@
+"""Settings of one mutation (`MutationConfig`) and the factories that read them.
+
+Defaults suit the digits/CIFAR search: small subgraphs (up to 3 ops) keep synthesis fast,
+and the property mutation strengths follow the reference's CIFAR settings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import random
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from nas.mutation.base import AbstractMutator
+from nas.mutation.random_subgraph import RandomMutator
+from nas.mutation.sequential import RandomSequentialMutator
+from nas.properties.depth import DepthProperty
+from nas.properties.linear import LinopProperty
+from nas.properties.shape import ShapeProperty
+from nas.synthesis.base import AbstractSynthesizer, Context
+from nas.synthesis.enum_sequential import EnumerativeSequentialSynthesizer
+from nas.synthesis.graph import GraphSynthesizer
+from nas.synthesis.primer import PrimerSequentialSynthesizer
+from nas.synthesis.progressive import ProgressiveSequentialSynthesizer
+from nas.synthesis.random_enum_sequential import RandomEnumerativeSequentialSynthesizer
+
+MUTATORS = ("random_sequential", "random_subgraph")
+SYNTHESIZERS: dict[str, type[AbstractSynthesizer]] = {
+    "progressive": ProgressiveSequentialSynthesizer,
+    "enum": EnumerativeSequentialSynthesizer,
+    "random_enum": RandomEnumerativeSequentialSynthesizer,
+    "primer": PrimerSequentialSynthesizer,
+}
+DEFAULT_SYNTHESIS: dict[str, dict[str, Any]] = {
+    "progressive": {"mode": "weighted", "max_delta": 2, "min_delta": 2, "eps": 0.1, "exp": 2.0,
+                    "filter_progress": False, "p": 0.2},
+    "enum": {"max_delta": 2, "min_delta": 2},
+    "random_enum": {"max_delta": 2, "min_delta": 2},
+    "primer": {},
+}
+
+
+@dataclasses.dataclass
+class MutationConfig:
+    """Everything `propose_child` needs besides the parent. Build from a dict with
+    `MutationConfig.from_dict` (unknown or mistyped fields raise ValueError)."""
+
+    mutator: str = "random_subgraph"  # or "random_sequential"
+    p: float = 0.75  # probability of growing the subgraph by one more op
+    max_len: int = 3  # subgraph size cap in ops (0: use max_perc)
+    max_perc: float = 0.0  # subgraph size cap as a fraction of the graph
+    synthesizer: str = "progressive"  # progressive | enum | random_enum | primer
+    synthesis: dict[str, Any] | None = None  # kwargs of the synthesizer (None: defaults)
+    graph_p: float = 0.2  # GraphSynthesizer: probability of trying to drop a branch
+    shape_p: float = 0.0  # property mutation strengths; None disables a property
+    depth_p: float | None = 0.5
+    depth_delta_max: int = 2
+    linear_p: float | None = 0.5
+    time_limit_s: float = 20.0  # wall-clock budget for one child
+    retries: int = 8  # subgraph selections tried before giving up
+    input_shape: tuple[int, ...] = (1, 32, 32, 3)  # probe input, batch dimension included
+    function_preserving: bool = False  # add new subgraphs as zero-initialized residuals
+    mutate_by_block: bool = True  # with blocks and a builder: block-level mutation
+    block_add_prob: float = 0.2
+    block_delete_prob: float = 0.2
+    block_mutate_prob: float = 0.2
+    child_id: int | None = None  # names new ops/blocks; None: derived from the seed
+
+    def __post_init__(self) -> None:
+        if self.mutator not in MUTATORS:
+            raise ValueError(f"config field 'mutator': {self.mutator!r} is not one of {MUTATORS}")
+        if self.synthesizer not in SYNTHESIZERS:
+            raise ValueError(f"config field 'synthesizer': {self.synthesizer!r} is not one of "
+                             f"{tuple(SYNTHESIZERS)}")
+        for name in ("p", "max_perc", "graph_p", "shape_p", "depth_p", "linear_p",
+                     "block_add_prob", "block_delete_prob", "block_mutate_prob"):
+            value = getattr(self, name)
+            if value is None and name in ("depth_p", "linear_p"):
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float) or not (
+                    0 <= value <= 1):
+                raise ValueError(f"config field {name!r}: expected a number in [0, 1], "
+                                 f"got {value!r}")
+        for name in ("max_len", "retries", "depth_delta_max"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"config field {name!r}: expected an int >= 0, got {value!r}")
+        if self.max_len > 0 and self.max_perc > 0:
+            raise ValueError("config fields 'max_len' and 'max_perc': set at most one")
+        if not isinstance(self.time_limit_s, int | float) or self.time_limit_s <= 0:
+            raise ValueError(f"config field 'time_limit_s': expected a positive number, got "
+                             f"{self.time_limit_s!r}")
+        shape = tuple(self.input_shape)
+        if len(shape) < 2 or not all(isinstance(d, int) and d > 0 for d in shape):
+            raise ValueError(f"config field 'input_shape': expected positive ints with a batch "
+                             f"dimension first, e.g. (1, 32, 32, 3), got {self.input_shape!r}")
+        self.input_shape = shape
+        if self.synthesis is not None and not isinstance(self.synthesis, Mapping):
+            raise ValueError(f"config field 'synthesis': expected a dict of synthesizer kwargs, "
+                             f"got {self.synthesis!r}")
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | MutationConfig | None) -> MutationConfig:
+        if data is None:
+            return cls()
+        if isinstance(data, MutationConfig):
+            return data
+        if not isinstance(data, Mapping):
+            raise ValueError(f"mutation config must be a dict or MutationConfig, got "
+                             f"{type(data).__name__}")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown mutation config fields {unknown}; expected a subset of "
+                             f"{sorted(known)}")
+        return cls(**dict(data))
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def synthesis_kwargs(self) -> dict[str, Any]:
+        kwargs = dict(DEFAULT_SYNTHESIS[self.synthesizer])
+        kwargs.update(self.synthesis or {})
+        return kwargs
+
+    def properties(self) -> list[Any]:
+        """Property prototypes carrying the configured mutation strengths."""
+        props: list[Any] = [ShapeProperty(p=self.shape_p)]
+        if self.depth_p is not None:
+            props.append(DepthProperty(p=self.depth_p, delta_max=self.depth_delta_max))
+        if self.linear_p is not None:
+            props.append(LinopProperty(p=self.linear_p))
+        return props
+
+    def make_mutator(self, rng: random.Random) -> AbstractMutator:
+        if self.mutator == "random_sequential":
+            return RandomSequentialMutator(self.properties(), self.p, max_len=self.max_len,
+                                           max_perc=self.max_perc, rng=rng)
+        return RandomMutator(self.properties(), self.p, max_len=self.max_len,
+                             max_perc=self.max_perc, rng=rng)
+
+    def make_synthesizer(self, contexts: Sequence[Context], generation: int | str,
+                         rng: random.Random, deadline: float | None) -> AbstractSynthesizer:
+        cls = SYNTHESIZERS[self.synthesizer]
+        kwargs = self.synthesis_kwargs()
+        if self.mutator == "random_subgraph":
+            ctor = functools.partial(cls, generation=generation, rng=rng, deadline=deadline,
+                                     **kwargs)
+            return GraphSynthesizer(contexts, generation, sequential_ctr=ctor, rng=rng,
+                                    deadline=deadline, p=self.graph_p)
+        return cls(contexts, generation, rng=rng, deadline=deadline, **kwargs)

@@ -1,0 +1,220 @@
+"""Whole-model mutation: one subgraph mutation of a graph, or a block-level edit.
+
+`ModelMutator.mutate` turns a parent into a child architecture (graph, constants, blocks)
+or raises `NoChildFound` saying why. Block-level mutation (§6.5) adds a copy of a block,
+deletes a block, or mutates one block's definition (renamed `<block>/trial<id>`) and
+rebuilds the model with the zoo builder; without blocks the whole graph is mutated in
+place. Every child has valid shapes and a fingerprint different from its parent's.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from nas.graph.block import Block
+from nas.graph.ops import Graph
+from nas.graph.subgraph import SubgraphModel, SubgraphNode, replace_subgraph
+from nas.mutation.config import MutationConfig
+from nas.mutation.preserve import preserving_spec
+from nas.properties.fingerprint import fingerprint_graph
+from nas.properties.shape import ShapeProperty
+from nas.properties.tensor_shapes import GraphShapes, graph_shapes
+from nas.synthesis.base import SynthesisError, SynthesisTimeout, verify_property
+
+Builder = Callable[..., tuple[Graph, dict[str, Any], list[Block]]]
+
+
+class NoChildFound(ValueError):
+    """No valid child was found within the configured limits; the message says why."""
+
+
+@dataclass
+class Proposal:
+    """A child architecture before its variables are built."""
+
+    graph: Graph
+    constants: dict[str, Any]
+    kind: str  # "subgraph", "block_add", "block_delete" or "block_mutate"
+    spec: list[SubgraphNode] = field(default_factory=list)
+    properties: list[Any] = field(default_factory=list)
+    blocks: list[Block] | None = None
+    host_graph: Graph | None = None  # the graph `spec` and `properties` refer to
+    host_constants: dict[str, Any] = field(default_factory=dict)
+    host_inputs: dict[str, Any] = field(default_factory=dict)
+    preserving: bool = False
+    attempts: int = 1
+
+
+def probe_inputs(graph: Graph, input_shape: Sequence[int]) -> dict[str, jax.ShapeDtypeStruct]:
+    if len(graph.input_names) != 1:
+        raise ValueError(f"mutation probes single-input graphs; this one has inputs "
+                         f"{graph.input_names}")
+    return {graph.input_names[0]: jax.ShapeDtypeStruct(tuple(input_shape), jnp.float32)}
+
+
+def strip_trial(name: str) -> str:
+    match = re.fullmatch(r"(.+)/trial[0-9]+", name)
+    return match.group(1) if match else name
+
+
+class ModelMutator:
+    """Proposes children of one parent. `rng` is the only source of randomness."""
+
+    def __init__(self, config: MutationConfig | Mapping[str, Any] | None = None,
+                 rng: random.Random | None = None) -> None:
+        self.config = MutationConfig.from_dict(config)
+        self.rng = rng if rng is not None else random.Random(0)
+
+    # Block-level edits -------------------------------------------------------------------
+
+    def add_block(self, blocks: Sequence[Block]) -> list[Block]:
+        new_blocks = list(blocks)
+        index = self.rng.randrange(len(blocks))
+        new_blocks.insert(index + 1, copy.deepcopy(blocks[index]))
+        return new_blocks
+
+    def delete_block(self, blocks: Sequence[Block]) -> list[Block]:
+        new_blocks = list(blocks)
+        new_blocks.pop(self.rng.randrange(len(blocks)))
+        return new_blocks
+
+    def mutate_block(self, block: Block, blocks: Sequence[Block], spec: Sequence[SubgraphNode],
+                     child_id: int) -> list[Block]:
+        """The blocks with `block`'s definition replaced: one same-named block always, each
+        other same-named block with probability block_mutate_prob (so repeats may diverge)."""
+        new_base = replace_subgraph(block.base_graph, spec)
+        new_name = f"{strip_trial(block.name)}/trial{child_id}"
+        new_blocks = copy.deepcopy(list(blocks))
+        same = [i for i, b in enumerate(blocks) if b.name == block.name]
+        chosen = self.rng.choice(same)
+        for i in same:
+            if i == chosen or self.rng.random() < self.config.block_mutate_prob:
+                new_blocks[i] = Block(new_name, new_base, dict(blocks[i].base_constants or {}))
+        return new_blocks
+
+    # Subgraph mutation -------------------------------------------------------------------
+
+    def _synthesize(self, graph: Graph, contexts: list, child_id: int, deadline: float
+                    ) -> tuple[list[SubgraphNode], list[Any], list[SubgraphNode], int]:
+        """(new spec, target properties, selected old spec, index of the mutated context)."""
+        mutator = self.config.make_mutator(self.rng)
+        selected = mutator.mutate(graph, contexts)
+        if self.config.synthesizer == "primer":  # primer ignores all but the shapes
+            selected = [(m, [p for p in props if type(p) is ShapeProperty])
+                        for m, props in selected]
+        synth = self.config.make_synthesizer(selected, child_id, self.rng, deadline)
+        models = synth.synthesize()
+        mutated = max(range(len(selected)), key=lambda i: len(selected[i][1]))
+        return list(models[0].subgraph), selected[mutated][1], selected[0][0].subgraph, mutated
+
+    def _check_child(self, graph: Graph, constants: Mapping[str, Any], inputs: Mapping[str, Any],
+                     parent_fp: str, parent_out: Mapping[str, tuple]) -> GraphShapes:
+        shapes = graph_shapes(graph, constants, inputs)
+        for name, shape in parent_out.items():
+            if shapes.shape(name) != shape:
+                raise SynthesisError(f"child output {name!r} has shape {shapes.shape(name)}, "
+                                     f"the parent's is {shape}")
+        if fingerprint_graph(graph, constants, shapes=shapes) == parent_fp:
+            raise SynthesisError("child computes the same function as its parent "
+                                 "(equal fingerprints)")
+        return shapes
+
+    def mutate(self, graph: Graph, constants: Mapping[str, Any] | None,
+               blocks: Sequence[Block] | None = None, builder: Builder | None = None,
+               child_id: int = 0) -> Proposal:
+        cfg = self.config
+        constants = dict(constants or {})
+        start = time.monotonic()
+        deadline = start + cfg.time_limit_s
+        inputs = probe_inputs(graph, cfg.input_shape)
+        parent_shapes = graph_shapes(graph, constants, inputs)
+        parent_fp = fingerprint_graph(graph, constants, shapes=parent_shapes)
+        parent_out = {n: parent_shapes.shape(n) for n in graph.output_names}
+        by_block = bool(blocks) and builder is not None and cfg.mutate_by_block
+        reasons: list[str] = []
+        for attempt in range(1, max(cfg.retries, 1) + 1):
+            if time.monotonic() > deadline:
+                reasons.append("time limit reached")
+                break
+            try:
+                if by_block:
+                    proposal = self._block_attempt(graph, constants, blocks, builder, child_id,
+                                                   inputs, parent_shapes, deadline)
+                else:
+                    proposal = self._graph_attempt(graph, constants, inputs, child_id, deadline)
+                self._check_child(proposal.graph, proposal.constants, inputs, parent_fp,
+                                  parent_out)
+            except SynthesisTimeout:
+                reasons.append("time limit reached during synthesis")
+                break
+            except ValueError as e:  # SynthesisError, malformed candidates, no subgraph
+                reasons.append(f"attempt {attempt}: {e}")
+                continue
+            proposal.attempts = attempt
+            return proposal
+        raise NoChildFound(
+            f"no child found in {time.monotonic() - start:.1f}s "
+            f"(limits: {cfg.retries} attempts, {cfg.time_limit_s}s); "
+            + " | ".join(reasons[-4:]))
+
+    def _graph_attempt(self, graph: Graph, constants: dict[str, Any], inputs: dict[str, Any],
+                       child_id: int, deadline: float) -> Proposal:
+        contexts = [(constants, None, inputs)]
+        spec, props, old_spec, _ = self._synthesize(graph, contexts, child_id, deadline)
+        if self.config.function_preserving:
+            fp_spec = preserving_spec(old_spec, spec, f"gen{child_id}/")
+            try:
+                fp_graph = replace_subgraph(graph, fp_spec)
+                model = SubgraphModel(fp_graph, constants, None, inputs, fp_spec)
+                shapes = graph_shapes(fp_graph, constants, inputs)
+                if all(verify_property(p, model, shapes) for p in props):
+                    return Proposal(fp_graph, constants, "subgraph", fp_spec, props,
+                                    host_graph=fp_graph, host_constants=constants,
+                                    host_inputs=inputs, preserving=True)
+            except ValueError:
+                pass  # fall back to the replacing child
+        new_graph = replace_subgraph(graph, spec)
+        return Proposal(new_graph, constants, "subgraph", spec, props, host_graph=new_graph,
+                        host_constants=constants, host_inputs=inputs)
+
+    def _block_attempt(self, graph: Graph, constants: dict[str, Any], blocks: Sequence[Block],
+                       builder: Builder, child_id: int, inputs: dict[str, Any],
+                       parent_shapes: GraphShapes, deadline: float) -> Proposal:
+        cfg = self.config
+        u = self.rng.random()
+        if u < cfg.block_add_prob:
+            new_blocks, kind = self.add_block(blocks), "block_add"
+        elif u < cfg.block_add_prob + cfg.block_delete_prob and len(blocks) > 1:
+            new_blocks, kind = self.delete_block(blocks), "block_delete"
+        else:
+            block = self.rng.choice(list(blocks))
+            contexts = []
+            for b in blocks:
+                if b.name != block.name:
+                    continue
+                block_inputs = {
+                    base: jax.ShapeDtypeStruct(parent_shapes.shape(actual), jnp.float32)
+                    for base, actual in zip(b.base_graph.input_names, b.graph.input_names,
+                                            strict=True)}
+                contexts.append((dict(b.base_constants or {}), None, block_inputs))
+            spec, props, _, mutated = self._synthesize(block.base_graph, contexts, child_id,
+                                                       deadline)
+            new_blocks = self.mutate_block(block, blocks, spec, child_id)
+            host = replace_subgraph(block.base_graph, spec)
+            child_graph, child_constants, built = builder(blocks=new_blocks)
+            return Proposal(child_graph, dict(child_constants), "block_mutate", spec, props,
+                            blocks=built, host_graph=host,
+                            host_constants=dict(contexts[mutated][0]),
+                            host_inputs=contexts[mutated][2])
+        child_graph, child_constants, built = builder(blocks=new_blocks)
+        return Proposal(child_graph, dict(child_constants), kind, blocks=built)
+
