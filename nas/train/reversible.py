@@ -36,14 +36,17 @@ Differences from the standard trainer (`nas.train.train`), all by construction:
 
 from __future__ import annotations
 
+import collections
+import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import jax
 import numpy as np
-from jax.sharding import SingleDeviceSharding
+from jax.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
 
 from nas.graph.reversible import ReversibleSpec, from_graph
+from nas.graph.serialize import graph_to_json
 from nas.train import optim, revlayers, steps
 from nas.train.revlayers import KINDS, Layer
 
@@ -68,7 +71,8 @@ def _with_kind(x: Any, kind: str) -> Any:
 
 def _avals(tree: Any) -> tuple:
     leaves, treedef = jax.tree.flatten(tree)
-    return treedef, tuple((np.shape(x), np.dtype(x.dtype if hasattr(x, 'dtype') else type(x)).str) for x in leaves)
+    return treedef, tuple((np.shape(x), np.dtype(x.dtype if hasattr(x, "dtype") else type(x)).str)
+                          for x in leaves)
 
 
 class ReversibleTrainer:
@@ -100,12 +104,15 @@ class ReversibleTrainer:
         self.layers = revlayers.make_layers(spec)
         self.devices = list(devices or jax.local_devices())
         self.n = len(self.devices)
-        self.device = SingleDeviceSharding(self.devices[0])
+        # Weights are broadcast to every device (the compiled pmap wants them replicated).
+        self.device = NamedSharding(Mesh(np.array(self.devices), (revlayers.AXIS,)),
+                                    PartitionSpec())
         self.host = host_sharding(self.devices[0])
         self.num_classes = int(config.num_classes)
         self.step = 0
         self.hook: Hook | None = None
-        self._cache: dict[tuple, Any] = {}
+        self._static = json.dumps([dict(sched_kw), self.num_classes,
+                                   [d.id for d in self.devices]], sort_keys=True, default=str)
         self.temp_bytes: dict[tuple[str, str], int] = {}
         base = (self._split(params) if params is not None
                 else self._init(tuple(image_shape), seed))
@@ -116,12 +123,20 @@ class ReversibleTrainer:
             cfg = revlayers.layer_optimizer_config(config, layer.param_paths(w), frozen)
             layer.tx, _ = optim.make(cfg, w, sched_kw)
             layer.opt_signature = revlayers._signature(cfg)
+            with jax.default_device(jax.devices("cpu")[0]):
+                opt = layer.tx.init(jax.tree.map(np.asarray, w))  # eager: no compile
             self.params.append(self._to_host(w))
-            self.opt_state.append(self._to_host(jax.jit(layer.tx.init)(w)))
+            self.opt_state.append(self._to_host(opt))
 
     # ------------------------------------------------------------------ placement
     def _to_host(self, tree: Any) -> Any:
-        return jax.device_put(tree, self.host)
+        """Host copy; a replicated array contributes its first device's copy only."""
+        def one(x: Any) -> Any:
+            if isinstance(x, jax.Array) and len(x.sharding.device_set) > 1:
+                x = x.addressable_shards[0].data
+            return jax.device_put(x, self.host)
+
+        return jax.tree.map(one, tree)
 
     def _to_device(self, tree: Any) -> Any:
         return jax.device_put(tree, self.device)
@@ -140,41 +155,36 @@ class ReversibleTrainer:
         return out
 
     def _init(self, image_shape: tuple[int, ...], seed: int) -> list[Any]:
-        """Layer-by-layer init on the CPU, shapes passed forward with eval_shape."""
+        """Layer-by-layer init on the CPU, shapes passed forward with eval_shape; each
+        layer's weights go to host memory before the next layer is initialized."""
         cpu = jax.devices("cpu")[0]
         stack: tuple = (jax.ShapeDtypeStruct((1, *image_shape), np.float32),)
         out = []
         root = jax.random.PRNGKey(seed)
         for layer in self.layers:
-            key = jax.random.fold_in(root, layer.index)
-            if layer.kind == "coupling":
-                shapes = [stack[1], stack[0]]  # f sees x2, g sees y1 (shaped like x1)
-            else:
-                shapes = list(stack)
+            keys = jax.random.split(jax.random.fold_in(root, layer.index), 2)
+            # f sees x2, g sees y1 (shaped like x1); other layers see the whole stack.
+            feeds = [[stack[1]], [stack[0]]] if layer.kind == "coupling" else [list(stack)]
             parts = []
-            for model, shape, k in zip(layer.models, shapes * 2, jax.random.split(key, 2),
-                                       strict=False):
-                feed = {n: np.zeros(s.shape, s.dtype)
-                        for n, s in zip(model.graph.input_names,
-                                        shapes if layer.kind != "coupling" else [shape],
-                                        strict=True)}
+            for model, feed, k in zip(layer.models, feeds, keys, strict=False):
+                x = {n: np.zeros(s.shape, s.dtype)
+                     for n, s in zip(model.graph.input_names, feed, strict=True)}
                 with jax.default_device(cpu):
-                    v = jax.jit(lambda r, m=model, x=feed: m.init(
-                        {"params": r, "dropout": r}, x))(k)
+                    v = _init_fn(model)(k, x)
                 parts.append(self._to_host(dict(v.get("params", {}))))
             w = {"f": parts[0], "g": parts[1]} if layer.kind == "coupling" else parts[0]
             out.append(w)
             if layer.kind != "head":
-                fwd = revlayers.eval_forward(layer)
-                abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), w)
-                stack = jax.eval_shape(fwd, abstract, tuple(stack))
+                abstract = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), w)
+                stack = jax.eval_shape(revlayers.eval_forward(layer), abstract, tuple(stack))
         return out
 
     # ------------------------------------------------------------------ compiled calls
     def _call(self, kind: str, layer: Layer, *args: Any) -> Any:
-        """Run `kind` for `layer`, compiling once per (structure, optimizer, shapes)."""
-        key = (kind, layer.structure, layer.opt_signature, _avals(args))
-        fn = self._cache.get(key)
+        """Run `kind` for `layer`, compiling once per (structure, optimizer, shapes) in
+        this process: layers (and trainers) with the same structure share executables."""
+        key = (kind, layer.structure, layer.opt_signature, self._static, _avals(args))
+        fn = _COMPILED.get(key)
         if fn is None:
             maker, in_axes, out_axes = KINDS[kind]
             if kind.startswith("std_bwd"):
@@ -186,11 +196,11 @@ class ReversibleTrainer:
             pm = jax.pmap(body, axis_name=revlayers.AXIS, in_axes=in_axes, out_axes=out_axes,
                           devices=self.devices)
             fn = pm.lower(*args).compile()
-            self._cache[key] = fn
+            _COMPILED.put(key, fn)
+        tk = (kind, layer.structure)
+        if tk not in self.temp_bytes:
             stats = fn.memory_analysis()
-            temp = int(getattr(stats, "temp_size_in_bytes", 0) or 0)
-            tk = (kind, layer.structure)
-            self.temp_bytes[tk] = max(self.temp_bytes.get(tk, 0), temp)
+            self.temp_bytes[tk] = int(getattr(stats, "temp_size_in_bytes", 0) or 0)
         return fn(*args)
 
     def _keys(self, rng: jax.Array, step: int) -> np.ndarray:
@@ -309,6 +319,39 @@ class ReversibleTrainer:
         """Bytes of each layer's parameters plus optimizer state."""
         return [_nbytes(w) + _nbytes(o) for w, o in zip(self.params, self.opt_state,
                                                           strict=True)]
+
+
+class _Lru:
+    """A small LRU of compiled executables, so a long search does not keep them all."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._items: collections.OrderedDict[tuple, Any] = collections.OrderedDict()
+
+    def get(self, key: tuple) -> Any:
+        if key in self._items:
+            self._items.move_to_end(key)
+            return self._items[key]
+        return None
+
+    def put(self, key: tuple, value: Any) -> None:
+        self._items[key] = value
+        while len(self._items) > self.size:
+            self._items.popitem(last=False)
+
+
+_COMPILED = _Lru(256)
+_INIT_FNS = _Lru(64)
+
+
+def _init_fn(model: Any) -> Callable:
+    """A jitted `model.init` shared by every model with the same graph and constants."""
+    key = (graph_to_json(model.graph, model.constants),)
+    fn = _INIT_FNS.get(key)
+    if fn is None:
+        fn = jax.jit(lambda r, x: model.init({"params": r, "dropout": r}, x))
+        _INIT_FNS.put(key, fn)
+    return fn
 
 
 def _nbytes(tree: Any) -> int:

@@ -86,6 +86,7 @@ def test_three_steps_equal_standard(optax_name, extra):
     assert _max_diff(got, params) > 1e-3  # it did train
 
 
+@pytest.mark.slow
 def test_transformer_matches_standard():
     graph, constants, _ = revnet.RevTransformer(depth=2, width=16, num_heads=2, patch_size=4,
                                                 image_size=16)
@@ -187,7 +188,6 @@ for devices in (jax.local_devices(), jax.local_devices()[:1]):
     out.append((t.full_params, losses))
 diff = max(float(np.max(np.abs(out[0][0][k][n] - out[1][0][k][n])))
            for k in out[0][0] for n in out[0][0][k])
-moved = max(float(np.max(np.abs(out[0][0][k][n]))) for k in out[0][0] for n in out[0][0][k])
 print("DIFF", diff, out[0][1], out[1][1])
 assert diff < 1e-5, diff
 assert abs(out[0][1][0] - out[1][1][0]) < 1e-5
