@@ -116,9 +116,17 @@ def train_and_eval(
     if "train" in config:  # a search config: its `train` part trains one candidate
         config = config.train
     config = config_lib.with_defaults(config)
-    if config.trainer == "reversible":
-        raise ValueError("config field 'trainer': 'reversible' runs through "
-                         "nas.train.reversible.ReversibleTrainer, not train_and_eval")
+    if config.trainer != "standard":  # "reversible", or "auto" (by memory estimate)
+        from nas.train import revrun
+
+        if graph is None:
+            graph, constants = build_graph(config.model_name, config.num_classes,
+                                           config.input.image_size)
+        if revrun.use_reversible(config, graph, constants):
+            return revrun.train_and_eval(
+                config, eval_perf, callback, graph=graph, constants=constants,
+                workdir=workdir, init_variables=init_variables, freeze=freeze,
+                freeze_inherited=freeze_inherited)
     is_host = jax.process_index() == 0
     ndev = jax.local_device_count()
     writer = JsonlWriter(workdir, is_host)
