@@ -28,7 +28,7 @@ from nas.properties.pairing import Mapping_, Pairing, Pairings, jacobian_pairing
 from nas.properties.resolved import freeze, resolve_kwargs, single_op_model
 from nas.properties.tensor_shapes import GraphShapes, graph_shapes
 
-__all__ = ["LinopProperty", "Pairing", "op_pairings", "abstract_pairings"]
+__all__ = ["LinopProperty", "Pairing", "abstract_pairings", "clear_cache", "op_pairings"]
 
 # Ops that act on every element independently (in inference mode): any dim of size >= 2
 # pairs exactly like a dim of size 2, so their cache key uses dims capped at 2.
@@ -50,7 +50,8 @@ def _canonical(op_type: OpType, op_kw: dict, in_kw: dict,
     """The smallest problem with the same pairing: only reductions proven exact are made
     (a dim of size >= 2 that is mapped one-to-one or all-to-one keeps its pairing at 2)."""
     op_kw = {k: v for k, v in op_kw.items() if k not in INIT_KWARGS}  # structure, not init
-    if op_type in _ELEMENTWISE:
+    batch_stats = op_type is OpType.BATCH_NORM and in_kw.get("use_running_average") is False
+    if op_type in _ELEMENTWISE and not batch_stats:  # batch statistics couple the batch
         return op_kw, [_cap(s) for s in shapes]
     if op_type is OpType.DENSE:
         return {**op_kw, "features": min(op_kw["features"], 2)}, [_cap(s) for s in shapes]
@@ -93,6 +94,11 @@ def op_pairings(op_type: OpType, op_kw: Mapping[str, Any], in_kw: Mapping[str, A
                        for n, s in zip(names, shapes, strict=True)])
     _OP_PAIRINGS[key] = result
     return result
+
+
+def clear_cache() -> None:
+    """Forgets every cached per-op pairing (for benchmarks measuring cold starts)."""
+    _OP_PAIRINGS.clear()
 
 
 def abstract_pairings(ops: Sequence[Op], input_names: Sequence[str], shapes: GraphShapes,

@@ -165,7 +165,9 @@ def check_max_size(shapes: GraphShapes, names: Iterable[str], max_size: int) -> 
                                f"max_size={max_size}")
 
 
-def clear_caches() -> None:
-    """Forgets every cached op and graph shape (for benchmarks measuring cold starts)."""
-    _OP_CACHE.clear()
-    _GRAPH_CACHE.clear()
+def clear_caches(ops: bool = True, graphs: bool = True) -> None:
+    """Forgets cached per-op and/or per-graph shapes (for benchmarks of cold starts)."""
+    if ops:
+        _OP_CACHE.clear()
+    if graphs:
+        _GRAPH_CACHE.clear()
