@@ -112,7 +112,7 @@ CHAIN_OPS = {
 }
 
 
-@settings(max_examples=10, deadline=None, derandomize=True,
+@settings(max_examples=8, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow])
 @given(chain=st.lists(st.sampled_from(sorted(CHAIN_OPS)), min_size=1, max_size=3),
        size=st.sampled_from([4, 5, 7]))
