@@ -9,6 +9,7 @@ re-queued (and resume from their own checkpoints), nothing finished is trained a
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 from typing import Any
@@ -32,9 +33,23 @@ def candidate_dir(workdir: str, candidate_id: int) -> str:
 
 
 def fingerprint_of(graph: Any, constants: Any, input_shape: tuple[int, ...]) -> str:
+    """Stable across processes; symbolic widths are resolved so equal networks match."""
     from nas.properties import fingerprint
 
-    return fingerprint.fingerprint_graph(graph, constants, input_shape)
+    return fingerprint.fingerprint_graph(graph, constants, {graph.input_names[0]: input_shape})
+
+
+def describe_properties(properties: list[Any]) -> list[dict[str, Any]]:
+    """A JSON-friendly record of the mutated properties a child was synthesized to meet."""
+    out = []
+    for prop in properties:
+        entry: dict[str, Any] = {"type": type(prop).__name__}
+        for name in ("depth_map", "input_shapes", "output_shapes", "pairings"):
+            value = getattr(prop, name, None)
+            if value is not None:
+                entry[name] = json.loads(json.dumps(value, default=repr))
+        out.append(entry)
+    return out
 
 
 # Fields of the search section a resumed search takes from the command line rather than
@@ -144,13 +159,13 @@ class Driver:
         k = int(self.study.get_state("proposals", 0))
         rng = np.random.default_rng([self.search.seed, k])
         try:
-            index = select_parents([Individual.from_candidate(c) for c in done],
-                                   self.selection, rng, num=1)[0]
+            parent_id = select_parents([Individual.from_candidate(c) for c in done],
+                                       self.selection, rng, num=1)[0]
         except ValueError as e:  # e.g. nobody reaches min_acc
             logging.warning("no parent can be selected: %s", e)
             self.study.set_state("proposals", k + 1)
             return None
-        parent = done[index]
+        parent = self.study.get(parent_id)
         child_seed = int(rng.integers(2**31 - 1))
         graph, constants = load(parent.graph_json)
         variables = load_variables(parent.checkpoint_path)
@@ -162,7 +177,7 @@ class Driver:
                 graph_to_json(child.graph, child.constants), parent_id=parent.id,
                 generation=parent.generation + 1, seed=child_seed,
                 fingerprint=fingerprint_of(child.graph, child.constants, self.input_shape),
-                spec=child.spec_json(), properties=child.properties_json(),
+                spec=child.spec_json(), properties=describe_properties(child.properties),
                 inheritance={"inherited": sorted(child.inherited), "new": sorted(child.new)},
                 state={"proposals": k + 1})
         except (NoChildFound, DuplicateCandidateError) as e:

@@ -46,7 +46,7 @@ class InlineExecutor:
             self._done.append(Outcome(candidate_id, error=_describe(e)))
 
     def running(self) -> int:
-        return 0
+        return len(self._done)  # finished but not yet handed back: still occupies the slot
 
     def poll(self, timeout: float) -> list[Outcome]:
         done, self._done = self._done, []

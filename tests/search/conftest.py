@@ -1,0 +1,26 @@
+import os
+import runpy
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SEARCH_CONFIG = os.path.join(ROOT, "configs", "digits_cnn_search.py")
+
+
+def tiny_search_config(**search):
+    """The README's search, shrunk so a candidate trains in seconds."""
+    config = runpy.run_path(SEARCH_CONFIG)["get_config"]()
+    config.train.total_epochs = 0.5
+    config.train.ckpt_steps = 0
+    config.train.schedule = {"decay_type": "cosine", "warmup_steps": 2}
+    config.train.log_training_steps = 1000
+    config.search.max_candidates = 3
+    config.search.executor = "inline"
+    config.search.selection = {"costs": ("flops", "params"), "min_acc": 0.0}
+    config.search.update(search)
+    return config
+
+
+@pytest.fixture
+def search_config():
+    return tiny_search_config

@@ -1,0 +1,78 @@
+"""End-to-end searches on digits: results land, failures are recorded, seeds reproduce."""
+
+import math
+
+import pytest
+
+from nas.graph import OpType, new_graph, new_op
+from nas.graph.serialize import graph_to_json
+from nas.search.driver import Driver, run_search, train_from_study
+from nas.search.report import write_report
+from nas.search.study import Study
+
+
+def fingerprints(study):
+    return [c.fingerprint for c in sorted(study.candidates(), key=lambda c: c.id)]
+
+
+def test_search_records_children_and_report(tmp_path, search_config):
+    study = run_search(search_config(), str(tmp_path / "a"), progress=False)
+    done = study.candidates("done")
+    assert study.counts().get("done", 0) + study.counts().get("failed", 0) == 3
+    assert len(done) >= 2, [c.error for c in study.candidates("failed")]
+    for c in done:
+        assert 0.0 <= c.accuracy <= 1.0 and c.flops > 0 and c.params > 0
+        assert c.im_sec_core_train > 0 and c.checkpoint_path
+    children = [c for c in done if c.parent_id is not None]
+    assert children and all(c.inheritance["inherited"] for c in children)
+    assert len(set(fingerprints(study))) == len(study.candidates())
+    report = write_report(study)
+    assert report.exists() and (report.parent / "pareto.png").exists()
+
+    # the same seed gives the same sequence of candidates
+    again = run_search(search_config(), str(tmp_path / "b"), progress=False)
+    assert fingerprints(again) == fingerprints(study)
+
+
+def test_failing_candidates_are_recorded_and_search_goes_on(tmp_path, search_config):
+    workdir = str(tmp_path / "s")
+    config = search_config(max_candidates=3)
+
+    Driver(config, workdir).seed_population()
+    study = Study.load(workdir)
+    # A graph that validates but cannot run: 10 digits classes are not divisible by 3.
+    ops = [new_op("flat", OpType.FLATTEN, ["input"]),
+           new_op("out", OpType.DENSE, ["flat"], op_kwargs={"features": "S:-1%7"})]
+    broken = study.add(graph_to_json(new_graph(["input"], ["out"], ops), {}), generation=0)
+    study = run_search(config, workdir, progress=False)
+    assert study.get(broken).status == "failed"
+    assert "not a factor" in study.get(broken).error
+    assert study.counts()["done"] >= 1
+
+
+def test_diverging_candidate_is_failed(tmp_path, search_config):
+    config = search_config(max_candidates=1)
+    config.train.lr = 1e12
+    config.train.grad_clip_norm = 0.0
+    study = run_search(config, str(tmp_path / "nan"), progress=False)
+    (seed,) = study.candidates()
+    assert seed.status == "failed"
+    assert "non-finite" in seed.error or "nan" in seed.error.lower()
+
+
+def test_external_worker_claims_next(tmp_path, search_config):
+    workdir = str(tmp_path / "w")
+    config = search_config(max_candidates=1)
+
+    Driver(config, workdir).seed_population()
+    trained = train_from_study(workdir, worker="external")
+    assert trained.status == "done" and trained.worker == "external"
+    assert math.isfinite(trained.accuracy)
+    assert train_from_study(workdir) is None
+
+
+def test_bad_search_config(tmp_path, search_config):
+    with pytest.raises(ValueError, match="search.max_candidatez"):
+        run_search(search_config(max_candidatez=3), str(tmp_path / "x"))
+    with pytest.raises(ValueError, match="search.executor"):
+        run_search(search_config(executor="slurm"), str(tmp_path / "y"))

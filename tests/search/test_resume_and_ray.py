@@ -1,0 +1,91 @@
+"""A real driver process killed with SIGKILL resumes losing and duplicating nothing; the Ray
+executor runs candidates on a local Ray cluster."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from nas.search.driver import run_search
+from nas.search.study import Study
+
+SEARCH_CONFIG = os.path.join(os.path.dirname(__file__), "..", "..", "configs",
+                             "digits_cnn_search.py")
+
+OVERRIDES = [
+    "--config.train.total_epochs=0.5", "--config.train.ckpt_steps=5",
+    "--config.train.log_training_steps=1000", "--config.search.max_candidates=3",
+    "--config.train.schedule.warmup_steps=2",
+    "--config.search.executor=inline", "--config.search.selection.min_acc=0.0",
+]
+
+
+def start_driver(workdir):
+    command = [sys.executable, "-m", "nas.search.cli", f"--config={SEARCH_CONFIG}",
+               f"--workdir={workdir}", "--noprogress", *OVERRIDES]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def wait_for(condition, process, timeout=240):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        if process.poll() is not None:
+            raise AssertionError(process.stdout.read().decode()[-3000:])
+        time.sleep(0.2)
+    raise AssertionError("timed out waiting for the driver")
+
+
+def counts(workdir):
+    try:
+        return Study.load(workdir).counts()
+    except ValueError:
+        return {}
+
+
+def test_sigkill_at_several_points_then_resume(tmp_path):
+    workdir = str(tmp_path / "study")
+    # 1: kill while the seed model is training.
+    driver = start_driver(workdir)
+    wait_for(lambda: counts(workdir).get("running", 0) == 1, driver)
+    time.sleep(3)
+    driver.send_signal(signal.SIGKILL)
+    driver.wait()
+    # 2: kill right after the first candidate finished.
+    driver = start_driver(workdir)
+    wait_for(lambda: counts(workdir).get("done", 0) >= 1, driver)
+    driver.send_signal(signal.SIGKILL)
+    driver.wait()
+    before = {c.id: c for c in Study.load(workdir).candidates("done")}
+    # 3: run to the end.
+    driver = start_driver(workdir)
+    output = driver.communicate(timeout=600)[0].decode()
+    assert driver.returncode == 0, output[-3000:]
+    study = Study.load(workdir)
+    final = study.candidates()
+    assert len(final) == 3 and all(c.status in ("done", "failed") for c in final), output
+    assert len({c.fingerprint for c in final}) == 3
+    for cid, old in before.items():  # nothing finished was lost or trained again
+        new = study.get(cid)
+        assert (new.status, new.accuracy, new.finished_at, new.attempts) == (
+            "done", old.accuracy, old.finished_at, old.attempts)
+    assert study.get(1).attempts == 2  # the seed was re-queued once after the first kill
+
+
+def test_ray_executor_runs_candidates(tmp_path, search_config, monkeypatch):
+    ray = pytest.importorskip("ray")
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        config = search_config(executor="ray", max_candidates=2)
+        study = run_search(config, str(tmp_path / "ray"), progress=False)
+    finally:
+        ray.shutdown()
+    done = study.candidates("done")
+    assert len(done) == 2, [c.error for c in study.candidates()]
+    assert done[1].parent_id == done[0].id
+    assert all(c.worker.startswith("driver") for c in done)
