@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from absl import app, flags
+from absl import app, flags, logging
 from ml_collections import config_flags
 
 FLAGS = flags.FLAGS
@@ -99,6 +99,8 @@ def run() -> None:
 
 
 def _main(argv: Sequence[str]) -> None:
+    if not FLAGS["verbosity"].present:  # orbax logs every save at INFO; --verbosity=0 shows it
+        logging.set_verbosity(logging.WARNING)
     if len(argv) > 1:
         _fail(f"unexpected arguments: {' '.join(argv[1:])}")
     try:

@@ -229,6 +229,11 @@ def train_and_eval(
     temp_bytes, peak_bytes = perf.memory_bytes(train_c)
     logging.info("compiled in %.1fs; train step temp %.1f MiB, peak %.1f MiB per device",
                  compile_seconds, temp_bytes / 2**20, peak_bytes / 2**20)
+    if config.trainer == "auto" and config.device_memory_budget and (
+            peak_bytes > config.device_memory_budget):
+        logging.warning("train step needs %d bytes per device, over device_memory_budget %d: "
+                        "the reversible trainer (nas.train.reversible) fits such candidates",
+                        peak_bytes, config.device_memory_budget)
 
     def evaluate(variables_r: Any) -> tuple[float, float, float]:
         """(accuracy, mean loss, images/sec/device of the eval steps alone)."""
