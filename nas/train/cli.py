@@ -22,6 +22,9 @@ _CONFIG = config_flags.DEFINE_config_file(
 )
 _WORKDIR = flags.DEFINE_string("workdir", None, "Where checkpoints and metrics go.")
 _GRAPH = flags.DEFINE_string("graph", None, "Graph JSON to train instead of the config's model.")
+_STUDY = flags.DEFINE_string("study", None, "A search workdir: train one of its candidates.")
+_CANDIDATE = flags.DEFINE_integer("candidate", None, "With --study: the candidate id to train.")
+_NEXT = flags.DEFINE_bool("next", False, "With --study: claim the next pending candidate.")
 
 
 class UserError(Exception):
@@ -77,10 +80,30 @@ def format_table(metrics: dict, epochs: int) -> str:
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 
 
+def run_study_worker() -> None:
+    """Trains one candidate of a search study (a worker outside the driver). The study logic
+    lives in nas.search; it is imported only here, so nas.train does not depend on it."""
+    from nas.search.driver import train_from_study
+
+    if _NEXT.value == (_CANDIDATE.value is not None):
+        raise UserError("--study needs exactly one of --next or --candidate=N")
+    candidate = train_from_study(_STUDY.value, candidate_id=_CANDIDATE.value)
+    if candidate is None:
+        print("no pending candidate")
+        return
+    if candidate.status != "done":
+        raise UserError(f"candidate {candidate.id} failed: {candidate.error}")
+    print(f"candidate {candidate.id}: accuracy {candidate.accuracy:.4f}, "
+          f"FLOPs {candidate.flops:,.0f}, params {candidate.params:,.0f}")
+
+
 def run() -> None:
     """The default action: train the config's model (or --graph) and print the table."""
     from nas.train import train_and_eval
 
+    if _STUDY.value:
+        run_study_worker()
+        return
     config = _CONFIG.value
     if config is None:
         raise UserError("--config is required")

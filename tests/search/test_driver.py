@@ -76,3 +76,14 @@ def test_bad_search_config(tmp_path, search_config):
         run_search(search_config(max_candidatez=3), str(tmp_path / "x"))
     with pytest.raises(ValueError, match="search.executor"):
         run_search(search_config(executor="slurm"), str(tmp_path / "y"))
+
+
+def test_nas_train_study_flags_are_checked(tmp_path):
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-m", "nas.train.cli", f"--study={tmp_path}"],
+                            capture_output=True, text=True)
+    assert result.returncode == 1
+    assert "exactly one of --next or --candidate" in result.stderr
+    assert "Traceback" not in result.stderr
