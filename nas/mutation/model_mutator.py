@@ -113,16 +113,21 @@ class ModelMutator:
                         for m, props in selected]
         synth = self.config.make_synthesizer(selected, child_id, self.rng, deadline)
         models = synth.synthesize()
+        for model, (_, props) in zip(models, selected, strict=True):
+            shapes = graph_shapes(model.graph, model.constants, model.inputs)
+            failed = [type(p).__name__ for p in props if not verify_property(p, model, shapes)]
+            if failed:
+                raise SynthesisError(f"the synthesized subgraph does not satisfy {failed}")
         mutated = max(range(len(selected)), key=lambda i: len(selected[i][1]))
         return list(models[0].subgraph), selected[mutated][1], selected[0][0].subgraph, mutated
 
     def _check_child(self, graph: Graph, constants: Mapping[str, Any], inputs: Mapping[str, Any],
-                     parent_fp: str, parent_out: Mapping[str, tuple]) -> GraphShapes:
+                     parent_fp: str, parent_out: Sequence[tuple]) -> GraphShapes:
         shapes = graph_shapes(graph, constants, inputs)
-        for name, shape in parent_out.items():
-            if shapes.shape(name) != shape:
-                raise SynthesisError(f"child output {name!r} has shape {shapes.shape(name)}, "
-                                     f"the parent's is {shape}")
+        child_out = [shapes.shape(n) for n in graph.output_names]
+        if child_out != list(parent_out):
+            raise SynthesisError(f"child output shapes {child_out} differ from the parent's "
+                                 f"{list(parent_out)}")
         if fingerprint_graph(graph, constants, shapes=shapes) == parent_fp:
             raise SynthesisError("child computes the same function as its parent "
                                  "(equal fingerprints)")
@@ -138,7 +143,7 @@ class ModelMutator:
         inputs = probe_inputs(graph, cfg.input_shape)
         parent_shapes = graph_shapes(graph, constants, inputs)
         parent_fp = fingerprint_graph(graph, constants, shapes=parent_shapes)
-        parent_out = {n: parent_shapes.shape(n) for n in graph.output_names}
+        parent_out = [parent_shapes.shape(n) for n in graph.output_names]
         by_block = bool(blocks) and builder is not None and cfg.mutate_by_block
         reasons: list[str] = []
         for attempt in range(1, max(cfg.retries, 1) + 1):

@@ -14,7 +14,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from nas.graph.ops import Graph
-from nas.graph.subgraph import SubgraphModel, SubgraphNode, replace_subgraph
+from nas.graph.subgraph import (
+    SubgraphModel,
+    SubgraphNode,
+    replace_subgraph,
+    subgraph_inputs,
+    subgraph_outputs,
+)
 from nas.properties.tensor_shapes import GraphShapes, graph_shapes
 from nas.synthesis.variables import build_variables
 
@@ -54,6 +60,36 @@ def host_shapes(model: SubgraphModel) -> GraphShapes | None:
         return graph_shapes(model.graph, model.constants, model.inputs)
     except ValueError:
         return None
+
+
+class CandidateModel(SubgraphModel):
+    """A cheap SubgraphModel of a candidate spec, for abstract property checks only.
+
+    Why: a candidate's properties depend only on its own ops, the shapes of its inputs and
+    the producers of its inputs, all of which the *host* graph already has. So the host
+    graph is used as is (no splice, no copies); the full views (`subg_graph`, ...) are built
+    on first access from a real splice, should anything ask for them.
+    """
+
+    def __init__(self, graph: Graph, constants: Any, inputs: Any,
+                 subgraph: Sequence[SubgraphNode]) -> None:
+        self.graph = graph
+        self.constants = dict(constants or {})
+        self.state = None
+        self.inputs = inputs
+        self.subgraph = list(subgraph)
+        self.original_outputs = list(graph.output_names)
+        self.subg_inputs = None
+        self.subg_outputs = None
+        self.input_names = subgraph_inputs(self.subgraph)
+        self.output_names = subgraph_outputs(self.subgraph)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("subg_"):
+            full = SubgraphModel(replace_subgraph(self.graph, self.subgraph), self.constants,
+                                 None, self.inputs, self.subgraph)
+            return getattr(full, name)
+        raise AttributeError(name)
 
 
 class AbstractSynthesizer:
@@ -115,6 +151,11 @@ class AbstractSynthesizer:
             out.append(SubgraphModel(new_graph, model.constants, state, model.inputs,
                                      list(subgraph_spec)))
         return out
+
+    def candidate_models(self, subgraph_spec: Sequence[SubgraphNode]) -> list[SubgraphModel]:
+        """Light models of a candidate spec in every context, for property checks."""
+        return [CandidateModel(model.graph, model.constants, model.inputs, subgraph_spec)
+                for model, _ in self.subgraphs_and_props]
 
     def verify(self, subgraph_models: Sequence[SubgraphModel]) -> bool:
         """True when every context's model satisfies every property of that context."""

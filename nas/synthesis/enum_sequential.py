@@ -81,13 +81,13 @@ class EnumerativeSequentialSynthesizer(AbstractSequentialSynthesizer):
         gen = lambda: op_enumerator(self.prefix, self.kwarg_defaults, full=False)
         return sequence_generator(gen, max_len, min_len)
 
-    def try_ops(self, ops: Sequence[Op], adjust_features: bool) -> list[SubgraphModel] | None:
-        """Models of the chain `ops` if it builds and satisfies every property, else None."""
+    def try_ops(self, ops: Sequence[Op], adjust_features: bool) -> bool:
+        """Whether the chain `ops` builds and satisfies every property."""
         try:
-            models = self.make_subgraph_models(self.make_subgraph_spec(ops, adjust_features))
+            return self.verify(self.candidate_models(self.make_subgraph_spec(ops,
+                                                                             adjust_features)))
         except ValueError:
-            return None
-        return models if self.verify(models) else None
+            return False
 
     def synthesize(self) -> list[SubgraphModel]:
         min_len, max_len = self.length_bounds()
@@ -99,7 +99,7 @@ class EnumerativeSequentialSynthesizer(AbstractSequentialSynthesizer):
             if key in seen:
                 continue
             seen.add(key)
-            if self.try_ops(ops, adjust_features=True) is not None:
+            if self.try_ops(ops, adjust_features=True):
                 return self.randomize_subgraph([node.op for node in spec])
         raise SynthesisError(f"no chain of length {min_len}..{max_len} satisfies the "
                              f"properties")
@@ -107,8 +107,7 @@ class EnumerativeSequentialSynthesizer(AbstractSequentialSynthesizer):
     def randomize_subgraph(self, ops: Sequence[Op], full: bool = True) -> list[SubgraphModel]:
         """Random FULL kwargs for each op of a satisfying chain, keeping it satisfying."""
         ops = [copy.deepcopy(op) for op in ops]
-        best = self.try_ops(ops, adjust_features=False)
-        if best is None:
+        if not self.try_ops(ops, adjust_features=False):
             raise SynthesisError("the chain to randomize does not satisfy the properties")
         for index, op in enumerate(ops):
             if op.type not in RANDOMIZED_TYPES:
@@ -131,14 +130,13 @@ class EnumerativeSequentialSynthesizer(AbstractSequentialSynthesizer):
                     try:
                         self.check_deadline()
                     except SynthesisTimeout:
-                        return best
+                        return self.make_subgraph_models(self.make_subgraph_spec(ops))
                     trial = [copy.deepcopy(o) for o in ops]
                     target = trial[index].op_kwargs if where == "op" else trial[index].input_kwargs
                     if hashable(target.get(key)) == hashable(value):
                         break  # keeping the current value is an accepted choice
                     target[key] = value
-                    models = self.try_ops(trial, adjust_features=False)
-                    if models is not None:
-                        ops, best = trial, models
+                    if self.try_ops(trial, adjust_features=False):
+                        ops = trial
                         break
-        return best
+        return self.make_subgraph_models(self.make_subgraph_spec(ops))

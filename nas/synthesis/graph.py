@@ -22,7 +22,7 @@ import numpy as np
 
 from nas.graph.ops import Op, OpType, new_op
 from nas.graph.subgraph import SubgraphModel, SubgraphNode
-from nas.synthesis.base import AbstractSynthesizer, Context, SynthesisError, verify_property
+from nas.synthesis.base import AbstractSynthesizer, Context, SynthesisError
 from nas.synthesis.sequential import is_shape_property
 
 NODE_TYPES = frozenset({OpType.RESHAPE, OpType.FLATTEN, OpType.TRANSPOSE, OpType.EINSUM,
@@ -136,12 +136,7 @@ class GraphSynthesizer(AbstractSynthesizer):
         """Whether a no-op placeholder (NONE) satisfies the edge's properties."""
         placeholder = new_op(f"{self.prefix}none", OpType.NONE, [edge.source])
         synth = AbstractSynthesizer(contexts, self.generation)
-        try:
-            models = synth.make_subgraph_models([SubgraphNode(placeholder, [edge.sink])])
-        except ValueError:
-            return False
-        return all(verify_property(prop, m, shapes) for m, (_, props), shapes in
-                   zip(models, contexts, synth.shapes, strict=True) for prop in props)
+        return synth.verify(synth.candidate_models([SubgraphNode(placeholder, [edge.sink])]))
 
     def _attempt(self) -> list[SubgraphNode]:
         renamed: dict[str, str] = {}  # old tensor -> new tensor

@@ -98,8 +98,7 @@ class ProgressiveSequentialSynthesizer(EnumerativeSequentialSynthesizer):
             self.check_deadline()
             spec = self.make_subgraph_spec([*ops, op], adjust_features=adjust)
             try:
-                models = self.make_subgraph_models(spec)
-                dist = self.subg_distance(models)
+                dist = self.subg_distance(self.candidate_models(spec))
             except (ValueError, KeyError, TypeError):
                 continue
             # Keep the adjusted kwargs but the unsuffixed names, so the next spec renames once.

@@ -1,0 +1,51 @@
+"""Shared checks for mutation tests: every child must be valid, inherit bit-identical arrays
+and differ from its parent."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from nas.graph import Model
+from nas.graph.serialize import graph_to_json
+from nas.properties.fingerprint import fingerprint_graph
+from nas.synthesis.variables import build_variables
+
+INPUT = {"input": jax.ShapeDtypeStruct((1, 32, 32, 3), jnp.float32)}
+
+
+def parent_variables(graph, constants, seed: int = 0):
+    """Fresh parent variables (host-side initializers: no compile)."""
+    return build_variables(graph, constants, INPUT, None, seed=seed).variables
+
+
+def check_child(child, graph, constants, variables, num_classes=10, forward=True):
+    assert child.inherited or child.new
+    params = child.variables["params"]
+    assert set(params) == child.inherited | child.new
+    assert not child.inherited & child.new
+    for name in child.inherited:
+        mine = jax.tree.leaves(params[name])
+        theirs = jax.tree.leaves(variables["params"][name])
+        assert len(mine) == len(theirs)
+        for a, b in zip(mine, theirs, strict=True):
+            assert a.dtype == b.dtype and a.shape == b.shape
+            assert np.array_equal(np.asarray(a), np.asarray(b)), name
+    assert fingerprint_graph(child.graph, child.constants, INPUT) != fingerprint_graph(
+        graph, constants, INPUT)
+    assert child.satisfies_properties()
+    for prop in child.properties:
+        assert prop.verify(child.subgraph_model())
+    if forward:
+        x = jnp.ones((2, 32, 32, 3))
+        out = Model(child.graph, child.constants).apply(child.variables, x)
+        assert out.shape == (2, num_classes)
+        assert bool(jnp.all(jnp.isfinite(out)))
+
+
+def same_child(a, b) -> bool:
+    if graph_to_json(a.graph, a.constants) != graph_to_json(b.graph, b.constants):
+        return False
+    la, lb = jax.tree.leaves(a.variables), jax.tree.leaves(b.variables)
+    return len(la) == len(lb) and all(np.array_equal(x, y) for x, y in zip(la, lb, strict=True))

@@ -1,0 +1,127 @@
+"""propose_child on zoo models: a valid child or a clear reason, deterministic per seed."""
+
+import pytest
+
+from nas.graph.block import Block
+from nas.mutation import Child, MutationConfig, NoChildFound, propose_child
+from nas.zoo import builder, cnn, resnetv1, vit
+from tests.mutation.helpers import check_child, parent_variables, same_child
+
+FAST = {"linear_p": None, "time_limit_s": 10.0}  # linear pairings compile per op kind
+
+
+def _mutate_many(graph, constants, seeds, config, forward_every=1):
+    variables = parent_variables(graph, constants)
+    children, failures = 0, 0
+    for i, seed in enumerate(seeds):
+        try:
+            child = propose_child(graph, constants, variables, seed=seed, config=config)
+        except NoChildFound as e:
+            assert "no child found" in str(e) and len(str(e)) > 40
+            failures += 1
+            continue
+        assert isinstance(child, Child)
+        check_child(child, graph, constants, variables, forward=i % forward_every == 0)
+        children += 1
+    return children, failures
+
+
+def test_cifarnet_many_seeds():
+    graph, constants, _ = cnn.CifarNet()
+    children, _ = _mutate_many(graph, constants, range(12), FAST, forward_every=3)
+    assert children >= 9
+
+
+def test_cifarnet_with_linear_property():
+    graph, constants, _ = cnn.CifarNet()
+    children, _ = _mutate_many(graph, constants, [6, 8], {"time_limit_s": 30.0})
+    assert children >= 1
+
+
+def test_resnet18_seeds():
+    graph, constants, _ = resnetv1.ResNet18(num_classes=10, input_resolution="small")
+    children, _ = _mutate_many(graph, constants, range(5), FAST, forward_every=5)
+    assert children >= 3
+
+
+def test_small_vit_seeds():
+    graph, constants, _ = vit.base_vit(16, 32, 2, 64, 2, image_size=32, num_classes=10)
+    children, _ = _mutate_many(graph, constants, range(5), FAST, forward_every=2)
+    assert children >= 3
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["cnn", "resnet18", "ti/16"])
+def test_zoo_many_seeds_full_properties(name):
+    graph, constants, _ = builder(name, 10, 32)()
+    children, _ = _mutate_many(graph, constants, range(20), {"time_limit_s": 30.0},
+                               forward_every=4)
+    assert children >= 10
+
+
+def test_same_seed_same_child():
+    graph, constants, _ = cnn.CifarNet()
+    variables = parent_variables(graph, constants)
+    a = propose_child(graph, constants, variables, seed=3, config=FAST)
+    b = propose_child(graph, constants, variables, seed=3, config=FAST)
+    assert same_child(a, b)
+    assert a.spec_json() == b.spec_json()
+    c = propose_child(graph, constants, variables, seed=4, config=FAST)
+    assert not same_child(a, c)
+
+
+def test_sequential_mutator_and_other_synthesizers():
+    graph, constants, _ = cnn.CifarNet()
+    variables = parent_variables(graph, constants)
+    for synthesizer in ("progressive", "enum", "random_enum", "primer"):
+        config = {**FAST, "mutator": "random_sequential", "synthesizer": synthesizer}
+        found = 0
+        for seed in range(4):
+            try:
+                child = propose_child(graph, constants, variables, seed=seed, config=config)
+            except NoChildFound:
+                continue
+            check_child(child, graph, constants, variables, forward=False)
+            found += 1
+        assert found >= 1, synthesizer
+
+
+def test_block_level_mutation():
+    build = builder("cnn", 10, 32)
+    graph, constants, blocks = build()
+    variables = parent_variables(graph, constants)
+    config = {**FAST, "block_add_prob": 0.3, "block_delete_prob": 0.3}
+    kinds = set()
+    for seed in range(8):
+        child = propose_child(graph, constants, variables, seed=seed, config=config,
+                              blocks=blocks, builder=build)
+        kinds.add(child.kind)
+        assert child.blocks and all(isinstance(b, Block) for b in child.blocks)
+        if child.kind == "block_mutate":
+            assert any("/trial" in b.name for b in child.blocks)
+        check_child(child, graph, constants, variables, forward=seed % 3 == 0)
+    assert {"block_add", "block_delete", "block_mutate"} <= kinds
+
+
+def test_no_child_found_is_a_value_error_with_a_reason():
+    graph, constants, _ = cnn.CifarNet()
+    config = {**FAST, "time_limit_s": 1e-6}
+    with pytest.raises(NoChildFound, match="no child found") as info:
+        propose_child(graph, constants, None, seed=0, config=config)
+    assert isinstance(info.value, ValueError)
+    assert "time" in str(info.value)
+
+
+def test_child_without_parent_variables_is_all_new():
+    graph, constants, _ = cnn.CifarNet()
+    child = propose_child(graph, constants, None, seed=2, config=FAST)
+    assert not child.inherited and child.new == set(child.variables["params"])
+
+
+@pytest.mark.parametrize("bad, field", [
+    ({"max_len": -1}, "max_len"), ({"p": 2.0}, "p"), ({"input_shape": (32,)}, "input_shape"),
+    ({"synthesizer": "magic"}, "synthesizer"), ({"colour": 1}, "colour"),
+])
+def test_config_errors(bad, field):
+    with pytest.raises(ValueError, match=field):
+        MutationConfig.from_dict(bad)
