@@ -16,12 +16,14 @@ def get_config(arg=None):
     del arg
     here = os.path.dirname(os.path.abspath(__file__))
     train = runpy.run_path(os.path.join(here, "digits_cnn.py"))["get_config"]()
-    train.total_epochs = 3.0
+    train.total_epochs = 1.0  # children start from their parent's weights
+    train.schedule = dict(decay_type="cosine", warmup_steps=2)
     train.log_training_steps = 50
     config = ml_collections.ConfigDict()
     config.train = train
     config.search = search_defaults()
     config.search.max_candidates = 8
-    config.search.time_limit_s = 300.0
+    config.search.seed_epochs = 3.0
+    config.search.time_limit_s = 120.0
     config.search.selection = {"costs": ("flops", "params"), "min_acc": 0.5}
     return config

@@ -59,9 +59,15 @@ OPERATIONAL = ("max_candidates", "executor", "workers", "ray_address", "time_lim
 
 
 def candidate_task(study: Study, train: ml_collections.ConfigDict, time_limit_s: float,
-                   candidate_id: int) -> dict[str, Any]:
-    """Plain-data arguments of `train_candidate` for a claimed candidate."""
+                   candidate_id: int, seed_epochs: float = 0.0) -> dict[str, Any]:
+    """Plain-data arguments of `train_candidate` for a claimed candidate.
+
+    Children start from inherited weights, so they may train for fewer epochs than a seed
+    model trained from scratch (`seed_epochs`)."""
     candidate = study.get(candidate_id)
+    train_config = train.to_dict()
+    if candidate.parent_id is None and seed_epochs > 0:
+        train_config["total_epochs"] = float(seed_epochs)
     directory = candidate_dir(str(study.workdir), candidate_id)
     init = os.path.join(directory, "init")
     variables = None
@@ -70,7 +76,7 @@ def candidate_task(study: Study, train: ml_collections.ConfigDict, time_limit_s:
     elif candidate.parent_id is not None:  # killed before its init was saved: inherit again
         variables = load_variables(study.get(candidate.parent_id).checkpoint_path)
     return {
-        "train_config": train.to_dict(),
+        "train_config": train_config,
         "graph_json": candidate.graph_json,
         "init_variables": variables,
         "time_limit_s": time_limit_s,
@@ -117,8 +123,8 @@ def train_from_study(workdir: str, candidate_id: int | None = None,
     if candidate is None:
         return None
     executor = InlineExecutor()
-    executor.submit(candidate.id, candidate_task(study, config.train,
-                                                 float(search.time_limit_s), candidate.id))
+    executor.submit(candidate.id, candidate_task(study, config.train, float(search.time_limit_s),
+                                                 candidate.id, float(search.seed_epochs)))
     for outcome in executor.poll(0):
         record_outcome(study, outcome)
     return study.get(candidate.id)
@@ -138,6 +144,7 @@ class Driver:
         size = int(self.train.input.image_size)
         self.input_shape = (1, size, size, 3)
         self.worker = f"driver@{socket.gethostname()}:{os.getpid()}"
+        self._shown: dict[str, int] | None = None  # counts last drawn on the progress bar
 
     # ------------------------------------------------------------------ proposing
     def seed_population(self) -> None:
@@ -191,7 +198,7 @@ class Driver:
     # ------------------------------------------------------------------ training
     def task(self, candidate_id: int) -> dict[str, Any]:
         return candidate_task(self.study, self.train, float(self.search.time_limit_s),
-                              candidate_id)
+                              candidate_id, float(self.search.seed_epochs))
 
     def record(self, outcome: Outcome) -> None:
         record_outcome(self.study, outcome)
@@ -246,6 +253,9 @@ class Driver:
         return self.study
 
     def _update(self, bar: tqdm, finished: int, counts: dict[str, int]) -> None:
+        if self._shown == counts:
+            return
+        self._shown = dict(counts)
         bar.n = finished
         best = self.study.best(1)
         bar.set_postfix(done=counts.get("done", 0), failed=counts.get("failed", 0),

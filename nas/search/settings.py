@@ -17,6 +17,7 @@ def search_defaults() -> ml_collections.ConfigDict:
     return ml_collections.ConfigDict({
         "seed": 0,
         "max_candidates": 12,  # including the seed model
+        "seed_epochs": 0.0,  # epochs for the seed model (0: train.total_epochs, like children)
         "executor": "local",  # local | ray | inline
         "workers": 1,  # candidates training at once
         "ray_address": "",  # "" starts a local Ray; "auto" joins a running cluster
