@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from absl import app, flags
+from absl import app, flags, logging
 from ml_collections import config_flags
 
 FLAGS = flags.FLAGS
@@ -79,6 +79,8 @@ def _export(workdir: str) -> None:
 
 
 def _main(argv: Sequence[str]) -> None:
+    if not FLAGS["verbosity"].present:  # orbax logs every save at INFO; --verbosity=0 shows it
+        logging.set_verbosity(logging.WARNING)
     command = argv[1] if len(argv) > 1 else "search"
     actions = {"search": _search, "report": _report, "export": _export}
     if command not in actions or len(argv) > 2:

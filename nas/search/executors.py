@@ -128,9 +128,10 @@ class LocalExecutor:
             self.submit(candidate_id, kwargs)
 
     def close(self) -> None:
-        for process in list(getattr(self._pool, "_processes", {}).values()):
-            process.kill()
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._inflight:  # interrupted: do not wait for candidates nobody will record
+            for process in list(getattr(self._pool, "_processes", {}).values()):
+                process.kill()
+        self._pool.shutdown(wait=not self._inflight, cancel_futures=True)
 
 
 class RayExecutor:
