@@ -22,7 +22,7 @@ import numpy as np
 
 from nas.graph.ops import Op, OpType, new_op
 from nas.graph.subgraph import SubgraphModel, SubgraphNode
-from nas.synthesis.base import AbstractSynthesizer, Context, SynthesisError
+from nas.synthesis.base import AbstractSynthesizer, Context, SynthesisError, SynthesisTimeout
 from nas.synthesis.sequential import is_shape_property
 
 NODE_TYPES = frozenset({OpType.RESHAPE, OpType.FLATTEN, OpType.TRANSPOSE, OpType.EINSUM,
@@ -209,9 +209,9 @@ class GraphSynthesizer(AbstractSynthesizer):
             try:
                 spec = self._attempt()
                 models = self.make_subgraph_models(spec)
+            except SynthesisTimeout:
+                raise
             except SynthesisError as e:
-                if "time budget" in str(e):
-                    raise
                 reasons.append(str(e))
                 continue
             except ValueError as e:

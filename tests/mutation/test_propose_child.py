@@ -32,6 +32,7 @@ def test_cifarnet_many_seeds():
     assert children >= 9
 
 
+@pytest.mark.slow  # cold linear pairings compile one Jacobian per op kind (~0.3 s each)
 def test_cifarnet_with_linear_property():
     graph, constants, _ = cnn.CifarNet()
     children, _ = _mutate_many(graph, constants, [6, 8], {"time_limit_s": 30.0})

@@ -80,19 +80,20 @@ def test_primer_makes_one_edit():
     assert all(n.op.name.startswith("gen3/") for n in model.subgraph)
 
 
-def _resnet_context(indices):
+def _resnet_context(indices, linear):
     graph, constants, _ = resnetv1.ResNet18(num_classes=10, input_resolution="small")
     spec = exported_spec(graph, [graph.ops[i] for i in indices])
     graph = replace_subgraph(graph, spec)
     inputs = {"input": jax.ShapeDtypeStruct((1, 32, 32, 3), jnp.float32)}
     model = SubgraphModel(graph, constants, None, inputs, spec)
-    props = [ShapeProperty(), DepthProperty(), LinopProperty()]
+    props = [ShapeProperty(), DepthProperty()] + ([LinopProperty()] if linear else [])
     return graph, constants, inputs, [(model, [p.infer(model) for p in props])]
 
 
-@pytest.mark.parametrize("indices", [[4, 9, 10], [3, 4, 8, 9, 10, 11]])
-def test_graph_synthesizer_multi_input(indices):
-    graph, constants, inputs, contexts = _resnet_context(indices)
+@pytest.mark.parametrize("indices, linear", [([4, 9, 10], True),
+                                             ([3, 4, 8, 9, 10, 11], False)])
+def test_graph_synthesizer_multi_input(indices, linear):
+    graph, constants, inputs, contexts = _resnet_context(indices, linear)
     nodes, edges = decompose(contexts[0][0].subgraph)
     assert any(n.op.type.name == "ADD" for n in nodes) and any(e.ops for e in edges)
     rng = random.Random(0)
