@@ -24,6 +24,18 @@ def get_config(arg=None):
     config.search = search_defaults()
     config.search.max_candidates = 8
     config.search.seed_epochs = 3.0
+    config.search.child_lr = 5e-4  # children fine-tune from inherited weights
     config.search.time_limit_s = 120.0
     config.search.selection = {"costs": ("flops", "params"), "min_acc": 0.5}
+    # nas.mutation.MutationConfig fields. A proposal is deterministic for its seed unless it
+    # runs into time_limit_s, so the limit is generous.
+    config.search.mutation = {
+        "mutator": "random_subgraph",
+        "max_len": 3,
+        "synthesizer": "progressive",
+        "depth_p": 0.5,
+        "linear_p": 0.5,
+        "function_preserving": False,
+        "time_limit_s": 60.0,
+    }
     return config

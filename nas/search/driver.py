@@ -58,16 +58,18 @@ OPERATIONAL = ("max_candidates", "executor", "workers", "ray_address", "time_lim
                "hard_time_limit_s")
 
 
-def candidate_task(study: Study, train: ml_collections.ConfigDict, time_limit_s: float,
-                   candidate_id: int, seed_epochs: float = 0.0) -> dict[str, Any]:
+def candidate_task(study: Study, train: ml_collections.ConfigDict,
+                   search: ml_collections.ConfigDict, candidate_id: int) -> dict[str, Any]:
     """Plain-data arguments of `train_candidate` for a claimed candidate.
 
-    Children start from inherited weights, so they may train for fewer epochs than a seed
-    model trained from scratch (`seed_epochs`)."""
+    Children start from inherited weights, so they fine-tune: they may train for fewer
+    epochs than a seed model trained from scratch (`seed_epochs`) and at a lower rate."""
     candidate = study.get(candidate_id)
     train_config = train.to_dict()
-    if candidate.parent_id is None and seed_epochs > 0:
-        train_config["total_epochs"] = float(seed_epochs)
+    if candidate.parent_id is None and search.seed_epochs > 0:
+        train_config["total_epochs"] = float(search.seed_epochs)
+    if candidate.parent_id is not None and search.child_lr > 0:
+        train_config["lr"] = float(search.child_lr)
     directory = candidate_dir(str(study.workdir), candidate_id)
     init = os.path.join(directory, "init")
     variables = None
@@ -79,7 +81,7 @@ def candidate_task(study: Study, train: ml_collections.ConfigDict, time_limit_s:
         "train_config": train_config,
         "graph_json": candidate.graph_json,
         "init_variables": variables,
-        "time_limit_s": time_limit_s,
+        "time_limit_s": float(search.time_limit_s),
         "workdir": os.path.join(directory, "train"),
     }
 
@@ -123,8 +125,7 @@ def train_from_study(workdir: str, candidate_id: int | None = None,
     if candidate is None:
         return None
     executor = InlineExecutor()
-    executor.submit(candidate.id, candidate_task(study, config.train, float(search.time_limit_s),
-                                                 candidate.id, float(search.seed_epochs)))
+    executor.submit(candidate.id, candidate_task(study, config.train, search, candidate.id))
     for outcome in executor.poll(0):
         record_outcome(study, outcome)
     return study.get(candidate.id)
@@ -197,8 +198,7 @@ class Driver:
 
     # ------------------------------------------------------------------ training
     def task(self, candidate_id: int) -> dict[str, Any]:
-        return candidate_task(self.study, self.train, float(self.search.time_limit_s),
-                              candidate_id, float(self.search.seed_epochs))
+        return candidate_task(self.study, self.train, self.search, candidate_id)
 
     def record(self, outcome: Outcome) -> None:
         record_outcome(self.study, outcome)

@@ -18,6 +18,7 @@ def search_defaults() -> ml_collections.ConfigDict:
         "seed": 0,
         "max_candidates": 12,  # including the seed model
         "seed_epochs": 0.0,  # epochs for the seed model (0: train.total_epochs, like children)
+        "child_lr": 0.0,  # learning rate for children, which fine-tune (0: train.lr)
         "executor": "local",  # local | ray | inline
         "workers": 1,  # candidates training at once
         "ray_address": "",  # "" starts a local Ray; "auto" joins a running cluster

@@ -17,6 +17,7 @@ def tiny_search_config(**search):
     config.search.max_candidates = 3
     config.search.executor = "inline"
     config.search.selection = {"costs": ("flops", "params"), "min_acc": 0.0}
+    config.search.mutation.time_limit_s = 600.0  # never binding: proposals stay deterministic
     config.search.update(search)
     return config
 
