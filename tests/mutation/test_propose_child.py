@@ -1,5 +1,7 @@
 """propose_child on zoo models: a valid child or a clear reason, deterministic per seed."""
 
+import json
+
 import pytest
 
 from nas.graph.block import Block
@@ -67,6 +69,7 @@ def test_same_seed_same_child():
     b = propose_child(graph, constants, variables, seed=3, config=FAST)
     assert same_child(a, b)
     assert a.spec_json() == b.spec_json()
+    assert json.loads(json.dumps(a.spec_json())) == a.spec_json()
     c = propose_child(graph, constants, variables, seed=4, config=FAST)
     assert not same_child(a, c)
 
