@@ -25,7 +25,7 @@ from nas.search.executors import Outcome, make_executor
 from nas.search.selection import Individual, SelectionConfig, select_parents
 from nas.search.settings import validate_search
 from nas.search.study import DuplicateCandidateError, Study
-from nas.search.weights import load_variables, save_variables
+from nas.train.checkpoint import load_variables, save_variables
 
 
 def candidate_dir(workdir: str, candidate_id: int) -> str:

@@ -93,3 +93,29 @@ def _check_like(target: Any, state: Any, directory: str) -> None:
                 f"checkpoint in {directory}: {jax.tree_util.keystr(path)} is {g.dtype}{g.shape}, "
                 f"expected {w.dtype}{w.shape}"
             )
+
+
+# Final variables of a candidate (what a search stores and exports), one orbax directory.
+def save_variables(path: str, variables: dict[str, Any]) -> str:
+    """Writes `variables` ({"params", "batch_stats"?}) to `path`; returns the absolute path.
+
+    orbax writes to a temporary directory and renames it when complete, so a kill leaves
+    either nothing or a whole checkpoint.
+    """
+    path = os.path.abspath(path)
+    host = jax.tree.map(np.asarray, variables)
+    with ocp.StandardCheckpointer() as ckpt:
+        ckpt.save(path, host, force=True)
+    return path
+
+
+def load_variables(path: str) -> dict[str, Any]:
+    path = os.path.abspath(path)
+    if not os.path.isdir(path):
+        raise ValueError(f"no saved variables at {path!r}")
+    try:
+        with ocp.StandardCheckpointer() as ckpt:
+            restored = ckpt.restore(path)
+    except Exception as e:  # orbax raises many types for a damaged directory
+        raise ValueError(f"saved variables at {path!r} cannot be read: {e}") from None
+    return jax.tree.map(np.asarray, restored)

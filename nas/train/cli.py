@@ -80,6 +80,28 @@ def format_table(metrics: dict, epochs: int) -> str:
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 
 
+def read_graph_file(path: str) -> tuple:
+    """(graph, constants, variables or None). A candidate exported by `nas-search export`
+    also carries the path of its trained variables; training then starts from them."""
+    import json
+
+    from nas.graph import serialize
+    from nas.train.checkpoint import load_variables
+
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError as e:
+        raise UserError(f"--graph: cannot read {path}: {e.strerror}") from None
+    graph, constants = serialize.load(text)
+    doc = json.loads(text)
+    checkpoint = doc.get("checkpoint_path") if doc.get("format") == "nas-candidate" else None
+    if not checkpoint:
+        return graph, constants, None
+    print(f"starting from the exported candidate's weights: {checkpoint}")
+    return graph, constants, load_variables(checkpoint)
+
+
 def run_study_worker() -> None:
     """Trains one candidate of a search study (a worker outside the driver). The study logic
     lives in nas.search; it is imported only here, so nas.train does not depend on it."""
@@ -107,17 +129,11 @@ def run() -> None:
     config = _CONFIG.value
     if config is None:
         raise UserError("--config is required")
-    graph = constants = None
+    graph = constants = init = None
     if _GRAPH.value:
-        from nas.graph import serialize
-
-        try:
-            with open(_GRAPH.value) as f:
-                graph, constants = serialize.load(f.read())  # (graph, constants)
-        except OSError as e:
-            raise UserError(f"--graph: cannot read {_GRAPH.value}: {e.strerror}") from None
+        graph, constants, init = read_graph_file(_GRAPH.value)
     metrics, epochs, _ = train_and_eval(config, graph=graph, constants=constants,
-                                        workdir=_WORKDIR.value)
+                                        workdir=_WORKDIR.value, init_variables=init)
     print(format_table(metrics.to_dict(), epochs))
 
 

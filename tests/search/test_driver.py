@@ -5,7 +5,7 @@ import math
 import pytest
 
 from nas.graph import OpType, new_graph, new_op
-from nas.graph.serialize import graph_to_json
+from nas.graph.serialize import graph_to_json, load
 from nas.search.driver import Driver, run_search, train_from_study
 from nas.search.report import write_report
 from nas.search.study import Study
@@ -69,6 +69,26 @@ def test_external_worker_claims_next(tmp_path, search_config):
     assert trained.status == "done" and trained.worker == "external"
     assert math.isfinite(trained.accuracy)
     assert train_from_study(workdir) is None
+
+    # an export carries graph and weights; nas-train --graph starts from them
+    from nas.train.checkpoint import load_variables
+    from nas.train.cli import read_graph_file
+
+    path = Study.load(workdir).export(trained.id, tmp_path / "export.json")
+    graph, constants, variables = read_graph_file(str(path))
+    assert (graph, constants) == load(trained.graph_json)
+    final = load_variables(trained.checkpoint_path)
+    assert jax_equal(variables, final)
+    with pytest.raises(ValueError, match="no saved variables"):
+        load_variables(str(tmp_path / "missing"))
+
+
+def jax_equal(a, b):
+    import jax
+    import numpy as np
+
+    return jax.tree.structure(a) == jax.tree.structure(b) and all(
+        np.array_equal(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True))
 
 
 def test_bad_search_config(tmp_path, search_config):
