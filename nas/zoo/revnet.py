@@ -106,14 +106,7 @@ def RevNet(  # noqa: N802
 def embed_block(patch_size: int, width: int, tokens: int) -> Block:
     """Image -> (x1, x2): patch embedding plus a learned position embedding, twice."""
     ops = [
-        new_op("embedding", OpType.CONV, ["input"], op_kwargs={
-            "features": width, "kernel_size": patch_size, "strides": patch_size,
-            "padding": "VALID"}),
-        new_op("reshape", OpType.RESHAPE, ["embedding"],
-               input_kwargs={"new_shape": ["B", -1, "S:-1"]}),
-        new_op("pos_embedding", OpType.PARAM, [], input_kwargs={
-            "init_fn": f"I:normal:stddev:{round(width ** -0.5, 3)}",
-            "shape": [1, tokens, width]}),
+        *vit.patch_embedding(patch_size, width, tokens, "pos_embedding"),
         new_op("x1", OpType.ADD, ["reshape", "pos_embedding"]),
         new_op("x2", OpType.IDENTITY, ["x1"]),
     ]

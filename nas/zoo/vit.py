@@ -52,19 +52,26 @@ def mhdpa_block(num_heads: int, head_dim: int) -> Block:
     return Block("mhdpa_block", new_graph(["input"], ["out"], ops), constants)
 
 
+def patch_embedding(patch_size: int, width: int, tokens: int, pos_name: str) -> list[Op]:
+    """Patches -> tokens (`reshape`) and a learned position embedding named `pos_name`."""
+    return [
+        new_op("embedding", OpType.CONV, ["input"], op_kwargs={
+            "features": width, "kernel_size": patch_size, "strides": patch_size,
+            "padding": "VALID"}),
+        new_op("reshape", OpType.RESHAPE, ["embedding"],
+               input_kwargs={"new_shape": ["B", -1, "S:-1"]}),
+        new_op(pos_name, OpType.PARAM, [], input_kwargs={
+            "init_fn": f"I:normal:stddev:{round(width ** -0.5, 3)}", "shape": [1, tokens, width]}),
+    ]
+
+
 def vit(blocks: Sequence[Block], patch_size: int, image_size: int, width: int,
         dropout: float = 0.0, num_classes: int = 1000) -> ModelParts:
     if image_size % patch_size:
         raise ValueError(f"image_size {image_size} is not a multiple of patch_size {patch_size}")
     tokens = (image_size // patch_size) ** 2
     ops = [
-        new_op("embedding", OpType.CONV, ["input"], op_kwargs={
-            "features": width, "kernel_size": patch_size, "strides": patch_size,
-            "padding": "VALID"}),
-        new_op("reshape", OpType.RESHAPE, ["embedding"],
-               input_kwargs={"new_shape": ["B", -1, "S:-1"]}),
-        new_op("transformer/pos_embedding", OpType.PARAM, [], input_kwargs={
-            "init_fn": f"I:normal:stddev:{round(width ** -0.5, 3)}", "shape": [1, tokens, width]}),
+        *patch_embedding(patch_size, width, tokens, "transformer/pos_embedding"),
         new_op("transformer/pos_embedding/add", OpType.ADD,
                ["reshape", "transformer/pos_embedding"]),
     ]
