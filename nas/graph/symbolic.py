@@ -61,22 +61,22 @@ def _to_number(text: str) -> int | float | None:
     return None
 
 
+def _factor(text: str, what: str, value: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"symbolic value {value!r}: {what} {text!r} is not a positive int")
+    return int(text)
+
+
 def _split_factors(text: str, value: str) -> tuple[str, int, int]:
     base, mul, div = text, 1, 1
     if base.count("*") > 1 or base.count("%") > 1:
         raise ValueError(f"symbolic value {value!r}: at most one '*' and one '%' are allowed")
     if "*" in base:
         base, mul_text = base.split("*")
-        if not mul_text.isdigit() or int(mul_text) < 1:
-            raise ValueError(f"symbolic value {value!r}: multiplier {mul_text!r} is not a "
-                             "positive int")
-        mul = int(mul_text)
+        mul = _factor(mul_text, "multiplier", value)
     if "%" in base:
         base, div_text = base.split("%")
-        if not div_text.isdigit() or int(div_text) < 1:
-            raise ValueError(f"symbolic value {value!r}: divisor {div_text!r} is not a "
-                             "positive int")
-        div = int(div_text)
+        div = _factor(div_text, "divisor", value)
     if not base:
         raise ValueError(f"symbolic value {value!r} has nothing before its factor")
     return base, div, mul
