@@ -8,6 +8,7 @@ and write them as array_record (the only format readable without TensorFlow).
 
 from __future__ import annotations
 
+import fcntl
 import os
 
 import numpy as np
@@ -82,15 +83,21 @@ def ensure_built(data_dir: str | None = None) -> str:
     """Build `digits` into `data_dir` if it is not there yet; return the data dir.
 
     Why: first use must work offline in under a second, with no separate download step.
+    Several processes may start at once on a fresh machine (search workers, test workers):
+    a file lock lets exactly one of them build while the others wait and then reuse it.
     """
     data_dir = data_dir or default_data_dir()
-    builder = Digits(data_dir=data_dir, file_format="array_record")
-    if not builder.is_prepared():
-        os.makedirs(data_dir, exist_ok=True)
-        tfds.disable_progress_bar()  # a sub-second build needs no bars
-        builder.download_and_prepare(
-            download_config=tfds.download.DownloadConfig(
-                download_mode=tfds.download.GenerateMode.REUSE_DATASET_IF_EXISTS
+    if Digits(data_dir=data_dir, file_format="array_record").is_prepared():
+        return data_dir
+    os.makedirs(data_dir, exist_ok=True)
+    with open(os.path.join(data_dir, ".digits.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        builder = Digits(data_dir=data_dir, file_format="array_record")
+        if not builder.is_prepared():
+            tfds.disable_progress_bar()  # a sub-second build needs no bars
+            builder.download_and_prepare(
+                download_config=tfds.download.DownloadConfig(
+                    download_mode=tfds.download.GenerateMode.REUSE_DATASET_IF_EXISTS
+                )
             )
-        )
     return data_dir
