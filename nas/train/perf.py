@@ -43,8 +43,16 @@ class Metrics:
     compile_seconds: float = 0.0  # train step + eval step compilation
     train_temp_bytes: int = 0  # XLA temporaries of one train step (per device)
     train_peak_bytes: int = 0  # arguments + outputs + temporaries - aliased (per device)
-    train_seconds: float = 0.0
+    train_seconds: float = 0.0  # the step loop, without evaluation and checkpoints
     steps: int = 0
+    # Where the rest of a candidate's time went (for the search's time split).
+    setup_seconds: float = 0.0  # data, model init, inheritance, resume
+    input_wait_seconds: float = 0.0  # inside train_seconds: waiting for the next batch
+    eval_seconds: float = 0.0
+    checkpoint_seconds: float = 0.0
+    measure_seconds: float = 0.0  # FLOPs and parameter count
+    compilations: int = 0  # XLA compilations during this candidate (cache hits excluded)
+    compile_cache_hits: int = 0  # executables loaded from the persistent cache
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
