@@ -5,6 +5,7 @@ training (proposals, bookkeeping), and the best child's accuracy and FLOPs relat
 seed model. The search is the README's, run for a wall-clock budget.
 
     python benchmarks/search.py --minutes 30 [--workdir /tmp/bench_search]
+    python benchmarks/search.py --time-split 8     # the README search's time split only
 """
 
 from __future__ import annotations
@@ -21,11 +22,110 @@ from nas.search.driver import Driver
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+# ----------------------------------------------------------------------------- time split
+
+SPLIT_PARTS = ("proposal", "compile", "train steps", "input wait", "eval", "measurement",
+               "checkpoint I/O", "candidate setup", "process start / other in candidate",
+               "waiting for workers", "driver bookkeeping")
+
+
+class _Timed:
+    """Wraps a callable and adds its wall time to a shared total."""
+
+    def __init__(self, fn, totals: dict[str, float], key: str) -> None:
+        self.fn, self.totals, self.key = fn, totals, key
+
+    def __call__(self, *args, **kwargs):
+        t = time.monotonic()
+        try:
+            return self.fn(*args, **kwargs)
+        finally:
+            self.totals[self.key] += time.monotonic() - t
+
+
+def time_split(max_candidates: int, workdir: str, executor: str = "inline") -> None:
+    """Run the README digits search for `max_candidates` and print where its wall time went.
+
+    Driver-side parts are timed around the driver's calls (propose; task + record, which
+    load and save variables; the executor's submit and poll); in-candidate parts come from
+    each candidate's metrics (compile, step loop, input wait, eval, FLOPs/params
+    measurement, checkpoints, setup). What a candidate's submit-to-result time holds beyond
+    those is process start and per-candidate overhead (graph parsing, dispatch).
+    """
+    from nas.search import driver as driver_lib
+
+    shutil.rmtree(workdir, ignore_errors=True)
+    config = runpy.run_path(os.path.join(ROOT, "configs", "digits_cnn_search.py"))["get_config"]()
+    config.search.max_candidates = max_candidates
+    config.search.executor = executor
+    totals = dict.fromkeys(("propose", "task", "record", "submit", "poll"), 0.0)
+    make = driver_lib.make_executor
+
+    def timed_executor(*args, **kwargs):
+        ex = make(*args, **kwargs)
+        ex.submit = _Timed(ex.submit, totals, "submit")
+        ex.poll = _Timed(ex.poll, totals, "poll")
+        return ex
+
+    driver_lib.make_executor = timed_executor
+    try:
+        driver = Driver(config, workdir)
+        driver.propose = _Timed(driver.propose, totals, "propose")
+        driver.task = _Timed(driver.task, totals, "task")
+        driver.record = _Timed(driver.record, totals, "record")
+        start = time.monotonic()
+        study = driver.run(progress=False)
+        wall = time.monotonic() - start
+    finally:
+        driver_lib.make_executor = make
+    done = [c for c in study.candidates() if c.status == "done"]
+
+    def total(name: str) -> float:
+        return float(sum(c.metrics.get(name, 0.0) or 0.0 for c in done))
+
+    inside = {"compile": total("compile_seconds"),
+              "train steps": total("train_seconds") - total("input_wait_seconds"),
+              "input wait": total("input_wait_seconds"), "eval": total("eval_seconds"),
+              "measurement": total("measure_seconds"),
+              "checkpoint I/O": total("checkpoint_seconds") + totals["task"] + totals["record"],
+              "candidate setup": total("setup_seconds")}
+    # Candidate time seen by the driver: inline runs it inside submit, workers during poll.
+    candidate = totals["submit"] + totals["poll"]
+    in_candidate = sum(v for k, v in inside.items() if k != "checkpoint I/O")
+    in_candidate += total("checkpoint_seconds")
+    parts = dict(inside, proposal=totals["propose"])
+    if executor == "inline":
+        parts["process start / other in candidate"] = max(candidate - in_candidate, 0.0)
+        parts["waiting for workers"] = 0.0
+    else:  # candidates overlap the driver: what the driver waited beyond its own work
+        parts["process start / other in candidate"] = 0.0
+        parts["waiting for workers"] = totals["poll"]
+    parts["driver bookkeeping"] = max(wall - sum(parts.values()), 0.0)
+    compilations = sum(int(c.metrics.get("compilations", 0) or 0) for c in done)
+    print(f"README digits search: {len(done)} candidates done in {wall:.1f} s "
+          f"({len(done) / wall * 3600:.0f}/hour), executor {executor}, "
+          f"{compilations} compilations")
+    print("| part | seconds | share of wall |")
+    print("|---|---:|---:|")
+    for key in SPLIT_PARTS:
+        print(f"| {key} | {parts.get(key, 0.0):.1f} | {parts.get(key, 0.0) / wall:.1%} |")
+    steps = parts["train steps"] + parts["eval"] + parts["compile"]
+    print(f"| **outside train/eval steps and compile** | {wall - steps:.1f} | "
+          f"{(wall - steps) / wall:.1%} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--minutes", type=float, default=30.0)
     parser.add_argument("--workdir", default="")
+    parser.add_argument("--time-split", type=int, default=0, metavar="N",
+                        help="only run the README search for N candidates; print its time split")
+    parser.add_argument("--executor", default="inline", help="for --time-split")
     args = parser.parse_args()
+    if args.time_split:
+        time_split(args.time_split, args.workdir or tempfile.mkdtemp(prefix="bench_split_"),
+                   args.executor)
+        return
     workdir = args.workdir or tempfile.mkdtemp(prefix="bench_search_")
     shutil.rmtree(workdir, ignore_errors=True)
     config = runpy.run_path(os.path.join(ROOT, "configs", "digits_cnn_search.py"))["get_config"]()

@@ -2,13 +2,19 @@
 
     python benchmarks/train.py [--quick]
 
-Prints three tables:
-1. images/sec of the data pipeline alone (digits, with augmentation) vs the CifarNet train
-   step at the same batch: the pipeline must be well ahead (goal: >= 5x) so it never limits.
-2. CPU MFU of the CifarNet and ResNet18 train steps: achieved FLOP/s (XLA cost analysis of
-   the compiled step x steps/s) over this machine's warm f32 matmul peak measured in this run.
-3. CifarNet step time with 1 vs 2 forced CPU devices at a large global batch (subprocesses,
-   since the device count is fixed when jax is imported).
+Prints four tables:
+1. Input: digits CifarNet (batch 128) images/sec of the whole training loop of
+   `train_and_eval` (device-resident data, and the grain pipeline; steps / step-loop time,
+   without compile and the final eval) against the compiled train step alone on the same
+   device data. Best of two alternated rounds each. Goal: loop / step >= 0.9 with the data
+   on the device.
+2. MFU: achieved FLOP/s of the CifarNet (and, without --quick, ResNet18) train step in f32
+   and bf16 at batch 128 and 1024, over a matmul peak of the same dtype measured in this
+   run. FLOPs per step are counted from the step's jaxpr (nas.train.flops: backend
+   independent, forward + backward + optimizer).
+3. Compilations of one candidate (first run, then a rerun served by the persistent cache).
+4. CifarNet step with 1 vs 2 devices at a large global batch: forced CPU devices in
+   subprocesses on a CPU host; skipped when the host has a single accelerator.
 """
 
 from __future__ import annotations
@@ -18,123 +24,203 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-def _train_step_rate(model_name: str, batch: int, devices: int, seconds: float) -> dict:
-    """Compile the real pmap train step for a zoo model; time it on synthetic data."""
+
+def _digits_config(batch: int, epochs: float, device_bytes: int, dtype: str = "float32"):
+    from nas.train.config import base_config
+
+    c = base_config()
+    c.input.batch_size = batch
+    c.input.device_data_bytes = device_bytes
+    c.total_epochs = epochs
+    c.eval.every_epochs = 1000  # one evaluation, at the end: the loop is what is timed
+    c.ckpt_steps = 0
+    c.log_training_steps = 10**9
+    c.compute_dtype = dtype
+    return c
+
+
+def _step_trainer(model_name: str, batch: int, dtype: str, device_data: bool):
+    """A compiled StandardTrainer on digits (device feed) or synthetic host data."""
     import jax
 
     from nas.graph import Model
-    from nas.train import optim, perf, steps, zoo_graph
-    from nas.train.config import base_config
+    from nas.train import data, devdata, trainers, zoo_graph
+    from nas.train.train import _init_variables
 
+    config = _digits_config(batch, 1.0, 2**30, dtype)
     graph, constants = zoo_graph(model_name, 10, 32)
     model = Model(graph, constants)
-    x = np.random.default_rng(0).normal(size=(batch, 32, 32, 3)).astype(np.float32)
-    variables = jax.tree.map(np.asarray, model.init(jax.random.PRNGKey(0), x[:1]))
-    params = dict(variables["params"])
-    c = base_config()
-    tx, _ = optim.make(c, params, dict(total_steps=1000))
-    state = {"params": params, "frozen": {}, "batch_stats": dict(variables.get("batch_stats", {})),
-             "opt_state": jax.tree.map(np.asarray, tx.init(params)), "ema": {},
-             "step": np.int32(0)}
-    fn = jax.pmap(steps.make_train_step(model, tx, 10), axis_name=steps.AXIS,
-                  donate_argnums=(0,), devices=jax.local_devices()[:devices])
-    data = steps.shard({"image": x, "label": np.zeros(batch, np.int32)}, devices)
-    rng = steps.replicate(np.asarray(jax.random.PRNGKey(0)), devices)
-    st = steps.replicate(state, devices)
-    t = time.perf_counter()
-    compiled = fn.lower(st, data, rng).compile()
-    compile_s = time.perf_counter() - t
-    flops_per_step = perf.compiled_flops(compiled) * devices  # cost analysis is per device
-    holder = [st]
+    variables = _init_variables(model, 32, 0)
+    dd = None
+    if device_data:
+        src = data.open_source("digits", "train", None)
+        dd = devdata.load(src, "digits", 32, 0, jax.local_devices())
+    t = trainers.StandardTrainer(model, config, params=dict(variables["params"]), frozen={},
+                                 batch_stats=dict(variables.get("batch_stats", {})),
+                                 sched_kw={"total_steps": 10_000}, device_data=dd)
+    if dd is not None:
+        first = dd.indices(0, batch)
+    else:
+        x = np.random.default_rng(0).normal(size=(batch, 32, 32, 3)).astype(np.float32)
+        first = {"image": x, "label": np.zeros(batch, np.int32)}
+    ev = {"image": np.zeros((jax.local_device_count(), 32, 32, 3), np.float32),
+          "label": np.zeros(jax.local_device_count(), np.int32),
+          "mask": np.ones(jax.local_device_count(), np.float32)}
+    compile_s = t.compile(first, ev)
+    return t, first, compile_s
+
+
+def _step_rate(model_name: str, batch: int, dtype: str, seconds: float,
+               device_data: bool = False) -> dict:
+    """images/sec of the compiled train step alone, and its FLOPs from the jaxpr."""
+    import jax
+
+    from nas.train import flops, perf
+
+    t, first, compile_s = _step_trainer(model_name, batch, dtype, device_data)
+    args = (t._state_r, *t._args(first))
+    flops_per_step = flops.count(t._train, *args) * jax.local_device_count()
 
     def run():
-        holder[0], m = compiled(holder[0], data, rng)
-        return m["training_loss"]
+        return t.train_step(first)["training_loss"]
 
     ips = perf.throughput(run, batch, min_seconds=seconds, min_calls=3)
-    return {"model": model_name, "batch": batch, "devices": devices, "images_per_s": ips,
-            "step_s": batch / ips, "flops_per_step": flops_per_step,
-            "flop_per_s": flops_per_step * ips / batch, "compile_s": compile_s}
+    return {"model": model_name, "batch": batch, "dtype": dtype, "images_per_s": ips,
+            "flops_per_step": flops_per_step, "flop_per_s": flops_per_step * ips / batch,
+            "compile_s": compile_s}
 
 
-def _pipeline_rate(batch: int, seconds: float) -> float:
-    from nas.train import data
+def _loop_rate(batch: int, epochs: float, device_bytes: int) -> dict:
+    """images/sec of the whole training loop of train_and_eval on digits CifarNet."""
+    from nas.train import train_and_eval
 
-    src = data.open_source("digits", "train", None)
-    ds = data.make_train_dataset(src, data.make_preprocess("digits", True, 32),
-                                 local_batch_size=batch, seed=0, num_threads=2)
-    it = iter(ds)
-    next(it)
-    n, t = 0, time.perf_counter()
-    while time.perf_counter() - t < seconds:
-        next(it)
-        n += batch
-    return n / (time.perf_counter() - t)
+    config = _digits_config(batch, epochs, device_bytes)
+    m, _, _ = train_and_eval(config, eval_perf=False)
+    return {"images_per_s": m.steps * batch / max(m.train_seconds, 1e-9),
+            "wait_share": m.input_wait_seconds / max(m.train_seconds, 1e-9),
+            "steps": m.steps, "compilations": m.compilations, "cache_hits": m.compile_cache_hits}
 
 
-def _child(args: argparse.Namespace) -> None:
-    print(json.dumps(_train_step_rate(args.model, args.batch, args.devices, args.seconds)))
+def _peak(dtype: str, seconds: float) -> float:
+    import jax
+    import jax.numpy as jnp
+
+    n = 2048
+    a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32).astype(dtype)
+    f = jax.jit(lambda x: x @ x)
+    jax.block_until_ready(f(a))
+    best, start = 0.0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        t = time.perf_counter()
+        jax.block_until_ready(f(a))
+        best = max(best, 2 * n**3 / (time.perf_counter() - t))
+    return best
+
+
+def _compilations() -> tuple[dict, dict]:
+    """One tiny candidate twice with a fresh persistent cache: compiles, then cache hits."""
+    from nas.train import train_and_eval
+
+    with tempfile.TemporaryDirectory() as cache:
+        config = _digits_config(128, 0.2, 2**30)
+        config.compilation_cache_dir = cache
+        out = []
+        for _ in range(2):
+            m, _, _ = train_and_eval(config)
+            out.append({"compilations": m.compilations, "cache_hits": m.compile_cache_hits,
+                        "compile_s": m.compile_seconds})
+    return out[0], out[1]
 
 
 def _devices_subprocess(devices: int, batch: int, seconds: float) -> dict:
-    env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
+    env = dict(os.environ, JAX_PLATFORMS="cpu",
+               XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
     out = subprocess.run(
-        [sys.executable, __file__, "--child", "--model=cnn", f"--batch={batch}",
-         f"--devices={devices}", f"--seconds={seconds}"],
+        [sys.executable, __file__, "--child", f"--batch={batch}", f"--seconds={seconds}"],
         env=env, capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--quick", action="store_true", help="shorter timings")
+    p.add_argument("--quick", action="store_true", help="CifarNet only, shorter timings")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--model", default="cnn")
     p.add_argument("--batch", type=int, default=128)
-    p.add_argument("--devices", type=int, default=1)
     p.add_argument("--seconds", type=float, default=3.0)
     args = p.parse_args()
     if args.child:
-        _child(args)
+        import jax
+
+        r = _step_rate("cnn", args.batch, "float32", args.seconds)
+        print(json.dumps(r | {"devices": jax.local_device_count()}))
         return
-    secs = 1.5 if args.quick else 4.0
+    import jax
 
-    from nas.train import perf
+    secs = 1.0 if args.quick else 3.0
+    epochs = 2.0 if args.quick else 5.0
 
-    peak = perf.matmul_peak_flops(2048, seconds=secs)
-    cnn = _train_step_rate("cnn", 128, 1, secs)
-    pipe = _pipeline_rate(128, secs)
-    resnet = _train_step_rate("resnet18", 64, 1, 2 * secs)
-    peak_after = perf.matmul_peak_flops(2048, seconds=secs)
-    peak = max(peak, peak_after)
-
-    print("## 1. data pipeline vs train step (batch 128, images/sec)")
-    print(f"{'digits pipeline (grain, aug)':34s} {pipe:10.0f}")
-    print(f"{'CifarNet train step':34s} {cnn['images_per_s']:10.0f}")
-    print(f"{'ratio pipeline / step':34s} {pipe / cnn['images_per_s']:10.1f}x")
+    # 1. input vs step: alternated, best of two rounds each (the host is shared and noisy)
+    rounds = [(_step_rate("cnn", 128, "float32", secs, device_data=True),
+               _loop_rate(128, epochs, 2**30), _loop_rate(128, epochs, 0)) for _ in range(2)]
+    step_dev, loop_dev, loop_grain = (max((r[i] for r in rounds),
+                                          key=lambda x: x["images_per_s"]) for i in range(3))
+    print(f"backend {jax.default_backend()}, {jax.local_device_count()} local device(s)")
     print()
-    print(f"## 2. CPU MFU (f32 matmul peak measured here: {peak / 1e9:.0f} GFLOP/s)")
-    print(f"{'model':10s} {'batch':>5s} {'img/s':>8s} {'GFLOP/step':>11s} {'GFLOP/s':>8s} "
-          f"{'MFU':>6s} {'compile s':>9s}")
-    for r in (cnn, resnet):
-        print(f"{r['model']:10s} {r['batch']:5d} {r['images_per_s']:8.1f} "
-              f"{r['flops_per_step'] / 1e9:11.2f} {r['flop_per_s'] / 1e9:8.1f} "
-              f"{r['flop_per_s'] / peak:6.1%} {r['compile_s']:9.1f}")
+    print("## 1. digits CifarNet, batch 128: training loop vs the train step alone")
+    print(f"{'':34s} {'img/s':>8s} {'loop/step':>9s} {'input wait':>10s}")
+    print(f"{'train step alone (device data)':34s} {step_dev['images_per_s']:8.0f}")
+    for name, r in (("loop, device-resident data", loop_dev), ("loop, grain pipeline", loop_grain)):
+        print(f"{name:34s} {r['images_per_s']:8.0f} "
+              f"{r['images_per_s'] / step_dev['images_per_s']:9.2f} {r['wait_share']:10.1%}")
     print()
-    big = 512
+
+    # 2. MFU
+    peaks = {d: _peak(d, secs) for d in ("float32", "bfloat16")}
+    models = [("cnn", 128), ("cnn", 1024)] + ([] if args.quick else [("resnet18", 128)])
+    rows = [_step_rate(m, b, d, secs) for m, b in models for d in ("float32", "bfloat16")]
+    peaks = {d: max(v, _peak(d, secs)) for d, v in peaks.items()}  # before and after
+    print("## 2. MFU against a 2048^3 matmul peak measured here: "
+          + ", ".join(f"{d} {v / 1e9:.0f} GFLOP/s" for d, v in peaks.items()))
+    print(f"{'model':9s} {'batch':>5s} {'dtype':>8s} {'img/s':>8s} {'GFLOP/step':>10s} "
+          f"{'GFLOP/s':>8s} {'MFU':>6s} {'compile s':>9s}")
+    for r in rows:
+        print(f"{r['model']:9s} {r['batch']:5d} {r['dtype']:>8s} {r['images_per_s']:8.0f} "
+              f"{r['flops_per_step'] / 1e9:10.2f} {r['flop_per_s'] / 1e9:8.1f} "
+              f"{r['flop_per_s'] / peaks[r['dtype']]:6.1%} {r['compile_s']:9.1f}")
+    print()
+
+    # 3. compilations
+    first, second = _compilations()
+    print("## 3. compilations of one digits CifarNet candidate (0.2 epochs, fresh cache)")
+    print(f"first run: {first['compilations']} compilations, {first['cache_hits']} cache hits, "
+          f"train+eval step compile {first['compile_s']:.2f} s")
+    print(f"rerun:     {second['compilations']} compilations, {second['cache_hits']} cache "
+          f"hits, train+eval step compile {second['compile_s']:.2f} s")
+    print()
+
+    # 4. devices
+    big = 256 if args.quick else 512
+    print(f"## 4. CifarNet train step, global batch {big}, 1 vs 2 devices")
+    if jax.default_backend() != "cpu" and jax.local_device_count() < 2:
+        print("skipped: this host has a single accelerator (forced CPU devices would not "
+              "measure it)")
+        return
     one = _devices_subprocess(1, big, secs)
     two = _devices_subprocess(2, big, secs)
-    print(f"## 3. CifarNet train step, global batch {big}, forced CPU devices")
-    print(f"{'devices':>7s} {'step ms':>8s} {'img/s':>8s}")
+    print(f"{'devices':>7s} {'img/s':>8s}")
     for r in (one, two):
-        print(f"{r['devices']:7d} {r['step_s'] * 1e3:8.1f} {r['images_per_s']:8.1f}")
-    print(f"speedup 2 vs 1 devices: {one['step_s'] / two['step_s']:.2f}x")
+        print(f"{r['devices']:7d} {r['images_per_s']:8.1f}")
+    print(f"speedup 2 vs 1 devices: {two['images_per_s'] / one['images_per_s']:.2f}x "
+          f"(forced CPU devices share this host's cores)")
 
 
 if __name__ == "__main__":
+    sys.path.insert(0, ROOT)
     main()

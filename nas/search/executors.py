@@ -8,7 +8,11 @@ worker process or runs past its hard time limit comes back as an Outcome with an
 from __future__ import annotations
 
 import concurrent.futures as cf
+import math
 import multiprocessing
+import os
+import shutil
+import subprocess
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +28,53 @@ class Outcome:
     metrics: dict[str, Any] | None = None
     variables: dict[str, Any] | None = None
     error: str | None = None
+
+
+# ----------------------------------------------------------------------------- devices
+
+
+def visible_gpus() -> list[str]:
+    """This host's GPU ids, found without initializing any JAX backend (so the driver never
+    allocates accelerator memory): CUDA_VISIBLE_DEVICES if set, else `nvidia-smi -L`."""
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None:
+        return [x.strip() for x in listed.split(",") if x.strip() and x.strip() != "-1"]
+    if not shutil.which("nvidia-smi"):
+        return []
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [str(i) for i, line in enumerate(out.stdout.splitlines()) if line.startswith("GPU")]
+
+
+def worker_env(index: int, workers: int, gpus: list[str]) -> dict[str, str]:
+    """Environment of local worker `index` of `workers` on a host with `gpus`.
+
+    No process preallocates 75 % of a GPU (XLA's default). With workers <= GPUs each worker
+    sees its own GPUs (len(gpus) // workers of them); with more workers than GPUs, workers
+    share GPU `index % G`, each capped at an equal fraction of its memory.
+    """
+    env = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+    if not gpus:
+        return env
+    g, n, i = len(gpus), max(1, workers), index % max(1, workers)
+    if n <= g:
+        mine = gpus[i * g // n:(i + 1) * g // n]
+    else:
+        mine = [gpus[i % g]]
+        sharing = math.ceil(n / g)
+        env["XLA_PYTHON_CLIENT_MEM_FRACTION"] = f"{0.9 / sharing:.3f}"
+    env["CUDA_VISIBLE_DEVICES"] = ",".join(mine)
+    return env
+
+
+def _init_worker(counter: Any, workers: int, gpus: list[str]) -> None:
+    """Runs first in each spawned worker, before jax is imported there."""
+    with counter.get_lock():
+        index = counter.value
+        counter.value += 1
+    os.environ.update(worker_env(index, workers, gpus))
 
 
 def _describe(e: BaseException) -> str:
@@ -64,12 +115,18 @@ class LocalExecutor:
     def __init__(self, workers: int = 1, hard_timeout_s: float = 0.0) -> None:
         self.capacity = max(1, workers)
         self.hard_timeout_s = hard_timeout_s
+        self._context = multiprocessing.get_context("spawn")
+        self._counter = self._context.Value("i", 0)
+        self._gpus = visible_gpus()
         self._pool = self._new_pool()
         self._inflight: dict[cf.Future, tuple[int, dict[str, Any], float]] = {}
 
     def _new_pool(self) -> cf.ProcessPoolExecutor:
-        return cf.ProcessPoolExecutor(self.capacity,
-                                      mp_context=multiprocessing.get_context("spawn"))
+        with self._counter.get_lock():  # a replaced pool hands out the same devices again
+            self._counter.value = 0
+        return cf.ProcessPoolExecutor(self.capacity, mp_context=self._context,
+                                      initializer=_init_worker,
+                                      initargs=(self._counter, self.capacity, self._gpus))
 
     def submit(self, candidate_id: int, kwargs: dict[str, Any]) -> None:
         future = self._pool.submit(train_candidate, **kwargs)
@@ -150,8 +207,15 @@ class RayExecutor:
             else:
                 ray.init(num_cpus=max(1, int(num_cpus * capacity)), include_dashboard=False,
                          log_to_driver=False)
-        self._remote = ray.remote(num_cpus=num_cpus, num_gpus=num_gpus,
-                                  max_retries=0)(train_candidate)
+        # Ray sets CUDA_VISIBLE_DEVICES to the GPUs it gave the task; the task must not
+        # preallocate them, and a fractional GPU gets that fraction of its memory.
+        env = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+        if 0 < num_gpus < 1:
+            env["XLA_PYTHON_CLIENT_MEM_FRACTION"] = f"{0.9 * num_gpus:.3f}"
+        options: dict[str, Any] = {"num_cpus": num_cpus, "num_gpus": num_gpus, "max_retries": 0}
+        if num_gpus:
+            options["runtime_env"] = {"env_vars": env}
+        self._remote = ray.remote(**options)(train_candidate)
         self.capacity = max(1, capacity)
         self.hard_timeout_s = hard_timeout_s
         self._inflight: dict[Any, tuple[int, float]] = {}
@@ -191,8 +255,25 @@ class RayExecutor:
         self._inflight.clear()
 
 
+def keep_driver_on_cpu() -> bool:
+    """With out-of-process workers the driver's JAX work (mutation, property inference,
+    fingerprints) runs on the CPU backend, so the driver never takes accelerator memory
+    from the workers. Effective only before this process first used JAX; returns whether
+    it took effect. Workers are unaffected (their platform comes from their environment)."""
+    import jax
+    from jax._src import xla_bridge
+
+    if xla_bridge.backends_are_initialized():
+        return jax.default_backend() == "cpu"
+    jax.config.update("jax_platforms", "cpu")
+    return True
+
+
 def make_executor(kind: str, *, workers: int, ray_address: str | None,
                   hard_timeout_s: float, num_cpus: float = 1, num_gpus: float = 0):
+    if kind in ("local", "ray") and not keep_driver_on_cpu():
+        logging.warning("the driver already initialized an accelerator backend before its "
+                        "executor was made; it may hold accelerator memory")
     if kind == "inline":
         return InlineExecutor()
     if kind == "local":

@@ -41,6 +41,9 @@ def base_config() -> ml_collections.ConfigDict:
     c.input.augment = True  # dataset-specific train augmentation (crop/flip)
     c.input.num_threads = 2  # grain reader threads (this host)
     c.input.prefetch = 4  # batches prepared ahead
+    # A training split (preprocessed, float32) up to this many bytes is kept on the devices
+    # and augmented inside the compiled step (digits, CIFAR); 0 always uses grain.
+    c.input.device_data_bytes = 2**30
 
     c.eval = ml_collections.ConfigDict()
     c.eval.data = ml_collections.ConfigDict()
@@ -65,6 +68,10 @@ def base_config() -> ml_collections.ConfigDict:
     c.keep_ckpts = 2
 
     c.trainer = "standard"
+    c.compute_dtype = "float32"  # or "bfloat16": activations/matmuls; params, loss stay f32
+    # JAX's persistent compilation cache, shared by every worker of a search: "" means
+    # $NAS_COMPILATION_CACHE or ~/.cache/nas/jax_compilation_cache; "none" turns it off.
+    c.compilation_cache_dir = ""
     c.device_memory_budget = 0  # bytes; 0 means "the device's own limit"
     return c
 

@@ -82,11 +82,16 @@ def make_schedule(
             timescale = kw.get("timescale", 10_000)
             mult = 1.0 / jnp.sqrt(1.0 + jnp.maximum(step - warmup, 0.0) / timescale)
         elif decay == "stair":
-            bounds = jnp.asarray(kw.get("boundaries", ()), jnp.float32)
+            # Boundaries become integer steps here, in Python: comparing f32 fractions put
+            # the 0.8 boundary of 100 steps at step 81 on a GPU.
+            bounds = jnp.asarray([warmup + int(round(b * span))
+                                  for b in kw.get("boundaries", ())], jnp.int32)
             mults = jnp.asarray((1.0, *kw.get("mults", ())), jnp.float32)
             if len(mults) != len(bounds) + 1:
                 raise ValueError("schedule: stair needs len(mults) == len(boundaries)")
-            mult = mults[jnp.sum(t >= bounds).astype(jnp.int32)] if len(bounds) else mults[0]
+            istep = jnp.floor(step).astype(jnp.int32)
+            mult = (mults[jnp.sum(istep >= bounds).astype(jnp.int32)] if len(bounds)
+                    else mults[0])
         elif decay == "exponential":
             mult = jnp.exp(t * math.log(kw.get("end_ratio", 0.012)))
         elif decay == "constant":

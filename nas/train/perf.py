@@ -5,10 +5,12 @@ way for every candidate and be exact where it can be.
 
 * `num_params`: the element count of the `params` tree (batch statistics are not
   parameters).
-* FLOPs per example: XLA's cost analysis of the *compiled* inference function on a batch of
-  one. XLA counts a multiply-add as 2 flops, and counts only taps that touch real input:
-  the zero taps a SAME-padded convolution adds at the border are not counted, so a 3x3
-  SAME conv on an HxW map costs less than 2*9*Cin*Cout*H*W (see `conv_flops_same`).
+* FLOPs per example: counted from the traced inference function on a batch of one
+  (`nas.train.flops`), never from a backend's cost analysis, so the number is the same on
+  CPU, GPU and TPU and needs no compilation. The rules are XLA:CPU's: a multiply-add counts
+  2, and only taps that touch real input count: the zero taps a SAME-padded convolution adds
+  at the border are not counted, so a 3x3 SAME conv on an HxW map costs less than
+  2*9*Cin*Cout*H*W (see `conv_flops_same`); elementwise ops count 1 per element.
 * images/sec/core: measured on compiled functions only (compile time is reported
   separately in `compile_seconds`); "core" is a JAX device.
 * memory: `memory_analysis()` of the compiled train step: temporaries, arguments and
@@ -35,14 +37,22 @@ class Metrics:
     acc: float = 0.0  # top-1 accuracy on the eval split, a fraction
     loss: float = 0.0  # mean eval cross-entropy per example
     num_params: int = 0
-    flops: int = 0  # forward FLOPs per example (XLA count; multiply-add = 2)
+    flops: int = 0  # forward FLOPs per example (nas.train.flops; multiply-add = 2)
     im_sec_core_train: float = 0.0  # median over epochs, after compilation
     im_sec_core_infer: float = 0.0  # median over evals, after compilation
     compile_seconds: float = 0.0  # train step + eval step compilation
     train_temp_bytes: int = 0  # XLA temporaries of one train step (per device)
     train_peak_bytes: int = 0  # arguments + outputs + temporaries - aliased (per device)
-    train_seconds: float = 0.0
+    train_seconds: float = 0.0  # the step loop, without evaluation and checkpoints
     steps: int = 0
+    # Where the rest of a candidate's time went (for the search's time split).
+    setup_seconds: float = 0.0  # data, model init, inheritance, resume
+    input_wait_seconds: float = 0.0  # inside train_seconds: waiting for the next batch
+    eval_seconds: float = 0.0
+    checkpoint_seconds: float = 0.0
+    measure_seconds: float = 0.0  # FLOPs and parameter count
+    compilations: int = 0  # XLA compilations during this candidate (cache hits excluded)
+    compile_cache_hits: int = 0  # executables loaded from the persistent cache
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -61,11 +71,10 @@ def compiled_flops(compiled: Any) -> int:
 
 
 def flops_per_example(apply_fn: Callable[..., Any], variables: Any, example_shape: tuple) -> int:
-    """Forward FLOPs of `apply_fn(variables, x)` on one example, from compiled XLA."""
-    x = jax.ShapeDtypeStruct((1, *example_shape), np.float32)
-    abstract = jax.tree.map(lambda a: jax.ShapeDtypeStruct(np.shape(a), np.asarray(a).dtype),
-                            variables)
-    return compiled_flops(jax.jit(apply_fn).lower(abstract, x).compile())
+    """Forward FLOPs of `apply_fn(variables, x)` on one example: traced, never compiled."""
+    from nas.train import flops
+
+    return flops.forward_flops(apply_fn, variables, example_shape)
 
 
 def memory_bytes(compiled: Any) -> tuple[int, int]:

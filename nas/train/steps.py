@@ -32,8 +32,18 @@ def softmax_xent(logits: jax.Array, labels: jax.Array) -> jax.Array:
     return -jnp.sum(labels * jax.nn.log_softmax(logits, axis=-1), axis=-1)
 
 
-def _variables(params: Any, frozen: Any, batch_stats: Any) -> dict[str, Any]:
-    out = {"params": {**frozen, **params}}
+def cast_floats(tree: Any, dtype: Any) -> Any:
+    """Floating leaves of `tree` in `dtype` (the compute dtype); others unchanged."""
+    if dtype is None or np.dtype(dtype) == np.float32:
+        return tree
+    return jax.tree.map(
+        lambda x: x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x, tree)
+
+
+def _variables(params: Any, frozen: Any, batch_stats: Any,
+               compute_dtype: Any = None) -> dict[str, Any]:
+    """Model variables; params (not batch statistics, kept f32) cast to the compute dtype."""
+    out = {"params": cast_floats({**frozen, **params}, compute_dtype)}
     if batch_stats:
         out["batch_stats"] = batch_stats
     return out
@@ -47,11 +57,16 @@ def make_train_step(
     ema_decay: float = 0.0,
     ema_warmup_steps: int = 0,
     return_grads: bool = False,
+    compute_dtype: Any = None,
 ) -> Callable[[State, dict[str, jax.Array], jax.Array], tuple[State, dict[str, jax.Array]]]:
     """(state, batch, rng) -> (state, metrics), to be run under pmap(axis_name=AXIS).
 
     The dropout key of step s on device d is fold_in(fold_in(rng, s), d): a resumed run
     draws exactly the keys an uninterrupted one would.
+
+    compute_dtype (e.g. bfloat16): images and a cast of the params enter the model in it, so
+    activations and matmuls run in it; params, gradients, optimizer state, batch-norm
+    statistics and the loss stay float32.
     """
 
     def step_fn(state: State, batch: dict[str, jax.Array], rng: jax.Array):
@@ -61,15 +76,17 @@ def make_train_step(
 
         def loss_fn(params):
             logits, new_vars = model.apply(
-                _variables(params, state["frozen"], state["batch_stats"]),
-                batch["image"],
+                _variables(params, state["frozen"], state["batch_stats"], compute_dtype),
+                cast_floats(batch["image"], compute_dtype),
                 deterministic=False,
                 training=True,
                 rngs={"dropout": key},
                 mutable=["batch_stats"],
             )
-            loss = jnp.mean(softmax_xent(logits, labels))
-            return loss, new_vars.get("batch_stats", {})
+            loss = jnp.mean(softmax_xent(logits.astype(jnp.float32), labels))
+            stats = jax.tree.map(lambda new, old: new.astype(old.dtype),
+                                 new_vars.get("batch_stats", {}), state["batch_stats"])
+            return loss, stats
 
         (loss, batch_stats), grads = jax.value_and_grad(loss_fn, has_aux=True)(state["params"])
         grads = jax.lax.pmean(grads, AXIS)
@@ -97,12 +114,14 @@ def make_train_step(
     return step_fn
 
 
-def make_eval_step(model: Any, num_classes: int) -> Callable[..., dict[str, jax.Array]]:
+def make_eval_step(model: Any, num_classes: int,
+                   compute_dtype: Any = None) -> Callable[..., dict[str, jax.Array]]:
     """(variables, batch) -> summed correct / loss / count over devices, mask-aware."""
 
     def eval_fn(variables: dict[str, Any], batch: dict[str, jax.Array]):
-        logits = model.apply(variables, batch["image"], deterministic=True,
-                             training=False)
+        variables = dict(variables, params=cast_floats(variables["params"], compute_dtype))
+        logits = model.apply(variables, cast_floats(batch["image"], compute_dtype),
+                             deterministic=True, training=False).astype(jnp.float32)
         mask = batch["mask"]
         labels = jax.nn.one_hot(batch["label"], num_classes)
         loss = softmax_xent(logits, labels) * mask
@@ -134,3 +153,19 @@ def shard(batch: dict[str, np.ndarray], n: int) -> dict[str, np.ndarray]:
         return x.reshape(n, x.shape[0] // n, *x.shape[1:])
 
     return {k: split(v) for k, v in batch.items()}
+
+
+def with_device_data(step_fn: Callable, augment: Callable, seed: int) -> Callable:
+    """A train step that draws its batch from a device-resident share of the data:
+    (state, share, indices, rng) -> step_fn(state, augment(share, indices, key), rng).
+
+    The augmentation key of step s on device d is fold_in(fold_in(key(seed), s), d).
+    """
+    base = jax.random.fold_in(jax.random.PRNGKey(seed), 0x5EED)
+
+    def fn(state: State, share: dict[str, jax.Array], idx: jax.Array, rng: jax.Array):
+        key = jax.random.fold_in(jax.random.fold_in(base, state["step"]),
+                                 jax.lax.axis_index(AXIS))
+        return step_fn(state, augment(share, idx, key), rng)
+
+    return fn

@@ -1,14 +1,22 @@
-"""`train_and_eval`: train one candidate data-parallel, evaluate it, measure its cost.
+"""`train_and_eval`: train one candidate, evaluate it, measure its cost.
 
-Reads top to bottom like big_vision's train.py: config -> data -> model -> (inheritance,
-freezing) -> optimizer -> resume -> compile -> loop (log, eval, callback, checkpoint) ->
-final metrics. Everything random is derived from `config.seed` and the step number, and
-the data iterator state is checkpointed, so a run killed at any point and resumed ends with
-the same parameters as one that never stopped.
+Reads top to bottom like big_vision's train.py, one named stage at a time:
+
+    config -> data -> trainer (model, inheritance, freezing, optimizer) -> run files ->
+    resume -> compile -> step loop (log, eval, callbacks, checkpoints) -> final eval ->
+    measurement -> result
+
+The step loop is the only one: each step is handed to a trainer strategy
+(`nas.train.trainers`: standard data-parallel, or the reversible CPU-offload trainer), which
+is chosen in `nas.train.revrun`. Everything random derives from `config.seed` and the step
+number, and the data position is checkpointed (or is a function of the step, for a
+device-resident dataset), so a run killed at any point and resumed ends with the same
+parameters as one that never stopped.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -24,28 +32,22 @@ import numpy as np
 from absl import logging
 from tqdm import tqdm
 
+from nas.train import compilation, devdata, perf, revrun, trainers
 from nas.train import config as config_lib
 from nas.train import data as data_lib
-from nas.train import optim, perf, steps
 from nas.train.checkpoint import Checkpointer
 from nas.train.perf import Metrics
 
 Callback = Callable[[int, Metrics], bool]
+ShouldStop = Callable[[int], bool]
 
 
 def build_graph(model_name: str, num_classes: int, image_size: int) -> tuple[Any, Any]:
     """(graph, constants) of a zoo model named in the config."""
     from nas import zoo
 
-    if hasattr(zoo, "build"):
-        graph, constants, _ = zoo.build(model_name, num_classes, image_size)
-        return graph, constants
-    if model_name == "cnn":  # until nas.zoo.build exists
-        from nas.zoo import cnn
-
-        graph, constants, _ = cnn.CifarNet(num_classes=num_classes)
-        return graph, constants
-    raise ValueError(f"config field 'model_name': unknown model {model_name!r}")
+    graph, constants, _ = zoo.build(model_name, num_classes, image_size)
+    return graph, constants
 
 
 class JsonlWriter:
@@ -60,15 +62,126 @@ class JsonlWriter:
                 f.write(json.dumps(record) + "\n")
 
 
-def _write_config(workdir: str, config: ml_collections.ConfigDict, graph_json: str | None):
-    """config.json (and graph.json) via temp-then-rename, so readers never see half a file."""
-    for name, text in (("config.json", config.to_json(indent=2)), ("graph.json", graph_json)):
-        if text is None:
-            continue
-        tmp = os.path.join(workdir, f".{name}.tmp")
-        with open(tmp, "w") as f:
-            f.write(text)
-        os.replace(tmp, os.path.join(workdir, name))
+# ----------------------------------------------------------------------------- data
+
+
+@dataclasses.dataclass
+class Data:
+    """What the loop needs to know about the data, and where batches come from."""
+
+    feed: Any  # HostFeed or DeviceFeed
+    eval_data: data_lib.EvalData
+    n_train: int
+    global_batch: int
+    local_batch: int
+    steps_per_epoch: float
+    total_steps: int
+
+
+class HostFeed:
+    """Host batches from grain; its iterator state is what a checkpoint stores."""
+
+    on_device = False
+
+    def __init__(self, dataset: Any) -> None:
+        self._it = iter(dataset)
+
+    def next(self, step: int) -> dict[str, np.ndarray]:
+        return next(self._it)
+
+    def get_state(self) -> Any:
+        return self._it.get_state()
+
+    def set_state(self, state: Any) -> None:
+        self._it.set_state(state)
+
+
+class DeviceFeed:
+    """Indices into a device-resident dataset: a function of the step, so no state."""
+
+    on_device = True
+
+    def __init__(self, device_data: devdata.DeviceData, local_batch: int) -> None:
+        self.device_data = device_data
+        self.local_batch = local_batch
+
+    def next(self, step: int) -> np.ndarray:
+        return self.device_data.indices(step, self.local_batch)
+
+    def get_state(self) -> Any:
+        return {}
+
+    def set_state(self, state: Any) -> None:
+        pass
+
+
+class DeviceDataCache:
+    """Device-resident datasets kept for the life of their owner (e.g. a search worker),
+    so consecutive candidates on the same data do not load it again. Bounded: one entry."""
+
+    def __init__(self) -> None:
+        self._key: tuple | None = None
+        self._value: devdata.DeviceData | None = None
+
+    def get(self, key: tuple, make: Callable[[], devdata.DeviceData]) -> devdata.DeviceData:
+        if key != self._key:
+            self._key, self._value = None, None  # release the old arrays first
+            self._value, self._key = make(), key
+        return self._value
+
+
+def setup_data(config: ml_collections.ConfigDict, on_device_ok: bool,
+               cache: DeviceDataCache | None) -> Data:
+    """Open the train source once (this host's share), choose the feed, build eval data."""
+    inp = config.input
+    data_dir = data_lib.resolve_data_dir(inp.data_dir or None)
+    global_batch = inp.batch_size
+    if global_batch % jax.device_count():
+        raise ValueError(f"config field 'input.batch_size': {global_batch} is not divisible "
+                         f"by the {jax.device_count()} devices")
+    local_batch = global_batch // jax.process_count()
+    pc, pi = jax.process_count(), jax.process_index()
+    source = data_lib.open_source(inp.data.name, data_lib.host_split(inp.data.split, pi, pc),
+                                  data_dir)
+    n_train = len(source) * pc  # even splits: every host holds about the same share
+    limit = int(inp.get("device_data_bytes", 0))
+    use_device = (on_device_ok and limit > 0 and devdata.supported(inp.data.name)
+                  and devdata.nbytes(source, inp.data.name, inp.image_size) <= limit)
+    if use_device:
+        if len(source) < local_batch:
+            raise ValueError(f"config field 'input.batch_size': {local_batch} per host "
+                             f"exceeds the {len(source)} training examples")
+        key = (inp.data.name, inp.data.split, data_dir, inp.image_size, config.seed, pi, pc,
+               tuple(d.id for d in jax.local_devices()), bool(inp.augment))
+
+        def load() -> devdata.DeviceData:
+            dd = devdata.load(source, inp.data.name, inp.image_size, config.seed,
+                              jax.local_devices())
+            if not inp.augment:
+                dd.pad, dd.flip = 0, False
+            return dd
+
+        dd = cache.get(key, load) if cache is not None else load()
+        feed: Any = DeviceFeed(dd, local_batch)
+    else:
+        feed = HostFeed(data_lib.make_train_dataset(
+            source, data_lib.make_preprocess(inp.data.name, True, inp.image_size, inp.augment),
+            local_batch_size=local_batch, seed=config.seed,
+            shuffle=inp.shuffle_buffer_size > 0, num_threads=inp.num_threads,
+            prefetch=inp.prefetch))
+    steps_per_epoch = n_train / global_batch
+    total_steps = max(1, int(steps_per_epoch * config.total_epochs))
+    eval_data = data_lib.make_eval_data(inp.data.name, config.eval.data.split, data_dir,
+                                        inp.image_size, config.eval.batch_size,
+                                        jax.local_device_count())
+    logging.info("%d train examples (%s), global batch %d on %d devices, %d steps "
+                 "(%.2f per epoch)", n_train, "on the devices" if use_device else "grain",
+                 global_batch, jax.device_count(), total_steps, steps_per_epoch)
+    return Data(feed, eval_data, n_train, global_batch, local_batch, steps_per_epoch,
+                total_steps)
+
+
+# ----------------------------------------------------------------------------- trainer
 
 
 def _init_variables(model: Any, image_size: int, seed: int) -> dict[str, Any]:
@@ -93,6 +206,196 @@ def _inherit(
     return {**new, **inherited}, set(inherited)
 
 
+def setup_trainer(config: ml_collections.ConfigDict, graph: Any, constants: Any, data: Data,
+                  reversible: bool, init_variables: dict[str, Any] | None,
+                  freeze: Iterable[str], freeze_inherited: bool) -> Any:
+    """The model's initial (inherited, partly frozen) variables inside a trainer strategy."""
+    from nas.graph import Model
+
+    model = Model(graph, constants)
+    size = config.input.image_size
+    parent = init_variables or {}
+    sched_kw = dict(total_steps=data.total_steps, steps_per_epoch=data.steps_per_epoch,
+                    global_batch_size=data.global_batch)
+    # The reversible trainer initializes layer by layer itself unless there is a parent.
+    fresh = (_init_variables(model, size, config.seed)
+             if not reversible or parent.get("params") else None)
+    params, inherited = _inherit(fresh["params"], parent.get("params")) if fresh else ({}, set())
+    frozen_names = set(freeze) | (inherited if freeze_inherited else set())
+    unknown = frozen_names - set(params) if fresh else set()
+    if unknown:
+        raise ValueError(f"freeze: ops {sorted(unknown)} have no parameters in this graph")
+    logging.info("%s trainer; %d ops inherited, %d frozen", "reversible" if reversible
+                 else "standard", len(inherited), len(frozen_names))
+    if reversible:
+        return trainers.ReversibleStrategy(graph, constants, config, image_size=size,
+                                           sched_kw=sched_kw, params=params or None,
+                                           frozen_names=frozen_names)
+    batch_stats, _ = _inherit(fresh.get("batch_stats", {}), parent.get("batch_stats"))
+    return trainers.StandardTrainer(
+        model, config, params={k: v for k, v in params.items() if k not in frozen_names},
+        frozen={k: v for k, v in params.items() if k in frozen_names},
+        batch_stats=batch_stats, sched_kw=sched_kw,
+        device_data=data.feed.device_data if data.feed.on_device else None)
+
+
+# ----------------------------------------------------------------------------- run files
+
+
+def write_run_files(workdir: str, config: ml_collections.ConfigDict, graph: Any,
+                    constants: Any) -> None:
+    """config.json and graph.json via temp-then-rename, so readers never see half a file."""
+    from nas.graph.serialize import graph_to_json
+
+    os.makedirs(workdir, exist_ok=True)
+    for name, text in (("config.json", config.to_json(indent=2)),
+                       ("graph.json", graph_to_json(graph, constants))):
+        tmp = os.path.join(workdir, f".{name}.tmp")
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, os.path.join(workdir, name))
+
+
+def resume(ckpt: Checkpointer | None, trainer: Any, feed: Any) -> dict[str, Any]:
+    """Restore the latest checkpoint into the trainer and the feed; return its meta."""
+    meta: dict[str, Any] = {"train_rates": [], "infer_rates": [], "epoch": 0}
+    if ckpt is not None and ckpt.latest_step() is not None:
+        state, meta = ckpt.restore(trainer.state())
+        trainer.load_state(state)
+        feed.set_state(meta.get("data", {}))
+        logging.info("Resumed from step %d in %s", int(state["step"]), ckpt.directory)
+    return meta
+
+
+# ----------------------------------------------------------------------------- the loop
+
+
+@dataclasses.dataclass
+class Timings:
+    compile: float = 0.0
+    steps: float = 0.0  # step loop, without eval and checkpoints
+    wait: float = 0.0  # inside `steps`: waiting for input
+    eval: float = 0.0
+    checkpoint: float = 0.0
+
+
+def evaluate(trainer: Any, eval_data: data_lib.EvalData) -> tuple[float, float, float]:
+    """(accuracy, mean loss, images/sec/device of the eval steps alone)."""
+    run = trainer.eval_fn()
+    correct = loss = count = busy = 0.0
+    for batch in eval_data:
+        t = time.perf_counter()
+        c, s, n = run(batch)
+        busy += time.perf_counter() - t
+        correct, loss, count = correct + c, loss + s, count + n
+    if jax.process_count() == 1 and int(count) != eval_data.num_examples:
+        raise RuntimeError(f"eval saw {count} examples, expected {eval_data.num_examples}")
+    rate = (eval_data.batch_size * eval_data.num_batches / max(busy, 1e-9)
+            / jax.local_device_count())
+    return correct / max(count, 1.0), loss / max(count, 1.0), rate
+
+
+def _median(xs: list[float]) -> float:
+    return float(statistics.median(xs)) if xs else 0.0
+
+
+def _metrics(acc: float, loss: float, meta: dict[str, Any], timings: Timings,
+             memory: tuple[int, int], step: int) -> Metrics:
+    return Metrics(acc=float(acc), loss=float(loss),
+                   im_sec_core_train=_median(meta["train_rates"]),
+                   im_sec_core_infer=_median(meta["infer_rates"]),
+                   compile_seconds=timings.compile, train_temp_bytes=memory[0],
+                   train_peak_bytes=memory[1], steps=step, train_seconds=timings.steps,
+                   input_wait_seconds=timings.wait, eval_seconds=timings.eval,
+                   checkpoint_seconds=timings.checkpoint)
+
+
+def run_loop(config: ml_collections.ConfigDict, trainer: Any, data: Data, meta: dict,
+             ckpt: Checkpointer | None, writer: JsonlWriter, timings: Timings,
+             callback: Callback | None, should_stop: ShouldStop | None,
+             ) -> tuple[int, int, float | None, float | None]:
+    """Compile, then step until total_steps or a stop; returns (step, epoch, acc, loss)."""
+    step = int(np.asarray(trainer.state()["step"]))
+    epoch = int(meta["epoch"])
+    feed = data.feed
+    pending = feed.next(step) if step < data.total_steps else None
+    if pending is not None:
+        timings.compile = trainer.compile(pending, next(iter(data.eval_data)))
+        temp, peak = trainer.memory()
+        logging.info("compiled in %.1fs; train step temp %.1f MiB, peak %.1f MiB per device",
+                     timings.compile, temp / 2**20, peak / 2**20)
+
+    def save(force: bool = False) -> None:
+        if ckpt is not None:
+            t = time.perf_counter()
+            ckpt.save(step, trainer.state(), dict(meta, data=feed.get_state()), force=force)
+            timings.checkpoint += time.perf_counter() - t
+
+    bar = tqdm(total=data.total_steps, initial=step, unit="step", dynamic_ncols=True,
+               disable=not (jax.process_index() == 0 and sys.stderr.isatty()))
+    acc = loss = None
+    stopped = False
+    segment_start, segment_steps, waited = time.perf_counter(), 0, 0.0
+    while step < data.total_steps and not stopped:
+        if pending is None:
+            t = time.perf_counter()
+            batch = feed.next(step)
+            waited += time.perf_counter() - t
+        else:  # the batch drawn to compile; the saved feed state is already past it
+            batch, pending = pending, None
+        m = trainer.train_step(batch)
+        step += 1
+        segment_steps += 1
+        bar.update(1)
+        if step % config.log_training_steps == 0 or step == data.total_steps:
+            rec = trainer.host_metrics(m) | {"step": step,
+                                             "learning_rate": config.lr
+                                             * trainer.learning_rate(step)}
+            writer.write(rec)
+            bar.set_postfix(loss=f"{rec['training_loss']:.3f}")
+        stopped = bool(should_stop is not None and should_stop(step))
+        new_epoch = math.floor(step / data.steps_per_epoch + 1e-9)
+        last = step == data.total_steps or stopped
+        if new_epoch > epoch or last:
+            trainer.sync()
+            busy = time.perf_counter() - segment_start
+            timings.steps += busy
+            timings.wait += waited
+            meta["train_rates"].append(segment_steps * data.global_batch / jax.device_count()
+                                       / max(busy - waited, 1e-9))
+            epoch = max(new_epoch, epoch + (step == data.total_steps))
+            meta["epoch"] = epoch
+            if epoch % config.eval.every_epochs == 0 or last:
+                t = time.perf_counter()
+                acc, loss, rate = evaluate(trainer, data.eval_data)
+                timings.eval += time.perf_counter() - t
+                meta["infer_rates"].append(rate)
+                writer.write({"step": step, "epoch": epoch, "eval_acc": acc, "eval_loss": loss,
+                              "im_sec_core_train": meta["train_rates"][-1],
+                              "im_sec_core_infer": rate})
+                logging.info("epoch %d step %d: eval acc %.4f loss %.4f", epoch, step, acc,
+                             loss)
+                if callback is not None and not last:
+                    partial = _metrics(acc, loss, meta, timings, trainer.memory(), step)
+                    stopped = not callback(epoch, partial)
+            segment_start, segment_steps, waited = time.perf_counter(), 0, 0.0
+        if config.ckpt_steps and step % config.ckpt_steps == 0 and step < data.total_steps:
+            t = time.perf_counter()
+            save()
+            segment_start += time.perf_counter() - t  # checkpoint time is not step time
+    bar.close()
+    if ckpt is not None:
+        save(force=True)
+        t = time.perf_counter()
+        ckpt.wait()
+        ckpt.close()
+        timings.checkpoint += time.perf_counter() - t
+    return step, epoch, acc, loss
+
+
+# ----------------------------------------------------------------------------- entry point
+
+
 def train_and_eval(
     config: ml_collections.ConfigDict,
     eval_perf: bool = True,
@@ -104,6 +407,8 @@ def train_and_eval(
     init_variables: dict[str, Any] | None = None,
     freeze: Iterable[str] = frozenset(),
     freeze_inherited: bool = False,
+    should_stop: ShouldStop | None = None,
+    device_data_cache: DeviceDataCache | None = None,
 ) -> tuple[Metrics, int, dict[str, Any]]:
     """Train `graph` (or the config's zoo model); return (metrics, epochs, state).
 
@@ -111,224 +416,69 @@ def train_and_eval(
       match is inherited (frozen if `freeze_inherited`, else fine-tuned from it).
     freeze: op names whose params get no updates (and no optimizer state).
     callback(epoch, metrics) -> bool is called after each eval; False stops early.
+    should_stop(step) -> bool is called after every train step; True stops early. Either
+      way the candidate is then evaluated and its metrics (with `steps` trained) returned.
+    device_data_cache: keeps a device-resident training set between calls (a worker's).
     state: {"params", "batch_stats"} (the EMA of them when ema_decay > 0).
     """
     if "train" in config:  # a search config: its `train` part trains one candidate
         config = config.train
     config = config_lib.with_defaults(config)
-    if config.trainer != "standard":  # "reversible", or "auto" (by memory estimate)
-        from nas.train import revrun
+    trainers.compute_dtype(config)  # a bad value fails before any data is read
+    compilation.enable_cache(config.compilation_cache_dir)
+    with compilation.CompileCounter() as counter:
+        metrics, epoch, state = _train_and_eval(
+            config, eval_perf, callback, graph, constants, workdir, init_variables, freeze,
+            freeze_inherited, should_stop, device_data_cache)
+    metrics.compilations, metrics.compile_cache_hits = counter.compiles, counter.cache_hits
+    logging.info("%d compilations, %d persistent cache hits", counter.compiles,
+                 counter.cache_hits)
+    return metrics, epoch, state
 
-        if graph is None:
-            graph, constants = build_graph(config.model_name, config.num_classes,
-                                           config.input.image_size)
-        if revrun.use_reversible(config, graph, constants):
-            return revrun.train_and_eval(
-                config, eval_perf, callback, graph=graph, constants=constants,
-                workdir=workdir, init_variables=init_variables, freeze=freeze,
-                freeze_inherited=freeze_inherited)
-    is_host = jax.process_index() == 0
-    ndev = jax.local_device_count()
-    writer = JsonlWriter(workdir, is_host)
 
-    # ---------------------------------------------------------------- data
-    inp = config.input
-    data_dir = data_lib.resolve_data_dir(inp.data_dir or None)
-    global_batch = inp.batch_size
-    if global_batch % jax.device_count():
-        raise ValueError(f"config field 'input.batch_size': {global_batch} is not divisible "
-                         f"by the {jax.device_count()} devices")
-    local_batch = global_batch // jax.process_count()
-    n_train = len(data_lib.open_source(inp.data.name, inp.data.split, data_dir))
-    train_source = data_lib.open_source(
-        inp.data.name,
-        data_lib.host_split(inp.data.split, jax.process_index(), jax.process_count()),
-        data_dir,
-    )
-    train_ds = data_lib.make_train_dataset(
-        train_source,
-        data_lib.make_preprocess(inp.data.name, True, inp.image_size, inp.augment),
-        local_batch_size=local_batch, seed=config.seed,
-        shuffle=inp.shuffle_buffer_size > 0, num_threads=inp.num_threads,
-        prefetch=inp.prefetch,
-    )
-    steps_per_epoch = n_train / global_batch
-    total_steps = max(1, int(steps_per_epoch * config.total_epochs))
-    eval_data = data_lib.make_eval_data(
-        inp.data.name, config.eval.data.split, data_dir, inp.image_size,
-        config.eval.batch_size, ndev,
-    )
-    logging.info("%d train examples, global batch %d (%d per device on %d devices), "
-                 "%d steps (%.2f per epoch)", n_train, global_batch,
-                 global_batch // jax.device_count(), jax.device_count(), total_steps,
-                 steps_per_epoch)
-
-    # ---------------------------------------------------------------- model
+def _train_and_eval(config: ml_collections.ConfigDict, eval_perf: bool,
+                    callback: Callback | None, graph: Any, constants: Any,
+                    workdir: str | None, init_variables: dict[str, Any] | None,
+                    freeze: Iterable[str], freeze_inherited: bool,
+                    should_stop: ShouldStop | None,
+                    device_data_cache: DeviceDataCache | None,
+                    ) -> tuple[Metrics, int, dict[str, Any]]:
+    """The stages, top to bottom (see the module docstring)."""
+    start = time.perf_counter()
     if graph is None:
-        graph, constants = build_graph(config.model_name, config.num_classes, inp.image_size)
-    from nas.graph import Model
+        graph, constants = build_graph(config.model_name, config.num_classes,
+                                       config.input.image_size)
+    reversible = revrun.use_reversible(config, graph, constants)
+    writer = JsonlWriter(workdir, jax.process_index() == 0)
 
-    model = Model(graph, constants)
-    variables = _init_variables(model, inp.image_size, config.seed)
-    params, inherited = _inherit(variables["params"], (init_variables or {}).get("params"))
-    batch_stats, _ = _inherit(variables.get("batch_stats", {}),
-                              (init_variables or {}).get("batch_stats"))
-    frozen_names = set(freeze) | (inherited if freeze_inherited else set())
-    unknown = frozen_names - set(params)
-    if unknown:
-        raise ValueError(f"freeze: ops {sorted(unknown)} have no parameters in this graph")
-    trainable = {k: v for k, v in params.items() if k not in frozen_names}
-    frozen = {k: v for k, v in params.items() if k in frozen_names}
-    logging.info("%d ops trainable, %d frozen, %d inherited", len(trainable), len(frozen),
-                 len(inherited))
-
-    # ---------------------------------------------------------------- optimizer
-    tx, sched_fns = optim.make(config, trainable, dict(
-        total_steps=total_steps, steps_per_epoch=steps_per_epoch,
-        global_batch_size=global_batch))
-    state = {
-        "params": trainable,
-        "frozen": frozen,
-        "batch_stats": batch_stats,
-        "opt_state": jax.tree.map(np.asarray, tx.init(trainable)),
-        "ema": {"params": params, "batch_stats": batch_stats} if config.ema_decay else {},
-        "step": np.int32(0),
-    }
-
-    # ---------------------------------------------------------------- resume
+    data = setup_data(config, on_device_ok=not reversible, cache=device_data_cache)
+    trainer = setup_trainer(config, graph, constants, data, reversible, init_variables,
+                            freeze, freeze_inherited)
+    if workdir and jax.process_index() == 0:
+        write_run_files(workdir, config, graph, constants)
     ckpt = Checkpointer(workdir, keep=config.keep_ckpts) if workdir else None
-    train_it = iter(train_ds)
-    meta: dict[str, Any] = {"train_rates": [], "infer_rates": [], "epoch": 0}
-    if is_host and workdir:
-        os.makedirs(workdir, exist_ok=True)
-        from nas.graph.serialize import graph_to_json
+    meta = resume(ckpt, trainer, data.feed)
+    timings = Timings()
+    setup_seconds = time.perf_counter() - start
 
-        _write_config(workdir, config, graph_to_json(graph, constants))
-    if ckpt is not None and ckpt.latest_step() is not None:
-        state, meta = ckpt.restore(state)
-        train_it.set_state(meta["data"])
-        logging.info("Resumed from step %d in %s", int(state["step"]), ckpt.directory)
-
-    # ---------------------------------------------------------------- compile
-    train_step = jax.pmap(
-        steps.make_train_step(model, tx, config.num_classes, ema_decay=config.ema_decay,
-                              ema_warmup_steps=config.ema_warmup_steps),
-        axis_name=steps.AXIS, donate_argnums=(0,),
-    )
-    eval_step = jax.pmap(steps.make_eval_step(model, config.num_classes), axis_name=steps.AXIS)
-    rng = steps.replicate(np.asarray(jax.random.PRNGKey(config.seed)), ndev)
-    state_r = steps.replicate(state, ndev)
-    first = next(train_it)
-    sample = steps.shard(first, ndev)
-    t0 = time.perf_counter()
-    train_c = train_step.lower(state_r, sample, rng).compile()
-    eval_vars = steps.replicate(_eval_variables(state), ndev)
-    eval_sample = steps.shard(next(iter(eval_data)), ndev)
-    eval_c = eval_step.lower(eval_vars, eval_sample).compile()
-    compile_seconds = time.perf_counter() - t0
-    temp_bytes, peak_bytes = perf.memory_bytes(train_c)
-    logging.info("compiled in %.1fs; train step temp %.1f MiB, peak %.1f MiB per device",
-                 compile_seconds, temp_bytes / 2**20, peak_bytes / 2**20)
-    if config.trainer == "auto" and config.device_memory_budget and (
-            peak_bytes > config.device_memory_budget):
-        logging.warning("train step needs %d bytes per device, over device_memory_budget %d: "
-                        "the reversible trainer (nas.train.reversible) fits such candidates",
-                        peak_bytes, config.device_memory_budget)
-
-    def evaluate(variables_r: Any) -> tuple[float, float, float]:
-        """(accuracy, mean loss, images/sec/device of the eval steps alone)."""
-        correct = loss = count = 0.0
-        busy = 0.0
-        for batch in eval_data:
-            t = time.perf_counter()
-            out = jax.device_get(eval_c(variables_r, steps.shard(batch, ndev)))
-            busy += time.perf_counter() - t
-            correct += float(out["correct"][0])
-            loss += float(out["loss"][0])
-            count += float(out["count"][0])
-        if int(count) != eval_data.num_examples * jax.process_count() and jax.process_count() == 1:
-            raise RuntimeError(f"eval saw {count} examples, expected {eval_data.num_examples}")
-        rate = eval_data.batch_size * eval_data.num_batches / max(busy, 1e-9) / ndev
-        return correct / max(count, 1.0), loss / max(count, 1.0), rate
-
-    def save(step: int, force: bool = False) -> None:
-        if ckpt is not None:
-            ckpt.save(step, steps.unreplicate(state_r),
-                      dict(meta, data=train_it.get_state()), force=force)
-
-    # ---------------------------------------------------------------- train loop
-    step = int(state["step"])
-    epoch = int(meta["epoch"])
-    pending = first if step < total_steps else None
-    bar = tqdm(total=total_steps, initial=step, unit="step", dynamic_ncols=True,
-               disable=not (is_host and sys.stderr.isatty()))
-    acc = eval_loss = None
-    stopped = False
-    epoch_start, epoch_steps, waited = time.perf_counter(), 0, 0.0
-    train_start = time.perf_counter()
-    while step < total_steps and not stopped:
-        if pending is None:
-            t = time.perf_counter()
-            batch = next(train_it)
-            waited += time.perf_counter() - t
-        else:
-            # The batch already drawn for compilation; the checkpointed iterator state must
-            # not advance past it, so save/restore are only at step boundaries below.
-            batch, pending = pending, None
-        state_r, m = train_c(state_r, steps.shard(batch, ndev), rng)
-        step += 1
-        epoch_steps += 1
-        bar.update(1)
-        if step % config.log_training_steps == 0 or step == total_steps:
-            rec = {k: float(v[0]) for k, v in jax.device_get(m).items()}
-            rec |= {"step": step, "learning_rate": float(config.lr * sched_fns[0](step - 1))
-                    if sched_fns else 0.0}
-            writer.write(rec)
-            bar.set_postfix(loss=f"{rec['training_loss']:.3f}")
-        new_epoch = math.floor(step / steps_per_epoch + 1e-9)
-        if new_epoch > epoch or step == total_steps:
-            jax.block_until_ready(state_r["step"])
-            busy = time.perf_counter() - epoch_start - waited
-            meta["train_rates"].append(epoch_steps * global_batch / jax.device_count()
-                                       / max(busy, 1e-9))
-            epoch = max(new_epoch, epoch + (step == total_steps))
-            meta["epoch"] = epoch
-            if epoch % config.eval.every_epochs == 0 or step == total_steps:
-                acc, eval_loss, rate = evaluate(steps.replicate(
-                    _eval_variables(steps.unreplicate(state_r)), ndev))
-                meta["infer_rates"].append(rate)
-                writer.write({"step": step, "epoch": epoch, "eval_acc": acc,
-                              "eval_loss": eval_loss, "im_sec_core_train": meta["train_rates"][-1],
-                              "im_sec_core_infer": rate})
-                logging.info("epoch %d step %d: eval acc %.4f loss %.4f", epoch, step, acc,
-                             eval_loss)
-                if callback is not None and step < total_steps:
-                    partial = _metrics(acc, eval_loss, meta, compile_seconds,
-                                       temp_bytes, peak_bytes, step)
-                    stopped = not callback(epoch, partial)
-            epoch_start, epoch_steps, waited = time.perf_counter(), 0, 0.0
-        if config.ckpt_steps and step % config.ckpt_steps == 0 and step < total_steps:
-            save(step)
-    bar.close()
-    train_seconds = time.perf_counter() - train_start
-
-    # ---------------------------------------------------------------- final
-    final = steps.unreplicate(state_r)
-    if acc is None:  # resumed after the last step, or no epoch boundary evaluated
-        acc, eval_loss, rate = evaluate(steps.replicate(_eval_variables(final), ndev))
+    step, epoch, acc, loss = run_loop(config, trainer, data, meta, ckpt, writer, timings,
+                                      callback, should_stop)
+    if acc is None:  # resumed after the last step: evaluate the restored weights
+        t = time.perf_counter()
+        acc, loss, rate = evaluate(trainer, data.eval_data)
+        timings.eval += time.perf_counter() - t
         meta["infer_rates"].append(rate)
-    if ckpt is not None:
-        save(step, force=True)
-        ckpt.wait()
-        ckpt.close()
-    metrics = _metrics(acc, eval_loss, meta, compile_seconds, temp_bytes, peak_bytes, step)
-    metrics.train_seconds = train_seconds
-    out_vars = _eval_variables(final)
+
+    metrics = _metrics(acc, loss, meta, timings, trainer.memory(), step)
+    metrics.setup_seconds = setup_seconds
+    out_vars = trainer.variables()
     if eval_perf:
+        t = time.perf_counter()
         metrics.num_params = perf.count_params(out_vars["params"])
-        metrics.flops = perf.flops_per_example(
-            lambda v, x: model.apply(v, x, deterministic=True, training=False),
-            out_vars, (inp.image_size, inp.image_size, 3))
+        model = _apply_model(graph, constants)
+        size = config.input.image_size
+        metrics.flops = perf.flops_per_example(model, out_vars, (size, size, 3))
+        metrics.measure_seconds = time.perf_counter() - t
     else:
         metrics.im_sec_core_train = metrics.im_sec_core_infer = 0.0
     writer.write({"step": step, "epoch": epoch, "final": metrics.to_dict()})
@@ -336,21 +486,9 @@ def train_and_eval(
                             "batch_stats": out_vars.get("batch_stats", {})}
 
 
-def _eval_variables(state: dict[str, Any]) -> dict[str, Any]:
-    """The variables evaluated and returned: the EMA when there is one."""
-    if state.get("ema"):
-        return {"params": state["ema"]["params"], "batch_stats": state["ema"]["batch_stats"]}
-    return {"params": {**state["frozen"], **state["params"]},
-            "batch_stats": state["batch_stats"]}
+def _apply_model(graph: Any, constants: Any) -> Callable[..., Any]:
+    """The inference function whose FLOPs are counted (the same for every trainer)."""
+    from nas.graph import Model
 
-
-def _metrics(acc: float, loss: float, meta: dict[str, Any], compile_seconds: float,
-             temp_bytes: int, peak_bytes: int, step: int) -> Metrics:
-    def median(xs: list[float]) -> float:
-        return float(statistics.median(xs)) if xs else 0.0
-
-    return Metrics(acc=float(acc), loss=float(loss),
-                   im_sec_core_train=median(meta["train_rates"]),
-                   im_sec_core_infer=median(meta["infer_rates"]),
-                   compile_seconds=compile_seconds, train_temp_bytes=temp_bytes,
-                   train_peak_bytes=peak_bytes, steps=step)
+    model = Model(graph, constants)
+    return lambda v, x: model.apply(v, x, deterministic=True, training=False)

@@ -8,6 +8,7 @@ import os
 import sys
 
 os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+os.environ["JAX_PLATFORMS"] = "cpu"  # the forced devices exist only on the CPU platform
 sys.path.insert(0, os.path.dirname(__file__))
 
 import jax  # noqa: E402

@@ -9,7 +9,9 @@ HERE = os.path.dirname(__file__)
 
 
 def test_two_device_step_equals_one_device_step_on_whole_batch():
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2")
+    # JAX_PLATFORMS=cpu: the forced devices are CPU devices, also where a GPU is the default.
+    env = dict(os.environ, JAX_PLATFORMS="cpu",
+               XLA_FLAGS="--xla_force_host_platform_device_count=2")
     proc = subprocess.run([sys.executable, os.path.join(HERE, "dp_worker.py")], env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]

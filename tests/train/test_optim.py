@@ -30,7 +30,14 @@ def test_other_decays():
     assert float(rs(30)) == pytest.approx(0.5)
     st = optim.make_schedule({"decay_type": "stair", "boundaries": [0.5, 0.8],
                               "mults": [0.1, 0.01]}, **SCHED_KW)
-    assert [round(float(st(s)), 6) for s in (0, 49, 50, 80, 99)] == [1, 1, 0.1, 0.01, 0.01]
+    assert [round(float(st(s)), 6) for s in (0, 49, 50, 79, 80, 99)] == [1, 1, 0.1, 0.1, 0.01,
+                                                                          0.01]
+    # The boundary is an integer step whatever the f32 rounding of 0.7 * 100 or 0.3 * 10.
+    for frac, total in ((0.7, 100), (0.3, 10), (0.29, 100), (0.57, 100)):
+        f = optim.make_schedule({"decay_type": "stair", "boundaries": [frac], "mults": [0.5]},
+                                total_steps=total)
+        edge = round(frac * total)
+        assert float(f(jnp.int32(edge - 1))) == 1.0 and float(f(jnp.int32(edge))) == 0.5
     cd = optim.make_schedule({"decay_type": "constant", "cooldown_epochs": 1}, **SCHED_KW)
     assert float(cd(50)) == 1.0 and float(cd(95)) == pytest.approx(0.5)
     with pytest.raises(ValueError, match="warmup"):

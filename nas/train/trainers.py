@@ -1,0 +1,207 @@
+"""The two ways to run the step loop of `train_and_eval`: standard and reversible.
+
+Why: `train_and_eval` sets up once what every candidate needs (data, inheritance, resume,
+evaluation, measurement, checkpoints, callbacks) and hands each step to a trainer strategy.
+Both strategies answer the same small protocol, so the loop in `train.py` is the only loop:
+
+    compile(batch, eval_batch) -> seconds      ahead-of-time compilation (0 if lazy)
+    memory() -> (temp bytes, peak bytes)       of one train step, per device
+    train_step(batch) -> metrics               may return device values (not synced)
+    host_metrics(metrics) -> {name: float}
+    eval_fn() -> (batch -> correct, loss, count sums)   for the current weights
+    variables() -> {"params", "batch_stats"}   numpy, what is evaluated and returned
+    state() / load_state(tree)                 checkpointable numpy tree (with "step")
+    sync()                                      wait for queued device work
+
+* `StandardTrainer`: the whole model's state replicated on the local devices, one pmapped
+  step (gradients averaged over devices); the batch comes from the host (grain) or is drawn
+  from a device-resident dataset inside the step (`nas.train.devdata`).
+* `ReversibleStrategy`: `nas.train.reversible.ReversibleTrainer` (weights and optimizer
+  state in host memory, layer by layer), through its public API only.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from nas.train import optim, perf, steps
+
+EvalFn = Callable[[Mapping[str, np.ndarray]], tuple[float, float, float]]
+
+
+def compute_dtype(config: Any) -> Any:
+    """The config's `compute_dtype` as a jnp dtype (float32 when absent)."""
+    name = config.get("compute_dtype", "float32") or "float32"
+    if name not in ("float32", "bfloat16"):
+        raise ValueError(f"config field 'compute_dtype' must be 'float32' or 'bfloat16', "
+                         f"got {name!r}")
+    return jnp.dtype(name)
+
+
+class StandardTrainer:
+    """Data-parallel (pmap) training of the whole model on the local devices."""
+
+    def __init__(self, model: Any, config: Any, *, params: dict[str, Any],
+                 frozen: dict[str, Any], batch_stats: dict[str, Any], sched_kw: Mapping,
+                 frozen_names: Iterable[str] = (), device_data: Any = None) -> None:
+        self.model = model
+        self.ndev = jax.local_device_count()
+        self.num_classes = int(config.num_classes)
+        self.dtype = compute_dtype(config)
+        self.tx, self.sched_fns = optim.make(config, params, sched_kw)
+        del frozen_names  # frozen params are split off by the caller: no optimizer state
+        self.device_data = device_data
+        self.seed = int(config.seed)
+        self.ema = bool(config.ema_decay)
+        host = {
+            "params": params,
+            "frozen": frozen,
+            "batch_stats": batch_stats,
+            "opt_state": jax.tree.map(np.asarray, self.tx.init(params)),
+            "ema": ({"params": {**frozen, **params}, "batch_stats": batch_stats}
+                    if config.ema_decay else {}),
+            "step": np.int32(0),
+        }
+        self._state_r: Any = steps.replicate(host, self.ndev)
+        self.rng = steps.replicate(np.asarray(jax.random.PRNGKey(config.seed)), self.ndev)
+        fn = steps.make_train_step(model, self.tx, self.num_classes,
+                                   ema_decay=config.ema_decay,
+                                   ema_warmup_steps=config.ema_warmup_steps,
+                                   compute_dtype=self.dtype)
+        if device_data is not None:
+            fn = steps.with_device_data(fn, device_data.augment_fn(), self.seed)
+        self._train = jax.pmap(fn, axis_name=steps.AXIS, donate_argnums=(0,))
+        self._eval = jax.pmap(steps.make_eval_step(model, self.num_classes, self.dtype),
+                              axis_name=steps.AXIS)
+        self._train_c = self._eval_c = None
+        self._memory = (0, 0)
+        self._local_batch = 0
+
+    # ------------------------------------------------------------------ compile
+    def _args(self, batch: Any) -> tuple:
+        if self.device_data is not None:
+            return (self.device_data.arrays, batch, self.rng)
+        return (steps.shard(batch, self.ndev), self.rng)
+
+    def compile(self, batch: Any, eval_batch: Mapping[str, np.ndarray]) -> float:
+        """Compile the train and eval steps once, on the first batches' shapes."""
+        t = time.perf_counter()
+        self._train_c = self._train.lower(self._state_r, *self._args(batch)).compile()
+        eval_vars = steps.replicate(self.variables(), self.ndev)
+        self._eval_c = self._eval.lower(eval_vars, steps.shard(dict(eval_batch), self.ndev)
+                                        ).compile()
+        self._memory = perf.memory_bytes(self._train_c)
+        return time.perf_counter() - t
+
+    def memory(self) -> tuple[int, int]:
+        return self._memory
+
+    # ------------------------------------------------------------------ steps
+    def train_step(self, batch: Any) -> Any:
+        self._state_r, metrics = self._train_c(self._state_r, *self._args(batch))
+        return metrics
+
+    def host_metrics(self, metrics: Any) -> dict[str, float]:
+        return {k: float(v[0]) for k, v in jax.device_get(metrics).items()}
+
+    def sync(self) -> None:
+        jax.block_until_ready(self._state_r["step"])
+
+    def eval_fn(self) -> EvalFn:
+        variables_r = steps.replicate(self.variables(), self.ndev)
+
+        def run(batch: Mapping[str, np.ndarray]) -> tuple[float, float, float]:
+            out = jax.device_get(self._eval_c(variables_r, steps.shard(dict(batch),
+                                                                         self.ndev)))
+            return float(out["correct"][0]), float(out["loss"][0]), float(out["count"][0])
+
+        return run
+
+    def learning_rate(self, step: int) -> float:
+        return float(self.sched_fns[0](step - 1)) if self.sched_fns else 0.0
+
+    # ------------------------------------------------------------------ state
+    def state(self) -> dict[str, Any]:
+        return steps.unreplicate(self._state_r)
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        self._state_r = steps.replicate(dict(state), self.ndev)
+
+    def variables(self) -> dict[str, Any]:
+        """The variables evaluated and returned: the EMA when there is one."""
+        s = self.state()
+        if s.get("ema"):
+            return {"params": s["ema"]["params"], "batch_stats": s["ema"]["batch_stats"]}
+        return {"params": {**s["frozen"], **s["params"]}, "batch_stats": s["batch_stats"]}
+
+
+class ReversibleStrategy:
+    """The reversible CPU-offload trainer behind the same protocol (public API only)."""
+
+    def __init__(self, graph: Any, constants: Any, config: Any, *, image_size: int,
+                 sched_kw: Mapping, params: dict[str, Any] | None,
+                 frozen_names: Iterable[str]) -> None:
+        from nas.train.reversible import ReversibleTrainer
+
+        self.num_classes = int(config.num_classes)
+        self.trainer = ReversibleTrainer(
+            graph, constants, config=config, image_shape=(image_size, image_size, 3),
+            sched_kw=dict(sched_kw), params=params, seed=int(config.seed),
+            frozen=set(frozen_names))
+        self.rng = jax.random.PRNGKey(config.seed)
+        self.sched_fns = optim.make(config, {"x": {"kernel": np.zeros(1)}}, sched_kw)[1]
+        self._step = 0
+
+    def compile(self, batch: Any, eval_batch: Mapping[str, np.ndarray]) -> float:
+        return 0.0  # per-layer programs compile during the first step
+
+    def memory(self) -> tuple[int, int]:
+        temp = getattr(self.trainer, "max_temp_bytes", None)
+        temp = int(temp()) if callable(temp) else 0
+        return temp, temp
+
+    def train_step(self, batch: Mapping[str, np.ndarray]) -> dict[str, float]:
+        metrics = self.trainer.train_step(batch, self.rng)
+        self._step += 1
+        return metrics
+
+    def host_metrics(self, metrics: Any) -> dict[str, float]:
+        return {k: float(v) for k, v in metrics.items()}
+
+    def sync(self) -> None:
+        pass  # train_step returns host values
+
+    def eval_fn(self) -> EvalFn:
+        def run(batch: Mapping[str, np.ndarray]) -> tuple[float, float, float]:
+            images = np.asarray(batch["image"])
+            logits = np.asarray(self.trainer.predict(images), np.float32)
+            labels = np.asarray(batch["label"]).reshape(-1)
+            mask = np.asarray(batch["mask"], np.float32).reshape(-1)
+            logp = np.asarray(jax.nn.log_softmax(logits, axis=-1))
+            loss = -np.take_along_axis(logp, labels[:, None], axis=-1)[:, 0]
+            correct = (np.argmax(logits, -1) == labels).astype(np.float32)
+            return (float(np.sum(correct * mask)), float(np.sum(loss * mask)),
+                    float(np.sum(mask)))
+
+        return run
+
+    def learning_rate(self, step: int) -> float:
+        return float(self.sched_fns[0](step - 1)) if self.sched_fns else 0.0
+
+    def state(self) -> dict[str, Any]:
+        return self.trainer.state()
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        self.trainer.load_state(state)
+        self._step = int(np.asarray(state["step"]))
+
+    def variables(self) -> dict[str, Any]:
+        params = self.trainer.full_params
+        params = params() if callable(params) else params
+        return {"params": params, "batch_stats": {}}

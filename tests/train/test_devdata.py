@@ -1,0 +1,71 @@
+"""The device-resident training set: batches from (seed, step), augmentation in the step."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+from helpers import tiny_config, tiny_graph
+
+from nas.train import data, devdata, train_and_eval
+
+
+class _Indexed:
+    """Digits-shaped examples whose pixels and label are the example's index."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int):
+        return {"image": np.full((8, 8, 3), i, np.uint8), "label": np.int64(i)}
+
+
+def _load(n=40, seed=0):
+    return devdata.load(_Indexed(n), "digits", 8, seed, jax.local_devices()[:1])
+
+
+def test_each_epoch_visits_every_example_once_and_seed_fixes_the_order():
+    dd = _load()
+    per_epoch = dd.per_device // 8
+    epoch0 = np.concatenate([dd.indices(s, 8)[0] for s in range(per_epoch)])
+    epoch1 = np.concatenate([dd.indices(s, 8)[0] for s in range(per_epoch, 2 * per_epoch)])
+    assert sorted(epoch0) == sorted(epoch1) == list(range(dd.per_device))
+    assert list(epoch0) != list(epoch1)  # reshuffled every epoch
+    np.testing.assert_array_equal(_load().indices(7, 8), dd.indices(7, 8))
+    assert not np.array_equal(_load(seed=1).indices(0, 8), dd.indices(0, 8))
+
+
+def test_batch_spans_an_epoch_boundary():
+    dd = _load(n=12)
+    idx = dd.indices(1, 8)[0]  # positions 8..15 of a 12-example epoch
+    assert len(idx) == 8 and len(set(idx[:4])) == 4 and len(set(idx[4:])) == 4
+
+
+def test_augmentation_crops_with_the_normalized_zero_and_keeps_labels():
+    dd = _load()
+    share = jax.tree.map(lambda x: x[0], dd.arrays)
+    idx = np.arange(16, dtype=np.int32)
+    fn = jax.jit(dd.augment_fn())
+    out = fn(share, idx, jax.random.PRNGKey(0))
+    again = fn(share, idx, jax.random.PRNGKey(0))
+    np.testing.assert_array_equal(out["image"], again["image"])  # same key, same batch
+    labels = np.asarray(out["label"])
+    images = np.asarray(out["image"])
+    pp = data.make_preprocess("digits", False, 8)
+    for img, lab in zip(images, labels, strict=True):
+        value = pp({"image": np.full((8, 8, 3), lab, np.uint8), "label": lab}, None)["image"]
+        assert set(np.unique(img)) <= {-1.0, float(value[0, 0, 0])}
+    assert (images == -1.0).any()  # some crop moved the padding in
+
+
+def test_digits_train_on_device_like_on_grain(data_dir):
+    graph, constants = tiny_graph()
+    accs = {}
+    for name, limit in (("device", 2**30), ("grain", 0)):
+        config = tiny_config(data_dir, total_epochs=2.0, **{"input.device_data_bytes": limit})
+        metrics, _, _ = train_and_eval(config, eval_perf=False, graph=graph,
+                                       constants=constants)
+        accs[name] = metrics.acc
+    assert accs["device"] > 0.6 and abs(accs["device"] - accs["grain"]) < 0.1, accs

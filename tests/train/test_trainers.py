@@ -1,0 +1,109 @@
+"""One step loop, two strategies: what every candidate's result carries, early stops."""
+
+from __future__ import annotations
+
+import ast
+import os
+
+import numpy as np
+import pytest
+from helpers import tiny_config, tiny_graph
+
+import nas.train
+from nas.graph import Model
+from nas.train import perf, revrun, train_and_eval
+from nas.zoo import revnet
+
+
+def test_should_stop_is_asked_after_every_step_and_stops(data_dir):
+    graph, constants = tiny_graph()
+    asked = []
+
+    def should_stop(step):
+        asked.append(step)
+        return step == 3
+
+    metrics, epochs, state = train_and_eval(
+        tiny_config(data_dir, total_epochs=2.0), graph=graph, constants=constants,
+        should_stop=should_stop)
+    assert asked == [1, 2, 3]
+    assert metrics.steps == 3 and epochs == 0
+    assert 0.0 < metrics.acc <= 1.0 and np.isfinite(metrics.loss)  # evaluated normally
+    assert metrics.flops > 0 and metrics.num_params > 0
+
+
+@pytest.mark.slow  # per-layer compilation of the reversible trainer: about 30 s here
+def test_reversible_result_is_measured_like_any_candidate(data_dir, tmp_path):
+    graph, constants, _ = revnet.RevNet(depth=2, width=8, num_classes=10)
+    config = tiny_config(data_dir, trainer="reversible", total_epochs=0.1,
+                         **{"input.image_size": 16})
+    metrics, _, state = train_and_eval(config, graph=graph, constants=constants,
+                                       workdir=str(tmp_path))
+    model = Model(graph, constants)
+    apply = lambda v, x: model.apply(v, x, deterministic=True, training=False)  # noqa: E731
+    assert metrics.flops == perf.flops_per_example(apply, {"params": state["params"]},
+                                                   (16, 16, 3)) > 0
+    assert metrics.num_params == perf.count_params(state["params"]) > 0
+    assert metrics.im_sec_core_train > 0 and metrics.im_sec_core_infer > 0
+    assert metrics.steps == max(1, int(1437 / 64 * 0.1))
+
+
+def _train_imports() -> dict[str, set[str]]:
+    """module -> the nas.train modules it imports (anywhere in the file), from the source."""
+    root = os.path.dirname(nas.train.__file__)
+    graph: dict[str, set[str]] = {}
+    for name in os.listdir(root):
+        if not name.endswith(".py") or name == "__init__.py":
+            continue
+        tree = ast.parse(open(os.path.join(root, name)).read())
+        deps = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module == "nas.train":
+                deps |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("nas.train."):
+                deps.add(node.module.split(".")[2])
+            elif isinstance(node, ast.Import):
+                deps |= {a.name.split(".")[2] for a in node.names
+                         if a.name.startswith("nas.train.")}
+        graph[name[:-3]] = deps
+    return graph
+
+
+def test_one_loop_and_no_import_cycle():
+    graph = _train_imports()
+    assert not hasattr(revrun, "train_and_eval")  # the second loop is gone
+    state: dict[str, int] = {}
+
+    def visit(m: str, path: list[str]) -> None:
+        if state.get(m) == 1:
+            raise AssertionError(f"import cycle: {' -> '.join([*path, m])}")
+        if state.get(m) == 2 or m not in graph:
+            return
+        state[m] = 1
+        for d in graph[m]:
+            visit(d, [*path, m])
+        state[m] = 2
+
+    for module in graph:
+        visit(module, [])
+    assert "train" not in graph["revrun"] | graph["trainers"]
+
+
+def test_bad_compute_dtype_is_value_error(data_dir):
+    graph, constants = tiny_graph()
+    with pytest.raises(ValueError, match="compute_dtype"):
+        train_and_eval(tiny_config(data_dir, compute_dtype="float16"), graph=graph,
+                       constants=constants)
+
+
+def test_compilations_are_counted_and_the_persistent_cache_serves_a_rerun(data_dir,
+                                                                           tmp_path):
+    graph, constants = tiny_graph()
+    config = tiny_config(data_dir, total_epochs=0.2,
+                         compilation_cache_dir=str(tmp_path / "cache"))
+    first, _, _ = train_and_eval(config, graph=graph, constants=constants)
+    second, _, _ = train_and_eval(config, graph=graph, constants=constants)
+    assert first.compilations >= 2  # at least the train and eval steps
+    assert second.compile_cache_hits >= 2  # both loaded, not compiled again
+    assert second.compilations < first.compilations
+    assert any((tmp_path / "cache").iterdir())
