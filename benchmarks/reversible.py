@@ -1,15 +1,20 @@
 """Reversible CPU-offload trainer vs the standard trainer, side by side in one run.
 
-    python benchmarks/reversible.py [--quick] [--budget-mib 48]
+    python benchmarks/reversible.py            # RevNet width 64, batch 128, depths 4 16 64
+    python benchmarks/reversible.py --quick    # width 16, batch 32: minutes on 2 CPU cores
 
-Prints three tables:
-1. Step time of both trainers on the same RevNet and batch (interleaved timing rounds;
-   goal: reversible throughput >= 0.6x standard; the theoretical extra is one forward).
-2. Compiled temp bytes of a training step vs depth (2, 8, 32 couplings) for both.
-3. The deepest RevNet each trainer can train within a fixed device-memory budget: the
-   standard step's compiled footprint (arguments + outputs + temps) vs the reversible
-   trainer's device peak (largest per-layer temp + two layers' weights and optimizer state
-   + the activation pair and its cotangents).
+For each depth (couplings, 2 resolution stages), on the same parameters and batch:
+* step time of the standard data-parallel step (`nas.train.steps`, pmapped, as
+  `train_and_eval` runs it) and of `ReversibleTrainer.train_step`, timed in alternating
+  rounds, and the throughput ratio reversible / standard;
+* the device peak of each: standard = its compiled step's arguments + outputs + temps
+  (`memory_analysis`); reversible = on an accelerator the allocator's peak during a step,
+  on CPU the largest per-layer temp plus the largest bytes resident in the `device` memory
+  kind at any layer boundary (host and device are the same RAM there);
+* host<->device transfers and compiled-program launches per reversible step, and per
+  coupling (the slope between the two deepest depths).
+Then the deepest depth each trainer fits in `--budget-mib` (standard from the compiled
+step's footprint at each depth; reversible from its measured peak, which does not grow).
 """
 
 from __future__ import annotations
@@ -24,15 +29,18 @@ import numpy as np
 from nas.graph import Model
 from nas.train import config as config_lib
 from nas.train import optim, steps
+from nas.train.memory import standard_step_memory
 from nas.train.reversible import ReversibleTrainer
-from nas.train.revrun import standard_step_memory
+from nas.train.revprograms import ProgramCache
 from nas.zoo import revnet
 
 IMAGE = (32, 32, 3)
+MiB = 2**20
 
 
 def _config() -> config_lib.ml_collections.ConfigDict:
-    return config_lib.with_defaults({"optax_name": "scale_by_adam", "lr": 1e-3})
+    return config_lib.with_defaults({"optax_name": "scale_by_adam", "lr": 1e-3,
+                                     "grad_clip_norm": 0.0})
 
 
 def _batch(batch: int) -> dict[str, np.ndarray]:
@@ -41,8 +49,21 @@ def _batch(batch: int) -> dict[str, np.ndarray]:
             "label": rs.randint(0, 10, batch).astype(np.int32)}
 
 
-def step_times(depth: int, width: int, batch: int, rounds: int, per_round: int) -> dict:
-    """Median seconds per step of each trainer, timed in alternating rounds."""
+def _device_bytes() -> int:
+    return sum(x.nbytes for x in jax.live_arrays()
+               if x.sharding.memory_kind in ("device", None) and not x.is_deleted())
+
+
+def _allocator_peak() -> int | None:
+    try:
+        stats = jax.local_devices()[0].memory_stats() or {}
+    except Exception:
+        return None
+    return stats.get("peak_bytes_in_use")
+
+
+def measure(depth: int, width: int, batch: int, rounds: int, per_round: int,
+            cache: ProgramCache) -> dict:
     graph, constants, _ = revnet.RevNet(depth=depth, width=width)
     config = _config()
     model = Model(graph, constants)
@@ -50,98 +71,108 @@ def step_times(depth: int, width: int, batch: int, rounds: int, per_round: int) 
     params = jax.tree.map(np.asarray, dict(model.init(jax.random.PRNGKey(0),
                                                       data["image"][:1])["params"]))
     sched_kw = {"total_steps": 10_000}
+    out: dict = {"depth": depth}
+    out["std_peak"] = standard_step_memory(graph, constants, config, batch, IMAGE)["total"]
+
     tx, _ = optim.make(config, params, sched_kw)
     state = {"params": params, "frozen": {}, "batch_stats": {}, "opt_state": tx.init(params),
              "ema": {}, "step": np.int32(0)}
     std = jax.pmap(steps.make_train_step(model, tx, 10), axis_name=steps.AXIS,
-                   donate_argnums=(0,))
+                   donate_argnums=(0,), devices=jax.local_devices()[:1])
     state_r = steps.replicate(state, 1)
     sharded = steps.shard(data, 1)
     rng_r = steps.replicate(np.asarray(jax.random.PRNGKey(0)), 1)
     rev = ReversibleTrainer(graph, constants, config=config, sched_kw=sched_kw,
-                            image_shape=IMAGE, params=params)
+                            image_shape=IMAGE, params=params, cache=cache,
+                            devices=jax.local_devices()[:1])
     rng = jax.random.PRNGKey(0)
     for _ in range(2):  # compile and warm up
         state_r, m = std(state_r, sharded, rng_r)
         jax.block_until_ready(m)
         rev.train_step(data, rng)
-    times: dict[str, list[float]] = {"standard": [], "reversible": []}
+
+    # Device peak of a reversible step: allocator peak where there is one, else (CPU) the
+    # largest device-kind bytes alive at a layer boundary plus the largest temp.
+    base = _device_bytes()
+    seen: list[int] = []
+    rev.hook = lambda event, layer: seen.append(_device_bytes() - base)
+    peak_before = _allocator_peak()
+    rev.train_step(data, rng)
+    rev.hook = None
+    peak_after = _allocator_peak()
+    if peak_after and peak_before is not None and jax.default_backend() != "cpu":
+        out["rev_peak"] = int(peak_after)
+    else:
+        out["rev_peak"] = rev.max_temp_bytes() + max(seen) + sum(
+            v.nbytes for v in data.values())
+    out.update(rev.step_counts())
+    out["layers"] = len(rev.layers)
+
+    times: dict[str, list[float]] = {"std": [], "rev": []}
     for _ in range(rounds):
         t = time.perf_counter()
         for _ in range(per_round):
             state_r, m = std(state_r, sharded, rng_r)
         jax.block_until_ready(m)
-        times["standard"].append((time.perf_counter() - t) / per_round)
+        times["std"].append((time.perf_counter() - t) / per_round)
         t = time.perf_counter()
         for _ in range(per_round):
             rev.train_step(data, rng)  # returns a float: synchronous
-        times["reversible"].append((time.perf_counter() - t) / per_round)
-    return {k: statistics.median(v) for k, v in times.items()}
-
-
-def reversible_footprint(depth: int, width: int, batch: int) -> dict:
-    """Run one reversible step; its temp peak and estimated device peak in bytes."""
-    graph, constants, _ = revnet.RevNet(depth=depth, width=width)
-    trainer = ReversibleTrainer(graph, constants, config=_config(), image_shape=IMAGE,
-                                sched_kw={"total_steps": 10})
-    trainer.train_step(_batch(batch), jax.random.PRNGKey(0))
-    acts = trainer.activations(_batch(batch)["image"])
-    pair = max(sum(a.nbytes for a in stack) for stack in acts[1:])
-    temp = trainer.max_temp_bytes()
-    peak = temp + 2 * max(trainer.layer_bytes()) + 2 * pair + _batch(batch)["image"].nbytes
-    return {"temp": temp, "peak": peak}
+        times["rev"].append((time.perf_counter() - t) / per_round)
+    out.update({k: statistics.median(v) for k, v in times.items()})
+    return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--budget-mib", type=float, default=48.0)
+    parser.add_argument("--quick", action="store_true", help="CPU-sized: width 16, batch 32")
+    parser.add_argument("--width", type=int)
+    parser.add_argument("--batch", type=int)
+    parser.add_argument("--depths", type=int, nargs="+")
+    parser.add_argument("--budget-mib", type=float)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--per-round", type=int, default=2)
     args = parser.parse_args()
-    mib = 2**20
-    width, batch = 16, 32
-    depth_speed = 8
-    rounds, per_round = (3, 3) if args.quick else (5, 5)
+    width = args.width or (16 if args.quick else 64)
+    batch = args.batch or (32 if args.quick else 128)
+    depths = args.depths or [4, 16, 64]
+    budget = (args.budget_mib or (64.0 if args.quick else 1024.0)) * MiB
 
-    print(f"jax {jax.__version__}, {jax.devices()[0].device_kind}, "
-          f"{jax.local_device_count()} device(s); RevNet width {width}, batch {batch}, "
-          f"{IMAGE[0]}x{IMAGE[1]}, Adam\n")
-    t = step_times(depth_speed, width, batch, rounds, per_round)
-    ratio = t["standard"] / t["reversible"]
-    print(f"1. step time, RevNet depth {depth_speed} (median of {rounds} rounds)")
-    print("| trainer | ms/step | images/s | throughput vs standard |")
-    print("|---|---:|---:|---:|")
-    for name in ("standard", "reversible"):
-        rel = 1.0 if name == "standard" else ratio
-        print(f"| {name} | {1e3 * t[name]:.1f} | {batch / t[name]:.0f} | {rel:.2f}x |")
+    dev = jax.devices()[0]
+    print(f"jax {jax.__version__}, backend {jax.default_backend()} ({dev.device_kind}), "
+          f"1 device; RevNet width {width}, 2 stages, batch {batch}, "
+          f"{IMAGE[0]}x{IMAGE[1]}x{IMAGE[2]}, Adam; {args.rounds} rounds of "
+          f"{args.per_round} steps, medians\n")
+    cache = ProgramCache()
+    rows = [measure(d, width, batch, args.rounds, args.per_round, cache) for d in depths]
+    print("| depth | standard ms/step | reversible ms/step | reversible / standard "
+          "throughput | standard peak MiB | reversible peak MiB | transfers/step | "
+          "launches/step |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r['depth']} | {1e3 * r['std']:.1f} | {1e3 * r['rev']:.1f} | "
+              f"{r['std'] / r['rev']:.2f}x | {r['std_peak'] / MiB:.1f} | "
+              f"{r['rev_peak'] / MiB:.1f} | {r['transfers']} | {r['launches']} |")
+    if len(rows) > 1:
+        a, b = rows[-2], rows[-1]
+        dd = b["depth"] - a["depth"]
+        print(f"\nper coupling (depth {a['depth']} -> {b['depth']}): "
+              f"{(b['transfers'] - a['transfers']) / dd:.1f} transfers, "
+              f"{(b['launches'] - a['launches']) / dd:.1f} launches")
 
-    print("\n2. compiled temp bytes of one training step vs depth (MiB)")
-    print("| depth | standard temp | reversible temp | standard / reversible |")
-    print("|---:|---:|---:|---:|")
-    cfg = _config()
-    for depth in (2, 8, 32):
+    # The deepest depth within the budget, standard from its compiled footprint.
+    rev_peak = max(r["rev_peak"] for r in rows)
+    config = _config()
+    best_std, depth = 0, 1
+    while depth <= 1024:
         graph, constants, _ = revnet.RevNet(depth=depth, width=width)
-        std = standard_step_memory(graph, constants, cfg, batch, IMAGE)["temp"]
-        rev = reversible_footprint(depth, width, batch)["temp"]
-        print(f"| {depth} | {std / mib:.2f} | {rev / mib:.2f} | {std / rev:.1f}x |")
-
-    budget = args.budget_mib * mib
-    depths = (2, 4, 8, 16, 32, 64) if args.quick else (2, 4, 8, 16, 32, 64, 128)
-    print(f"\n3. deepest RevNet trainable within {args.budget_mib:.0f} MiB of device memory")
-    print("| depth | standard step MiB | fits | reversible device peak MiB | fits |")
-    print("|---:|---:|:---:|---:|:---:|")
-    best = {"standard": 0, "reversible": 0}
-    for depth in depths:
-        graph, constants, _ = revnet.RevNet(depth=depth, width=width)
-        std = standard_step_memory(graph, constants, cfg, batch, IMAGE)["total"]
-        rev = reversible_footprint(depth, width, batch)["peak"]
-        if std <= budget:
-            best["standard"] = depth
-        if rev <= budget:
-            best["reversible"] = depth
-        print(f"| {depth} | {std / mib:.1f} | {'yes' if std <= budget else 'no'} | "
-              f"{rev / mib:.1f} | {'yes' if rev <= budget else 'no'} |")
-    print(f"\ndeepest within budget: standard {best['standard']}, reversible "
-          f"{best['reversible']} (of those tried; the reversible peak does not grow)")
+        need = standard_step_memory(graph, constants, config, batch, IMAGE)["total"]
+        if need > budget:
+            break
+        best_std, depth = depth, depth * 2
+    fits = "every depth (its peak does not grow)" if rev_peak <= budget else "none"
+    print(f"\nwithin {budget / MiB:.0f} MiB: standard up to depth {best_std} (powers of two "
+          f"tried), reversible {fits}: peak {rev_peak / MiB:.1f} MiB at depths {depths}")
 
 
 if __name__ == "__main__":

@@ -88,6 +88,34 @@ class ReversibleSpec:
                 out += [c.f, c.g]
         return out + [self.head]
 
+    def block_inputs(self) -> list[list[str]]:
+        """For each of `mutable_blocks()`, the tensors of `to_graph()` it reads (so a
+        mutator can look up their shapes in the plain graph)."""
+        out: list[list[str]] = []
+        stack = [self.input_name]
+        for ref in self.layers():
+            if ref.kind == "coupling":
+                out += [[_c(stack[1])], [_c(ref.prefix + "y1")]]
+                stack = [ref.prefix + "y1:0", ref.prefix + "y2:0"]
+            else:
+                out.append([_c(s) for s in stack])
+                inst = _instantiate(ref.blocks[0], ref.prefix[:-1], stack)
+                stack = list(inst.graph.output_names)
+        return out
+
+    def with_blocks(self, blocks: Sequence[Block]) -> ReversibleSpec:
+        """The same layout with `blocks` (in `mutable_blocks()` order) in place of its own."""
+        if len(blocks) != len(self.mutable_blocks()):
+            raise ValueError(f"blocks: this spec has {len(self.mutable_blocks())} blocks, "
+                             f"got {len(blocks)}")
+        it = iter(blocks)
+        rev = []
+        for block in self.blocks:
+            standard = next(it) if block.standard is not None else None
+            rev.append(RevBlock(standard, [Coupling(next(it), next(it))
+                                           for _ in block.couplings]))
+        return ReversibleSpec(rev, next(it), self.input_name)
+
     # ----------------------------------------------------------------- plain graph
     def to_graph(self) -> tuple[Graph, dict[str, Any]]:
         """The equivalent plain graph and constants (the marking included)."""

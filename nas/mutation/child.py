@@ -15,10 +15,12 @@ from typing import Any
 
 from nas.graph.block import Block
 from nas.graph.ops import Graph
+from nas.graph.reversible import is_reversible
 from nas.graph.serialize import graph_to_dict
 from nas.graph.subgraph import SubgraphModel, SubgraphNode
 from nas.mutation.config import MutationConfig
 from nas.mutation.model_mutator import Builder, ModelMutator, NoChildFound, probe_inputs
+from nas.mutation.reversible import propose_reversible
 from nas.properties.tensor_shapes import graph_shapes
 from nas.synthesis.base import verify_property
 from nas.synthesis.variables import build_variables
@@ -98,7 +100,10 @@ def propose_child(
     start = time.monotonic()
     rng = random.Random(seed)
     child_id = cfg.child_id if cfg.child_id is not None else seed
-    proposal = ModelMutator(cfg, rng).mutate(graph, constants, blocks, builder, child_id)
+    if blocks is None and is_reversible(constants):  # the child must stay reversible
+        proposal = propose_reversible(graph, constants, cfg, rng, child_id)
+    else:
+        proposal = ModelMutator(cfg, rng).mutate(graph, constants, blocks, builder, child_id)
     inputs = probe_inputs(proposal.graph, cfg.input_shape)
     built = build_variables(proposal.graph, proposal.constants, inputs, variables, seed=seed)
     return Child(

@@ -4,10 +4,11 @@ Why: a candidate whose parameters, optimizer state and activations do not fit in
 memory must still be trainable. Following Trax's memory-efficient trainer (see
 `shared/reference/reversible-trainer.md`), rebuilt on today's JAX:
 
-* Parameters and optimizer state live in host memory (`pinned_host` memory kind of the
-  first local device, or the CPU device where that kind does not exist). A layer's weights
-  (and, in the backward pass, its optimizer state) are copied to the device only while that
-  layer runs, and the updated ones are copied back right after.
+* Parameters and optimizer state live in host memory (the `pinned_host` memory kind),
+  packed per layer into one flat buffer (`revpack`). A layer's buffer is copied to the
+  device only while that layer runs, by the program of the layer before it (so the copy
+  overlaps compute), and the program that updates it writes it back (`revprograms`).
+  A step launches one compiled program per layer and pass, plus a constant few.
 * Forward, layer by layer: a standard layer's inputs are kept (in host memory); a
   coupling `y1 = x1 + f(x2); y2 = x2 + g(y1)` overwrites the activation pair, so its outputs
   are never stored. The head (loss layer) runs forward, backward and its update in one
@@ -17,7 +18,15 @@ memory must still be trainable. Following Trax's memory-efficient trainer (see
   with its own optimizer state. This is exact: the gradient of a layer is taken at its
   pre-update weights and earlier layers never see later updates. A standard layer
   recomputes its forward from its kept inputs.
-* Data parallel over the local devices with `pmap` semantics (see `revlayers`).
+* Data parallel over the local devices: activations are sharded over the batch, the
+  packed state is replicated (one host copy per device), the programs are written for the
+  global batch (see `revprograms`).
+
+Transfers per step (host<->device arrays, counted by `step_counts()`): each coupling moves
+its packed buffer in for the forward pass, in again for the backward pass and out once
+updated, so 1 per layer in the forward pass and 2 in the backward pass; standard layers
+also park their inputs in host memory. Fewer is impossible with device memory flat in
+depth: a layer's weights are needed twice per step with every other layer in between.
 
 Differences from the standard trainer (`nas.train.train`), all by construction:
 
@@ -27,52 +36,29 @@ Differences from the standard trainer (`nas.train.train`), all by construction:
   `optax` transform are the same as the full-model optimizer's (patterns are matched
   against the full "op/param" paths).
 * BatchNorm is rejected (its running statistics would be updated twice); no EMA.
-* Dropout keys differ from the standard trainer's (a key per layer per step), so with
-  dropout the two trainers draw different masks; without dropout they agree to float
-  rounding.
+* Dropout keys differ from the standard trainer's (a key per layer per step, for the
+  global batch), so with dropout the two trainers draw different masks; without dropout
+  they agree to float rounding.
+* Couplings run at `highest` matmul precision (exact reconstruction on TF32 hardware).
 * Reconstruction is exact only up to float rounding, so very deep stacks in low precision
   drift slightly from the standard trainer.
 """
 
 from __future__ import annotations
 
-import collections
-import json
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import jax
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
 
 from nas.graph.reversible import ReversibleSpec, from_graph
-from nas.graph.serialize import graph_to_json
-from nas.train import optim, revlayers, steps
-from nas.train.revlayers import KINDS, Layer
+from nas.train import optim, revlayers, revpack, revprograms
+from nas.train.revlayers import Layer
+from nas.train.revprograms import Placement, ProgramCache
 
 Hook = Callable[[str, Layer], None]
-
-
-def host_sharding(device: jax.Device) -> jax.sharding.Sharding:
-    """Host memory next to `device`: its pinned_host memory kind, else the CPU device."""
-    try:
-        kinds = {m.kind for m in device.addressable_memories()}
-    except Exception:  # platforms without memory kinds
-        kinds = set()
-    if "pinned_host" in kinds:
-        return SingleDeviceSharding(device, memory_kind="pinned_host")
-    return SingleDeviceSharding(jax.devices("cpu")[0])
-
-
-def _with_kind(x: Any, kind: str) -> Any:
-    """An activation (sharded over devices) moved to another memory kind of its devices."""
-    return jax.device_put(x, x.sharding.with_memory_kind(kind))
-
-
-def _avals(tree: Any) -> tuple:
-    leaves, treedef = jax.tree.flatten(tree)
-    return treedef, tuple((np.shape(x), np.dtype(x.dtype if hasattr(x, "dtype") else type(x)).str)
-                          for x in leaves)
 
 
 class ReversibleTrainer:
@@ -83,6 +69,9 @@ class ReversibleTrainer:
     sched_kw: `total_steps` etc. for the schedules (as for `optim.make`).
     params: optional flat full-name params (e.g. from the plain `Model.init`); default:
       initialized layer by layer from `seed`, each layer moved to host memory at once.
+    precision: matmul precision of standard layers and the head (None: JAX's default);
+      couplings always run at "highest".
+    cache: compiled programs, shareable between trainers (default: this trainer's own).
     """
 
     def __init__(
@@ -97,6 +86,8 @@ class ReversibleTrainer:
         seed: int = 0,
         frozen: Iterable[str] = (),
         devices: Sequence[jax.Device] | None = None,
+        precision: str | None = None,
+        cache: ProgramCache | None = None,
     ) -> None:
         if not isinstance(spec, ReversibleSpec):
             spec = from_graph(spec, constants)
@@ -104,42 +95,39 @@ class ReversibleTrainer:
         self.layers = revlayers.make_layers(spec)
         self.devices = list(devices or jax.local_devices())
         self.n = len(self.devices)
-        # Weights are broadcast to every device (the compiled pmap wants them replicated).
-        self.device = NamedSharding(Mesh(np.array(self.devices), (revlayers.AXIS,)),
-                                    PartitionSpec())
-        self.host = host_sharding(self.devices[0])
+        self.place = Placement(self.devices)
         self.num_classes = int(config.num_classes)
+        self.precision = precision
+        self.cache = cache if cache is not None else ProgramCache()
         self.step = 0
         self.hook: Hook | None = None
-        self._static = json.dumps([dict(sched_kw), self.num_classes,
-                                   [d.id for d in self.devices]], sort_keys=True, default=str)
+        self._static = repr((sorted(dict(sched_kw).items()), self.num_classes,
+                             [d.id for d in self.devices], precision))
         self.temp_bytes: dict[tuple[str, str], int] = {}
+        self.counters = {"transfers": 0, "launches": 0}
+        self._last_counts = {"transfers": 0, "launches": 0}
+        self._keys_fn = revprograms.keys_program(len(self.layers), self.place)
+        self._programs: dict[tuple, revprograms.Program] = {}
         base = (self._split(params) if params is not None
                 else self._init(tuple(image_shape), seed))
         frozen = set(frozen)
-        self.params: list[Any] = []
-        self.opt_state: list[Any] = []
+        self.layouts: list[revpack.Layout] = []
+        self.host: list[tuple[jax.Array, ...]] = []
+        cpu = jax.devices("cpu")[0]
         for layer, w in zip(self.layers, base, strict=True):
+            w = jax.tree.map(np.asarray, w)
             cfg = revlayers.layer_optimizer_config(config, layer.param_paths(w), frozen)
             layer.tx, _ = optim.make(cfg, w, sched_kw)
             layer.opt_signature = revlayers._signature(cfg)
-            with jax.default_device(jax.devices("cpu")[0]):
-                opt = layer.tx.init(jax.tree.map(np.asarray, w))  # eager: no compile
-            self.params.append(self._to_host(w))
-            self.opt_state.append(self._to_host(opt))
+            with jax.default_device(cpu):
+                opt = jax.tree.map(np.asarray, layer.tx.init(w))  # eager: no compile
+            layout = revpack.layout_of((w, opt))
+            self.layouts.append(layout)
+            self.host.append(self._to_host(revpack.pack_host(layout, (w, opt))))
 
     # ------------------------------------------------------------------ placement
-    def _to_host(self, tree: Any) -> Any:
-        """Host copy; a replicated array contributes its first device's copy only."""
-        def one(x: Any) -> Any:
-            if isinstance(x, jax.Array) and len(x.sharding.device_set) > 1:
-                x = x.addressable_shards[0].data
-            return jax.device_put(x, self.host)
-
-        return jax.tree.map(one, tree)
-
-    def _to_device(self, tree: Any) -> Any:
-        return jax.device_put(tree, self.device)
+    def _to_host(self, bufs: tuple[np.ndarray, ...]) -> tuple[jax.Array, ...]:
+        return tuple(jax.device_put(b, self.place.rep_host) for b in bufs)
 
     def _split(self, params: Mapping[str, Any]) -> list[Any]:
         """Flat full-name params -> per-layer base trees; every name must be used."""
@@ -156,7 +144,7 @@ class ReversibleTrainer:
 
     def _init(self, image_shape: tuple[int, ...], seed: int) -> list[Any]:
         """Layer-by-layer init on the CPU, shapes passed forward with eval_shape; each
-        layer's weights go to host memory before the next layer is initialized."""
+        layer's weights are host numpy before the next layer is initialized."""
         cpu = jax.devices("cpu")[0]
         stack: tuple = (jax.ShapeDtypeStruct((1, *image_shape), np.float32),)
         out = []
@@ -169,9 +157,9 @@ class ReversibleTrainer:
             for model, feed, k in zip(layer.models, feeds, keys, strict=False):
                 x = {n: np.zeros(s.shape, s.dtype)
                      for n, s in zip(model.graph.input_names, feed, strict=True)}
-                with jax.default_device(cpu):
-                    v = _init_fn(model)(k, x)
-                parts.append(self._to_host(dict(v.get("params", {}))))
+                with jax.default_device(cpu):  # eager: op-by-op kernels are cached
+                    v = model.init({"params": k, "dropout": k}, x)
+                parts.append(jax.tree.map(np.asarray, dict(v.get("params", {}))))
             w = {"f": parts[0], "g": parts[1]} if layer.kind == "coupling" else parts[0]
             out.append(w)
             if layer.kind != "head":
@@ -181,133 +169,166 @@ class ReversibleTrainer:
 
     # ------------------------------------------------------------------ compiled calls
     def _call(self, kind: str, layer: Layer, *args: Any) -> Any:
-        """Run `kind` for `layer`, compiling once per (structure, optimizer, shapes) in
-        this process: layers (and trainers) with the same structure share executables."""
-        key = (kind, layer.structure, layer.opt_signature, self._static, _avals(args))
-        fn = _COMPILED.get(key)
-        if fn is None:
-            maker, in_axes, out_axes = KINDS[kind]
-            if kind.startswith("std_bwd"):
-                body = maker(layer, kind == "std_bwd")
-            elif kind == "head":
-                body = maker(layer, self.num_classes)
-            else:
-                body = maker(layer)
-            pm = jax.pmap(body, axis_name=revlayers.AXIS, in_axes=in_axes, out_axes=out_axes,
-                          devices=self.devices)
-            fn = pm.lower(*args).compile()
-            _COMPILED.put(key, fn)
-        tk = (kind, layer.structure)
-        if tk not in self.temp_bytes:
-            stats = fn.memory_analysis()
-            self.temp_bytes[tk] = int(getattr(stats, "temp_size_in_bytes", 0) or 0)
-        return fn(*args)
+        """Run program `kind` of `layer`; compiled once per (structure, optimizer, layouts,
+        shapes) and shared by every layer (and trainer, through `cache`) that matches."""
+        fast = (kind, layer.index, _shapes(args[1:]))
+        prog = self._programs.get(fast)
+        if prog is None:
+            layout = self.layouts[layer.index]
+            key = (kind, layer.structure, layer.opt_signature, layout.key, self._static,
+                   _avals(args[1:]))
+            prog = self.cache.get(key)
+            if prog is None:
+                prog = revprograms.compile_program(kind, layer, layout, self.place,
+                                                   self.num_classes, self.precision, args)
+                self.cache.put(key, prog)
+            self._programs[fast] = prog
+            self.temp_bytes[(kind, layer.structure)] = prog.temp_bytes
+        self.counters["launches"] += 1
+        self.counters["transfers"] += prog.transfers
+        return prog.fn(*args)
 
-    def _keys(self, rng: jax.Array, step: int) -> np.ndarray:
-        base = jax.random.fold_in(rng, step)
-        return np.asarray(jax.vmap(lambda i: jax.random.fold_in(base, i))(
-            np.arange(len(self.layers))))
+    def _fetch(self, index: int) -> tuple[jax.Array, ...]:
+        """Layer `index`'s packed state on the device (start of a pass)."""
+        return self._call("fetch", self.layers[index], self.host[index])
+
+    def _next(self, index: int) -> tuple[jax.Array, ...]:
+        return self.host[index] if 0 <= index < len(self.layers) else ()
+
+    def _keys(self, rng: jax.Array) -> tuple[jax.Array, ...]:
+        self.counters["launches"] += 1
+        self.counters["transfers"] += 1  # the step number
+        return self._keys_fn(rng, np.int32(self.step))
 
     def _emit(self, event: str, layer: Layer) -> None:
         if self.hook is not None:
             self.hook(event, layer)
 
-    def _store(self, layer: Layer, w: Any, opt: Any) -> None:
-        self.params[layer.index] = self._to_host(w)
-        self.opt_state[layer.index] = self._to_host(opt)
+    def _shard(self, x: np.ndarray) -> np.ndarray:
+        x = np.asarray(x)
+        if x.shape[0] % self.n:
+            raise ValueError(f"batch of {x.shape[0]} does not split over {self.n} devices")
+        return x
 
     # ------------------------------------------------------------------ training
     def train_step(self, batch: Mapping[str, np.ndarray], rng: jax.Array) -> dict[str, float]:
         """One step on a global batch {"image", "label"}; returns the training loss."""
-        sharded = steps.shard(dict(batch), self.n)
-        keys = self._keys(rng, self.step)
-        stack: tuple = (sharded["image"],)
-        kept: dict[int, Any] = {}
+        start = dict(self.counters)
+        images, labels = self._shard(batch["image"]), self._shard(batch["label"])
+        keys = self._keys(rng)
         *body, head = self.layers
+        pending: deque = deque()  # bounds how far Python runs ahead of the device
+        stack: tuple = (images,)
+        kept: dict[int, Any] = {}
+        p = self._fetch(0)
         for layer in body:
-            w = self._to_device(self.params[layer.index])
-            if layer.kind == "standard":
-                kept[layer.index] = stack if layer.index == 0 else _to_host_stack(stack)
-                stack = self._call("std_fwd", layer, w, stack, keys[layer.index])
-            else:
-                stack = self._call("rev_fwd", layer, w, stack, keys[layer.index])
-            self._emit("forward", layer)
-            del w
-        w, opt = self._to_device((self.params[head.index], self.opt_state[head.index]))
-        loss, cts, w, opt, _ = self._call("head", head, w, opt, stack, sharded["label"],
-                                          keys[head.index])
-        self._emit("head", head)
-        self._store(head, w, opt)
-        for layer in reversed(body):
-            w, opt = self._to_device((self.params[layer.index], self.opt_state[layer.index]))
+            i = layer.index
+            nxt = self.host[i + 1]
             if layer.kind == "coupling":
-                stack, cts, w, opt, _ = self._call("rev_bwd", layer, w, opt, stack, cts,
-                                                   keys[layer.index])
+                stack, p = self._call("rev_fwd", layer, p, stack, keys[i], nxt)
+            elif i == 0:  # its input is the batch itself, still at hand
+                stack, p = self._call("std_fwd", layer, p, stack, keys[i], nxt)
             else:
-                xs = kept.pop(layer.index)
-                xs = xs if layer.index == 0 else _to_device_stack(xs)
-                kind = "std_bwd_first" if layer.index == 0 else "std_bwd"
-                cts, w, opt, _ = self._call(kind, layer, w, opt, xs, cts, keys[layer.index])
-                stack = xs
+                stack, p, kept[i] = self._call("std_fwd_keep", layer, p, stack, keys[i], nxt)
+            _throttle(pending, stack[0])
+            self._emit("forward", layer)
+        loss, cts, p, self.host[head.index] = self._call(
+            "head", head, p, stack, labels, keys[head.index], self._next(head.index - 1))
+        self._emit("head", head)
+        for layer in reversed(body):
+            i = layer.index
+            nxt = self._next(i - 1)
+            if layer.kind == "coupling":
+                stack, cts, p, self.host[i] = self._call("rev_bwd", layer, p, stack, cts,
+                                                         keys[i], nxt)
+            elif i == 0:
+                p, self.host[i] = self._call("std_bwd_first", layer, p, (images,), cts,
+                                             keys[i], nxt)
+            else:
+                stack, cts, p, self.host[i] = self._call("std_bwd", layer, p, kept.pop(i),
+                                                         cts, keys[i], nxt)
+            _throttle(pending, self.host[i][0] if self.host[i] else p)
             self._emit("backward", layer)
-            self._store(layer, w, opt)
-            del w, opt
         self.step += 1
-        return {"training_loss": float(loss)}
+        out = {"training_loss": float(loss)}
+        self.counters["transfers"] += 1  # the loss
+        self._last_counts = {k: self.counters[k] - start[k] for k in start}
+        return out
+
+    def step_counts(self) -> dict[str, int]:
+        """Host<->device transfers (arrays) and compiled-program launches of the last
+        `train_step`: at most 1 + 2 transfers and 2 launches per coupling, plus a few."""
+        return dict(self._last_counts)
 
     # ------------------------------------------------------------------ inference
+    def _forward_stacks(self, images: np.ndarray, keep: bool) -> tuple[Any, list]:
+        stack: tuple = (self._shard(images),)
+        out = [tuple(np.asarray(s) for s in stack)] if keep else []
+        *body, head = self.layers
+        p = self._fetch(0)
+        for layer in body:
+            stack, p = self._call("eval_fwd", layer, p, stack, self.host[layer.index + 1])
+            if keep:
+                out.append(tuple(np.asarray(s) for s in stack))
+        return self._call("head_logits", head, p, stack), out
+
     def predict(self, images: np.ndarray) -> np.ndarray:
         """Logits of a batch (divisible by the device count), layer by layer."""
-        stack: tuple = (steps.shard({"x": np.asarray(images)}, self.n)["x"],)
-        *body, head = self.layers
-        for layer in body:
-            stack = self._call("eval_fwd", layer, self._to_device(self.params[layer.index]),
-                               stack)
-        logits = self._call("head_logits", head, self._to_device(self.params[head.index]),
-                            stack)
-        return np.asarray(logits).reshape(-1, logits.shape[-1])
+        logits, _ = self._forward_stacks(images, keep=False)
+        return np.asarray(logits)
 
     def activations(self, images: np.ndarray) -> list[tuple[np.ndarray, ...]]:
         """The input stack of every layer and the head's (deterministic), for tests."""
-        stack: tuple = (steps.shard({"x": np.asarray(images)}, self.n)["x"],)
-        out = [tuple(np.asarray(s) for s in stack)]
-        for layer in self.layers[:-1]:
-            stack = self._call("eval_fwd", layer, self._to_device(self.params[layer.index]),
-                               stack)
-            out.append(tuple(np.asarray(s) for s in stack))
-        return out
+        return self._forward_stacks(images, keep=True)[1]
 
     def reconstruct(self, index: int, outputs: tuple[np.ndarray, ...]) -> tuple:
         """Inputs of coupling `index` recomputed from its outputs (no dropout)."""
         layer = self.layers[index]
         if layer.kind != "coupling":
             raise ValueError(f"layer {index} ({layer.ref.prefix}) is not a coupling")
-        key = np.asarray(jax.random.PRNGKey(0))
         ys = tuple(np.asarray(o) for o in outputs)
-        xs = self._call("rev_reverse", layer, self._to_device(self.params[index]), ys, key)
+        xs = self._call("rev_reverse", layer, self._fetch(index), ys)
         return tuple(np.asarray(x) for x in xs)
 
     # ------------------------------------------------------------------ state
+    def _unpacked(self, index: int) -> tuple[Any, Any]:
+        return revpack.unpack_host(self.layouts[index], self.host[index])
+
+    @property
+    def params(self) -> list[Any]:
+        """Per-layer weights (base names) as numpy."""
+        return [self._unpacked(i)[0] for i in range(len(self.layers))]
+
+    @property
+    def opt_state(self) -> list[Any]:
+        """Per-layer optimizer states as numpy."""
+        return [self._unpacked(i)[1] for i in range(len(self.layers))]
+
     @property
     def full_params(self) -> dict[str, Any]:
         """Flat full-name params as numpy (the plain Model's `params`)."""
         out: dict[str, Any] = {}
         for layer, w in zip(self.layers, self.params, strict=True):
-            out.update(layer.full_params(jax.tree.map(np.asarray, w)))
+            out.update(layer.full_params(w))
         return out
 
     def state(self) -> dict[str, Any]:
-        """Checkpointable state: per-layer params and optimizer state (host), and step."""
-        return {"layers": [{"params": w, "opt_state": o}
-                           for w, o in zip(self.params, self.opt_state, strict=True)],
-                "step": np.int32(self.step)}
+        """Checkpointable state: per-layer params and optimizer state (numpy), and step."""
+        layers = []
+        for i in range(len(self.layers)):
+            w, opt = self._unpacked(i)
+            layers.append({"params": w, "opt_state": opt})
+        return {"layers": layers, "step": np.int32(self.step)}
 
     def load_state(self, state: Mapping[str, Any]) -> None:
         layers = state["layers"]
         if len(layers) != len(self.layers):
             raise ValueError(f"state has {len(layers)} layers, this network {len(self.layers)}")
-        self.params = [self._to_host(item["params"]) for item in layers]
-        self.opt_state = [self._to_host(item["opt_state"]) for item in layers]
+        host = []
+        for layout, item in zip(self.layouts, layers, strict=True):
+            tree = (item["params"], item["opt_state"])
+            host.append(self._to_host(revpack.pack_host(layout, tree)))
+        self.host = host
         self.step = int(np.asarray(state["step"]))
 
     def max_temp_bytes(self) -> int:
@@ -317,54 +338,27 @@ class ReversibleTrainer:
 
     def layer_bytes(self) -> list[int]:
         """Bytes of each layer's parameters plus optimizer state."""
-        return [_nbytes(w) + _nbytes(o) for w, o in zip(self.params, self.opt_state,
-                                                          strict=True)]
+        return [layout.nbytes() for layout in self.layouts]
 
 
-class _Lru:
-    """A small LRU of compiled executables, so a long search does not keep them all."""
+def _throttle(pending: deque, x: Any, depth: int = 2) -> None:
+    """Wait for the output of the layer `depth` calls back, so that at most `depth`
+    layers are queued on the device (their written-back buffers would all be allocated).
 
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self._items: collections.OrderedDict[tuple, Any] = collections.OrderedDict()
-
-    def get(self, key: tuple) -> Any:
-        if key in self._items:
-            self._items.move_to_end(key)
-            return self._items[key]
-        return None
-
-    def put(self, key: tuple, value: Any) -> None:
-        self._items[key] = value
-        while len(self._items) > self.size:
-            self._items.popitem(last=False)
+    An output already donated to a later program needs no wait: its memory is reused."""
+    pending.append(x)
+    if len(pending) > depth:
+        old = pending.popleft()
+        if not old.is_deleted():
+            old.block_until_ready()
 
 
-_COMPILED = _Lru(256)
-_INIT_FNS = _Lru(64)
+def _shapes(x: Any) -> tuple:
+    return tuple((np.shape(a), isinstance(a, np.ndarray)) for a in jax.tree.leaves(x))
 
 
-def _init_fn(model: Any) -> Callable:
-    """A jitted `model.init` shared by every model with the same graph and constants."""
-    key = (graph_to_json(model.graph, model.constants),)
-    fn = _INIT_FNS.get(key)
-    if fn is None:
-        fn = jax.jit(lambda r, x: model.init({"params": r, "dropout": r}, x))
-        _INIT_FNS.put(key, fn)
-    return fn
-
-
-def _nbytes(tree: Any) -> int:
-    return int(sum(np.dtype(x.dtype).itemsize * int(np.prod(x.shape))
-                   for x in jax.tree.leaves(tree)))
-
-
-def _to_host_stack(stack: tuple) -> tuple:
-    try:
-        return tuple(_with_kind(x, "pinned_host") for x in stack)
-    except (ValueError, TypeError, RuntimeError):  # no host memory kind: numpy on the host
-        return tuple(np.asarray(x) for x in stack)
-
-
-def _to_device_stack(stack: tuple) -> tuple:
-    return tuple(x if isinstance(x, np.ndarray) else _with_kind(x, "device") for x in stack)
+def _avals(tree: Any) -> tuple:
+    """Shapes, dtypes and numpy-ness (a numpy input is a transfer) of call arguments."""
+    leaves, treedef = jax.tree.flatten(tree)
+    return str(treedef), tuple((np.shape(x), np.dtype(x.dtype).str, isinstance(x, np.ndarray))
+                               for x in leaves)

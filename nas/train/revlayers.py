@@ -3,10 +3,8 @@ functions (cached by layer structure) and each layer's own optimizer.
 
 Why a separate module: `reversible.py` is the driver that moves weights between host and
 device and walks the layers; the math of one layer (forward, reconstruct-and-backprop,
-update) lives here. Every function is `jax.pmap`ped over the local devices: weights,
-optimizer state and keys are broadcast (`in_axes=None`), activations are split on a leading
-device axis, weight gradients are averaged with `pmean` and the updated weights come back
-unmapped (`out_axes=None`), so one device or several run the same code.
+update) lives here, written for the global batch (see "functions" below); how it is packed,
+placed and compiled is `revprograms`.
 
 Layers with the same structure (same base graph, constants, optimizer grouping) share one
 compiled function per input shape: parameters are passed keyed by their *base* op names
@@ -32,7 +30,6 @@ from nas.graph.reversible import LayerRef
 from nas.graph.serialize import graph_to_json
 from nas.train import optim, steps
 
-AXIS = steps.AXIS
 Tree = Any
 
 
@@ -46,13 +43,9 @@ def _run(model: Model, w: Tree, inputs: Sequence[jax.Array], key: jax.Array,
     return tuple(out[n] for n in graph.output_names)
 
 
-def _device_key(key: jax.Array) -> jax.Array:
-    return jax.random.fold_in(key, jax.lax.axis_index(AXIS))
-
-
 def _update(tx: optax.GradientTransformation, grads: Tree, opt: Tree, w: Tree):
     updates, opt = tx.update(grads, opt, w)
-    return optax.apply_updates(w, updates), opt, optax.tree.norm(grads)
+    return optax.apply_updates(w, updates), opt
 
 
 # --------------------------------------------------------------------------- optimizer
@@ -157,26 +150,28 @@ def make_layers(spec: Any) -> list[Layer]:
 
 
 # --------------------------------------------------------------------------- functions
+# Every function below is written for the *global* batch: the driver compiles it with the
+# activations sharded over the devices' batch axis and the weights replicated, and XLA
+# inserts the cross-device sums. The loss is the mean over the global batch, so weight
+# gradients are those of the standard data-parallel step.
 def standard_forward(layer: Layer) -> Callable:
     model = layer.models[0]
 
     def fn(w, xs, key):
-        return _run(model, w, xs, _device_key(key), deterministic=False)
+        return _run(model, w, xs, key, deterministic=False)
 
     return fn
 
 
-def standard_backward(layer: Layer, need_input_ct: bool) -> Callable:
+def standard_backward(layer: Layer) -> Callable:
     """Recompute forward from the kept inputs with vjp, then update the layer."""
     model, tx = layer.models[0], layer.tx
 
     def fn(w, opt, xs, cts, key):
-        k = _device_key(key)
-        _, vjp = jax.vjp(lambda w, xs: _run(model, w, xs, k, False), w, xs)
+        _, vjp = jax.vjp(lambda w, xs: _run(model, w, xs, key, False), w, xs)
         gw, cxs = vjp(tuple(cts))
-        gw = jax.lax.pmean(gw, AXIS)
-        w, opt, gnorm = _update(tx, gw, opt, w)
-        return (cxs if need_input_ct else None), w, opt, gnorm
+        w, opt = _update(tx, gw, opt, w)
+        return cxs, w, opt
 
     return fn
 
@@ -186,9 +181,8 @@ def coupling_forward(layer: Layer) -> Callable:
 
     def fn(w, xs, key):
         x1, x2 = xs
-        k = _device_key(key)
-        y1 = x1 + _run(f, w["f"], (x2,), jax.random.fold_in(k, 0), False)[0]
-        y2 = x2 + _run(g, w["g"], (y1,), jax.random.fold_in(k, 1), False)[0]
+        y1 = x1 + _run(f, w["f"], (x2,), jax.random.fold_in(key, 0), False)[0]
+        y2 = x2 + _run(g, w["g"], (y1,), jax.random.fold_in(key, 1), False)[0]
         return y1, y2
 
     return fn
@@ -206,19 +200,17 @@ def coupling_backward(layer: Layer) -> Callable:
     def fn(w, opt, ys, cts, key):
         y1, y2 = ys
         c1, c2 = cts
-        k = _device_key(key)
-        gy1, vjp_g = jax.vjp(lambda wg, y: _run(g, wg, (y,), jax.random.fold_in(k, 1),
+        gy1, vjp_g = jax.vjp(lambda wg, y: _run(g, wg, (y,), jax.random.fold_in(key, 1),
                                                 False)[0], w["g"], y1)
         x2 = y2 - gy1
-        fx2, vjp_f = jax.vjp(lambda wf, x: _run(f, wf, (x,), jax.random.fold_in(k, 0),
+        fx2, vjp_f = jax.vjp(lambda wf, x: _run(f, wf, (x,), jax.random.fold_in(key, 0),
                                                 False)[0], w["f"], x2)
         x1 = y1 - fx2
         dwg, dy1 = vjp_g(c2)
         c_y1 = c1 + dy1
         dwf, dx2 = vjp_f(c_y1)
-        grads = jax.lax.pmean({"f": dwf, "g": dwg}, AXIS)
-        w, opt, gnorm = _update(tx, grads, opt, w)
-        return (x1, x2), (c_y1, c2 + dx2), w, opt, gnorm
+        w, opt = _update(tx, {"f": dwf, "g": dwg}, opt, w)
+        return (x1, x2), (c_y1, c2 + dx2), w, opt
 
     return fn
 
@@ -227,11 +219,11 @@ def coupling_reverse(layer: Layer) -> Callable:
     """Inputs from outputs only (tests check the reconstruction against the forward)."""
     f, g = layer.models
 
-    def fn(w, ys, key):
+    def fn(w, ys):
         y1, y2 = ys
-        k = _device_key(key)
-        x2 = y2 - _run(g, w["g"], (y1,), jax.random.fold_in(k, 1), False)[0]
-        x1 = y1 - _run(f, w["f"], (x2,), jax.random.fold_in(k, 0), False)[0]
+        k = jax.random.PRNGKey(0)
+        x2 = y2 - _run(g, w["g"], (y1,), k, True)[0]
+        x1 = y1 - _run(f, w["f"], (x2,), k, True)[0]
         return x1, x2
 
     return fn
@@ -242,19 +234,15 @@ def head_step(layer: Layer, num_classes: int) -> Callable:
     model, tx = layer.models[0], layer.tx
 
     def fn(w, opt, xs, labels, key):
-        k = _device_key(key)
         onehot = jax.nn.one_hot(labels, num_classes)
 
         def loss_fn(w, xs):
-            logits = _run(model, w, xs, k, False)[0]
+            logits = _run(model, w, xs, key, False)[0]
             return jnp.mean(steps.softmax_xent(logits, onehot))
 
-        # Cotangents stay those of the local mean loss; every layer pmeans its weight
-        # gradients, which makes them gradients of the global mean.
         loss, (gw, cxs) = jax.value_and_grad(loss_fn, argnums=(0, 1))(w, xs)
-        gw = jax.lax.pmean(gw, AXIS)
-        w, opt, gnorm = _update(tx, gw, opt, w)
-        return jax.lax.pmean(loss, AXIS), cxs, w, opt, gnorm
+        w, opt = _update(tx, gw, opt, w)
+        return loss, cxs, w, opt
 
     return fn
 
@@ -282,17 +270,3 @@ def eval_forward(layer: Layer) -> Callable:
         return rev
     model = layer.models[0]
     return lambda w, xs: _run(model, w, xs, jax.random.PRNGKey(0), True)
-
-
-# (function maker, in_axes, out_axes) for each step function kind; None = broadcast weights.
-KINDS: dict[str, tuple[Callable, tuple, Any]] = {
-    "std_fwd": (standard_forward, (None, 0, None), 0),
-    "std_bwd": (standard_backward, (None, None, 0, 0, None), (0, None, None, None)),
-    "std_bwd_first": (standard_backward, (None, None, 0, 0, None), (None, None, None, None)),
-    "rev_fwd": (coupling_forward, (None, 0, None), 0),
-    "rev_bwd": (coupling_backward, (None, None, 0, 0, None), (0, 0, None, None, None)),
-    "rev_reverse": (coupling_reverse, (None, 0, None), 0),
-    "head": (head_step, (None, None, 0, 0, None), (None, 0, None, None, None)),
-    "head_logits": (head_logits, (None, 0), 0),
-    "eval_fwd": (eval_forward, (None, 0), 0),
-}

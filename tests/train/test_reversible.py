@@ -127,8 +127,9 @@ def test_defaults_and_layer_by_layer_init():
     plain = _init(graph, constants)
     got = trainer.full_params
     assert jax.tree.map(np.shape, got) == jax.tree.map(np.shape, plain)
-    kinds = {x.sharding.memory_kind for x in jax.tree.leaves(trainer.params)}
-    assert kinds <= {"pinned_host", None}
+    kinds = {x.sharding.memory_kind for x in jax.tree.leaves(trainer.host)}
+    assert kinds <= {"pinned_host", "unpinned_host"}
+    assert all(len(bufs) == 1 for bufs in trainer.host)  # one packed buffer per layer
 
 
 def test_checkpoint_restores_and_continues(tmp_path):

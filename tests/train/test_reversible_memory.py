@@ -15,8 +15,9 @@ from nas.graph.block import Block
 from nas.graph.ops import OpType, new_graph, new_op
 from nas.graph.reversible import Coupling, RevBlock, ReversibleSpec
 from nas.train import config as config_lib
+from nas.train.memory import standard_step_memory
 from nas.train.reversible import ReversibleTrainer
-from nas.train.revrun import standard_step_memory
+from nas.train.revprograms import ProgramCache
 from nas.zoo import revnet
 
 IMAGE = (16, 16, 3)
@@ -97,5 +98,23 @@ def test_device_resident_weights_stay_within_two_layers(optax_name):
     assert max(seen) <= 2 * per_layer + activations, (max(seen), per_layer)
     total = sum(trainer.layer_bytes())
     assert total > 5 * (2 * per_layer)  # the model as a whole would not fit that bound
-    kinds = {x.sharding.memory_kind for x in jax.tree.leaves(trainer.params)}
+    kinds = {x.sharding.memory_kind for x in jax.tree.leaves(trainer.host)}
     assert kinds == {"pinned_host"}
+
+
+def test_transfers_and_launches_per_step_are_linear_in_depth_with_small_slopes():
+    """A count, not a timing: one packed buffer per layer crosses host<->device once in the
+    forward pass and twice in the backward pass; one program launch per layer and pass."""
+    cache = ProgramCache()
+    counts = {}
+    for depth in (2, 6):
+        graph, constants, _ = revnet.RevNet(depth=depth, width=8, num_stages=1)
+        trainer = ReversibleTrainer(graph, constants, config=_config(), image_shape=IMAGE,
+                                    sched_kw={"total_steps": 2}, cache=cache)
+        trainer.train_step(_batch(IMAGE), jax.random.PRNGKey(0))
+        counts[depth] = trainer.step_counts()
+        layers = len(trainer.layers)
+        assert counts[depth]["transfers"] <= 3 * layers + 8, counts
+        assert counts[depth]["launches"] <= 2 * layers + 4, counts
+    per_coupling = {k: (counts[6][k] - counts[2][k]) / 4 for k in counts[2]}
+    assert per_coupling == {"transfers": 3.0, "launches": 2.0}, counts
