@@ -141,8 +141,17 @@ def replicate(tree: Any, n: int) -> Any:
 
 
 def unreplicate(tree: Any) -> Any:
-    """Replica 0 of a pmapped tree as host numpy arrays."""
-    return jax.tree.map(lambda x: np.asarray(x[0]), tree)
+    """Replica 0 of a pmapped tree as host numpy arrays.
+
+    A device array is read from its first shard's buffer: indexing it (`x[0]`) would
+    compile a slice program for every distinct leaf shape of every candidate."""
+    def first(x: Any) -> np.ndarray:
+        if isinstance(x, jax.Array) and x.ndim and len(x.addressable_shards) == x.shape[0]:
+            shard = min(x.addressable_shards, key=lambda s: s.index[0].start or 0)
+            return np.asarray(shard.data).reshape(x.shape[1:])
+        return np.asarray(x[0])
+
+    return jax.tree.map(first, tree)
 
 
 def shard(batch: dict[str, np.ndarray], n: int) -> dict[str, np.ndarray]:

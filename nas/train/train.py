@@ -346,6 +346,10 @@ def run_loop(config: ml_collections.ConfigDict, trainer: Any, data: Data, meta: 
         m = trainer.train_step(batch)
         step += 1
         segment_steps += 1
+        if trainer.lazy_compile and segment_steps == 1 and timings.compile == 0.0:
+            trainer.sync()  # this first step compiled: time it as compilation, not a step
+            timings.compile = time.perf_counter() - segment_start - waited
+            segment_start, segment_steps, waited = time.perf_counter(), 0, 0.0
         bar.update(1)
         if step % config.log_training_steps == 0 or step == data.total_steps:
             rec = trainer.host_metrics(m) | {"step": step,
@@ -385,7 +389,8 @@ def run_loop(config: ml_collections.ConfigDict, trainer: Any, data: Data, meta: 
             segment_start += time.perf_counter() - t  # checkpoint time is not step time
     bar.close()
     if ckpt is not None:
-        save(force=True)
+        if ckpt.latest_step() != step:  # resumed after the last step: already saved
+            save(force=True)
         t = time.perf_counter()
         ckpt.wait()
         ckpt.close()

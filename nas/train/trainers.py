@@ -5,6 +5,8 @@ evaluation, measurement, checkpoints, callbacks) and hands each step to a traine
 Both strategies answer the same small protocol, so the loop in `train.py` is the only loop:
 
     compile(batch, eval_batch) -> seconds      ahead-of-time compilation (0 if lazy)
+    lazy_compile                               True: the first step compiles (and is timed
+                                               as compilation, not as a step)
     memory() -> (temp bytes, peak bytes)       of one train step, per device
     train_step(batch) -> metrics               may return device values (not synced)
     host_metrics(metrics) -> {name: float}
@@ -46,6 +48,8 @@ def compute_dtype(config: Any) -> Any:
 
 class StandardTrainer:
     """Data-parallel (pmap) training of the whole model on the local devices."""
+
+    lazy_compile = False  # compile() builds the steps ahead of the first one
 
     def __init__(self, model: Any, config: Any, *, params: dict[str, Any],
                  frozen: dict[str, Any], batch_stats: dict[str, Any], sched_kw: Mapping,
@@ -115,10 +119,11 @@ class StandardTrainer:
 
     def eval_fn(self) -> EvalFn:
         variables_r = steps.replicate(self.variables(), self.ndev)
+        # Not compiled ahead when a resumed run had no step left to train.
+        step_fn = self._eval_c if self._eval_c is not None else self._eval
 
         def run(batch: Mapping[str, np.ndarray]) -> tuple[float, float, float]:
-            out = jax.device_get(self._eval_c(variables_r, steps.shard(dict(batch),
-                                                                         self.ndev)))
+            out = jax.device_get(step_fn(variables_r, steps.shard(dict(batch), self.ndev)))
             return float(out["correct"][0]), float(out["loss"][0]), float(out["count"][0])
 
         return run
@@ -143,6 +148,8 @@ class StandardTrainer:
 
 class ReversibleStrategy:
     """The reversible CPU-offload trainer behind the same protocol (public API only)."""
+
+    lazy_compile = True  # its per-layer programs compile during the first step
 
     def __init__(self, graph: Any, constants: Any, config: Any, *, image_size: int,
                  sched_kw: Mapping, params: dict[str, Any] | None,
