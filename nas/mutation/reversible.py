@@ -12,7 +12,8 @@ depth only while its couplings `y1 = x1 + f(x2); y2 = x2 + g(y1)` are intact and
 * or a coupling added (a copy of an existing one, inserted after it) or deleted (in a
   stage with more than one), with `block_add_prob` / `block_delete_prob`.
 
-The child's spec is rebuilt from the mutated blocks and its graph from the spec, so
+A child with BatchNorm (which the reversible trainer rejects) is not proposed. The
+child's spec is rebuilt from the mutated blocks and its graph from the spec, so
 `from_graph` accepts it; op names keep their layer prefixes, so inheritance by name and
 shape works across the spec like for any graph.
 """
@@ -26,7 +27,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from nas.graph.block import Block
-from nas.graph.ops import Graph
+from nas.graph.ops import Graph, OpType
 from nas.graph.reversible import RevBlock, ReversibleSpec, from_graph
 from nas.mutation.config import MutationConfig
 from nas.mutation.model_mutator import (
@@ -92,12 +93,21 @@ def propose_reversible(graph: Graph, constants: Mapping[str, Any], config: Mutat
                                  shapes=child_shapes) == parent_fp:
                 raise SynthesisError("child computes the same function as its parent")
             from_graph(proposal.graph, proposal.constants)  # the marking matches, by build
+            _check_trainable(proposal.graph)
         except ValueError as e:  # NoChildFound, SynthesisError, shape errors
             reasons.append(f"attempt {attempt}: {e}")
             continue
         proposal.attempts = attempt
         return proposal
     raise NoChildFound("no reversible child found; " + " | ".join(reasons[-4:]))
+
+
+def _check_trainable(graph: Graph) -> None:
+    """The reversible trainer keeps no running statistics: no BatchNorm in a child."""
+    bad = [op.name for op in graph.ops if op.type is OpType.BATCH_NORM]
+    if bad:
+        raise SynthesisError(f"ops {bad[:3]} are BatchNorm, which the reversible trainer "
+                             f"does not support")
 
 
 def _attempt(spec: ReversibleSpec, shapes: Any, config: MutationConfig, rng: random.Random,

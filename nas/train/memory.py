@@ -48,22 +48,26 @@ def standard_step_memory(graph: Any, constants: Any, config: Any, batch_size: in
     model = Model(graph, constants)
     num_classes = int(config.get("num_classes", 10))
     x = jax.ShapeDtypeStruct((batch_size, *image_shape), jnp.float32)
-    params = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0),
-                                               jnp.zeros((1, *image_shape))))["params"]
+    variables = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0),
+                                                  jnp.zeros((1, *image_shape))))
+    params, stats = variables["params"], variables.get("batch_stats", {})
     tx, _ = optim.make(config, params, {"total_steps": 10})
     opt = jax.eval_shape(tx.init, params)
 
-    def step(p, opt, images, labels):
+    def step(p, opt, stats, images, labels):
         def loss_fn(p):
-            logits = model.apply({"params": p}, images)
-            return jnp.mean(steps.softmax_xent(logits, jax.nn.one_hot(labels, num_classes)))
+            v = {"params": p, **({"batch_stats": stats} if stats else {})}
+            logits, new = model.apply(v, images, training=True, mutable=["batch_stats"])
+            loss = jnp.mean(steps.softmax_xent(logits, jax.nn.one_hot(labels, num_classes)))
+            return loss, new.get("batch_stats", {})
 
-        grads = jax.grad(loss_fn)(p)
+        grads, stats = jax.grad(loss_fn, has_aux=True)(p)
         updates, opt = tx.update(grads, opt, p)
-        return optax.apply_updates(p, updates), opt
+        return optax.apply_updates(p, updates), opt, stats
 
     labels = jax.ShapeDtypeStruct((batch_size,), jnp.int32)
-    compiled = jax.jit(step, donate_argnums=(0, 1)).lower(params, opt, x, labels).compile()
+    compiled = jax.jit(step, donate_argnums=(0, 1, 2)).lower(params, opt, stats, x,
+                                                             labels).compile()
     stats = compiled.memory_analysis()
     temp = int(stats.temp_size_in_bytes)
     total = int(stats.argument_size_in_bytes + stats.output_size_in_bytes + temp

@@ -85,3 +85,22 @@ def test_children_train_in_the_reversible_trainer():
         losses = [trainer.train_step(batch, jax.random.PRNGKey(0))["training_loss"]
                   for _ in range(2)]
         assert all(np.isfinite(losses))
+
+
+def test_children_never_hold_batchnorm():
+    from nas.graph.ops import OpType
+
+    graph, constants, _ = revnet.RevNet(num_classes=10, depth=2, width=8)
+    config = dict(FAST, block_add_prob=0.0, block_delete_prob=0.0)
+    _, children = _children(graph, constants, range(8, 14), config)
+    for child in children:
+        assert not [op for op in child.graph.ops if op.type is OpType.BATCH_NORM]
+
+
+def test_batchnorm_child_is_refused():
+    from nas.graph.ops import OpType, new_graph, new_op
+    from nas.mutation.reversible import _check_trainable
+
+    bn = new_graph(["input"], ["bn"], [new_op("bn", OpType.BATCH_NORM, ["input"])])
+    with pytest.raises(ValueError, match="BatchNorm"):
+        _check_trainable(bn)

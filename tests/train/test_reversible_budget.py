@@ -42,3 +42,9 @@ def test_estimate_uses_the_configured_number_of_classes():
     graph, constants, _ = revnet.RevNet(num_classes=100, depth=1, width=8)
     config = tiny_config("", num_classes=100, **SMALL)
     assert standard_step_memory(graph, constants, config, 8, (16, 16, 3))["total"] > 0
+
+
+def test_estimate_handles_batchnorm_graphs():
+    graph, constants = tiny_graph(with_bn=True)
+    config = tiny_config("", **SMALL)
+    assert standard_step_memory(graph, constants, config, 8, (16, 16, 3))["total"] > 0
