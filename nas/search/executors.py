@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import multiprocessing
+import os
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from absl import logging
 
-from nas.search.worker import train_candidate
+from nas.search.worker import describe_failure, train_candidate
 
 
 @dataclass
@@ -24,11 +25,12 @@ class Outcome:
     metrics: dict[str, Any] | None = None
     variables: dict[str, Any] | None = None
     error: str | None = None
+    infeasible: bool = False  # it can never run (out of memory)
 
 
-def _describe(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0] if text else ''}"[:2000]
+def _failed(candidate_id: int, e: BaseException) -> Outcome:
+    message, infeasible = describe_failure(e)
+    return Outcome(candidate_id, error=message, infeasible=infeasible)
 
 
 class InlineExecutor:
@@ -42,8 +44,8 @@ class InlineExecutor:
         try:
             metrics, variables = train_candidate(**kwargs)
             self._done.append(Outcome(candidate_id, metrics, variables))
-        except Exception as e:  # noqa: BLE001 - any failure of a candidate is recorded
-            self._done.append(Outcome(candidate_id, error=_describe(e)))
+        except (Exception, MemoryError) as e:  # noqa: BLE001 - any failure is recorded
+            self._done.append(_failed(candidate_id, e))
 
     def running(self) -> int:
         return len(self._done)  # finished but not yet handed back: still occupies the slot
@@ -72,7 +74,8 @@ class LocalExecutor:
                                       mp_context=multiprocessing.get_context("spawn"))
 
     def submit(self, candidate_id: int, kwargs: dict[str, Any]) -> None:
-        future = self._pool.submit(train_candidate, **kwargs)
+        # owner_pid: an orphaned worker (its driver was killed) stops instead of training on.
+        future = self._pool.submit(train_candidate, **kwargs, owner_pid=os.getpid())
         self._inflight[future] = (candidate_id, kwargs, time.monotonic())
 
     def running(self) -> int:
@@ -93,7 +96,7 @@ class LocalExecutor:
                 outcomes.append(Outcome(candidate_id, error="worker process died (killed or "
                                                            "out of memory)"))
             except Exception as e:  # noqa: BLE001
-                outcomes.append(Outcome(candidate_id, error=_describe(e)))
+                outcomes.append(_failed(candidate_id, e))
         if any(o.error and o.error.startswith("worker process died") for o in outcomes):
             self._restart()
         outcomes += self._enforce_hard_timeout()
@@ -175,7 +178,7 @@ class RayExecutor:
                 outcomes.append(Outcome(candidate_id, metrics, variables))
             except Exception as e:  # noqa: BLE001
                 cause = getattr(e, "cause", None) or e
-                outcomes.append(Outcome(candidate_id, error=_describe(cause)))
+                outcomes.append(_failed(candidate_id, cause))
         now = time.monotonic()
         for ref, (candidate_id, start) in list(self._inflight.items()):
             if self.hard_timeout_s and now - start > self.hard_timeout_s:

@@ -78,6 +78,7 @@ def _init_variables(model: Any, image_size: int, seed: int) -> dict[str, Any]:
     with jax.default_device(cpu):
         rng = jax.random.PRNGKey(seed)
         variables = jax.jit(lambda r: model.init({"params": r, "dropout": r}, x))(rng)
+        jax.block_until_ready(variables)  # a failed allocation raises here, not in asarray
     return jax.tree.map(np.asarray, {k: dict(v) for k, v in variables.items()})
 
 
@@ -104,6 +105,7 @@ def train_and_eval(
     init_variables: dict[str, Any] | None = None,
     freeze: Iterable[str] = frozenset(),
     freeze_inherited: bool = False,
+    should_stop: Callable[[int], bool] | None = None,
 ) -> tuple[Metrics, int, dict[str, Any]]:
     """Train `graph` (or the config's zoo model); return (metrics, epochs, state).
 
@@ -111,6 +113,8 @@ def train_and_eval(
       match is inherited (frozen if `freeze_inherited`, else fine-tuned from it).
     freeze: op names whose params get no updates (and no optimizer state).
     callback(epoch, metrics) -> bool is called after each eval; False stops early.
+    should_stop(step) -> bool is called after every train step; True stops training (the
+      candidate is then evaluated and returned normally).
     state: {"params", "batch_stats"} (the EMA of them when ema_decay > 0).
     """
     if "train" in config:  # a search config: its `train` part trains one candidate
@@ -190,7 +194,7 @@ def train_and_eval(
         "params": trainable,
         "frozen": frozen,
         "batch_stats": batch_stats,
-        "opt_state": jax.tree.map(np.asarray, tx.init(trainable)),
+        "opt_state": jax.tree.map(np.asarray, jax.block_until_ready(tx.init(trainable))),
         "ema": {"params": params, "batch_stats": batch_stats} if config.ema_decay else {},
         "step": np.int32(0),
     }
@@ -279,6 +283,8 @@ def train_and_eval(
         step += 1
         epoch_steps += 1
         bar.update(1)
+        if should_stop is not None and should_stop(step):
+            stopped, acc = True, None  # evaluated below, at the step reached
         if step % config.log_training_steps == 0 or step == total_steps:
             rec = {k: float(v[0]) for k, v in jax.device_get(m).items()}
             rec |= {"step": step, "learning_rate": float(config.lr * sched_fns[0](step - 1))
