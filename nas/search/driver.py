@@ -66,17 +66,23 @@ def init_path(workdir: str | Path, proposal: int) -> str:
     return os.path.join(os.path.abspath(workdir), "inits", str(proposal))
 
 
-def remove_partial_saves(workdir: str | Path) -> list[str]:
+def remove_partial_saves(study: Study) -> list[str]:
     """Delete leftovers of saves interrupted by a kill (orbax's *.orbax-checkpoint-tmp*
-    folders), so a resumed search never reads or collides with half-written weights."""
+    folders), so a resumed search never reads or collides with half-written weights.
+
+    Called by the driver when it starts: it alone writes `inits/`; a candidate's folder is
+    cleaned only while nobody holds a claim on it (a live worker may be saving there)."""
     removed = []
-    for sub in ("inits", "candidates"):
-        root = Path(workdir) / sub
-        if not root.is_dir():
-            continue
-        for path in sorted(root.rglob("*.orbax-checkpoint-tmp*")):
-            shutil.rmtree(path, ignore_errors=True)
-            removed.append(str(path))
+    workdir = Path(study.workdir)
+    running = {str(c.id) for c in study.candidates("running")}
+    leftovers = sorted((workdir / "inits").glob("*.orbax-checkpoint-tmp*"))
+    if (workdir / "candidates").is_dir():
+        for folder in sorted((workdir / "candidates").iterdir()):
+            if folder.name not in running:
+                leftovers += sorted(folder.rglob("*.orbax-checkpoint-tmp*"))
+    for path in leftovers:
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(str(path))
     if removed:
         logging.info("removed %d partial save(s): %s", len(removed), removed)
     return removed
@@ -230,7 +236,7 @@ class Driver:
         """Runs to `max_candidates` finished candidates. Raises SearchFailed when nothing
         could be trained; on Ctrl-C gives its claims back (the study stays resumable)."""
         search = self.search
-        remove_partial_saves(self.workdir)
+        remove_partial_saves(self.study)
         self.study.set_state("max_candidates", int(search.max_candidates))
         self.study.set_state("stopped", False)
         self.seed_population()
