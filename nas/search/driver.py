@@ -273,6 +273,20 @@ class Driver:
             self._update(bar, finished, counts)
             if finished >= search.max_candidates:
                 return
+            if executor.capacity == 0:  # external workers train: keep one child pending
+                pending, running = counts["pending"], counts["running"]
+                if not pending and sum(counts.values()) < search.max_candidates and \
+                        counts["done"] and proposal_failures < search.max_proposal_failures:
+                    proposal_failures = 0 if self.propose() is not None else \
+                        proposal_failures + 1
+                    continue
+                if not pending and not running:
+                    logging.warning("search stopped early: nothing left to train and no child "
+                                    "could be proposed (%d failed proposals)",
+                                    proposal_failures)
+                    return
+                time.sleep(min(1.0, float(search.lease_s) / 4))
+                continue
             while executor.running() < executor.capacity:
                 candidate = self.study.claim(worker=self.worker)
                 if candidate is not None:

@@ -194,8 +194,28 @@ class RayExecutor:
         self._inflight.clear()
 
 
+class NoExecutor:
+    """`search.workers=0`: the driver only proposes; `nas-search worker`s train."""
+
+    capacity = 0
+
+    def submit(self, candidate_id: int, kwargs: dict[str, Any]) -> None:
+        raise ValueError("search.workers=0: this driver trains nothing")
+
+    def running(self) -> int:
+        return 0
+
+    def poll(self, timeout: float) -> list[Outcome]:
+        return []
+
+    def close(self) -> None:
+        pass
+
+
 def make_executor(kind: str, *, workers: int, ray_address: str | None,
                   hard_timeout_s: float, num_cpus: float = 1, num_gpus: float = 0):
+    if workers == 0:
+        return NoExecutor()
     if kind == "inline":
         return InlineExecutor()
     if kind == "local":

@@ -32,7 +32,7 @@ def search_defaults() -> ml_collections.ConfigDict:
         "seed_epochs": 0.0,  # epochs for the seed model (0: train.total_epochs, like children)
         "child_lr": 0.0,  # learning rate for children, which fine-tune (0: train.lr)
         "executor": "local",  # local | ray | inline
-        "workers": 1,  # candidates training at once
+        "workers": 1,  # candidates the driver trains at once (0: only nas-search workers)
         "ray_address": "",  # "" starts a local Ray; "auto" joins a running cluster
         "num_cpus_per_candidate": 1.0,
         "num_gpus_per_candidate": 0.0,
@@ -52,7 +52,7 @@ SEARCH_SCHEMA: dict[str, schema.Field] = {
     "seed_epochs": schema.at_least(0, float, expected="(0: train.total_epochs)"),
     "child_lr": schema.at_least(0, float, expected="(0: train.lr)"),
     "executor": schema.one_of(*EXECUTORS),
-    "workers": schema.positive(),
+    "workers": schema.at_least(0, expected="(0: only external nas-search workers train)"),
     "ray_address": schema.Field(str),
     "num_cpus_per_candidate": schema.positive(float),
     "num_gpus_per_candidate": schema.at_least(0, float),

@@ -32,10 +32,12 @@ def start_worker(workdir, *args):
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=_env())
 
 
-def start_driver(workdir, max_candidates):
+def start_driver(workdir, max_candidates, workers=0):
+    """workers=0: the driver proposes, the external workers train."""
     return subprocess.Popen([sys.executable, "-m", "nas.search.cli", f"--config={SEARCH_CONFIG}",
                              f"--workdir={workdir}", "--noprogress", *OVERRIDES,
-                             f"--config.search.max_candidates={max_candidates}"],
+                             f"--config.search.max_candidates={max_candidates}",
+                             f"--config.search.workers={workers}"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=_env())
 
 
@@ -105,6 +107,7 @@ def test_workers_before_driver_and_driver_restarted_while_they_train(tmp_path):
         w_out = w.communicate(timeout=300)[0].decode()
         assert w.returncode == 0, w_out[-3000:]
     final = candidates(workdir)
+    assert {c.worker.split("@")[0] for c in final} == {"worker"}
     assert len(final) == 5 and all(c.status in ("done", "failed") for c in final), out
     assert len({c.fingerprint for c in final}) == 5
     for cid, worker in held.items():
