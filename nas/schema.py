@@ -118,7 +118,7 @@ def check(values: Any, schema: Schema, prefix: str = "", *, partial: bool = True
         if isinstance(spec, Mapping):
             check(value, spec, f"{path}.", partial=partial)
         elif not spec.ok(value):
-            shown = repr(value)
+            shown = " ".join(repr(value).split())  # a ConfigDict's repr spans lines
             if len(shown) > 60:
                 shown = shown[:57] + "..."
             raise ValueError(f"config field {path!r} must be {spec.describe()}, got {shown}")

@@ -53,8 +53,11 @@ INTERRUPTED = 130
 def fail(message: str, code: int = 1) -> None:
     """One line on stderr, then exit without running anything else (no atexit tracebacks
     from background threads of libraries)."""
+    from nas.search._db import close_all
+
     print(f"{PROG}: error: {message}", file=sys.stderr, flush=True)
     sys.stdout.flush()
+    close_all()
     os._exit(code)
 
 
@@ -83,19 +86,20 @@ def _parse(argv: Sequence[str]) -> list[str]:
     except (AttributeError, KeyError) as e:
         name = str(e.args[0]).strip("\"'") if e.args else ""
         fail(f"--config: unknown config field {name!r}")
-    except OSError as e:
-        fail(f"--config: {os_error_line(e)}")
     except Exception as e:  # noqa: BLE001 - a config file that fails to load
-        fail(f"--config: {config_file_error(e)}")
+        fail(f"--config: {config_file_error(e, argv)}")
     return []
 
 
-def config_file_error(e: BaseException) -> str:
+def config_file_error(e: BaseException, argv: Sequence[str]) -> str:
     """What went wrong loading a config file, with the file named."""
-    path = (FLAGS["config"].serialize().split("=", 1)[-1] or "").split(":", 1)[0]
+    given = [a.split("=", 1)[1] for a in argv if a.startswith("--config=")]
+    path = given[-1].split(":", 1)[0] if given else ""
+    if path and not os.path.isfile(path):
+        return f"{path}: no such file"
     lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
     text = lines[-1] if lines else type(e).__name__
-    return text if path in text else f"{path}: {text}"
+    return text if not path or path in text else f"{path}: {text}"
 
 
 def check_workdir(workdir: str, create: bool) -> None:

@@ -153,7 +153,10 @@ class Study:
         try:
             _schema.check_study(conn, study.path)
             row = conn.execute("SELECT value FROM meta WHERE key='config'").fetchone()
-            study.config = json.loads(row[0]) if row else {}
+            try:
+                study.config = json.loads(row[0]) if row else {}
+            except ValueError as e:
+                raise ValueError(f"{study.path}: meta 'config' holds damaged JSON ({e})") from None
         except (ValueError, sqlite3.DatabaseError) as e:
             study.close()
             if isinstance(e, ValueError):
@@ -441,7 +444,12 @@ class Study:
         """A value saved with `set_state` (or `add(state=...)`), else `default`."""
         with self._db.read() as c:
             row = c.execute("SELECT value FROM meta WHERE key=?", (_STATE_PREFIX + key,)).fetchone()
-        return default if row is None else json.loads(row[0])
+        if row is None:
+            return default
+        try:
+            return json.loads(row[0])
+        except ValueError as e:
+            raise ValueError(f"{self.path}: state {key!r} holds damaged JSON ({e})") from None
 
     def get(self, candidate_id: int) -> Candidate:
         """The candidate with this id; ValueError if there is none."""
@@ -459,7 +467,7 @@ class Study:
             args = statuses
         with self._db.read() as c:
             rows = c.execute(query + " ORDER BY id", args).fetchall()
-        return [candidate_from_row(r) for r in rows]
+        return [candidate_from_row(r, self.path) for r in rows]
 
     def find(self, fingerprint: str) -> list[int]:
         """Ids of candidates with this fingerprint."""
@@ -536,7 +544,7 @@ class Study:
         row = c.execute(_SELECT + " WHERE id=?", (candidate_id,)).fetchone()
         if row is None:
             raise ValueError(f"candidate_id: no candidate {candidate_id!r} in {self.path}")
-        return candidate_from_row(row)
+        return candidate_from_row(row, self.path)
 
     def _status(self, c: sqlite3.Connection, candidate_id: int) -> str:
         row = c.execute("SELECT status FROM candidates WHERE id=?", (candidate_id,)).fetchone()

@@ -57,9 +57,10 @@ def _parse(argv: Sequence[str]) -> list[str]:
         _fail(_first_line(e))
     except (AttributeError, KeyError) as e:  # an override of a field the config lacks
         _fail(f"--config: unknown config field {str(e.args[0]).strip(chr(34) + chr(39))!r}")
-    except OSError as e:
-        _fail(f"--config: {e.filename or ''}: {e.strerror or _last_line(e)}")
     except Exception as e:  # a config file missing, or raising while it is executed
+        given = [a.split("=", 1)[1].split(":", 1)[0] for a in argv if a.startswith("--config=")]
+        if given and not os.path.isfile(given[-1]):
+            _fail(f"--config: {given[-1]}: no such file")
         _fail(f"--config: {_last_line(e)}")
     return []
 
