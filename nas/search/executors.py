@@ -10,6 +10,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import multiprocessing
 import os
+import signal
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -58,6 +59,12 @@ class InlineExecutor:
         pass
 
 
+def _ignore_sigint() -> None:
+    """Pool workers leave Ctrl-C to the driver (which kills them and releases their claims)
+    instead of each printing a traceback."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 class LocalExecutor:
     """A pool of spawned worker processes (kept alive between candidates, so jax is imported
     once). A worker that dies or hangs past `hard_timeout_s` is replaced; its candidate fails
@@ -70,7 +77,7 @@ class LocalExecutor:
         self._inflight: dict[cf.Future, tuple[int, dict[str, Any], float]] = {}
 
     def _new_pool(self) -> cf.ProcessPoolExecutor:
-        return cf.ProcessPoolExecutor(self.capacity,
+        return cf.ProcessPoolExecutor(self.capacity, initializer=_ignore_sigint,
                                       mp_context=multiprocessing.get_context("spawn"))
 
     def submit(self, candidate_id: int, kwargs: dict[str, Any]) -> None:

@@ -115,3 +115,18 @@ def test_workers_before_driver_and_driver_restarted_while_they_train(tmp_path):
             cand = Study.load(workdir).get(cid)
             assert (cand.attempts, cand.worker) == (1, worker)
     assert all(c.attempts <= 2 for c in final)
+
+
+def test_ctrl_c_is_one_line_exit_130_and_resumable(tmp_path):
+    workdir = str(tmp_path / "study")
+    driver = start_driver(workdir, 2, workers=1)
+    wait_for(lambda: any(c.status == "running" for c in candidates(workdir)), driver)
+    driver.send_signal(signal.SIGINT)
+    out = driver.communicate(timeout=120)[0].decode()
+    assert driver.returncode == 130, out[-3000:]
+    assert "Traceback" not in out, out[-3000:]
+    errors = [ln for ln in out.splitlines() if "error" in ln.lower()]
+    assert errors == [f"nas-search: error: interrupted; the study in {workdir} is resumable "
+                      f"(run the same command again)"], out[-3000:]
+    (seed,) = candidates(workdir)
+    assert (seed.status, seed.attempts) == ("pending", 0)  # handed back, claimable at once
