@@ -27,6 +27,7 @@ leaves the study resumable and exits 130.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Sequence
 
@@ -55,6 +56,9 @@ def fail(message: str, code: int = 1) -> None:
     from background threads of libraries)."""
     from nas.search._db import close_all
 
+    message = re.sub(r"\s*\[tensorstore_spec=.*", "", message)  # orbax's internals
+    if len(message) > 600:
+        message = message[:597] + "..."
     print(f"{PROG}: error: {message}", file=sys.stderr, flush=True)
     sys.stdout.flush()
     close_all()

@@ -18,6 +18,7 @@ graph or file prints one line (`nas-train: error: ...`) and exits 1; Ctrl-C exit
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Sequence
 
@@ -38,6 +39,9 @@ class UserError(Exception):
 
 def _fail(message: str, code: int = 1) -> None:
     """One line on stderr, then exit at once (no tracebacks from library threads at exit)."""
+    message = re.sub(r"\s*\[tensorstore_spec=.*", "", message)  # orbax's internals
+    if len(message) > 600:
+        message = message[:597] + "..."
     print(f"nas-train: error: {message}", file=sys.stderr, flush=True)
     sys.stdout.flush()
     os._exit(code)

@@ -132,3 +132,26 @@ def test_nas_train_bad_graph_file_is_one_line(tmp_path, content, needles):
                 f"--workdir={tmp_path}/w", cwd=tmp_path)
     _assert_one_line(proc, "nas-train", *needles)
     assert _snapshot(tmp_path) == before
+
+
+def test_export_whose_checkpoint_arrays_were_deleted_is_one_line(tmp_path):
+    import shutil
+
+    import numpy as np
+
+    from nas.graph.serialize import graph_to_dict
+    from nas.train.checkpoint import save_variables
+    from nas.zoo import cnn
+
+    path = save_variables(str(tmp_path / "ck"), {"params": {"d": {"k": np.ones((3, 3))}}})
+    for folder in list((tmp_path / "ck").rglob("d")):
+        shutil.rmtree(folder)
+    graph, constants, _ = cnn.CifarNet()
+    export = tmp_path / "exp.json"
+    export.write_text(json.dumps({"format": "nas-candidate", "checkpoint_path": path,
+                                  "graph": graph_to_dict(graph, constants)}))
+    before = _snapshot(tmp_path)
+    proc = _run("nas.train.cli", f"--config={TRAIN_CONFIG}", f"--graph={export}",
+                f"--workdir={tmp_path}/w", cwd=tmp_path)
+    _assert_one_line(proc, "nas-train", "ck", "cannot be read")
+    assert _snapshot(tmp_path) == before
