@@ -29,7 +29,7 @@ from nas.search.executors import Outcome, make_executor
 from nas.search.lease import LeaseKeeper
 from nas.search.selection import Individual, SelectionConfig, select_parents
 from nas.search.settings import OPERATIONAL, validate_search
-from nas.search.study import DuplicateCandidateError, Study, default_worker
+from nas.search.study import DuplicateCandidateError, Study, StudyNotFoundError, default_worker
 from nas.train.checkpoint import load_variables, save_variables
 
 
@@ -152,13 +152,39 @@ def resumed_config(given: ml_collections.ConfigDict, study: Study) -> ml_collect
     return config
 
 
+def open_study(workdir: str, config: ml_collections.ConfigDict) -> Study:
+    """Resume the study in `workdir` (its stored config wins, except `OPERATIONAL` search
+    fields, which may change silently), or create it. Other differences are named once."""
+    try:
+        study = Study.load(workdir)
+    except StudyNotFoundError:
+        return Study.open(workdir, config=config.to_dict())
+    given = json.loads(json.dumps(config.to_dict(), default=list))
+    ignored = [f for f in _differences(given, study.config, "")
+               if f.removeprefix("search.") not in OPERATIONAL]
+    if ignored:
+        logging.warning("%s: resuming with its stored config; the given values of %s are "
+                        "ignored (only %s may change on resume)", study.path,
+                        ", ".join(ignored[:5]), ", ".join(f"search.{k}" for k in OPERATIONAL))
+    return study
+
+
+def _differences(given: Any, stored: Any, prefix: str) -> list[str]:
+    if isinstance(given, dict) and isinstance(stored, dict):
+        out = []
+        for key in sorted(set(given) | set(stored)):
+            out += _differences(given.get(key), stored.get(key), f"{prefix}{key}.")
+        return out
+    return [] if given == stored else [prefix.rstrip(".")]
+
+
 class Driver:
     """One search over one study directory."""
 
     def __init__(self, config: ml_collections.ConfigDict, workdir: str) -> None:
         validate_search(config)  # before anything is created on disk
         self.workdir = os.path.abspath(workdir)
-        self.study = Study.open(self.workdir, config=config.to_dict())
+        self.study = open_study(self.workdir, config)
         config = resumed_config(config, self.study)
         self.search = validate_search(config)
         self.train = config.train

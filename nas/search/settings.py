@@ -91,9 +91,23 @@ def validate_search(config: Any) -> ml_collections.ConfigDict:
                          f"{search.hard_time_limit_s:g}")
     _prefixed("search.mutation.", MutationConfig.from_dict, dict(search.mutation))
     _prefixed("search.selection.", SelectionConfig.from_dict, dict(search.selection))
-    train = config.train
-    _prefixed("train.", train_config.with_defaults, train)
+    train = _prefixed("train.", train_config.with_defaults, config.train)
+    check_dataset(train)
     return search
+
+
+def check_dataset(train: ml_collections.ConfigDict) -> None:
+    """The dataset must exist before a study is created for it (digits builds itself)."""
+    name = train.input.data.name
+    if name == "digits":
+        return
+    from nas.train import data as data_lib
+
+    data_dir = data_lib.resolve_data_dir(train.input.data_dir or None)
+    if not data_lib._is_prepared(name, data_dir):
+        raise ValueError(f"config field 'train.input.data.name': dataset {name!r} is not "
+                         f"prepared in {data_dir} (build it there with tfds, "
+                         f"file_format='array_record', or set train.input.data_dir)")
 
 
 def _prefixed(prefix: str, fn: Any, value: Any) -> Any:

@@ -92,3 +92,27 @@ def test_meaningless_values_are_refused(path, value, match):
 def test_operational_fields_are_declared_once():
     assert set(OPERATIONAL) <= set(SEARCH_SCHEMA)
     assert "seed" not in OPERATIONAL and "mutation" not in OPERATIONAL
+
+
+def test_unknown_dataset_is_refused_at_the_edge(tmp_path):
+    config = _with("train.input.data.name", "no_such_dataset")
+    config.train.input.data_dir = str(tmp_path)
+    with pytest.raises(ValueError, match="train.input.data.name.*no_such_dataset"):
+        validate_search(config)
+
+
+def test_resume_warns_only_about_fields_that_cannot_change(tmp_path, caplog):
+    import logging
+
+    from nas.search.driver import open_study
+    from nas.search.study import Study
+
+    Study.create(tmp_path, BASE.to_dict()).close()
+    caplog.set_level(logging.WARNING)
+    changed = _with("search.max_candidates", 99)
+    changed.search.workers = 0
+    open_study(str(tmp_path), changed).close()
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    open_study(str(tmp_path), _with("search.seed", 7)).close()
+    (record,) = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert "search.seed" in record.getMessage() and "max_candidates" in record.getMessage()
