@@ -52,16 +52,19 @@ def train_candidate(
     graph, constants = load(graph_json)
     config = ml_collections.ConfigDict(train_config)
     start = time.monotonic()
-    why: list[str] = []
 
     def stop_now(step: int) -> bool:
+        """Called after every train step: stopping raises at once, so nothing more is
+        spent (no final evaluation or checkpoint of a candidate that is not recorded)."""
         if time_limit_s and time.monotonic() - start > time_limit_s:
-            why.append(f"timeout:{step}")
-        elif owner_pid is not None and os.getppid() != owner_pid:
-            why.append("orphaned")
-        elif should_stop is not None and should_stop():
-            why.append("lost")
-        return bool(why)
+            where = f"step {step}" if step >= 0 else "an epoch's end"
+            raise CandidateTimeout(f"exceeded its time limit of {time_limit_s:g} s "
+                                   f"(stopped at {where})")
+        if owner_pid is not None and os.getppid() != owner_pid:
+            os._exit(1)  # orphaned: the driver died; its successor may train this candidate
+        if should_stop is not None and should_stop():
+            raise ClaimLost("this worker's lease on the candidate was lost")
+        return False
 
     if workdir:
         os.makedirs(workdir, exist_ok=True)
@@ -69,13 +72,6 @@ def train_candidate(
         config, eval_perf=True, callback=lambda epoch, _: not stop_now(-1), graph=graph,
         constants=constants, workdir=workdir, init_variables=init_variables,
         should_stop=stop_now)
-    if why and why[0].startswith("timeout"):
-        at = why[0].split(":")[1]
-        where = f"step {at}" if at != "-1" else f"epoch {epochs}"
-        raise CandidateTimeout(f"exceeded its time limit of {time_limit_s:g} s "
-                               f"(stopped at {where})")
-    if why:
-        raise ClaimLost(f"training stopped: {why[0]}")
     values = metrics_dict(metrics)
     values["epochs"] = epochs
     if not all(math.isfinite(v) for v in values.values() if isinstance(v, float)):
