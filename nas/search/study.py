@@ -226,6 +226,8 @@ class Study:
             json.loads(graph_json)
         except ValueError as e:
             raise ValueError(f"graph_json: not valid JSON ({e})") from e
+        except RecursionError:
+            raise ValueError("graph_json: nested too deeply to be a graph") from None
         if status not in ("pending", "failed", "infeasible"):
             raise ValueError(
                 f"status: new candidates are pending/failed/infeasible, not {status!r}"
