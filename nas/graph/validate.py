@@ -113,9 +113,9 @@ def _check_value(op: Op, key: str, value: Any, available: set[str], arity: int) 
         if key in SIZE_KWARGS and any(i < low for i in ints):
             raise ValueError(f"{where}: sizes must be {'>= 0' if low == 0 else 'positive'}, "
                              f"got {value!r}")
-    if key in RATE_KWARGS and not isinstance(value, str) and (
+    if key in RATE_KWARGS and (not refs if isinstance(value, str) else (
             isinstance(value, bool) or not isinstance(value, int | float)
-            or not 0 <= value <= 1):
+            or not 0 <= value <= 1)):
         raise ValueError(f"{where}: expected a probability in [0, 1], got {value!r}")
     if key in INIT_KWARGS and not isinstance(value, str):
         raise ValueError(f"{where}: expected an initializer like 'I:zeros', got "
