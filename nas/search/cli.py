@@ -75,6 +75,19 @@ def os_error_line(e: OSError) -> str:
     return f"{where}: {e.strerror or first_line(e)}" if where else first_line(e)
 
 
+def unknown_field_line(e: BaseException) -> str:
+    """`--config.x.y=v` for a field the config lacks, as one clean line (ml_collections'
+    message arrives quoted and escaped, with a suggestion on a second line)."""
+    text = str(e.args[0]) if e.args else str(e)
+    for _ in range(3):
+        text = text.replace("\\\\", "\\").replace("\\'", "'").replace("\\n", "\n")
+    lines = [ln.strip().strip("'\"\\") for ln in text.splitlines() if ln.strip()]
+    name = lines[0] if lines else "?"
+    hint = re.search(r'Did you mean "([^"]+)"', text)
+    return f"--config: unknown config field {name!r}" + (
+        f" (did you mean {hint.group(1)!r}?)" if hint else "")
+
+
 def _parse(argv: Sequence[str]) -> list[str]:
     if any(a in ("--help", "-h", "-?", "--help=true") for a in argv[1:]) or (
             len(argv) > 1 and argv[1] == "help"):
@@ -87,9 +100,8 @@ def _parse(argv: Sequence[str]) -> list[str]:
         return rest
     except flags.Error as e:
         fail(first_line(e))
-    except (AttributeError, KeyError) as e:
-        name = str(e.args[0]).strip("\"'") if e.args else ""
-        fail(f"--config: unknown config field {name!r}")
+    except (AttributeError, KeyError) as e:  # an override of a field the config lacks
+        fail(unknown_field_line(e))
     except Exception as e:  # noqa: BLE001 - a config file that fails to load
         fail(f"--config: {config_file_error(e, argv)}")
     return []
@@ -100,7 +112,7 @@ def config_file_error(e: BaseException, argv: Sequence[str]) -> str:
     given = [a.split("=", 1)[1] for a in argv if a.startswith("--config=")]
     path = given[-1].split(":", 1)[0] if given else ""
     if path and not os.path.isfile(path):
-        return f"{path}: no such file"
+        return f"{path}: No such file or directory"
     lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
     text = lines[-1] if lines else type(e).__name__
     return text if not path or path in text else f"{path}: {text}"

@@ -47,6 +47,19 @@ def _fail(message: str, code: int = 1) -> None:
     os._exit(code)
 
 
+def unknown_field_line(e: BaseException) -> str:
+    """`--config.x.y=v` for a field the config lacks, as one clean line (ml_collections'
+    message arrives quoted and escaped, with a suggestion on a second line)."""
+    text = str(e.args[0]) if e.args else str(e)
+    for _ in range(3):
+        text = text.replace("\\\\", "\\").replace("\\'", "'").replace("\\n", "\n")
+    lines = [ln.strip().strip("'\"\\") for ln in text.splitlines() if ln.strip()]
+    name = lines[0] if lines else "?"
+    hint = re.search(r'Did you mean "([^"]+)"', text)
+    return f"--config: unknown config field {name!r}" + (
+        f" (did you mean {hint.group(1)!r}?)" if hint else "")
+
+
 def _parse(argv: Sequence[str]) -> list[str]:
     """absl flag parsing whose errors (e.g. a config file that fails to load) are one line."""
     if any(a in ("--help", "-h", "-?", "--help=true") for a in argv[1:]):
@@ -60,11 +73,11 @@ def _parse(argv: Sequence[str]) -> list[str]:
     except flags.Error as e:
         _fail(_first_line(e))
     except (AttributeError, KeyError) as e:  # an override of a field the config lacks
-        _fail(f"--config: unknown config field {str(e.args[0]).strip(chr(34) + chr(39))!r}")
+        _fail(unknown_field_line(e))
     except Exception as e:  # a config file missing, or raising while it is executed
         given = [a.split("=", 1)[1].split(":", 1)[0] for a in argv if a.startswith("--config=")]
         if given and not os.path.isfile(given[-1]):
-            _fail(f"--config: {given[-1]}: no such file")
+            _fail(f"--config: {given[-1]}: No such file or directory")
         _fail(f"--config: {_last_line(e)}")
     return []
 
