@@ -60,7 +60,7 @@ class Field:
             good = isinstance(value, int | float) and not isinstance(value, bool) and \
                 math.isfinite(value)
         elif self.kind is dict:
-            good = isinstance(value, Mapping)
+            good = isinstance(value, Mapping) or hasattr(value, "to_dict")  # a ConfigDict
         elif self.kind is list:
             good = isinstance(value, list | tuple)
         else:
@@ -101,6 +101,8 @@ def check(values: Any, schema: Schema, prefix: str = "", *, partial: bool = True
     Nested schemas (dicts) check nested sections. `partial`: fields may be missing (their
     defaults apply elsewhere); otherwise every field of `schema` must be present.
     """
+    if hasattr(values, "to_dict"):  # a ConfigDict
+        values = values.to_dict()
     if not isinstance(values, Mapping):
         name = prefix.rstrip(".") or "config"
         raise ValueError(f"config field {name!r} must be a dict, got {_kind(values)}")
