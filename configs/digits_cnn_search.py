@@ -27,8 +27,8 @@ def get_config(arg=None):
     config.search.child_lr = 5e-4  # children fine-tune from inherited weights
     config.search.time_limit_s = 120.0
     config.search.selection = {"costs": ("flops", "params"), "min_acc": 0.5}
-    # nas.mutation.MutationConfig fields. A proposal is deterministic for its seed unless it
-    # runs into time_limit_s, so the limit is generous.
+    # nas.mutation.MutationConfig fields. Limits are counts (retries, max_steps), so a proposal
+    # is the same for its seed on any machine; time_limit_s is only a safety net.
     config.search.mutation = {
         "mutator": "random_subgraph",
         "max_len": 3,
@@ -36,6 +36,7 @@ def get_config(arg=None):
         "depth_p": 0.5,
         "linear_p": 0.5,
         "function_preserving": False,
-        "time_limit_s": 60.0,
+        "max_steps": 4000,
+        "time_limit_s": 600.0,
     }
     return config

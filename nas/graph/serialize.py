@@ -1,8 +1,10 @@
 """Lossless, versioned JSON for graphs and their constants.
 
-Used to store candidates in a study database and to export them. Loading only builds plain
-data (no pickle, no eval), then validates the graph, so a hostile file cannot run code.
-Tuples are tagged so that `graph_from_json(graph_to_json(g)) == g` holds exactly.
+Loading only builds plain data (no pickle, no eval), then validates the graph, so a hostile
+file cannot run code; documents larger than `MAX_BYTES` or nested deeper than `MAX_DEPTH`
+are refused with a ValueError before they can exhaust memory or the stack. Tuples are
+tagged so that `graph_from_json(graph_to_json(g)) == g` holds exactly. Containers that wrap
+a graph (e.g. a search's exported candidate) are their owners' business.
 """
 
 from __future__ import annotations
@@ -17,6 +19,21 @@ from nas.graph.ops import Graph, Op, as_op_type, new_graph
 FORMAT = "nas.graph"
 VERSION = 1
 _TUPLE = "__tuple__"
+MAX_BYTES = 256 * 2**20  # far above any real graph (ResNet50: well under 1 MiB)
+MAX_DEPTH = 64  # kwargs nest a few levels; deeper is not a graph
+
+
+def _check_depth(data: Any) -> None:
+    """Iterative, so a hostile document cannot overflow the stack while being checked."""
+    stack = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise ValueError(f"serialized graph is nested deeper than {MAX_DEPTH} levels")
+        if isinstance(value, dict):
+            stack.extend((v, depth + 1) for v in value.values())
+        elif isinstance(value, list):
+            stack.extend((v, depth + 1) for v in value)
 
 
 def _encode(value: Any, where: str) -> Any:
@@ -84,11 +101,11 @@ def _field(data: Mapping[str, Any], key: str, kind: type, where: str) -> Any:
 
 
 def graph_from_dict(data: Any) -> tuple[Graph, dict[str, Any]]:
-    """Also accepts a candidate exported from a study (`nas-search export`)."""
-    if isinstance(data, dict) and data.get("format") == "nas-candidate":
-        data = data.get("graph")
+    """(graph, constants) from the plain data of `graph_to_dict`; ValueError if malformed."""
     if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise ValueError(f"not a serialized graph: expected format {FORMAT!r}")
+        got = data.get("format") if isinstance(data, dict) else type(data).__name__
+        raise ValueError(f"not a serialized graph: expected format {FORMAT!r}, got {got!r}")
+    _check_depth(data)
     version = data.get("version")
     if version != VERSION:
         raise ValueError(f"serialized graph version {version!r} is not supported "
@@ -117,10 +134,15 @@ def graph_from_dict(data: Any) -> tuple[Graph, dict[str, Any]]:
 
 def load(text: str | bytes) -> tuple[Graph, dict[str, Any]]:
     """(graph, constants) from JSON text; a malformed document is a ValueError."""
+    if len(text) > MAX_BYTES:
+        raise ValueError(f"serialized graph is {len(text):,} bytes, more than the "
+                         f"{MAX_BYTES:,} a graph may have")
     try:
         data = json.loads(text)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ValueError(f"serialized graph is not valid JSON: {e}") from None
+    except RecursionError:
+        raise ValueError(f"serialized graph is nested deeper than {MAX_DEPTH} levels") from None
     return graph_from_dict(data)
 
 

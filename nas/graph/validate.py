@@ -72,6 +72,25 @@ INT_KWARGS = frozenset({
     "window_shape", "axes", "shape", "batch_dims",
 })
 INIT_KWARGS = frozenset({"kernel_init", "bias_init", "scale_init", "init_fn", "embedding_init"})
+# Integer kwargs that are sizes: every concrete value must be >= 1 (axes may be negative).
+SIZE_KWARGS = INT_KWARGS - {"axes", "batch_dims"}
+# Kwargs that are probabilities.
+RATE_KWARGS = frozenset({"rate", "layer_drop_rate"})
+
+
+def _concrete_ints(op: Op, key: str, value: Any) -> list[int]:
+    """The concrete integers of an int kwarg (symbolic strings are checked when resolved);
+    ValueError naming the op when the value is of a kind that cannot be an int size."""
+    items = list(value) if isinstance(value, list | tuple) else [value]
+    out = []
+    for item in items:
+        if isinstance(item, str):
+            continue  # symbolic ('S:-1*2', 'K:width', 'B'): parsed in _check_value
+        if isinstance(item, bool) or not isinstance(item, int):
+            raise ValueError(f"op {op.name!r} kwarg {key!r}: expected an int, a symbolic int "
+                             f"or a tuple of them, got {value!r}")
+        out.append(item)
+    return out
 
 
 @functools.cache
@@ -86,6 +105,25 @@ def _check_value(op: Op, key: str, value: Any, available: set[str], arity: int) 
         refs = symbolic.references(value)
     except ValueError as e:
         raise ValueError(f"{where}: {e}") from None
+    except RecursionError:
+        raise ValueError(f"{where}: value is nested too deeply") from None
+    if key in INT_KWARGS:
+        ints = _concrete_ints(op, key, value)
+        low = 0 if key == "window_shape" else 1  # a pool window of 0 spans the whole axis
+        if key in SIZE_KWARGS and any(i < low for i in ints):
+            raise ValueError(f"{where}: sizes must be {'>= 0' if low == 0 else 'positive'}, "
+                             f"got {value!r}")
+    if key in RATE_KWARGS and (not refs if isinstance(value, str) else (
+            isinstance(value, bool) or not isinstance(value, int | float)
+            or not 0 <= value <= 1)):
+        raise ValueError(f"{where}: expected a probability in [0, 1], got {value!r}")
+    if key in INIT_KWARGS and not isinstance(value, str):
+        raise ValueError(f"{where}: expected an initializer like 'I:zeros', got "
+                         f"{type(value).__name__} {value!r}"[:300])
+    for ref in refs:
+        if isinstance(ref, symbolic.InitRef) and not ref.fn[:1].islower():
+            raise ValueError(f"{where}: {value!r} names {ref.fn!r}, which is not a flax "
+                             f"initializer")
     if isinstance(value, str) and key in INT_KWARGS and not refs:
         if not isinstance(symbolic.parse(value), int) and value != "B":
             raise ValueError(f"{where}: expected an int or symbolic int, got {value!r}")

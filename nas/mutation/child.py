@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,13 +86,16 @@ def propose_child(
     config: MutationConfig | Mapping[str, Any] | None = None,
     blocks: list[Block] | None = None,
     builder: Builder | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> Child:
     """A child of (graph, constants) with variables inherited from `variables`.
 
     `variables` holds the parent's `params` (and `batch_stats` if any); None or {} gives a
     child with only fresh variables. Pass `blocks` and a zoo `builder` (see
     `nas.zoo.builder`) for block-level mutation. Raises NoChildFound (a ValueError) with
-    the reasons when no child is found within `config.retries` / `config.time_limit_s`.
+    the reasons when no child is found within `config.retries` attempts and
+    `config.max_steps` synthesis steps (counts: the same seed gives the same child on any
+    machine). `clock` serves only the wall-clock safety net `config.time_limit_s`.
     """
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise ValueError(f"seed must be an int, got {seed!r}")
@@ -103,7 +106,7 @@ def propose_child(
     if blocks is None and is_reversible(constants):  # the child must stay reversible
         proposal = propose_reversible(graph, constants, cfg, rng, child_id)
     else:
-        proposal = ModelMutator(cfg, rng).mutate(graph, constants, blocks, builder, child_id)
+        proposal = ModelMutator(cfg, rng, clock).mutate(graph, constants, blocks, builder, child_id)
     inputs = probe_inputs(proposal.graph, cfg.input_shape)
     built = build_variables(proposal.graph, proposal.constants, inputs, variables, seed=seed)
     return Child(

@@ -12,13 +12,14 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from nas import schema
 from nas.mutation.base import AbstractMutator
 from nas.mutation.random_subgraph import RandomMutator
 from nas.mutation.sequential import RandomSequentialMutator
 from nas.properties.depth import DepthProperty
 from nas.properties.linear import LinopProperty
 from nas.properties.shape import ShapeProperty
-from nas.synthesis.base import AbstractSynthesizer, Context
+from nas.synthesis.base import AbstractSynthesizer, Budget, Context
 from nas.synthesis.enum_sequential import EnumerativeSequentialSynthesizer
 from nas.synthesis.graph import GraphSynthesizer
 from nas.synthesis.primer import PrimerSequentialSynthesizer
@@ -41,6 +42,38 @@ DEFAULT_SYNTHESIS: dict[str, dict[str, Any]] = {
 }
 
 
+def _input_shape_ok(shape: Any) -> bool:
+    return len(shape) >= 2 and all(isinstance(d, int) and not isinstance(d, bool) and d > 0
+                                   for d in shape)
+
+
+# One line per field: type and range or allowed values (see nas.schema).
+MUTATION_SCHEMA: dict[str, schema.Field] = {
+    "mutator": schema.one_of(*MUTATORS),
+    "p": schema.fraction(),
+    "max_len": schema.at_least(0),
+    "max_perc": schema.fraction(),
+    "synthesizer": schema.one_of(*SYNTHESIZERS),
+    "synthesis": schema.Field(dict, nullable=True, expected="of synthesizer kwargs"),
+    "graph_p": schema.fraction(),
+    "shape_p": schema.fraction(),
+    "depth_p": schema.fraction(nullable=True),
+    "depth_delta_max": schema.at_least(0),
+    "linear_p": schema.fraction(nullable=True),
+    "max_steps": schema.positive(),
+    "time_limit_s": schema.positive(float),
+    "retries": schema.at_least(0),
+    "input_shape": schema.Field(list, check=_input_shape_ok,
+                                expected="of positive ints, batch first, e.g. (1, 32, 32, 3)"),
+    "function_preserving": schema.Field(bool),
+    "mutate_by_block": schema.Field(bool),
+    "block_add_prob": schema.fraction(),
+    "block_delete_prob": schema.fraction(),
+    "block_mutate_prob": schema.fraction(),
+    "child_id": schema.at_least(0, nullable=True),
+}
+
+
 @dataclasses.dataclass
 class MutationConfig:
     """Everything `propose_child` needs besides the parent. Build from a dict with
@@ -57,7 +90,8 @@ class MutationConfig:
     depth_p: float | None = 0.5
     depth_delta_max: int = 2
     linear_p: float | None = 0.5
-    time_limit_s: float = 20.0  # wall-clock budget for one child
+    max_steps: int = 4000  # synthesis steps for one child (a count: same child anywhere)
+    time_limit_s: float = 600.0  # wall-clock safety net only (recorded as such if it fires)
     retries: int = 8  # subgraph selections tried before giving up
     input_shape: tuple[int, ...] = (1, 32, 32, 3)  # probe input, batch dimension included
     function_preserving: bool = False  # add new subgraphs as zero-initialized residuals
@@ -68,37 +102,11 @@ class MutationConfig:
     child_id: int | None = None  # names new ops/blocks; None: derived from the seed
 
     def __post_init__(self) -> None:
-        if self.mutator not in MUTATORS:
-            raise ValueError(f"config field 'mutator': {self.mutator!r} is not one of {MUTATORS}")
-        if self.synthesizer not in SYNTHESIZERS:
-            raise ValueError(f"config field 'synthesizer': {self.synthesizer!r} is not one of "
-                             f"{tuple(SYNTHESIZERS)}")
-        for name in ("p", "max_perc", "graph_p", "shape_p", "depth_p", "linear_p",
-                     "block_add_prob", "block_delete_prob", "block_mutate_prob"):
-            value = getattr(self, name)
-            if value is None and name in ("depth_p", "linear_p"):
-                continue
-            if isinstance(value, bool) or not isinstance(value, int | float) or not (
-                    0 <= value <= 1):
-                raise ValueError(f"config field {name!r}: expected a number in [0, 1], "
-                                 f"got {value!r}")
-        for name in ("max_len", "retries", "depth_delta_max"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"config field {name!r}: expected an int >= 0, got {value!r}")
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        schema.check(values, MUTATION_SCHEMA)
         if self.max_len > 0 and self.max_perc > 0:
             raise ValueError("config fields 'max_len' and 'max_perc': set at most one")
-        if not isinstance(self.time_limit_s, int | float) or self.time_limit_s <= 0:
-            raise ValueError(f"config field 'time_limit_s': expected a positive number, got "
-                             f"{self.time_limit_s!r}")
-        shape = tuple(self.input_shape)
-        if len(shape) < 2 or not all(isinstance(d, int) and d > 0 for d in shape):
-            raise ValueError(f"config field 'input_shape': expected positive ints with a batch "
-                             f"dimension first, e.g. (1, 32, 32, 3), got {self.input_shape!r}")
-        self.input_shape = shape
-        if self.synthesis is not None and not isinstance(self.synthesis, Mapping):
-            raise ValueError(f"config field 'synthesis': expected a dict of synthesizer kwargs, "
-                             f"got {self.synthesis!r}")
+        self.input_shape = tuple(self.input_shape)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | MutationConfig | None) -> MutationConfig:
@@ -109,11 +117,7 @@ class MutationConfig:
         if not isinstance(data, Mapping):
             raise ValueError(f"mutation config must be a dict or MutationConfig, got "
                              f"{type(data).__name__}")
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown mutation config fields {unknown}; expected a subset of "
-                             f"{sorted(known)}")
+        schema.check(data, MUTATION_SCHEMA)  # unknown fields named before construction
         return cls(**dict(data))
 
     def to_dict(self) -> dict[str, Any]:
@@ -141,12 +145,12 @@ class MutationConfig:
                              max_perc=self.max_perc, rng=rng)
 
     def make_synthesizer(self, contexts: Sequence[Context], generation: int | str,
-                         rng: random.Random, deadline: float | None) -> AbstractSynthesizer:
+                         rng: random.Random, budget: Budget | None) -> AbstractSynthesizer:
         cls = SYNTHESIZERS[self.synthesizer]
         kwargs = self.synthesis_kwargs()
         if self.mutator == "random_subgraph":
-            ctor = functools.partial(cls, generation=generation, rng=rng, deadline=deadline,
+            ctor = functools.partial(cls, generation=generation, rng=rng, budget=budget,
                                      **kwargs)
             return GraphSynthesizer(contexts, generation, sequential_ctr=ctor, rng=rng,
-                                    deadline=deadline, p=self.graph_p)
-        return cls(contexts, generation, rng=rng, deadline=deadline, **kwargs)
+                                    budget=budget, p=self.graph_p)
+        return cls(contexts, generation, rng=rng, budget=budget, **kwargs)

@@ -28,7 +28,7 @@ from nas.mutation.preserve import preserving_spec
 from nas.properties.fingerprint import fingerprint_graph
 from nas.properties.shape import ShapeProperty
 from nas.properties.tensor_shapes import GraphShapes, graph_shapes
-from nas.synthesis.base import SynthesisError, SynthesisTimeout, verify_property
+from nas.synthesis.base import Budget, SynthesisError, SynthesisTimeout, verify_property
 
 Builder = Callable[..., tuple[Graph, dict[str, Any], list[Block]]]
 
@@ -70,9 +70,11 @@ class ModelMutator:
     """Proposes children of one parent. `rng` is the only source of randomness."""
 
     def __init__(self, config: MutationConfig | Mapping[str, Any] | None = None,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.config = MutationConfig.from_dict(config)
         self.rng = rng if rng is not None else random.Random(0)
+        self.clock = clock  # only for the wall-clock safety net; limits are counts
 
     # Block-level edits -------------------------------------------------------------------
 
@@ -103,7 +105,7 @@ class ModelMutator:
 
     # Subgraph mutation -------------------------------------------------------------------
 
-    def _synthesize(self, graph: Graph, contexts: list, child_id: int, deadline: float
+    def _synthesize(self, graph: Graph, contexts: list, child_id: int, deadline: Budget
                     ) -> tuple[list[SubgraphNode], list[Any], list[SubgraphNode], int]:
         """(new spec, target properties, selected old spec, index of the mutated context)."""
         mutator = self.config.make_mutator(self.rng)
@@ -138,8 +140,8 @@ class ModelMutator:
                child_id: int = 0) -> Proposal:
         cfg = self.config
         constants = dict(constants or {})
-        start = time.monotonic()
-        deadline = start + cfg.time_limit_s
+        start = self.clock()
+        deadline = Budget(cfg.max_steps, cfg.time_limit_s, self.clock)
         inputs = probe_inputs(graph, cfg.input_shape)
         parent_shapes = graph_shapes(graph, constants, inputs)
         parent_fp = fingerprint_graph(graph, constants, shapes=parent_shapes)
@@ -147,9 +149,6 @@ class ModelMutator:
         by_block = bool(blocks) and builder is not None and cfg.mutate_by_block
         reasons: list[str] = []
         for attempt in range(1, max(cfg.retries, 1) + 1):
-            if time.monotonic() > deadline:
-                reasons.append("time limit reached")
-                break
             try:
                 if by_block:
                     proposal = self._block_attempt(graph, constants, blocks, builder, child_id,
@@ -158,21 +157,22 @@ class ModelMutator:
                     proposal = self._graph_attempt(graph, constants, inputs, child_id, deadline)
                 self._check_child(proposal.graph, proposal.constants, inputs, parent_fp,
                                   parent_out)
-            except SynthesisTimeout:
-                reasons.append("time limit reached during synthesis")
+            except SynthesisTimeout as e:
+                reasons.append(str(e))
                 break
             except ValueError as e:  # SynthesisError, malformed candidates, no subgraph
                 reasons.append(f"attempt {attempt}: {e}")
                 continue
             proposal.attempts = attempt
             return proposal
+        net = " [wall-clock safety net expired]" if deadline.safety_net_expired else ""
         raise NoChildFound(
-            f"no child found in {time.monotonic() - start:.1f}s "
-            f"(limits: {cfg.retries} attempts, {cfg.time_limit_s}s); "
-            + " | ".join(reasons[-4:]))
+            f"no child found in {deadline.steps} synthesis steps{net} "
+            f"(limits: {cfg.retries} attempts, {cfg.max_steps} steps; "
+            f"{self.clock() - start:.1f}s); " + " | ".join(reasons[-4:]))
 
     def _graph_attempt(self, graph: Graph, constants: dict[str, Any], inputs: dict[str, Any],
-                       child_id: int, deadline: float) -> Proposal:
+                       child_id: int, deadline: Budget) -> Proposal:
         contexts = [(constants, None, inputs)]
         spec, props, old_spec, _ = self._synthesize(graph, contexts, child_id, deadline)
         if self.config.function_preserving:
@@ -193,7 +193,7 @@ class ModelMutator:
 
     def _block_attempt(self, graph: Graph, constants: dict[str, Any], blocks: Sequence[Block],
                        builder: Builder, child_id: int, inputs: dict[str, Any],
-                       parent_shapes: GraphShapes, deadline: float) -> Proposal:
+                       parent_shapes: GraphShapes, deadline: Budget) -> Proposal:
         cfg = self.config
         u = self.rng.random()
         if u < cfg.block_add_prob:

@@ -6,8 +6,18 @@ import contextlib
 import os
 import sqlite3
 import threading
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
+
+# Every open database of this process, so a CLI exiting at once can still close them
+# cleanly (SQLite then removes its -wal/-shm side files).
+_OPEN: weakref.WeakSet[Database] = weakref.WeakSet()
+
+
+def close_all() -> None:
+    for db in list(_OPEN):
+        db.close()
 
 
 class Database:
@@ -23,6 +33,7 @@ class Database:
         self._lock = threading.RLock()
         self._conn: sqlite3.Connection | None = None
         self._pid = -1
+        _OPEN.add(self)
 
     def connect(self, create: bool = False) -> sqlite3.Connection:
         """(Re)open; `create=False` never makes a new file."""

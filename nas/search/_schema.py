@@ -37,7 +37,8 @@ CREATE TABLE candidates (
     started_at REAL,
     finished_at REAL,
     worker TEXT,
-    attempts INTEGER NOT NULL DEFAULT 0
+    attempts INTEGER NOT NULL DEFAULT 0,
+    lease_until REAL
 );
 CREATE INDEX candidates_status ON candidates(status, id);
 CREATE INDEX candidates_fingerprint ON candidates(fingerprint);
@@ -83,5 +84,11 @@ def check_study(conn: sqlite3.Connection, path: Path) -> None:
     if version < 1:
         raise ValueError(f"{path}: study schema version {version} is not supported")
     missing = [c for c in COLUMNS if c not in cols]
+    if "lease_until" not in cols and not missing:  # a study written before leases existed
+        try:
+            conn.execute("ALTER TABLE candidates ADD COLUMN lease_until REAL")
+        except sqlite3.OperationalError as e:
+            if "duplicate column" not in str(e):  # else another process added it first
+                raise ValueError(f"{path}: cannot add the lease column: {e}") from e
     if missing:
         raise ValueError(f"{path}: table 'candidates' lacks column(s) {missing}; damaged file")

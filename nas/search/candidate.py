@@ -79,9 +79,19 @@ COLUMNS = (
 )  # fmt: skip
 
 
-def candidate_from_row(row: tuple) -> Candidate:
-    """Build a `Candidate` from a row selected with `COLUMNS`."""
+def candidate_from_row(row: tuple, source: object = "study") -> Candidate:
+    """Build a `Candidate` from a row selected with `COLUMNS`; damaged JSON in a field is a
+    ValueError naming `source` (the study file), the candidate and the field."""
     r = dict(zip(COLUMNS, row, strict=True))
+
+    def _loads(text: str | None, column: str) -> Any:
+        try:
+            return None if text is None else json.loads(text)
+        except (ValueError, RecursionError) as e:
+            detail = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise ValueError(f"{source}: candidate {r['id']}: field {column!r} holds damaged "
+                             f"JSON ({detail})") from None
+
     return Candidate(
         id=r["id"],
         parent_id=r["parent_id"],
@@ -90,11 +100,11 @@ def candidate_from_row(row: tuple) -> Candidate:
         graph_json=r["graph_json"],
         fingerprint=r["fingerprint"],
         seed=r["seed"],
-        spec=_loads(r["spec_json"]),
-        properties=_loads(r["properties_json"]),
-        inheritance=_loads(r["inheritance_json"]),
+        spec=_loads(r["spec_json"], "spec_json"),
+        properties=_loads(r["properties_json"], "properties_json"),
+        inheritance=_loads(r["inheritance_json"], "inheritance_json"),
         **{k: r[k] for k in METRICS},
-        extra_metrics=_loads(r["metrics_json"]) or {},
+        extra_metrics=_loads(r["metrics_json"], "metrics_json") or {},
         checkpoint_path=r["checkpoint_path"],
         error=r["error"],
         created_at=r["created_at"],
@@ -103,10 +113,6 @@ def candidate_from_row(row: tuple) -> Candidate:
         worker=r["worker"],
         attempts=r["attempts"],
     )
-
-
-def _loads(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
 
 
 def dumps(value: Any, field: str) -> str | None:

@@ -1,15 +1,33 @@
-"""`nas-search`: run (or resume) an evolution search, report on it, export a candidate.
+"""nas-search: run (or resume) an evolution search, train its candidates, report, export.
 
-    nas-search --config=configs/digits_cnn_search.py --workdir=DIR [--config.search.x=...]
-    nas-search report --workdir=DIR
-    nas-search export --workdir=DIR --id=N --out=FILE.json
+usage:
+  nas-search --config=configs/digits_cnn_search.py --workdir=DIR [--config.search.x=...]
+      run the search in DIR (created, or resumed with the same command)
+  nas-search worker --workdir=DIR [--candidate=N] [--wait_s=600]
+      train the study's candidates in this process, next to the driver (any number of
+      workers, started before or after the driver), or train exactly candidate N
+  nas-search report --workdir=DIR
+      print the best candidates and write DIR/report/
+  nas-search export --workdir=DIR --id=N --out=FILE.json
+      write candidate N as a JSON file that `nas-train --graph=FILE.json` trains
 
-Running the search command on an existing workdir resumes it. Bad input prints one line to
-stderr and exits with status 1.
+main flags:
+  --config=FILE[:arg]   search config (train and search sections); --config.F=V overrides
+  --workdir=DIR         the study directory
+  --candidate=N         worker: train only candidate N
+  --wait_s=S            worker: wait this long for a study to appear or for work (600)
+  --id=N --out=FILE     export: which candidate, and where
+  --noprogress          no progress bar
+  --helpfull            every flag, absl's included
+
+Bad input prints one line (`nas-search: error: ...`) and exits 1; Ctrl-C prints one line,
+leaves the study resumable and exits 130.
 """
 
 from __future__ import annotations
 
+import os
+import re
 import sys
 from collections.abc import Sequence
 
@@ -22,43 +40,133 @@ _CONFIG = config_flags.DEFINE_config_file("config", None, "Search config file.",
 _WORKDIR = flags.DEFINE_string("workdir", None, "The study directory (created or resumed).")
 _ID = flags.DEFINE_integer("id", None, "Candidate id (export).")
 _OUT = flags.DEFINE_string("out", None, "Output file (export).")
+_CANDIDATE = flags.DEFINE_integer("candidate", None, "worker: train only this candidate.",
+                                  lower_bound=1)
+_WAIT = flags.DEFINE_float("wait_s", 600.0, "worker: how long to wait for a study or work.",
+                           lower_bound=0.0)
 _PROGRESS = flags.DEFINE_bool("progress", True, "Show a progress bar.")
 
+PROG = "nas-search"
+COMMANDS = ("search", "worker", "report", "export")
+INTERRUPTED = 130
 
-def _fail(message: str) -> None:
-    print(f"nas-search: error: {message}", file=sys.stderr)
-    sys.exit(1)
+
+def fail(message: str, code: int = 1) -> None:
+    """One line on stderr, then exit without running anything else (no atexit tracebacks
+    from background threads of libraries)."""
+    from nas.search._db import close_all
+
+    message = re.sub(r"\s*\[tensorstore_spec=.*", "", message)  # orbax's internals
+    if len(message) > 600:
+        message = message[:597] + "..."
+    print(f"{PROG}: error: {message}", file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    close_all()
+    os._exit(code)
 
 
-def _first_line(e: BaseException) -> str:
+def first_line(e: BaseException) -> str:
     lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
     return lines[0] if lines else type(e).__name__
 
 
+def os_error_line(e: OSError) -> str:
+    where = e.filename if e.filename is not None else ""
+    return f"{where}: {e.strerror or first_line(e)}" if where else first_line(e)
+
+
+def unknown_field_line(e: BaseException) -> str:
+    """`--config.x.y=v` for a field the config lacks, as one clean line (ml_collections'
+    message arrives quoted and escaped, with a suggestion on a second line)."""
+    text = str(e.args[0]) if e.args else str(e)
+    for _ in range(3):
+        text = text.replace("\\\\", "\\").replace("\\'", "'").replace("\\n", "\n")
+    lines = [ln.strip().strip("'\"\\") for ln in text.splitlines() if ln.strip()]
+    name = lines[0] if lines else "?"
+    hint = re.search(r'Did you mean "([^"]+)"', text)
+    return f"--config: unknown config field {name!r}" + (
+        f" (did you mean {hint.group(1)!r}?)" if hint else "")
+
+
 def _parse(argv: Sequence[str]) -> list[str]:
+    if any(a in ("--help", "-h", "-?", "--help=true") for a in argv[1:]) or (
+            len(argv) > 1 and argv[1] == "help"):
+        print(__doc__.strip())
+        sys.exit(0)
     try:
         rest = FLAGS(list(argv))
         if FLAGS["config"].present:
             FLAGS.config.keys()
         return rest
     except flags.Error as e:
-        _fail(_first_line(e))
-    except (AttributeError, KeyError) as e:
-        _fail(f"--config: unknown config field {str(e.args[0]).strip(chr(39))!r}")
+        fail(first_line(e))
+    except (AttributeError, KeyError) as e:  # an override of a field the config lacks
+        fail(unknown_field_line(e))
     except Exception as e:  # noqa: BLE001 - a config file that fails to load
-        _fail(f"--config: {_first_line(e)}")
+        fail(f"--config: {config_file_error(e, argv)}")
     return []
+
+
+def config_file_error(e: BaseException, argv: Sequence[str]) -> str:
+    """What went wrong loading a config file, with the file named."""
+    given = [a.split("=", 1)[1] for a in argv if a.startswith("--config=")]
+    path = given[-1].split(":", 1)[0] if given else ""
+    if path and not os.path.isfile(path):
+        return f"{path}: No such file or directory"
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    text = lines[-1] if lines else type(e).__name__
+    return text if not path or path in text else f"{path}: {text}"
+
+
+def check_workdir(workdir: str, create: bool) -> None:
+    """Refuse a workdir that is a file or cannot be written, before anything is created."""
+    path = os.path.abspath(workdir)
+    if os.path.exists(path):
+        if not os.path.isdir(path):
+            raise ValueError(f"--workdir: {workdir} exists and is not a directory")
+        if create and not os.access(path, os.W_OK | os.X_OK):
+            raise ValueError(f"--workdir: {workdir} is not writable")
+        return
+    if not create:
+        return
+    parent = os.path.dirname(path)
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise ValueError(f"--workdir: {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ValueError(f"--workdir: cannot create {workdir} ({parent} is not writable)")
 
 
 def _search(workdir: str) -> None:
     from nas.search.driver import run_search
     from nas.search.report import summary, write_report
+    from nas.search.settings import validate_search
 
     if _CONFIG.value is None:
         raise ValueError("--config is required to run a search")
+    validate_search(_CONFIG.value)  # the whole config, before the workdir exists
+    check_workdir(workdir, create=True)
     study = run_search(_CONFIG.value, workdir, progress=_PROGRESS.value)
     print(summary(study))
     print(f"report: {write_report(study)}")
+
+
+def _worker(workdir: str) -> None:
+    from nas.search.study_worker import run_worker
+
+    check_workdir(workdir, create=False)
+    trained = run_worker(workdir, _CANDIDATE.value, wait_s=_WAIT.value)
+    for c in trained:
+        if c.status == "done":
+            print(f"candidate {c.id}: accuracy {c.accuracy:.4f}, FLOPs {c.flops:,.0f}, "
+                  f"params {c.params:,.0f}")
+        else:
+            print(f"candidate {c.id}: {c.status}: {c.error}")
+    if not trained:
+        print("no candidate trained (the search is finished or nothing was pending)")
+    if _CANDIDATE.value is not None and trained and trained[0].status != "done":
+        fail(f"candidate {trained[0].id} {trained[0].status}: {trained[0].error}")
 
 
 def _report(workdir: str) -> None:
@@ -82,19 +190,29 @@ def _main(argv: Sequence[str]) -> None:
     if not FLAGS["verbosity"].present:  # orbax logs every save at INFO; --verbosity=0 shows it
         logging.set_verbosity(logging.WARNING)
     command = argv[1] if len(argv) > 1 else "search"
-    actions = {"search": _search, "report": _report, "export": _export}
+    actions = {"search": _search, "worker": _worker, "report": _report, "export": _export}
     if command not in actions or len(argv) > 2:
-        _fail(f"unknown command {' '.join(argv[1:])!r}; expected report, export or none")
+        fail(f"unknown command {' '.join(argv[1:])!r}; expected one of {', '.join(COMMANDS)} "
+             f"(search is the default)")
     if not _WORKDIR.value:
-        _fail("--workdir is required")
+        fail("--workdir is required")
     try:
         actions[command](_WORKDIR.value)
+    except KeyboardInterrupt:
+        fail(f"interrupted; the study in {_WORKDIR.value} is resumable (run the same command "
+             f"again)", INTERRUPTED)
+    except OSError as e:
+        fail(os_error_line(e))
     except ValueError as e:
-        _fail(_first_line(e))
+        fail(first_line(e))
+    sys.stdout.flush()
 
 
 def main() -> None:
-    app.run(_main, flags_parser=_parse)
+    try:
+        app.run(_main, flags_parser=_parse)
+    except KeyboardInterrupt:  # during flag parsing or imports
+        fail("interrupted", INTERRUPTED)
 
 
 if __name__ == "__main__":

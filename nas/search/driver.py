@@ -3,15 +3,19 @@
 Everything the loop decides is derived from `search.seed` and a proposal counter stored in
 the study in the same transaction as the candidate it produced, and every result is recorded
 in the study before the next step. So a driver killed at any moment and started again with
-the same command continues: finished candidates are kept, candidates that were training are
-re-queued (and resume from their own checkpoints), nothing finished is trained again.
+the same command continues: finished candidates are kept, candidates whose claim's lease
+expired are re-queued (and resume from their own checkpoints), nothing finished is trained
+again. External workers (`nas-search worker`) may claim candidates at any time; the driver
+waits for them instead of stopping.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import socket
+import shutil
+import time
+from pathlib import Path
 from typing import Any
 
 import ml_collections
@@ -22,9 +26,10 @@ from tqdm import tqdm
 from nas import zoo
 from nas.graph.serialize import graph_to_json, load
 from nas.search.executors import Outcome, make_executor
+from nas.search.lease import LeaseKeeper
 from nas.search.selection import Individual, SelectionConfig, select_parents
-from nas.search.settings import validate_search
-from nas.search.study import DuplicateCandidateError, Study
+from nas.search.settings import OPERATIONAL, validate_search
+from nas.search.study import DuplicateCandidateError, Study, StudyNotFoundError, default_worker
 from nas.train.checkpoint import load_variables, save_variables
 
 
@@ -52,10 +57,35 @@ def describe_properties(properties: list[Any]) -> list[dict[str, Any]]:
     return out
 
 
-# Fields of the search section a resumed search takes from the command line rather than
-# from the stored config: how far and where to run, not what to search.
-OPERATIONAL = ("max_candidates", "executor", "workers", "ray_address", "time_limit_s",
-               "hard_time_limit_s")
+class SearchFailed(ValueError):
+    """The search could not train anything (e.g. its seed model fails): exit non-zero."""
+
+
+def init_path(workdir: str | Path, proposal: int) -> str:
+    """Where proposal `proposal`'s starting weights are saved before its candidate exists."""
+    return os.path.join(os.path.abspath(workdir), "inits", str(proposal))
+
+
+def remove_partial_saves(study: Study) -> list[str]:
+    """Delete leftovers of saves interrupted by a kill (orbax's *.orbax-checkpoint-tmp*
+    folders), so a resumed search never reads or collides with half-written weights.
+
+    Called by the driver when it starts: it alone writes `inits/`; a candidate's folder is
+    cleaned only while nobody holds a claim on it (a live worker may be saving there)."""
+    removed = []
+    workdir = Path(study.workdir)
+    running = {str(c.id) for c in study.candidates("running")}
+    leftovers = sorted((workdir / "inits").glob("*.orbax-checkpoint-tmp*"))
+    if (workdir / "candidates").is_dir():
+        for folder in sorted((workdir / "candidates").iterdir()):
+            if folder.name not in running:
+                leftovers += sorted(folder.rglob("*.orbax-checkpoint-tmp*"))
+    for path in leftovers:
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(str(path))
+    if removed:
+        logging.info("removed %d partial save(s): %s", len(removed), removed)
+    return removed
 
 
 def candidate_task(study: Study, train: ml_collections.ConfigDict,
@@ -71,11 +101,14 @@ def candidate_task(study: Study, train: ml_collections.ConfigDict,
     if candidate.parent_id is not None and search.child_lr > 0:
         train_config["lr"] = float(search.child_lr)
     directory = candidate_dir(str(study.workdir), candidate_id)
-    init = os.path.join(directory, "init")
+    saved = (candidate.inheritance or {}).get("init_path")
+    legacy = os.path.join(directory, "init")  # studies written before init_path existed
     variables = None
-    if os.path.isdir(init):
-        variables = load_variables(init)
-    elif candidate.parent_id is not None:  # killed before its init was saved: inherit again
+    if saved:  # complete before the candidate was added (see Driver.propose)
+        variables = load_variables(saved)
+    elif os.path.isdir(legacy):
+        variables = load_variables(legacy)
+    elif candidate.parent_id is not None:
         variables = load_variables(study.get(candidate.parent_id).checkpoint_path)
     return {
         "train_config": train_config,
@@ -86,19 +119,26 @@ def candidate_task(study: Study, train: ml_collections.ConfigDict,
     }
 
 
-def record_outcome(study: Study, outcome: Outcome) -> None:
-    """Writes a finished candidate's weights and metrics, or its error, to the study."""
-    if outcome.error is not None:
-        logging.warning("candidate %d failed: %s", outcome.candidate_id, outcome.error)
-        study.fail(outcome.candidate_id, outcome.error)
+def record_outcome(study: Study, outcome: Outcome, worker: str | None = None) -> None:
+    """Writes a finished candidate's weights and metrics, or its error, to the study.
+
+    With `worker`, nothing is written unless that worker still holds the claim (a lost
+    lease means another worker owns the candidate now)."""
+    cid = outcome.candidate_id
+    if worker is not None and not study.holds(cid, worker):
+        logging.warning("candidate %d: %s no longer holds it; its outcome is dropped", cid,
+                        worker)
         return
-    path = save_variables(
-        os.path.join(candidate_dir(str(study.workdir), outcome.candidate_id), "final"),
-        outcome.variables)
+    if outcome.error is not None:
+        logging.warning("candidate %d failed: %s", cid, outcome.error)
+        study.fail(cid, outcome.error, infeasible=outcome.infeasible, worker=worker)
+        return
+    path = save_variables(os.path.join(candidate_dir(str(study.workdir), cid), "final"),
+                          outcome.variables)
     try:
-        study.tell(outcome.candidate_id, outcome.metrics, checkpoint_path=path)
+        study.tell(cid, outcome.metrics, checkpoint_path=path, worker=worker)
     except ValueError as e:  # e.g. NaN metrics
-        study.fail(outcome.candidate_id, str(e))
+        study.fail(cid, str(e), worker=worker)
 
 
 def resumed_config(given: ml_collections.ConfigDict, study: Study) -> ml_collections.ConfigDict:
@@ -112,39 +152,46 @@ def resumed_config(given: ml_collections.ConfigDict, study: Study) -> ml_collect
     return config
 
 
-def train_from_study(workdir: str, candidate_id: int | None = None,
-                     worker: str | None = None) -> Any:
-    """Claims one candidate (the next pending, or `candidate_id`), trains it in this process
-    and records the result. For external workers (`nas-train --study`). None if none."""
-    from nas.search.executors import InlineExecutor
+def open_study(workdir: str, config: ml_collections.ConfigDict) -> Study:
+    """Resume the study in `workdir` (its stored config wins, except `OPERATIONAL` search
+    fields, which may change silently), or create it. Other differences are named once."""
+    try:
+        study = Study.load(workdir)
+    except StudyNotFoundError:
+        return Study.open(workdir, config=config.to_dict())
+    given = json.loads(json.dumps(config.to_dict(), default=list))
+    ignored = [f for f in _differences(given, study.config, "")
+               if f.removeprefix("search.") not in OPERATIONAL]
+    if ignored:
+        logging.warning("%s: resuming with its stored config; the given values of %s are "
+                        "ignored (only %s may change on resume)", study.path,
+                        ", ".join(ignored[:5]), ", ".join(f"search.{k}" for k in OPERATIONAL))
+    return study
 
-    study = Study.load(workdir)
-    config = ml_collections.ConfigDict(study.config)
-    search = validate_search(config)
-    candidate = study.claim(worker=worker, candidate_id=candidate_id)
-    if candidate is None:
-        return None
-    executor = InlineExecutor()
-    executor.submit(candidate.id, candidate_task(study, config.train, search, candidate.id))
-    for outcome in executor.poll(0):
-        record_outcome(study, outcome)
-    return study.get(candidate.id)
+
+def _differences(given: Any, stored: Any, prefix: str) -> list[str]:
+    if isinstance(given, dict) and isinstance(stored, dict):
+        out = []
+        for key in sorted(set(given) | set(stored)):
+            out += _differences(given.get(key), stored.get(key), f"{prefix}{key}.")
+        return out
+    return [] if given == stored else [prefix.rstrip(".")]
 
 
 class Driver:
     """One search over one study directory."""
 
     def __init__(self, config: ml_collections.ConfigDict, workdir: str) -> None:
-        validate_search(config)
+        validate_search(config)  # before anything is created on disk
         self.workdir = os.path.abspath(workdir)
-        self.study = Study.open(self.workdir, config=config.to_dict())
+        self.study = open_study(self.workdir, config)
         config = resumed_config(config, self.study)
         self.search = validate_search(config)
         self.train = config.train
         self.selection = SelectionConfig.from_dict(dict(self.search.selection))
         size = int(self.train.input.image_size)
         self.input_shape = (1, size, size, 3)
-        self.worker = f"driver@{socket.gethostname()}:{os.getpid()}"
+        self.worker = default_worker("driver")
         self._shown: dict[str, int] | None = None  # counts last drawn on the progress bar
 
     # ------------------------------------------------------------------ proposing
@@ -181,19 +228,26 @@ class Driver:
         mutation.setdefault("input_shape", self.input_shape)
         try:
             child = propose_child(graph, constants, variables, seed=child_seed, config=mutation)
+            fingerprint = fingerprint_of(child.graph, child.constants, self.input_shape)
+            existing = self.study.find(fingerprint)
+            if existing:
+                raise DuplicateCandidateError(fingerprint, existing[0])
+            # The starting weights are complete on disk before the candidate exists, so
+            # whoever claims it starts from exactly these weights.
+            init = init_path(self.workdir, k)
+            shutil.rmtree(init, ignore_errors=True)  # a save of this proposal interrupted
+            save_variables(init, child.variables)
             child_id = self.study.add(
                 graph_to_json(child.graph, child.constants), parent_id=parent.id,
-                generation=parent.generation + 1, seed=child_seed,
-                fingerprint=fingerprint_of(child.graph, child.constants, self.input_shape),
+                generation=parent.generation + 1, seed=child_seed, fingerprint=fingerprint,
                 spec=child.spec_json(), properties=describe_properties(child.properties),
-                inheritance={"inherited": sorted(child.inherited), "new": sorted(child.new)},
+                inheritance={"inherited": sorted(child.inherited), "new": sorted(child.new),
+                             "init_path": init},
                 state={"proposals": k + 1})
         except (NoChildFound, DuplicateCandidateError) as e:
             logging.info("proposal %d from parent %d failed: %s", k, parent.id, e)
             self.study.set_state("proposals", k + 1)
             return None
-        save_variables(os.path.join(candidate_dir(self.workdir, child_id), "init"),
-                       child.variables)
         return child_id
 
     # ------------------------------------------------------------------ training
@@ -201,56 +255,93 @@ class Driver:
         return candidate_task(self.study, self.train, self.search, candidate_id)
 
     def record(self, outcome: Outcome) -> None:
-        record_outcome(self.study, outcome)
+        record_outcome(self.study, outcome, worker=self.worker)
 
     # ------------------------------------------------------------------ loop
     def run(self, progress: bool = True) -> Study:
+        """Runs to `max_candidates` finished candidates. Raises SearchFailed when nothing
+        could be trained; on Ctrl-C gives its claims back (the study stays resumable)."""
         search = self.search
-        requeued, failed = self.study.requeue_running(int(search.max_attempts))
-        if requeued or failed:
-            logging.info("resuming: re-queued %s, failed after too many attempts %s",
-                         requeued, failed)
+        remove_partial_saves(self.study)
+        self.study.set_state("max_candidates", int(search.max_candidates))
+        self.study.set_state("stopped", False)
         self.seed_population()
         executor = make_executor(
             search.executor, workers=int(search.workers), ray_address=search.ray_address,
             hard_timeout_s=float(search.hard_time_limit_s),
             num_cpus=float(search.num_cpus_per_candidate),
             num_gpus=float(search.num_gpus_per_candidate))
+        keeper = LeaseKeeper(self.workdir, self.worker, float(search.lease_s))
         bar = tqdm(total=int(search.max_candidates), disable=not progress, unit="cand")
-        proposal_failures = 0
+        inflight: set[int] = set()
         try:
-            while True:
-                counts = self.study.counts()
-                finished = counts.get("done", 0) + counts.get("failed", 0) + counts.get(
-                    "infeasible", 0)
-                self._update(bar, finished, counts)
-                if finished >= search.max_candidates:
-                    break
-                while executor.running() < executor.capacity:
-                    candidate = self.study.claim(worker=self.worker)
-                    if candidate is not None:
-                        executor.submit(candidate.id, self.task(candidate.id))
-                        continue
-                    total = sum(self.study.counts().values())
-                    if total >= search.max_candidates or not self.study.candidates("done"):
-                        break
-                    if self.propose() is None:
-                        proposal_failures += 1
-                        if proposal_failures >= search.max_proposal_failures:
-                            break
-                    else:
-                        proposal_failures = 0
-                if executor.running() == 0:
-                    logging.warning("search stopped early: nothing left to train and no "
-                                    "child could be proposed (%d failed proposals)",
-                                    proposal_failures)
-                    break
-                for outcome in executor.poll(timeout=1.0):
-                    self.record(outcome)
+            self._loop(executor, keeper, inflight, bar)
+            self.study.set_state("stopped", True)
         finally:
             executor.close()
+            for cid in inflight:  # interrupted: hand the claims back at once
+                self.study.release(cid, self.worker)
+            keeper.close()
             bar.close()
+        if not self.study.candidates("done"):
+            errors = [f"candidate {c.id}: {c.error}" for c in self.study.candidates()
+                      if c.error][:1]
+            raise SearchFailed("the search trained nothing"
+                               + (f" ({errors[0]})" if errors else ""))
         return self.study
+
+    def _loop(self, executor: Any, keeper: LeaseKeeper, inflight: set[int], bar: tqdm) -> None:
+        search = self.search
+        proposal_failures = 0
+        while True:
+            counts = self.study.counts()
+            finished = counts["done"] + counts["failed"] + counts["infeasible"]
+            self._update(bar, finished, counts)
+            if finished >= search.max_candidates:
+                return
+            if executor.capacity == 0:  # external workers train: keep one child pending
+                pending, running = counts["pending"], counts["running"]
+                if not pending and sum(counts.values()) < search.max_candidates and \
+                        counts["done"] and proposal_failures < search.max_proposal_failures:
+                    proposal_failures = 0 if self.propose() is not None else \
+                        proposal_failures + 1
+                    continue
+                if not pending and not running:
+                    logging.warning("search stopped early: nothing left to train and no child "
+                                    "could be proposed (%d failed proposals)",
+                                    proposal_failures)
+                    return
+                time.sleep(min(1.0, float(search.lease_s) / 4))
+                continue
+            while executor.running() < executor.capacity:
+                candidate = self.study.claim(worker=self.worker)
+                if candidate is not None:
+                    keeper.hold(candidate.id)
+                    inflight.add(candidate.id)
+                    executor.submit(candidate.id, self.task(candidate.id))
+                    continue
+                total = sum(self.study.counts().values())
+                if total >= search.max_candidates or not self.study.candidates("done"):
+                    break
+                if self.propose() is None:
+                    proposal_failures += 1
+                    if proposal_failures >= search.max_proposal_failures:
+                        break
+                else:
+                    proposal_failures = 0
+            if executor.running() == 0:
+                if self.study.counts()["running"]:  # external workers are training
+                    time.sleep(min(1.0, float(search.lease_s) / 4))
+                    continue
+                if self.study.counts()["pending"]:
+                    continue  # e.g. a claim released by a worker
+                logging.warning("search stopped early: nothing left to train and no child "
+                                "could be proposed (%d failed proposals)", proposal_failures)
+                return
+            for outcome in executor.poll(timeout=1.0):
+                keeper.drop(outcome.candidate_id)
+                inflight.discard(outcome.candidate_id)
+                self.record(outcome)
 
     def _update(self, bar: tqdm, finished: int, counts: dict[str, int]) -> None:
         if self._shown == counts:

@@ -12,6 +12,7 @@ import math
 import multiprocessing
 import os
 import shutil
+import signal
 import subprocess
 import time
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from typing import Any
 
 from absl import logging
 
-from nas.search.worker import train_candidate
+from nas.search.worker import describe_failure, train_candidate
 
 
 @dataclass
@@ -28,6 +29,7 @@ class Outcome:
     metrics: dict[str, Any] | None = None
     variables: dict[str, Any] | None = None
     error: str | None = None
+    infeasible: bool = False  # it can never run (out of memory)
 
 
 # ----------------------------------------------------------------------------- devices
@@ -75,11 +77,12 @@ def _init_worker(counter: Any, workers: int, gpus: list[str]) -> None:
         index = counter.value
         counter.value += 1
     os.environ.update(worker_env(index, workers, gpus))
+    _ignore_sigint()
 
 
-def _describe(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0] if text else ''}"[:2000]
+def _failed(candidate_id: int, e: BaseException) -> Outcome:
+    message, infeasible = describe_failure(e)
+    return Outcome(candidate_id, error=message, infeasible=infeasible)
 
 
 class InlineExecutor:
@@ -93,8 +96,8 @@ class InlineExecutor:
         try:
             metrics, variables = train_candidate(**kwargs)
             self._done.append(Outcome(candidate_id, metrics, variables))
-        except Exception as e:  # noqa: BLE001 - any failure of a candidate is recorded
-            self._done.append(Outcome(candidate_id, error=_describe(e)))
+        except (Exception, MemoryError) as e:  # noqa: BLE001 - any failure is recorded
+            self._done.append(_failed(candidate_id, e))
 
     def running(self) -> int:
         return len(self._done)  # finished but not yet handed back: still occupies the slot
@@ -105,6 +108,12 @@ class InlineExecutor:
 
     def close(self) -> None:
         pass
+
+
+def _ignore_sigint() -> None:
+    """Pool workers leave Ctrl-C to the driver (which kills them and releases their claims)
+    instead of each printing a traceback."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 class LocalExecutor:
@@ -129,7 +138,8 @@ class LocalExecutor:
                                       initargs=(self._counter, self.capacity, self._gpus))
 
     def submit(self, candidate_id: int, kwargs: dict[str, Any]) -> None:
-        future = self._pool.submit(train_candidate, **kwargs)
+        # owner_pid: an orphaned worker (its driver was killed) stops instead of training on.
+        future = self._pool.submit(train_candidate, **kwargs, owner_pid=os.getpid())
         self._inflight[future] = (candidate_id, kwargs, time.monotonic())
 
     def running(self) -> int:
@@ -150,7 +160,7 @@ class LocalExecutor:
                 outcomes.append(Outcome(candidate_id, error="worker process died (killed or "
                                                            "out of memory)"))
             except Exception as e:  # noqa: BLE001
-                outcomes.append(Outcome(candidate_id, error=_describe(e)))
+                outcomes.append(_failed(candidate_id, e))
         if any(o.error and o.error.startswith("worker process died") for o in outcomes):
             self._restart()
         outcomes += self._enforce_hard_timeout()
@@ -239,7 +249,7 @@ class RayExecutor:
                 outcomes.append(Outcome(candidate_id, metrics, variables))
             except Exception as e:  # noqa: BLE001
                 cause = getattr(e, "cause", None) or e
-                outcomes.append(Outcome(candidate_id, error=_describe(cause)))
+                outcomes.append(_failed(candidate_id, cause))
         now = time.monotonic()
         for ref, (candidate_id, start) in list(self._inflight.items()):
             if self.hard_timeout_s and now - start > self.hard_timeout_s:
@@ -269,11 +279,32 @@ def keep_driver_on_cpu() -> bool:
     return True
 
 
+class NoExecutor:
+    """`search.workers=0`: the driver only proposes; `nas-search worker`s train."""
+
+    capacity = 0
+
+    def submit(self, candidate_id: int, kwargs: dict[str, Any]) -> None:
+        raise ValueError("search.workers=0: this driver trains nothing")
+
+    def running(self) -> int:
+        return 0
+
+    def poll(self, timeout: float) -> list[Outcome]:
+        return []
+
+    def close(self) -> None:
+        pass
+
+
 def make_executor(kind: str, *, workers: int, ray_address: str | None,
                   hard_timeout_s: float, num_cpus: float = 1, num_gpus: float = 0):
-    if kind in ("local", "ray") and not keep_driver_on_cpu():
+    out_of_process = workers == 0 or kind in ("local", "ray")
+    if out_of_process and not keep_driver_on_cpu():
         logging.warning("the driver already initialized an accelerator backend before its "
                         "executor was made; it may hold accelerator memory")
+    if workers == 0:
+        return NoExecutor()
     if kind == "inline":
         return InlineExecutor()
     if kind == "local":

@@ -1,7 +1,9 @@
-"""The `search` section of a search config: defaults and validation.
+"""The `search` section of a search config: defaults, schema and validation at the edge.
 
 A search config has two sections: `train` (a `nas.train` config used for every candidate)
-and `search` (below). Unknown fields and wrong types are ValueErrors naming the field.
+and `search` (below). `validate_search` checks both, and the mutation and selection
+sub-sections, before any study or workdir is created: unknown fields, wrong types and
+out-of-range values are ValueErrors naming the field and what was expected.
 """
 
 from __future__ import annotations
@@ -10,7 +12,17 @@ from typing import Any
 
 import ml_collections
 
+from nas import schema
 from nas.search.selection import SelectionConfig
+
+# Fields of the search section a resumed search takes from the command line rather than
+# from the stored config: how far and where to run, not what to search. Changing them on
+# resume is normal and silent; every other field comes from the stored config.
+OPERATIONAL = ("max_candidates", "executor", "workers", "ray_address", "num_cpus_per_candidate",
+               "num_gpus_per_candidate", "time_limit_s", "hard_time_limit_s", "lease_s",
+               "max_proposal_failures")
+
+EXECUTORS = ("local", "ray", "inline")
 
 
 def search_defaults() -> ml_collections.ConfigDict:
@@ -20,12 +32,13 @@ def search_defaults() -> ml_collections.ConfigDict:
         "seed_epochs": 0.0,  # epochs for the seed model (0: train.total_epochs, like children)
         "child_lr": 0.0,  # learning rate for children, which fine-tune (0: train.lr)
         "executor": "local",  # local | ray | inline
-        "workers": 1,  # candidates training at once
+        "workers": 1,  # candidates the driver trains at once (0: only nas-search workers)
         "ray_address": "",  # "" starts a local Ray; "auto" joins a running cluster
         "num_cpus_per_candidate": 1.0,
         "num_gpus_per_candidate": 0.0,
-        "time_limit_s": 900.0,  # per candidate; checked after each epoch
+        "time_limit_s": 900.0,  # per candidate; checked after every train step
         "hard_time_limit_s": 1800.0,  # the worker is killed past this
+        "lease_s": 60.0,  # a claim not renewed for this long is re-queued
         "max_attempts": 3,  # a candidate interrupted this often is failed
         "max_proposal_failures": 25,  # consecutive failed mutations before giving up
         "selection": {"costs": ("flops", "params"), "min_acc": 0.0},
@@ -33,35 +46,80 @@ def search_defaults() -> ml_collections.ConfigDict:
     })
 
 
-def _check(ref: ml_collections.ConfigDict, cfg: Any, prefix: str) -> None:
-    for key in cfg:
-        if key not in ref:
-            raise ValueError(f"config field '{prefix}{key}' is unknown; expected one of "
-                             f"{', '.join(sorted(ref))}")
-    for key, default in ref.items():
-        if key not in cfg or key in ("selection", "mutation"):
-            continue
-        value = cfg[key]
-        kind = float if isinstance(default, float) else type(default)
-        ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
-        if kind is float and isinstance(value, int) and not isinstance(value, bool):
-            ok = True
-        if not ok:
-            raise ValueError(f"config field '{prefix}{key}' must be {kind.__name__}, "
-                             f"got {value!r}")
+SEARCH_SCHEMA: dict[str, schema.Field] = {
+    "seed": schema.at_least(0),
+    "max_candidates": schema.positive(),
+    "seed_epochs": schema.at_least(0, float, expected="(0: train.total_epochs)"),
+    "child_lr": schema.at_least(0, float, expected="(0: train.lr)"),
+    "executor": schema.one_of(*EXECUTORS),
+    "workers": schema.at_least(0, expected="(0: only external nas-search workers train)"),
+    "ray_address": schema.Field(str),
+    "num_cpus_per_candidate": schema.positive(float),
+    "num_gpus_per_candidate": schema.at_least(0, float),
+    "time_limit_s": schema.positive(float),
+    "hard_time_limit_s": schema.positive(float),
+    "lease_s": schema.Field(float, low=0.05, high=86400.0),
+    "max_attempts": schema.positive(),
+    "max_proposal_failures": schema.positive(),
+    "selection": schema.Field(dict),  # SelectionConfig checks its fields
+    "mutation": schema.Field(dict),  # MutationConfig checks its fields
+}
 
 
-def validate_search(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-    """The `search` section with defaults filled in; raises ValueError on bad fields."""
+def validate_search(config: Any) -> ml_collections.ConfigDict:
+    """The `search` section with defaults filled in; raises ValueError on any bad field of
+    `search`, `search.mutation`, `search.selection` or `train`."""
+    from nas.mutation.config import MutationConfig
+    from nas.train import config as train_config
+
+    if not isinstance(config, ml_collections.ConfigDict):
+        raise ValueError(f"a search config must be a ConfigDict, got {type(config).__name__}")
     for section in ("train", "search"):
         if section not in config:
             raise ValueError(f"search config needs a '{section}' section")
+    unknown = sorted(set(config.keys()) - {"train", "search"})
+    if unknown:
+        raise ValueError(f"config field {unknown[0]!r} is unknown; expected 'train' and "
+                         f"'search'")
+    user = config.search.to_dict() if hasattr(config.search, "to_dict") else config.search
+    schema.check(user, SEARCH_SCHEMA, "search.")
     search = search_defaults()
-    _check(search, config.search, "search.")
     search.update(config.search)
-    if search.max_candidates < 1:
-        raise ValueError("config field 'search.max_candidates' must be >= 1")
-    if search.workers < 1:
-        raise ValueError("config field 'search.workers' must be >= 1")
-    SelectionConfig.from_dict(dict(search.selection))  # validates its fields
+    if search.hard_time_limit_s < search.time_limit_s:
+        raise ValueError(f"config field 'search.hard_time_limit_s' must be >= "
+                         f"search.time_limit_s ({search.time_limit_s:g}), got "
+                         f"{search.hard_time_limit_s:g}")
+    _prefixed("search.mutation.", MutationConfig.from_dict, dict(search.mutation))
+    _prefixed("search.selection.", SelectionConfig.from_dict, dict(search.selection))
+    train = _prefixed("train.", train_config.with_defaults, config.train)
+    check_dataset(train)
     return search
+
+
+def check_dataset(train: ml_collections.ConfigDict) -> None:
+    """The dataset must exist before a study is created for it (digits builds itself)."""
+    name = train.input.data.name
+    if name == "digits":
+        return
+    from nas.train import data as data_lib
+
+    data_dir = data_lib.resolve_data_dir(train.input.data_dir or None)
+    if not data_lib._is_prepared(name, data_dir):
+        raise ValueError(f"config field 'train.input.data.name': dataset {name!r} is not "
+                         f"prepared in {data_dir} (build it there with tfds, "
+                         f"file_format='array_record', or set train.input.data_dir)")
+
+
+def _prefixed(prefix: str, fn: Any, value: Any) -> Any:
+    """Run a section's own check, naming fields by their full path in the error."""
+    try:
+        return fn(value)
+    except ValueError as e:
+        text = str(e)
+        for head in ("config field '", 'config field "'):
+            if text.startswith(head) and not text.startswith(head + prefix):
+                text = head + prefix + text[len(head):]
+                break
+        else:
+            text = f"{prefix.rstrip('.')}: {text}"
+        raise ValueError(text) from e

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import socket
 import sqlite3
 import time
@@ -44,6 +45,7 @@ from nas.search.selection import OBJECTIVES, check_cost
 
 DB_NAME = "study.db"
 DEFAULT_MAX_ATTEMPTS = 3
+DEFAULT_LEASE_S = 60.0
 _SELECT = f"SELECT {', '.join(COLUMNS)} FROM candidates"
 _STATE_PREFIX = "state:"
 
@@ -64,9 +66,35 @@ class DuplicateCandidateError(ValueError):
         self.existing_id = existing_id
 
 
-def default_worker() -> str:
-    """A worker name that identifies this process: host:pid."""
-    return f"{socket.gethostname()}:{os.getpid()}"
+def default_worker(role: str = "") -> str:
+    """A worker name that identifies this process: [role@]host:pid."""
+    return f"{role + '@' if role else ''}{socket.gethostname()}:{os.getpid()}"
+
+
+def _dead_local_process(worker: str | None) -> bool:
+    """Whether `worker` names a process on this host ([role@]host:pid) that has exited:
+    its lease is void at once, without waiting for it to expire."""
+    match = re.fullmatch(r"(?:[^@]*@)?(.+):([0-9]+)", worker or "")
+    if match is None or match.group(1) != socket.gethostname():
+        return False
+    pid = int(match.group(2))
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # exists, owned by someone else
+        return False
+    return _is_zombie(pid)
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False
 
 
 class Study:
@@ -125,7 +153,10 @@ class Study:
         try:
             _schema.check_study(conn, study.path)
             row = conn.execute("SELECT value FROM meta WHERE key='config'").fetchone()
-            study.config = json.loads(row[0]) if row else {}
+            try:
+                study.config = json.loads(row[0]) if row else {}
+            except ValueError as e:
+                raise ValueError(f"{study.path}: meta 'config' holds damaged JSON ({e})") from None
         except (ValueError, sqlite3.DatabaseError) as e:
             study.close()
             if isinstance(e, ValueError):
@@ -195,6 +226,8 @@ class Study:
             json.loads(graph_json)
         except ValueError as e:
             raise ValueError(f"graph_json: not valid JSON ({e})") from e
+        except RecursionError:
+            raise ValueError("graph_json: nested too deeply to be a graph") from None
         if status not in ("pending", "failed", "infeasible"):
             raise ValueError(
                 f"status: new candidates are pending/failed/infeasible, not {status!r}"
@@ -241,14 +274,20 @@ class Study:
             c.executemany("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", state_rows)
             return int(cur.lastrowid)
 
-    def claim(self, worker: str | None = None, candidate_id: int | None = None) -> Candidate | None:
+    def claim(self, worker: str | None = None, candidate_id: int | None = None, *,
+              lease_s: float | None = None) -> Candidate | None:
         """Atomically mark the oldest pending candidate (or `candidate_id`) running.
 
-        Returns the claimed candidate, or None if nothing (or not that one) is pending.
-        Each claim counts one attempt.
+        The claim is a lease of `lease_s` seconds (default: the config's `lease_s`, else
+        60) that the worker must `renew` while it trains. Claims whose lease expired (or
+        whose worker process on this host is gone) are re-queued first, in the same
+        transaction, so whoever claims next picks them up. Returns the claimed candidate,
+        or None if nothing (or not that one) is pending. Each claim counts one attempt.
         """
         worker = worker or default_worker()
+        lease_s = self._lease_s(lease_s)
         with self._db.write() as c:
+            self._requeue_expired(c, self._max_attempts(None))
             if candidate_id is None:
                 row = c.execute(
                     "SELECT id FROM candidates WHERE status='pending' ORDER BY id LIMIT 1"
@@ -261,48 +300,93 @@ class Study:
                 if status != "pending":
                     return None
                 cid = candidate_id
+            now = time.time()
             c.execute(
                 "UPDATE candidates SET status='running', worker=?, started_at=?, finished_at=NULL,"
-                " attempts=attempts+1 WHERE id=?",
-                (worker, time.time(), cid),
+                " attempts=attempts+1, lease_until=? WHERE id=?",
+                (worker, now, now + lease_s, cid),
             )
             return self._get(c, cid)
 
+    def renew(self, candidate_id: int, worker: str, lease_s: float | None = None) -> bool:
+        """Extend `worker`'s lease on a running candidate; False if it no longer holds it
+        (its lease expired and the candidate was re-queued or claimed by another worker):
+        the worker must then stop training it and record nothing."""
+        lease_s = self._lease_s(lease_s)
+        with self._db.write() as c:
+            cur = c.execute(
+                "UPDATE candidates SET lease_until=? WHERE id=? AND status='running' AND worker=?",
+                (time.time() + lease_s, candidate_id, worker),
+            )
+            return cur.rowcount == 1
+
+    def release(self, candidate_id: int, worker: str) -> bool:
+        """Give a claim back (e.g. on Ctrl-C): pending again, the attempt not counted."""
+        with self._db.write() as c:
+            cur = c.execute(
+                "UPDATE candidates SET status='pending', worker=NULL, started_at=NULL,"
+                " lease_until=NULL, attempts=MAX(attempts-1, 0)"
+                " WHERE id=? AND status='running' AND worker=?",
+                (candidate_id, worker),
+            )
+            return cur.rowcount == 1
+
+    def requeue_expired(self, max_attempts: int | None = None) -> tuple[list[int], list[int]]:
+        """Re-queue running candidates whose lease expired (their worker died or hung);
+        a candidate whose attempts reached `max_attempts` is failed instead. Safe to call
+        by anyone at any time: live claims are left alone. Returns (requeued, failed)."""
+        max_attempts = self._max_attempts(max_attempts)
+        with self._db.write() as c:
+            return self._requeue_expired(c, max_attempts)
+
+    def holds(self, candidate_id: int, worker: str) -> bool:
+        """Whether `worker` holds the running claim on `candidate_id`."""
+        with self._db.read() as c:
+            row = c.execute("SELECT status, worker FROM candidates WHERE id=?",
+                            (candidate_id,)).fetchone()
+        return row is not None and row[0] == "running" and row[1] == worker
+
     def tell(
-        self, candidate_id: int, metrics: Any, *, checkpoint_path: str | None = None
+        self, candidate_id: int, metrics: Any, *, checkpoint_path: str | None = None,
+        worker: str | None = None,
     ) -> Candidate:
         """Record a finished training: status done, with its metrics.
 
         `metrics` is a mapping or dataclass with at least `accuracy`; see
-        `candidate.split_metrics`. The first result wins: telling a finished candidate is
-        a ValueError.
+        `candidate.split_metrics`. The first result wins: telling a finished candidate (or,
+        with `worker`, one that worker no longer holds) changes nothing and logs why.
         """
         known, extra = split_metrics(metrics)
         cols = ", ".join(f"{k}=?" for k in METRICS)
         values = [known.get(k) for k in METRICS]
         with self._db.write() as c:
-            self._check_open(c, candidate_id, "tell")
+            if not self._may_record(c, candidate_id, "result", worker):
+                return self._get(c, candidate_id)
             c.execute(
                 f"UPDATE candidates SET status='done', {cols}, metrics_json=?, checkpoint_path=?,"
-                " error=NULL, finished_at=? WHERE id=?",
+                " error=NULL, finished_at=?, lease_until=NULL WHERE id=?",
                 (*values, dumps(extra, "metrics"), checkpoint_path, time.time(), candidate_id),
             )
             return self._get(c, candidate_id)
 
     def fail(
-        self, candidate_id: int, error: str | BaseException, *, infeasible: bool = False
+        self, candidate_id: int, error: str | BaseException, *, infeasible: bool = False,
+        worker: str | None = None,
     ) -> Candidate:
         """Record that a candidate failed (or is infeasible: it can never run, e.g. OOM).
 
-        Failed candidates are never retried automatically.
+        Failed candidates are never retried automatically. Like `tell`, a no-op (logged)
+        on a finished candidate or one that `worker` no longer holds.
         """
         if isinstance(error, BaseException):
             error = f"{type(error).__name__}: {error}"
         status = "infeasible" if infeasible else "failed"
         with self._db.write() as c:
-            self._check_open(c, candidate_id, "fail")
+            if not self._may_record(c, candidate_id, "failure", worker):
+                return self._get(c, candidate_id)
             c.execute(
-                "UPDATE candidates SET status=?, error=?, finished_at=? WHERE id=?",
+                "UPDATE candidates SET status=?, error=?, finished_at=?, lease_until=NULL"
+                " WHERE id=?",
                 (status, str(error), time.time(), candidate_id),
             )
             return self._get(c, candidate_id)
@@ -312,16 +396,14 @@ class Study:
     ) -> tuple[list[int], list[int]]:
         """Return interrupted candidates (status running) to pending, or fail them.
 
-        Call when a driver restarts: whatever it left running died with it. A candidate
+        Only for a study no live worker uses (tests, repair): drivers and workers rely on
+        leases instead (`requeue_expired`, done by every `claim`). A candidate
         whose attempts reached `max_attempts` (default: config["max_attempts"] or 3) is
         marked failed instead, so a candidate that kills its process is not retried
         forever. `worker` restricts this to one worker's candidates (leave others' alone
         when external workers share the study). Returns (requeued ids, failed ids).
         """
-        if max_attempts is None:
-            max_attempts = int(self.config.get("max_attempts", DEFAULT_MAX_ATTEMPTS))
-        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
-            raise ValueError(f"max_attempts: must be an integer >= 1, got {max_attempts!r}")
+        max_attempts = self._max_attempts(max_attempts)
         where, args = "status='running'", []
         if worker is not None:
             where, args = where + " AND worker=?", [worker]
@@ -345,8 +427,8 @@ class Study:
                     failed.append(cid)
                 else:
                     c.execute(
-                        "UPDATE candidates SET status='pending', worker=NULL, started_at=NULL"
-                        " WHERE id=?",
+                        "UPDATE candidates SET status='pending', worker=NULL, started_at=NULL,"
+                        " lease_until=NULL WHERE id=?",
                         (cid,),
                     )
                     requeued.append(cid)
@@ -364,7 +446,12 @@ class Study:
         """A value saved with `set_state` (or `add(state=...)`), else `default`."""
         with self._db.read() as c:
             row = c.execute("SELECT value FROM meta WHERE key=?", (_STATE_PREFIX + key,)).fetchone()
-        return default if row is None else json.loads(row[0])
+        if row is None:
+            return default
+        try:
+            return json.loads(row[0])
+        except ValueError as e:
+            raise ValueError(f"{self.path}: state {key!r} holds damaged JSON ({e})") from None
 
     def get(self, candidate_id: int) -> Candidate:
         """The candidate with this id; ValueError if there is none."""
@@ -382,7 +469,7 @@ class Study:
             args = statuses
         with self._db.read() as c:
             rows = c.execute(query + " ORDER BY id", args).fetchall()
-        return [candidate_from_row(r) for r in rows]
+        return [candidate_from_row(r, self.path) for r in rows]
 
     def find(self, fingerprint: str) -> list[int]:
         """Ids of candidates with this fingerprint."""
@@ -459,7 +546,7 @@ class Study:
         row = c.execute(_SELECT + " WHERE id=?", (candidate_id,)).fetchone()
         if row is None:
             raise ValueError(f"candidate_id: no candidate {candidate_id!r} in {self.path}")
-        return candidate_from_row(row)
+        return candidate_from_row(row, self.path)
 
     def _status(self, c: sqlite3.Connection, candidate_id: int) -> str:
         row = c.execute("SELECT status FROM candidates WHERE id=?", (candidate_id,)).fetchone()
@@ -467,12 +554,68 @@ class Study:
             raise ValueError(f"candidate_id: no candidate {candidate_id!r} in {self.path}")
         return row[0]
 
-    def _check_open(self, c: sqlite3.Connection, candidate_id: int, verb: str) -> None:
-        status = self._status(c, candidate_id)
+    def _may_record(self, c: sqlite3.Connection, candidate_id: int, what: str,
+                    worker: str | None) -> bool:
+        """Whether a result may be written now; logs why not (never raises for races)."""
+        row = c.execute("SELECT status, worker FROM candidates WHERE id=?",
+                        (candidate_id,)).fetchone()
+        if row is None:
+            raise ValueError(f"candidate_id: no candidate {candidate_id!r} in {self.path}")
+        status, holder = row
         if status in FINISHED:
-            raise ValueError(
-                f"candidate_id: cannot {verb} candidate {candidate_id}, it is already {status}"
-            )
+            logging.info("%s: candidate %d is already %s; %s of %s ignored", self.path,
+                         candidate_id, status, what, worker or "this process")
+            return False
+        if worker is not None and (status != "running" or holder != worker):
+            logging.info("%s: %s no longer holds candidate %d (it is %s, held by %s); its %s "
+                         "is ignored", self.path, worker, candidate_id, status, holder, what)
+            return False
+        return True
+
+    def _max_attempts(self, max_attempts: int | None) -> int:
+        if max_attempts is None:
+            search = self.config.get("search") or {}
+            max_attempts = self.config.get("max_attempts",
+                                           search.get("max_attempts", DEFAULT_MAX_ATTEMPTS))
+        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+            raise ValueError(f"max_attempts: must be an integer >= 1, got {max_attempts!r}")
+        return max_attempts
+
+    def _lease_s(self, lease_s: float | None) -> float:
+        if lease_s is None:
+            search = self.config.get("search") or {}
+            lease_s = self.config.get("lease_s", search.get("lease_s", DEFAULT_LEASE_S))
+        if isinstance(lease_s, bool) or not isinstance(lease_s, int | float) or not (
+                0 < lease_s < 1e7):
+            raise ValueError(f"lease_s: must be a number of seconds > 0, got {lease_s!r}")
+        return float(lease_s)
+
+    def _requeue_expired(self, c: sqlite3.Connection, max_attempts: int
+                         ) -> tuple[list[int], list[int]]:
+        now = time.time()
+        rows = c.execute(
+            "SELECT id, attempts, worker, lease_until FROM candidates WHERE status='running'"
+            " ORDER BY id").fetchall()
+        requeued, failed = [], []
+        for cid, attempts, who, until in rows:
+            if until is not None and until >= now and not _dead_local_process(who):
+                continue
+            if attempts >= max_attempts:
+                c.execute(
+                    "UPDATE candidates SET status='failed', error=?, finished_at=?,"
+                    " lease_until=NULL WHERE id=?",
+                    (f"interrupted {attempts} time(s) (last worker {who}, lease expired); "
+                     f"gave up after max_attempts={max_attempts}", now, cid))
+                failed.append(cid)
+            else:
+                c.execute(
+                    "UPDATE candidates SET status='pending', worker=NULL, started_at=NULL,"
+                    " lease_until=NULL WHERE id=?", (cid,))
+                requeued.append(cid)
+        if requeued or failed:
+            logging.info("%s: leases expired: re-queued %s, failed %s", self.path, requeued,
+                         failed)
+        return requeued, failed
 
     @staticmethod
     def _state_rows(state: Mapping[str, Any] | None) -> list[tuple[str, str]]:

@@ -2,23 +2,32 @@
 
 `train_candidate` takes only plain data (config dict, graph JSON, numpy variables) and
 returns plain data, so it runs the same in-process, in a local worker process, in a Ray task
-or in an external `nas-train --study` worker. Failures are exceptions with a clear message;
-the caller records them.
+or in an external `nas-search worker`. Failures are exceptions with a clear message that
+`describe_failure` turns into what the study records; the caller records them.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import re
 import time
+from collections.abc import Callable
 from typing import Any
 
 import ml_collections
 import numpy as np
 
 
+_DEVICE_DATA: Any = None  # this process's device-resident training set, kept between candidates
+
+
 class CandidateTimeout(RuntimeError):
-    """The candidate ran past its time limit."""
+    """The candidate ran past its (soft) time limit."""
+
+
+class ClaimLost(RuntimeError):
+    """This worker no longer holds the candidate's lease: its result must not be recorded."""
 
 
 def train_candidate(
@@ -28,40 +37,80 @@ def train_candidate(
     *,
     time_limit_s: float = 0.0,
     workdir: str | None = None,
+    owner_pid: int | None = None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Trains and evaluates a candidate; returns (metrics, final variables as numpy)."""
+    """Trains and evaluates a candidate; returns (metrics, final variables as numpy).
+
+    The soft `time_limit_s` is checked after every train step (CandidateTimeout). With
+    `owner_pid`, training stops as soon as this process is orphaned (its driver died, so
+    nobody would record the result and a new claim may already train it). `should_stop()`
+    (in-process callers only) True means the claim was lost (ClaimLost).
+    """
     import jax
 
     from nas.graph.serialize import load
     from nas.train import train_and_eval
+    from nas.train.train import DeviceDataCache
+
+    global _DEVICE_DATA
+    if _DEVICE_DATA is None:
+        _DEVICE_DATA = DeviceDataCache()
 
     graph, constants = load(graph_json)
     config = ml_collections.ConfigDict(train_config)
     start = time.monotonic()
-    timed_out = []
 
-    def within_time(epoch: int, metrics: Any) -> bool:
+    def stop_now(step: int) -> bool:
+        """Called after every train step: stopping raises at once, so nothing more is
+        spent (no final evaluation or checkpoint of a candidate that is not recorded)."""
         if time_limit_s and time.monotonic() - start > time_limit_s:
-            timed_out.append(epoch)
-            return False
-        return True
+            where = f"step {step}" if step >= 0 else "an epoch's end"
+            raise CandidateTimeout(f"exceeded its time limit of {time_limit_s:g} s "
+                                   f"(stopped at {where})")
+        if owner_pid is not None and os.getppid() != owner_pid:
+            os._exit(1)  # orphaned: the driver died; its successor may train this candidate
+        if should_stop is not None and should_stop():
+            raise ClaimLost("this worker's lease on the candidate was lost")
+        return False
 
     if workdir:
         os.makedirs(workdir, exist_ok=True)
     metrics, epochs, state = train_and_eval(
-        config, eval_perf=True, callback=within_time, graph=graph, constants=constants,
-        workdir=workdir, init_variables=init_variables)
-    if timed_out:
-        raise CandidateTimeout(f"exceeded its time limit of {time_limit_s:.0f} s "
-                               f"(stopped after epoch {timed_out[0]})")
+        config, eval_perf=True, callback=lambda epoch, _: not stop_now(-1), graph=graph,
+        constants=constants, workdir=workdir, init_variables=init_variables,
+        should_stop=stop_now, device_data_cache=_DEVICE_DATA)
     values = metrics_dict(metrics)
     values["epochs"] = epochs
     if not all(math.isfinite(v) for v in values.values() if isinstance(v, float)):
         raise FloatingPointError(f"training diverged: non-finite metrics {values}")
-    return values, jax.tree.map(np.asarray, state)
+    return values, jax.tree.map(np.asarray, jax.block_until_ready(state))
 
 
 def metrics_dict(metrics: Any) -> dict[str, Any]:
     """The study's metric names (accuracy, params, ...) plus every other measured field."""
     names = {"acc": "accuracy", "num_params": "params"}
     return {names.get(k, k): v for k, v in metrics.to_dict().items()}
+
+
+_BYTES = re.compile(r"([0-9][0-9,]*)\s*bytes", re.IGNORECASE)
+
+
+def is_out_of_memory(e: BaseException) -> bool:
+    """An allocation failure: the host's MemoryError or XLA's RESOURCE_EXHAUSTED."""
+    return isinstance(e, MemoryError) or "RESOURCE_EXHAUSTED" in str(e) or (
+        "out of memory" in str(e).lower() and "Error" in type(e).__name__)
+
+
+def describe_failure(e: BaseException) -> tuple[str, bool]:
+    """(one-line message to record, whether the candidate is infeasible: it can never run).
+
+    Out-of-memory failures read "out of memory (asked N bytes)" and are infeasible: the
+    same architecture on the same machine fails again."""
+    if is_out_of_memory(e):
+        match = _BYTES.search(str(e))
+        asked = f"asked {int(match.group(1).replace(',', '')):,} bytes" if match else \
+            "size not reported"
+        return f"out of memory ({asked})", True
+    text = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    return f"{type(e).__name__}: {text[0] if text else ''}"[:2000], False

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from nas.graph.ops import Graph
@@ -32,7 +32,35 @@ class SynthesisError(ValueError):
 
 
 class SynthesisTimeout(SynthesisError):
-    """The synthesizer ran out of its time budget."""
+    """The synthesizer used up its budget (steps, or the wall-clock safety net)."""
+
+
+class Budget:
+    """How much work one proposal may do: a count of synthesis steps (each candidate
+    subgraph enumerated, extended or randomized is one step), so the same seed gives the
+    same child on any machine at any load. `seconds` is only a safety net against a
+    runaway search, measured with `clock`; when it fires, `safety_net_expired` is set and
+    the error says so, because that outcome depends on the machine.
+    """
+
+    def __init__(self, max_steps: int | None = None, seconds: float | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.max_steps = max_steps
+        self.seconds = seconds
+        self.clock = clock
+        self.steps = 0
+        self.safety_net_expired = False
+        self._deadline = None if seconds is None else clock() + seconds
+
+    def spend(self, steps: int = 1) -> None:
+        """Count `steps` of work; SynthesisTimeout when a limit is passed."""
+        self.steps += steps
+        if self.max_steps is not None and self.steps > self.max_steps:
+            raise SynthesisTimeout(f"synthesis used its budget of {self.max_steps} steps")
+        if self._deadline is not None and self.clock() > self._deadline:
+            self.safety_net_expired = True
+            raise SynthesisTimeout(f"wall-clock safety net of {self.seconds:g} s expired "
+                                   "(machine-dependent; raise mutation.time_limit_s)")
 
 
 def property_distance(prop: Any, model: SubgraphModel, shapes: GraphShapes | None = None
@@ -99,7 +127,7 @@ class AbstractSynthesizer:
     candidates carry no state; otherwise each is initialized and inherits its context's
     parent variables (`params` and `batch_stats`, kept under their collection names).
     `rng` is the only source of randomness, so a seeded synthesizer is deterministic;
-    `deadline` (a `time.monotonic()` value) bounds the search.
+    `budget` (a `Budget`, shared by every synthesizer of one proposal) bounds the search.
     """
 
     def __init__(
@@ -108,7 +136,7 @@ class AbstractSynthesizer:
         generation: int | str,
         abstract: bool = True,
         rng: random.Random | None = None,
-        deadline: float | None = None,
+        budget: Budget | None = None,
     ) -> None:
         if not subgraphs_and_props:
             raise ValueError("a synthesizer needs at least one (subgraph model, properties) pair")
@@ -116,13 +144,14 @@ class AbstractSynthesizer:
         self.generation = generation
         self.abstract = abstract
         self.rng = rng if rng is not None else random.Random(0)
-        self.deadline = deadline  # a time.monotonic() value, or None for no limit
+        self.budget = budget  # None: no limit
         self.shapes: list[GraphShapes | None] = [host_shapes(m) for m, _ in
                                                  self.subgraphs_and_props]
 
     def check_deadline(self) -> None:
-        if self.deadline is not None and time.monotonic() > self.deadline:
-            raise SynthesisTimeout("synthesis ran out of its time budget")
+        """One step of work against the budget (the name predates counted budgets)."""
+        if self.budget is not None:
+            self.budget.spend()
 
     @property
     def prefix(self) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 
 from nas.graph.ops import Op, OpType
 from nas.graph.subgraph import SubgraphModel
-from nas.synthesis.base import Context, SynthesisError, SynthesisTimeout
+from nas.synthesis.base import Budget, Context, SynthesisError, SynthesisTimeout
 from nas.synthesis.search_space import (
     KwargSets,
     all_kwargs_for_op_type,
@@ -54,7 +54,7 @@ class EnumerativeSequentialSynthesizer(AbstractSequentialSynthesizer):
         generation: int | str,
         abstract: bool = True,
         rng: random.Random | None = None,
-        deadline: float | None = None,
+        budget: Budget | None = None,
         max_len: int = -1,
         max_delta: int = -1,
         min_len: int = 0,
@@ -62,7 +62,7 @@ class EnumerativeSequentialSynthesizer(AbstractSequentialSynthesizer):
     ) -> None:
         if max_len >= 0 and max_delta >= 0:
             raise ValueError("set at most one of max_len and max_delta")
-        super().__init__(subgraphs_and_props, generation, abstract, rng, deadline)
+        super().__init__(subgraphs_and_props, generation, abstract, rng, budget)
         self.max_len = max_len
         self.max_delta = max_delta
         self.min_len = min_len

@@ -8,7 +8,7 @@ synthesizer against its own properties, inferred from the old edge and mutated (
 internal edge keeps its shapes, so tensors meeting at a node still fit). With probability
 `p` a branch into an ADD or MUL is dropped instead when a no-op placeholder satisfies its
 properties. The assembled subgraph must satisfy the subgraph's own target properties; if
-not, the edges are re-synthesized (until `max_attempts` or the deadline).
+not, the edges are re-synthesized (until `max_attempts` or the budget).
 """
 
 from __future__ import annotations
@@ -22,7 +22,13 @@ import numpy as np
 
 from nas.graph.ops import Op, OpType, new_op
 from nas.graph.subgraph import SubgraphModel, SubgraphNode
-from nas.synthesis.base import AbstractSynthesizer, Context, SynthesisError, SynthesisTimeout
+from nas.synthesis.base import (
+    AbstractSynthesizer,
+    Budget,
+    Context,
+    SynthesisError,
+    SynthesisTimeout,
+)
 from nas.synthesis.sequential import is_shape_property
 
 NODE_TYPES = frozenset({OpType.RESHAPE, OpType.FLATTEN, OpType.TRANSPOSE, OpType.EINSUM,
@@ -84,7 +90,7 @@ def decompose(spec: Sequence[SubgraphNode]) -> tuple[list[SubgraphNode], list[Ed
 
 class GraphSynthesizer(AbstractSynthesizer):
     """`sequential_ctr(contexts)` builds the sequential synthesizer for one edge (bind the
-    generation, rng, deadline and synthesis settings with functools.partial)."""
+    generation, rng, budget and synthesis settings with functools.partial)."""
 
     def __init__(
         self,
@@ -93,11 +99,11 @@ class GraphSynthesizer(AbstractSynthesizer):
         sequential_ctr: SequentialCtor,
         abstract: bool = True,
         rng: random.Random | None = None,
-        deadline: float | None = None,
+        budget: Budget | None = None,
         p: float = 0.0,
         max_attempts: int = 3,
     ) -> None:
-        super().__init__(subgraphs_and_props, generation, abstract, rng, deadline)
+        super().__init__(subgraphs_and_props, generation, abstract, rng, budget)
         if not 0 <= p <= 1:
             raise ValueError(f"p must be in [0, 1], got {p}")
         self.sequential_ctr = sequential_ctr

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 
 from nas.graph.ops import Op, OpType, new_op
 from nas.graph.subgraph import SubgraphModel
-from nas.synthesis.base import Context, SynthesisError
+from nas.synthesis.base import Budget, Context, SynthesisError
 from nas.synthesis.search_space import (
     all_kwargs_for_op_type,
     kwarg_defaults,
@@ -33,14 +33,14 @@ class PrimerSequentialSynthesizer(AbstractSequentialSynthesizer):
         generation: int | str,
         abstract: bool = True,
         rng: random.Random | None = None,
-        deadline: float | None = None,
+        budget: Budget | None = None,
         max_len: int = -1,
         max_delta: int = -1,
         min_len: int = 0,
         min_delta: int = -1,
         use_automl_zero: bool = False,
     ) -> None:
-        super().__init__(subgraphs_and_props, generation, abstract, rng, deadline)
+        super().__init__(subgraphs_and_props, generation, abstract, rng, budget)
         # Widths were read from the shape properties above; nothing else is checked.
         self.subgraphs_and_props = [(m, []) for m, _ in self.subgraphs_and_props]
         self.max_len, self.max_delta = max_len, max_delta

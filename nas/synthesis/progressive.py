@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from nas.graph.ops import Op
 from nas.graph.subgraph import SubgraphModel
-from nas.synthesis.base import Context, SynthesisError
+from nas.synthesis.base import Budget, Context, SynthesisError
 from nas.synthesis.enum_sequential import EnumerativeSequentialSynthesizer
 from nas.synthesis.search_space import op_enumerator
 
@@ -47,7 +47,7 @@ class ProgressiveSequentialSynthesizer(EnumerativeSequentialSynthesizer):
         generation: int | str,
         abstract: bool = True,
         rng: random.Random | None = None,
-        deadline: float | None = None,
+        budget: Budget | None = None,
         mode: Mode | str = Mode.GREEDY,
         max_len: int = -1,
         max_delta: int = -1,
@@ -58,7 +58,7 @@ class ProgressiveSequentialSynthesizer(EnumerativeSequentialSynthesizer):
         p: float = 0.2,
         filter_progress: bool = True,
     ) -> None:
-        super().__init__(subgraphs_and_props, generation, abstract, rng, deadline,
+        super().__init__(subgraphs_and_props, generation, abstract, rng, budget,
                          max_len=max_len, max_delta=max_delta, min_len=min_len,
                          min_delta=min_delta)
         if not 0 <= p <= 1:

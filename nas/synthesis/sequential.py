@@ -17,7 +17,7 @@ from typing import Any
 from nas.graph.ops import Op, OpType
 from nas.graph.subgraph import SubgraphModel, SubgraphNode
 from nas.graph.symbolic import split_factors
-from nas.synthesis.base import AbstractSynthesizer, Context
+from nas.synthesis.base import AbstractSynthesizer, Budget, Context
 from nas.synthesis.search_space import symbolic_width
 
 _WIDTH_TYPES = (OpType.DENSE, OpType.CONV)
@@ -47,9 +47,9 @@ class AbstractSequentialSynthesizer(AbstractSynthesizer):
         generation: int | str,
         abstract: bool = True,
         rng: random.Random | None = None,
-        deadline: float | None = None,
+        budget: Budget | None = None,
     ) -> None:
-        super().__init__(subgraphs_and_props, generation, abstract, rng, deadline)
+        super().__init__(subgraphs_and_props, generation, abstract, rng, budget)
         first = self.subgraphs_and_props[0][0]
         for model, _ in self.subgraphs_and_props:
             if not model.subgraph:

@@ -1,15 +1,24 @@
 """`nas-train`: train and evaluate one candidate from the command line.
 
-    nas-train --config=configs/digits_cnn.py --workdir=/tmp/run [--config.lr=3e-3]
-              [--graph=candidate.json]
+usage:
+  nas-train --config=configs/digits_cnn.py --workdir=/tmp/run [--config.lr=3e-3]
+            [--graph=graph.json]
 
-A bad config or graph file prints one line to stderr and exits with status 1 (no
-traceback). To add subcommand-like flags (e.g. --study/--candidate), define them next to
-the others and branch in `run()` before the default path.
+main flags:
+  --config=FILE[:arg]   training config (configs/*.py); --config.F=V overrides a field
+  --workdir=DIR         where checkpoints and metrics go (training resumes from them)
+  --graph=FILE          train this graph (a serialized graph, or a candidate exported by
+                        `nas-search export`, which starts from its trained weights)
+  --helpfull            every flag, absl's included
+
+Training knows nothing of searches: study workers are `nas-search worker`. A bad config,
+graph or file prints one line (`nas-train: error: ...`) and exits 1; Ctrl-C exits 130.
 """
 
 from __future__ import annotations
 
+import os
+import re
 import sys
 from collections.abc import Sequence
 
@@ -22,22 +31,40 @@ _CONFIG = config_flags.DEFINE_config_file(
 )
 _WORKDIR = flags.DEFINE_string("workdir", None, "Where checkpoints and metrics go.")
 _GRAPH = flags.DEFINE_string("graph", None, "Graph JSON to train instead of the config's model.")
-_STUDY = flags.DEFINE_string("study", None, "A search workdir: train one of its candidates.")
-_CANDIDATE = flags.DEFINE_integer("candidate", None, "With --study: the candidate id to train.")
-_NEXT = flags.DEFINE_bool("next", False, "With --study: claim the next pending candidate.")
 
 
 class UserError(Exception):
     """An error in what the user gave us: printed as one line, exit status 1."""
 
 
-def _fail(message: str) -> None:
-    print(f"nas-train: error: {message}", file=sys.stderr)
-    sys.exit(1)
+def _fail(message: str, code: int = 1) -> None:
+    """One line on stderr, then exit at once (no tracebacks from library threads at exit)."""
+    message = re.sub(r"\s*\[tensorstore_spec=.*", "", message)  # orbax's internals
+    if len(message) > 600:
+        message = message[:597] + "..."
+    print(f"nas-train: error: {message}", file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    os._exit(code)
+
+
+def unknown_field_line(e: BaseException) -> str:
+    """`--config.x.y=v` for a field the config lacks, as one clean line (ml_collections'
+    message arrives quoted and escaped, with a suggestion on a second line)."""
+    text = str(e.args[0]) if e.args else str(e)
+    for _ in range(3):
+        text = text.replace("\\\\", "\\").replace("\\'", "'").replace("\\n", "\n")
+    lines = [ln.strip().strip("'\"\\") for ln in text.splitlines() if ln.strip()]
+    name = lines[0] if lines else "?"
+    hint = re.search(r'Did you mean "([^"]+)"', text)
+    return f"--config: unknown config field {name!r}" + (
+        f" (did you mean {hint.group(1)!r}?)" if hint else "")
 
 
 def _parse(argv: Sequence[str]) -> list[str]:
     """absl flag parsing whose errors (e.g. a config file that fails to load) are one line."""
+    if any(a in ("--help", "-h", "-?", "--help=true") for a in argv[1:]):
+        print(__doc__.strip())
+        sys.exit(0)
     try:
         rest = FLAGS(list(argv))
         if FLAGS["config"].present:
@@ -46,8 +73,11 @@ def _parse(argv: Sequence[str]) -> list[str]:
     except flags.Error as e:
         _fail(_first_line(e))
     except (AttributeError, KeyError) as e:  # an override of a field the config lacks
-        _fail(f"--config: unknown config field {str(e.args[0]).strip(chr(34) + chr(39))!r}")
+        _fail(unknown_field_line(e))
     except Exception as e:  # a config file missing, or raising while it is executed
+        given = [a.split("=", 1)[1].split(":", 1)[0] for a in argv if a.startswith("--config=")]
+        if given and not os.path.isfile(given[-1]):
+            _fail(f"--config: {given[-1]}: No such file or directory")
         _fail(f"--config: {_last_line(e)}")
     return []
 
@@ -81,51 +111,40 @@ def format_table(metrics: dict, epochs: int) -> str:
 
 
 def read_graph_file(path: str) -> tuple:
-    """(graph, constants, variables or None). A candidate exported by `nas-search export`
-    also carries the path of its trained variables; training then starts from them."""
+    """(graph, constants, variables or None) from a serialized graph file. A candidate
+    exported by `nas-search export` is read by the function the search provides for it
+    (`nas.search.export.read_export`), which also loads its trained weights."""
     import json
 
     from nas.graph import serialize
-    from nas.train.checkpoint import load_variables
 
     try:
-        with open(path) as f:
-            text = f.read()
+        with open(path, "rb") as f:
+            text = f.read(serialize.MAX_BYTES + 1)
     except OSError as e:
         raise UserError(f"--graph: cannot read {path}: {e.strerror}") from None
-    graph, constants = serialize.load(text)
-    doc = json.loads(text)
-    checkpoint = doc.get("checkpoint_path") if doc.get("format") == "nas-candidate" else None
-    if not checkpoint:
-        return graph, constants, None
-    print(f"starting from the exported candidate's weights: {checkpoint}")
-    return graph, constants, load_variables(checkpoint)
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError):
+        doc = None  # serialize.load says what is wrong
+    if isinstance(doc, dict) and doc.get("format") == "nas-candidate":
+        from nas.search.export import read_export  # only for files the search exported
 
-
-def run_study_worker() -> None:
-    """Trains one candidate of a search study (a worker outside the driver). The study logic
-    lives in nas.search; it is imported only here, so nas.train does not depend on it."""
-    from nas.search.driver import train_from_study
-
-    if _NEXT.value == (_CANDIDATE.value is not None):
-        raise UserError("--study needs exactly one of --next or --candidate=N")
-    candidate = train_from_study(_STUDY.value, candidate_id=_CANDIDATE.value)
-    if candidate is None:
-        print("no pending candidate")
-        return
-    if candidate.status != "done":
-        raise UserError(f"candidate {candidate.id} failed: {candidate.error}")
-    print(f"candidate {candidate.id}: accuracy {candidate.accuracy:.4f}, "
-          f"FLOPs {candidate.flops:,.0f}, params {candidate.params:,.0f}")
+        graph, constants, variables = read_export(path)
+        if variables is not None:
+            print("starting from the exported candidate's trained weights")
+        return graph, constants, variables
+    try:
+        graph, constants = serialize.load(text)
+    except ValueError as e:
+        raise UserError(f"--graph: {path}: {e}") from None
+    return graph, constants, None
 
 
 def run() -> None:
     """The default action: train the config's model (or --graph) and print the table."""
     from nas.train import train_and_eval
 
-    if _STUDY.value:
-        run_study_worker()
-        return
     config = _CONFIG.value
     if config is None:
         raise UserError("--config is required")
@@ -144,13 +163,20 @@ def _main(argv: Sequence[str]) -> None:
         _fail(f"unexpected arguments: {' '.join(argv[1:])}")
     try:
         run()
+    except KeyboardInterrupt:
+        _fail("interrupted (run the same command again to resume from the workdir)", 130)
+    except OSError as e:
+        _fail(f"{e.filename}: {e.strerror}" if e.filename else _first_line(e))
     except (ValueError, UserError) as e:
         _fail(_first_line(e))
 
 
 def main() -> None:
     """Console-script entry point."""
-    app.run(_main, flags_parser=_parse)
+    try:
+        app.run(_main, flags_parser=_parse)
+    except KeyboardInterrupt:
+        _fail("interrupted", 130)
 
 
 if __name__ == "__main__":

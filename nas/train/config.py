@@ -13,12 +13,12 @@ from collections.abc import Mapping
 from typing import Any
 
 import ml_collections
+import optax
+
+from nas import schema
 
 TRAINERS = ("standard", "reversible", "auto")
 DECAY_TYPES = ("cosine", "linear", "rsqrt", "stair", "constant", "exponential")
-
-# Fields whose value is a free-form mapping of keyword arguments (checked by their users).
-_FREE_FORM = ("optax", "model")
 
 
 def base_config() -> ml_collections.ConfigDict:
@@ -76,49 +76,66 @@ def base_config() -> ml_collections.ConfigDict:
     return c
 
 
+# Ranges and allowed values. Types come from `base_config()`, so a new field there is
+# checked for its type with no entry here; add one line here to bound it.
+RULES: dict[str, schema.Field] = {
+    "seed": schema.at_least(0),
+    "model_name": schema.Field(str, check=bool, expected="(non-empty)"),
+    "model": schema.Field(dict),  # free-form kwargs, checked by the model builder
+    "optax": schema.Field(dict),  # free-form kwargs of the optax transform
+    "num_classes": schema.at_least(2),
+    "loss": schema.one_of("softmax_xent"),
+    "input.data.name": schema.Field(str, check=bool, expected="(a tfds dataset name)"),
+    "input.data.split": schema.Field(str, check=bool, expected="(non-empty)"),
+    "input.batch_size": schema.positive(),
+    "input.shuffle_buffer_size": schema.at_least(0),
+    "input.image_size": schema.positive(),
+    "input.num_threads": schema.positive(),
+    "input.prefetch": schema.at_least(0),
+    "eval.data.split": schema.Field(str, check=bool, expected="(non-empty)"),
+    "eval.batch_size": schema.positive(),
+    "eval.every_epochs": schema.positive(),
+    "total_epochs": schema.positive(float),
+    "optax_name": schema.Field(str, check=lambda n: not n.startswith("_") and callable(
+        getattr(optax, n, None)), expected="(an optax transform, e.g. 'scale_by_adam')"),
+    "lr": schema.at_least(0, float),
+    "wd": schema.at_least(0, float),
+    "grad_clip_norm": schema.at_least(0, float),
+    "schedule": schema.Field(object),  # dict or (regex, dict) pairs: `_check_schedule`
+    "ema_decay": schema.Field(float, low=0, check=lambda v: v < 1, expected="and < 1"),
+    "ema_warmup_steps": schema.at_least(0),
+    "log_training_steps": schema.positive(),
+    "ckpt_steps": schema.at_least(0),
+    "keep_ckpts": schema.positive(),
+    "trainer": schema.one_of(*TRAINERS),
+    "device_memory_budget": schema.at_least(0),
+    "input.device_data_bytes": schema.at_least(0),
+    "compute_dtype": schema.one_of("float32", "bfloat16"),
+}
+
+
+def config_schema() -> dict[str, Any]:
+    """The nested schema of a training config: `base_config()`'s fields and types, with
+    the ranges of `RULES`."""
+
+    def build(section: Mapping[str, Any], prefix: str) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, default in section.items():
+            path = prefix + key
+            if path in RULES:
+                out[key] = RULES[path]
+            elif isinstance(default, Mapping):
+                out[key] = build(default, path + ".")
+            else:
+                kind = type(default) if default is not None else object
+                out[key] = schema.Field(kind, nullable=default is None)
+        return out
+
+    return build(base_config().to_dict(), "")
+
+
 def _kind(value: Any) -> str:
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int):
-        return "int"
-    if isinstance(value, float):
-        return "float"
-    if isinstance(value, str):
-        return "str"
-    if isinstance(value, Mapping):
-        return "dict"
-    if isinstance(value, list | tuple):
-        return "list"
-    if value is None:
-        return "none"
-    return type(value).__name__
-
-
-def _compatible(expected: str, got: str) -> bool:
-    return expected == got or (expected == "float" and got == "int")
-
-
-def _check_tree(ref: Mapping, cfg: Mapping, prefix: str) -> None:
-    for key in cfg:
-        path = f"{prefix}{key}"
-        if key not in ref:
-            raise ValueError(f"config field {path!r} is unknown")
-        value, want = cfg[key], ref[key]
-        if key in _FREE_FORM and not prefix:
-            if not isinstance(value, Mapping):
-                raise ValueError(f"config field {path!r} must be a dict, got {_kind(value)}")
-            continue
-        if key == "schedule" and not prefix:
-            _check_schedule(value)
-            continue
-        if isinstance(want, Mapping):
-            if not isinstance(value, Mapping):
-                raise ValueError(f"config field {path!r} must be a dict, got {_kind(value)}")
-            _check_tree(want, value, f"{path}.")
-        elif not _compatible(_kind(want), _kind(value)):
-            raise ValueError(
-                f"config field {path!r} must be {_kind(want)}, got {_kind(value)} ({value!r})"
-            )
+    return "None" if value is None else type(value).__name__
 
 
 def _check_one_schedule(sched: Any, path: str) -> None:
@@ -147,26 +164,14 @@ def _check_schedule(value: Any) -> None:
 
 
 def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-    """Check `config` against `base_config()`; return it unchanged, or raise ValueError."""
+    """Check `config` against `config_schema()`; return it unchanged, or raise ValueError
+    naming the first bad field and what was expected."""
     if not isinstance(config, Mapping | ml_collections.ConfigDict):
         raise ValueError(f"config must be a ConfigDict, got {type(config).__name__}")
     cfg = config.to_dict() if isinstance(config, ml_collections.ConfigDict) else dict(config)
-    _check_tree(base_config().to_dict(), cfg, "")
-    checks = [
-        ("trainer", cfg.get("trainer", "standard") in TRAINERS, f"one of {TRAINERS}"),
-        ("input.batch_size", cfg["input"]["batch_size"] > 0, "positive"),
-        ("eval.batch_size", cfg["eval"]["batch_size"] > 0, "positive"),
-        ("num_classes", cfg["num_classes"] > 1, "at least 2"),
-        ("total_epochs", cfg["total_epochs"] > 0, "positive"),
-        ("lr", cfg["lr"] >= 0, "non-negative"),
-        ("ema_decay", 0.0 <= cfg["ema_decay"] < 1.0, "in [0, 1)"),
-        ("loss", cfg["loss"] == "softmax_xent", "'softmax_xent'"),
-        ("device_memory_budget", cfg["device_memory_budget"] >= 0, "non-negative"),
-        ("input.image_size", cfg["input"]["image_size"] > 0, "positive"),
-    ]
-    for field, ok, expected in checks:
-        if not ok:
-            raise ValueError(f"config field {field!r} must be {expected}")
+    schema.check(cfg, config_schema())
+    if "schedule" in cfg:
+        _check_schedule(cfg["schedule"])
     return config
 
 
@@ -174,7 +179,7 @@ def with_defaults(config: ml_collections.ConfigDict) -> ml_collections.ConfigDic
     """Fill fields the user's config left out from `base_config()`, then validate."""
     merged = base_config()
     user = config.to_dict() if isinstance(config, ml_collections.ConfigDict) else dict(config)
-    _check_tree(merged.to_dict(), user, "")  # unknown fields fail before merging
+    schema.check(user, config_schema())  # unknown or bad fields fail before merging
     merged.unlock()
     for key, value in user.items():
         if key in ("optax", "model", "schedule"):

@@ -191,6 +191,7 @@ def _init_variables(model: Any, image_size: int, seed: int) -> dict[str, Any]:
     with jax.default_device(cpu):
         rng = jax.random.PRNGKey(seed)
         variables = jax.jit(lambda r: model.init({"params": r, "dropout": r}, x))(rng)
+        jax.block_until_ready(variables)  # a failed allocation raises here, not in asarray
     return jax.tree.map(np.asarray, {k: dict(v) for k, v in variables.items()})
 
 

@@ -67,7 +67,7 @@ class StandardTrainer:
             "params": params,
             "frozen": frozen,
             "batch_stats": batch_stats,
-            "opt_state": jax.tree.map(np.asarray, self.tx.init(params)),
+            "opt_state": jax.tree.map(np.asarray, jax.block_until_ready(self.tx.init(params))),
             "ema": ({"params": {**frozen, **params}, "batch_stats": batch_stats}
                     if config.ema_decay else {}),
             "step": np.int32(0),

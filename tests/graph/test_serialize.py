@@ -51,3 +51,25 @@ def test_callables_are_refused():
     graph.ops[0].op_kwargs["kernel_init"] = print
     with pytest.raises(ValueError, match="op 'proj' op_kwargs.*not serializable"):
         graph_to_json(graph, constants)
+
+
+def test_deep_or_huge_json_is_refused_clearly(monkeypatch):
+    import pytest
+
+    from nas.graph import serialize
+
+    with pytest.raises(ValueError, match="nested deeper"):
+        serialize.load("[" * 200_000 + "]" * 200_000)
+    deep = {"format": "nas.graph", "version": 1, "input_names": ["input"], "output_names": [],
+            "constants": {}, "ops": []}
+    node = deep["constants"]
+    for _ in range(serialize.MAX_DEPTH + 1):
+        node["x"] = {}
+        node = node["x"]
+    with pytest.raises(ValueError, match="nested deeper"):
+        serialize.graph_from_dict(deep)
+    monkeypatch.setattr(serialize, "MAX_BYTES", 100)
+    with pytest.raises(ValueError, match="more than the 100"):
+        serialize.load(" " * 101)
+    with pytest.raises(ValueError, match="expected format 'nas.graph', got 'nas-candidate'"):
+        serialize.graph_from_dict({"format": "nas-candidate"})

@@ -8,7 +8,7 @@ from nas.mutation import propose_child
 from nas.zoo import cnn, resnetv1
 from tests.mutation.helpers import check_child, parent_variables
 
-CONFIG = {"linear_p": None, "time_limit_s": 10.0, "function_preserving": True}
+CONFIG = {"linear_p": None, "function_preserving": True}
 
 
 def _check_preserving(graph, constants, seeds):

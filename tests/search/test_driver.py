@@ -6,9 +6,10 @@ import pytest
 
 from nas.graph import OpType, new_graph, new_op
 from nas.graph.serialize import graph_to_json, load
-from nas.search.driver import Driver, run_search, train_from_study
+from nas.search.driver import Driver, SearchFailed, run_search
 from nas.search.report import write_report
 from nas.search.study import Study
+from nas.search.study_worker import run_worker
 
 
 def fingerprints(study):
@@ -54,8 +55,9 @@ def test_diverging_candidate_is_failed(tmp_path, search_config):
     config = search_config(max_candidates=1)
     config.train.lr = 1e12
     config.train.grad_clip_norm = 0.0
-    study = run_search(config, str(tmp_path / "nan"), progress=False)
-    (seed,) = study.candidates()
+    with pytest.raises(SearchFailed, match="trained nothing.*non-finite"):
+        run_search(config, str(tmp_path / "nan"), progress=False)  # exit non-zero in the CLI
+    (seed,) = Study.load(tmp_path / "nan").candidates()
     assert seed.status == "failed"
     assert "non-finite" in seed.error or "nan" in seed.error.lower()
 
@@ -65,10 +67,10 @@ def test_external_worker_claims_next(tmp_path, search_config):
     config = search_config(max_candidates=1)
 
     Driver(config, workdir).seed_population()
-    trained = train_from_study(workdir, worker="external")
+    [trained] = run_worker(workdir, worker="external", wait_s=0)
     assert trained.status == "done" and trained.worker == "external"
     assert math.isfinite(trained.accuracy)
-    assert train_from_study(workdir) is None
+    assert run_worker(workdir, wait_s=0) == []  # the search is finished
 
     # an export carries graph and weights; nas-train --graph starts from them
     from nas.train.checkpoint import load_variables
@@ -98,12 +100,16 @@ def test_bad_search_config(tmp_path, search_config):
         run_search(search_config(executor="slurm"), str(tmp_path / "y"))
 
 
-def test_nas_train_study_flags_are_checked(tmp_path):
+def test_nas_train_knows_no_study_and_worker_flags_are_checked(tmp_path):
     import subprocess
     import sys
 
     result = subprocess.run([sys.executable, "-m", "nas.train.cli", f"--study={tmp_path}"],
                             capture_output=True, text=True)
-    assert result.returncode == 1
-    assert "exactly one of --next or --candidate" in result.stderr
-    assert "Traceback" not in result.stderr
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "study" in result.stderr
+    result = subprocess.run([sys.executable, "-m", "nas.search.cli", "worker",
+                             f"--workdir={tmp_path}", "--candidate=0"],
+                            capture_output=True, text=True)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.count("\n") == 1 and "candidate" in result.stderr

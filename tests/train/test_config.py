@@ -27,7 +27,7 @@ def test_unknown_field_is_named():
 def test_wrong_type_is_named():
     cfg = config_lib.base_config().to_dict()
     cfg["input"]["batch_size"] = "big"
-    with pytest.raises(ValueError, match=r"'input\.batch_size' must be int"):
+    with pytest.raises(ValueError, match=r"'input\.batch_size' must be an int"):
         config_lib.validate(cfg)
     cfg = config_lib.base_config().to_dict()
     cfg["lr"] = 1  # an int where a float is expected is fine

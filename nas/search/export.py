@@ -1,0 +1,45 @@
+"""Reading a candidate exported by `nas-search export` (`Study.export` writes it).
+
+The export wraps a plain serialized graph (`nas.graph.serialize`) with the study's record
+of the candidate; only this package knows that wrapper. `read_export` is what
+`nas-train --graph` calls for such a file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from nas.graph import serialize
+
+FORMAT = "nas-candidate"
+
+
+def is_export(doc: Any) -> bool:
+    return isinstance(doc, dict) and doc.get("format") == FORMAT
+
+
+def read_export(path: str | os.PathLike) -> tuple[Any, dict[str, Any], dict[str, Any] | None]:
+    """(graph, constants, trained variables or None) of an exported candidate file."""
+    from nas.train.checkpoint import load_variables
+
+    try:
+        with open(path, "rb") as f:
+            text = f.read(serialize.MAX_BYTES + 1)
+    except OSError as e:
+        raise ValueError(f"{path}: cannot read ({e.strerror})") from None
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError) as e:
+        raise ValueError(f"{path}: not an exported candidate ({type(e).__name__})") from None
+    if not is_export(doc):
+        raise ValueError(f"{path}: not an exported candidate (expected format {FORMAT!r})")
+    try:
+        graph, constants = serialize.graph_from_dict(doc.get("graph"))
+    except ValueError as e:
+        raise ValueError(f"{path}: field 'graph': {e}") from None
+    checkpoint = doc.get("checkpoint_path")
+    if checkpoint is not None and not isinstance(checkpoint, str):
+        raise ValueError(f"{path}: field 'checkpoint_path' must be a string")
+    return graph, constants, load_variables(checkpoint) if checkpoint else None

@@ -1,0 +1,107 @@
+"""An external study worker (`nas-search worker`): claims candidates and trains them here.
+
+Workers may start before the driver (they wait for the study to appear), survive a driver
+restart (their claims are leases they keep renewing) and die at any moment (their lease
+expires and the candidate is trained once more, by someone else). A worker trains until
+the search is finished, or trains exactly one given candidate.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import ml_collections
+from absl import logging
+
+from nas.search.candidate import FINISHED
+from nas.search.driver import candidate_task, record_outcome
+from nas.search.executors import Outcome
+from nas.search.lease import LeaseKeeper
+from nas.search.settings import validate_search
+from nas.search.study import DB_NAME, Candidate, Study, default_worker
+from nas.search.worker import ClaimLost, describe_failure, train_candidate
+
+
+def wait_for_study(workdir: str | Path, wait_s: float, poll_s: float = 0.5) -> Study:
+    """The study in `workdir`, waiting up to `wait_s` for a driver to create it."""
+    deadline = time.monotonic() + wait_s
+    path = Path(workdir) / DB_NAME
+    while True:
+        if path.is_file() and path.stat().st_size > 0:
+            try:
+                study = Study.load(workdir)
+                if study.config:  # created and committed
+                    return study
+                study.close()
+            except ValueError:
+                if time.monotonic() > deadline:
+                    raise
+        if time.monotonic() > deadline:
+            raise ValueError(f"{path}: no study appeared within {wait_s:g} s (start the "
+                             f"driver with --workdir={workdir})")
+        time.sleep(poll_s)
+
+
+def search_finished(study: Study, search: ml_collections.ConfigDict) -> bool:
+    """The driver stopped, or as many candidates finished as the driver asked for."""
+    if study.get_state("stopped", False):
+        return True
+    counts = study.counts()
+    finished = sum(counts[s] for s in FINISHED)
+    return finished >= int(study.get_state("max_candidates", search.max_candidates))
+
+
+def train_claimed(study: Study, config: ml_collections.ConfigDict,
+                  search: ml_collections.ConfigDict, candidate: Candidate, worker: str) -> None:
+    """Train a claimed candidate here, renewing its lease, and record the outcome (nothing
+    if the lease was lost). Ctrl-C gives the claim back before it propagates."""
+    with LeaseKeeper(study.workdir, worker, float(search.lease_s)) as keeper:
+        keeper.hold(candidate.id)
+        try:
+            task = candidate_task(study, config.train, search, candidate.id)
+            metrics, variables = train_candidate(
+                **task, should_stop=lambda: keeper.lost(candidate.id))
+            outcome = Outcome(candidate.id, metrics, variables)
+        except KeyboardInterrupt:
+            study.release(candidate.id, worker)
+            raise
+        except ClaimLost:
+            logging.warning("candidate %d: lease lost; result dropped", candidate.id)
+            return
+        except (Exception, MemoryError) as e:  # noqa: BLE001 - recorded as the outcome
+            message, infeasible = describe_failure(e)
+            outcome = Outcome(candidate.id, error=message, infeasible=infeasible)
+        keeper.drop(candidate.id)
+        record_outcome(study, outcome, worker=worker)
+
+
+def run_worker(workdir: str | Path, candidate_id: int | None = None, *, wait_s: float = 600.0,
+               poll_s: float = 1.0, worker: str | None = None) -> list[Candidate]:
+    """Claim and train candidates of the study in `workdir` until the search is finished
+    (or nothing was claimable for `wait_s`); with `candidate_id`, train just that one.
+    Returns the candidates this worker trained, as recorded."""
+    study = wait_for_study(workdir, wait_s)
+    config = ml_collections.ConfigDict(study.config)
+    search = validate_search(config)
+    worker = worker or default_worker("worker")
+    trained: list[Any] = []
+    idle_since = time.monotonic()
+    while True:
+        candidate = study.claim(worker=worker, candidate_id=candidate_id)
+        if candidate is None:
+            if candidate_id is not None:
+                status = study.get(candidate_id).status
+                raise ValueError(f"--candidate={candidate_id}: candidate {candidate_id} is "
+                                 f"{status}, not pending")
+            if search_finished(study, search) or time.monotonic() - idle_since > wait_s:
+                return trained
+            time.sleep(poll_s)
+            continue
+        logging.info("%s: training candidate %d", worker, candidate.id)
+        train_claimed(study, config, search, candidate, worker)
+        trained.append(study.get(candidate.id))
+        idle_since = time.monotonic()
+        if candidate_id is not None:
+            return trained

@@ -1,0 +1,41 @@
+"""Runs `nas-search` on many argument lists, each in a forked child (absl flags are global
+state), and prints [[exit code, stderr], ...] as JSON. Input: a JSON list of argv lists.
+
+Imports happen once, before forking, so each case costs milliseconds.
+"""
+
+import json
+import os
+import sys
+import tempfile
+
+import nas.mutation.config  # noqa: F401 - imported before forking
+import nas.search.settings  # noqa: F401
+import nas.train.config  # noqa: F401
+from nas.search import cli
+
+
+def run(argv):
+    with tempfile.TemporaryFile() as err:
+        pid = os.fork()
+        if pid == 0:
+            os.dup2(err.fileno(), 2)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+            sys.argv = ["nas-search", *argv]
+            try:
+                cli.main()
+            except SystemExit as e:
+                os._exit(e.code if isinstance(e.code, int) else 1)
+            except BaseException:  # noqa: BLE001 - reported as a traceback below
+                import traceback
+
+                traceback.print_exc()
+                os._exit(3)
+            os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        err.seek(0)
+        return [os.waitstatus_to_exitcode(status), err.read().decode(errors="replace")]
+
+
+if __name__ == "__main__":
+    print(json.dumps([run(argv) for argv in json.load(sys.stdin)]))

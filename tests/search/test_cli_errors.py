@@ -1,0 +1,158 @@
+"""Every class of bad input to the CLIs: one line on stderr, a non-zero exit, no traceback,
+no new or changed files."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.search.conftest import ROOT, SEARCH_CONFIG
+
+TRAIN_CONFIG = os.path.join(ROOT, "configs", "digits_cnn.py")
+
+
+def _run(module, *args, cwd):
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True,
+                          text=True, cwd=cwd, env=env, timeout=300)
+
+
+def _snapshot(root):
+    out = {}
+    for folder, _, files in os.walk(root):
+        for name in files:
+            path = os.path.join(folder, name)
+            out[path] = os.stat(path).st_mtime_ns
+        out[folder] = None
+    return out
+
+
+def _assert_one_line(proc, prog, *needles):
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 1, (proc.returncode, proc.stderr[-2000:])
+    assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert len(lines) == 1 and lines[0].startswith(f"{prog}: error: "), proc.stderr[-2000:]
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+@pytest.fixture
+def place(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    return tmp_path
+
+
+SEARCH_CASES = [
+    (["--workdir={t}/afile"], ["afile", "not a directory"]),
+    (["--workdir={t}/afile/sub"], ["afile", "not a directory"]),
+    (["--workdir={t}/new", "--config.search.mutation.mutator=magic"],
+     ["search.mutation.mutator"]),
+    (["--workdir={t}/new", "--config.search.seed_epochs=-1"], ["search.seed_epochs"]),
+    (["--workdir={t}/new", "--config.train.total_epochs=-1"], ["train.total_epochs"]),
+    (["--workdir={t}/new", "--config.search.time_limit_s=-1"], ["search.time_limit_s"]),
+    (["--workdir={t}/new", "--config.train.input.batch_size=0"], ["train.input.batch_size"]),
+    (["--workdir={t}/new", "--config.train.optax_name=adamz"], ["train.optax_name"]),
+    (["--workdir={t}/new", "--config.search.max_candidatez=3"],
+     ["'max_candidatez' (did you mean 'max_candidates'?)"]),
+    (["--workdir={t}/new", "--config={t}/missing.py"], ["missing.py"]),
+    (["report", "--workdir={t}/new"], ["study.db", "no study"]),
+    (["export", "--workdir={t}/new", "--id=1", "--out={t}/x.json"], ["no study"]),
+    (["frobnicate", "--workdir={t}/new"], ["frobnicate"]),
+]
+
+
+@pytest.mark.parametrize("args, needles", SEARCH_CASES)
+def test_nas_search_bad_input_is_one_line(place, args, needles):
+    args = [a.format(t=place) for a in args]
+    if not any(a.startswith("--config=") for a in args) and args[0].startswith("--"):
+        args.insert(0, f"--config={SEARCH_CONFIG}")
+    before = _snapshot(place)
+    proc = _run("nas.search.cli", *args, cwd=place)
+    _assert_one_line(proc, "nas-search", *needles)
+    assert _snapshot(place) == before  # nothing created or changed
+
+
+def test_export_under_a_file_and_damaged_study_json(tmp_path):
+    from nas.search.study import Study
+
+    study = Study.create(tmp_path / "s", {"search": {}})
+    cid = study.add(json.dumps({"format": "nas.graph"}))
+    study.close()
+    (tmp_path / "afile").write_text("x")
+    before = _snapshot(tmp_path)
+    proc = _run("nas.search.cli", "export", f"--workdir={tmp_path}/s", f"--id={cid}",
+                f"--out={tmp_path}/afile/x.json", cwd=tmp_path)
+    _assert_one_line(proc, "nas-search", "afile")
+    assert _snapshot(tmp_path) == before
+    import sqlite3
+
+    conn = sqlite3.connect(tmp_path / "s" / "study.db")
+    conn.execute("UPDATE candidates SET properties_json='{not json' WHERE id=?", (cid,))
+    conn.commit()
+    conn.close()
+    before = _snapshot(tmp_path)
+    proc = _run("nas.search.cli", "export", f"--workdir={tmp_path}/s", f"--id={cid}",
+                f"--out={tmp_path}/x.json", cwd=tmp_path)
+    _assert_one_line(proc, "nas-search", "study.db", f"candidate {cid}", "properties")
+    assert _snapshot(tmp_path) == before
+
+
+def test_help_lists_subcommands_and_flags(tmp_path):
+    for module, words in (("nas.search.cli", ["worker", "report", "export", "--workdir",
+                                              "--config", "--candidate"]),
+                          ("nas.train.cli", ["--config", "--workdir", "--graph"])):
+        proc = _run(module, "--help", cwd=tmp_path)
+        assert proc.returncode == 0
+        for word in words:
+            assert word in proc.stdout, (module, proc.stdout)
+
+
+NEST = "[" * 100_000 + "]" * 100_000
+
+
+@pytest.mark.parametrize("content, needles", [
+    (NEST, ["nested"]),
+    (json.dumps({"format": "nas.graph", "version": 1, "input_names": ["input"],
+                 "output_names": ["d"], "constants": {}, "ops": [
+                     {"name": "d", "type": "DENSE", "input_names": ["input"],
+                      "input_kwargs": {}, "op_kwargs": {"features": -3}, "num_outputs": 1}]}),
+     ["'d'", "features"]),
+    (json.dumps({"format": "nas.graph", "version": 1, "input_names": ["input"],
+                 "output_names": ["d"], "constants": {}, "ops": [
+                     {"name": "d", "type": "DENSE", "input_names": ["input"],
+                      "input_kwargs": {}, "op_kwargs": {"features": 3, "kernel_init": {}},
+                      "num_outputs": 1}]}), ["'d'", "kernel_init"]),
+])
+def test_nas_train_bad_graph_file_is_one_line(tmp_path, content, needles):
+    path = tmp_path / "g.json"
+    path.write_text(content)
+    before = _snapshot(tmp_path)
+    proc = _run("nas.train.cli", f"--config={TRAIN_CONFIG}", f"--graph={path}",
+                f"--workdir={tmp_path}/w", cwd=tmp_path)
+    _assert_one_line(proc, "nas-train", *needles)
+    assert _snapshot(tmp_path) == before
+
+
+def test_export_whose_checkpoint_arrays_were_deleted_is_one_line(tmp_path):
+    import shutil
+
+    import numpy as np
+
+    from nas.graph.serialize import graph_to_dict
+    from nas.train.checkpoint import save_variables
+    from nas.zoo import cnn
+
+    path = save_variables(str(tmp_path / "ck"), {"params": {"d": {"k": np.ones((3, 3))}}})
+    for folder in list((tmp_path / "ck").rglob("d")):
+        shutil.rmtree(folder)
+    graph, constants, _ = cnn.CifarNet()
+    export = tmp_path / "exp.json"
+    export.write_text(json.dumps({"format": "nas-candidate", "checkpoint_path": path,
+                                  "graph": graph_to_dict(graph, constants)}))
+    before = _snapshot(tmp_path)
+    proc = _run("nas.train.cli", f"--config={TRAIN_CONFIG}", f"--graph={export}",
+                f"--workdir={tmp_path}/w", cwd=tmp_path)
+    _assert_one_line(proc, "nas-train", "ck", "cannot be read")
+    assert _snapshot(tmp_path) == before

@@ -1,0 +1,118 @@
+"""One config schema checked at the edge: any value of any field gives either a valid
+config or one clean ValueError line naming that field (property-based)."""
+
+import runpy
+
+import ml_collections
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from nas.search.settings import OPERATIONAL, SEARCH_SCHEMA, validate_search
+from tests.search.conftest import SEARCH_CONFIG
+
+BASE = runpy.run_path(SEARCH_CONFIG)["get_config"]()
+
+VALUES = st.one_of(
+    st.none(), st.booleans(), st.integers(-10**12, 10**12),
+    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=20),
+    st.lists(st.integers(-3, 3), max_size=4), st.dictionaries(st.text(max_size=5),
+                                                               st.integers(), max_size=2))
+
+SEARCH_FIELDS = sorted(SEARCH_SCHEMA)
+MUTATION_FIELDS = ["mutator", "synthesizer", "p", "max_len", "max_steps", "time_limit_s",
+                   "retries", "input_shape", "depth_p", "synthesis", "child_id", "colour"]
+TRAIN_FIELDS = ["seed", "total_epochs", "lr", "trainer", "optax_name", "input.batch_size",
+                "input.data.name", "eval.batch_size", "ema_decay", "model", "num_classes",
+                "schedule", "grad_clip_norm", "ckpt_steps", "bogus"]
+
+
+def _with(path, value):
+    config = ml_collections.ConfigDict(BASE.to_dict())
+    config.unlock()
+    *parents, leaf = path.split(".")
+    node = config
+    for p in parents:
+        node = node[p]
+    node[leaf] = value
+    return config
+
+
+def _one_clean_line(path, value):
+    try:
+        config = _with(path, value)
+    except (TypeError, ValueError, KeyError, AttributeError):
+        return  # ConfigDict itself refused the assignment (typed fields): never reaches us
+    try:
+        validate_search(config)
+    except ValueError as e:
+        text = str(e)
+        assert "\n" not in text and len(text) < 400, text
+        leaf = path.split(".")[-1]
+        assert leaf in text or path.split(".")[0] in text, (path, text)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(SEARCH_FIELDS), VALUES)
+def test_any_search_value_is_valid_or_one_line(field, value):
+    _one_clean_line(f"search.{field}", value)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(MUTATION_FIELDS), VALUES)
+def test_any_mutation_value_is_valid_or_one_line(field, value):
+    _one_clean_line(f"search.mutation.{field}", value)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(TRAIN_FIELDS), VALUES)
+def test_any_train_value_is_valid_or_one_line(field, value):
+    _one_clean_line(f"train.{field}", value)
+
+
+@pytest.mark.parametrize("path, value, match", [
+    ("search.seed_epochs", -1.0, "search.seed_epochs' must be a number >= 0"),
+    ("search.time_limit_s", -5.0, "search.time_limit_s' must be a number > 0"),
+    ("search.time_limit_s", 0.0, "search.time_limit_s"),
+    ("search.max_candidates", 0, "search.max_candidates' must be an int > 0"),
+    ("search.mutation.mutator", "x", "search.mutation.mutator"),
+    ("search.mutation.max_steps", 0, "search.mutation.max_steps"),
+    ("search.executor", "slurm", "one of 'local', 'ray', 'inline'"),
+    ("train.total_epochs", -2.0, "train.total_epochs' must be a number > 0"),
+    ("train.input.batch_size", 0, "train.input.batch_size"),
+    ("train.trainer", "magic", "train.trainer"),
+    ("train.optax_name", "adamz", "train.optax_name"),
+    ("search.hard_time_limit_s", 1.0, "hard_time_limit_s' must be >= search.time_limit_s"),
+])
+def test_meaningless_values_are_refused(path, value, match):
+    with pytest.raises(ValueError, match=match.replace(".", r"\.").replace("'", "'")):
+        validate_search(_with(path, value))
+
+
+def test_operational_fields_are_declared_once():
+    assert set(OPERATIONAL) <= set(SEARCH_SCHEMA)
+    assert "seed" not in OPERATIONAL and "mutation" not in OPERATIONAL
+
+
+def test_unknown_dataset_is_refused_at_the_edge(tmp_path):
+    config = _with("train.input.data.name", "no_such_dataset")
+    config.train.input.data_dir = str(tmp_path)
+    with pytest.raises(ValueError, match="train.input.data.name.*no_such_dataset"):
+        validate_search(config)
+
+
+def test_resume_warns_only_about_fields_that_cannot_change(tmp_path, caplog):
+    import logging
+
+    from nas.search.driver import open_study
+    from nas.search.study import Study
+
+    Study.create(tmp_path, BASE.to_dict()).close()
+    caplog.set_level(logging.WARNING)
+    changed = _with("search.max_candidates", 99)
+    changed.search.workers = 0
+    open_study(str(tmp_path), changed).close()
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    open_study(str(tmp_path), _with("search.seed", 7)).close()
+    (record,) = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert "search.seed" in record.getMessage() and "max_candidates" in record.getMessage()

@@ -1,0 +1,79 @@
+"""Failures are caught fast: an out-of-memory candidate fails at once with the size it
+asked for, and the soft time limit stops a training within a few steps of expiring."""
+
+import json
+import os
+import stat
+
+import pytest
+
+from nas.graph import OpType, new_graph, new_op
+from nas.graph.serialize import graph_to_json
+from nas.search.executors import InlineExecutor
+from nas.search.worker import describe_failure
+from tests.search.conftest import tiny_search_config
+
+
+def _train_config(**changes):
+    config = tiny_search_config().train
+    config.update(changes)
+    return config.to_dict()
+
+
+def _huge_dense_graph():
+    ops = [new_op("flat", OpType.FLATTEN, ["input"]),
+           new_op("huge", OpType.DENSE, ["flat"], op_kwargs={"features": 2**36}),
+           new_op("out", OpType.DENSE, ["huge"], op_kwargs={"features": 10})]
+    return graph_to_json(new_graph(["input"], ["out"], ops), {})
+
+
+def test_out_of_memory_candidate_fails_with_the_size_asked(tmp_path):
+    executor = InlineExecutor()
+    executor.submit(7, {"train_config": _train_config(), "graph_json": _huge_dense_graph(),
+                        "init_variables": None, "time_limit_s": 600.0,
+                        "workdir": str(tmp_path / "oom")})
+    (outcome,) = executor.poll(0)
+    assert outcome.candidate_id == 7 and outcome.infeasible, outcome.error
+    assert outcome.error.startswith("out of memory (asked ") and "bytes" in outcome.error
+
+
+def test_describe_failure_classifies_memory_errors():
+    assert describe_failure(MemoryError()) == ("out of memory (size not reported)", True)
+    message, infeasible = describe_failure(RuntimeError(
+        "RESOURCE_EXHAUSTED: Out of memory allocating 1099511627776 bytes."))
+    assert infeasible and message == "out of memory (asked 1,099,511,627,776 bytes)"
+    assert describe_failure(ValueError("bad\nsecond line")) == ("ValueError: bad", False)
+
+
+@pytest.mark.slow  # data, init and compile before the first step: 20-35 s on 2 busy cores
+def test_soft_time_limit_stops_a_one_epoch_child_within_steps(tmp_path):
+    from nas.zoo import cnn
+
+    graph, constants, _ = cnn.CifarNet()
+    executor = InlineExecutor()
+    executor.submit(3, {"train_config": _train_config(total_epochs=1.0),
+                        "graph_json": graph_to_json(graph, constants), "init_variables": None,
+                        "time_limit_s": 1.0, "workdir": str(tmp_path / "soft")})
+    (outcome,) = executor.poll(0)
+    assert outcome.error is not None and "time limit of 1 s" in outcome.error, outcome
+    step = int(outcome.error.split("stopped at step ")[1].rstrip(")"))
+    assert step <= 3  # the first step (with its compile) passes 1 s; an epoch is 22 steps
+
+
+def test_exports_and_reports_are_world_readable(tmp_path):
+    from nas.search.study import Study
+
+    study = Study.create(tmp_path / "s")
+    cid = study.add(json.dumps({"format": "nas.graph"}))
+    path = study.export(cid, tmp_path / "out.json")
+    mask = os.umask(0o022)
+    os.umask(mask)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o666 & ~mask
+
+
+@pytest.mark.parametrize("size", [0, -4])
+def test_nonpositive_sizes_are_refused_before_training(size):
+    ops = [new_op("flat", OpType.FLATTEN, ["input"]),
+           new_op("out", OpType.DENSE, ["flat"], op_kwargs={"features": size})]
+    with pytest.raises(ValueError, match="'out' kwarg 'features'"):
+        new_graph(["input"], ["out"], ops)

@@ -1,0 +1,69 @@
+"""Leased claims: only expired (or dead-process) claims are re-queued; late results are
+ignored, never a crash."""
+
+import json
+import subprocess
+import sys
+import time
+
+from nas.search.study import Study, default_worker
+
+GRAPH = json.dumps({"g": 0})
+
+
+def test_live_lease_is_not_requeued_and_expired_one_is(tmp_path):
+    study = Study.create(tmp_path, {"max_attempts": 3})
+    a, b = study.add(GRAPH), study.add(GRAPH)
+    assert study.claim("remote-a", lease_s=30).id == a
+    assert study.claim("remote-b", lease_s=0.2).id == b
+    assert study.requeue_expired() == ([], [])  # both alive
+    time.sleep(0.3)
+    assert study.requeue_expired() == ([b], [])
+    assert study.get(a).status == "running"
+    # the late worker's renewal and result are refused without an exception
+    assert not study.renew(b, "remote-b")
+    assert study.tell(b, {"accuracy": 0.5}, worker="remote-b").status == "pending"
+    again = study.claim("remote-c")
+    assert (again.id, again.attempts) == (b, 2)
+    assert study.renew(b, "remote-c")
+    assert study.tell(b, {"accuracy": 0.7}, worker="remote-c").status == "done"
+    assert study.tell(b, {"accuracy": 0.1}).accuracy == 0.7  # already done: no-op
+    assert study.fail(b, "late").status == "done"
+
+
+def test_claim_requeues_expired_claims_itself(tmp_path):
+    study = Study.create(tmp_path, {"search": {"lease_s": 0.1, "max_attempts": 1}})
+    a = study.add(GRAPH)
+    study.claim("w1")
+    time.sleep(0.2)
+    assert study.claim("w2") is None  # a's only attempt is spent: failed, not re-queued
+    cand = study.get(a)
+    assert cand.status == "failed" and "lease expired" in cand.error
+
+
+def test_claim_of_a_dead_local_process_is_void_at_once(tmp_path):
+    study = Study.create(tmp_path)
+    a = study.add(GRAPH)
+    proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    dead = default_worker().rsplit(":", 1)[0] + ":" + proc.stdout.strip()
+    study.claim(dead, lease_s=3600)
+    assert study.claim("driver@" + default_worker()).id == a  # no hour-long wait
+    assert study.release(a, "driver@" + default_worker())
+    cand = study.get(a)
+    assert (cand.status, cand.attempts) == ("pending", 1)
+
+
+def test_old_study_without_lease_column_is_migrated(tmp_path):
+    import sqlite3
+
+    study = Study.create(tmp_path)
+    a = study.add(GRAPH)
+    study.close()
+    conn = sqlite3.connect(tmp_path / "study.db")
+    conn.execute("ALTER TABLE candidates DROP COLUMN lease_until")
+    conn.commit()
+    conn.close()
+    study = Study.load(tmp_path)
+    assert study.claim("w").id == a
+    assert study.renew(a, "w")
