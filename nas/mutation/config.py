@@ -24,6 +24,7 @@ from nas.synthesis.graph import GraphSynthesizer
 from nas.synthesis.primer import PrimerSequentialSynthesizer
 from nas.synthesis.progressive import ProgressiveSequentialSynthesizer
 from nas.synthesis.random_enum_sequential import RandomEnumerativeSequentialSynthesizer
+from nas.synthesis.search_space import SearchSpace
 
 MUTATORS = ("random_sequential", "random_subgraph")
 SYNTHESIZERS: dict[str, type[AbstractSynthesizer]] = {
@@ -66,6 +67,9 @@ class MutationConfig:
     block_delete_prob: float = 0.2
     block_mutate_prob: float = 0.2
     child_id: int | None = None  # names new ops/blocks; None: derived from the seed
+    # nas.synthesis.search_space.SearchSpace fields ({}: its defaults, None: the reference's
+    # unrestricted space)
+    search_space: dict[str, Any] | None = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.mutator not in MUTATORS:
@@ -96,6 +100,8 @@ class MutationConfig:
             raise ValueError(f"config field 'input_shape': expected positive ints with a batch "
                              f"dimension first, e.g. (1, 32, 32, 3), got {self.input_shape!r}")
         self.input_shape = shape
+        if self.search_space is not None:
+            self.search_space = SearchSpace.from_dict(self.search_space).to_dict()
         if self.synthesis is not None and not isinstance(self.synthesis, Mapping):
             raise ValueError(f"config field 'synthesis': expected a dict of synthesizer kwargs, "
                              f"got {self.synthesis!r}")
@@ -122,6 +128,8 @@ class MutationConfig:
     def synthesis_kwargs(self) -> dict[str, Any]:
         kwargs = dict(DEFAULT_SYNTHESIS[self.synthesizer])
         kwargs.update(self.synthesis or {})
+        if self.search_space is not None:
+            kwargs.setdefault("space", SearchSpace.from_dict(self.search_space))
         return kwargs
 
     def properties(self) -> list[Any]:
