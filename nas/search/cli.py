@@ -1,7 +1,7 @@
 """`nas-search`: run (or resume) an evolution search, report on it, export a candidate.
 
     nas-search --config=configs/digits_cnn_search.py --workdir=DIR [--config.search.x=...]
-    nas-search report --workdir=DIR
+    nas-search report --workdir=DIR [--csv]
     nas-search export --workdir=DIR --id=N --out=FILE.json
 
 Running the search command on an existing workdir resumes it. Bad input prints one line to
@@ -23,6 +23,8 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "The study directory (created or
 _ID = flags.DEFINE_integer("id", None, "Candidate id (export).")
 _OUT = flags.DEFINE_string("out", None, "Output file (export).")
 _PROGRESS = flags.DEFINE_bool("progress", True, "Show a progress bar.")
+_CSV = flags.DEFINE_bool("csv", False, "report: print every candidate as CSV on stdout "
+                         "(the HTML report and report.csv are written too).")
 
 
 def _fail(message: str) -> None:
@@ -62,12 +64,16 @@ def _search(workdir: str) -> None:
 
 
 def _report(workdir: str) -> None:
-    from nas.search.report import summary, write_report
+    from nas.search.report import summary, to_csv, write_report
     from nas.search.study import Study
 
     study = Study.load(workdir)
+    path = write_report(study)
+    if _CSV.value:
+        sys.stdout.write(to_csv(study))
+        return
     print(summary(study))
-    print(f"report: {write_report(study)}")
+    print(f"report: {path}")
 
 
 def _export(workdir: str) -> None:
