@@ -1,6 +1,7 @@
 """`nas-search`: run (or resume) an evolution search, report on it, export a candidate.
 
     nas-search --config=configs/digits_cnn_search.py --workdir=DIR [--config.search.x=...]
+               [--seed_graph=FILE.json]
     nas-search report --workdir=DIR [--csv]
     nas-search export --workdir=DIR --id=N --out=FILE.json
 
@@ -23,6 +24,9 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "The study directory (created or
 _ID = flags.DEFINE_integer("id", None, "Candidate id (export).")
 _OUT = flags.DEFINE_string("out", None, "Output file (export).")
 _PROGRESS = flags.DEFINE_bool("progress", True, "Show a progress bar.")
+_SEED_GRAPH = flags.DEFINE_string(
+    "seed_graph", None, "Start the population from this graph JSON or `nas-search export` "
+    "file (with its weights when it has them); same as --config.search.seed_graph.")
 _CSV = flags.DEFINE_bool("csv", False, "report: print every candidate as CSV on stdout "
                          "(the HTML report and report.csv are written too).")
 
@@ -58,7 +62,10 @@ def _search(workdir: str) -> None:
 
     if _CONFIG.value is None:
         raise ValueError("--config is required to run a search")
-    study = run_search(_CONFIG.value, workdir, progress=_PROGRESS.value)
+    config = _CONFIG.value
+    if _SEED_GRAPH.value:
+        config.search.seed_graph = _SEED_GRAPH.value
+    study = run_search(config, workdir, progress=_PROGRESS.value)
     print(summary(study))
     print(f"report: {write_report(study)}")
 

@@ -153,6 +153,7 @@ class Mutation:
     added: list[OpRow]
     inherited: list[str]
     fresh: list[str]
+    fit: dict[str, float] = field(default_factory=dict)  # nas.search.fit errors, if fitted
 
 
 def mutation_diff(child: Architecture, parent: Architecture | None,
@@ -162,8 +163,9 @@ def mutation_diff(child: Architecture, parent: Architecture | None,
     removed = [op for name, op in parent_ops.items() if name not in child_ops]
     added = [op for name, op in child_ops.items() if name not in parent_ops]
     inh = inheritance or {}
+    fit = inh.get("fit") if isinstance(inh.get("fit"), Mapping) else {}
     return Mutation(removed, added, sorted(inh.get("inherited", [])),
-                    sorted(inh.get("new", [])))
+                    sorted(inh.get("new", [])), dict(fit))
 
 
 def diff_html(m: Mutation) -> str:
@@ -177,11 +179,15 @@ def diff_html(m: Mutation) -> str:
     def names(items: Sequence[str]) -> str:
         return ", ".join(f"<code>{esc(n)}</code>" for n in items) or "<i>none</i>"
 
+    fitted = ""
+    if "mse_before" in m.fit and "mse_after" in m.fit:
+        fitted = (f'<p class="fit"><b>fresh weights fitted</b> to the replaced tensors: '
+                  f"relative error {m.fit['mse_before']:.3g} → {m.fit['mse_after']:.3g}</p>")
     return ('<div class="diff"><div class="removed"><b>replaced subgraph</b>' + ops(m.removed)
             + '</div><div class="added"><b>new subgraph</b>' + ops(m.added) + "</div>"
             + f'<p class="weights"><b>inherited weights</b> ({len(m.inherited)} ops): '
             + names(m.inherited) + f"<br><b>fresh weights</b> ({len(m.fresh)} ops): "
-            + names(m.fresh) + "</p></div>")
+            + names(m.fresh) + "</p>" + fitted + "</div>")
 
 
 def read_metrics(path: str) -> list[dict[str, Any]]:

@@ -49,7 +49,8 @@ def study_dir(tmp_path_factory):
     kid = study.add(graph_to_json(child.graph, child.constants), parent_id=seed,
                     spec=child.spec_json(),
                     inheritance={"inherited": sorted(child.inherited),
-                                 "new": sorted(child.new)})
+                                 "new": sorted(child.new),
+                                 "fit": {"mse_before": 1.0, "mse_after": 0.01}})
     study.claim("w", kid)
     study.tell(kid, {"accuracy": 0.97, "flops": 4.0e7, "params": 2.1e6,
                      "im_sec_core_train": 50.0})
@@ -71,6 +72,7 @@ def test_page_shows_front_candidates_in_detail(study_dir):
     section = page[page.index(f'id="cand-{kid}"'):]
     assert 'class="graph-diagram"' in section and 'class="training-curve"' in section
     assert "replaced subgraph" in section and "new subgraph" in section
+    assert "relative error 1 → 0.01" in section
     for name in sorted(child.new):
         assert name in section  # fresh weights named
     assert "1x32x32x32" in section  # op list with shapes
