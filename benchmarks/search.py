@@ -25,7 +25,15 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--minutes", type=float, default=30.0)
     parser.add_argument("--workdir", default="")
+    parser.add_argument("--arms", action="store_true",
+                        help="compare evolution with random search (benchmarks/search_arms.py)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     args = parser.parse_args()
+    if args.arms:
+        from search_arms import compare
+
+        compare(args.seeds, args.minutes, args.workdir or tempfile.mkdtemp(prefix="arms_"))
+        return
     workdir = args.workdir or tempfile.mkdtemp(prefix="bench_search_")
     shutil.rmtree(workdir, ignore_errors=True)
     config = runpy.run_path(os.path.join(ROOT, "configs", "digits_cnn_search.py"))["get_config"]()

@@ -10,6 +10,7 @@ from typing import Any
 
 import ml_collections
 
+from nas.search.fit import FitConfig
 from nas.search.selection import SelectionConfig
 
 
@@ -30,6 +31,10 @@ def search_defaults() -> ml_collections.ConfigDict:
         "max_proposal_failures": 25,  # consecutive failed mutations before giving up
         "selection": {"costs": ("flops", "params"), "min_acc": 0.0},
         "mutation": {},  # passed to nas.mutation.propose_child as its config
+        # nas.search.fit.FitConfig: a child's new ops are fitted to the parent's tensors
+        # they replace before it trains ({"steps": 0} disables)
+        "fit": {},
+        "seed_graph": "",  # graph JSON or `nas-search export` file to start from ("": zoo)
     })
 
 
@@ -39,7 +44,7 @@ def _check(ref: ml_collections.ConfigDict, cfg: Any, prefix: str) -> None:
             raise ValueError(f"config field '{prefix}{key}' is unknown; expected one of "
                              f"{', '.join(sorted(ref))}")
     for key, default in ref.items():
-        if key not in cfg or key in ("selection", "mutation"):
+        if key not in cfg or key in ("selection", "mutation", "fit"):
             continue
         value = cfg[key]
         kind = float if isinstance(default, float) else type(default)
@@ -64,4 +69,5 @@ def validate_search(config: ml_collections.ConfigDict) -> ml_collections.ConfigD
     if search.workers < 1:
         raise ValueError("config field 'search.workers' must be >= 1")
     SelectionConfig.from_dict(dict(search.selection))  # validates its fields
+    FitConfig.from_dict(dict(search.fit))
     return search

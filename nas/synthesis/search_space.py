@@ -75,6 +75,8 @@ class SearchSpace:
             return cls()
         if isinstance(data, SearchSpace):
             return data
+        if hasattr(data, "to_dict"):  # an ml_collections.ConfigDict from a config file
+            data = data.to_dict()
         if not isinstance(data, Mapping):
             raise ValueError(f"search_space: expected a dict, got {type(data).__name__}")
         known = {f.name for f in dataclasses.fields(cls)}
