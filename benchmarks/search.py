@@ -121,7 +121,15 @@ def main() -> None:
     parser.add_argument("--time-split", type=int, default=0, metavar="N",
                         help="only run the README search for N candidates; print its time split")
     parser.add_argument("--executor", default="inline", help="for --time-split")
+    parser.add_argument("--arms", action="store_true",
+                        help="compare evolution with random search (benchmarks/search_arms.py)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     args = parser.parse_args()
+    if args.arms:
+        from search_arms import compare
+
+        compare(args.seeds, args.minutes, args.workdir or tempfile.mkdtemp(prefix="arms_"))
+        return
     if args.time_split:
         time_split(args.time_split, args.workdir or tempfile.mkdtemp(prefix="bench_split_"),
                    args.executor)

@@ -38,5 +38,13 @@ def get_config(arg=None):
         "function_preserving": False,
         "max_steps": 4000,
         "time_limit_s": 600.0,
+        # What synthesis may build: softmax/sigmoid only where the replaced subgraph had
+        # them, widths changed by at most 2x (docs/function-preservation.md says why).
+        "search_space": {
+            "inherit_only": ("SOFTMAX", "SIGMOID"),
+            "width_factors": ("%2", "", "*2"),
+        },
     }
+    # Before a child trains, its new ops are fitted to the parent's tensors they replace.
+    config.search.fit = {"steps": 60, "batches": 4, "batch_size": 32, "lr": 1e-3}
     return config

@@ -25,6 +25,7 @@ from nas.synthesis.graph import GraphSynthesizer
 from nas.synthesis.primer import PrimerSequentialSynthesizer
 from nas.synthesis.progressive import ProgressiveSequentialSynthesizer
 from nas.synthesis.random_enum_sequential import RandomEnumerativeSequentialSynthesizer
+from nas.synthesis.search_space import SearchSpace
 
 MUTATORS = ("random_sequential", "random_subgraph")
 SYNTHESIZERS: dict[str, type[AbstractSynthesizer]] = {
@@ -71,6 +72,7 @@ MUTATION_SCHEMA: dict[str, schema.Field] = {
     "block_delete_prob": schema.fraction(),
     "block_mutate_prob": schema.fraction(),
     "child_id": schema.at_least(0, nullable=True),
+    "search_space": schema.Field(dict, nullable=True, expected="of SearchSpace fields"),
 }
 
 
@@ -100,6 +102,9 @@ class MutationConfig:
     block_delete_prob: float = 0.2
     block_mutate_prob: float = 0.2
     child_id: int | None = None  # names new ops/blocks; None: derived from the seed
+    # nas.synthesis.search_space.SearchSpace fields ({}: its defaults, None: the reference's
+    # unrestricted space)
+    search_space: dict[str, Any] | None = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -107,6 +112,8 @@ class MutationConfig:
         if self.max_len > 0 and self.max_perc > 0:
             raise ValueError("config fields 'max_len' and 'max_perc': set at most one")
         self.input_shape = tuple(self.input_shape)
+        if self.search_space is not None:
+            self.search_space = SearchSpace.from_dict(self.search_space).to_dict()
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | MutationConfig | None) -> MutationConfig:
@@ -126,6 +133,8 @@ class MutationConfig:
     def synthesis_kwargs(self) -> dict[str, Any]:
         kwargs = dict(DEFAULT_SYNTHESIS[self.synthesizer])
         kwargs.update(self.synthesis or {})
+        if self.search_space is not None:
+            kwargs.setdefault("space", SearchSpace.from_dict(self.search_space))
         return kwargs
 
     def properties(self) -> list[Any]:

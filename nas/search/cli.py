@@ -2,12 +2,14 @@
 
 usage:
   nas-search --config=configs/digits_cnn_search.py --workdir=DIR [--config.search.x=...]
-      run the search in DIR (created, or resumed with the same command)
+      [--seed_graph=FILE.json]
+      run the search in DIR (created, or resumed with the same command), from the zoo
+      model of the config or from the graph (and weights) in FILE.json
   nas-search worker --workdir=DIR [--candidate=N] [--wait_s=600]
       train the study's candidates in this process, next to the driver (any number of
       workers, started before or after the driver), or train exactly candidate N
-  nas-search report --workdir=DIR
-      print the best candidates and write DIR/report/
+  nas-search report --workdir=DIR [--csv]
+      print the best candidates (every candidate as CSV with --csv) and write DIR/report/
   nas-search export --workdir=DIR --id=N --out=FILE.json
       write candidate N as a JSON file that `nas-train --graph=FILE.json` trains
 
@@ -45,6 +47,11 @@ _CANDIDATE = flags.DEFINE_integer("candidate", None, "worker: train only this ca
 _WAIT = flags.DEFINE_float("wait_s", 600.0, "worker: how long to wait for a study or work.",
                            lower_bound=0.0)
 _PROGRESS = flags.DEFINE_bool("progress", True, "Show a progress bar.")
+_SEED_GRAPH = flags.DEFINE_string(
+    "seed_graph", None, "Start the population from this graph JSON or `nas-search export` "
+    "file (with its weights when it has them); same as --config.search.seed_graph.")
+_CSV = flags.DEFINE_bool("csv", False, "report: print every candidate as CSV on stdout "
+                         "(the HTML report and report.csv are written too).")
 
 PROG = "nas-search"
 COMMANDS = ("search", "worker", "report", "export")
@@ -145,9 +152,12 @@ def _search(workdir: str) -> None:
 
     if _CONFIG.value is None:
         raise ValueError("--config is required to run a search")
-    validate_search(_CONFIG.value)  # the whole config, before the workdir exists
+    config = _CONFIG.value
+    if _SEED_GRAPH.value:
+        config.search.seed_graph = _SEED_GRAPH.value
+    validate_search(config)  # the whole config, before the workdir exists
     check_workdir(workdir, create=True)
-    study = run_search(_CONFIG.value, workdir, progress=_PROGRESS.value)
+    study = run_search(config, workdir, progress=_PROGRESS.value)
     print(summary(study))
     print(f"report: {write_report(study)}")
 
@@ -170,12 +180,16 @@ def _worker(workdir: str) -> None:
 
 
 def _report(workdir: str) -> None:
-    from nas.search.report import summary, write_report
+    from nas.search.report import summary, to_csv, write_report
     from nas.search.study import Study
 
     study = Study.load(workdir)
+    path = write_report(study)
+    if _CSV.value:
+        sys.stdout.write(to_csv(study))
+        return
     print(summary(study))
-    print(f"report: {write_report(study)}")
+    print(f"report: {path}")
 
 
 def _export(workdir: str) -> None:

@@ -193,16 +193,37 @@ class Driver:
         self.input_shape = (1, size, size, 3)
         self.worker = default_worker("driver")
         self._shown: dict[str, int] | None = None  # counts last drawn on the progress bar
+        self._fit_images: list[Any] | None = None  # training batches new ops are fitted on
 
     # ------------------------------------------------------------------ proposing
     def seed_population(self) -> None:
         if self.study.candidates():
             return
-        graph, constants, _ = zoo.build(self.train.model_name, int(self.train.num_classes),
-                                        int(self.train.input.image_size))
-        self.study.add(graph_to_json(graph, constants), generation=0, seed=self.search.seed,
-                       fingerprint=fingerprint_of(graph, constants, self.input_shape),
-                       state={"proposals": 0})
+        variables = None
+        if self.search.seed_graph:  # the user's graph (and its weights, from an export)
+            from nas.search.seed import read_seed_graph
+
+            graph, constants, variables = read_seed_graph(self.search.seed_graph)
+        else:
+            graph, constants, _ = zoo.build(self.train.model_name,
+                                            int(self.train.num_classes),
+                                            int(self.train.input.image_size))
+        inheritance = None
+        if variables is not None:  # saved before the candidate exists, as for children
+            inheritance = {"init_path": os.path.join(os.path.abspath(self.workdir), "inits",
+                                                     "seed")}
+            shutil.rmtree(inheritance["init_path"], ignore_errors=True)
+            save_variables(inheritance["init_path"], variables)
+        self.study.add(
+            graph_to_json(graph, constants), generation=0, seed=self.search.seed,
+            fingerprint=fingerprint_of(graph, constants, self.input_shape),
+            inheritance=inheritance, state={"proposals": 0})
+
+    def choose_parent(self, done: list[Any], rng: np.random.Generator) -> int:
+        """The parent of the next child: selection from the Pareto fronts (a subclass may
+        choose otherwise, e.g. a random-search baseline that always mutates the seed)."""
+        return select_parents([Individual.from_candidate(c) for c in done], self.selection,
+                              rng, num=1)[0]
 
     def propose(self) -> int | None:
         """Adds one mutated child of a selected parent; None if this proposal failed."""
@@ -214,8 +235,7 @@ class Driver:
         k = int(self.study.get_state("proposals", 0))
         rng = np.random.default_rng([self.search.seed, k])
         try:
-            parent_id = select_parents([Individual.from_candidate(c) for c in done],
-                                       self.selection, rng, num=1)[0]
+            parent_id = self.choose_parent(done, rng)
         except ValueError as e:  # e.g. nobody reaches min_acc
             logging.warning("no parent can be selected: %s", e)
             self.study.set_state("proposals", k + 1)
@@ -236,19 +256,42 @@ class Driver:
             # whoever claims it starts from exactly these weights.
             init = init_path(self.workdir, k)
             shutil.rmtree(init, ignore_errors=True)  # a save of this proposal interrupted
-            save_variables(init, child.variables)
+            init_vars, fitted = self.fit_child(child, (graph, constants, variables),
+                                              child_seed)
+            save_variables(init, init_vars)
             child_id = self.study.add(
                 graph_to_json(child.graph, child.constants), parent_id=parent.id,
                 generation=parent.generation + 1, seed=child_seed, fingerprint=fingerprint,
                 spec=child.spec_json(), properties=describe_properties(child.properties),
                 inheritance={"inherited": sorted(child.inherited), "new": sorted(child.new),
-                             "init_path": init},
+                             "init_path": init, **({"fit": fitted} if fitted else {})},
                 state={"proposals": k + 1})
         except (NoChildFound, DuplicateCandidateError) as e:
             logging.info("proposal %d from parent %d failed: %s", k, parent.id, e)
             self.study.set_state("proposals", k + 1)
             return None
         return child_id
+
+    def fit_child(self, child: Any, parent: tuple[Any, Any, Any], seed: int
+                  ) -> tuple[dict[str, Any], dict[str, float]]:
+        """The child's variables with its new ops fitted to what they replace (see
+        `nas.search.fit`), and the fit's errors; unchanged where fitting does not apply."""
+        from nas.search import fit
+
+        cfg = fit.FitConfig.from_dict(dict(self.search.fit))
+        if (not cfg.steps or not child.new or child.kind != "subgraph"
+                or child.function_preserving):
+            return child.variables, {}
+        if self._fit_images is None:  # the same batches for every child of this search
+            self._fit_images = fit.training_batches(self.train, cfg.batches, cfg.batch_size,
+                                                    int(self.search.seed))
+        try:
+            return fit.fit_new_ops(parent, (child.graph, child.constants, child.variables),
+                                   child.new, fit.replaced_tensors(child.spec),
+                                   self._fit_images, cfg)
+        except (ValueError, KeyError) as e:  # e.g. a replaced tensor the child no longer has
+            logging.info("child of seed %d not fitted: %s", seed, e)
+            return child.variables, {}
 
     # ------------------------------------------------------------------ training
     def task(self, candidate_id: int) -> dict[str, Any]:

@@ -147,3 +147,27 @@ def _distance_to_dominated_region(p: np.ndarray, curve: np.ndarray) -> np.ndarra
     """Distance from each point to the union of the quadrants below-left of curve points."""
     excess = np.maximum(p[:, None, :] - curve[None, :, :], 0.0)
     return np.min(np.linalg.norm(excess, axis=2), axis=1)
+
+
+def hypervolume(points: ArrayLike, reference: Sequence[float],
+                higher_better: tuple[bool, bool] = (True, False)) -> float:
+    """Area dominated by `points` and bounded by `reference` (2 objectives).
+
+    Points that do not beat the reference in both objectives add nothing. With the default
+    (accuracy up, cost down) and reference (0, c), it is the area under the accuracy/cost
+    staircase left of cost c.
+    """
+    pts = as_points(points)
+    ref = as_points([reference], "reference")[0]
+    signs = np.array([1.0 if hb else -1.0 for hb in higher_better])
+    std = pts * signs
+    r = ref * signs
+    std = std[(std[:, 0] > r[0]) & (std[:, 1] > r[1])]
+    if len(std) == 0:
+        return 0.0
+    curve = ParetoCurve(std, (True, True)).curve  # descending first, ascending second
+    area, last_second = 0.0, r[1]
+    for first, second in curve:
+        area += (first - r[0]) * (second - last_second)
+        last_second = second
+    return float(area)

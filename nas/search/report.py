@@ -1,4 +1,9 @@
-"""Results of a study for people: Pareto plot (PNG), a self-contained HTML page, a text table.
+"""Results of a study for people: a self-contained HTML page, a CSV, a Pareto PNG, a text table.
+
+The page shows accuracy against every measured cost (SVG, each point a link to its
+candidate), best accuracy and front size as the search went on, a sortable candidate table,
+and for each candidate on a front its mutation, its training curve, its op list with shapes
+and a diagram of its graph (see `report_candidate`).
 
 Written to `<workdir>/report/` atomically, so a report being rewritten while someone
 has it open is never half a file. Uses matplotlib's object API with the Agg canvas
@@ -8,7 +13,7 @@ has it open is never half a file. Uses matplotlib's object API with the Agg canv
 from __future__ import annotations
 
 import base64
-import html
+import csv
 import io
 import os
 import time
@@ -17,9 +22,26 @@ from pathlib import Path
 
 from nas.search._atomic import atomic_write_bytes, atomic_write_text
 from nas.search.candidate import STATUSES, Candidate
+from nas.search.pareto import ParetoCurve
+from nas.search.report_candidate import (
+    architecture,
+    diagram,
+    diff_html,
+    metrics_path,
+    mutation_diff,
+    op_table,
+    read_metrics,
+    training_curve,
+)
+from nas.search.selection import OBJECTIVES
 from nas.search.study import Study
+from nas.search.svg import Point, esc, generation_colour, line_chart, scatter
 
 _PLOTS = (("flops", "FLOPs"), ("params", "parameters"))
+# Every cost a candidate is measured by, in the order the report shows them.
+COST_LABELS = (("flops", "FLOPs"), ("params", "parameters"),
+               ("im_sec_core_train", "train images/s/core"),
+               ("im_sec_core_infer", "inference images/s/core"))
 
 
 def lineage(cid: int, by_id: dict[int, Candidate]) -> list[int]:
@@ -37,6 +59,7 @@ def plot_png(study: Study, candidates: Sequence[Candidate] | None = None) -> byt
     """PNG of accuracy vs FLOPs and vs params: all done candidates, front, parent->child."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
     cands = list(study.candidates() if candidates is None else candidates)
     by_id = {c.id: c for c in cands}
@@ -85,7 +108,9 @@ def plot_png(study: Study, candidates: Sequence[Candidate] | None = None) -> byt
         ax.set_title(f"accuracy vs {label}")
         ax.grid(alpha=0.3)
         ax.legend(loc="lower right", fontsize=8)
-        fig.colorbar(sc, ax=ax, label="generation")
+        bar = fig.colorbar(sc, ax=ax, label="generation")
+        bar.locator = MaxNLocator(integer=True)  # generations are whole numbers
+        bar.update_ticks()
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
@@ -124,30 +149,184 @@ def summary(study: Study, k: int = 5) -> str:
     return "\n".join(lines)
 
 
+def front_of(candidates: Sequence[Candidate], cost: str) -> list[Candidate]:
+    """Done candidates of `candidates` on the accuracy/`cost` front (cost order)."""
+    done = [c for c in candidates if c.status == "done" and c.accuracy is not None
+            and getattr(c, cost) is not None]
+    if not done:
+        return []
+    curve = ParetoCurve([(c.accuracy, getattr(c, cost)) for c in done],
+                        (True, OBJECTIVES[cost]))
+    on = {tuple(p) for p in curve.points.tolist()}
+    front = [c for c in done if (c.accuracy, float(getattr(c, cost))) in on]
+    return sorted(front, key=lambda c: (float(getattr(c, cost)), c.id))
+
+
+def costs_present(candidates: Sequence[Candidate]) -> list[tuple[str, str]]:
+    """The (cost, label) pairs some done candidate has a value for."""
+    return [(cost, label) for cost, label in COST_LABELS
+            if any(c.status == "done" and getattr(c, cost) for c in candidates)]
+
+
+def progress_series(candidates: Sequence[Candidate], cost: str = "flops"
+                    ) -> list[tuple[int, float, int]]:
+    """(n finished, best accuracy so far, front size so far) in the order candidates finished."""
+    done = sorted((c for c in candidates if c.status == "done" and c.accuracy is not None),
+                  key=lambda c: (c.finished_at or 0.0, c.id))
+    out = []
+    for n in range(1, len(done) + 1):
+        seen = done[:n]
+        out.append((n, max(c.accuracy for c in seen), len(front_of(seen, cost))))
+    return out
+
+
+CSV_COLUMNS = ("id", "parent_id", "generation", "status", "accuracy", "loss", "flops",
+               "params", "im_sec_core_train", "im_sec_core_infer", "epochs", "attempts",
+               "on_front", "fingerprint", "worker", "error")
+
+
+def to_csv(study: Study, candidates: Sequence[Candidate] | None = None) -> str:
+    """Every candidate as one CSV row (`on_front`: 1 if on any accuracy/cost front)."""
+    cands = list(study.candidates() if candidates is None else candidates)
+    front = {c.id for cost, _ in costs_present(cands) for c in front_of(cands, cost)}
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for c in cands:
+        row = [int(c.id in front) if k == "on_front" else getattr(c, k) for k in CSV_COLUMNS]
+        writer.writerow(["" if v is None else v for v in row])
+    return buf.getvalue()
+
+
 _CSS = """
-body{font-family:sans-serif;margin:1.5em;color:#222}
+body{font-family:sans-serif;margin:1.5em;color:#222;max-width:1400px}
 table{border-collapse:collapse;font-size:13px}
 th,td{border:1px solid #ccc;padding:2px 6px;text-align:right}
 th{background:#eee} td.l{text-align:left}
-tr.done{} tr.failed td,tr.infeasible td{color:#a33} tr.pending td,tr.running td{color:#777}
+table.sortable th{cursor:pointer} table.sortable th:after{content:" \\2195";color:#aaa}
+tr.failed td,tr.infeasible td,tr.stopped td{color:#a33} tr.pending td,tr.running td{color:#777}
 tr.front{background:#fff3d6}
-img{max-width:100%}
+tr[data-new] td{background:#e5f5e0}
+img{max-width:100%} .plots svg{margin:0 12px 12px 0}
+section.candidate{border-top:2px solid #ddd;margin-top:1.5em;padding-top:.5em}
+.diff{display:flex;gap:2em;flex-wrap:wrap} .diff ol{margin:.3em 0}
+.note{color:#777} .row{display:flex;gap:1.5em;flex-wrap:wrap;align-items:flex-start}
+"""
+
+_SORT_JS = """
+document.querySelectorAll('table.sortable').forEach(function(table){
+  table.querySelectorAll('thead th').forEach(function(th, col){
+    th.addEventListener('click', function(){
+      var body = table.tBodies[0], rows = Array.from(body.rows);
+      var asc = th.getAttribute('data-dir') !== 'asc';
+      table.querySelectorAll('thead th').forEach(function(h){h.removeAttribute('data-dir');});
+      th.setAttribute('data-dir', asc ? 'asc' : 'desc');
+      function key(r){ var t = r.cells[col].textContent.trim(); var n = parseFloat(t);
+        return t === '' ? null : (isNaN(n) || !/^[-+.0-9eE]+$/.test(t) ? t : n); }
+      rows.sort(function(a, b){ var x = key(a), y = key(b);
+        if (x === null) return 1; if (y === null) return -1;
+        var c = (typeof x === typeof y) ? (x < y ? -1 : x > y ? 1 : 0)
+                                        : (typeof x === 'number' ? -1 : 1);
+        return asc ? c : -c; });
+      rows.forEach(function(r){ body.appendChild(r); });
+    });
+  });
+});
 """
 
 
+def _input_shape(study: Study) -> tuple[int, ...]:
+    try:
+        size = int(study.config["train"]["input"]["image_size"])
+    except (KeyError, TypeError, ValueError):
+        size = 32
+    return (1, size, size, 3)
+
+
+def _scatters(candidates: Sequence[Candidate], by_id: dict[int, Candidate],
+              front_ids: set[int]) -> str:
+    done = [c for c in candidates if c.status == "done" and c.accuracy is not None]
+    top = max((c.generation for c in done), default=0)
+    charts = []
+    for cost, label in costs_present(candidates) or COST_LABELS[:1]:
+        have = [c for c in done if getattr(c, cost)]
+        points = {c.id: Point(
+            float(getattr(c, cost)), float(c.accuracy),
+            f"candidate {c.id} (generation {c.generation}, parent {c.parent_id}): accuracy "
+            f"{c.accuracy:.4f}, {label} {getattr(c, cost):.4g}",
+            href=f"#cand-{c.id}" if c.id in front_ids else f"#c{c.id}",
+            colour=generation_colour(c.generation, top), ident=str(c.id)) for c in have}
+        front = front_of(have, cost)
+        for c in front:
+            points[c.id].ring = True
+        edges = [(points[c.parent_id], points[c.id]) for c in have
+                 if c.parent_id in points]
+        charts.append(scatter(list(points.values()), label, "accuracy",
+                              f"scatter scatter-{cost}", [points[c.id] for c in front],
+                              edges=edges))
+    legend = " ".join(f'<span style="color:{generation_colour(g, top)}">&#9679;</span> {g}'
+                      for g in range(top + 1)) if done else ""
+    return (f'<div class="plots">{"".join(charts)}</div><p class="note">colour: generation '
+            f"{legend}; red rings: Pareto front; grey lines: parent → child; every point "
+            f"links to its candidate</p>")
+
+
+def _progress(candidates: Sequence[Candidate]) -> str:
+    series = progress_series(candidates)
+    if not series:
+        return '<p class="note">no finished candidates yet</p>'
+    acc = line_chart([("best accuracy", "#2ca02c", [(n, a) for n, a, _ in series])],
+                     "candidates finished", "accuracy", "progress progress-accuracy",
+                     integer_x=True, steps=True)
+    size = line_chart([("front size (FLOPs)", "#d62728",
+                        [(n, float(f)) for n, _, f in series])],
+                      "candidates finished", "candidates on front", "progress progress-front",
+                      integer_x=True, steps=True)
+    return f'<div class="plots">{acc}{size}</div>'
+
+
+def _candidate_section(study: Study, c: Candidate, by_id: dict[int, Candidate],
+                       shape: tuple[int, ...], costs: Sequence[str]) -> str:
+    arch = architecture(c.graph_json, shape)
+    parent = by_id.get(c.parent_id) if c.parent_id is not None else None
+    fresh = set((c.inheritance or {}).get("new", []))
+    added: set[str] = set()
+    if parent is not None:
+        parent_arch = architecture(parent.graph_json, shape)
+        diff = mutation_diff(arch, parent_arch, c.inheritance)
+        added = {op.name for op in diff.added}
+        change = diff_html(diff)
+    else:
+        change = '<p class="note">seed model: no parent</p>'
+    metrics = ", ".join(f"{k} {_fmt(getattr(c, k))}" for k in ("accuracy", *costs)
+                        if getattr(c, k) is not None)
+    up = (f' from <a href="#cand-{parent.id}">{parent.id}</a>'
+          if parent is not None else "")
+    return (f'<section class="candidate" id="cand-{c.id}"><h3>candidate {c.id} '
+            f"(generation {c.generation}){up}</h3><p>{esc(metrics)} — row "
+            f'<a href="#c{c.id}">{c.id}</a></p>'
+            f'<h4>what the mutation changed</h4>{change}'
+            f'<h4>training</h4><div class="row">'
+            f"{training_curve(read_metrics(metrics_path(str(study.workdir), c)))}</div>"
+            f'<h4>architecture</h4><div class="row"><div>{op_table(arch, added | fresh)}</div>'
+            f"<div>{diagram(arch, added | fresh)}</div></div></section>")
+
+
 def render_html(study: Study, png: bytes, candidates: Sequence[Candidate]) -> str:
-    """The report page; the plot is inlined as base64 so the file stands alone."""
+    """The report page: everything inline (plots as SVG and one PNG), so it stands alone."""
     by_id = {c.id: c for c in candidates}
-    front_ids = {c.id for cost, _ in _PLOTS for c in study.pareto_front(cost)}
+    costs = [cost for cost, _ in costs_present(candidates)]
+    fronts = {cost: front_of(candidates, cost) for cost in costs}
+    front_ids = {c.id for front in fronts.values() for c in front}
     counts = study.counts()
-    esc = html.escape
     cols = ("id", "parent", "gen", "status", "accuracy", "loss", "flops", "params",
             "im/s/core train", "im/s/core infer", "epochs", "attempts", "worker",
             "lineage", "error")  # fmt: skip
     rows = []
     for c in candidates:
+        ident = (f'<a href="#cand-{c.id}">{c.id}</a>' if c.id in front_ids else str(c.id))
         cells = [
-            f'<td id="c{c.id}">{c.id}</td>',
+            f'<td id="c{c.id}">{ident}</td>',
             f'<td><a href="#c{c.parent_id}">{c.parent_id}</a></td>'
             if c.parent_id is not None else "<td></td>",
             *(f"<td>{esc(_fmt(v))}</td>" for v in (
@@ -161,25 +340,38 @@ def render_html(study: Study, png: bytes, candidates: Sequence[Candidate]) -> st
         cls = f"{c.status} front" if c.id in front_ids else c.status
         rows.append(f'<tr class="{cls}">' + "".join(cells) + "</tr>")
     img = base64.b64encode(png).decode("ascii")
-    count_text = ", ".join(f"{s}: {counts[s]}" for s in STATUSES)
+    count_text = ", ".join(f"{s}: {n}" for s, n in counts.items())
     best = esc(summary(study, k=10))
+    shape = _input_shape(study)
+    order = sorted(front_ids, key=lambda i: (-by_id[i].accuracy, i))
+    sections = "".join(_candidate_section(study, by_id[i], by_id, shape, costs) for i in order)
+    toc = " ".join(f'<a href="#cand-{i}">{i}</a>' for i in order) or "none yet"
     return (
         "<!doctype html>\n<html><head><meta charset='utf-8'>"
         f"<title>nas study {esc(str(study.workdir))}</title><style>{_CSS}</style></head>"
         f"<body><h1>nas study</h1><p>{esc(str(study.workdir.resolve()))}<br>"
         f"{esc(count_text)}<br>generated {esc(time.strftime('%Y-%m-%d %H:%M:%S'))}</p>"
-        f'<img alt="Pareto front" src="data:image/png;base64,{img}">'
+        f'<section id="fronts"><h2>Accuracy against cost</h2>'
+        f"{_scatters(candidates, by_id, front_ids)}</section>"
+        f'<section id="progress"><h2>Search progress</h2>{_progress(candidates)}</section>'
         f"<h2>Best</h2><pre>{best}</pre>"
-        "<h2>Candidates</h2><p>highlighted rows are on a Pareto front</p><table><tr>"
+        f'<section id="candidates"><h2>Candidates</h2><p>highlighted rows are on a Pareto '
+        f'front; click a column to sort; <a id="csv-link" href="report.csv" download>'
+        f'download CSV</a></p><table id="candidates-table" class="sortable"><thead><tr>'
         + "".join(f"<th>{h}</th>" for h in cols)
-        + "</tr>\n" + "\n".join(rows) + "\n</table></body></html>\n"
+        + "</tr></thead><tbody>\n" + "\n".join(rows) + "\n</tbody></table></section>"
+        f'<section id="front"><h2>Candidates on a front</h2><p>{toc}</p>{sections}</section>'
+        f'<h2>Static plot</h2><img alt="Pareto front" src="data:image/png;base64,{img}">'
+        f"<script>{_SORT_JS}</script></body></html>\n"
     )  # fmt: skip
 
 
 def write_report(study: Study, out_dir: str | os.PathLike | None = None) -> Path:
-    """Write `pareto.png` and `report.html` (default `<workdir>/report/`); return the html path."""
+    """Write `pareto.png`, `report.csv` and `report.html` (default `<workdir>/report/`);
+    return the html path."""
     out = Path(out_dir) if out_dir is not None else study.workdir / "report"
     candidates = study.candidates()
     png = plot_png(study, candidates)
     atomic_write_bytes(out / "pareto.png", png)
+    atomic_write_text(out / "report.csv", to_csv(study, candidates))
     return atomic_write_text(out / "report.html", render_html(study, png, candidates))

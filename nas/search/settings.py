@@ -13,6 +13,7 @@ from typing import Any
 import ml_collections
 
 from nas import schema
+from nas.search.fit import FitConfig
 from nas.search.selection import SelectionConfig
 
 # Fields of the search section a resumed search takes from the command line rather than
@@ -43,6 +44,10 @@ def search_defaults() -> ml_collections.ConfigDict:
         "max_proposal_failures": 25,  # consecutive failed mutations before giving up
         "selection": {"costs": ("flops", "params"), "min_acc": 0.0},
         "mutation": {},  # passed to nas.mutation.propose_child as its config
+        # nas.search.fit.FitConfig: a child's new ops are fitted to the parent's tensors
+        # they replace before it trains ({"steps": 0} disables)
+        "fit": {},
+        "seed_graph": "",  # graph JSON or `nas-search export` file to start from ("": zoo)
     })
 
 
@@ -63,6 +68,8 @@ SEARCH_SCHEMA: dict[str, schema.Field] = {
     "max_proposal_failures": schema.positive(),
     "selection": schema.Field(dict),  # SelectionConfig checks its fields
     "mutation": schema.Field(dict),  # MutationConfig checks its fields
+    "fit": schema.Field(dict),  # FitConfig checks its fields
+    "seed_graph": schema.Field(str),
 }
 
 
@@ -91,6 +98,7 @@ def validate_search(config: Any) -> ml_collections.ConfigDict:
                          f"{search.hard_time_limit_s:g}")
     _prefixed("search.mutation.", MutationConfig.from_dict, dict(search.mutation))
     _prefixed("search.selection.", SelectionConfig.from_dict, dict(search.selection))
+    _prefixed("search.fit.", FitConfig.from_dict, dict(search.fit))
     train = _prefixed("train.", train_config.with_defaults, config.train)
     check_dataset(train)
     return search

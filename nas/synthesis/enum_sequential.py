@@ -18,6 +18,7 @@ from nas.graph.subgraph import SubgraphModel
 from nas.synthesis.base import Budget, Context, SynthesisError, SynthesisTimeout
 from nas.synthesis.search_space import (
     KwargSets,
+    SearchSpace,
     all_kwargs_for_op_type,
     hashable,
     kwarg_defaults,
@@ -59,6 +60,7 @@ class EnumerativeSequentialSynthesizer(AbstractSequentialSynthesizer):
         max_delta: int = -1,
         min_len: int = 0,
         min_delta: int = -1,
+        space: SearchSpace | dict | None = None,
     ) -> None:
         if max_len >= 0 and max_delta >= 0:
             raise ValueError("set at most one of max_len and max_delta")
@@ -70,6 +72,9 @@ class EnumerativeSequentialSynthesizer(AbstractSequentialSynthesizer):
         ops = [node.op for node in self.subgraphs_and_props[0][0].subgraph]
         self.kwarg_defaults: KwargSets = kwarg_defaults(
             ops, skip_int_features=len(self.subgraphs_and_props) > 1)
+        # None: the reference's space (every op type, factors up to 4x)
+        self.space = None if space is None else SearchSpace.from_dict(space)
+        self.op_types = None if self.space is None else self.space.allowed_types(ops)
 
     def length_bounds(self) -> tuple[int, int]:
         """(min, max) chain length; max < 0 means unbounded."""
@@ -78,7 +83,8 @@ class EnumerativeSequentialSynthesizer(AbstractSequentialSynthesizer):
         return min_len, max_len
 
     def subg_enumerator(self, max_len: int, min_len: int) -> Iterator[list[Op]]:
-        gen = lambda: op_enumerator(self.prefix, self.kwarg_defaults, full=False)
+        gen = lambda: op_enumerator(self.prefix, self.kwarg_defaults, full=False,
+                                    op_types=self.op_types, space=self.space)
         return sequence_generator(gen, max_len, min_len)
 
     def try_ops(self, ops: Sequence[Op], adjust_features: bool) -> bool:
@@ -112,7 +118,8 @@ class EnumerativeSequentialSynthesizer(AbstractSequentialSynthesizer):
         for index, op in enumerate(ops):
             if op.type not in RANDOMIZED_TYPES:
                 continue
-            op_choices, in_choices = all_kwargs_for_op_type(self.kwarg_defaults, full, op.type)
+            op_choices, in_choices = all_kwargs_for_op_type(self.kwarg_defaults, full, op.type,
+                                                             self.space)
             choices = [(k, v, "op") for k, v in op_choices.items()]
             choices += [(k, v, "in") for k, v in in_choices.items()]
             pinned = set()

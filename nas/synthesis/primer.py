@@ -16,6 +16,7 @@ from nas.graph.ops import Op, OpType, new_op
 from nas.graph.subgraph import SubgraphModel
 from nas.synthesis.base import Budget, Context, SynthesisError
 from nas.synthesis.search_space import (
+    SearchSpace,
     all_kwargs_for_op_type,
     kwarg_defaults,
     op_enumerator,
@@ -39,6 +40,7 @@ class PrimerSequentialSynthesizer(AbstractSequentialSynthesizer):
         min_len: int = 0,
         min_delta: int = -1,
         use_automl_zero: bool = False,
+        space: SearchSpace | dict | None = None,
     ) -> None:
         super().__init__(subgraphs_and_props, generation, abstract, rng, budget)
         # Widths were read from the shape properties above; nothing else is checked.
@@ -48,9 +50,13 @@ class PrimerSequentialSynthesizer(AbstractSequentialSynthesizer):
         self.use_automl_zero = use_automl_zero
         first_ops = [node.op for node in self.subgraphs_and_props[0][0].subgraph]
         self.kwarg_defaults = kwarg_defaults(first_ops, len(self.subgraphs_and_props) > 1)
+        # None: the reference's space (every op type, factors up to 4x)
+        self.space = None if space is None else SearchSpace.from_dict(space)
+        self.op_types = None if self.space is None else self.space.allowed_types(first_ops)
 
     def _random_op(self) -> Op:
-        ops = list(op_enumerator("", self.kwarg_defaults, full=True))
+        ops = list(op_enumerator("", self.kwarg_defaults, full=True, op_types=self.op_types,
+                                    space=self.space))
         return self.rng.choice(ops)
 
     def delete(self, ops: list[Op]) -> list[Op] | None:
@@ -68,7 +74,7 @@ class PrimerSequentialSynthesizer(AbstractSequentialSynthesizer):
         for index, op in enumerate(ops):
             if op.type not in _FIELD_TYPES:
                 continue
-            op_kw, in_kw = all_kwargs_for_op_type(self.kwarg_defaults, True, op.type)
+            op_kw, in_kw = all_kwargs_for_op_type(self.kwarg_defaults, True, op.type, self.space)
             options += [(index, k, sorted(v, key=repr), "op") for k, v in op_kw.items()
                         if len(v) > 1]
             options += [(index, k, sorted(v, key=repr), "in") for k, v in in_kw.items()
@@ -97,7 +103,8 @@ class PrimerSequentialSynthesizer(AbstractSequentialSynthesizer):
                    else self.min_len)
         if max_len < 0:
             max_len = self.num_ops + 2
-        gen = lambda: op_enumerator("", self.kwarg_defaults, full=True)
+        gen = lambda: op_enumerator("", self.kwarg_defaults, full=True, op_types=self.op_types,
+                                    space=self.space)
         return next(random_sequence_generator(gen, max_len, self.rng, min_len), None)
 
     def synthesize(self) -> list[SubgraphModel]:

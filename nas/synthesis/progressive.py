@@ -17,7 +17,7 @@ from nas.graph.ops import Op
 from nas.graph.subgraph import SubgraphModel
 from nas.synthesis.base import Budget, Context, SynthesisError
 from nas.synthesis.enum_sequential import EnumerativeSequentialSynthesizer
-from nas.synthesis.search_space import op_enumerator
+from nas.synthesis.search_space import SearchSpace, op_enumerator
 
 
 class Mode(enum.Enum):
@@ -57,10 +57,11 @@ class ProgressiveSequentialSynthesizer(EnumerativeSequentialSynthesizer):
         exp: float = 1.0,
         p: float = 0.2,
         filter_progress: bool = True,
+        space: SearchSpace | dict | None = None,
     ) -> None:
         super().__init__(subgraphs_and_props, generation, abstract, rng, budget,
                          max_len=max_len, max_delta=max_delta, min_len=min_len,
-                         min_delta=min_delta)
+                         min_delta=min_delta, space=space)
         if not 0 <= p <= 1:
             raise ValueError(f"p must be in [0, 1], got {p}")
         self.mode = Mode.parse(mode)
@@ -94,7 +95,8 @@ class ProgressiveSequentialSynthesizer(EnumerativeSequentialSynthesizer):
         """Every one-op extension of `ops` that builds, with its property distance."""
         out = []
         adjust = max_len > 0 and len(ops) + 1 >= max_len - 1
-        for op in op_enumerator(self.prefix, self.kwarg_defaults, full=False):
+        for op in op_enumerator(self.prefix, self.kwarg_defaults, full=False,
+                                op_types=self.op_types, space=self.space):
             self.check_deadline()
             spec = self.make_subgraph_spec([*ops, op], adjust_features=adjust)
             try:

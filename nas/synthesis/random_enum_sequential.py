@@ -13,5 +13,6 @@ from nas.synthesis.search_space import op_enumerator, random_sequence_generator
 
 class RandomEnumerativeSequentialSynthesizer(EnumerativeSequentialSynthesizer):
     def subg_enumerator(self, max_len: int, min_len: int) -> Iterator[list[Op]]:
-        gen = lambda: op_enumerator(self.prefix, self.kwarg_defaults, full=False)
+        gen = lambda: op_enumerator(self.prefix, self.kwarg_defaults, full=False,
+                                    op_types=self.op_types, space=self.space)
         return random_sequence_generator(gen, max_len, self.rng, min_len)

@@ -9,8 +9,10 @@ can always rebuild something close to the original.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 import math
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from fractions import Fraction
 from typing import Any
@@ -20,9 +22,94 @@ from nas.graph.symbolic import split_factors
 
 KwargSets = dict[str, set[Any]]
 
+# Ops that squash activations into (0, 1): in the middle of a network they starve what
+# follows of signal, so by default they are only synthesized where the replaced subgraph
+# already had them.
+SQUASHING = ("SOFTMAX", "SIGMOID")
+DEFAULT_WIDTH_FACTORS = ("%2", "", "*2")
+_FACTOR = re.compile(r"^([*%][1-9][0-9]*)?$")
 
-def _factor_sets(full: bool) -> dict[str, list[Any]]:
-    """The class-level kwarg values of each setting."""
+
+@dataclasses.dataclass(frozen=True)
+class SearchSpace:
+    """Which ops and widths synthesis may use; part of a search's mutation config.
+
+    op_types: names of the op types synthesis may build (None: every synthesizable type).
+    inherit_only: op types built only where the replaced subgraph already had one (by
+        default the squashing ops: a softmax between two layers collapses a child).
+    width_factors: factors a synthesized DENSE/CONV width may take relative to its input
+        ("%2": half, "": same, "*2": double). The last width of a chain is still whatever
+        the shape property requires.
+    """
+
+    op_types: tuple[str, ...] | None = None
+    inherit_only: tuple[str, ...] = SQUASHING
+    width_factors: tuple[str, ...] = DEFAULT_WIDTH_FACTORS
+
+    def __post_init__(self) -> None:
+        for field in ("op_types", "inherit_only", "width_factors"):
+            value = getattr(self, field)
+            if value is None and field == "op_types":
+                continue
+            if isinstance(value, str) or not isinstance(value, Sequence):
+                raise ValueError(f"search_space.{field}: expected a list of strings, got "
+                                 f"{value!r}")
+            object.__setattr__(self, field, tuple(value))
+        for field in ("op_types", "inherit_only"):
+            for name in getattr(self, field) or ():
+                if not isinstance(name, str) or name.upper() not in OpType.__members__:
+                    raise ValueError(f"search_space.{field}: {name!r} is not an op type; "
+                                     f"expected names such as 'CONV' or 'RELU'")
+                if OpType[name.upper()] in SKIPPED_TYPES:
+                    raise ValueError(f"search_space.{field}: {name!r} is never synthesized")
+        if not self.width_factors:
+            raise ValueError("search_space.width_factors: needs at least one factor, e.g. ''")
+        for factor in self.width_factors:
+            if not isinstance(factor, str) or not _FACTOR.match(factor):
+                raise ValueError(f"search_space.width_factors: {factor!r} is not a factor; "
+                                 f"expected '', '*N' or '%N'")
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | SearchSpace | None) -> SearchSpace:
+        if data is None:
+            return cls()
+        if isinstance(data, SearchSpace):
+            return data
+        if hasattr(data, "to_dict"):  # an ml_collections.ConfigDict from a config file
+            data = data.to_dict()
+        if not isinstance(data, Mapping):
+            raise ValueError(f"search_space: expected a dict, got {type(data).__name__}")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"search_space: unknown fields {unknown}; expected a subset of "
+                             f"{sorted(known)}")
+        return cls(**dict(data))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: (list(v) if isinstance(v, tuple) else v)
+                for k, v in dataclasses.asdict(self).items()}
+
+    def allowed_types(self, replaced: Iterable[Op]) -> tuple[OpType, ...]:
+        """Op types synthesis may use to replace the ops `replaced`."""
+        present = {op.type for op in replaced}
+        allowed = ({OpType[n.upper()] for n in self.op_types} if self.op_types is not None
+                   else set(OpType))
+        for name in self.inherit_only:
+            if OpType[name.upper()] not in present:
+                allowed.discard(OpType[name.upper()])
+        return tuple(t for t in OpType if t in allowed and t not in SKIPPED_TYPES)
+
+
+def _factor_sets(full: bool, space: SearchSpace | None = None) -> dict[str, list[Any]]:
+    """The class-level kwarg values of each setting (width factors from `space`)."""
+    sets = _class_sets(full)
+    if space is not None:
+        sets["features_factor"] = list(space.width_factors)
+    return sets
+
+
+def _class_sets(full: bool) -> dict[str, list[Any]]:
     if full:
         return {
             "features_factor": ["%4", "%2", "", "*2", "*4"],
@@ -93,10 +180,11 @@ def kwarg_defaults(ops: Iterable[Op], skip_int_features: bool = False) -> KwargS
     return seen
 
 
-def make_default_kwargs(defaults: Mapping[str, set[Any]] | None, full: bool) -> KwargSets:
+def make_default_kwargs(defaults: Mapping[str, set[Any]] | None, full: bool,
+                        space: SearchSpace | None = None) -> KwargSets:
     """The observed values unioned with the class values of the setting."""
     out: KwargSets = {k: set(v) for k, v in (defaults or {}).items()}
-    for key, values in _factor_sets(full).items():
+    for key, values in _factor_sets(full, space).items():
         out.setdefault(key, set()).update(values)
     return out
 
@@ -145,10 +233,11 @@ def make_features(defaults: Mapping[str, set[Any]], full: bool) -> set[Any]:
 
 
 def all_kwargs_for_op_type(
-    defaults: Mapping[str, set[Any]], full: bool, op_type: OpType
+    defaults: Mapping[str, set[Any]], full: bool, op_type: OpType,
+    space: SearchSpace | None = None,
 ) -> tuple[KwargSets, KwargSets]:
     """(op_kwargs choices, input_kwargs choices) for one op type; ({}, {}) if it has none."""
-    d = make_default_kwargs(defaults, full)
+    d = make_default_kwargs(defaults, full, space)
     if op_type is OpType.DENSE:
         return {"features": make_features(d, full)}, {}
     if op_type is OpType.CONV:
@@ -207,6 +296,7 @@ def op_enumerator(
     defaults: Mapping[str, set[Any]] | None = None,
     full: bool = True,
     op_types: Sequence[OpType] | None = None,
+    space: SearchSpace | None = None,
 ) -> Iterator[Op]:
     """Every single-input op of the search space, in op-type definition order.
 
@@ -222,7 +312,7 @@ def op_enumerator(
             continue
         if op_type not in PARAMETERIZED_TYPES:
             continue
-        op_kw, in_kw = all_kwargs_for_op_type(defaults or {}, full, op_type)
+        op_kw, in_kw = all_kwargs_for_op_type(defaults or {}, full, op_type, space)
         if not op_kw and not in_kw:
             continue
         for o, i in kwargs_for_op_to_product(op_kw, in_kw):

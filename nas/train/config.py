@@ -183,7 +183,8 @@ def with_defaults(config: ml_collections.ConfigDict) -> ml_collections.ConfigDic
     merged.unlock()
     for key, value in user.items():
         if key in ("optax", "model", "schedule"):
-            merged[key] = value
+            with merged.ignore_type():  # a schedule may be a list of (regex, dict) pairs
+                merged[key] = value
         elif isinstance(value, Mapping):
             merged[key].update(value)
         else:

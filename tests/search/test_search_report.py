@@ -35,7 +35,8 @@ def test_write_report(tmp_path):
     assert page.count("<tr class=") == 5
     assert "&lt;boom&gt; &amp; NaN" in page and "<boom>" not in page
     assert 'href="#c1">1</a> → <a href="#c2">2</a> → <a href="#c3">3</a>' in page
-    assert sorted(p.name for p in (tmp_path / "report").iterdir()) == ["pareto.png", "report.html"]
+    assert sorted(p.name for p in (tmp_path / "report").iterdir()) == [
+        "pareto.png", "report.csv", "report.html"]
 
 
 def test_report_of_empty_study_and_summary(tmp_path):

@@ -1,0 +1,212 @@
+"""Fit a child's new subgraph to the subgraph it replaced, before the child trains.
+
+Why (measured with benchmarks/child_collapse.py on the README search): a child starts with
+freshly initialized ops in the middle of a trained network, so before its first step it
+computes nothing like its parent (test accuracy 0.01-0.11 against the parent's 0.98), and one
+epoch of fine-tuning does not always bring it back (0.35, 0.09, 0.09 after it). Here the new
+ops are first trained alone, inherited ops untouched, to reproduce the parent's tensors at
+the points the new subgraph feeds (mean squared error on a few training batches). A new
+subgraph that can express the old function (same width, or a wider/narrower chain of convs)
+then starts close to it; one that cannot (say, a pool that halves the resolution) starts at
+its closest fit. Afterwards the running statistics of new batch-norm ops are set to the
+statistics of those batches, so evaluation does not use their initial (0, 1).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class FitConfig:
+    steps: int = 60  # optimizer steps (0 disables fitting)
+    batches: int = 4  # distinct training batches, cycled
+    batch_size: int = 32
+    lr: float = 1e-3  # Adam
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> FitConfig:
+        data = dict(data.to_dict() if hasattr(data, "to_dict") else (data or {}))
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"config field 'search.fit': unknown fields {unknown}; expected "
+                             f"a subset of {sorted(known)}")
+        out = cls(**data)
+        for name in ("steps", "batches", "batch_size"):
+            value = getattr(out, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"config field 'search.fit.{name}': expected an int >= 0, "
+                                 f"got {value!r}")
+        if out.batches < 1 or out.batch_size < 1:
+            raise ValueError("config fields 'search.fit.batches' and 'batch_size' must be >= 1")
+        if not isinstance(out.lr, int | float) or isinstance(out.lr, bool) or out.lr <= 0:
+            raise ValueError(f"config field 'search.fit.lr': expected a positive number, got "
+                             f"{out.lr!r}")
+        return out
+
+
+def replaced_tensors(spec: Sequence[Mapping[str, Any]] | Sequence[Any]) -> list[tuple[str, str]]:
+    """(child tensor, parent tensor) pairs: each new output and the old tensor it replaces."""
+    pairs = []
+    for node in spec:
+        if isinstance(node, Mapping):  # Child.spec_json() form
+            op_name, outs = node["op"]["name"], node["output_names"]
+        else:  # SubgraphNode
+            op_name, outs = node.op.name, node.output_names
+        for idx, old in enumerate(outs):
+            if old is not None:
+                pairs.append((f"{op_name}:{idx}", old if ":" in old else f"{old}:0"))
+    return pairs
+
+
+def training_batches(train_config: Any, count: int, batch_size: int, seed: int
+                     ) -> list[np.ndarray]:
+    """`count` preprocessed (non-augmented) training images batches of the search's data."""
+    from nas.train import data as data_lib
+
+    inp = train_config.input
+    source = data_lib.open_source(inp.data.name, inp.data.split,
+                                  data_lib.resolve_data_dir(inp.data_dir or None))
+    ds = data_lib.make_train_dataset(
+        source, data_lib.make_preprocess(inp.data.name, False, inp.image_size, False),
+        local_batch_size=min(batch_size, len(source)), seed=seed, shuffle=True,
+        num_threads=1, prefetch=1)
+    it = iter(ds)
+    return [np.asarray(next(it)["image"]) for _ in range(count)]
+
+
+def _with_outputs(graph: Any, outputs: Sequence[str]) -> Any:
+    return dataclasses.replace(graph, output_names=list(outputs))
+
+
+def fit_new_ops(
+    parent: tuple[Any, Any, Mapping[str, Any]],
+    child: tuple[Any, Any, Mapping[str, Any]],
+    new_ops: Iterable[str],
+    pairs: Sequence[tuple[str, str]],
+    images: Sequence[np.ndarray],
+    config: FitConfig,
+) -> tuple[dict[str, Any], dict[str, float]]:
+    """Child variables with `new_ops` fitted; and {"mse_before", "mse_after"}.
+
+    `parent` and `child` are (graph, constants, variables). Pairs whose shapes differ are
+    skipped; with no usable pair or no new parameter the variables come back unchanged.
+    """
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    from nas.graph import Model
+
+    p_graph, p_consts, p_vars = parent
+    c_graph, c_consts, c_vars = child
+    c_vars = {k: dict(v) for k, v in c_vars.items()}
+    new = sorted(set(new_ops) & set(c_vars.get("params", {})))
+    new_bn = sorted(set(new_ops) & set(c_vars.get("batch_stats", {})))
+    if not pairs or not images or (not new and not new_bn):
+        return c_vars, {}
+    p_model = Model(_with_outputs(p_graph, [old for _, old in pairs]), p_consts)
+    c_model = Model(_with_outputs(c_graph, [mine for mine, _ in pairs]), c_consts)
+    p_in, c_in = p_graph.input_names[0], c_graph.input_names[0]  # dict in -> dict out
+    p_apply = jax.jit(lambda x: p_model.apply(p_vars, {p_in: x}, deterministic=True,
+                                              training=False))
+    targets = [p_apply(x) for x in images]
+    probe = c_model.apply(c_vars, {c_in: images[0]}, deterministic=True, training=False)
+    usable = [i for i, (mine, old) in enumerate(pairs)
+              if np.shape(probe[mine]) == np.shape(targets[0][old])]
+    if not usable:
+        return c_vars, {}
+    frozen = {k: v for k, v in c_vars["params"].items() if k not in new}
+    trainable = {k: c_vars["params"][k] for k in new}
+    stats = c_vars.get("batch_stats", {})
+
+    def outputs(params, batch_stats, x, train_bn):
+        variables = {"params": {**frozen, **params}}
+        if batch_stats:
+            variables["batch_stats"] = batch_stats
+        if train_bn and batch_stats:
+            out, upd = c_model.apply(variables, {c_in: x}, deterministic=True, training=True,
+                                     mutable=["batch_stats"])
+            return out, upd["batch_stats"]
+        return (c_model.apply(variables, {c_in: x}, deterministic=True, training=False),
+                batch_stats)
+
+    def loss_fn(params, batch_stats, x, target, train_bn):
+        out, new_stats = outputs(params, batch_stats, x, train_bn)
+        terms = []
+        for i in usable:
+            mine, old = pairs[i]
+            scale = jnp.mean(jnp.square(target[old])) + 1e-6
+            terms.append(jnp.mean(jnp.square(out[mine] - target[old])) / scale)
+        return sum(terms) / len(terms), new_stats
+
+    def mse(params, batch_stats):
+        return float(np.mean([loss_fn(params, batch_stats, x, t, False)[0]
+                              for x, t in zip(images, targets, strict=True)]))
+
+    before = mse(trainable, stats)
+    if new and config.steps:
+        tx = optax.adam(config.lr)
+        opt = tx.init(trainable)
+
+        @jax.jit
+        def step(params, opt_state, batch_stats, x, target):
+            (loss, new_stats), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+                params, batch_stats, x, target, True)
+            updates, opt_state = tx.update(grads, opt_state, params)
+            # inherited BN statistics stay the parent's; only new ones follow the batches
+            kept = {k: (new_stats[k] if k in new_bn else batch_stats[k]) for k in batch_stats}
+            return optax.apply_updates(params, updates), opt_state, kept, loss
+
+        # Keep the parameters with the lowest batch loss seen (the loss a step reports is
+        # that of the parameters it started from): a too-large rate never makes it worse.
+        best_loss, best = float("inf"), (trainable, stats)
+        for i in range(config.steps):
+            j = i % len(images)
+            start = (trainable, stats)
+            trainable, opt, stats, loss = step(trainable, opt, stats, images[j], targets[j])
+            if float(loss) < best_loss:
+                best_loss, best = float(loss), start
+        if mse(trainable, stats) > mse(*best):
+            trainable, stats = best
+    if new_bn:
+        stats = _bn_statistics(c_model, {"params": {**frozen, **trainable},
+                                         "batch_stats": stats}, images, new_bn, c_in)
+    c_vars["params"] = {**frozen, **trainable}
+    if stats:
+        c_vars["batch_stats"] = stats
+    return c_vars, {"mse_before": before, "mse_after": mse(trainable, stats)}
+
+
+def _bn_statistics(model: Any, variables: dict[str, Any], images: Sequence[np.ndarray],
+                   names: Sequence[str], input_name: str) -> dict[str, Any]:
+    """Running mean/var of the BN ops `names` set to their average over `images`.
+
+    flax's batch norm stores `m * old + (1 - m) * batch` in training mode; with the
+    momentum the model uses, that is inverted to read each batch's own statistics.
+    """
+    import jax
+
+    graph = model.graph
+    momenta = {k: float(graph.op(k).op_kwargs.get("momentum", 0.99)) for k in names}
+
+    @jax.jit
+    def batch_stats(v, x):
+        _, upd = model.apply(v, {input_name: x}, deterministic=True, training=True,
+                             mutable=["batch_stats"])
+        return upd["batch_stats"]
+
+    old = variables["batch_stats"]
+    total = None
+    for x in images:
+        upd = batch_stats(variables, x)
+        per = {k: jax.tree.map(lambda n, o, m=momenta[k]: (np.asarray(n) - m * np.asarray(o))
+                               / (1 - m), upd[k], old[k]) for k in names}
+        total = per if total is None else jax.tree.map(np.add, total, per)
+    mean = jax.tree.map(lambda a: a / len(images), total)
+    return {**old, **mean}

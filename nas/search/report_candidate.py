@@ -1,0 +1,229 @@
+"""One candidate in the report: its ops with shapes, a diagram, its mutation, its training.
+
+Everything here reads only what the study stores (graph JSON, spec, inheritance) and the
+candidate's own `metrics.jsonl`; a candidate whose graph cannot be read still gets a section
+saying so, never a broken page.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from nas.search.candidate import Candidate
+from nas.search.svg import esc, line_chart
+
+
+@dataclass
+class OpRow:
+    name: str
+    type: str
+    inputs: list[str]
+    kwargs: str
+    shape: str
+    params: bool = False
+
+
+@dataclass
+class Architecture:
+    """What the report shows of a graph: its op rows and edges, or why it cannot."""
+
+    ops: list[OpRow] = field(default_factory=list)
+    inputs: list[str] = field(default_factory=list)
+    outputs: list[str] = field(default_factory=list)
+    error: str = ""
+
+
+def _kwargs_text(op: Any) -> str:
+    items = {**op.op_kwargs, **op.input_kwargs}
+    return ", ".join(f"{k}={v}" for k, v in sorted(items.items()) if k != "name"
+                     and not callable(v))
+
+
+def architecture(graph_json: str, input_shape: tuple[int, ...]) -> Architecture:
+    """The ops of a stored graph with each output's shape for one `input_shape` example."""
+    from nas.graph.ops import OpType, canonical_name, op_of_tensor
+    from nas.graph.serialize import load
+    from nas.properties.tensor_shapes import graph_shapes
+
+    try:
+        graph, constants = load(graph_json)
+    except (ValueError, KeyError, TypeError) as e:
+        return Architecture(error=f"graph not readable: {e}")
+    shapes = None
+    try:
+        shapes = graph_shapes(graph, constants, {graph.input_names[0]: input_shape})
+    except (ValueError, KeyError, TypeError, IndexError) as e:
+        error = f"shapes unknown: {e}"
+    else:
+        error = ""
+    weighted = {OpType.CONV, OpType.DENSE, OpType.DENSE_GENERAL, OpType.BATCH_NORM,
+                OpType.LAYER_NORM, OpType.GROUP_NORM, OpType.SELF_ATTENTION, OpType.PARAM}
+    rows = []
+    for op in graph.ops:
+        shape = ""
+        if shapes is not None:
+            shape = " ".join("x".join(str(d) for d in shapes.shape(n)) for n in op.output_names
+                             if canonical_name(n) in shapes)
+        rows.append(OpRow(op.name, op.type.name, [op_of_tensor(n) for n in op.input_names],
+                          _kwargs_text(op), shape, op.type in weighted))
+    return Architecture(rows, [op_of_tensor(n) for n in graph.input_names],
+                        [op_of_tensor(n) for n in graph.output_names], error)
+
+
+def op_table(arch: Architecture, new: set[str]) -> str:
+    """The op list with output shapes; ops with fresh weights marked."""
+    if not arch.ops:
+        return f'<p class="note">{esc(arch.error or "no ops")}</p>'
+    rows = []
+    for op in arch.ops:
+        cls = ' data-new="1"' if op.name in new else ""
+        rows.append(f"<tr{cls}><td class='l'>{esc(op.name)}</td><td class='l'>{esc(op.type)}"
+                    f"</td><td class='l'>{esc(', '.join(op.inputs))}</td><td class='l'>"
+                    f"{esc(op.kwargs)}</td><td class='l'>{esc(op.shape)}</td></tr>")
+    note = f'<p class="note">{esc(arch.error)}</p>' if arch.error else ""
+    return (note + '<table class="ops"><tr><th>op</th><th>type</th><th>inputs</th>'
+            "<th>kwargs</th><th>output shape</th></tr>" + "".join(rows) + "</table>")
+
+
+def layers(arch: Architecture) -> dict[str, int]:
+    """Depth of each node (graph inputs at 0, every op one below its deepest input)."""
+    depth = {name: 0 for name in arch.inputs}
+    for op in arch.ops:
+        depth[op.name] = 1 + max((depth.get(i, 0) for i in op.inputs), default=0)
+    return depth
+
+
+def diagram(arch: Architecture, new: set[str], css_class: str = "graph-diagram") -> str:
+    """An SVG of the graph, top to bottom by depth; ops with fresh weights in green."""
+    if not arch.ops:
+        return ""
+    depth = layers(arch)
+    by_layer: dict[int, list[str]] = {}
+    for name in [*arch.inputs, *(op.name for op in arch.ops)]:
+        by_layer.setdefault(depth[name], []).append(name)
+    box_w, box_h, gap_x, gap_y = 170, 30, 16, 22
+    cols = max(len(v) for v in by_layer.values())
+    width = cols * (box_w + gap_x) + gap_x
+    height = len(by_layer) * (box_h + gap_y) + gap_y
+    pos: dict[str, tuple[float, float]] = {}
+    for level, names in by_layer.items():
+        offset = (width - len(names) * (box_w + gap_x) + gap_x) / 2
+        for i, name in enumerate(names):
+            pos[name] = (offset + i * (box_w + gap_x), gap_y + level * (box_h + gap_y))
+    kinds = {op.name: op for op in arch.ops}
+    parts = [f'<svg class="{esc(css_class)}" xmlns="http://www.w3.org/2000/svg" '
+             f'width="{width:.0f}" height="{height:.0f}" viewBox="0 0 {width:.0f} '
+             f'{height:.0f}"><defs><marker id="arrow" viewBox="0 0 6 6" refX="6" refY="3" '
+             f'markerWidth="6" markerHeight="6" orient="auto"><path d="M0,0 L6,3 L0,6 z" '
+             f'fill="#888"/></marker></defs>']
+    for op in arch.ops:
+        x2, y2 = pos[op.name]
+        for src in op.inputs:
+            if src not in pos:
+                continue
+            x1, y1 = pos[src]
+            parts.append(f'<line x1="{x1 + box_w / 2:.1f}" y1="{y1 + box_h:.1f}" '
+                         f'x2="{x2 + box_w / 2:.1f}" y2="{y2:.1f}" stroke="#888" '
+                         f'marker-end="url(#arrow)"/>')
+    for name, (x, y) in pos.items():
+        op = kinds.get(name)
+        fill = "#c7e9c0" if name in new else ("#eef" if op is None else "#fff")
+        label = name if op is None else f"{op.type}"
+        sub = "input" if op is None else (op.shape or "")
+        tip = name if op is None else f"{name} ({op.type}) {op.kwargs} -> {op.shape}"
+        parts.append(f'<g class="node" data-op="{esc(name)}"><title>{esc(tip)}</title>'
+                     f'<rect x="{x:.1f}" y="{y:.1f}" width="{box_w}" height="{box_h}" rx="4" '
+                     f'fill="{fill}" stroke="#555"/><text x="{x + box_w / 2:.1f}" '
+                     f'y="{y + 12:.1f}" font-size="10" text-anchor="middle">{esc(label)}</text>'
+                     f'<text x="{x + box_w / 2:.1f}" y="{y + 24:.1f}" font-size="9" '
+                     f'fill="#555" text-anchor="middle">{esc(sub)}</text></g>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+@dataclass
+class Mutation:
+    """How a child differs from its parent, by op name."""
+
+    removed: list[OpRow]
+    added: list[OpRow]
+    inherited: list[str]
+    fresh: list[str]
+    fit: dict[str, float] = field(default_factory=dict)  # nas.search.fit errors, if fitted
+
+
+def mutation_diff(child: Architecture, parent: Architecture | None,
+                  inheritance: Mapping[str, Any] | None) -> Mutation:
+    parent_ops = {op.name: op for op in (parent.ops if parent else [])}
+    child_ops = {op.name: op for op in child.ops}
+    removed = [op for name, op in parent_ops.items() if name not in child_ops]
+    added = [op for name, op in child_ops.items() if name not in parent_ops]
+    inh = inheritance or {}
+    fit = inh.get("fit") if isinstance(inh.get("fit"), Mapping) else {}
+    return Mutation(removed, added, sorted(inh.get("inherited", [])),
+                    sorted(inh.get("new", [])), dict(fit))
+
+
+def diff_html(m: Mutation) -> str:
+    def ops(rows: Sequence[OpRow]) -> str:
+        if not rows:
+            return "<i>none</i>"
+        return "<ol>" + "".join(f"<li><code>{esc(r.type)}</code> {esc(r.name)} "
+                                f"<small>{esc(r.kwargs)}</small> → {esc(r.shape)}</li>"
+                                for r in rows) + "</ol>"
+
+    def names(items: Sequence[str]) -> str:
+        return ", ".join(f"<code>{esc(n)}</code>" for n in items) or "<i>none</i>"
+
+    fitted = ""
+    if "mse_before" in m.fit and "mse_after" in m.fit:
+        fitted = (f'<p class="fit"><b>fresh weights fitted</b> to the replaced tensors: '
+                  f"relative error {m.fit['mse_before']:.3g} → {m.fit['mse_after']:.3g}</p>")
+    return ('<div class="diff"><div class="removed"><b>replaced subgraph</b>' + ops(m.removed)
+            + '</div><div class="added"><b>new subgraph</b>' + ops(m.added) + "</div>"
+            + f'<p class="weights"><b>inherited weights</b> ({len(m.inherited)} ops): '
+            + names(m.inherited) + f"<br><b>fresh weights</b> ({len(m.fresh)} ops): "
+            + names(m.fresh) + "</p>" + fitted + "</div>")
+
+
+def read_metrics(path: str) -> list[dict[str, Any]]:
+    """The records of a metrics.jsonl (a torn last line, as after a kill, is skipped)."""
+    if not os.path.exists(path):
+        return []
+    out = []
+    with open(path) as f:
+        for line in f:
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(record, dict):
+                out.append(record)
+    return out
+
+
+def training_curve(records: Sequence[Mapping[str, Any]], css_class: str = "training-curve"
+                   ) -> str:
+    """Training loss by step and eval accuracy by step, from a metrics.jsonl."""
+    loss = [(float(r["step"]), float(r["training_loss"])) for r in records
+            if "training_loss" in r and "step" in r]
+    acc = [(float(r["step"]), float(r["eval_acc"])) for r in records
+           if "eval_acc" in r and "step" in r]
+    if not loss and not acc:
+        return '<p class="note">no training metrics recorded</p>'
+    charts = []
+    if loss:
+        charts.append(line_chart([("training loss", "#1f77b4", loss)], "step", "loss",
+                                 css_class, width=340, height=220, integer_x=True))
+    if acc:
+        charts.append(line_chart([("eval accuracy", "#2ca02c", acc)], "step", "accuracy",
+                                 css_class, width=340, height=220, integer_x=True))
+    return "".join(charts)
+
+
+def metrics_path(workdir: str, candidate: Candidate) -> str:
+    return os.path.join(str(workdir), "candidates", str(candidate.id), "train", "metrics.jsonl")

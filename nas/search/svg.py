@@ -1,0 +1,194 @@
+"""Small inline-SVG charts for the study report (no JavaScript, no external files).
+
+Why our own: the report must be one self-contained page whose every point is a link to
+the candidate it stands for and carries a tooltip; matplotlib's PNGs can do neither.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+_PALETTE = ("#440154", "#3b528b", "#21918c", "#5ec962", "#b5de2b", "#fde725")
+
+
+def esc(text: object) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def generation_colour(generation: int, top: int) -> str:
+    """A viridis-like colour for an integer generation out of `top`."""
+    if top <= 0:
+        return _PALETTE[0]
+    return _PALETTE[round(min(max(generation / top, 0.0), 1.0) * (len(_PALETTE) - 1))]
+
+
+def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
+    """About `count` round tick values covering [lo, hi]."""
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return []
+    if hi <= lo:
+        return [lo]
+    raw = (hi - lo) / max(count, 1)
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
+    first = math.ceil(lo / step) * step
+    out, value = [], first
+    while value <= hi + step * 1e-9:
+        out.append(round(value, 12))
+        value += step
+    return out
+
+
+def fmt_number(value: float) -> str:
+    """1.2e6 -> '1.2M': short axis labels."""
+    for limit, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= limit:
+            return f"{value / limit:.3g}{suffix}"
+    return f"{value:.3g}"
+
+
+@dataclass
+class Point:
+    x: float
+    y: float
+    label: str  # tooltip text
+    href: str = ""  # link target, e.g. "#cand-3"
+    colour: str = "#3b528b"
+    ring: bool = False  # drawn with a red ring (on the Pareto front)
+    ident: str = ""  # data-id attribute
+
+
+class Axes:
+    """Maps data to pixels inside a margin; log scale on x when asked."""
+
+    def __init__(self, xs: Sequence[float], ys: Sequence[float], width: int, height: int,
+                 log_x: bool = False, margin: tuple[int, int, int, int] = (12, 14, 42, 56)):
+        self.width, self.height, self.log_x = width, height, log_x
+        self.top, self.right, self.bottom, self.left = margin
+        tx = [self._tx(x) for x in xs] or [0.0, 1.0]
+        ys = list(ys) or [0.0, 1.0]
+        self.x0, self.x1 = _padded(min(tx), max(tx))
+        self.y0, self.y1 = _padded(min(ys), max(ys))
+
+    def _tx(self, x: float) -> float:
+        return math.log10(x) if self.log_x and x > 0 else x
+
+    def px(self, x: float) -> float:
+        span = self.width - self.left - self.right
+        return self.left + (self._tx(x) - self.x0) / (self.x1 - self.x0) * span
+
+    def py(self, y: float) -> float:
+        span = self.height - self.top - self.bottom
+        return self.height - self.bottom - (y - self.y0) / (self.y1 - self.y0) * span
+
+    def frame(self, xlabel: str, ylabel: str, integer_x: bool = False) -> list[str]:
+        out = [f'<rect x="{self.left}" y="{self.top}" width="{self.width - self.left - self.right}"'
+               f' height="{self.height - self.top - self.bottom}" fill="none" stroke="#999"/>']
+        if self.log_x:
+            xticks = [10.0 ** e for e in range(math.ceil(self.x0), math.floor(self.x1) + 1)]
+        else:
+            xticks = nice_ticks(self.x0, self.x1)
+            if integer_x:
+                xticks = sorted({round(t) for t in xticks if abs(t - round(t)) < 1e-9})
+        base = self.height - self.bottom
+        for t in xticks:
+            x = self.px(t)
+            text = str(int(t)) if integer_x else fmt_number(t)
+            out.append(f'<line x1="{x:.1f}" y1="{base}" x2="{x:.1f}" y2="{base + 4}" '
+                       f'stroke="#999"/><text x="{x:.1f}" y="{base + 16}" font-size="10" '
+                       f'text-anchor="middle">{esc(text)}</text>')
+        for t in nice_ticks(self.y0, self.y1):
+            y = self.py(t)
+            out.append(f'<line x1="{self.left - 4}" y1="{y:.1f}" x2="{self.left}" y2="{y:.1f}" '
+                       f'stroke="#999"/><text x="{self.left - 6}" y="{y + 3:.1f}" font-size="10"'
+                       f' text-anchor="end">{esc(fmt_number(t))}</text>')
+        out.append(f'<text x="{(self.left + self.width - self.right) / 2:.0f}" '
+                   f'y="{self.height - 8}" font-size="11" text-anchor="middle">{esc(xlabel)}'
+                   f"</text>")
+        out.append(f'<text transform="translate(13,{(self.top + base) / 2:.0f}) rotate(-90)" '
+                   f'font-size="11" text-anchor="middle">{esc(ylabel)}</text>')
+        return out
+
+
+def _padded(lo: float, hi: float) -> tuple[float, float]:
+    if hi - lo < 1e-12:
+        pad = abs(lo) * 0.05 or 1.0
+        return lo - pad, hi + pad
+    pad = (hi - lo) * 0.06
+    return lo - pad, hi + pad
+
+
+def scatter(points: Sequence[Point], xlabel: str, ylabel: str, css_class: str,
+            front: Sequence[Point] = (), width: int = 460, height: int = 320,
+            edges: Sequence[tuple[Point, Point]] = ()) -> str:
+    """A scatter plot; each point a link with a tooltip; the front joined by a red step."""
+    xs = [p.x for p in points]
+    log_x = bool(xs) and min(xs) > 0 and max(xs) / min(xs) > 20
+    ax = Axes(xs, [p.y for p in points], width, height, log_x=log_x)
+    parts = [f'<svg class="{esc(css_class)}" xmlns="http://www.w3.org/2000/svg" '
+             f'width="{width}" height="{height}" viewBox="0 0 {width} {height}">']
+    parts += ax.frame(xlabel + (" (log)" if log_x else ""), ylabel)
+    for a, b in edges:
+        parts.append(f'<line x1="{ax.px(a.x):.1f}" y1="{ax.py(a.y):.1f}" x2="{ax.px(b.x):.1f}" '
+                     f'y2="{ax.py(b.y):.1f}" stroke="#ccc" stroke-width="0.8"/>')
+    if len(front) > 1:
+        pts = []
+        for a, b in zip(front, front[1:], strict=False):
+            pts += [(ax.px(a.x), ax.py(a.y)), (ax.px(b.x), ax.py(a.y))]
+        pts.append((ax.px(front[-1].x), ax.py(front[-1].y)))
+        path = " ".join(f"{x:.1f},{y:.1f}" for x, y in pts)
+        parts.append(f'<polyline points="{path}" fill="none" stroke="#d62728" '
+                     f'stroke-width="1.2"/>')
+    for p in points:
+        circle = (f'<circle class="point" data-id="{esc(p.ident)}" cx="{ax.px(p.x):.1f}" '
+                  f'cy="{ax.py(p.y):.1f}" r="{6 if p.ring else 4}" fill="{p.colour}" '
+                  + ('stroke="#d62728" stroke-width="2"' if p.ring else 'stroke="none"')
+                  + f"><title>{esc(p.label)}</title></circle>")
+        parts.append(f'<a href="{esc(p.href)}">{circle}</a>' if p.href else circle)
+        if p.ring:
+            parts.append(f'<text x="{ax.px(p.x) + 7:.1f}" y="{ax.py(p.y) - 5:.1f}" '
+                         f'font-size="10">{esc(p.ident)}</text>')
+    if not points:
+        parts.append(f'<text x="{width / 2}" y="{height / 2}" text-anchor="middle">'
+                     f"no finished candidates yet</text>")
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def line_chart(series: Sequence[tuple[str, str, Sequence[tuple[float, float]]]],
+               xlabel: str, ylabel: str, css_class: str, width: int = 460,
+               height: int = 260, integer_x: bool = False, steps: bool = False) -> str:
+    """Lines (name, colour, [(x, y), ...]) on shared axes, with a legend."""
+    xs = [x for _, _, pts in series for x, _ in pts]
+    ys = [y for _, _, pts in series for _, y in pts]
+    ax = Axes(xs, ys, width, height)
+    parts = [f'<svg class="{esc(css_class)}" xmlns="http://www.w3.org/2000/svg" '
+             f'width="{width}" height="{height}" viewBox="0 0 {width} {height}">']
+    parts += ax.frame(xlabel, ylabel, integer_x=integer_x)
+    for i, (name, colour, pts) in enumerate(series):
+        coords = []
+        for j, (x, y) in enumerate(pts):
+            if steps and j:
+                coords.append((ax.px(x), ax.py(pts[j - 1][1])))
+            coords.append((ax.px(x), ax.py(y)))
+        if len(coords) > 1:
+            path = " ".join(f"{x:.1f},{y:.1f}" for x, y in coords)
+            parts.append(f'<polyline points="{path}" fill="none" stroke="{colour}" '
+                         f'stroke-width="1.5"><title>{esc(name)}</title></polyline>')
+        for x, y in pts if len(pts) <= 60 else ():
+            parts.append(f'<circle cx="{ax.px(x):.1f}" cy="{ax.py(y):.1f}" r="2.5" '
+                         f'fill="{colour}"><title>{esc(name)}: {esc(fmt_number(x))}, '
+                         f"{esc(f'{y:.4g}')}</title></circle>")
+        ly = ax.top + 14 + 14 * i
+        parts.append(f'<line x1="{width - ax.right - 110}" y1="{ly - 4}" '
+                     f'x2="{width - ax.right - 96}" y2="{ly - 4}" stroke="{colour}" '
+                     f'stroke-width="2"/><text x="{width - ax.right - 92}" y="{ly}" '
+                     f'font-size="10">{esc(name)}</text>')
+    if not xs:
+        parts.append(f'<text x="{width / 2}" y="{height / 2}" text-anchor="middle">'
+                     f"no data</text>")
+    parts.append("</svg>")
+    return "".join(parts)

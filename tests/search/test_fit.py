@@ -1,0 +1,65 @@
+"""Fitting a child's new ops to the tensors they replace, before it trains."""
+
+import jax
+import numpy as np
+import pytest
+
+from nas.mutation import propose_child
+from nas.search.fit import FitConfig, fit_new_ops, replaced_tensors
+from nas.zoo import cnn
+from tests.mutation.helpers import parent_variables
+
+CONFIG = {"linear_p": None, "time_limit_s": 30.0}
+
+
+def _child_with_new_params(graph, constants, variables):
+    for seed in range(20):
+        child = propose_child(graph, constants, variables, seed=seed, config=CONFIG)
+        if child.kind == "subgraph" and child.new:
+            return child
+    raise AssertionError("no child with new parameters in 20 seeds")
+
+
+def test_fit_moves_new_ops_towards_the_parent_and_keeps_inherited_ones():
+    graph, constants, _ = cnn.CifarNet()
+    variables = parent_variables(graph, constants)
+    child = _child_with_new_params(graph, constants, variables)
+    pairs = replaced_tensors(child.spec)
+    assert pairs and all(old in {n for op in graph.ops for n in op.output_names}
+                         for _, old in pairs)
+    rng = np.random.default_rng(0)
+    images = [rng.standard_normal((8, 32, 32, 3)).astype(np.float32) for _ in range(2)]
+    fitted, info = fit_new_ops((graph, constants, variables),
+                               (child.graph, child.constants, child.variables),
+                               child.new, pairs, images, FitConfig(steps=30, lr=3e-3))
+    assert info["mse_after"] < 0.7 * info["mse_before"], info
+    for name in child.inherited:
+        same = jax.tree.map(np.array_equal, fitted["params"][name],
+                            child.variables["params"][name])
+        assert all(jax.tree.leaves(same)), name
+    changed = [name for name in child.new if not all(jax.tree.leaves(jax.tree.map(
+        np.array_equal, fitted["params"][name], child.variables["params"][name])))]
+    assert changed
+
+
+def test_nothing_to_fit_returns_the_variables_unchanged():
+    graph, constants, _ = cnn.CifarNet()
+    variables = parent_variables(graph, constants)
+    out, info = fit_new_ops((graph, constants, variables), (graph, constants, variables),
+                            [], [("proj:0", "proj:0")], [np.zeros((1, 32, 32, 3))],
+                            FitConfig())
+    assert info == {} and out["params"].keys() == variables["params"].keys()
+
+
+def test_replaced_tensors_reads_both_spec_forms():
+    spec = [{"op": {"name": "gen1/conv/0"}, "output_names": [None]},
+            {"op": {"name": "gen1/relu/1"}, "output_names": ["relu"]}]
+    assert replaced_tensors(spec) == [("gen1/relu/1:0", "relu:0")]
+
+
+@pytest.mark.parametrize("bad, field", [
+    ({"steps": -1}, "steps"), ({"lr": 0}, "lr"), ({"batches": 0}, "batches"),
+    ({"colour": 1}, "unknown"), ({"steps": 1.5}, "steps")])
+def test_bad_fit_config_names_the_field(bad, field):
+    with pytest.raises(ValueError, match=field):
+        FitConfig.from_dict(bad)

@@ -1,0 +1,165 @@
+"""The researcher's report: front candidates with ops, diagram, mutation diff, training curve;
+CSV export; checked as text and, where a browser exists, as a rendered page."""
+
+import csv
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from nas.graph.serialize import graph_to_json
+from nas.mutation import propose_child
+from nas.search import Study
+from nas.search.report import CSV_COLUMNS, progress_series, to_csv, write_report
+from nas.search.svg import nice_ticks
+from nas.zoo import cnn
+from tests.mutation.helpers import parent_variables
+
+CHILD_CONFIG = {"linear_p": None, "time_limit_s": 30.0}
+
+
+def _curve(workdir, cid, accs):
+    path = os.path.join(workdir, "candidates", str(cid), "train")
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, "metrics.jsonl"), "w") as f:
+        for step, (loss, acc) in enumerate(accs, start=1):
+            f.write(json.dumps({"step": step * 10, "training_loss": loss}) + "\n")
+            f.write(json.dumps({"step": step * 10, "epoch": step, "eval_acc": acc}) + "\n")
+        f.write('{"step": 99, "training_lo')  # a torn last line, as after a kill
+
+
+@pytest.fixture(scope="module")
+def study_dir(tmp_path_factory):
+    """A study of CifarNet and a real child, with made-up metrics (training is not tested
+    here) and a real metrics.jsonl for the child."""
+    workdir = tmp_path_factory.mktemp("report")
+    graph, constants, _ = cnn.CifarNet()
+    variables = parent_variables(graph, constants)
+    child = propose_child(graph, constants, variables, seed=3, config=CHILD_CONFIG)
+    study = Study.create(workdir, config={"train": {"input": {"image_size": 32}}})
+    seed = study.add(graph_to_json(graph, constants), generation=0)
+    study.claim("w", seed)
+    study.tell(seed, {"accuracy": 0.95, "flops": 7.5e7, "params": 2.2e6,
+                      "im_sec_core_train": 200.0})
+    kid = study.add(graph_to_json(child.graph, child.constants), parent_id=seed,
+                    spec=child.spec_json(),
+                    inheritance={"inherited": sorted(child.inherited),
+                                 "new": sorted(child.new),
+                                 "fit": {"mse_before": 1.0, "mse_after": 0.01}})
+    study.claim("w", kid)
+    study.tell(kid, {"accuracy": 0.97, "flops": 4.0e7, "params": 2.1e6,
+                     "im_sec_core_train": 50.0})
+    _curve(str(workdir), kid, [(1.2, 0.8), (0.6, 0.93), (0.3, 0.97)])
+    worse = study.add('{"not": "a graph"}', parent_id=seed)
+    study.claim("w", worse)
+    study.tell(worse, {"accuracy": 0.5, "flops": 9e7, "params": 3e6})
+    study.add("{}", parent_id=kid)  # pending
+    write_report(study)
+    return workdir, seed, kid, child
+
+
+def test_page_shows_front_candidates_in_detail(study_dir):
+    workdir, seed, kid, child = study_dir
+    page = (workdir / "report" / "report.html").read_text()
+    for cid in (seed, kid):
+        assert f'id="cand-{cid}"' in page
+    assert 'id="cand-3"' not in page  # not on any front
+    section = page[page.index(f'id="cand-{kid}"'):]
+    assert 'class="graph-diagram"' in section and 'class="training-curve"' in section
+    assert "replaced subgraph" in section and "new subgraph" in section
+    assert "relative error 1 → 0.01" in section
+    for name in sorted(child.new):
+        assert name in section  # fresh weights named
+    assert "1x32x32x32" in section  # op list with shapes
+    # every point identifiable: one linked circle per done candidate and cost with a value
+    assert len(re.findall(r'<a href="#cand-\d+"><circle class="point"', page)) >= 2
+    assert 'data-id="3"' in page
+    assert "train images/s/core" in page  # throughput is a cost on the page
+
+
+def test_csv_export(study_dir):
+    workdir, seed, kid, _ = study_dir
+    text = (workdir / "report" / "report.csv").read_text()
+    rows = list(csv.DictReader(io.StringIO(text)))
+    assert tuple(rows[0]) == CSV_COLUMNS
+    assert [r["id"] for r in rows] == ["1", "2", "3", "4"]
+    by_id = {r["id"]: r for r in rows}
+    assert by_id[str(kid)]["on_front"] == "1" and by_id["3"]["on_front"] == "0"
+    assert by_id["4"]["status"] == "pending" and by_id["4"]["accuracy"] == ""
+    assert by_id[str(kid)]["generation"] == "1"
+    assert to_csv(Study.load(workdir)) == text
+
+
+def test_progress_series_counts_best_and_front(study_dir):
+    workdir, *_ = study_dir
+    series = progress_series(Study.load(workdir).candidates())
+    assert [n for n, _, _ in series] == [1, 2, 3]
+    assert [round(a, 2) for _, a, _ in series] == [0.95, 0.97, 0.97]
+    assert all(isinstance(f, int) for _, _, f in series)
+
+
+def test_nice_ticks_are_round():
+    assert nice_ticks(0.0, 1.0) == [0.0, 0.2, 0.4, 0.6, 0.8, 1.0]
+    assert nice_ticks(3.0, 3.0) == [3.0]
+
+
+def _browser():
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        if shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+def _dump_dom(browser, path):
+    out = subprocess.run(
+        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=5000",
+         "--dump-dom", f"file://{path}"],
+        capture_output=True, text=True, timeout=120, check=True)
+    return out.stdout
+
+
+@pytest.mark.skipif(_browser() is None, reason="no headless browser (chromium) installed; "
+                    ".ci/run installs one")
+def test_page_renders_in_a_browser_and_sorts(study_dir, tmp_path):
+    workdir, seed, kid, _ = study_dir
+    browser = _browser()
+    page = (workdir / "report" / "report.html").read_text()
+    # Click the accuracy header once (ascending) and record the row order in the DOM.
+    probe = page.replace("</body>", """<script>
+      var th = Array.from(document.querySelectorAll('#candidates-table thead th'))
+                 .find(function(h){ return h.textContent === 'accuracy'; });
+      th.click();
+      var ids = Array.from(document.querySelectorAll('#candidates-table tbody tr'))
+                 .map(function(r){ return r.cells[0].textContent.trim(); });
+      document.body.setAttribute('data-sorted', ids.join(','));
+      var missing = Array.from(document.querySelectorAll('a[href^="#"]'))
+        .map(function(a){ return a.getAttribute('href').slice(1); })
+        .filter(function(id){ return !document.getElementById(id); });
+      document.body.setAttribute('data-missing', missing.join(','));
+      var svgs = Array.from(document.querySelectorAll('svg')).filter(function(s){
+        var r = s.getBoundingClientRect(); return r.width > 0 && r.height > 0; });
+      document.body.setAttribute('data-svgs', String(svgs.length));
+    </script></body>""")
+    path = tmp_path / "probe.html"
+    path.write_text(probe.replace('src="data:image/png', 'data-x="'))
+    dom = _dump_dom(browser, path)
+    assert f'id="cand-{kid}"' in dom and 'class="graph-diagram"' in dom
+    assert re.search(r'data-sorted="3,1,2,4"', dom), re.search(r'data-sorted="[^"]*"', dom)
+    assert 'data-missing=""' in dom  # every in-page link has its target
+    svgs = int(re.search(r'data-svgs="(\d+)"', dom).group(1))
+    assert svgs >= 2 + 2 + 2 * 2  # scatters, progress, per-candidate diagrams and curves
+
+
+def test_cli_report_csv(study_dir):
+    workdir, *_ = study_dir
+    env = dict(os.environ, PYTHONPATH=os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = subprocess.run([sys.executable, "-m", "nas.search.cli", "report",
+                          f"--workdir={workdir}", "--csv"], capture_output=True, text=True,
+                         timeout=300, env=env, check=True)
+    assert out.stdout == (workdir / "report" / "report.csv").read_text()
+    assert out.stdout.splitlines()[0].startswith("id,parent_id,generation,status,accuracy")

@@ -1,0 +1,64 @@
+"""`search.seed_graph` / `nas-search --seed_graph`: the population starts from a user's file."""
+
+import json
+import os
+
+import jax
+import numpy as np
+import pytest
+
+from nas.graph.serialize import graph_to_json
+from nas.search.driver import Driver, candidate_dir
+from nas.train.checkpoint import load_variables, save_variables
+from nas.zoo import cnn
+from tests.mutation.helpers import parent_variables
+
+
+def _small_graph():
+    graph, constants, _ = cnn.conv_net(in_features=8, out_features=32, num_classes=10)
+    return graph, constants
+
+
+def test_plain_graph_json_seeds_the_study(tmp_path, search_config):
+    graph, constants = _small_graph()
+    path = tmp_path / "graph.json"
+    path.write_text(graph_to_json(graph, constants))
+    driver = Driver(search_config(seed_graph=str(path)), str(tmp_path / "study"))
+    driver.seed_population()
+    (seed,) = driver.study.candidates()
+    assert seed.parent_id is None and seed.graph_json == graph_to_json(graph, constants)
+    assert not os.path.exists(os.path.join(candidate_dir(driver.workdir, seed.id), "init"))
+
+
+def test_export_file_seeds_the_study_with_its_weights(tmp_path, search_config):
+    graph, constants = _small_graph()
+    variables = parent_variables(graph, constants)
+    checkpoint = save_variables(str(tmp_path / "weights"), variables)
+    doc = {"format": "nas-candidate", "version": 1, "graph": json.loads(
+        graph_to_json(graph, constants)), "checkpoint_path": checkpoint}
+    path = tmp_path / "export.json"
+    path.write_text(json.dumps(doc))
+    driver = Driver(search_config(seed_graph=str(path)), str(tmp_path / "study"))
+    driver.seed_population()
+    (seed,) = driver.study.candidates()
+    init = load_variables(os.path.join(candidate_dir(driver.workdir, seed.id), "init"))
+    same = jax.tree.map(np.array_equal, init["params"], variables["params"])
+    assert all(jax.tree.leaves(same))
+    task = driver.task(driver.study.claim("w").id)  # the seed trains from those weights
+    assert task["init_variables"] is not None
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "cannot read"),
+    ("not json", "not a graph JSON"),
+    ('{"format": "nas-candidate", "graph": GRAPH, "checkpoint_path": "/nonexistent/ck"}',
+     "does not exist"),
+])
+def test_bad_seed_graph_names_the_field(tmp_path, search_config, content, message):
+    path = tmp_path / "seed.json"
+    if content is not None:
+        graph, constants = _small_graph()
+        path.write_text(content.replace("GRAPH", graph_to_json(graph, constants)))
+    driver = Driver(search_config(seed_graph=str(path)), str(tmp_path / "study"))
+    with pytest.raises(ValueError, match=f"search.seed_graph.*{message}"):
+        driver.seed_population()
