@@ -18,7 +18,6 @@ from typing import Any
 import ml_collections
 import numpy as np
 
-
 _DEVICE_DATA: Any = None  # this process's device-resident training set, kept between candidates
 
 
