@@ -11,32 +11,39 @@ import json
 import os
 from typing import Any
 
+FIELD = "config field 'search.seed_graph'"
+
 
 def read_seed_graph(path: str) -> tuple[Any, dict[str, Any], dict[str, Any] | None]:
     """(graph, constants, variables or None) from `path`.
 
-    An export file (`"format": "nas-candidate"`) brings the variables of its
-    `checkpoint_path` when that checkpoint still exists; a plain graph JSON brings none.
-    """
-    from nas.graph.serialize import load
-    from nas.train.checkpoint import load_variables
+    An export file brings the variables of its `checkpoint_path` (which must still exist);
+    a plain graph JSON brings none."""
+    from nas.graph import serialize
+    from nas.search.export import is_export, read_export
 
     try:
-        with open(path) as f:
-            text = f.read()
+        with open(path, "rb") as f:
+            text = f.read(serialize.MAX_BYTES + 1)
     except OSError as e:
-        raise ValueError(f"config field 'search.seed_graph': cannot read {path}: "
-                         f"{e.strerror}") from None
+        raise ValueError(f"{FIELD}: cannot read {path}: {e.strerror}") from None
     try:
-        graph, constants = load(text)
+        doc = json.loads(text)
+    except (ValueError, RecursionError):
+        doc = None  # serialize.load says what is wrong
+    if is_export(doc):
+        checkpoint = doc.get("checkpoint_path")
+        if isinstance(checkpoint, str) and not os.path.isdir(checkpoint):
+            raise ValueError(f"{FIELD}: {path} names the checkpoint {checkpoint}, which does "
+                             f"not exist")
+        try:
+            graph, constants, variables = read_export(path)
+        except ValueError as e:
+            raise ValueError(f"{FIELD}: {e}") from None
+        return graph, dict(constants or {}), variables
+    try:
+        graph, constants = serialize.load(text)
     except ValueError as e:
-        raise ValueError(f"config field 'search.seed_graph': {path} is not a graph JSON or "
-                         f"an exported candidate: {e}") from None
-    doc = json.loads(text)
-    checkpoint = doc.get("checkpoint_path") if doc.get("format") == "nas-candidate" else None
-    if not checkpoint:
-        return graph, dict(constants or {}), None
-    if not os.path.isdir(checkpoint):
-        raise ValueError(f"config field 'search.seed_graph': {path} names the checkpoint "
-                         f"{checkpoint}, which does not exist")
-    return graph, dict(constants or {}), load_variables(checkpoint)
+        raise ValueError(f"{FIELD}: {path} is not a graph JSON or an exported candidate: "
+                         f"{e}") from None
+    return graph, dict(constants or {}), None

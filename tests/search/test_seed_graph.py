@@ -1,14 +1,13 @@
 """`search.seed_graph` / `nas-search --seed_graph`: the population starts from a user's file."""
 
 import json
-import os
 
 import jax
 import numpy as np
 import pytest
 
 from nas.graph.serialize import graph_to_json
-from nas.search.driver import Driver, candidate_dir
+from nas.search.driver import Driver
 from nas.train.checkpoint import load_variables, save_variables
 from nas.zoo import cnn
 from tests.mutation.helpers import parent_variables
@@ -27,7 +26,7 @@ def test_plain_graph_json_seeds_the_study(tmp_path, search_config):
     driver.seed_population()
     (seed,) = driver.study.candidates()
     assert seed.parent_id is None and seed.graph_json == graph_to_json(graph, constants)
-    assert not os.path.exists(os.path.join(candidate_dir(driver.workdir, seed.id), "init"))
+    assert not (seed.inheritance or {}).get("init_path")
 
 
 def test_export_file_seeds_the_study_with_its_weights(tmp_path, search_config):
@@ -41,7 +40,7 @@ def test_export_file_seeds_the_study_with_its_weights(tmp_path, search_config):
     driver = Driver(search_config(seed_graph=str(path)), str(tmp_path / "study"))
     driver.seed_population()
     (seed,) = driver.study.candidates()
-    init = load_variables(os.path.join(candidate_dir(driver.workdir, seed.id), "init"))
+    init = load_variables(seed.inheritance["init_path"])
     same = jax.tree.map(np.array_equal, init["params"], variables["params"])
     assert all(jax.tree.leaves(same))
     task = driver.task(driver.study.claim("w").id)  # the seed trains from those weights
