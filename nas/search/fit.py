@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from nas import schema
+
 
 @dataclasses.dataclass(frozen=True)
 class FitConfig:
@@ -31,23 +33,16 @@ class FitConfig:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> FitConfig:
         data = dict(data.to_dict() if hasattr(data, "to_dict") else (data or {}))
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"config field 'search.fit': unknown fields {unknown}; expected "
-                             f"a subset of {sorted(known)}")
-        out = cls(**data)
-        for name in ("steps", "batches", "batch_size"):
-            value = getattr(out, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"config field 'search.fit.{name}': expected an int >= 0, "
-                                 f"got {value!r}")
-        if out.batches < 1 or out.batch_size < 1:
-            raise ValueError("config fields 'search.fit.batches' and 'batch_size' must be >= 1")
-        if not isinstance(out.lr, int | float) or isinstance(out.lr, bool) or out.lr <= 0:
-            raise ValueError(f"config field 'search.fit.lr': expected a positive number, got "
-                             f"{out.lr!r}")
-        return out
+        schema.check(data, FIT_SCHEMA, "search.fit.")
+        return cls(**data)
+
+
+FIT_SCHEMA: dict[str, schema.Field] = {
+    "steps": schema.at_least(0, expected="(0: no fitting)"),
+    "batches": schema.positive(),
+    "batch_size": schema.positive(),
+    "lr": schema.positive(float),
+}
 
 
 def replaced_tensors(spec: Sequence[Mapping[str, Any]] | Sequence[Any]) -> list[tuple[str, str]]:
