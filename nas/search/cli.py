@@ -134,14 +134,12 @@ def check_workdir(workdir: str, create: bool) -> None:
         if create and not os.access(path, os.W_OK | os.X_OK):
             raise ValueError(f"--workdir: {workdir} is not writable")
         return
-    if not create:
-        return
     parent = os.path.dirname(path)
     while not os.path.exists(parent):
         parent = os.path.dirname(parent)
-    if not os.path.isdir(parent):
+    if not os.path.isdir(parent):  # nothing can ever be created there: a worker never waits
         raise ValueError(f"--workdir: {parent} is not a directory")
-    if not os.access(parent, os.W_OK | os.X_OK):
+    if create and not os.access(parent, os.W_OK | os.X_OK):
         raise ValueError(f"--workdir: cannot create {workdir} ({parent} is not writable)")
 
 

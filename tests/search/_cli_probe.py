@@ -6,6 +6,7 @@ Imports happen once, before forking, so each case costs milliseconds.
 
 import json
 import os
+import signal
 import sys
 import tempfile
 
@@ -22,6 +23,7 @@ def run(argv):
             os.dup2(err.fileno(), 2)
             os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
             sys.argv = ["nas-search", *argv]
+            signal.alarm(60)  # a case that waits (e.g. for a study) fails as SIGALRM, fast
             try:
                 cli.main()
             except SystemExit as e:

@@ -47,6 +47,7 @@ def counts(workdir):
         return {}
 
 
+@pytest.mark.slow  # three driver processes, a 3-epoch seed: 3-10 minutes on 2 cores
 def test_sigkill_at_several_points_then_resume(tmp_path):
     workdir = str(tmp_path / "study")
     # 1: kill while the seed model is training.
