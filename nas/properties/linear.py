@@ -16,6 +16,7 @@ from typing import Any, Self
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from nas.graph import symbolic
 from nas.graph.model import Model
@@ -66,6 +67,9 @@ def _canonical(op_type: OpType, op_kw: dict, in_kw: dict,
         return {**op_kw, "features": min(op_kw["features"], 2)}, [_cap(shape, capped)]
     if op_type is OpType.LAYER_NORM and not {"reduction_axes", "feature_axes"} & set(op_kw):
         return op_kw, [_cap(s) for s in shapes]
+    if op_type in (OpType.MAX_POOL, OpType.AVG_POOL):  # windows span dims 1..-2 only
+        (shape,) = shapes
+        return op_kw, [_cap(shape, (0, len(shape) - 1))]
     return op_kw, shapes
 
 
@@ -81,7 +85,14 @@ def op_pairings(op_type: OpType, op_kw: Mapping[str, Any], in_kw: Mapping[str, A
     model, names = single_op_model(op_type, op_kw, in_kw, len(shapes), num_outputs)
     xs = {n: jnp.ones(s, jnp.float32) for n, s in zip(names, shapes, strict=True)}
     try:
-        outs, state = model.init_with_output(jax.random.PRNGKey(0), xs)
+        # Random positive weights drawn on the host: running flax's initializers eagerly
+        # compiled one small program per primitive and shape (1-3 s per new key), and
+        # only which gradients are nonzero matters here, not the weights' distribution.
+        outs, abstract = jax.eval_shape(
+            lambda v: model.init_with_output(jax.random.PRNGKey(0), v), xs)
+        gen = np.random.default_rng(0)
+        state = jax.tree.map(lambda a: gen.uniform(1.0, 2.0, a.shape).astype(a.dtype),
+                             abstract)
         found = jacobian_pairings(lambda st, v: model.apply(st, v), state, xs)
     except Exception as e:  # jax reports bad shapes as TypeError and friends
         raise ValueError(f"cannot compute the pairing of a {op_type.name} op with kwargs "

@@ -75,8 +75,31 @@ def training_batches(train_config: Any, count: int, batch_size: int, seed: int
     return [np.asarray(next(it)["image"]) for _ in range(count)]
 
 
-def _with_outputs(graph: Any, outputs: Sequence[str]) -> Any:
-    return dataclasses.replace(graph, output_names=list(outputs))
+def _with_outputs(graph: Any, outputs: Sequence[str], keep: Iterable[str] = ()) -> Any:
+    """`graph` returning `outputs`, with only the ops those (and the ops `keep`) depend on.
+
+    Why: the models here stop at the replaced tensors, mid-network; interpreting the rest
+    (the classifier head, later stages) would be wasted work on every batch (`jax.jit`
+    would drop it, but tracing and the eager shape probe would not)."""
+    from nas.graph import symbolic
+    from nas.graph.ops import canonical_name
+
+    producer = {n: op for op in graph.ops for n in op.output_names}
+    wanted = [canonical_name(n) for n in outputs]
+    keep = set(keep)
+    wanted += [n for op in graph.ops if op.name in keep for n in op.output_names]
+    needed: set[str] = set()
+    while wanted:
+        op = producer.get(wanted.pop())
+        if op is None or op.name in needed:
+            continue
+        needed.add(op.name)
+        wanted += list(op.input_names)
+        wanted += [ref.tensor for kwargs in (op.op_kwargs, op.input_kwargs)
+                   for v in kwargs.values() for ref in symbolic.references(v)
+                   if getattr(ref, "tensor", None)]
+    ops = [op for op in graph.ops if op.name in needed]
+    return dataclasses.replace(graph, ops=ops, output_names=list(outputs))
 
 
 def fit_new_ops(
@@ -101,17 +124,19 @@ def fit_new_ops(
     p_graph, p_consts, p_vars = parent
     c_graph, c_consts, c_vars = child
     c_vars = {k: dict(v) for k, v in c_vars.items()}
+    new_ops = set(new_ops)
     new = sorted(set(new_ops) & set(c_vars.get("params", {})))
     new_bn = sorted(set(new_ops) & set(c_vars.get("batch_stats", {})))
     if not pairs or not images or (not new and not new_bn):
         return c_vars, {}
     p_model = Model(_with_outputs(p_graph, [old for _, old in pairs]), p_consts)
-    c_model = Model(_with_outputs(c_graph, [mine for mine, _ in pairs]), c_consts)
+    c_model = Model(_with_outputs(c_graph, [mine for mine, _ in pairs], new_ops), c_consts)
     p_in, c_in = p_graph.input_names[0], c_graph.input_names[0]  # dict in -> dict out
     p_apply = jax.jit(lambda x: p_model.apply(p_vars, {p_in: x}, deterministic=True,
                                               training=False))
     targets = [p_apply(x) for x in images]
-    probe = c_model.apply(c_vars, {c_in: images[0]}, deterministic=True, training=False)
+    probe = jax.eval_shape(lambda x: c_model.apply(c_vars, {c_in: x}, deterministic=True,
+                                                   training=False), images[0])
     usable = [i for i, (mine, old) in enumerate(pairs)
               if np.shape(probe[mine]) == np.shape(targets[0][old])]
     if not usable:
@@ -140,8 +165,11 @@ def fit_new_ops(
             terms.append(jnp.mean(jnp.square(out[mine] - target[old])) / scale)
         return sum(terms) / len(terms), new_stats
 
+    eval_loss = jax.jit(lambda params, batch_stats, x, target: loss_fn(
+        params, batch_stats, x, target, False)[0])
+
     def mse(params, batch_stats):
-        return float(np.mean([loss_fn(params, batch_stats, x, t, False)[0]
+        return float(np.mean([eval_loss(params, batch_stats, x, t)
                               for x, t in zip(images, targets, strict=True)]))
 
     before = mse(trainable, stats)

@@ -105,7 +105,13 @@ def describe_failure(e: BaseException) -> tuple[str, bool]:
     """(one-line message to record, whether the candidate is infeasible: it can never run).
 
     Out-of-memory failures read "out of memory (asked N bytes)" and are infeasible: the
-    same architecture on the same machine fails again."""
+    same architecture on the same machine fails again. So is a candidate rejected before
+    training for needing more device memory than the budget (its message carries the
+    estimate and the budget)."""
+    from nas.train.memory import DeviceBudgetExceeded
+
+    if isinstance(e, DeviceBudgetExceeded):
+        return f"infeasible: {e}", True
     if is_out_of_memory(e):
         match = _BYTES.search(str(e))
         asked = f"asked {int(match.group(1).replace(',', '')):,} bytes" if match else \

@@ -41,6 +41,10 @@ class DeviceBudgetExceeded(ValueError):  # noqa: N818 (a ValueError, named for w
             f"the graph is not reversible (no ReversibleSpec marking), so the reversible "
             f"trainer cannot take it")
 
+    def __reduce__(self) -> tuple[Any, tuple[int, int]]:
+        """Rebuilt from (need, budget), so it crosses process boundaries (worker pools)."""
+        return type(self), (self.need, self.budget)
+
 
 def standard_step_memory(graph: Any, constants: Any, config: Any, batch_size: int,
                          image_shape: tuple[int, ...]) -> dict[str, int]:

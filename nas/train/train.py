@@ -8,10 +8,11 @@ Reads top to bottom like big_vision's train.py, one named stage at a time:
 
 The step loop is the only one: each step is handed to a trainer strategy
 (`nas.train.trainers`: standard data-parallel, or the reversible CPU-offload trainer), which
-is chosen in `nas.train.revrun`. Everything random derives from `config.seed` and the step
-number, and the data position is checkpointed (or is a function of the step, for a
-device-resident dataset), so a run killed at any point and resumed ends with the same
-parameters as one that never stopped.
+is chosen in `nas.train.memory` (a candidate over the device budget that is not
+reversible is rejected there, before any data is read). Everything random derives from
+`config.seed` and the step number, and the data position is checkpointed (or is a
+function of the step, for a device-resident dataset), so a run killed at any point and
+resumed ends with the same parameters as one that never stopped.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import numpy as np
 from absl import logging
 from tqdm import tqdm
 
-from nas.train import compilation, devdata, perf, revrun, trainers
+from nas.train import compilation, devdata, memory, perf, trainers
 from nas.train import config as config_lib
 from nas.train import data as data_lib
 from nas.train.checkpoint import Checkpointer
@@ -454,7 +455,7 @@ def _train_and_eval(config: ml_collections.ConfigDict, eval_perf: bool,
     if graph is None:
         graph, constants = build_graph(config.model_name, config.num_classes,
                                        config.input.image_size)
-    reversible = revrun.use_reversible(config, graph, constants)
+    reversible = memory.select_trainer(config, graph, constants) == "reversible"
     writer = JsonlWriter(workdir, jax.process_index() == 0)
 
     data = setup_data(config, on_device_ok=not reversible, cache=device_data_cache)

@@ -77,3 +77,38 @@ def test_nonpositive_sizes_are_refused_before_training(size):
            new_op("out", OpType.DENSE, ["flat"], op_kwargs={"features": size})]
     with pytest.raises(ValueError, match="'out' kwarg 'features'"):
         new_graph(["input"], ["out"], ops)
+
+
+def test_over_budget_plain_candidate_is_recorded_infeasible_before_any_step(tmp_path):
+    """A seed that is not reversible and whose standard step exceeds the device budget is
+    stored `infeasible`, its message carrying the estimate and the budget, and nothing of
+    it was trained (no metrics or checkpoint file was written)."""
+    from nas.search.driver import Driver, SearchFailed, candidate_dir
+
+    config = tiny_search_config(max_candidates=1)
+    config.train.trainer = "auto"
+    config.train.device_memory_budget = 2**20
+    with pytest.raises(SearchFailed, match="infeasible"):
+        Driver(config, str(tmp_path / "study")).run(progress=False)
+    from nas.search import Study
+
+    (candidate,) = Study.load(str(tmp_path / "study")).candidates()
+    assert candidate.status == "infeasible", candidate.error
+    assert "not reversible" in candidate.error
+    assert "(1048576 bytes)" in candidate.error  # the budget
+    need = int(candidate.error.split("MiB per device (")[1].split(" bytes")[0])
+    assert need > 2**20  # the estimate
+    run = os.path.join(candidate_dir(str(tmp_path / "study"), 1), "train")
+    assert not [f for _, _, files in os.walk(run) for f in files]  # no metrics, no checkpoint
+
+
+def test_budget_rejection_survives_a_worker_process_boundary():
+    """Local workers hand exceptions back pickled: the rejection keeps its numbers."""
+    import pickle
+
+    from nas.train.memory import DeviceBudgetExceeded
+
+    error = pickle.loads(pickle.dumps(DeviceBudgetExceeded(5 * 2**20, 2**20)))
+    assert (error.need, error.budget) == (5 * 2**20, 2**20)
+    message, infeasible = describe_failure(error)
+    assert infeasible and "(5242880 bytes)" in message and "(1048576 bytes)" in message

@@ -6,23 +6,32 @@ import numpy as np
 import pytest
 from helpers import tiny_config
 
-from nas.train import revrun, train_and_eval
+from nas.train import train_and_eval
+from nas.train.memory import DeviceBudgetExceeded, select_trainer
 from nas.zoo import revnet
 
 
 def test_auto_selects_by_memory_budget():
     graph, constants, _ = revnet.RevNet(depth=2, width=8)
     config = tiny_config("", trainer="auto", device_memory_budget=1)
-    assert revrun.use_reversible(config, graph, constants)  # 1 byte: nothing fits
+    assert select_trainer(config, graph, constants) == "reversible"  # 1 byte: nothing fits
     config = tiny_config("", trainer="auto", device_memory_budget=2**40)
-    assert not revrun.use_reversible(config, graph, constants)
+    assert select_trainer(config, graph, constants) == "standard"
     config = tiny_config("", trainer="standard", device_memory_budget=1)
-    assert not revrun.use_reversible(config, graph, constants)
+    assert select_trainer(config, graph, constants) == "standard"
+
+
+def test_plain_graph_over_the_budget_fails_before_any_data_or_step(tmp_path):
+    """train_and_eval rejects it before reading data (the data dir does not even exist)."""
     from nas.zoo import cnn
 
     plain, plain_consts, _ = cnn.CifarNet()
-    config = tiny_config("", trainer="auto", device_memory_budget=1)
-    assert not revrun.use_reversible(config, plain, plain_consts)  # not reversible
+    config = tiny_config(str(tmp_path / "no_data_here"), trainer="auto",
+                         device_memory_budget=1)
+    with pytest.raises(DeviceBudgetExceeded, match="not reversible"):
+        train_and_eval(config, graph=plain, constants=plain_consts,
+                       workdir=str(tmp_path / "run"))
+    assert not (tmp_path / "run").exists() and not (tmp_path / "no_data_here").exists()
 
 
 @pytest.mark.slow

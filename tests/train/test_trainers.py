@@ -11,7 +11,7 @@ from helpers import tiny_config, tiny_graph
 
 import nas.train
 from nas.graph import Model
-from nas.train import perf, revrun, train_and_eval
+from nas.train import memory, perf, train_and_eval
 from nas.zoo import revnet
 
 
@@ -71,7 +71,8 @@ def _train_imports() -> dict[str, set[str]]:
 
 def test_one_loop_and_no_import_cycle():
     graph = _train_imports()
-    assert not hasattr(revrun, "train_and_eval")  # the second loop is gone
+    assert not hasattr(memory, "train_and_eval")  # the second loop is gone
+    assert "revrun" not in graph  # nor its duplicate memory estimate
     state: dict[str, int] = {}
 
     def visit(m: str, path: list[str]) -> None:
@@ -86,7 +87,7 @@ def test_one_loop_and_no_import_cycle():
 
     for module in graph:
         visit(module, [])
-    assert "train" not in graph["revrun"] | graph["trainers"]
+    assert "train" not in graph["memory"] | graph["trainers"]
 
 
 def test_bad_compute_dtype_is_value_error(data_dir):
