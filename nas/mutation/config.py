@@ -119,8 +119,8 @@ class MutationConfig:
             raise ValueError("config fields 'max_len' and 'max_perc': set at most one")
         if self.block_add_prob + self.block_delete_prob > 1.0:
             raise ValueError(
-                f"config fields 'block_add_prob' and 'block_delete_prob': one draw per child "
-                f"decides add, delete or redefine, so their sum must be <= 1, got "
+                f"config field 'block_add_prob' + 'block_delete_prob' must be <= 1 (one draw "
+                f"per child decides add, delete or redefine a block), got "
                 f"{self.block_add_prob:g} + {self.block_delete_prob:g}")
         self.input_shape = tuple(self.input_shape)
         if self.search_space is not None:
