@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from nas.graph.block import Block
 from nas.graph.ops import Graph, Op, as_op_type, new_graph
 
 FORMAT = "nas.graph"
@@ -152,3 +153,33 @@ def graph_from_json(text: str | bytes) -> Graph:
 
 def constants_from_json(text: str | bytes) -> dict[str, Any]:
     return load(text)[1]
+
+
+# Blocks ------------------------------------------------------------------------------------
+# A zoo model is rebuilt from its blocks' base definitions (`builder(blocks=...)`
+# instantiates each one), so a block is stored as its name and its base graph + constants.
+
+
+def blocks_to_list(blocks: Sequence[Block]) -> list[dict[str, Any]]:
+    """JSON-ready data of `blocks`: enough for a zoo builder to rebuild the model."""
+    return [{"name": block.name,
+             "base": graph_to_dict(block.base_graph, block.base_constants)}
+            for block in blocks]
+
+
+def blocks_from_list(data: Any) -> list[Block]:
+    """Blocks from the data of `blocks_to_list`; a malformed entry is a ValueError."""
+    if not isinstance(data, list):
+        raise ValueError(f"serialized blocks: expected a list, got {type(data).__name__}")
+    blocks = []
+    for i, entry in enumerate(data):
+        where = f"serialized block #{i}"
+        if not isinstance(entry, dict):
+            raise ValueError(f"{where}: must be an object with 'name' and 'base'")
+        name = _field(entry, "name", str, where)
+        try:
+            graph, constants = graph_from_dict(_field(entry, "base", dict, where))
+        except ValueError as e:
+            raise ValueError(f"{where} ({name!r}): {e}") from None
+        blocks.append(Block(name, graph, constants))
+    return blocks

@@ -1,5 +1,9 @@
 """The mutator protocol: select a subgraph of a graph and mutate its abstract properties.
 
+One name per operation: `select_subgraph` picks the ops, a property's `mutate` changes
+that property, `select_targets` does both (the synthesis targets), and proposing a whole
+child is `ModelMutator.propose` / `propose_child`.
+
 A mutator does not change the graph: it returns, per context, the selected subgraph (as a
 SubgraphModel of the unchanged graph) and the target properties a synthesizer must then
 satisfy. Only one randomly chosen context gets mutated properties; the others keep only
@@ -54,12 +58,14 @@ class AbstractMutator:
     def select_subgraph(self, graph: Graph) -> list[SubgraphNode]:
         raise NotImplementedError
 
-    def mutate(
+    def select_targets(
         self, graph: Graph, contexts: Sequence[MutationContext], abstract: bool = True
     ) -> list[tuple[SubgraphModel, list[Any]]]:
-        """Selects a subgraph and returns, per context, its model and target properties."""
+        """Selects a subgraph and returns, per context, its model and the target properties
+        a synthesizer must meet (one context's properties mutated, see the module doc)."""
         if not contexts:
-            raise ValueError("mutate needs at least one (constants, state, inputs) context")
+            raise ValueError("select_targets needs at least one (constants, state, inputs) "
+                             "context")
         spec = self.select_subgraph(graph)
         new_graph = replace_subgraph(graph, spec)  # self-mapping: the same graph, validated
         to_mutate = self.rng.randrange(len(contexts))

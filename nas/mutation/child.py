@@ -3,10 +3,13 @@
 The child is a valid graph (shape-checked, different fingerprint from its parent) whose
 variables are the parent's arrays wherever name, shape and dtype match and fresh values
 elsewhere. Everything random comes from `seed`, so the same seed gives the same child.
+The returned `Child` is the complete record a study stores: its fingerprint is computed
+once (while the child is checked) and its spec, properties and blocks have JSON forms.
 """
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from collections.abc import Callable, Mapping
@@ -16,7 +19,7 @@ from typing import Any
 from nas.graph.block import Block
 from nas.graph.ops import Graph
 from nas.graph.reversible import is_reversible
-from nas.graph.serialize import graph_to_dict
+from nas.graph.serialize import blocks_to_list, graph_to_dict, graph_to_json
 from nas.graph.subgraph import SubgraphModel, SubgraphNode
 from nas.mutation.config import MutationConfig
 from nas.mutation.model_mutator import Builder, ModelMutator, NoChildFound, probe_inputs
@@ -35,7 +38,11 @@ class Child:
     `inherited` / `new` are the op names of the child's params taken from the parent /
     freshly initialized. `properties` are the mutated target properties the new subgraph
     satisfies; they refer to `spec` spliced into `host_graph` (the child graph itself, or
-    for a block-level mutation the mutated block's definition).
+    for a block-level mutation the mutated block's definition). `fingerprint` identifies
+    what the child computes (resolved at the probe input shape), so equal networks match.
+    `kind` says what changed: "subgraph", "block_add", "block_delete", "block_mutate"
+    (one block redefined), or for reversible parents "coupling_add", "coupling_delete",
+    "reversible_block". `blocks` are the child's blocks when it was built from blocks.
     """
 
     graph: Graph
@@ -43,6 +50,7 @@ class Child:
     variables: dict[str, dict[str, Any]]
     inherited: set[str]
     new: set[str]
+    fingerprint: str = ""
     properties: list[Any] = field(default_factory=list)
     spec: list[SubgraphNode] = field(default_factory=list)
     blocks: list[Block] | None = None
@@ -63,6 +71,27 @@ class Child:
             op = graph_to_dict(Graph([], [], [node.op]))["ops"][0]
             out.append({"op": op, "output_names": list(node.output_names)})
         return out
+
+    def graph_json(self) -> str:
+        """The child graph and constants as `nas.graph.serialize` JSON text."""
+        return graph_to_json(self.graph, self.constants)
+
+    def properties_json(self) -> list[dict[str, Any]]:
+        """The target properties as JSON-ready data: the type and each property's maps."""
+        out = []
+        for prop in self.properties:
+            entry: dict[str, Any] = {"type": type(prop).__name__}
+            for name in ("depth_map", "input_shapes", "output_shapes", "pairings"):
+                value = getattr(prop, name, None)
+                if value is not None:
+                    entry[name] = json.loads(json.dumps(value, default=repr))
+            out.append(entry)
+        return out
+
+    def blocks_json(self) -> list[dict[str, Any]] | None:
+        """The child's blocks as JSON-ready data (`nas.graph.serialize.blocks_from_list`
+        reads them back for the zoo builder), or None for a child without blocks."""
+        return None if self.blocks is None else blocks_to_list(self.blocks)
 
     def subgraph_model(self) -> SubgraphModel:
         """The new subgraph inside its host graph (abstract), to re-check `properties`."""
@@ -91,8 +120,11 @@ def propose_child(
     """A child of (graph, constants) with variables inherited from `variables`.
 
     `variables` holds the parent's `params` (and `batch_stats` if any); None or {} gives a
-    child with only fresh variables. Pass `blocks` and a zoo `builder` (see
-    `nas.zoo.builder`) for block-level mutation. Raises NoChildFound (a ValueError) with
+    child with only fresh variables. Pass the parent's `blocks` and its zoo `builder` (see
+    `nas.zoo.builder`) for block-level mutation (`config.mutate_by_block`); without them
+    a subgraph of the whole graph is mutated. A reversible parent is always mutated
+    through its reversible spec (its own block-level edits, see `nas.mutation.reversible`),
+    whatever `blocks` says. Raises NoChildFound (a ValueError) with
     the reasons when no child is found within `config.retries` attempts and
     `config.max_steps` synthesis steps (counts: the same seed gives the same child on any
     machine). `clock` serves only the wall-clock safety net `config.time_limit_s`.
@@ -103,10 +135,11 @@ def propose_child(
     start = time.monotonic()
     rng = random.Random(seed)
     child_id = cfg.child_id if cfg.child_id is not None else seed
-    if blocks is None and is_reversible(constants):  # the child must stay reversible
+    if is_reversible(constants):  # the child must stay reversible
         proposal = propose_reversible(graph, constants, cfg, rng, child_id)
     else:
-        proposal = ModelMutator(cfg, rng, clock).mutate(graph, constants, blocks, builder, child_id)
+        proposal = ModelMutator(cfg, rng, clock).propose(graph, constants, blocks, builder,
+                                                         child_id)
     inputs = probe_inputs(proposal.graph, cfg.input_shape)
     built = build_variables(proposal.graph, proposal.constants, inputs, variables, seed=seed)
     return Child(
@@ -115,6 +148,7 @@ def propose_child(
         variables=built.variables,
         inherited=built.inherited,
         new=built.new,
+        fingerprint=proposal.fingerprint,
         properties=proposal.properties,
         spec=proposal.spec,
         blocks=proposal.blocks,

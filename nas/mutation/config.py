@@ -97,7 +97,13 @@ class MutationConfig:
     retries: int = 8  # subgraph selections tried before giving up
     input_shape: tuple[int, ...] = (1, 32, 32, 3)  # probe input, batch dimension included
     function_preserving: bool = False  # add new subgraphs as zero-initialized residuals
-    mutate_by_block: bool = True  # with blocks and a builder: block-level mutation
+    # Block-level mutation (needs the parent's blocks and a zoo builder; a graph without
+    # blocks, e.g. a user's seed graph, is mutated by subgraph). One draw per child: add a
+    # copy of a block with block_add_prob, delete one with block_delete_prob, else redefine
+    # one block; each other instance of that block follows with block_mutate_prob.
+    # Off by default: whole-graph subgraph mutation also edits the stem and the classifier,
+    # and its new ops are fitted before training (nas.search.fit).
+    mutate_by_block: bool = False
     block_add_prob: float = 0.2
     block_delete_prob: float = 0.2
     block_mutate_prob: float = 0.2
@@ -111,6 +117,11 @@ class MutationConfig:
         schema.check(values, MUTATION_SCHEMA)
         if self.max_len > 0 and self.max_perc > 0:
             raise ValueError("config fields 'max_len' and 'max_perc': set at most one")
+        if self.block_add_prob + self.block_delete_prob > 1.0:
+            raise ValueError(
+                f"config field 'block_add_prob' + 'block_delete_prob' must be <= 1 (one draw "
+                f"per child decides add, delete or redefine a block), got "
+                f"{self.block_add_prob:g} + {self.block_delete_prob:g}")
         self.input_shape = tuple(self.input_shape)
         if self.search_space is not None:
             self.search_space = SearchSpace.from_dict(self.search_space).to_dict()

@@ -1,10 +1,13 @@
 """Whole-model mutation: one subgraph mutation of a graph, or a block-level edit.
 
-`ModelMutator.mutate` turns a parent into a child architecture (graph, constants, blocks)
-or raises `NoChildFound` saying why. Block-level mutation (§6.5) adds a copy of a block,
-deletes a block, or mutates one block's definition (renamed `<block>/trial<id>`) and
-rebuilds the model with the zoo builder; without blocks the whole graph is mutated in
-place. Every child has valid shapes and a fingerprint different from its parent's.
+`ModelMutator.propose` turns a parent into a child architecture (graph, constants, blocks)
+or raises `NoChildFound` saying why. Block-level mutation (§6.5, with `mutate_by_block`,
+the parent's blocks and a zoo builder) adds a copy of a block (`block_add_prob`), deletes
+one (`block_delete_prob`), or else redefines one block by a subgraph mutation of its
+definition (renamed `<block>/trial<id>`; each other instance of that block takes the new
+definition with probability `block_mutate_prob`), and rebuilds the model with the zoo
+builder; otherwise a subgraph of the whole graph is replaced. Every child has valid shapes
+and a fingerprint different from its parent's, computed here once and carried along.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ class Proposal:
     host_inputs: dict[str, Any] = field(default_factory=dict)
     preserving: bool = False
     attempts: int = 1
+    fingerprint: str = ""  # of the child graph (set once its shapes are checked)
 
 
 def probe_inputs(graph: Graph, input_shape: Sequence[int]) -> dict[str, jax.ShapeDtypeStruct]:
@@ -59,6 +63,13 @@ def probe_inputs(graph: Graph, input_shape: Sequence[int]) -> dict[str, jax.Shap
         raise ValueError(f"mutation probes single-input graphs; this one has inputs "
                          f"{graph.input_names}")
     return {graph.input_names[0]: jax.ShapeDtypeStruct(tuple(input_shape), jnp.float32)}
+
+
+def fingerprint_at(graph: Graph, constants: Mapping[str, Any] | None,
+                   input_shape: Sequence[int]) -> str:
+    """The fingerprint a child of this input shape gets (`Child.fingerprint`), for graphs
+    that are not proposed children (a search's seed), so equal networks match."""
+    return fingerprint_graph(graph, dict(constants or {}), probe_inputs(graph, input_shape))
 
 
 def strip_trial(name: str) -> str:
@@ -89,8 +100,8 @@ class ModelMutator:
         new_blocks.pop(self.rng.randrange(len(blocks)))
         return new_blocks
 
-    def mutate_block(self, block: Block, blocks: Sequence[Block], spec: Sequence[SubgraphNode],
-                     child_id: int) -> list[Block]:
+    def redefine_block(self, block: Block, blocks: Sequence[Block],
+                       spec: Sequence[SubgraphNode], child_id: int) -> list[Block]:
         """The blocks with `block`'s definition replaced: one same-named block always, each
         other same-named block with probability block_mutate_prob (so repeats may diverge)."""
         new_base = replace_subgraph(block.base_graph, spec)
@@ -109,7 +120,7 @@ class ModelMutator:
                     ) -> tuple[list[SubgraphNode], list[Any], list[SubgraphNode], int]:
         """(new spec, target properties, selected old spec, index of the mutated context)."""
         mutator = self.config.make_mutator(self.rng)
-        selected = mutator.mutate(graph, contexts)
+        selected = mutator.select_targets(graph, contexts)
         if self.config.synthesizer == "primer":  # primer ignores all but the shapes
             selected = [(m, [p for p in props if type(p) is ShapeProperty])
                         for m, props in selected]
@@ -124,20 +135,23 @@ class ModelMutator:
         return list(models[0].subgraph), selected[mutated][1], selected[0][0].subgraph, mutated
 
     def _check_child(self, graph: Graph, constants: Mapping[str, Any], inputs: Mapping[str, Any],
-                     parent_fp: str, parent_out: Sequence[tuple]) -> GraphShapes:
+                     parent_fp: str, parent_out: Sequence[tuple]) -> str:
+        """The child's fingerprint; SynthesisError if its outputs or function are wrong."""
         shapes = graph_shapes(graph, constants, inputs)
         child_out = [shapes.shape(n) for n in graph.output_names]
         if child_out != list(parent_out):
             raise SynthesisError(f"child output shapes {child_out} differ from the parent's "
                                  f"{list(parent_out)}")
-        if fingerprint_graph(graph, constants, shapes=shapes) == parent_fp:
+        fingerprint = fingerprint_graph(graph, constants, shapes=shapes)
+        if fingerprint == parent_fp:
             raise SynthesisError("child computes the same function as its parent "
                                  "(equal fingerprints)")
-        return shapes
+        return fingerprint
 
-    def mutate(self, graph: Graph, constants: Mapping[str, Any] | None,
-               blocks: Sequence[Block] | None = None, builder: Builder | None = None,
-               child_id: int = 0) -> Proposal:
+    def propose(self, graph: Graph, constants: Mapping[str, Any] | None,
+                blocks: Sequence[Block] | None = None, builder: Builder | None = None,
+                child_id: int = 0) -> Proposal:
+        """A child architecture of (graph, constants); NoChildFound if none is found."""
         cfg = self.config
         constants = dict(constants or {})
         start = self.clock()
@@ -155,8 +169,8 @@ class ModelMutator:
                                                    inputs, parent_shapes, deadline)
                 else:
                     proposal = self._graph_attempt(graph, constants, inputs, child_id, deadline)
-                self._check_child(proposal.graph, proposal.constants, inputs, parent_fp,
-                                  parent_out)
+                proposal.fingerprint = self._check_child(
+                    proposal.graph, proposal.constants, inputs, parent_fp, parent_out)
             except SynthesisTimeout as e:
                 reasons.append(str(e))
                 break
@@ -213,7 +227,7 @@ class ModelMutator:
                 contexts.append((dict(b.base_constants or {}), None, block_inputs))
             spec, props, _, mutated = self._synthesize(block.base_graph, contexts, child_id,
                                                        deadline)
-            new_blocks = self.mutate_block(block, blocks, spec, child_id)
+            new_blocks = self.redefine_block(block, blocks, spec, child_id)
             host = replace_subgraph(block.base_graph, spec)
             child_graph, child_constants, built = builder(blocks=new_blocks)
             return Proposal(child_graph, dict(child_constants), "block_mutate", spec, props,

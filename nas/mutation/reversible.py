@@ -89,8 +89,9 @@ def propose_reversible(graph: Graph, constants: Mapping[str, Any], config: Mutat
             if child_out != parent_out:
                 raise SynthesisError(f"child output shapes {child_out} differ from the "
                                      f"parent's {parent_out}")
-            if fingerprint_graph(proposal.graph, proposal.constants,
-                                 shapes=child_shapes) == parent_fp:
+            proposal.fingerprint = fingerprint_graph(proposal.graph, proposal.constants,
+                                                     shapes=child_shapes)
+            if proposal.fingerprint == parent_fp:
                 raise SynthesisError("child computes the same function as its parent")
             from_graph(proposal.graph, proposal.constants)  # the marking matches, by build
             _check_trainable(proposal.graph)
@@ -127,8 +128,8 @@ def _attempt(spec: ReversibleSpec, shapes: Any, config: MutationConfig, rng: ran
     block = blocks[index]
     in_shape = tuple(int(d) for d in shapes.shape(spec.block_inputs()[index][0]))
     sub = dataclasses.replace(config, input_shape=in_shape)
-    inner = ModelMutator(sub, rng).mutate(block.base_graph, block.base_constants,
-                                          child_id=child_id)
+    inner = ModelMutator(sub, rng).propose(block.base_graph, block.base_constants,
+                                           child_id=child_id)
     new_blocks = list(blocks)
     new_blocks[index] = Block(f"{strip_trial(block.name)}/trial{child_id}", inner.graph,
                               dict(inner.constants))

@@ -10,6 +10,10 @@ from nas.search.candidate import COLUMNS, METRICS, STATUSES
 FORMAT = "nas-study"
 SCHEMA_VERSION = 1
 
+# Columns added after schema version 1 was first written: an older study gets them (NULL)
+# when opened, so its candidates read as before.
+ADDED_COLUMNS = {"lease_until": "REAL", "blocks_json": "TEXT"}
+
 _status_list = ", ".join(f"'{s}'" for s in STATUSES)
 _metric_cols = "\n".join(f"    {m} REAL," for m in METRICS)
 
@@ -38,7 +42,8 @@ CREATE TABLE candidates (
     finished_at REAL,
     worker TEXT,
     attempts INTEGER NOT NULL DEFAULT 0,
-    lease_until REAL
+    lease_until REAL,
+    blocks_json TEXT
 );
 CREATE INDEX candidates_status ON candidates(status, id);
 CREATE INDEX candidates_fingerprint ON candidates(fingerprint);
@@ -83,12 +88,15 @@ def check_study(conn: sqlite3.Connection, path: Path) -> None:
         )
     if version < 1:
         raise ValueError(f"{path}: study schema version {version} is not supported")
-    missing = [c for c in COLUMNS if c not in cols]
-    if "lease_until" not in cols and not missing:  # a study written before leases existed
-        try:
-            conn.execute("ALTER TABLE candidates ADD COLUMN lease_until REAL")
-        except sqlite3.OperationalError as e:
-            if "duplicate column" not in str(e):  # else another process added it first
-                raise ValueError(f"{path}: cannot add the lease column: {e}") from e
+    missing = [c for c in COLUMNS if c not in cols and c not in ADDED_COLUMNS]
+    if not missing:  # a study written before these columns existed gets them (additive)
+        for column, kind in ADDED_COLUMNS.items():
+            if column in cols:
+                continue
+            try:
+                conn.execute(f"ALTER TABLE candidates ADD COLUMN {column} {kind}")
+            except sqlite3.OperationalError as e:
+                if "duplicate column" not in str(e):  # else another process added it first
+                    raise ValueError(f"{path}: cannot add the column {column!r}: {e}") from e
     if missing:
         raise ValueError(f"{path}: table 'candidates' lacks column(s) {missing}; damaged file")

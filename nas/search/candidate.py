@@ -27,8 +27,11 @@ class Candidate:
 
     `graph_json` is the text of `nas.graph.serialize.graph_to_json` (graph + constants),
     kept verbatim. `spec`, `properties` and `inheritance` are decoded JSON values (the
-    subgraph spec, mutated properties, and inherited/new parameter names). Metric fields
-    are None until the candidate is done; `extra_metrics` holds any other reported values.
+    subgraph spec, mutated properties, and inherited/new parameter names; the driver adds
+    the mutation's `kind` there). `blocks` is the decoded record a zoo builder rebuilds the
+    architecture from (see `nas.search.blocks`), None for graphs without blocks. Metric
+    fields are None until the candidate is done; `extra_metrics` holds any other reported
+    values.
     Times are Unix seconds.
     """
 
@@ -57,6 +60,7 @@ class Candidate:
     finished_at: float | None
     worker: str | None
     attempts: int
+    blocks: Any = None
 
     @property
     def metrics(self) -> dict[str, Any]:
@@ -76,6 +80,7 @@ COLUMNS = (
     "id", "parent_id", "generation", "status", "graph_json", "fingerprint", "seed",
     "spec_json", "properties_json", "inheritance_json", *METRICS, "metrics_json",
     "checkpoint_path", "error", "created_at", "started_at", "finished_at", "worker", "attempts",
+    "blocks_json",
 )  # fmt: skip
 
 
@@ -112,6 +117,7 @@ def candidate_from_row(row: tuple, source: object = "study") -> Candidate:
         finished_at=r["finished_at"],
         worker=r["worker"],
         attempts=r["attempts"],
+        blocks=_loads(r["blocks_json"], "blocks_json"),
     )
 
 

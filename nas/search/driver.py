@@ -24,7 +24,9 @@ from absl import logging
 from tqdm import tqdm
 
 from nas import zoo
+from nas.graph.reversible import is_reversible
 from nas.graph.serialize import graph_to_json, load
+from nas.search import blocks as blocks_lib
 from nas.search.executors import Outcome, make_executor
 from nas.search.lease import LeaseKeeper
 from nas.search.selection import Individual, SelectionConfig, select_parents
@@ -35,26 +37,6 @@ from nas.train.checkpoint import load_variables, save_variables
 
 def candidate_dir(workdir: str, candidate_id: int) -> str:
     return os.path.join(os.path.abspath(workdir), "candidates", str(candidate_id))
-
-
-def fingerprint_of(graph: Any, constants: Any, input_shape: tuple[int, ...]) -> str:
-    """Stable across processes; symbolic widths are resolved so equal networks match."""
-    from nas.properties import fingerprint
-
-    return fingerprint.fingerprint_graph(graph, constants, {graph.input_names[0]: input_shape})
-
-
-def describe_properties(properties: list[Any]) -> list[dict[str, Any]]:
-    """A JSON-friendly record of the mutated properties a child was synthesized to meet."""
-    out = []
-    for prop in properties:
-        entry: dict[str, Any] = {"type": type(prop).__name__}
-        for name in ("depth_map", "input_shapes", "output_shapes", "pairings"):
-            value = getattr(prop, name, None)
-            if value is not None:
-                entry[name] = json.loads(json.dumps(value, default=repr))
-        out.append(entry)
-    return out
 
 
 class SearchFailed(ValueError):
@@ -194,20 +176,30 @@ class Driver:
         self.worker = default_worker("driver")
         self._shown: dict[str, int] | None = None  # counts last drawn on the progress bar
         self._fit_images: list[Any] | None = None  # training batches new ops are fitted on
+        self._told_no_blocks = False  # "block-level mutation does not apply" logged once
 
     # ------------------------------------------------------------------ proposing
     def seed_population(self) -> None:
         if self.study.candidates():
             return
-        variables = None
+        from nas.mutation import fingerprint_at
+
+        variables, blocks = None, None
         if self.search.seed_graph:  # the user's graph (and its weights, from an export)
             from nas.search.seed import read_seed_graph
 
             graph, constants, variables = read_seed_graph(self.search.seed_graph)
+            if self.mutation.get("mutate_by_block"):
+                logging.warning("search.mutation.mutate_by_block: the seed graph %s has no "
+                                "blocks, so block-level mutation (block_add_prob, "
+                                "block_delete_prob, block_mutate_prob) does not apply; its "
+                                "children are subgraph mutations", self.search.seed_graph)
+                self._told_no_blocks = True
         else:
-            graph, constants, _ = zoo.build(self.train.model_name,
-                                            int(self.train.num_classes),
-                                            int(self.train.input.image_size))
+            args = blocks_lib.builder_args(self.train)
+            graph, constants, built = zoo.builder(**args)()
+            if not is_reversible(constants):  # a reversible one carries its own layout
+                blocks = blocks_lib.blocks_record(args, built)
         inheritance = None
         if variables is not None:  # saved before the candidate exists, as for children
             inheritance = {"init_path": os.path.join(os.path.abspath(self.workdir), "inits",
@@ -216,8 +208,8 @@ class Driver:
             save_variables(inheritance["init_path"], variables)
         self.study.add(
             graph_to_json(graph, constants), generation=0, seed=self.search.seed,
-            fingerprint=fingerprint_of(graph, constants, self.input_shape),
-            inheritance=inheritance, state={"proposals": 0})
+            fingerprint=fingerprint_at(graph, constants, self.input_shape),
+            inheritance=inheritance, blocks=blocks, state={"proposals": 0})
 
     def choose_parent(self, done: list[Any], rng: np.random.Generator) -> int:
         """The parent of the next child: selection from the Pareto fronts (a subclass may
@@ -244,14 +236,13 @@ class Driver:
         child_seed = int(rng.integers(2**31 - 1))
         graph, constants = load(parent.graph_json)
         variables = load_variables(parent.checkpoint_path)
-        mutation = dict(self.search.mutation)
-        mutation.setdefault("input_shape", self.input_shape)
+        blocks, builder, args = self.parent_blocks(parent)
         try:
-            child = propose_child(graph, constants, variables, seed=child_seed, config=mutation)
-            fingerprint = fingerprint_of(child.graph, child.constants, self.input_shape)
-            existing = self.study.find(fingerprint)
+            child = propose_child(graph, constants, variables, seed=child_seed,
+                                  config=self.mutation, blocks=blocks, builder=builder)
+            existing = self.study.find(child.fingerprint)
             if existing:
-                raise DuplicateCandidateError(fingerprint, existing[0])
+                raise DuplicateCandidateError(child.fingerprint, existing[0])
             # The starting weights are complete on disk before the candidate exists, so
             # whoever claims it starts from exactly these weights.
             init = init_path(self.workdir, k)
@@ -259,18 +250,50 @@ class Driver:
             init_vars, fitted = self.fit_child(child, (graph, constants, variables),
                                               child_seed)
             save_variables(init, init_vars)
+            child_blocks = None
+            if args is not None and child.blocks is not None:  # built by the zoo builder
+                child_blocks = blocks_lib.blocks_record(args, child.blocks)
             child_id = self.study.add(
-                graph_to_json(child.graph, child.constants), parent_id=parent.id,
-                generation=parent.generation + 1, seed=child_seed, fingerprint=fingerprint,
-                spec=child.spec_json(), properties=describe_properties(child.properties),
-                inheritance={"inherited": sorted(child.inherited), "new": sorted(child.new),
-                             "init_path": init, **({"fit": fitted} if fitted else {})},
+                child.graph_json(), parent_id=parent.id,
+                generation=parent.generation + 1, seed=child_seed,
+                fingerprint=child.fingerprint, spec=child.spec_json(),
+                properties=child.properties_json(), blocks=child_blocks,
+                inheritance={"kind": child.kind, "inherited": sorted(child.inherited),
+                             "new": sorted(child.new), "init_path": init,
+                             **({"fit": fitted} if fitted else {})},
                 state={"proposals": k + 1})
         except (NoChildFound, DuplicateCandidateError) as e:
             logging.info("proposal %d from parent %d failed: %s", k, parent.id, e)
             self.study.set_state("proposals", k + 1)
             return None
         return child_id
+
+    @property
+    def mutation(self) -> dict[str, Any]:
+        """The `search.mutation` config, probing at the training input shape."""
+        mutation = dict(self.search.mutation)
+        mutation.setdefault("input_shape", self.input_shape)
+        return mutation
+
+    def parent_blocks(self, parent: Any) -> tuple[list[Any] | None, Any, dict[str, Any] | None]:
+        """(blocks, zoo builder, builder arguments) for block-level mutation of `parent`,
+        or (None, None, None) when it is off or the parent has no blocks (then a subgraph
+        of its whole graph is mutated, as the log line says once)."""
+        if not self.mutation.get("mutate_by_block"):
+            return None, None, None
+        if parent.blocks is None:
+            if not self._told_no_blocks:
+                logging.info("search.mutation.mutate_by_block: candidate %d has no blocks (a "
+                             "seed graph from a file, a whole-graph or reversible mutation), "
+                             "so its children are subgraph mutations", parent.id)
+                self._told_no_blocks = True
+            return None, None, None
+        blocks, builder, args = blocks_lib.read_blocks(parent.blocks, f"candidate {parent.id}")
+        if not blocks_lib.rebuilds(builder, blocks, parent.graph_json):
+            logging.warning("candidate %d: its stored blocks no longer rebuild its graph (the "
+                            "zoo changed?); its children are subgraph mutations", parent.id)
+            return None, None, None
+        return blocks, builder, args
 
     def fit_child(self, child: Any, parent: tuple[Any, Any, Any], seed: int
                   ) -> tuple[dict[str, Any], dict[str, float]]:

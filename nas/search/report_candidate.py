@@ -154,6 +154,7 @@ class Mutation:
     inherited: list[str]
     fresh: list[str]
     fit: dict[str, float] = field(default_factory=dict)  # nas.search.fit errors, if fitted
+    kind: str = ""  # the mutation: "subgraph", "block_add", "block_delete", "block_mutate"...
 
 
 def mutation_diff(child: Architecture, parent: Architecture | None,
@@ -165,7 +166,7 @@ def mutation_diff(child: Architecture, parent: Architecture | None,
     inh = inheritance or {}
     fit = inh.get("fit") if isinstance(inh.get("fit"), Mapping) else {}
     return Mutation(removed, added, sorted(inh.get("inherited", [])),
-                    sorted(inh.get("new", [])), dict(fit))
+                    sorted(inh.get("new", [])), dict(fit), str(inh.get("kind") or ""))
 
 
 def diff_html(m: Mutation) -> str:
@@ -183,7 +184,9 @@ def diff_html(m: Mutation) -> str:
     if "mse_before" in m.fit and "mse_after" in m.fit:
         fitted = (f'<p class="fit"><b>fresh weights fitted</b> to the replaced tensors: '
                   f"relative error {m.fit['mse_before']:.3g} → {m.fit['mse_after']:.3g}</p>")
-    return ('<div class="diff"><div class="removed"><b>replaced subgraph</b>' + ops(m.removed)
+    kind = f'<p class="kind"><b>mutation</b>: <code>{esc(m.kind)}</code></p>' if m.kind else ""
+    return ('<div class="diff">' + kind
+            + '<div class="removed"><b>replaced subgraph</b>' + ops(m.removed)
             + '</div><div class="added"><b>new subgraph</b>' + ops(m.added) + "</div>"
             + f'<p class="weights"><b>inherited weights</b> ({len(m.inherited)} ops): '
             + names(m.inherited) + f"<br><b>fresh weights</b> ({len(m.fresh)} ops): "

@@ -206,6 +206,7 @@ class Study:
         spec: Any = None,
         properties: Any = None,
         inheritance: Any = None,
+        blocks: Any = None,
         status: str = "pending",
         error: str | None = None,
         allow_duplicate: bool = False,
@@ -218,7 +219,8 @@ class Study:
         `DuplicateCandidateError` carrying `existing_id`, unless `allow_duplicate`.
         `status` may be "infeasible" or "failed" to record a child that never reaches
         training. `state` entries are saved with `set_state` in the same transaction, so
-        the driver's RNG/counters always match the candidates they produced.
+        the driver's RNG/counters always match the candidates they produced. `blocks` is
+        any JSON value (the driver stores how to rebuild the architecture from blocks).
         """
         if not isinstance(graph_json, str):
             raise ValueError(f"graph_json: expected JSON text, got {type(graph_json).__name__}")
@@ -241,6 +243,7 @@ class Study:
             "spec_json": dumps(spec, "spec"),
             "properties_json": dumps(properties, "properties"),
             "inheritance_json": dumps(inheritance, "inheritance"),
+            "blocks_json": dumps(blocks, "blocks"),
         }
         state_rows = self._state_rows(state)
         with self._db.write() as c:
@@ -264,11 +267,11 @@ class Study:
             cur = c.execute(
                 "INSERT INTO candidates(parent_id, generation, status, graph_json, fingerprint,"
                 " seed, spec_json, properties_json, inheritance_json, error, created_at,"
-                " finished_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " finished_at, blocks_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     parent_id, int(generation), status, graph_json, fingerprint, seed,
                     fields["spec_json"], fields["properties_json"], fields["inheritance_json"],
-                    error, now, None if status == "pending" else now,
+                    error, now, None if status == "pending" else now, fields["blocks_json"],
                 ),
             )  # fmt: skip
             c.executemany("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", state_rows)

@@ -3,12 +3,15 @@ and differ from its parent."""
 
 from __future__ import annotations
 
+import json
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from nas.graph import Model
 from nas.graph.serialize import graph_to_json
+from nas.mutation import fingerprint_at
 from nas.properties.fingerprint import fingerprint_graph
 from nas.synthesis.variables import build_variables
 
@@ -34,6 +37,11 @@ def check_child(child, graph, constants, variables, num_classes=10, forward=True
             assert np.array_equal(np.asarray(a), np.asarray(b)), name
     assert fingerprint_graph(child.graph, child.constants, INPUT) != fingerprint_graph(
         graph, constants, INPUT)
+    # The record a study stores: fingerprint computed once, JSON-ready fields.
+    assert child.fingerprint == fingerprint_graph(child.graph, child.constants, INPUT)
+    assert child.fingerprint == fingerprint_at(child.graph, child.constants, (1, 32, 32, 3))
+    json.dumps([child.spec_json(), child.properties_json(), child.blocks_json()],
+               allow_nan=False)
     assert child.satisfies_properties()
     for prop in child.properties:
         assert prop.verify(child.subgraph_model())

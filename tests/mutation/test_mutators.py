@@ -19,7 +19,8 @@ def test_random_sequential_mutator_returns_one_context_per_instance():
     mutator = RandomSequentialMutator([ShapeProperty(), DepthProperty(p=0.5)], p=0.5,
                                       max_len=3, rng=random.Random(0))
     for _ in range(20):
-        out = mutator.mutate(graph, [(constants, None, {"input": jnp.ones((1, 32, 32, 3))})])
+        out = mutator.select_targets(
+            graph, [(constants, None, {"input": jnp.ones((1, 32, 32, 3))})])
         assert len(out) == 1
         model, props = out[0]
         check_sequential(model.subgraph)
@@ -44,7 +45,7 @@ def test_mutated_context_and_shape_only_contexts():
     graph, constants, _ = cnn.CifarNet()
     ctx = [(constants, None, {"input": jnp.ones((1, 32, 32, 3))})] * 3
     out = RandomSequentialMutator([ShapeProperty(), DepthProperty(p=1.0)], p=0.5, max_len=2,
-                                  rng=random.Random(2)).mutate(graph, ctx)
+                                  rng=random.Random(2)).select_targets(graph, ctx)
     assert sorted(len(props) for _, props in out) == [1, 1, 2]
 
 
@@ -56,11 +57,11 @@ def test_mutator_argument_errors(kwargs, message):
         RandomMutator([ShapeProperty()], **kwargs)
 
 
-def test_mutate_block_renames_and_shares_the_new_definition():
+def test_redefine_block_renames_and_shares_the_new_definition():
     graph, constants, blocks = cnn.CifarNet()
     mutator = ModelMutator({"block_mutate_prob": 1.0}, random.Random(0))
     spec = [n for n in []]  # an empty spec leaves the definition as is
-    new_blocks = mutator.mutate_block(blocks[0], blocks, spec, child_id=7)
+    new_blocks = mutator.redefine_block(blocks[0], blocks, spec, child_id=7)
     assert [b.name for b in new_blocks] == ["conv_layer/trial7"] * 2
-    again = mutator.mutate_block(new_blocks[0], new_blocks, spec, child_id=9)
+    again = mutator.redefine_block(new_blocks[0], new_blocks, spec, child_id=9)
     assert again[0].name == "conv_layer/trial9"

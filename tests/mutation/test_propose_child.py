@@ -94,7 +94,7 @@ def test_block_level_mutation():
     build = builder("cnn", 10, 32)
     graph, constants, blocks = build()
     variables = parent_variables(graph, constants)
-    config = {**FAST, "block_add_prob": 0.3, "block_delete_prob": 0.3}
+    config = {**FAST, "mutate_by_block": True, "block_add_prob": 0.3, "block_delete_prob": 0.3}
     kinds = set()
     for seed in range(8):
         child = propose_child(graph, constants, variables, seed=seed, config=config,

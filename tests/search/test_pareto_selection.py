@@ -1,5 +1,6 @@
 """Pareto curve weights (reference values) and seeded parent selection."""
 
+import dataclasses
 import math
 
 import numpy as np
@@ -138,3 +139,21 @@ def test_select_bad_inputs():
     with pytest.raises(ValueError, match="unknown field"):
         SelectionConfig.from_dict({"top_k": 3})
     assert SelectionConfig.from_dict({"costs": ["params"]}).costs == ("params",)
+
+
+def test_throughput_is_a_cost_where_higher_is_better():
+    """images/s/core selects like FLOPs but in the other direction: the slow low-FLOPs
+    individual is on the FLOPs front and off the throughput front, the fast costly one the
+    other way round."""
+    pop = [Individual(0, 0.9, flops=4e7, im_sec_core_train=120.0),
+           Individual(1, 0.85, flops=2e7, im_sec_core_train=20.0),  # grouped-conv-like
+           Individual(2, 0.5, flops=5e7, im_sec_core_train=300.0)]
+    config = SelectionConfig(costs=("im_sec_core_train",), p_accuracy_only=0.0, top_n=2,
+                             min_to_select=1, balanced=False)
+    picks = {select_parents(pop, config, np.random.default_rng(s))[0] for s in range(30)}
+    assert picks == {0, 2}
+    by_flops = dataclasses.replace(config, costs=("flops",))
+    picks = {select_parents(pop, by_flops, np.random.default_rng(s))[0] for s in range(30)}
+    assert picks == {0, 1}
+    assert SelectionConfig.from_dict(
+        {"costs": ["flops", "im_sec_core_infer"]}).costs == ("flops", "im_sec_core_infer")

@@ -48,7 +48,7 @@ def study_dir(tmp_path_factory):
                       "im_sec_core_train": 200.0})
     kid = study.add(graph_to_json(child.graph, child.constants), parent_id=seed,
                     spec=child.spec_json(),
-                    inheritance={"inherited": sorted(child.inherited),
+                    inheritance={"kind": child.kind, "inherited": sorted(child.inherited),
                                  "new": sorted(child.new),
                                  "fit": {"mse_before": 1.0, "mse_after": 0.01}})
     study.claim("w", kid)
@@ -72,6 +72,7 @@ def test_page_shows_front_candidates_in_detail(study_dir):
     section = page[page.index(f'id="cand-{kid}"'):]
     assert 'class="graph-diagram"' in section and 'class="training-curve"' in section
     assert "replaced subgraph" in section and "new subgraph" in section
+    assert f"<b>mutation</b>: <code>{child.kind}</code>" in section
     assert "relative error 1 → 0.01" in section
     for name in sorted(child.new):
         assert name in section  # fresh weights named

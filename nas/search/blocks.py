@@ -1,0 +1,66 @@
+"""A candidate's blocks in its study row, and the zoo builder that rebuilds it from them.
+
+Why: block-level mutation (add, delete or redefine a block, then rebuild the model with its
+zoo builder) needs the parent's blocks, and a search may be resumed in another process, so
+they are stored with the candidate, not kept in memory. The record names the builder
+(`nas.zoo.builder`'s arguments) and lists the blocks' base definitions; it is plain JSON:
+
+    {"builder": {"model_name": "cnn", "num_classes": 10, "image_size": 32},
+     "blocks": [{"name": "conv_layer", "base": <graph_to_dict of the definition>}, ...]}
+
+A graph without blocks (a user's seed graph, a child of a whole-graph subgraph mutation,
+a reversible network, which carries its own layout) has no record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from nas import zoo
+from nas.graph.block import Block
+from nas.graph.serialize import blocks_from_list, blocks_to_list, graph_to_json
+from nas.zoo.common import ModelParts
+
+Builder = Callable[..., ModelParts]  # `(blocks=...) -> (graph, constants, blocks)`
+BUILDER_FIELDS = ("model_name", "num_classes", "image_size")
+
+
+def builder_args(train: Any) -> dict[str, Any]:
+    """The zoo builder's arguments for a `train` config."""
+    return {"model_name": str(train.model_name), "num_classes": int(train.num_classes),
+            "image_size": int(train.input.image_size)}
+
+
+def blocks_record(args: Mapping[str, Any], blocks: Sequence[Block]) -> dict[str, Any]:
+    """The JSON-ready record of `blocks`, rebuilt by the zoo builder named by `args`."""
+    return {"builder": {k: args[k] for k in BUILDER_FIELDS}, "blocks": blocks_to_list(blocks)}
+
+
+def read_blocks(record: Any, where: str) -> tuple[list[Block], Builder, dict[str, Any]]:
+    """(blocks, builder, builder arguments) from a stored record; ValueError naming `where`
+    (e.g. "candidate 3") and the field when the record is malformed."""
+    if not isinstance(record, Mapping):
+        raise ValueError(f"{where}: blocks record must be an object, got "
+                         f"{type(record).__name__}")
+    args = record.get("builder")
+    if not isinstance(args, Mapping) or sorted(args) != sorted(BUILDER_FIELDS):
+        raise ValueError(f"{where}: blocks record field 'builder' must be an object with "
+                         f"{', '.join(BUILDER_FIELDS)}, got {args!r}")
+    try:
+        build = zoo.builder(str(args["model_name"]), int(args["num_classes"]),
+                            int(args["image_size"]))
+        blocks = blocks_from_list(record.get("blocks"))
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{where}: blocks record: {e}") from None
+    return blocks, build, dict(args)
+
+
+def rebuilds(build: Builder, blocks: Sequence[Block], graph_json: str) -> bool:
+    """Whether `build(blocks=blocks)` gives exactly the stored graph (it does unless the
+    zoo changed since the study was written): block edits then start from the candidate."""
+    try:
+        graph, constants, _ = build(blocks=list(blocks))
+    except ValueError:
+        return False
+    return graph_to_json(graph, constants) == graph_json
