@@ -8,8 +8,10 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-STATUSES = ("pending", "running", "done", "failed", "infeasible")
-FINISHED = ("done", "failed", "infeasible")
+STATUSES = ("pending", "running", "done", "failed", "infeasible", "stopped")
+# stopped: a child of a multi-fidelity search not promoted from a rung (its metrics are that
+# rung's); see nas.search.fidelity.
+FINISHED = ("done", "failed", "infeasible", "stopped")
 METRICS = (
     "accuracy",
     "loss",
@@ -57,6 +59,8 @@ class Candidate:
     finished_at: float | None
     worker: str | None
     attempts: int
+    rung: int = 0  # multi-fidelity: the rung it trains toward (or stopped at / finished)
+    rungs: tuple[dict[str, Any], ...] = ()  # its recorded rung results, first rung first
 
     @property
     def metrics(self) -> dict[str, Any]:
@@ -76,7 +80,11 @@ COLUMNS = (
     "id", "parent_id", "generation", "status", "graph_json", "fingerprint", "seed",
     "spec_json", "properties_json", "inheritance_json", *METRICS, "metrics_json",
     "checkpoint_path", "error", "created_at", "started_at", "finished_at", "worker", "attempts",
+    "rung",
 )  # fmt: skip
+# Columns of the `rungs` table, as `Candidate.rungs` entries hold them.
+RUNG_COLUMNS = ("candidate_id", "rung", "epochs", "steps", "accuracy", "loss", "flops",
+                "params", "decision", "reason", "worker", "recorded_at")
 
 
 def candidate_from_row(row: tuple, source: object = "study") -> Candidate:
@@ -112,6 +120,7 @@ def candidate_from_row(row: tuple, source: object = "study") -> Candidate:
         finished_at=r["finished_at"],
         worker=r["worker"],
         attempts=r["attempts"],
+        rung=r["rung"],
     )
 
 
