@@ -45,6 +45,12 @@ def get_config(arg=None):
             "width_factors": ("%2", "", "*2"),
         },
     }
+    # Multi-fidelity (asynchronous successive halving): a child trains a quarter epoch, then
+    # goes on to its full epoch only if it is in the best half of the children measured at
+    # that rung (Pareto layers of accuracy vs FLOPs) and keeps half its parent's accuracy;
+    # the others stay in the study as `stopped`.
+    config.search.fidelity = {"rungs": (0.25,), "keep": 0.5, "parent_ratio": 0.5,
+                              "cost": "flops"}
     # Before a child trains, its new ops are fitted to the parent's tensors they replace.
     config.search.fit = {"steps": 60, "batches": 4, "batch_size": 32, "lr": 1e-3}
     return config
