@@ -93,8 +93,11 @@ def remove_partial_saves(study: Study) -> list[str]:
 def rung_plan(train: ml_collections.ConfigDict, search: ml_collections.ConfigDict
               ) -> RungPlan:
     """The search's multi-fidelity rungs (children's budget: train.total_epochs)."""
-    return RungPlan.from_config(dict(search.get("fidelity", {}) or {}),
-                                float(train.total_epochs))
+    from nas.train.config import base_config
+
+    full = train.get("total_epochs", None)
+    full = base_config().total_epochs if full is None else full
+    return RungPlan.from_config(dict(search.get("fidelity", {}) or {}), float(full))
 
 
 def candidate_task(study: Study, train: ml_collections.ConfigDict,

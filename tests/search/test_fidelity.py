@@ -194,3 +194,24 @@ def test_version_1_study_is_migrated_keeping_its_candidates(tmp_path):
     assert conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() == ("2",)
     conn.close()
     Study.load(tmp_path).close()  # a second open finds it migrated
+
+
+def test_progress_bar_shows_results_per_rung_and_stopped(tmp_path, search_config):
+    import io
+
+    from tqdm import tqdm
+
+    from nas.search.driver import Driver, rung_text
+
+    assert rung_text((0.25, 1.0), {0: (0.25, 6)}) == "0.25ep:6 1ep:0"
+    driver = Driver(search_config(fidelity={"rungs": [0.25], "keep": 0.5}), str(tmp_path))
+    study = driver.study
+    seed = _seed(study)
+    a, b = (study.add(GRAPH, parent_id=seed, fingerprint=f) for f in "ab")
+    for cid, acc in ((a, 0.9), (b, 0.1)):
+        study.claim("w", cid)
+        study.record_rung(cid, 0, 0.25, {"accuracy": acc}, driver.rungs.decide)
+    bar = tqdm(total=3, file=io.StringIO())
+    driver._update(bar, 2, study.counts())
+    assert "rungs=0.25ep:2 0.5ep:0" in bar.postfix and "stopped=1" in bar.postfix
+    bar.close()
