@@ -132,8 +132,9 @@ def _prefixed(prefix: str, fn: Any, value: Any) -> Any:
     except ValueError as e:
         text = str(e)
         for head in ("config field '", 'config field "'):
-            if text.startswith(head) and not text.startswith(head + prefix):
-                text = head + prefix + text[len(head):]
+            if text.startswith(head):  # named already; prefixed unless it has the prefix
+                if not text.startswith(head + prefix):
+                    text = head + prefix + text[len(head):]
                 break
         else:
             text = f"{prefix.rstrip('.')}: {text}"
