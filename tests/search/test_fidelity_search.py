@@ -155,3 +155,26 @@ def _kill_and_resume(workdir, drivers):
     children = [c for c in study.candidates() if c.parent_id is not None]
     assert len(children) == 2 and all(c.status == "done" for c in children)  # keep=1.0
     replay(study, {"rungs": [0.25], "keep": 1.0, "parent_ratio": 0.0})
+
+
+@pytest.mark.slow  # trains a seed and one child in two rungs: 25-60 s on 2 shared cores
+def test_external_worker_trains_a_child_rung_by_rung(tmp_path, search_config):
+    from nas.search.driver import Driver
+    from nas.search.study_worker import run_worker
+
+    workdir = str(tmp_path / "w")
+    config = search_config(max_candidates=2, seed_epochs=0.5, fidelity=RUNGS, fit={"steps": 0},
+                           workers=0)
+    config.search.mutation.linear_p = 0.0
+    driver = Driver(config, workdir)
+    driver.seed_population()
+    assert run_worker(workdir, 1, worker="ext")[0].status == "done"
+    child = driver.propose()
+    assert child is not None
+    first = run_worker(workdir, child, worker="ext")[0]  # to rung 0, then pending again
+    assert (first.status, first.rung, first.worker, first.attempts) == ("pending", 1, None, 0)
+    last = run_worker(workdir, child, worker="ext")[0]  # resumes to the full budget
+    assert last.status == "done" and [r["decision"] for r in last.rungs] == ["promoted",
+                                                                             "final"]
+    assert [r["worker"] for r in last.rungs] == ["ext", "ext"]
+    assert eval_steps(workdir, child) == [RUNG_STEPS, FULL_STEPS]
