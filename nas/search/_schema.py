@@ -8,7 +8,9 @@ from pathlib import Path
 from nas.search.candidate import COLUMNS, METRICS, STATUSES
 
 FORMAT = "nas-study"
-SCHEMA_VERSION = 1
+# 2: status 'stopped', candidates.rung and the rungs table (multi-fidelity). Version 1
+# files are migrated when opened (`migrate`).
+SCHEMA_VERSION = 2
 
 # Columns added after schema version 1 was first written: an older study gets them (NULL)
 # when opened, so its candidates read as before.
@@ -17,11 +19,7 @@ ADDED_COLUMNS = {"lease_until": "REAL", "blocks_json": "TEXT"}
 _status_list = ", ".join(f"'{s}'" for s in STATUSES)
 _metric_cols = "\n".join(f"    {m} REAL," for m in METRICS)
 
-SCHEMA = f"""
-CREATE TABLE meta (
-    key TEXT PRIMARY KEY,
-    value TEXT NOT NULL
-);
+CANDIDATES = f"""
 CREATE TABLE candidates (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     parent_id INTEGER REFERENCES candidates(id),
@@ -43,12 +41,75 @@ CREATE TABLE candidates (
     worker TEXT,
     attempts INTEGER NOT NULL DEFAULT 0,
     lease_until REAL,
-    blocks_json TEXT
+    blocks_json TEXT,
+    rung INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX candidates_status ON candidates(status, id);
 CREATE INDEX candidates_fingerprint ON candidates(fingerprint);
 CREATE INDEX candidates_parent ON candidates(parent_id);
 """
+
+# One row per candidate and rung reached (multi-fidelity), with the decision taken there:
+# promoted, stopped, or final (the full budget).
+RUNGS = """
+CREATE TABLE rungs (
+    candidate_id INTEGER NOT NULL REFERENCES candidates(id),
+    rung INTEGER NOT NULL,
+    epochs REAL NOT NULL,
+    steps INTEGER,
+    accuracy REAL NOT NULL,
+    loss REAL,
+    flops REAL,
+    params REAL,
+    decision TEXT NOT NULL CHECK (decision IN ('promoted', 'stopped', 'final')),
+    reason TEXT,
+    worker TEXT,
+    recorded_at REAL NOT NULL,
+    PRIMARY KEY (candidate_id, rung)
+);
+CREATE INDEX rungs_rung ON rungs(rung, epochs);
+"""
+
+SCHEMA = """
+CREATE TABLE meta (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+""" + CANDIDATES + RUNGS
+
+
+def statements(script: str) -> list[str]:
+    return [s for s in script.split(";") if s.strip()]
+
+
+def migrate(conn: sqlite3.Connection, path: Path) -> None:
+    """Bring a version 1 study to this version, in one transaction (a concurrent opener
+    waits, then finds it done). SQLite cannot change a CHECK constraint in place, so the
+    candidates table is rebuilt with its rows (ids kept) and every new column defaulted."""
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            version = int(conn.execute(
+                "SELECT value FROM meta WHERE key='schema_version'").fetchone()[0])
+            if version < SCHEMA_VERSION:
+                old = [r[1] for r in conn.execute("PRAGMA table_info(candidates)")]
+                keep = ", ".join(c for c in old if c in COLUMNS or c == "lease_until")
+                conn.execute("CREATE TEMP TABLE v1_candidates AS SELECT * FROM candidates")
+                conn.execute("DROP TABLE candidates")
+                for statement in statements(CANDIDATES + RUNGS):
+                    conn.execute(statement)
+                conn.execute(f"INSERT INTO candidates({keep}) SELECT {keep} FROM "
+                             f"v1_candidates ORDER BY id")
+                conn.execute("DROP TABLE v1_candidates")
+                conn.execute("UPDATE meta SET value=? WHERE key='schema_version'",
+                             (str(SCHEMA_VERSION),))
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+    except sqlite3.DatabaseError as e:
+        raise ValueError(f"{path}: cannot migrate the study to schema version "
+                         f"{SCHEMA_VERSION}: {e}") from e
 
 
 def check_study(conn: sqlite3.Connection, path: Path) -> None:
@@ -88,6 +149,12 @@ def check_study(conn: sqlite3.Connection, path: Path) -> None:
         )
     if version < 1:
         raise ValueError(f"{path}: study schema version {version} is not supported")
+    if version < SCHEMA_VERSION:
+        if "id" not in cols or "status" not in cols:
+            raise ValueError(f"{path}: table 'candidates' lacks its id/status columns; "
+                             f"damaged file")
+        migrate(conn, path)
+        cols = {r[1] for r in conn.execute("PRAGMA table_info(candidates)")}
     missing = [c for c in COLUMNS if c not in cols and c not in ADDED_COLUMNS]
     if not missing:  # a study written before these columns existed gets them (additive)
         for column, kind in ADDED_COLUMNS.items():

@@ -8,8 +8,10 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-STATUSES = ("pending", "running", "done", "failed", "infeasible")
-FINISHED = ("done", "failed", "infeasible")
+STATUSES = ("pending", "running", "done", "failed", "infeasible", "stopped")
+# stopped: a child of a multi-fidelity search not promoted from a rung (its metrics are that
+# rung's); see nas.search.fidelity.
+FINISHED = ("done", "failed", "infeasible", "stopped")
 METRICS = (
     "accuracy",
     "loss",
@@ -61,6 +63,8 @@ class Candidate:
     worker: str | None
     attempts: int
     blocks: Any = None
+    rung: int = 0  # multi-fidelity: the rung it trains toward (or stopped at / finished)
+    rungs: tuple[dict[str, Any], ...] = ()  # its recorded rung results, first rung first
 
     @property
     def metrics(self) -> dict[str, Any]:
@@ -80,8 +84,11 @@ COLUMNS = (
     "id", "parent_id", "generation", "status", "graph_json", "fingerprint", "seed",
     "spec_json", "properties_json", "inheritance_json", *METRICS, "metrics_json",
     "checkpoint_path", "error", "created_at", "started_at", "finished_at", "worker", "attempts",
-    "blocks_json",
+    "blocks_json", "rung",
 )  # fmt: skip
+# Columns of the `rungs` table, as `Candidate.rungs` entries hold them.
+RUNG_COLUMNS = ("candidate_id", "rung", "epochs", "steps", "accuracy", "loss", "flops",
+                "params", "decision", "reason", "worker", "recorded_at")
 
 
 def candidate_from_row(row: tuple, source: object = "study") -> Candidate:
@@ -118,6 +125,7 @@ def candidate_from_row(row: tuple, source: object = "study") -> Candidate:
         worker=r["worker"],
         attempts=r["attempts"],
         blocks=_loads(r["blocks_json"], "blocks_json"),
+        rung=r["rung"],
     )
 
 

@@ -169,11 +169,16 @@ def _worker(workdir: str) -> None:
         if c.status == "done":
             print(f"candidate {c.id}: accuracy {c.accuracy:.4f}, FLOPs {c.flops:,.0f}, "
                   f"params {c.params:,.0f}")
+        elif c.rungs and c.status in ("stopped", "pending", "running"):  # a rung's result
+            r = c.rungs[-1]
+            print(f"candidate {c.id}: {r['decision']} at {r['epochs']:g} epochs, accuracy "
+                  f"{r['accuracy']:.4f} ({r['reason']})")
         else:
             print(f"candidate {c.id}: {c.status}: {c.error}")
     if not trained:
         print("no candidate trained (the search is finished or nothing was pending)")
-    if _CANDIDATE.value is not None and trained and trained[0].status != "done":
+    if _CANDIDATE.value is not None and trained and trained[0].status in ("failed",
+                                                                         "infeasible"):
         fail(f"candidate {trained[0].id} {trained[0].status}: {trained[0].error}")
 
 

@@ -27,7 +27,9 @@ from nas import zoo
 from nas.graph.reversible import is_reversible
 from nas.graph.serialize import graph_to_json, load
 from nas.search import blocks as blocks_lib
+from nas.search.candidate import FINISHED
 from nas.search.executors import Outcome, make_executor
+from nas.search.fidelity import RungPlan
 from nas.search.lease import LeaseKeeper
 from nas.search.selection import Individual, SelectionConfig, select_parents
 from nas.search.settings import OPERATIONAL, validate_search
@@ -70,12 +72,24 @@ def remove_partial_saves(study: Study) -> list[str]:
     return removed
 
 
+def rung_plan(train: ml_collections.ConfigDict, search: ml_collections.ConfigDict
+              ) -> RungPlan:
+    """The search's multi-fidelity rungs (children's budget: train.total_epochs)."""
+    from nas.train.config import base_config
+
+    full = train.get("total_epochs", None)
+    full = base_config().total_epochs if full is None else full
+    return RungPlan.from_config(dict(search.get("fidelity", {}) or {}), float(full))
+
+
 def candidate_task(study: Study, train: ml_collections.ConfigDict,
                    search: ml_collections.ConfigDict, candidate_id: int) -> dict[str, Any]:
     """Plain-data arguments of `train_candidate` for a claimed candidate.
 
     Children start from inherited weights, so they fine-tune: they may train for fewer
-    epochs than a seed model trained from scratch (`seed_epochs`) and at a lower rate."""
+    epochs than a seed model trained from scratch (`seed_epochs`) and at a lower rate.
+    In a multi-fidelity search a child trains to its current rung (`stop_epochs`) in its
+    own training directory, so its next rung resumes from that checkpoint."""
     candidate = study.get(candidate_id)
     train_config = train.to_dict()
     if candidate.parent_id is None and search.seed_epochs > 0:
@@ -98,14 +112,17 @@ def candidate_task(study: Study, train: ml_collections.ConfigDict,
         "init_variables": variables,
         "time_limit_s": float(search.time_limit_s),
         "workdir": os.path.join(directory, "train"),
+        "stop_epochs": rung_plan(train, search).stop_epochs(candidate),
     }
 
 
-def record_outcome(study: Study, outcome: Outcome, worker: str | None = None) -> None:
+def record_outcome(study: Study, outcome: Outcome, worker: str | None = None,
+                   rungs: RungPlan | None = None) -> None:
     """Writes a finished candidate's weights and metrics, or its error, to the study.
 
     With `worker`, nothing is written unless that worker still holds the claim (a lost
-    lease means another worker owns the candidate now)."""
+    lease means another worker owns the candidate now). With `rungs`, a child that reached
+    a rung before its last is promoted or stopped there (`Study.record_rung`)."""
     cid = outcome.candidate_id
     if worker is not None and not study.holds(cid, worker):
         logging.warning("candidate %d: %s no longer holds it; its outcome is dropped", cid,
@@ -115,12 +132,40 @@ def record_outcome(study: Study, outcome: Outcome, worker: str | None = None) ->
         logging.warning("candidate %d failed: %s", cid, outcome.error)
         study.fail(cid, outcome.error, infeasible=outcome.infeasible, worker=worker)
         return
+    rungs = rungs or RungPlan()
+    candidate = study.get(cid)
+    epochs = rungs.rung_epochs(candidate) if rungs.applies(candidate) else None
+    if epochs is not None and not rungs.is_last(candidate.rung):
+        record_rung(study, outcome, candidate.rung, epochs, rungs, worker)
+        return
     path = save_variables(os.path.join(candidate_dir(str(study.workdir), cid), "final"),
                           outcome.variables)
     try:
-        study.tell(cid, outcome.metrics, checkpoint_path=path, worker=worker)
+        study.tell(cid, outcome.metrics, checkpoint_path=path, worker=worker,
+                   rung_epochs=epochs)
     except ValueError as e:  # e.g. NaN metrics
         study.fail(cid, str(e), worker=worker)
+
+
+def record_rung(study: Study, outcome: Outcome, rung: int, epochs: float, rungs: RungPlan,
+                worker: str | None) -> None:
+    """A child's result at a rung before its last: promoted (pending again, to resume) or
+    stopped (its weights at this rung kept as its checkpoint)."""
+    cid = outcome.candidate_id
+    path = save_variables(os.path.join(candidate_dir(str(study.workdir), cid), f"rung{rung}"),
+                          outcome.variables)
+    metrics = dict(outcome.metrics or {}, epochs=epochs)
+    try:
+        after = study.record_rung(cid, rung, epochs, metrics, rungs.decide,
+                                  checkpoint_path=path, worker=worker,
+                                  cost=rungs.config.cost)
+    except ValueError as e:  # e.g. NaN metrics
+        study.fail(cid, str(e), worker=worker)
+        return
+    if after.checkpoint_path != path:  # promoted: its training checkpoint carries on
+        shutil.rmtree(path, ignore_errors=True)
+    logging.info("candidate %d at rung %d (%g epochs): %s", cid, rung, epochs,
+                 after.rungs[-1]["reason"] if after.rungs else after.status)
 
 
 def resumed_config(given: ml_collections.ConfigDict, study: Study) -> ml_collections.ConfigDict:
@@ -170,6 +215,7 @@ class Driver:
         config = resumed_config(config, self.study)
         self.search = validate_search(config)
         self.train = config.train
+        self.rungs = rung_plan(self.train, self.search)
         self.selection = SelectionConfig.from_dict(dict(self.search.selection))
         size = int(self.train.input.image_size)
         self.input_shape = (1, size, size, 3)
@@ -321,7 +367,7 @@ class Driver:
         return candidate_task(self.study, self.train, self.search, candidate_id)
 
     def record(self, outcome: Outcome) -> None:
-        record_outcome(self.study, outcome, worker=self.worker)
+        record_outcome(self.study, outcome, worker=self.worker, rungs=self.rungs)
 
     # ------------------------------------------------------------------ loop
     def run(self, progress: bool = True) -> Study:
@@ -361,7 +407,7 @@ class Driver:
         proposal_failures = 0
         while True:
             counts = self.study.counts()
-            finished = counts["done"] + counts["failed"] + counts["infeasible"]
+            finished = sum(counts[s] for s in FINISHED)
             self._update(bar, finished, counts)
             if finished >= search.max_candidates:
                 return
@@ -410,15 +456,26 @@ class Driver:
                 self.record(outcome)
 
     def _update(self, bar: tqdm, finished: int, counts: dict[str, int]) -> None:
-        if self._shown == counts:
+        rungs = self.study.rung_counts() if self.rungs.epochs else {}
+        shown = {**counts, **{f"rung{r}": n for r, (_, n) in rungs.items()}}
+        if self._shown == shown:
             return
-        self._shown = dict(counts)
+        self._shown = shown
         bar.n = finished
         best = self.study.best(1)
-        bar.set_postfix(done=counts.get("done", 0), failed=counts.get("failed", 0),
+        extra = {}
+        if self.rungs.epochs:  # results per rung, e.g. "0.25ep:6 1ep:3", and stopped ones
+            extra = {"rungs": rung_text(self.rungs.epochs, rungs),
+                     "stopped": counts.get("stopped", 0)}
+        bar.set_postfix(done=counts.get("done", 0), failed=counts.get("failed", 0), **extra,
                         best_acc=f"{best[0].accuracy:.3f}" if best else "-",
                         front=len(self.study.pareto_front("flops")) if best else 0)
         bar.refresh()
+
+
+def rung_text(epochs: tuple[float, ...], counts: dict[int, tuple[float, int]]) -> str:
+    """How many results each rung has, e.g. "0.25ep:6 1ep:3"."""
+    return " ".join(f"{e:g}ep:{counts.get(i, (e, 0))[1]}" for i, e in enumerate(epochs))
 
 
 def run_search(config: ml_collections.ConfigDict, workdir: str, progress: bool = True) -> Study:

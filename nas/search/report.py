@@ -131,7 +131,16 @@ def summary(study: Study, k: int = 5) -> str:
     lines = [
         f"study {study.workdir}: " + ", ".join(f"{s} {counts[s]}" for s in STATUSES),
     ]
+    rungs = study.rung_counts()
+    if rungs:  # multi-fidelity: results per rung, and the children stopped at one
+        lines.append("rungs: " + ", ".join(f"{e:g} epochs {n} result(s)"
+                                          for e, n in rungs.values()))
     best = study.best(k)
+    stopped = study.candidates("stopped")
+    if stopped:
+        lines.append(f"stopped at a rung ({len(stopped)}): " + ", ".join(
+            f"{c.id} ({_fmt(c.epochs)} epochs, accuracy {_fmt(c.accuracy)})"
+            for c in stopped[-k:]) + (" ..." if len(stopped) > k else ""))
     if not best:
         lines.append("no finished candidates yet")
         return "\n".join(lines)
@@ -147,6 +156,11 @@ def summary(study: Study, k: int = 5) -> str:
     for r in table:
         lines.append("  ".join(cell.rjust(w) for cell, w in zip(r, widths, strict=True)))
     return "\n".join(lines)
+
+
+def rung_summary(c: Candidate) -> str:
+    """Its rung results, e.g. "0.25ep 0.912 promoted; 1ep 0.950 final"."""
+    return "; ".join(f"{r['epochs']:g}ep {r['accuracy']:.4g} {r['decision']}" for r in c.rungs)
 
 
 def front_of(candidates: Sequence[Candidate], cost: str) -> list[Candidate]:
@@ -182,7 +196,7 @@ def progress_series(candidates: Sequence[Candidate], cost: str = "flops"
 
 CSV_COLUMNS = ("id", "parent_id", "generation", "status", "accuracy", "loss", "flops",
                "params", "im_sec_core_train", "im_sec_core_infer", "epochs", "attempts",
-               "on_front", "fingerprint", "worker", "error")
+               "on_front", "rungs", "fingerprint", "worker", "error")
 
 
 def to_csv(study: Study, candidates: Sequence[Candidate] | None = None) -> str:
@@ -193,7 +207,8 @@ def to_csv(study: Study, candidates: Sequence[Candidate] | None = None) -> str:
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
     for c in cands:
-        row = [int(c.id in front) if k == "on_front" else getattr(c, k) for k in CSV_COLUMNS]
+        special = {"on_front": int(c.id in front), "rungs": rung_summary(c)}
+        row = [special[k] if k in special else getattr(c, k) for k in CSV_COLUMNS]
         writer.writerow(["" if v is None else v for v in row])
     return buf.getvalue()
 
@@ -320,7 +335,7 @@ def render_html(study: Study, png: bytes, candidates: Sequence[Candidate]) -> st
     front_ids = {c.id for front in fronts.values() for c in front}
     counts = study.counts()
     cols = ("id", "parent", "gen", "status", "accuracy", "loss", "flops", "params",
-            "im/s/core train", "im/s/core infer", "epochs", "attempts", "worker",
+            "im/s/core train", "im/s/core infer", "epochs", "attempts", "rungs", "worker",
             "lineage", "error")  # fmt: skip
     rows = []
     for c in candidates:
@@ -332,6 +347,8 @@ def render_html(study: Study, png: bytes, candidates: Sequence[Candidate]) -> st
             *(f"<td>{esc(_fmt(v))}</td>" for v in (
                 c.generation, c.status, c.accuracy, c.loss, c.flops, c.params,
                 c.im_sec_core_train, c.im_sec_core_infer, c.epochs, c.attempts)),
+            f'<td class="l" title="{esc(" | ".join(r["reason"] or "" for r in c.rungs))}">'
+            f'{esc(rung_summary(c))}</td>',
             f'<td class="l">{esc(c.worker or "")}</td>',
             '<td class="l">' + " → ".join(
                 f'<a href="#c{i}">{i}</a>' for i in lineage(c.id, by_id)) + "</td>",

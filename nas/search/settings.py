@@ -13,6 +13,7 @@ from typing import Any
 import ml_collections
 
 from nas import schema
+from nas.search.fidelity import FidelityConfig
 from nas.search.fit import FitConfig
 from nas.search.selection import SelectionConfig
 
@@ -47,6 +48,9 @@ def search_defaults() -> ml_collections.ConfigDict:
         # nas.search.fit.FitConfig: a child's new ops are fitted to the parent's tensors
         # they replace before it trains ({"steps": 0} disables)
         "fit": {},
+        # nas.search.fidelity.FidelityConfig: children train to each of `rungs` (epochs)
+        # and go on only if promoted there ({}: off, every child trains its whole budget)
+        "fidelity": {},
         "seed_graph": "",  # graph JSON or `nas-search export` file to start from ("": zoo)
     })
 
@@ -69,6 +73,7 @@ SEARCH_SCHEMA: dict[str, schema.Field] = {
     "selection": schema.Field(dict),  # SelectionConfig checks its fields
     "mutation": schema.Field(dict),  # MutationConfig checks its fields
     "fit": schema.Field(dict),  # FitConfig checks its fields
+    "fidelity": schema.Field(dict),  # FidelityConfig checks its fields
     "seed_graph": schema.Field(str),
 }
 
@@ -100,6 +105,8 @@ def validate_search(config: Any) -> ml_collections.ConfigDict:
     _prefixed("search.selection.", SelectionConfig.from_dict, dict(search.selection))
     _prefixed("search.fit.", FitConfig.from_dict, dict(search.fit))
     train = _prefixed("train.", train_config.with_defaults, config.train)
+    fidelity = _prefixed("search.fidelity.", FidelityConfig.from_dict, dict(search.fidelity))
+    _prefixed("search.fidelity.", fidelity.schedule, float(train.total_epochs))
     check_dataset(train)
     return search
 
@@ -125,8 +132,9 @@ def _prefixed(prefix: str, fn: Any, value: Any) -> Any:
     except ValueError as e:
         text = str(e)
         for head in ("config field '", 'config field "'):
-            if text.startswith(head) and not text.startswith(head + prefix):
-                text = head + prefix + text[len(head):]
+            if text.startswith(head):  # named already; prefixed unless it has the prefix
+                if not text.startswith(head + prefix):
+                    text = head + prefix + text[len(head):]
                 break
         else:
             text = f"{prefix.rstrip('.')}: {text}"

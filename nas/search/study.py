@@ -16,6 +16,7 @@ Typical use (the driver and any external worker share the workdir):
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -23,7 +24,7 @@ import re
 import socket
 import sqlite3
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -34,12 +35,14 @@ from nas.search.candidate import (
     COLUMNS,
     FINISHED,
     METRICS,
+    RUNG_COLUMNS,
     STATUSES,
     Candidate,
     candidate_from_row,
     dumps,
     split_metrics,
 )
+from nas.search.fidelity import RungResult
 from nas.search.pareto import ParetoCurve
 from nas.search.selection import OBJECTIVES, check_cost
 
@@ -47,6 +50,9 @@ DB_NAME = "study.db"
 DEFAULT_MAX_ATTEMPTS = 3
 DEFAULT_LEASE_S = 60.0
 _SELECT = f"SELECT {', '.join(COLUMNS)} FROM candidates"
+_SELECT_RUNGS = f"SELECT {', '.join(RUNG_COLUMNS)} FROM rungs"
+# decide(result, peers at the same rung, parent's accuracy) -> (promoted, reason)
+Decide = Callable[[RungResult, list[RungResult], float | None], tuple[bool, str]]
 _STATE_PREFIX = "state:"
 
 
@@ -351,13 +357,15 @@ class Study:
 
     def tell(
         self, candidate_id: int, metrics: Any, *, checkpoint_path: str | None = None,
-        worker: str | None = None,
+        worker: str | None = None, rung_epochs: float | None = None,
     ) -> Candidate:
         """Record a finished training: status done, with its metrics.
 
         `metrics` is a mapping or dataclass with at least `accuracy`; see
         `candidate.split_metrics`. The first result wins: telling a finished candidate (or,
         with `worker`, one that worker no longer holds) changes nothing and logs why.
+        With `rung_epochs` (a multi-fidelity child at its last rung) the result is also
+        recorded as that rung's, decision "final".
         """
         known, extra = split_metrics(metrics)
         cols = ", ".join(f"{k}=?" for k in METRICS)
@@ -365,12 +373,77 @@ class Study:
         with self._db.write() as c:
             if not self._may_record(c, candidate_id, "result", worker):
                 return self._get(c, candidate_id)
+            if rung_epochs is not None:
+                rung = c.execute("SELECT rung FROM candidates WHERE id=?",
+                                 (candidate_id,)).fetchone()[0]
+                self._insert_rung(c, candidate_id, rung, rung_epochs, known, extra,
+                                  "final", None, worker)
             c.execute(
                 f"UPDATE candidates SET status='done', {cols}, metrics_json=?, checkpoint_path=?,"
                 " error=NULL, finished_at=?, lease_until=NULL WHERE id=?",
                 (*values, dumps(extra, "metrics"), checkpoint_path, time.time(), candidate_id),
             )
             return self._get(c, candidate_id)
+
+    def record_rung(
+        self, candidate_id: int, rung: int, epochs: float, metrics: Any, decide: Decide, *,
+        checkpoint_path: str | None = None, worker: str | None = None,
+        cost: str = "flops",
+    ) -> Candidate:
+        """Record a multi-fidelity child's result at `rung` (not its last) and decide, in
+        the same transaction, whether it goes on: `decide(result, peers, parent_accuracy)`
+        sees every result recorded earlier at this rung (same epochs). Promoted: pending
+        again at rung + 1 (its claim and attempt count reset; it resumes from its own
+        checkpoint). Not promoted: status `stopped`, with these metrics and
+        `checkpoint_path`. Like `tell`, a no-op (logged) on a finished candidate, one
+        `worker` no longer holds, or one not at `rung`.
+        """
+        known, extra = split_metrics(metrics)
+        with self._db.write() as c:
+            if not self._may_record(c, candidate_id, "rung result", worker):
+                return self._get(c, candidate_id)
+            at, parent_id = c.execute("SELECT rung, parent_id FROM candidates WHERE id=?",
+                                      (candidate_id,)).fetchone()
+            if at != rung:
+                logging.info("%s: candidate %d is at rung %d; a result for rung %d is "
+                             "ignored", self.path, candidate_id, at, rung)
+                return self._get(c, candidate_id)
+            peers = [RungResult(int(i), float(a), None if v is None else float(v))
+                     for i, a, v in c.execute(
+                         f"SELECT candidate_id, accuracy, {_rung_cost(cost)} FROM rungs "
+                         "WHERE rung=? AND epochs=? AND candidate_id!=? ORDER BY "
+                         "candidate_id", (rung, float(epochs), candidate_id))]
+            parent_acc = None
+            if parent_id is not None:
+                parent_acc = c.execute("SELECT accuracy FROM candidates WHERE id=?",
+                                       (parent_id,)).fetchone()[0]
+            me = RungResult(candidate_id, known["accuracy"], known.get(cost))
+            promoted, reason = decide(me, peers, parent_acc)
+            decision = "promoted" if promoted else "stopped"
+            self._insert_rung(c, candidate_id, rung, epochs, known, extra, decision, reason,
+                              worker)
+            if promoted:
+                c.execute(
+                    "UPDATE candidates SET status='pending', rung=?, worker=NULL,"
+                    " started_at=NULL, lease_until=NULL, attempts=0 WHERE id=?",
+                    (rung + 1, candidate_id))
+            else:  # its metrics are this rung's, epochs included
+                known = {**known, "epochs": float(epochs)}
+                cols = ", ".join(f"{k}=?" for k in METRICS)
+                c.execute(
+                    f"UPDATE candidates SET status='stopped', {cols}, metrics_json=?,"
+                    " checkpoint_path=?, error=NULL, finished_at=?, lease_until=NULL"
+                    " WHERE id=?",
+                    (*[known.get(k) for k in METRICS], dumps(extra, "metrics"),
+                     checkpoint_path, time.time(), candidate_id))
+            return self._get(c, candidate_id)
+
+    def rung_counts(self) -> dict[int, tuple[float, int]]:
+        """rung index -> (its epochs, number of results recorded there)."""
+        with self._db.read() as c:
+            rows = c.execute("SELECT rung, MAX(epochs), COUNT(*) FROM rungs GROUP BY rung"
+                             " ORDER BY rung").fetchall()
+        return {int(r): (float(e), int(n)) for r, e, n in rows}
 
     def fail(
         self, candidate_id: int, error: str | BaseException, *, infeasible: bool = False,
@@ -472,7 +545,8 @@ class Study:
             args = statuses
         with self._db.read() as c:
             rows = c.execute(query + " ORDER BY id", args).fetchall()
-        return [candidate_from_row(r, self.path) for r in rows]
+            rungs = self._rungs(c, None)
+        return [self._with_rungs(candidate_from_row(r, self.path), rungs) for r in rows]
 
     def find(self, fingerprint: str) -> list[int]:
         """Ids of candidates with this fingerprint."""
@@ -540,6 +614,7 @@ class Study:
             "metrics": cand.metrics,
             "checkpoint_path": cand.checkpoint_path,
             "error": cand.error,
+            "rungs": list(cand.rungs),
         }
         return atomic_write_text(path, json.dumps(doc, indent=1, allow_nan=False) + "\n")
 
@@ -549,7 +624,39 @@ class Study:
         row = c.execute(_SELECT + " WHERE id=?", (candidate_id,)).fetchone()
         if row is None:
             raise ValueError(f"candidate_id: no candidate {candidate_id!r} in {self.path}")
-        return candidate_from_row(row, self.path)
+        return self._with_rungs(candidate_from_row(row, self.path),
+                                self._rungs(c, candidate_id))
+
+    @staticmethod
+    def _rungs(c: sqlite3.Connection, candidate_id: int | None
+               ) -> dict[int, list[dict[str, Any]]]:
+        """Recorded rung results by candidate id (of one candidate, or all)."""
+        where, args = ("", ()) if candidate_id is None else (" WHERE candidate_id=?",
+                                                             (candidate_id,))
+        out: dict[int, list[dict[str, Any]]] = {}
+        for row in c.execute(_SELECT_RUNGS + where + " ORDER BY candidate_id, rung", args):
+            entry = dict(zip(RUNG_COLUMNS, row, strict=True))
+            out.setdefault(entry.pop("candidate_id"), []).append(entry)
+        return out
+
+    @staticmethod
+    def _with_rungs(candidate: Candidate, rungs: dict[int, list[dict[str, Any]]]) -> Candidate:
+        found = rungs.get(candidate.id)
+        return dataclasses.replace(candidate, rungs=tuple(found)) if found else candidate
+
+    @staticmethod
+    def _insert_rung(c: sqlite3.Connection, candidate_id: int, rung: int, epochs: float,
+                     known: Mapping[str, float], extra: Mapping[str, Any], decision: str,
+                     reason: str | None, worker: str | None) -> None:
+        steps = extra.get("steps")
+        c.execute(
+            "INSERT OR REPLACE INTO rungs(candidate_id, rung, epochs, steps, accuracy, loss,"
+            " flops, params, decision, reason, worker, recorded_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (candidate_id, int(rung), float(epochs),
+             int(steps) if isinstance(steps, int | float) else None, known["accuracy"],
+             known.get("loss"), known.get("flops"), known.get("params"), decision, reason,
+             worker, time.time()))
 
     def _status(self, c: sqlite3.Connection, candidate_id: int) -> str:
         row = c.execute("SELECT status FROM candidates WHERE id=?", (candidate_id,)).fetchone()
@@ -631,6 +738,11 @@ class Study:
 
 
 _PRIVATE = object()
+
+
+def _rung_cost(cost: str) -> str:
+    """The rungs-table column a promotion ranks by (only costs the table records)."""
+    return cost if cost in ("flops", "params") else "NULL"
 
 
 def _check_status(status: str) -> str:

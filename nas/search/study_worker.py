@@ -16,7 +16,7 @@ import ml_collections
 from absl import logging
 
 from nas.search.candidate import FINISHED
-from nas.search.driver import candidate_task, record_outcome
+from nas.search.driver import candidate_task, record_outcome, rung_plan
 from nas.search.executors import Outcome
 from nas.search.lease import LeaseKeeper
 from nas.search.settings import validate_search
@@ -74,7 +74,7 @@ def train_claimed(study: Study, config: ml_collections.ConfigDict,
             message, infeasible = describe_failure(e)
             outcome = Outcome(candidate.id, error=message, infeasible=infeasible)
         keeper.drop(candidate.id)
-        record_outcome(study, outcome, worker=worker)
+        record_outcome(study, outcome, worker=worker, rungs=rung_plan(config.train, search))
 
 
 def run_worker(workdir: str | Path, candidate_id: int | None = None, *, wait_s: float = 600.0,

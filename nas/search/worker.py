@@ -38,13 +38,16 @@ def train_candidate(
     workdir: str | None = None,
     owner_pid: int | None = None,
     should_stop: Callable[[], bool] | None = None,
+    stop_epochs: float | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Trains and evaluates a candidate; returns (metrics, final variables as numpy).
 
     The soft `time_limit_s` is checked after every train step (CandidateTimeout). With
     `owner_pid`, training stops as soon as this process is orphaned (its driver died, so
     nobody would record the result and a new claim may already train it). `should_stop()`
-    (in-process callers only) True means the claim was lost (ClaimLost).
+    (in-process callers only) True means the claim was lost (ClaimLost). `stop_epochs`
+    stops at a multi-fidelity rung (see `train_and_eval`); `workdir` holds the checkpoint
+    that the next rung resumes from.
     """
     import jax
 
@@ -78,7 +81,7 @@ def train_candidate(
     metrics, epochs, state = train_and_eval(
         config, eval_perf=True, callback=lambda epoch, _: not stop_now(-1), graph=graph,
         constants=constants, workdir=workdir, init_variables=init_variables,
-        should_stop=stop_now, device_data_cache=_DEVICE_DATA)
+        should_stop=stop_now, device_data_cache=_DEVICE_DATA, stop_epochs=stop_epochs)
     values = metrics_dict(metrics)
     values["epochs"] = epochs
     if not all(math.isfinite(v) for v in values.values() if isinstance(v, float)):

@@ -315,12 +315,16 @@ def _metrics(acc: float, loss: float, meta: dict[str, Any], timings: Timings,
 def run_loop(config: ml_collections.ConfigDict, trainer: Any, data: Data, meta: dict,
              ckpt: Checkpointer | None, writer: JsonlWriter, timings: Timings,
              callback: Callback | None, should_stop: ShouldStop | None,
+             end_step: int | None = None,
              ) -> tuple[int, int, float | None, float | None]:
-    """Compile, then step until total_steps or a stop; returns (step, epoch, acc, loss)."""
+    """Compile, then step until `end_step` (default total_steps) or a stop; returns
+    (step, epoch, acc, loss). The schedule always spans total_steps, so a run stopped at
+    `end_step` and resumed later continues exactly where an unbroken run would be."""
     step = int(np.asarray(trainer.state()["step"]))
     epoch = int(meta["epoch"])
     feed = data.feed
-    pending = feed.next(step) if step < data.total_steps else None
+    end = data.total_steps if end_step is None else min(end_step, data.total_steps)
+    pending = feed.next(step) if step < end else None
     if pending is not None:
         timings.compile = trainer.compile(pending, next(iter(data.eval_data)))
         temp, peak = trainer.memory()
@@ -338,7 +342,7 @@ def run_loop(config: ml_collections.ConfigDict, trainer: Any, data: Data, meta: 
     acc = loss = None
     stopped = False
     segment_start, segment_steps, waited = time.perf_counter(), 0, 0.0
-    while step < data.total_steps and not stopped:
+    while step < end and not stopped:
         if pending is None:
             t = time.perf_counter()
             batch = feed.next(step)
@@ -353,7 +357,7 @@ def run_loop(config: ml_collections.ConfigDict, trainer: Any, data: Data, meta: 
             timings.compile = time.perf_counter() - segment_start - waited
             segment_start, segment_steps, waited = time.perf_counter(), 0, 0.0
         bar.update(1)
-        if step % config.log_training_steps == 0 or step == data.total_steps:
+        if step % config.log_training_steps == 0 or step == end:
             rec = trainer.host_metrics(m) | {"step": step,
                                              "learning_rate": config.lr
                                              * trainer.learning_rate(step)}
@@ -361,7 +365,7 @@ def run_loop(config: ml_collections.ConfigDict, trainer: Any, data: Data, meta: 
             bar.set_postfix(loss=f"{rec['training_loss']:.3f}")
         stopped = bool(should_stop is not None and should_stop(step))
         new_epoch = math.floor(step / data.steps_per_epoch + 1e-9)
-        last = step == data.total_steps or stopped
+        last = step >= end or stopped
         if new_epoch > epoch or last:
             trainer.sync()
             busy = time.perf_counter() - segment_start
@@ -385,7 +389,7 @@ def run_loop(config: ml_collections.ConfigDict, trainer: Any, data: Data, meta: 
                     partial = _metrics(acc, loss, meta, timings, trainer.memory(), step)
                     stopped = not callback(epoch, partial)
             segment_start, segment_steps, waited = time.perf_counter(), 0, 0.0
-        if config.ckpt_steps and step % config.ckpt_steps == 0 and step < data.total_steps:
+        if config.ckpt_steps and step % config.ckpt_steps == 0 and step < end:
             t = time.perf_counter()
             save()
             segment_start += time.perf_counter() - t  # checkpoint time is not step time
@@ -416,6 +420,7 @@ def train_and_eval(
     freeze_inherited: bool = False,
     should_stop: ShouldStop | None = None,
     device_data_cache: DeviceDataCache | None = None,
+    stop_epochs: float | None = None,
 ) -> tuple[Metrics, int, dict[str, Any]]:
     """Train `graph` (or the config's zoo model); return (metrics, epochs, state).
 
@@ -426,17 +431,24 @@ def train_and_eval(
     should_stop(step) -> bool is called after every train step; True stops early. Either
       way the candidate is then evaluated and its metrics (with `steps` trained) returned.
     device_data_cache: keeps a device-resident training set between calls (a worker's).
+    stop_epochs: train only this far into the `total_epochs` schedule (a rung of
+      multi-fidelity search), then evaluate and checkpoint; a later call with the same
+      `workdir` and a larger (or no) `stop_epochs` resumes from there, ending where one
+      uninterrupted run would.
     state: {"params", "batch_stats"} (the EMA of them when ema_decay > 0).
     """
     if "train" in config:  # a search config: its `train` part trains one candidate
         config = config.train
     config = config_lib.with_defaults(config)
+    if stop_epochs is not None and (isinstance(stop_epochs, bool) or not isinstance(
+            stop_epochs, int | float) or not 0 < stop_epochs < math.inf):
+        raise ValueError(f"stop_epochs: expected a number of epochs > 0, got {stop_epochs!r}")
     trainers.compute_dtype(config)  # a bad value fails before any data is read
     compilation.enable_cache(config.compilation_cache_dir)
     with compilation.CompileCounter() as counter:
         metrics, epoch, state = _train_and_eval(
             config, eval_perf, callback, graph, constants, workdir, init_variables, freeze,
-            freeze_inherited, should_stop, device_data_cache)
+            freeze_inherited, should_stop, device_data_cache, stop_epochs)
     metrics.compilations, metrics.compile_cache_hits = counter.compiles, counter.cache_hits
     logging.info("%d compilations, %d persistent cache hits", counter.compiles,
                  counter.cache_hits)
@@ -449,6 +461,7 @@ def _train_and_eval(config: ml_collections.ConfigDict, eval_perf: bool,
                     freeze: Iterable[str], freeze_inherited: bool,
                     should_stop: ShouldStop | None,
                     device_data_cache: DeviceDataCache | None,
+                    stop_epochs: float | None = None,
                     ) -> tuple[Metrics, int, dict[str, Any]]:
     """The stages, top to bottom (see the module docstring)."""
     start = time.perf_counter()
@@ -468,8 +481,10 @@ def _train_and_eval(config: ml_collections.ConfigDict, eval_perf: bool,
     timings = Timings()
     setup_seconds = time.perf_counter() - start
 
+    end_step = (None if stop_epochs is None
+                else max(1, int(data.steps_per_epoch * float(stop_epochs))))
     step, epoch, acc, loss = run_loop(config, trainer, data, meta, ckpt, writer, timings,
-                                      callback, should_stop)
+                                      callback, should_stop, end_step)
     if acc is None:  # resumed after the last step: evaluate the restored weights
         t = time.perf_counter()
         acc, loss, rate = evaluate(trainer, data.eval_data)

@@ -20,6 +20,7 @@ def tiny_search_config(**search):
     config.search.executor = "inline"
     config.search.selection = {"costs": ("flops", "params"), "min_acc": 0.0}
     config.search.mutation.time_limit_s = 600.0  # never binding: proposals stay deterministic
+    config.search.fidelity = {}  # one budget per child (tests of rungs pass `fidelity`)
     config.search.update(search)
     return config
 

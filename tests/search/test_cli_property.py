@@ -18,6 +18,7 @@ FIELDS = ["search.seed", "search.max_candidates", "search.workers", "search.exec
           "search.seed_epochs", "search.mutation.mutator", "search.mutation.max_steps",
           "search.mutation.p", "search.selection.min_acc", "train.lr", "train.total_epochs",
           "train.input.batch_size", "train.trainer", "train.optax_name", "train.ema_decay",
+          "search.fidelity.rungs", "search.fidelity.keep", "search.fidelity.cost",
           "train.bogus", "search.bogus", "bogus"]
 TEXT = st.text(alphabet=st.characters(blacklist_categories=("Cs", "Cc")), max_size=12)
 VALUE = st.one_of(st.integers(-5, 10**6).map(str), st.floats(allow_nan=True).map(str), TEXT,

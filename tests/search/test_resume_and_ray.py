@@ -20,6 +20,7 @@ OVERRIDES = [
     "--config.train.log_training_steps=1000", "--config.search.max_candidates=3",
     "--config.train.schedule.warmup_steps=2",
     "--config.search.executor=inline", "--config.search.selection.min_acc=0.0",
+    "--config.search.fidelity.rungs=()",  # rungs: tests/search/test_fidelity_search.py
 ]
 
 

@@ -54,7 +54,8 @@ def test_round_trip(tmp_path):
     assert c.properties == {"depth": 2}
     assert c.inheritance["inherited"] == ["conv/kernel"]
     assert c.graph_json == GRAPH and c.graph == json.loads(GRAPH)
-    assert again.counts() == {"pending": 1, "running": 0, "done": 1, "failed": 0, "infeasible": 0}
+    assert again.counts() == {"pending": 1, "running": 0, "done": 1, "failed": 0, "infeasible": 0,
+                              "stopped": 0}
     assert [x.id for x in again.candidates()] == [root, child]
     assert [x.id for x in again.candidates(["pending", "running"])] == [child]
     with pytest.raises(dataclasses.FrozenInstanceError):

@@ -19,6 +19,7 @@ OVERRIDES = [
     "--config.train.log_training_steps=1000", "--config.train.schedule.warmup_steps=2",
     "--config.search.seed_epochs=0", "--config.search.executor=inline",
     "--config.search.selection.min_acc=0.0", "--config.search.lease_s=2",
+    "--config.search.fidelity.rungs=()",
 ]
 
 

@@ -1,0 +1,202 @@
+"""Multi-fidelity search: children train a small budget first, the promising ones go on.
+
+Asynchronous successive halving (the rule of Ray Tune's ASHA and Optuna's successive-halving
+pruner), with suspend and resume: a child trains to its first rung (a fraction of the full
+budget, on the full budget's learning-rate schedule), is evaluated, and is then either
+promoted (re-queued to train on to its next rung, resuming from its own checkpoint) or
+stopped (kept in the study as `stopped` with its metrics). The last rung is the full budget
+`train.total_epochs`; the seed model always trains its whole budget.
+
+A child is promoted from a rung when both hold:
+- among every result recorded at that rung so far (its own included, n of them) it is in the
+  best `max(1, floor(n * keep))`, ranked by accuracy, or with `cost` set by Pareto layer of
+  accuracy against that cost, then crowding distance (NSGA-II's order, so the cheapest and
+  the most accurate ends of a layer go first);
+- its accuracy is at least `parent_ratio` times its parent's (full-budget) accuracy.
+
+The decision is a pure function of the recorded results (`promotion`), made once, in the
+same study transaction that records the rung: never from time or load, and never made
+again on resume. With one worker the order of results, hence every decision, is fixed by
+the seed; with several it depends on which peers had reported, as in ASHA.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from nas.search.selection import OBJECTIVES
+
+RUNG_COSTS = ("", "flops", "params")  # what a rung ranks by: accuracy alone, or vs a cost
+
+
+@dataclasses.dataclass(frozen=True)
+class RungResult:
+    """One candidate's evaluation at a rung: what promotion decisions compare."""
+
+    candidate_id: int
+    accuracy: float
+    cost: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class FidelityConfig:
+    """`search.fidelity`. rungs: epochs at which children are compared before the full
+    budget (empty: multi-fidelity off); keep: fraction promoted from each rung; parent_ratio:
+    a child below this fraction of its parent's accuracy is stopped; cost: "" ranks by
+    accuracy, a cost objective ranks by Pareto layer of accuracy against it."""
+
+    rungs: tuple[float, ...] = ()
+    keep: float = 0.5
+    parent_ratio: float = 0.5
+    cost: str = ""
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> FidelityConfig:
+        data = dict(data.to_dict() if hasattr(data, "to_dict") else (data or {}))
+        known = [f.name for f in dataclasses.fields(cls)]
+        unknown = sorted(set(data) - set(known))
+        if unknown:
+            raise ValueError(f"config field 'search.fidelity': unknown field(s) {unknown}; "
+                             f"expected some of {known}")
+        rungs = data.get("rungs", ())
+        if not isinstance(rungs, list | tuple) or not all(
+                _number(r) and 0 < r < math.inf for r in rungs):
+            raise ValueError(f"config field 'search.fidelity.rungs': expected a list of "
+                             f"epochs > 0, got {rungs!r}")
+        if any(b <= a for a, b in zip(rungs, rungs[1:], strict=False)):
+            raise ValueError(f"config field 'search.fidelity.rungs': epochs must increase, "
+                             f"got {list(rungs)}")
+        for name, high in (("keep", 1.0), ("parent_ratio", math.inf)):
+            value = data.get(name, getattr(cls, name))
+            if not _number(value) or not (0 < value <= high if name == "keep"
+                                          else 0 <= value < high):
+                expected = "a fraction > 0 and <= 1" if name == "keep" else "a number >= 0"
+                raise ValueError(f"config field 'search.fidelity.{name}': expected "
+                                 f"{expected}, got {value!r}")
+        cost = data.get("cost", "")
+        if cost not in RUNG_COSTS:
+            raise ValueError(f"config field 'search.fidelity.cost': expected '' (accuracy "
+                             f"only), 'flops' or 'params', got {cost!r}")
+        return cls(rungs=tuple(float(r) for r in rungs), keep=float(data.get("keep", cls.keep)),
+                   parent_ratio=float(data.get("parent_ratio", cls.parent_ratio)), cost=cost)
+
+    def schedule(self, full_epochs: float) -> tuple[float, ...]:
+        """Every rung's epochs, the full budget last; () when multi-fidelity is off.
+
+        A listed rung equal to the full budget is the last rung; one above it is an error."""
+        if not self.rungs:
+            return ()
+        full = float(full_epochs)
+        if self.rungs[-1] > full:
+            raise ValueError(f"config field 'search.fidelity.rungs': {self.rungs[-1]:g} "
+                             f"epochs exceeds the full budget train.total_epochs={full:g}")
+        rungs = self.rungs[:-1] if self.rungs[-1] == full else self.rungs
+        return (*rungs, full)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and \
+        math.isfinite(value)
+
+
+def rung_order(results: Sequence[RungResult], by_cost: bool = False,
+               higher_cost_better: bool = False) -> list[int]:
+    """Candidate ids from most to least promising. By accuracy (ties: older first), or with
+    `by_cost` by Pareto layer of (accuracy, cost), then crowding distance within a layer,
+    then accuracy, then id. A missing cost counts as the worst cost."""
+    if not by_cost:
+        return [r.candidate_id for r in sorted(results, key=lambda r: (-r.accuracy,
+                                                                       r.candidate_id))]
+    sign = 1.0 if higher_cost_better else -1.0
+    # Both objectives to maximize.
+    points = {r.candidate_id: (r.accuracy, -math.inf if r.cost is None else sign * r.cost)
+              for r in results}
+    left = sorted(points)
+    order: list[int] = []
+    while left:
+        layer = [i for i in left if not any(_dominates(points[j], points[i]) for j in left)]
+        crowd = _crowding(layer, points)
+        order += sorted(layer, key=lambda i: (-crowd[i], -points[i][0], i))
+        left = [i for i in left if i not in set(layer)]
+    return order
+
+
+def _dominates(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    return a[0] >= b[0] and a[1] >= b[1] and a != b
+
+
+def _crowding(layer: list[int], points: dict[int, tuple[float, float]]) -> dict[int, float]:
+    """NSGA-II crowding distance: the ends of each objective are infinitely far."""
+    out = dict.fromkeys(layer, 0.0)
+    for k in (0, 1):
+        ranked = sorted(layer, key=lambda i: (points[i][k], i))
+        low, high = points[ranked[0]][k], points[ranked[-1]][k]
+        out[ranked[0]] = out[ranked[-1]] = math.inf
+        span = high - low
+        if not math.isfinite(span) or span <= 0:
+            continue
+        for a, mid, b in zip(ranked, ranked[1:], ranked[2:], strict=False):
+            out[mid] += (points[b][k] - points[a][k]) / span
+    return out
+
+
+def promotion(me: RungResult, peers: Sequence[RungResult], config: FidelityConfig,
+              parent_accuracy: float | None) -> tuple[bool, str]:
+    """Whether `me` goes on from its rung, and why, given every other result recorded at
+    that rung (`peers`, `me` excluded) and its parent's accuracy (None: no parent check)."""
+    results = [me, *[p for p in peers if p.candidate_id != me.candidate_id]]
+    n = len(results)
+    top = max(1, math.floor(n * config.keep + 1e-9))
+    by_cost = bool(config.cost)
+    order = rung_order(results, by_cost, by_cost and OBJECTIVES[config.cost])
+    rank = order.index(me.candidate_id) + 1
+    ranking = (f"rank {rank} of {n} at this rung by "
+               f"{'Pareto layer of accuracy vs ' + config.cost if by_cost else 'accuracy'}"
+               f" (best {top} go on)")
+    if parent_accuracy is not None and me.accuracy < config.parent_ratio * parent_accuracy:
+        return False, (f"accuracy {me.accuracy:.4g} < {config.parent_ratio:g} x parent's "
+                       f"{parent_accuracy:.4g}; {ranking}")
+    return rank <= top, ranking
+
+
+@dataclasses.dataclass(frozen=True)
+class RungPlan:
+    """The rungs of one search: its `search.fidelity` config and every rung's epochs (the
+    full child budget last; () when multi-fidelity is off). Only children have rungs."""
+
+    config: FidelityConfig = FidelityConfig()
+    epochs: tuple[float, ...] = ()
+
+    @classmethod
+    def from_config(cls, fidelity: Mapping[str, Any] | None, full_epochs: float) -> RungPlan:
+        config = FidelityConfig.from_dict(fidelity)
+        return cls(config, config.schedule(full_epochs))
+
+    def applies(self, candidate: Any) -> bool:
+        return bool(self.epochs) and candidate.parent_id is not None
+
+    def is_last(self, rung: int) -> bool:
+        return rung == len(self.epochs) - 1
+
+    def rung_epochs(self, candidate: Any) -> float:
+        """The epochs `candidate` trains to at its current rung."""
+        rung = int(candidate.rung)
+        if not 0 <= rung < len(self.epochs):
+            raise ValueError(f"candidate {candidate.id}: rung {rung} is not one of this "
+                             f"search's {len(self.epochs)} rungs {list(self.epochs)}")
+        return self.epochs[rung]
+
+    def stop_epochs(self, candidate: Any) -> float | None:
+        """Where its training stops this time: its rung's epochs, or None (the whole
+        schedule) at the last rung and for candidates without rungs."""
+        if not self.applies(candidate):
+            return None
+        epochs = self.rung_epochs(candidate)
+        return None if self.is_last(int(candidate.rung)) else epochs
+
+    def decide(self, me: RungResult, peers: list[RungResult],
+               parent_accuracy: float | None) -> tuple[bool, str]:
+        return promotion(me, peers, self.config, parent_accuracy)

@@ -1,0 +1,180 @@
+"""Real multi-fidelity searches on digits: children stop at a rung or resume to the full
+budget from their rung's checkpoint; every rung is in the study; a killed search resumes
+with every candidate at its rung."""
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+
+from nas.search.driver import run_search
+from nas.search.fidelity import FidelityConfig, RungResult, promotion
+from nas.search.report import summary, to_csv, write_report
+from nas.search.study import Study
+
+RUNGS = {"rungs": (0.25,), "keep": 0.5, "parent_ratio": 0.0}
+# digits: 1437 training images, batch 64: 22.45 steps per epoch
+RUNG_STEPS, FULL_STEPS = 5, 11
+
+
+def eval_steps(workdir, cid):
+    path = os.path.join(workdir, "candidates", str(cid), "train", "metrics.jsonl")
+    with open(path) as f:
+        return [r["step"] for r in map(json.loads, f) if "eval_acc" in r]
+
+
+def replay(study, fidelity):
+    """Every recorded decision at rung 0 is what the rule gives for the results recorded
+    before it (the rule sees results, never time)."""
+    rows = sorted(((c, r) for c in study.candidates() for r in c.rungs if r["rung"] == 0),
+                  key=lambda cr: cr[1]["recorded_at"])
+    config = FidelityConfig.from_dict(fidelity)
+    for i, (cand, row) in enumerate(rows):
+        peers = [RungResult(c.id, r["accuracy"]) for c, r in rows[:i]]
+        parent = study.get(cand.parent_id).accuracy
+        promoted, _ = promotion(RungResult(cand.id, row["accuracy"]), peers, config, parent)
+        assert row["decision"] == ("promoted" if promoted else "stopped"), (cand.id, row)
+
+
+def test_children_stop_at_a_rung_or_resume_to_the_full_budget(tmp_path, search_config):
+    workdir = str(tmp_path / "s")
+    config = search_config(max_candidates=2, seed_epochs=0.5, fidelity=RUNGS, fit={"steps": 0})
+    config.search.mutation.linear_p = 0.0  # cheaper proposals: this test is about rungs
+    study = run_search(config, workdir, progress=False)
+    seed, child = study.candidates()
+    assert seed.status == "done" and seed.rungs == ()  # the seed trains its whole budget
+    assert child.status == "done", child.error  # first at its rung: promoted
+    assert [(r["rung"], r["epochs"], r["steps"], r["decision"]) for r in child.rungs] == [
+        (0, 0.25, RUNG_STEPS, "promoted"), (1, 0.5, FULL_STEPS, "final")]
+    assert child.extra_metrics["steps"] == FULL_STEPS
+    # resumed from the rung's checkpoint: evaluated once at the rung, once at the end
+    assert eval_steps(workdir, child.id) == [RUNG_STEPS, FULL_STEPS]
+    assert not os.path.exists(os.path.join(workdir, "candidates", str(child.id), "rung0"))
+
+    # A better peer at rung 0 (standing in for an earlier child): the next child, below
+    # it, is not in the best half of its rung and stops there.
+    conn = sqlite3.connect(os.path.join(workdir, "study.db"))
+    conn.execute("INSERT INTO rungs(candidate_id, rung, epochs, accuracy, decision,"
+                 " recorded_at) VALUES (?, 0, 0.25, 1.0, 'promoted', ?)", (seed.id, 0.0))
+    conn.commit()
+    conn.close()
+    config.search.max_candidates = 3  # operational: may change on resume
+    study = run_search(config, workdir, progress=False)
+    last = study.candidates()[-1]
+    assert last.status == "stopped", last.error
+    assert [(r["rung"], r["steps"], r["decision"]) for r in last.rungs] == [
+        (0, RUNG_STEPS, "stopped")]
+    assert "rank 3 of 3" in last.rungs[0]["reason"]
+    assert (last.epochs, last.accuracy) == (0.25, last.rungs[0]["accuracy"])
+    assert last.flops > 0 and os.path.isdir(last.checkpoint_path)
+    assert eval_steps(workdir, last.id) == [RUNG_STEPS]  # never trained past its rung
+    assert study.counts()["stopped"] == 1 and study.rung_counts() == {0: (0.25, 3),
+                                                                      1: (0.5, 1)}
+    assert last.id not in [c.id for c in study.best(5)]  # not a parent, not on the front
+    text = summary(study)
+    assert "stopped 1" in text and f"{last.id}" in text.split("stopped at a rung")[1]
+    assert f"\n{last.id},{last.parent_id},{last.generation},stopped," in to_csv(study)
+    assert "rank 3 of 3" in write_report(study).read_text()
+
+
+SEARCH_CONFIG = os.path.join(os.path.dirname(__file__), "..", "..", "configs",
+                             "digits_cnn_search.py")
+OVERRIDES = [
+    "--config.train.total_epochs=0.5", "--config.train.ckpt_steps=2",
+    "--config.train.log_training_steps=1000", "--config.search.max_candidates=3",
+    "--config.train.schedule.warmup_steps=2", "--config.search.seed_epochs=0.5",
+    "--config.search.executor=inline", "--config.search.selection.min_acc=0.0",
+    "--config.search.fidelity.keep=1.0", "--config.search.fidelity.parent_ratio=0.0",
+    "--config.search.fidelity.rungs=(0.25,)", "--config.search.fidelity.cost=",
+    "--config.search.mutation.linear_p=0.0", "--config.search.fit.steps=0",  # cheap proposals
+]
+
+
+def start_driver(workdir):
+    command = [sys.executable, "-m", "nas.search.cli", f"--config={SEARCH_CONFIG}",
+               f"--workdir={workdir}", "--noprogress", *OVERRIDES]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def candidates(workdir):
+    try:
+        return Study.load(workdir).candidates()
+    except ValueError:
+        return []
+
+
+@pytest.mark.slow  # two driver processes and three candidates: minutes on 2 shared cores
+def test_killed_search_resumes_with_every_candidate_at_its_rung(tmp_path):
+    workdir = str(tmp_path / "study")
+    drivers = []
+    try:
+        _kill_and_resume(workdir, drivers)
+    finally:
+        for driver in drivers:
+            if driver.poll() is None:
+                driver.kill()
+                driver.wait()
+
+
+def _kill_and_resume(workdir, drivers):
+    driver = start_driver(workdir)
+    drivers.append(driver)
+    deadline = time.monotonic() + 400
+    # kill while a promoted child trains toward its last rung
+    while not any(c.rung == 1 and c.status == "running" for c in candidates(workdir)):
+        assert driver.poll() is None, driver.stdout.read().decode()[-3000:]
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    time.sleep(2)
+    driver.send_signal(signal.SIGKILL)
+    driver.wait()
+    before = {c.id: c for c in candidates(workdir)}
+    at_rung = [c for c in before.values() if c.rung == 1 and c.status == "running"]
+    assert at_rung and at_rung[0].rungs[0]["decision"] == "promoted"
+
+    driver = start_driver(workdir)
+    drivers.append(driver)
+    output = driver.communicate(timeout=900)[0].decode()
+    assert driver.returncode == 0, output[-3000:]
+    study = Study.load(workdir)
+    for cid, old in before.items():  # no rung result recorded again or lost
+        new = study.get(cid)
+        assert new.rungs[:len(old.rungs)] == old.rungs
+        assert new.rung >= old.rung
+    resumed = study.get(at_rung[0].id)
+    assert resumed.status == "done" and resumed.attempts == 2  # re-queued once, at rung 1
+    assert [r["decision"] for r in resumed.rungs] == ["promoted", "final"]
+    assert resumed.extra_metrics["steps"] == FULL_STEPS
+    steps = eval_steps(workdir, resumed.id)
+    assert steps[0] == RUNG_STEPS and steps[-1] == FULL_STEPS
+    children = [c for c in study.candidates() if c.parent_id is not None]
+    assert len(children) == 2 and all(c.status == "done" for c in children)  # keep=1.0
+    replay(study, {"rungs": [0.25], "keep": 1.0, "parent_ratio": 0.0})
+
+
+@pytest.mark.slow  # trains a seed and one child in two rungs: 25-60 s on 2 shared cores
+def test_external_worker_trains_a_child_rung_by_rung(tmp_path, search_config):
+    from nas.search.driver import Driver
+    from nas.search.study_worker import run_worker
+
+    workdir = str(tmp_path / "w")
+    config = search_config(max_candidates=2, seed_epochs=0.5, fidelity=RUNGS, fit={"steps": 0},
+                           workers=0)
+    config.search.mutation.linear_p = 0.0
+    driver = Driver(config, workdir)
+    driver.seed_population()
+    assert run_worker(workdir, 1, worker="ext")[0].status == "done"
+    child = driver.propose()
+    assert child is not None
+    first = run_worker(workdir, child, worker="ext")[0]  # to rung 0, then pending again
+    assert (first.status, first.rung, first.worker, first.attempts) == ("pending", 1, None, 0)
+    last = run_worker(workdir, child, worker="ext")[0]  # resumes to the full budget
+    assert last.status == "done" and [r["decision"] for r in last.rungs] == ["promoted",
+                                                                             "final"]
+    assert [r["worker"] for r in last.rungs] == ["ext", "ext"]
+    assert eval_steps(workdir, child) == [RUNG_STEPS, FULL_STEPS]
