@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -131,6 +132,17 @@ def graph_from_dict(data: Any) -> tuple[Graph, dict[str, Any]]:
         ops,
     )
     return graph, _decode(_field(data, "constants", dict, "graph"))
+
+
+def read_json_file(path: str | os.PathLike) -> tuple[bytes, Any]:
+    """(text, its JSON document or None if it is not JSON) of a file, read up to one byte
+    past `MAX_BYTES` so that `load` can refuse a huge one; OSError passes through."""
+    with open(path, "rb") as f:
+        text = f.read(MAX_BYTES + 1)
+    try:
+        return text, json.loads(text)
+    except (ValueError, RecursionError):
+        return text, None
 
 
 def load(text: str | bytes) -> tuple[Graph, dict[str, Any]]:

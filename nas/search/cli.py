@@ -36,6 +36,8 @@ from collections.abc import Sequence
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from nas.cli_messages import unknown_field_line
+
 FLAGS = flags.FLAGS
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Search config file.",
                                           lock_config=False)
@@ -80,19 +82,6 @@ def first_line(e: BaseException) -> str:
 def os_error_line(e: OSError) -> str:
     where = e.filename if e.filename is not None else ""
     return f"{where}: {e.strerror or first_line(e)}" if where else first_line(e)
-
-
-def unknown_field_line(e: BaseException) -> str:
-    """`--config.x.y=v` for a field the config lacks, as one clean line (ml_collections'
-    message arrives quoted and escaped, with a suggestion on a second line)."""
-    text = str(e.args[0]) if e.args else str(e)
-    for _ in range(3):
-        text = text.replace("\\\\", "\\").replace("\\'", "'").replace("\\n", "\n")
-    lines = [ln.strip().strip("'\"\\") for ln in text.splitlines() if ln.strip()]
-    name = lines[0] if lines else "?"
-    hint = re.search(r'Did you mean "([^"]+)"', text)
-    return f"--config: unknown config field {name!r}" + (
-        f" (did you mean {hint.group(1)!r}?)" if hint else "")
 
 
 def _parse(argv: Sequence[str]) -> list[str]:

@@ -7,7 +7,6 @@ of the candidate; only this package knows that wrapper. `read_export` is what
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
@@ -25,14 +24,9 @@ def read_export(path: str | os.PathLike) -> tuple[Any, dict[str, Any], dict[str,
     from nas.train.checkpoint import load_variables
 
     try:
-        with open(path, "rb") as f:
-            text = f.read(serialize.MAX_BYTES + 1)
+        _, doc = serialize.read_json_file(path)
     except OSError as e:
         raise ValueError(f"{path}: cannot read ({e.strerror})") from None
-    try:
-        doc = json.loads(text)
-    except (ValueError, RecursionError) as e:
-        raise ValueError(f"{path}: not an exported candidate ({type(e).__name__})") from None
     if not is_export(doc):
         raise ValueError(f"{path}: not an exported candidate (expected format {FORMAT!r})")
     try:

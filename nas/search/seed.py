@@ -7,7 +7,6 @@ instead of from a zoo model.
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
@@ -23,14 +22,9 @@ def read_seed_graph(path: str) -> tuple[Any, dict[str, Any], dict[str, Any] | No
     from nas.search.export import is_export, read_export
 
     try:
-        with open(path, "rb") as f:
-            text = f.read(serialize.MAX_BYTES + 1)
+        text, doc = serialize.read_json_file(path)  # not JSON: serialize.load says why
     except OSError as e:
         raise ValueError(f"{FIELD}: cannot read {path}: {e.strerror}") from None
-    try:
-        doc = json.loads(text)
-    except (ValueError, RecursionError):
-        doc = None  # serialize.load says what is wrong
     if is_export(doc):
         checkpoint = doc.get("checkpoint_path")
         if isinstance(checkpoint, str) and not os.path.isdir(checkpoint):

@@ -25,6 +25,8 @@ from collections.abc import Sequence
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from nas.cli_messages import unknown_field_line
+
 FLAGS = flags.FLAGS
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Training config file (configs/*.py[:arg]).", lock_config=True
@@ -45,19 +47,6 @@ def _fail(message: str, code: int = 1) -> None:
     print(f"nas-train: error: {message}", file=sys.stderr, flush=True)
     sys.stdout.flush()
     os._exit(code)
-
-
-def unknown_field_line(e: BaseException) -> str:
-    """`--config.x.y=v` for a field the config lacks, as one clean line (ml_collections'
-    message arrives quoted and escaped, with a suggestion on a second line)."""
-    text = str(e.args[0]) if e.args else str(e)
-    for _ in range(3):
-        text = text.replace("\\\\", "\\").replace("\\'", "'").replace("\\n", "\n")
-    lines = [ln.strip().strip("'\"\\") for ln in text.splitlines() if ln.strip()]
-    name = lines[0] if lines else "?"
-    hint = re.search(r'Did you mean "([^"]+)"', text)
-    return f"--config: unknown config field {name!r}" + (
-        f" (did you mean {hint.group(1)!r}?)" if hint else "")
 
 
 def _parse(argv: Sequence[str]) -> list[str]:
@@ -114,19 +103,13 @@ def read_graph_file(path: str) -> tuple:
     """(graph, constants, variables or None) from a serialized graph file. A candidate
     exported by `nas-search export` is read by the function the search provides for it
     (`nas.search.export.read_export`), which also loads its trained weights."""
-    import json
 
     from nas.graph import serialize
 
     try:
-        with open(path, "rb") as f:
-            text = f.read(serialize.MAX_BYTES + 1)
+        text, doc = serialize.read_json_file(path)  # not JSON: serialize.load says why
     except OSError as e:
         raise UserError(f"--graph: cannot read {path}: {e.strerror}") from None
-    try:
-        doc = json.loads(text)
-    except (ValueError, RecursionError):
-        doc = None  # serialize.load says what is wrong
     if isinstance(doc, dict) and doc.get("format") == "nas-candidate":
         from nas.search.export import read_export  # only for files the search exported
 
