@@ -8,9 +8,8 @@ For each depth (couplings, 2 resolution stages), on the same parameters and batc
   `train_and_eval` runs it) and of `ReversibleTrainer.train_step`, timed in alternating
   rounds, and the throughput ratio reversible / standard;
 * the device peak of each: standard = its compiled step's arguments + outputs + temps
-  (`memory_analysis`); reversible = on an accelerator the allocator's peak during a step,
-  on CPU the largest per-layer temp plus the largest bytes resident in the `device` memory
-  kind at any layer boundary (host and device are the same RAM there);
+  (`memory_analysis`); reversible = the largest per-layer temp plus the largest bytes
+  resident in the `device` memory kind at any layer boundary (every backend alike);
 * host<->device transfers and compiled-program launches per reversible step, and per
   coupling (the slope between the two deepest depths).
 Then the deepest depth each trainer fits in `--budget-mib` (standard from the compiled
@@ -54,14 +53,6 @@ def _device_bytes() -> int:
                if x.sharding.memory_kind in ("device", None) and not x.is_deleted())
 
 
-def _allocator_peak() -> int | None:
-    try:
-        stats = jax.local_devices()[0].memory_stats() or {}
-    except Exception:
-        return None
-    return stats.get("peak_bytes_in_use")
-
-
 def measure(depth: int, width: int, batch: int, rounds: int, per_round: int,
             cache: ProgramCache) -> dict:
     graph, constants, _ = revnet.RevNet(depth=depth, width=width)
@@ -91,20 +82,15 @@ def measure(depth: int, width: int, batch: int, rounds: int, per_round: int,
         jax.block_until_ready(m)
         rev.train_step(data, rng)
 
-    # Device peak of a reversible step: allocator peak where there is one, else (CPU) the
-    # largest device-kind bytes alive at a layer boundary plus the largest temp.
+    # Device peak of a reversible step, the same way on every backend: the largest
+    # device-kind bytes alive at a layer boundary plus the largest compiled temp. (The
+    # allocator's peak_bytes_in_use is per process and would include the standard step's.)
     base = _device_bytes()
     seen: list[int] = []
     rev.hook = lambda event, layer: seen.append(_device_bytes() - base)
-    peak_before = _allocator_peak()
     rev.train_step(data, rng)
     rev.hook = None
-    peak_after = _allocator_peak()
-    if peak_after and peak_before is not None and jax.default_backend() != "cpu":
-        out["rev_peak"] = int(peak_after)
-    else:
-        out["rev_peak"] = rev.max_temp_bytes() + max(seen) + sum(
-            v.nbytes for v in data.values())
+    out["rev_peak"] = rev.max_temp_bytes() + max(seen) + sum(v.nbytes for v in data.values())
     out.update(rev.step_counts())
     out["layers"] = len(rev.layers)
 

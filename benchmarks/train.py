@@ -10,8 +10,8 @@ Prints four tables:
    on the device.
 2. MFU: achieved FLOP/s of the CifarNet (and, without --quick, ResNet18) train step in f32
    and bf16 at batch 128 and 1024 (ResNet18 at 1024 on an accelerator only), over a matmul
-   peak of the same dtype measured in this run. FLOPs per step are counted from the step's jaxpr (nas.train.flops: backend
-   independent, forward + backward + optimizer).
+   peak of the same dtype measured in this run. FLOPs per step are counted from the step's
+   jaxpr (nas.train.flops: backend independent, forward + backward + optimizer).
 3. Compilations of one candidate (first run, then a rerun served by the persistent cache).
 4. CifarNet step with 1 vs 2 devices at a large global batch: forced CPU devices in
    subprocesses on a CPU host; skipped when the host has a single accelerator.

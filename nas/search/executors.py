@@ -276,7 +276,28 @@ def keep_driver_on_cpu() -> bool:
     if xla_bridge.backends_are_initialized():
         return jax.default_backend() == "cpu"
     jax.config.update("jax_platforms", "cpu")
+    _holding_ctrl_c(jax.devices)  # now, not lazily in the middle of the search
     return True
+
+
+def _holding_ctrl_c(fn: Any) -> Any:
+    """Run `fn`, raising a Ctrl-C that arrives meanwhile only once it returns.
+
+    JAX initializes every installed plugin (CUDA's loads its libraries: seconds) inside a
+    bare `except:` that logs and swallows the KeyboardInterrupt: a Ctrl-C there was lost
+    and the search ran on to the end."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return fn()
+    caught: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        return fn()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if caught:
+            raise KeyboardInterrupt
 
 
 class NoExecutor:

@@ -14,7 +14,8 @@ TRAIN_CONFIG = os.path.join(ROOT, "configs", "digits_cnn.py")
 
 
 def _run(module, *args, cwd):
-    env = {**os.environ, "PYTHONPATH": ROOT}
+    path = os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": path}
     return subprocess.run([sys.executable, "-m", module, *args], capture_output=True,
                           text=True, cwd=cwd, env=env, timeout=300)
 
@@ -124,7 +125,7 @@ NEST = "[" * 100_000 + "]" * 100_000
                      {"name": "d", "type": "DENSE", "input_names": ["input"],
                       "input_kwargs": {}, "op_kwargs": {"features": 3, "kernel_init": {}},
                       "num_outputs": 1}]}), ["'d'", "kernel_init"]),
-])
+], ids=["nested", "negative-features", "empty-initializer"])  # short: ids go into the env
 def test_nas_train_bad_graph_file_is_one_line(tmp_path, content, needles):
     path = tmp_path / "g.json"
     path.write_text(content)

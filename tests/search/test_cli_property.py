@@ -37,7 +37,8 @@ def test_any_arguments_give_one_clean_line(tmp_path_factory, batch):
     cases = [[f"--config={SEARCH_CONFIG}", f"--workdir={tmp}/afile/study", *args]
              for args in batch]
     proc = subprocess.run([sys.executable, PROBE], input=json.dumps(cases), text=True,
-                          capture_output=True, env={**os.environ, "PYTHONPATH": ROOT},
+                          capture_output=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                              filter(None, [ROOT, os.environ.get("PYTHONPATH")]))},
                           timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     for args, (code, stderr) in zip(cases, json.loads(proc.stdout), strict=True):

@@ -1,4 +1,4 @@
-"""The memory property of the reversible trainer, measured on CPU.
+"""The memory property of the reversible trainer.
 
 On CPU host and device memory are the same RAM, so we check what does carry over to an
 accelerator: compiled temporaries of a step do not grow with depth, and the parameter and
@@ -47,17 +47,18 @@ def _standard_temp(depth: int) -> int:
     return standard_step_memory(graph, constants, _config(), BATCH, IMAGE)["temp"]
 
 
-@pytest.mark.parametrize("depths,growth", [
-    ((2, 8), 2.5),
-    pytest.param((2, 8, 32), 4.0, marks=pytest.mark.slow),
-])
-def test_temp_bytes_do_not_grow_with_depth(depths, growth):
+@pytest.mark.parametrize("depths", [(2, 8), pytest.param((2, 8, 32), marks=pytest.mark.slow)])
+def test_temp_bytes_do_not_grow_with_depth(depths):
     rev = {d: _reversible_temp(d) for d in depths}
     std = {d: _standard_temp(d) for d in (depths[0], depths[-1])}
-    deepest = depths[-1]
-    assert all(rev[d] <= 1.1 * rev[depths[0]] for d in depths), rev
-    assert std[deepest] > growth * std[depths[0]], std
-    assert rev[deepest] < std[deepest] / growth, (rev, std)
+    first, deepest = depths[0], depths[-1]
+    activation = BATCH * IMAGE[0] * IMAGE[1] * 8 * 4  # one width-8 f32 activation
+    # Differences, not ratios: on a GPU a fixed convolution workspace dominates both
+    # trainers' temps at this size. The standard step keeps every layer's activations...
+    assert std[deepest] - std[first] >= (deepest - first) * activation, std
+    # ...the reversible step's temps are one layer's, whatever the depth.
+    assert all(rev[d] <= 1.1 * rev[first] for d in depths), rev
+    assert rev[deepest] - rev[first] < activation, rev
 
 
 def _dense_spec(depth: int, width: int) -> ReversibleSpec:
