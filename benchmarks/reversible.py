@@ -11,7 +11,9 @@ For each depth (couplings, 2 resolution stages), on the same parameters and batc
   (`memory_analysis`); reversible = the largest per-layer temp plus the largest bytes
   resident in the `device` memory kind at any layer boundary (every backend alike);
 * host<->device transfers and compiled-program launches per reversible step, and per
-  coupling (the slope between the two deepest depths).
+  coupling (the slope between the two deepest depths);
+* of one reversible step's wall time, the milliseconds Python spends dispatching programs
+  and waiting for the device (the rest is Python between calls).
 Then the deepest depth each trainer fits in `--budget-mib` (standard from the compiled
 step's footprint at each depth; reversible from its measured peak, which does not grow).
 """
@@ -53,6 +55,35 @@ def _device_bytes() -> int:
                if x.sharding.memory_kind in ("device", None) and not x.is_deleted())
 
 
+def _host_split(rev: ReversibleTrainer, data: dict, rng: jax.Array) -> dict:
+    """Seconds of one reversible step that Python spends dispatching programs (their calls
+    return before the device finishes) and waiting for the device (the throttle and the
+    final loss): where the step's time goes when the device work per layer is small."""
+    from nas.train import reversible
+
+    spent = {"dispatch": 0.0, "wait": 0.0}
+
+    def timed(fn, key):
+        def wrapper(*args, **kwargs):
+            t = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[key] += time.perf_counter() - t
+        return wrapper
+
+    call, throttle = rev._call, reversible._throttle
+    rev._call, reversible._throttle = timed(call, "dispatch"), timed(throttle, "wait")
+    try:
+        t = time.perf_counter()
+        rev.train_step(data, rng)
+        total = time.perf_counter() - t
+    finally:
+        del rev._call
+        reversible._throttle = throttle
+    return {"dispatch": spent["dispatch"], "wait": spent["wait"], "split_total": total}
+
+
 def measure(depth: int, width: int, batch: int, rounds: int, per_round: int,
             cache: ProgramCache) -> dict:
     graph, constants, _ = revnet.RevNet(depth=depth, width=width)
@@ -92,6 +123,7 @@ def measure(depth: int, width: int, batch: int, rounds: int, per_round: int,
     rev.hook = None
     out["rev_peak"] = rev.max_temp_bytes() + max(seen) + sum(v.nbytes for v in data.values())
     out.update(rev.step_counts())
+    out.update(_host_split(rev, data, rng))
     out["layers"] = len(rev.layers)
 
     times: dict[str, list[float]] = {"std": [], "rev": []}
@@ -133,12 +165,13 @@ def main() -> None:
     rows = [measure(d, width, batch, args.rounds, args.per_round, cache) for d in depths]
     print("| depth | standard ms/step | reversible ms/step | reversible / standard "
           "throughput | standard peak MiB | reversible peak MiB | transfers/step | "
-          "launches/step |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "launches/step | dispatch ms/step | device wait ms/step |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(f"| {r['depth']} | {1e3 * r['std']:.1f} | {1e3 * r['rev']:.1f} | "
               f"{r['std'] / r['rev']:.2f}x | {r['std_peak'] / MiB:.1f} | "
-              f"{r['rev_peak'] / MiB:.1f} | {r['transfers']} | {r['launches']} |")
+              f"{r['rev_peak'] / MiB:.1f} | {r['transfers']} | {r['launches']} | "
+              f"{1e3 * r['dispatch']:.1f} | {1e3 * r['wait']:.1f} |")
     if len(rows) > 1:
         a, b = rows[-2], rows[-1]
         dd = b["depth"] - a["depth"]
