@@ -131,11 +131,14 @@ def main() -> None:
     parser.add_argument("--arms", action="store_true",
                         help="compare evolution with random search (benchmarks/search_arms.py)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--candidates", type=int, default=0,
+                        help="for --arms: a budget of candidates per arm instead of minutes")
     args = parser.parse_args()
     if args.arms:
         from search_arms import compare
 
-        compare(args.seeds, args.minutes, args.workdir or tempfile.mkdtemp(prefix="arms_"))
+        compare(args.seeds, args.minutes, args.workdir or tempfile.mkdtemp(prefix="arms_"),
+                args.candidates)
         return
     if args.time_split:
         time_split(args.time_split, args.workdir or tempfile.mkdtemp(prefix="bench_split_"),

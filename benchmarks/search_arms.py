@@ -8,6 +8,11 @@ to the seed's own (reference point: accuracy 0, twice the seed's FLOPs; the seed
 scores 1.0).
 
     python benchmarks/search.py --arms --minutes 20 --seeds 0 1 2 [--workdir DIR]
+    python benchmarks/search.py --arms --candidates 8 --seeds 0 1 2
+
+A budget in candidates gives the same searches on any machine at any load (the evolution
+arm with `--candidates 8` is the README search of that seed); a budget in minutes gives
+each arm the same wall time, so how many candidates it trains depends on the machine.
 """
 
 from __future__ import annotations
@@ -33,14 +38,17 @@ class RandomSearchDriver(Driver):
         return min(c.id for c in done if c.parent_id is None)
 
 
-def run_arm(arm: str, seed: int, minutes: float, workdir: str) -> Any:
-    """Runs one arm for `minutes` of wall time (the candidate in training finishes)."""
+def run_arm(arm: str, seed: int, minutes: float, workdir: str, candidates: int = 0) -> Any:
+    """Runs one arm for `candidates` candidates (seed model included) or, without a count,
+    for `minutes` of wall time (the candidate in training finishes)."""
     shutil.rmtree(workdir, ignore_errors=True)
     config = runpy.run_path(os.path.join(ROOT, "configs", "digits_cnn_search.py"))["get_config"]()
-    config.search.max_candidates = 10_000
+    config.search.max_candidates = candidates or 10_000
     config.search.executor = "inline"
     config.search.seed = seed
     driver = (RandomSearchDriver if arm == "random" else Driver)(config, workdir)
+    if candidates:
+        return driver.run(progress=False)
     deadline = time.monotonic() + minutes * 60
     original = driver.record
 
@@ -68,7 +76,7 @@ def arm_metrics(study: Any) -> dict[str, float]:
     }
 
 
-def compare(seeds: list[int], minutes: float, workdir: str) -> None:
+def compare(seeds: list[int], minutes: float, workdir: str, candidates: int = 0) -> None:
     print("| seed | arm | done | best acc (seed acc) | min FLOPs >= seed acc / seed | "
           "hypervolume / seed's |")
     print("|---|---|---|---|---|---|")
@@ -76,12 +84,14 @@ def compare(seeds: list[int], minutes: float, workdir: str) -> None:
     for seed in seeds:
         hv = {}
         for arm in ("evolution", "random"):
-            study = run_arm(arm, seed, minutes, os.path.join(workdir, f"{arm}{seed}"))
+            study = run_arm(arm, seed, minutes, os.path.join(workdir, f"{arm}{seed}"),
+                            candidates)
             m = arm_metrics(study)
             hv[arm] = m["hv_ratio"]
             print(f"| {seed} | {arm} | {m['candidates']} | {m['best_acc']:.4f} "
                   f"({m['seed_acc']:.4f}) | {m['min_flops_ratio']:.3f} | {m['hv_ratio']:.3f} |",
                   flush=True)
         wins += hv["evolution"] > hv["random"]
+    budget = f"{candidates} candidates" if candidates else f"{minutes:g} min"
     print(f"evolution's hypervolume beats random search's in {wins} of {len(seeds)} seeds "
-          f"({minutes:g} min per arm)")
+          f"({budget} per arm)")

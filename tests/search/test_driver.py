@@ -16,8 +16,16 @@ def fingerprints(study):
     return [c.fingerprint for c in sorted(study.candidates(), key=lambda c: c.id)]
 
 
+def _short_search_config(search_config):
+    """Fewer steps (4 of batch 64 per candidate): this test runs the search twice."""
+    config = search_config(seed_epochs=0.2)
+    config.train.total_epochs = 0.2
+    return config
+
+
 def test_search_records_children_and_report(tmp_path, search_config):
-    study = run_search(search_config(), str(tmp_path / "a"), progress=False)
+    study = run_search(_short_search_config(search_config), str(tmp_path / "a"),
+                       progress=False)
     done = study.candidates("done")
     assert study.counts().get("done", 0) + study.counts().get("failed", 0) == 3
     assert len(done) >= 2, [c.error for c in study.candidates("failed")]
@@ -31,7 +39,8 @@ def test_search_records_children_and_report(tmp_path, search_config):
     assert report.exists() and (report.parent / "pareto.png").exists()
 
     # the same seed gives the same sequence of candidates
-    again = run_search(search_config(), str(tmp_path / "b"), progress=False)
+    again = run_search(_short_search_config(search_config), str(tmp_path / "b"),
+                       progress=False)
     assert fingerprints(again) == fingerprints(study)
 
 
