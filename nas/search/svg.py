@@ -151,11 +151,7 @@ def scatter(points: Sequence[Point], xlabel: str, ylabel: str, css_class: str,
         if p.ring:
             parts.append(f'<text x="{ax.px(p.x) + 7:.1f}" y="{ax.py(p.y) - 5:.1f}" '
                          f'font-size="10">{esc(p.ident)}</text>')
-    if not points:
-        parts.append(f'<text x="{width / 2}" y="{height / 2}" text-anchor="middle">'
-                     f"no finished candidates yet</text>")
-    parts.append("</svg>")
-    return "".join(parts)
+    return _close(parts, width, height, "" if points else "no finished candidates yet")
 
 
 def line_chart(series: Sequence[tuple[str, str, Sequence[tuple[float, float]]]],
@@ -187,8 +183,13 @@ def line_chart(series: Sequence[tuple[str, str, Sequence[tuple[float, float]]]],
                      f'x2="{width - ax.right - 96}" y2="{ly - 4}" stroke="{colour}" '
                      f'stroke-width="2"/><text x="{width - ax.right - 92}" y="{ly}" '
                      f'font-size="10">{esc(name)}</text>')
-    if not xs:
+    return _close(parts, width, height, "" if xs else "no data")
+
+
+def _close(parts: list[str], width: int, height: int, empty: str) -> str:
+    """The finished SVG; `empty`, when given, is centred where the data would be."""
+    if empty:
         parts.append(f'<text x="{width / 2}" y="{height / 2}" text-anchor="middle">'
-                     f"no data</text>")
+                     f"{esc(empty)}</text>")
     parts.append("</svg>")
     return "".join(parts)
