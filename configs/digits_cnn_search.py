@@ -38,11 +38,13 @@ def get_config(arg=None):
         "function_preserving": False,
         "max_steps": 4000,
         "time_limit_s": 600.0,
-        # What synthesis may build: softmax/sigmoid only where the replaced subgraph had
-        # them, widths changed by at most 2x (docs/function-preservation.md says why).
+        # What synthesis may build: softmax/sigmoid and whole-input pool windows only where
+        # the replaced subgraph had them, widths changed by at most 2x
+        # (docs/function-preservation.md says why).
         "search_space": {
             "inherit_only": ("SOFTMAX", "SIGMOID"),
             "width_factors": ("%2", "", "*2"),
+            "full_window_pools": False,
         },
     }
     # Multi-fidelity (asynchronous successive halving) is off here, so the README's measured

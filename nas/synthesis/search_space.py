@@ -40,11 +40,18 @@ class SearchSpace:
     width_factors: factors a synthesized DENSE/CONV width may take relative to its input
         ("%2": half, "": same, "*2": double). The last width of a chain is still whatever
         the shape property requires.
+    full_window_pools: whether synthesis may build a pool whose window spans the whole
+        input (`window_shape` 0) where the replaced subgraph had none. Off by default: with
+        the SAME padding synthesis uses, such a pool keeps the resolution but gives every
+        position nearly the same value, so the convolutions after it see no image; in the
+        README digits searches 7 of 9 distinct such children ended at 0.08-0.64 (parents
+        0.95-0.98) or ran out of time (a 32x32 window at every position of a 32x32 map).
     """
 
     op_types: tuple[str, ...] | None = None
     inherit_only: tuple[str, ...] = SQUASHING
     width_factors: tuple[str, ...] = DEFAULT_WIDTH_FACTORS
+    full_window_pools: bool = False
 
     def __post_init__(self) -> None:
         for field in ("op_types", "inherit_only", "width_factors"):
@@ -62,6 +69,9 @@ class SearchSpace:
                                      f"expected names such as 'CONV' or 'RELU'")
                 if OpType[name.upper()] in SKIPPED_TYPES:
                     raise ValueError(f"search_space.{field}: {name!r} is never synthesized")
+        if not isinstance(self.full_window_pools, bool):
+            raise ValueError(f"search_space.full_window_pools: expected True or False, got "
+                             f"{self.full_window_pools!r}")
         if not self.width_factors:
             raise ValueError("search_space.width_factors: needs at least one factor, e.g. ''")
         for factor in self.width_factors:
@@ -102,10 +112,13 @@ class SearchSpace:
 
 
 def _factor_sets(full: bool, space: SearchSpace | None = None) -> dict[str, list[Any]]:
-    """The class-level kwarg values of each setting (width factors from `space`)."""
+    """The class-level kwarg values of each setting (width factors and whether pools may
+    span the whole input from `space`; a window the replaced ops used is always kept)."""
     sets = _class_sets(full)
     if space is not None:
         sets["features_factor"] = list(space.width_factors)
+        if not space.full_window_pools:
+            sets["window_shape"] = [w for w in sets["window_shape"] if w != 0]
     return sets
 
 

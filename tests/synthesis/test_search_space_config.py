@@ -21,6 +21,20 @@ def test_squashing_ops_only_where_the_parent_had_them():
     assert OpType.SIGMOID in allowed and OpType.SOFTMAX not in allowed
 
 
+def _pool_windows(space, defaults, full):
+    ops = op_enumerator("", defaults, full=full, op_types=(OpType.AVG_POOL, OpType.MAX_POOL),
+                        space=space)
+    return {op.input_kwargs["window_shape"] for op in ops}
+
+
+@pytest.mark.parametrize("full", [False, True])
+def test_whole_input_pool_windows_only_where_the_parent_had_one(full):
+    assert 0 not in _pool_windows(SearchSpace(), {}, full)
+    assert 2 in _pool_windows(SearchSpace(), {}, full)
+    assert 0 in _pool_windows(SearchSpace(), {"window_shape": {0}}, full)  # inherited
+    assert 0 in _pool_windows(SearchSpace(full_window_pools=True), {}, full)
+
+
 def test_op_types_restrict_the_vocabulary():
     space = SearchSpace(op_types=["conv", "RELU", "SOFTMAX"], inherit_only=[])
     assert space.allowed_types([]) == (OpType.CONV, OpType.RELU, OpType.SOFTMAX)
@@ -45,6 +59,7 @@ def test_width_factors_bound_synthesized_widths():
     ({"inherit_only": ["FLATTEN"]}, "inherit_only"),
     ({"width_factors": ["x2"]}, "width_factors"),
     ({"width_factors": []}, "width_factors"),
+    ({"full_window_pools": "yes"}, "full_window_pools"),
     ({"colour": 1}, "unknown"),
 ])
 def test_bad_search_space_names_the_field(bad, field):
