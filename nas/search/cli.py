@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 
 from absl import app, flags, logging
@@ -202,8 +204,11 @@ def _main(argv: Sequence[str]) -> None:
              f"(search is the default)")
     if not _WORKDIR.value:
         fail("--workdir is required")
+    interrupts = _count_interrupts()
     try:
         actions[command](_WORKDIR.value)
+        if interrupts:  # raised where something swallowed it: the work went on, say so
+            raise KeyboardInterrupt
     except KeyboardInterrupt:
         fail(f"interrupted; the study in {_WORKDIR.value} is resumable (run the same command "
              f"again)", INTERRUPTED)
@@ -212,6 +217,21 @@ def _main(argv: Sequence[str]) -> None:
     except ValueError as e:
         fail(first_line(e))
     sys.stdout.flush()
+
+
+def _count_interrupts() -> list[int]:
+    """Ctrl-C raises KeyboardInterrupt as usual and is also recorded in the returned list,
+    so that one swallowed on its way (a library's bare `except:`, a `__del__`) still ends
+    the command with the interrupted line and exit 130."""
+    received: list[int] = []
+
+    def on_sigint(signum: int, frame: object) -> None:
+        received.append(signum)
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, on_sigint)
+    return received
 
 
 def main() -> None:

@@ -324,6 +324,10 @@ def make_executor(kind: str, *, workers: int, ray_address: str | None,
     if out_of_process and not keep_driver_on_cpu():
         logging.warning("the driver already initialized an accelerator backend before its "
                         "executor was made; it may hold accelerator memory")
+    if not out_of_process:
+        import jax
+
+        _holding_ctrl_c(jax.devices)  # the backend it trains on: now, not mid-candidate
     if workers == 0:
         return NoExecutor()
     if kind == "inline":
