@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from nas.graph import grouped_conv
 from nas.graph.ops import Graph, Op, OpType, canonical_name
 from nas.graph.symbolic import resolve
 from nas.graph.validate import MODULE_TYPES
@@ -67,8 +68,10 @@ def _pool_args(x: jax.Array, kw: dict[str, Any]) -> dict[str, Any]:
 
 
 def _module_kwargs(op_type: OpType, x: jax.Array, kw: dict[str, Any]) -> dict[str, Any]:
-    if op_type is OpType.CONV and isinstance(kw.get("kernel_size"), int):
-        kw = {**kw, "kernel_size": (kw["kernel_size"],) * (x.ndim - 2)}
+    if op_type is OpType.CONV:
+        if isinstance(kw.get("kernel_size"), int):
+            kw = {**kw, "kernel_size": (kw["kernel_size"],) * (x.ndim - 2)}
+        kw = {**kw, "conv_general_dilated": grouped_conv.conv_general_dilated}
     return kw
 
 

@@ -1,0 +1,74 @@
+"""Does the grouped convolution's kernel gradient still cost more than the convolution?
+
+For grouped convolutions of the shapes mutation proposes on CifarNet (batch 32), times the
+jitted gradient (input and kernel) of `lax.conv_general_dilated` against
+`nas.graph.grouped_conv`, alternating the two in rounds so machine noise hits both alike,
+and prints the speedup plus the dense convolution of the same shape for scale.
+
+    python benchmarks/grouped_conv.py [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import jax
+import jax.numpy as jnp
+
+from nas.graph import grouped_conv
+
+SHAPES = [  # cin, cout, kernel, stride, groups, spatial size
+    (64, 128, 5, 2, 16, 16),
+    (128, 64, 5, 1, 64, 8),
+    (64, 64, 3, 1, 64, 32),
+    (128, 128, 3, 1, 4, 16),
+]
+
+
+def gradient(conv, groups: int, stride: int):
+    numbers = grouped_conv.channels_last(4)
+
+    def loss(x, w):
+        return jnp.sum(conv(x, w, (stride, stride), "SAME", None, None, numbers, groups))
+
+    return jax.jit(jax.grad(loss, (0, 1)))
+
+
+def seconds(fn, *args) -> float:
+    start = time.perf_counter()
+    jax.block_until_ready(fn(*args))
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    print(f"jax {jax.__version__}, backend {jax.default_backend()}, batch 32; gradient ms "
+          f"(median of {args.rounds} alternating rounds)")
+    print("| cin -> cout | kernel | stride | groups | size | lax grouped | ours | speedup "
+          "| lax dense (same shape) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for cin, cout, k, stride, groups, size in SHAPES:
+        x = jax.random.normal(jax.random.PRNGKey(0), (32, size, size, cin))
+        w = jax.random.normal(jax.random.PRNGKey(1), (k, k, cin // groups, cout))
+        dense_w = jax.random.normal(jax.random.PRNGKey(1), (k, k, cin, cout))
+        runs = {"lax": (gradient(jax.lax.conv_general_dilated, groups, stride), w),
+                "ours": (gradient(grouped_conv.conv_general_dilated, groups, stride), w),
+                "dense": (gradient(jax.lax.conv_general_dilated, 1, stride), dense_w)}
+        times: dict[str, list[float]] = {name: [] for name in runs}
+        for fn, kernel in runs.values():
+            jax.block_until_ready(fn(x, kernel))  # compile
+        for _ in range(args.rounds):
+            for name, (fn, kernel) in runs.items():
+                times[name].append(seconds(fn, x, kernel))
+        ms = {name: 1e3 * statistics.median(t) for name, t in times.items()}
+        print(f"| {cin} -> {cout} | {k}x{k} | {stride} | {groups} | {size} | {ms['lax']:.1f} "
+              f"| {ms['ours']:.1f} | **{ms['lax'] / ms['ours']:.1f}x** | {ms['dense']:.1f} |",
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()
