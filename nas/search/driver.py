@@ -346,14 +346,15 @@ class Driver:
         """The child's variables with its new ops fitted to what they replace (see
         `nas.search.fit`), and the fit's errors; unchanged where fitting does not apply."""
         from nas.search import fit
+        from nas.train import data as data_lib
 
         cfg = fit.FitConfig.from_dict(dict(self.search.fit))
         if (not cfg.steps or not child.new or child.kind != "subgraph"
                 or child.function_preserving):
             return child.variables, {}
         if self._fit_images is None:  # the same batches for every child of this search
-            self._fit_images = fit.training_batches(self.train, cfg.batches, cfg.batch_size,
-                                                    int(self.search.seed))
+            self._fit_images = data_lib.plain_batches(self.train.input, cfg.batches,
+                                                      cfg.batch_size, int(self.search.seed))
         try:
             return fit.fit_new_ops(parent, (child.graph, child.constants, child.variables),
                                    child.new, fit.replaced_tensors(child.spec),

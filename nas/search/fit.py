@@ -59,22 +59,6 @@ def replaced_tensors(spec: Sequence[Mapping[str, Any]] | Sequence[Any]) -> list[
     return pairs
 
 
-def training_batches(train_config: Any, count: int, batch_size: int, seed: int
-                     ) -> list[np.ndarray]:
-    """`count` preprocessed (non-augmented) training images batches of the search's data."""
-    from nas.train import data as data_lib
-
-    inp = train_config.input
-    source = data_lib.open_source(inp.data.name, inp.data.split,
-                                  data_lib.resolve_data_dir(inp.data_dir or None))
-    ds = data_lib.make_train_dataset(
-        source, data_lib.make_preprocess(inp.data.name, False, inp.image_size, False),
-        local_batch_size=min(batch_size, len(source)), seed=seed, shuffle=True,
-        num_threads=1, prefetch=1)
-    it = iter(ds)
-    return [np.asarray(next(it)["image"]) for _ in range(count)]
-
-
 def _with_outputs(graph: Any, outputs: Sequence[str], keep: Iterable[str] = ()) -> Any:
     """`graph` returning `outputs`, with only the ops those (and the ops `keep`) depend on.
 
@@ -120,6 +104,7 @@ def fit_new_ops(
     import optax
 
     from nas.graph import Model
+    from nas.train import precise_bn
 
     p_graph, p_consts, p_vars = parent
     c_graph, c_consts, c_vars = child
@@ -198,38 +183,9 @@ def fit_new_ops(
         if mse(trainable, stats) > mse(*best):
             trainable, stats = best
     if new_bn:
-        stats = _bn_statistics(c_model, {"params": {**frozen, **trainable},
-                                         "batch_stats": stats}, images, new_bn, c_in)
+        stats = precise_bn.statistics_fn(c_model, new_bn, c_in)(
+            {"params": {**frozen, **trainable}, "batch_stats": stats}, images)
     c_vars["params"] = {**frozen, **trainable}
     if stats:
         c_vars["batch_stats"] = stats
     return c_vars, {"mse_before": before, "mse_after": mse(trainable, stats)}
-
-
-def _bn_statistics(model: Any, variables: dict[str, Any], images: Sequence[np.ndarray],
-                   names: Sequence[str], input_name: str) -> dict[str, Any]:
-    """Running mean/var of the BN ops `names` set to their average over `images`.
-
-    flax's batch norm stores `m * old + (1 - m) * batch` in training mode; with the
-    momentum the model uses, that is inverted to read each batch's own statistics.
-    """
-    import jax
-
-    graph = model.graph
-    momenta = {k: float(graph.op(k).op_kwargs.get("momentum", 0.99)) for k in names}
-
-    @jax.jit
-    def batch_stats(v, x):
-        _, upd = model.apply(v, {input_name: x}, deterministic=True, training=True,
-                             mutable=["batch_stats"])
-        return upd["batch_stats"]
-
-    old = variables["batch_stats"]
-    total = None
-    for x in images:
-        upd = batch_stats(variables, x)
-        per = {k: jax.tree.map(lambda n, o, m=momenta[k]: (np.asarray(n) - m * np.asarray(o))
-                               / (1 - m), upd[k], old[k]) for k in names}
-        total = per if total is None else jax.tree.map(np.add, total, per)
-    mean = jax.tree.map(lambda a: a / len(images), total)
-    return {**old, **mean}

@@ -62,6 +62,10 @@ def base_config() -> ml_collections.ConfigDict:
     c.frozen_pattern = ""  # regex on "op/param" paths that get zero updates
     c.ema_decay = 0.0  # 0 disables the parameter EMA
     c.ema_warmup_steps = 0
+    # Batch-norm statistics evaluated (and returned) are recomputed from the final weights on
+    # this many training batches (precise BN; nas.train.precise_bn says why); 0: the running
+    # averages of training.
+    c.precise_bn_batches = 8
 
     c.log_training_steps = 50
     c.ckpt_steps = 500  # 0 disables periodic checkpoints (a final one is still written)
@@ -104,6 +108,7 @@ RULES: dict[str, schema.Field] = {
     "schedule": schema.Field(object),  # dict or (regex, dict) pairs: `_check_schedule`
     "ema_decay": schema.Field(float, low=0, check=lambda v: v < 1, expected="and < 1"),
     "ema_warmup_steps": schema.at_least(0),
+    "precise_bn_batches": schema.at_least(0),
     "log_training_steps": schema.positive(),
     "ckpt_steps": schema.at_least(0),
     "keep_ckpts": schema.positive(),

@@ -246,6 +246,18 @@ class EvalData:
             yield batch | {"mask": mask}
 
 
+def plain_batches(inp: Any, count: int, batch_size: int, seed: int) -> list[np.ndarray]:
+    """`count` batches of preprocessed, non-augmented training images of the input config
+    `inp` (the whole split, shuffled by `seed`: the same on every host)."""
+    source = open_source(inp.data.name, inp.data.split, resolve_data_dir(inp.data_dir or None))
+    ds = make_train_dataset(
+        source, make_preprocess(inp.data.name, False, inp.image_size, False),
+        local_batch_size=min(batch_size, len(source)), seed=seed, shuffle=True,
+        num_threads=1, prefetch=1)
+    it = iter(ds)
+    return [np.asarray(next(it)["image"]) for _ in range(count)]
+
+
 def make_eval_data(
     name: str,
     split: str,

@@ -12,6 +12,8 @@ Both strategies answer the same small protocol, so the loop in `train.py` is the
     host_metrics(metrics) -> {name: float}
     eval_fn() -> (batch -> correct, loss, count sums)   for the current weights
     variables() -> {"params", "batch_stats"}   numpy, what is evaluated and returned
+                                               (batch-norm statistics recomputed for the
+                                               current weights when given batches)
     state() / load_state(tree)                 checkpointable numpy tree (with "step")
     sync()                                      wait for queued device work
 
@@ -25,14 +27,14 @@ Both strategies answer the same small protocol, so the loop in `train.py` is the
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from nas.train import optim, perf, steps
+from nas.train import optim, perf, precise_bn, steps
 
 EvalFn = Callable[[Mapping[str, np.ndarray]], tuple[float, float, float]]
 
@@ -53,7 +55,8 @@ class StandardTrainer:
 
     def __init__(self, model: Any, config: Any, *, params: dict[str, Any],
                  frozen: dict[str, Any], batch_stats: dict[str, Any], sched_kw: Mapping,
-                 frozen_names: Iterable[str] = (), device_data: Any = None) -> None:
+                 frozen_names: Iterable[str] = (), device_data: Any = None,
+                 bn_batches: Sequence[np.ndarray] = ()) -> None:
         self.model = model
         self.ndev = jax.local_device_count()
         self.num_classes = int(config.num_classes)
@@ -86,6 +89,9 @@ class StandardTrainer:
         self._train_c = self._eval_c = None
         self._memory = (0, 0)
         self._local_batch = 0
+        self.bn_batches = list(bn_batches) if precise_bn.recomputable(model.graph) else []
+        self._bn_stats = precise_bn.statistics_fn(model) if self.bn_batches else None
+        self._precise: tuple[int, dict[str, Any]] | None = None  # (step, variables)
 
     # ------------------------------------------------------------------ compile
     def _args(self, batch: Any) -> tuple:
@@ -97,7 +103,7 @@ class StandardTrainer:
         """Compile the train and eval steps once, on the first batches' shapes."""
         t = time.perf_counter()
         self._train_c = self._train.lower(self._state_r, *self._args(batch)).compile()
-        eval_vars = steps.replicate(self.variables(), self.ndev)
+        eval_vars = steps.replicate(self._trained_variables(), self.ndev)
         self._eval_c = self._eval.lower(eval_vars, steps.shard(dict(eval_batch), self.ndev)
                                         ).compile()
         self._memory = perf.memory_bytes(self._train_c)
@@ -138,12 +144,24 @@ class StandardTrainer:
     def load_state(self, state: Mapping[str, Any]) -> None:
         self._state_r = steps.replicate(dict(state), self.ndev)
 
-    def variables(self) -> dict[str, Any]:
-        """The variables evaluated and returned: the EMA when there is one."""
+    def _trained_variables(self) -> dict[str, Any]:
+        """The trained variables (the EMA when there is one) with their running averages."""
         s = self.state()
         if s.get("ema"):
             return {"params": s["ema"]["params"], "batch_stats": s["ema"]["batch_stats"]}
         return {"params": {**s["frozen"], **s["params"]}, "batch_stats": s["batch_stats"]}
+
+    def variables(self) -> dict[str, Any]:
+        """The variables evaluated and returned: the trained ones, with batch-norm
+        statistics recomputed for them when there are `bn_batches` (once per step)."""
+        if self._bn_stats is None:
+            return self._trained_variables()
+        step = int(np.asarray(self._state_r["step"][0]))
+        if self._precise is None or self._precise[0] != step:
+            trained = self._trained_variables()
+            trained["batch_stats"] = self._bn_stats(trained, self.bn_batches)
+            self._precise = (step, trained)
+        return self._precise[1]
 
 
 class ReversibleStrategy:

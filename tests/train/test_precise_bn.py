@@ -1,0 +1,68 @@
+"""Precise BN: evaluated batch-norm statistics are those of the final weights, not running
+averages that still describe a parent (the cause of children collapsing after a short
+fine-tune)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import tiny_config, tiny_graph
+
+from nas.graph import Model, new_graph, new_op
+from nas.train import precise_bn, train_and_eval
+from nas.train.config import with_defaults
+
+
+def test_statistics_are_the_batches_own_whatever_the_running_averages():
+    ops = [new_op("bn", "BATCH_NORM", ["input"]),
+           new_op("frozen_bn", "BATCH_NORM", ["bn"],
+                  input_kwargs={"use_running_average": True})]
+    model = Model(new_graph(["input"], ["frozen_bn"], ops), {})
+    rng = np.random.default_rng(0)
+    batches = [rng.normal(3.0, 2.0, (4, 5, 5, 3)).astype(np.float32) for _ in range(3)]
+    variables = model.init(jax.random.PRNGKey(0), jnp.asarray(batches[0]))
+    stale = {name: {"mean": np.full(3, 50.0, np.float32), "var": np.full(3, 9.0, np.float32)}
+             for name in ("bn", "frozen_bn")}
+    variables = {"params": variables["params"], "batch_stats": stale}
+    stats = precise_bn.statistics_fn(model)(variables, batches)
+    want_mean = np.mean([b.mean(axis=(0, 1, 2)) for b in batches], axis=0)
+    want_var = np.mean([b.var(axis=(0, 1, 2)) for b in batches], axis=0)
+    np.testing.assert_allclose(stats["bn"]["mean"], want_mean, rtol=1e-4)
+    np.testing.assert_allclose(stats["bn"]["var"], want_var, rtol=1e-3)
+    assert precise_bn.recomputable(model.graph) == {"bn": 0.99}  # the other never updates
+    np.testing.assert_array_equal(stats["frozen_bn"]["mean"], stale["frozen_bn"]["mean"])
+
+
+@pytest.fixture(scope="module")
+def stale_parent(data_dir):
+    """Trained tiny BN model whose running mean is then made absurd (a parent whose
+    activations moved away from its statistics)."""
+    graph, constants = tiny_graph(with_bn=True)
+    trained, _, state = train_and_eval(
+        tiny_config(data_dir, total_epochs=1.0, precise_bn_batches=0), eval_perf=False,
+        graph=graph, constants=constants)
+    stats = {"bn": {"mean": state["batch_stats"]["bn"]["mean"] + 40.0,
+                    "var": state["batch_stats"]["bn"]["var"]}}
+    return graph, constants, {"params": state["params"], "batch_stats": stats}, trained.acc
+
+
+@pytest.mark.parametrize("batches", [0, 4])
+def test_short_fine_tune_is_evaluated_with_its_own_statistics(stale_parent, data_dir, batches):
+    graph, constants, variables, parent_acc = stale_parent
+    assert parent_acc > 0.5
+    metrics, _, state = train_and_eval(
+        tiny_config(data_dir, total_epochs=0.2, lr=0.0, precise_bn_batches=batches),
+        eval_perf=False,
+        graph=graph, constants=constants, init_variables=variables)
+    shifted = state["batch_stats"]["bn"]["mean"] - variables["batch_stats"]["bn"]["mean"]
+    if batches:  # the returned statistics are the recomputed ones: children inherit them
+        assert metrics.acc > parent_acc - 0.05 and np.all(np.abs(shifted) > 30)
+    else:  # 4 steps at momentum 0.99 leave the running mean near the stale one: chance
+        # (the weights do not move at lr 0: only the statistics differ between the cases)
+        assert metrics.acc < 0.3 and np.all(np.abs(shifted) < 5)
+
+
+def test_negative_batches_is_one_clear_error():
+    config = tiny_config("", precise_bn_batches=-1)
+    with pytest.raises(ValueError, match="precise_bn_batches"):
+        with_defaults(config)
