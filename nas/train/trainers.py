@@ -143,6 +143,7 @@ class StandardTrainer:
 
     def load_state(self, state: Mapping[str, Any]) -> None:
         self._state_r = steps.replicate(dict(state), self.ndev)
+        self._precise = None
 
     def _trained_variables(self) -> dict[str, Any]:
         """The trained variables (the EMA when there is one) with their running averages."""
