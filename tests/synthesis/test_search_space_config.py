@@ -69,7 +69,7 @@ def test_bad_search_space_names_the_field(bad, field):
         MutationConfig.from_dict({"search_space": bad})
 
 
-def test_children_of_cifarnet_use_no_squashing_op_by_default():
+def test_children_of_cifarnet_use_no_squashing_op_or_scalar_multiply_by_default():
     graph, constants, _ = cnn.CifarNet()
     variables = parent_variables(graph, constants)
     config = {"linear_p": None, "time_limit_s": 10.0}
@@ -81,5 +81,5 @@ def test_children_of_cifarnet_use_no_squashing_op_by_default():
             continue
         found += 1
         types = {op.type for op in child.graph.ops}
-        assert OpType.SOFTMAX not in types and OpType.SIGMOID not in types, seed
+        assert not types & {OpType.SOFTMAX, OpType.SIGMOID, OpType.SCALAR_MUL}, seed
     assert found >= 5
