@@ -266,6 +266,7 @@ class Driver:
     def propose(self) -> int | None:
         """Adds one mutated child of a selected parent; None if this proposal failed."""
         from nas.mutation import NoChildFound, propose_child
+        from nas.search.fit import ConstantOutputError
 
         done = self.study.candidates(status="done")
         if not done:
@@ -308,7 +309,7 @@ class Driver:
                              "new": sorted(child.new), "init_path": init,
                              **({"fit": fitted} if fitted else {})},
                 state={"proposals": k + 1})
-        except (NoChildFound, DuplicateCandidateError) as e:
+        except (NoChildFound, DuplicateCandidateError, ConstantOutputError) as e:
             logging.info("proposal %d from parent %d failed: %s", k, parent.id, e)
             self.study.set_state("proposals", k + 1)
             return None

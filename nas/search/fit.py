@@ -59,6 +59,17 @@ def replaced_tensors(spec: Sequence[Mapping[str, Any]] | Sequence[Any]) -> list[
     return pairs
 
 
+class ConstantOutputError(Exception):
+    """A child's new subgraph computes the same tensor for every input."""
+
+
+def _constant_over_batch(mine: Any, old: Any, ratio: float = 1e-3) -> bool:
+    """Whether `mine` varies across the batch less than `ratio` times the parent's `old`
+    (which it replaces) does."""
+    mine, old = np.asarray(mine, np.float64), np.asarray(old, np.float64)
+    return float(np.mean(np.std(mine, axis=0))) < ratio * float(np.mean(np.std(old, axis=0)))
+
+
 def _with_outputs(graph: Any, outputs: Sequence[str], keep: Iterable[str] = ()) -> Any:
     """`graph` returning `outputs`, with only the ops those (and the ops `keep`) depend on.
 
@@ -182,6 +193,12 @@ def fit_new_ops(
                 best_loss, best = float(loss), start
         if mse(trainable, stats) > mse(*best):
             trainable, stats = best
+    spread = jax.jit(lambda p, s, x: outputs(p, s, x, False)[0])(trainable, stats, images[0])
+    if all(_constant_over_batch(spread[pairs[i][0]], targets[0][pairs[i][1]]) for i in usable):
+        raise ConstantOutputError(
+            f"the new subgraph gives the same output for every image (at "
+            f"{', '.join(pairs[i][1] for i in usable)}), e.g. a layer norm over identical "
+            f"channels: the child could not learn")
     if new_bn:
         stats = precise_bn.statistics_fn(c_model, new_bn, c_in)(
             {"params": {**frozen, **trainable}, "batch_stats": stats}, images)

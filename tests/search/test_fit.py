@@ -4,8 +4,9 @@ import jax
 import numpy as np
 import pytest
 
+from nas.graph import Model, new_graph, new_op
 from nas.mutation import propose_child
-from nas.search.fit import FitConfig, fit_new_ops, replaced_tensors
+from nas.search.fit import ConstantOutputError, FitConfig, fit_new_ops, replaced_tensors
 from nas.zoo import cnn
 from tests.mutation.helpers import parent_variables
 
@@ -49,6 +50,34 @@ def test_nothing_to_fit_returns_the_variables_unchanged():
                             [], [("proj:0", "proj:0")], [np.zeros((1, 32, 32, 3))],
                             FitConfig())
     assert info == {} and out["params"].keys() == variables["params"].keys()
+
+
+def _stem(first_ops, first_out):
+    ops = [*first_ops, new_op("relu", "RELU", [first_out]),
+           new_op("flatten", "FLATTEN", ["relu"]),
+           new_op("logits", "DENSE", ["flatten"], op_kwargs={"features": 10})]
+    graph = new_graph(["input"], ["logits"], ops)
+    return graph, Model(graph, {}).init(jax.random.PRNGKey(0), np.zeros((1, 8, 8, 3)))
+
+
+@pytest.mark.parametrize("grey", [True, False])
+def test_a_new_subgraph_whose_output_ignores_the_image_is_refused(grey):
+    parent, p_vars = _stem([new_op("conv", "CONV", ["input"],
+                                   op_kwargs={"features": 4, "kernel_size": 3})], "conv")
+    child, c_vars = _stem([new_op("new/ln", "LAYER_NORM", ["input"]),
+                           new_op("new/conv", "CONV", ["new/ln"],
+                                  op_kwargs={"features": 4, "kernel_size": 1})], "new/conv")
+    rng = np.random.default_rng(0)
+    images = [rng.standard_normal((8, 8, 8, 1 if grey else 3)).astype(np.float32)
+              for _ in range(2)]
+    images = [np.repeat(x, 3, axis=-1) if grey else x for x in images]  # grey: R = G = B
+    args = ((parent, {}, p_vars), (child, {}, c_vars), {"new/ln", "new/conv"},
+            [("new/conv:0", "conv:0")], images, FitConfig(steps=3))
+    if grey:  # a layer norm over three equal channels is 0 everywhere: nothing to learn
+        with pytest.raises(ConstantOutputError, match="same output for every image"):
+            fit_new_ops(*args)
+    else:
+        assert fit_new_ops(*args)[1]["mse_after"] > 0
 
 
 def test_replaced_tensors_reads_both_spec_forms():
