@@ -9,7 +9,10 @@ the points the new subgraph feeds (mean squared error on a few training batches)
 subgraph that can express the old function (same width, or a wider/narrower chain of convs)
 then starts close to it; one that cannot (say, a pool that halves the resolution) starts at
 its closest fit. Afterwards the running statistics of new batch-norm ops are set to the
-statistics of those batches, so evaluation does not use their initial (0, 1).
+statistics of those batches, so evaluation does not use their initial (0, 1). A new
+subgraph whose fitted output is still the same for every image (say, a layer norm over the
+three equal channels of a grey image) raises `ConstantOutputError`: that child could not
+learn anything, so the search makes another proposal instead of training it.
 """
 
 from __future__ import annotations
