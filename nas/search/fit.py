@@ -66,11 +66,16 @@ class ConstantOutputError(Exception):
     """A child's new subgraph computes the same tensor for every input."""
 
 
-def _constant_over_batch(mine: Any, old: Any, ratio: float = 1e-3) -> bool:
-    """Whether `mine` varies across the batch less than `ratio` times the parent's `old`
-    (which it replaces) does."""
-    mine, old = np.asarray(mine, np.float64), np.asarray(old, np.float64)
-    return float(np.mean(np.std(mine, axis=0))) < ratio * float(np.mean(np.std(old, axis=0)))
+# A new output varying over the batch less than this fraction of what it replaces is
+# taken as constant.
+CONSTANT_RATIO = 1e-3
+
+
+def _spread(x: Any) -> Any:
+    """How much `x` varies over the batch: the mean over elements of the std over axis 0."""
+    import jax.numpy as jnp
+
+    return jnp.mean(jnp.std(jnp.asarray(x, jnp.float32), axis=0))
 
 
 def _with_outputs(graph: Any, outputs: Sequence[str], keep: Iterable[str] = ()) -> Any:
@@ -155,20 +160,27 @@ def fit_new_ops(
         return (c_model.apply(variables, {c_in: x}, deterministic=True, training=False),
                 batch_stats)
 
-    def loss_fn(params, batch_stats, x, target, train_bn):
-        out, new_stats = outputs(params, batch_stats, x, train_bn)
+    def error(out, target):
         terms = []
         for i in usable:
             mine, old = pairs[i]
             scale = jnp.mean(jnp.square(target[old])) + 1e-6
             terms.append(jnp.mean(jnp.square(out[mine] - target[old])) / scale)
-        return sum(terms) / len(terms), new_stats
+        return sum(terms) / len(terms)
 
-    eval_loss = jax.jit(lambda params, batch_stats, x, target: loss_fn(
-        params, batch_stats, x, target, False)[0])
+    def loss_fn(params, batch_stats, x, target, train_bn):
+        out, new_stats = outputs(params, batch_stats, x, train_bn)
+        return error(out, target), new_stats
+
+    @jax.jit
+    def evaluate(params, batch_stats, x, target):
+        """(error, how much each usable new output varies over the batch): one program
+        for the fit errors and the constant-output check."""
+        out, _ = outputs(params, batch_stats, x, False)
+        return error(out, target), [_spread(out[pairs[i][0]]) for i in usable]
 
     def mse(params, batch_stats):
-        return float(np.mean([eval_loss(params, batch_stats, x, t)
+        return float(np.mean([evaluate(params, batch_stats, x, t)[0]
                               for x, t in zip(images, targets, strict=True)]))
 
     before = mse(trainable, stats)
@@ -196,8 +208,9 @@ def fit_new_ops(
                 best_loss, best = float(loss), start
         if mse(trainable, stats) > mse(*best):
             trainable, stats = best
-    spread = jax.jit(lambda p, s, x: outputs(p, s, x, False)[0])(trainable, stats, images[0])
-    if all(_constant_over_batch(spread[pairs[i][0]], targets[0][pairs[i][1]]) for i in usable):
+    spreads = evaluate(trainable, stats, images[0], targets[0])[1]
+    if all(float(mine) < CONSTANT_RATIO * float(_spread(targets[0][pairs[i][1]]))
+           for i, mine in zip(usable, spreads, strict=True)):
         raise ConstantOutputError(
             f"the new subgraph gives the same output for every image (at "
             f"{', '.join(pairs[i][1] for i in usable)}), e.g. a layer norm over identical "
