@@ -16,6 +16,7 @@ from typing import Any
 from nas.graph.ops import Op, OpType
 from nas.graph.subgraph import SubgraphModel
 from nas.synthesis.base import Budget, Context, SynthesisError, SynthesisTimeout
+from nas.synthesis.linear_output import linear_output_property
 from nas.synthesis.search_space import (
     KwargSets,
     SearchSpace,
@@ -75,6 +76,11 @@ class EnumerativeSequentialSynthesizer(AbstractSequentialSynthesizer):
         # None: the reference's space (every op type, factors up to 4x)
         self.space = None if space is None else SearchSpace.from_dict(space)
         self.op_types = None if self.space is None else self.space.allowed_types(ops)
+        if self.space is not None and self.space.linear_outputs:
+            for model, props in self.subgraphs_and_props:
+                constraint = linear_output_property(model)
+                if constraint is not None:
+                    props.append(constraint)
 
     def length_bounds(self) -> tuple[int, int]:
         """(min, max) chain length; max < 0 means unbounded."""

@@ -49,12 +49,15 @@ class SearchSpace:
         position nearly the same value, so the convolutions after it see no image; in the
         README digits searches 7 of 9 distinct such children ended at 0.08-0.64 (parents
         0.95-0.98) or ran out of time (a 32x32 window at every position of a 32x32 map).
+    linear_outputs: whether a chain that computes a network output (the logits) must end
+        with a DENSE or CONV where the chain it replaces did (`linear_output` says why).
     """
 
     op_types: tuple[str, ...] | None = None
     inherit_only: tuple[str, ...] = INHERIT_ONLY
     width_factors: tuple[str, ...] = DEFAULT_WIDTH_FACTORS
     full_window_pools: bool = False
+    linear_outputs: bool = True
 
     def __post_init__(self) -> None:
         for field in ("op_types", "inherit_only", "width_factors"):
@@ -72,9 +75,10 @@ class SearchSpace:
                                      f"expected names such as 'CONV' or 'RELU'")
                 if OpType[name.upper()] in SKIPPED_TYPES:
                     raise ValueError(f"search_space.{field}: {name!r} is never synthesized")
-        if not isinstance(self.full_window_pools, bool):
-            raise ValueError(f"search_space.full_window_pools: expected True or False, got "
-                             f"{self.full_window_pools!r}")
+        for field in ("full_window_pools", "linear_outputs"):
+            if not isinstance(getattr(self, field), bool):
+                raise ValueError(f"search_space.{field}: expected True or False, got "
+                                 f"{getattr(self, field)!r}")
         if not self.width_factors:
             raise ValueError("search_space.width_factors: needs at least one factor, e.g. ''")
         for factor in self.width_factors:

@@ -1,9 +1,19 @@
 """The configurable search space: which ops and widths synthesis may use in a search."""
 
+import random
+
+import jax.numpy as jnp
 import pytest
 
 from nas.graph.ops import OpType, new_op
+from nas.graph.subgraph import SubgraphModel, SubgraphNode
 from nas.mutation import MutationConfig, NoChildFound, propose_child
+from nas.mutation.config import DEFAULT_SYNTHESIS
+from nas.properties.depth import DepthProperty
+from nas.properties.shape import ShapeProperty
+from nas.synthesis.base import SynthesisError
+from nas.synthesis.linear_output import linear_output_property
+from nas.synthesis.progressive import ProgressiveSequentialSynthesizer
 from nas.synthesis.search_space import SearchSpace, op_enumerator
 from nas.zoo import cnn
 from tests.mutation.helpers import parent_variables
@@ -60,6 +70,7 @@ def test_width_factors_bound_synthesized_widths():
     ({"width_factors": ["x2"]}, "width_factors"),
     ({"width_factors": []}, "width_factors"),
     ({"full_window_pools": "yes"}, "full_window_pools"),
+    ({"linear_outputs": 1}, "linear_outputs"),
     ({"colour": 1}, "unknown"),
 ])
 def test_bad_search_space_names_the_field(bad, field):
@@ -83,3 +94,44 @@ def test_children_of_cifarnet_use_no_squashing_op_or_scalar_multiply_by_default(
         types = {op.type for op in child.graph.ops}
         assert not types & {OpType.SOFTMAX, OpType.SIGMOID, OpType.SCALAR_MUL}, seed
     assert found >= 5
+
+
+def _context(names, exported, props=()):
+    """The CifarNet chain of ops `names`, replacing the tensor `exported`."""
+    graph, constants, _ = cnn.CifarNet()
+    ops = [op for op in graph.ops if op.name in names]
+    spec = [SubgraphNode(op, []) for op in ops[:-1]] + [SubgraphNode(ops[-1], [exported])]
+    model = SubgraphModel(graph, constants, None, {"input": jnp.ones((2, 32, 32, 3))}, spec)
+    return [(model, [p.infer(model) for p in props])]
+
+
+def _last_types(space):
+    """The last op types of new classifiers (CifarNet's `fc/relu, fc/logits` replaced)."""
+    types = []
+    for seed in range(24):
+        contexts = _context(["fc/relu", "fc/logits"], "fc/logits:0",
+                            [ShapeProperty(), DepthProperty(p=0.5)])
+        model, (shape, depth) = contexts[0]
+        contexts = [(model, [shape, depth.mutate(seed)])]  # chains of other depths
+        synth = ProgressiveSequentialSynthesizer(contexts, seed, rng=random.Random(seed),
+                                                 space=space, **DEFAULT_SYNTHESIS["progressive"])
+        try:
+            (new,) = synth.synthesize()
+        except SynthesisError:  # the search then proposes another child
+            continue
+        types.append(new.subgraph[-1].op.type)
+    assert len(types) >= 16, types
+    return set(types)
+
+
+def test_a_new_classifier_ends_with_a_linear_layer():
+    assert _last_types(SearchSpace()) <= {OpType.DENSE, OpType.CONV}
+    unconstrained = _last_types(SearchSpace(linear_outputs=False))
+    assert unconstrained - {OpType.DENSE, OpType.CONV}, unconstrained
+
+
+def test_linear_outputs_constrain_only_chains_that_compute_a_network_output():
+    ((head, _),) = _context(["fc/relu", "fc/logits"], "fc/logits:0")
+    assert linear_output_property(head).output == "fc/logits:0"
+    ((inner, _),) = _context(["fc/dense", "fc/relu"], "fc/relu:0")
+    assert linear_output_property(inner) is None
