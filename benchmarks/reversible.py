@@ -10,8 +10,9 @@ For each depth (couplings, 2 resolution stages), on the same parameters and batc
 * the device peak of each: standard = its compiled step's arguments + outputs + temps
   (`memory_analysis`); reversible = the largest per-layer temp plus the largest bytes
   resident in the `device` memory kind at any layer boundary (every backend alike);
-* host<->device transfers and compiled-program launches per reversible step, and per
-  coupling (the slope between the two deepest depths);
+* arrays copied onto the device and written back to host memory, and compiled-program
+  launches, per reversible step and per coupling (the slope between the two deepest
+  depths);
 * of one reversible step's wall time, the milliseconds Python spends dispatching programs
   and waiting for the device (the rest is Python between calls).
 Then the deepest depth each trainer fits in `--budget-mib` (standard from the compiled
@@ -164,19 +165,21 @@ def main() -> None:
     cache = ProgramCache()
     rows = [measure(d, width, batch, args.rounds, args.per_round, cache) for d in depths]
     print("| depth | standard ms/step | reversible ms/step | reversible / standard "
-          "throughput | standard peak MiB | reversible peak MiB | transfers/step | "
-          "launches/step | dispatch ms/step | device wait ms/step |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "throughput | standard peak MiB | reversible peak MiB | copies to device/step | "
+          "writes to host/step | launches/step | dispatch ms/step | device wait ms/step |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(f"| {r['depth']} | {1e3 * r['std']:.1f} | {1e3 * r['rev']:.1f} | "
               f"{r['std'] / r['rev']:.2f}x | {r['std_peak'] / MiB:.1f} | "
-              f"{r['rev_peak'] / MiB:.1f} | {r['transfers']} | {r['launches']} | "
+              f"{r['rev_peak'] / MiB:.1f} | {r['to_device']} | {r['to_host']} | "
+              f"{r['launches']} | "
               f"{1e3 * r['dispatch']:.1f} | {1e3 * r['wait']:.1f} |")
     if len(rows) > 1:
         a, b = rows[-2], rows[-1]
         dd = b["depth"] - a["depth"]
         print(f"\nper coupling (depth {a['depth']} -> {b['depth']}): "
-              f"{(b['transfers'] - a['transfers']) / dd:.1f} transfers, "
+              f"{(b['to_device'] - a['to_device']) / dd:.1f} copies to the device, "
+              f"{(b['to_host'] - a['to_host']) / dd:.1f} writes to host, "
               f"{(b['launches'] - a['launches']) / dd:.1f} launches")
 
     # The deepest depth within the budget, standard from its compiled footprint.

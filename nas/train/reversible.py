@@ -22,11 +22,11 @@ memory must still be trainable. Following Trax's memory-efficient trainer (see
   packed state is replicated (one host copy per device), the programs are written for the
   global batch (see `revprograms`).
 
-Transfers per step (host<->device arrays, counted by `step_counts()`): each coupling moves
-its packed buffer in for the forward pass, in again for the backward pass and out once
-updated, so 1 per layer in the forward pass and 2 in the backward pass; standard layers
-also park their inputs in host memory. Fewer is impossible with device memory flat in
-depth: a layer's weights are needed twice per step with every other layer in between.
+Transfers per step (arrays, counted by `step_counts()`): each coupling's packed buffer is
+copied onto the device once per pass (forward and backward: 2 per layer) and written back
+to host memory once, updated, by its backward program (1 per layer); standard layers also
+park their inputs in host memory. Fewer is impossible with device memory flat in depth: a
+layer's weights are needed twice per step with every other layer in between.
 
 Differences from the standard trainer (`nas.train.train`), all by construction:
 
@@ -104,8 +104,8 @@ class ReversibleTrainer:
         self._static = repr((sorted(dict(sched_kw).items()), self.num_classes,
                              [d.id for d in self.devices], precision))
         self.temp_bytes: dict[tuple[str, str], int] = {}
-        self.counters = {"transfers": 0, "launches": 0}
-        self._last_counts = {"transfers": 0, "launches": 0}
+        self.counters = {"to_device": 0, "to_host": 0, "launches": 0}
+        self._last_counts = dict(self.counters)
         self._keys_fn = revprograms.keys_program(len(self.layers), self.place)
         self._programs: dict[tuple, revprograms.Program] = {}
         base = (self._split(params) if params is not None
@@ -185,7 +185,8 @@ class ReversibleTrainer:
             self._programs[fast] = prog
             self.temp_bytes[(kind, layer.structure)] = prog.temp_bytes
         self.counters["launches"] += 1
-        self.counters["transfers"] += prog.transfers
+        self.counters["to_device"] += prog.to_device
+        self.counters["to_host"] += prog.to_host
         return prog.fn(*args)
 
     def _fetch(self, index: int) -> tuple[jax.Array, ...]:
@@ -197,7 +198,7 @@ class ReversibleTrainer:
 
     def _keys(self, rng: jax.Array) -> tuple[jax.Array, ...]:
         self.counters["launches"] += 1
-        self.counters["transfers"] += 1  # the step number
+        self.counters["to_device"] += 1  # the step number
         return self._keys_fn(rng, np.int32(self.step))
 
     def _emit(self, event: str, layer: Layer) -> None:
@@ -251,13 +252,14 @@ class ReversibleTrainer:
             self._emit("backward", layer)
         self.step += 1
         out = {"training_loss": float(loss)}
-        self.counters["transfers"] += 1  # the loss
+        self.counters["to_host"] += 1  # the loss
         self._last_counts = {k: self.counters[k] - start[k] for k in start}
         return out
 
     def step_counts(self) -> dict[str, int]:
-        """Host<->device transfers (arrays) and compiled-program launches of the last
-        `train_step`: at most 1 + 2 transfers and 2 launches per coupling, plus a few."""
+        """Arrays copied onto the device (`to_device`) and written to host memory
+        (`to_host`), and compiled-program launches, of the last `train_step`: per coupling
+        2, 1 and 2, plus a few per step."""
         return dict(self._last_counts)
 
     # ------------------------------------------------------------------ inference

@@ -69,11 +69,13 @@ class Placement:
 
 @dataclass
 class Program:
-    """A compiled program and what one call of it moves: host<->device transfers
-    (packed buffers, kept activations, numpy inputs) counted by array."""
+    """A compiled program and what one call of it moves, counted by array: copies onto the
+    device (packed buffers, kept activations, numpy inputs) and writes to host memory
+    (updated packed buffers, kept activations)."""
 
     fn: Any
-    transfers: int
+    to_device: int
+    to_host: int
     temp_bytes: int
 
 
@@ -202,12 +204,13 @@ def compile_program(kind: str, layer: Layer, layout: Layout, place: Placement,
     with ctx, warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*donated buffers were not usable.*")
         compiled = jitted.lower(*args).compile()
-    transfers = _count_transfers(args, ins) + _count_host(outs, jax.eval_shape(fn, *args))
+    to_device = _count_transfers(args, ins)
+    to_host = _count_host(outs, jax.eval_shape(fn, *args))
     try:
         temp = int(compiled.memory_analysis().temp_size_in_bytes)
     except Exception:  # backends without memory analysis
         temp = 0
-    return Program(compiled, transfers, temp)
+    return Program(compiled, to_device, to_host, temp)
 
 
 def _count_transfers(args: tuple, shardings: tuple) -> int:
