@@ -84,7 +84,6 @@ def _with_outputs(graph: Any, outputs: Sequence[str], keep: Iterable[str] = ()) 
     Why: the models here stop at the replaced tensors, mid-network; interpreting the rest
     (the classifier head, later stages) would be wasted work on every batch (`jax.jit`
     would drop it, but tracing and the eager shape probe would not)."""
-    from nas.graph import symbolic
     from nas.graph.ops import canonical_name
 
     producer = {n: op for op in graph.ops for n in op.output_names}
@@ -97,12 +96,34 @@ def _with_outputs(graph: Any, outputs: Sequence[str], keep: Iterable[str] = ()) 
         if op is None or op.name in needed:
             continue
         needed.add(op.name)
-        wanted += list(op.input_names)
-        wanted += [ref.tensor for kwargs in (op.op_kwargs, op.input_kwargs)
-                   for v in kwargs.values() for ref in symbolic.references(v)
-                   if getattr(ref, "tensor", None)]
+        wanted += _reads(op)
     ops = [op for op in graph.ops if op.name in needed]
     return dataclasses.replace(graph, ops=ops, output_names=list(outputs))
+
+
+def _reads(op: Any) -> list[str]:
+    """Tensors `op` reads: its inputs and the tensors its symbolic kwargs refer to."""
+    from nas.graph import symbolic
+
+    return list(op.input_names) + [
+        ref.tensor for kwargs in (op.op_kwargs, op.input_kwargs) for v in kwargs.values()
+        for ref in symbolic.references(v) if getattr(ref, "tensor", None)]
+
+
+def _fitted_part(graph: Any, new_ops: set[str]) -> tuple[Any, list[str]]:
+    """(`graph` cut to the new ops and every op that depends on one, the tensors that cut
+    reads from the rest of the graph).
+
+    Why: the rest depends only on frozen, inherited weights, so its tensors are computed
+    once per batch; each fitting step then runs the new ops alone, not the network before
+    them (most of the fitting time, measured in benchmarks/search.py --time-split)."""
+    cut, made = [], set()
+    for op in graph.ops:  # topological order
+        if op.name in new_ops or any(t in made for t in _reads(op)):
+            cut.append(op)
+            made.update(op.output_names)
+    boundary = list(dict.fromkeys(t for op in cut for t in _reads(op) if t not in made))
+    return dataclasses.replace(graph, ops=cut, input_names=boundary), boundary
 
 
 def fit_new_ops(
@@ -134,13 +155,19 @@ def fit_new_ops(
     if not pairs or not images or (not new and not new_bn):
         return c_vars, {}
     p_model = Model(_with_outputs(p_graph, [old for _, old in pairs]), p_consts)
-    c_model = Model(_with_outputs(c_graph, [mine for mine, _ in pairs], new_ops), c_consts)
+    c_graph = _with_outputs(c_graph, [mine for mine, _ in pairs], new_ops)
+    part_graph, boundary = _fitted_part(c_graph, new_ops)
+    rest = Model(_with_outputs(c_graph, boundary), c_consts)
+    part = Model(part_graph, c_consts)
     p_in, c_in = p_graph.input_names[0], c_graph.input_names[0]  # dict in -> dict out
-    p_apply = jax.jit(lambda x: p_model.apply(p_vars, {p_in: x}, deterministic=True,
-                                              training=False))
-    targets = [p_apply(x) for x in images]
-    probe = jax.eval_shape(lambda x: c_model.apply(c_vars, {c_in: x}, deterministic=True,
-                                                   training=False), images[0])
+    p_apply = jax.jit(lambda v, x: p_model.apply(v, {p_in: x}, deterministic=True,
+                                                 training=False))
+    rest_apply = jax.jit(lambda v, x: rest.apply(v, {c_in: x}, deterministic=True,
+                                                 training=False))
+    targets = [p_apply(p_vars, x) for x in images]
+    inputs = [rest_apply(c_vars, x) for x in images]
+    probe = jax.eval_shape(lambda x: part.apply(c_vars, x, deterministic=True,
+                                                training=False), inputs[0])
     usable = [i for i, (mine, old) in enumerate(pairs)
               if np.shape(probe[mine]) == np.shape(targets[0][old])]
     if not usable:
@@ -154,11 +181,10 @@ def fit_new_ops(
         if batch_stats:
             variables["batch_stats"] = batch_stats
         if train_bn and batch_stats:
-            out, upd = c_model.apply(variables, {c_in: x}, deterministic=True, training=True,
-                                     mutable=["batch_stats"])
+            out, upd = part.apply(variables, x, deterministic=True, training=True,
+                                  mutable=["batch_stats"])
             return out, upd["batch_stats"]
-        return (c_model.apply(variables, {c_in: x}, deterministic=True, training=False),
-                batch_stats)
+        return part.apply(variables, x, deterministic=True, training=False), batch_stats
 
     def error(out, target):
         terms = []
@@ -181,7 +207,7 @@ def fit_new_ops(
 
     def mse(params, batch_stats):
         return float(np.mean([evaluate(params, batch_stats, x, t)[0]
-                              for x, t in zip(images, targets, strict=True)]))
+                              for x, t in zip(inputs, targets, strict=True)]))
 
     before = mse(trainable, stats)
     if new and config.steps:
@@ -203,12 +229,12 @@ def fit_new_ops(
         for i in range(config.steps):
             j = i % len(images)
             start = (trainable, stats)
-            trainable, opt, stats, loss = step(trainable, opt, stats, images[j], targets[j])
+            trainable, opt, stats, loss = step(trainable, opt, stats, inputs[j], targets[j])
             if float(loss) < best_loss:
                 best_loss, best = float(loss), start
         if mse(trainable, stats) > mse(*best):
             trainable, stats = best
-    spreads = evaluate(trainable, stats, images[0], targets[0])[1]
+    spreads = evaluate(trainable, stats, inputs[0], targets[0])[1]
     if all(float(mine) < CONSTANT_RATIO * float(_spread(targets[0][pairs[i][1]]))
            for i, mine in zip(usable, spreads, strict=True)):
         raise ConstantOutputError(
@@ -216,7 +242,7 @@ def fit_new_ops(
             f"{', '.join(pairs[i][1] for i in usable)}), e.g. a layer norm over identical "
             f"channels: the child could not learn")
     if new_bn:
-        stats = precise_bn.statistics_fn(c_model, new_bn, c_in)(
+        stats = precise_bn.statistics_fn(Model(c_graph, c_consts), new_bn, c_in)(
             {"params": {**frozen, **trainable}, "batch_stats": stats}, images)
     c_vars["params"] = {**frozen, **trainable}
     if stats:

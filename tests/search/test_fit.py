@@ -92,3 +92,18 @@ def test_replaced_tensors_reads_both_spec_forms():
 def test_bad_fit_config_names_the_field(bad, field):
     with pytest.raises(ValueError, match=field):
         FitConfig.from_dict(bad)
+
+
+def test_fitting_steps_run_the_new_ops_and_what_depends_on_them_only():
+    """The frozen network before the new ops is computed once per batch, not per step."""
+    from nas.search.fit import _fitted_part
+
+    ops = [new_op("a", "CONV", ["input"], op_kwargs={"features": 4, "kernel_size": 3}),
+           new_op("new1", "RELU", ["a"]),
+           new_op("old", "CONV", ["new1"], op_kwargs={"features": 4, "kernel_size": 1}),
+           new_op("new2", "ADD", ["old", "a"]),
+           new_op("after", "RELU", ["new2"])]
+    graph = new_graph(["input"], ["after"], ops)
+    part, boundary = _fitted_part(graph, {"new1", "new2"})
+    assert [op.name for op in part.ops] == ["new1", "old", "new2", "after"]
+    assert boundary == ["a:0"] and part.input_names == ["a:0"]
