@@ -5,7 +5,8 @@ same seed model); the random arm mutates the seed model every time (no selection
 search seed and arm it prints the best accuracy, the smallest FLOPs among candidates at or
 above the seed model's accuracy, and the hypervolume of the (accuracy, FLOPs) front relative
 to the seed's own (reference point: accuracy 0, twice the seed's FLOPs; the seed alone
-scores 1.0).
+scores 1.0), and the CPU time the arm's process used (all its threads: the inline
+executor trains in it).
 
     python benchmarks/search.py --arms --minutes 20 --seeds 0 1 2 [--workdir DIR]
     python benchmarks/search.py --arms --candidates 8 --seeds 0 1 2
@@ -77,18 +78,20 @@ def arm_metrics(study: Any) -> dict[str, float]:
 
 
 def compare(seeds: list[int], minutes: float, workdir: str, candidates: int = 0) -> None:
-    print("| seed | arm | done | best acc (seed acc) | min FLOPs >= seed acc / seed | "
+    print("| seed | arm | done | CPU min | best acc (seed acc) | min FLOPs >= seed acc / seed | "
           "hypervolume / seed's |")
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|")
     wins = 0
     for seed in seeds:
         hv = {}
         for arm in ("evolution", "random"):
+            cpu = time.process_time()
             study = run_arm(arm, seed, minutes, os.path.join(workdir, f"{arm}{seed}"),
                             candidates)
+            cpu = (time.process_time() - cpu) / 60
             m = arm_metrics(study)
             hv[arm] = m["hv_ratio"]
-            print(f"| {seed} | {arm} | {m['candidates']} | {m['best_acc']:.4f} "
+            print(f"| {seed} | {arm} | {m['candidates']} | {cpu:.1f} | {m['best_acc']:.4f} "
                   f"({m['seed_acc']:.4f}) | {m['min_flops_ratio']:.3f} | {m['hv_ratio']:.3f} |",
                   flush=True)
         wins += hv["evolution"] > hv["random"]

@@ -28,10 +28,10 @@ from nas import schema
 
 @dataclasses.dataclass(frozen=True)
 class FitConfig:
-    steps: int = 60  # optimizer steps (0 disables fitting)
+    steps: int = 120  # optimizer steps (0 disables fitting)
     batches: int = 4  # distinct training batches, cycled
     batch_size: int = 32
-    lr: float = 1e-3  # Adam
+    lr: float = 3e-3  # Adam
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> FitConfig:
