@@ -6,10 +6,11 @@ search seed and arm it prints the best accuracy, the smallest FLOPs among candid
 above the seed model's accuracy, and the hypervolume of the (accuracy, FLOPs) front relative
 to the seed's own (reference point: accuracy 0, twice the seed's FLOPs; the seed alone
 scores 1.0), and the CPU time the arm's process used (all its threads: the inline
-executor trains in it).
+executor trains in it; with --resume, the time of this run only).
 
     python benchmarks/search.py --arms --minutes 20 --seeds 0 1 2 [--workdir DIR]
     python benchmarks/search.py --arms --candidates 8 --seeds 0 1 2
+    python benchmarks/search.py --arms --candidates 48 --seeds 0 --workdir DIR --resume
 
 A budget in candidates gives the same searches on any machine at any load (the evolution
 arm with `--candidates 8` is the README search of that seed); a budget in minutes gives
@@ -39,10 +40,14 @@ class RandomSearchDriver(Driver):
         return min(c.id for c in done if c.parent_id is None)
 
 
-def run_arm(arm: str, seed: int, minutes: float, workdir: str, candidates: int = 0) -> Any:
+def run_arm(arm: str, seed: int, minutes: float, workdir: str, candidates: int = 0,
+            resume: bool = False) -> Any:
     """Runs one arm for `candidates` candidates (seed model included) or, without a count,
-    for `minutes` of wall time (the candidate in training finishes)."""
-    shutil.rmtree(workdir, ignore_errors=True)
+    for `minutes` of wall time (the candidate in training finishes). With `resume`, an
+    earlier run's study in `workdir` goes on to `candidates` (the search's choices depend on
+    the study and the seed only, so this gives the candidates a fresh run would)."""
+    if not resume:
+        shutil.rmtree(workdir, ignore_errors=True)
     config = runpy.run_path(os.path.join(ROOT, "configs", "digits_cnn_search.py"))["get_config"]()
     config.search.max_candidates = candidates or 10_000
     config.search.executor = "inline"
@@ -77,7 +82,8 @@ def arm_metrics(study: Any) -> dict[str, float]:
     }
 
 
-def compare(seeds: list[int], minutes: float, workdir: str, candidates: int = 0) -> None:
+def compare(seeds: list[int], minutes: float, workdir: str, candidates: int = 0,
+            resume: bool = False) -> None:
     print("| seed | arm | done | CPU min | best acc (seed acc) | min FLOPs >= seed acc / seed | "
           "hypervolume / seed's |")
     print("|---|---|---|---|---|---|---|")
@@ -87,7 +93,7 @@ def compare(seeds: list[int], minutes: float, workdir: str, candidates: int = 0)
         for arm in ("evolution", "random"):
             cpu = time.process_time()
             study = run_arm(arm, seed, minutes, os.path.join(workdir, f"{arm}{seed}"),
-                            candidates)
+                            candidates, resume)
             cpu = (time.process_time() - cpu) / 60
             m = arm_metrics(study)
             hv[arm] = m["hv_ratio"]
