@@ -133,6 +133,8 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--candidates", type=int, default=0,
                         help="for --arms: a budget of candidates per arm instead of minutes")
+    parser.add_argument("--arm", nargs="+", choices=("evolution", "random"),
+                        default=["evolution", "random"], help="for --arms: which arms to run")
     parser.add_argument("--resume", action="store_true",
                         help="for --arms --candidates: extend the studies already in --workdir")
     args = parser.parse_args()
@@ -140,7 +142,7 @@ def main() -> None:
         from search_arms import compare
 
         compare(args.seeds, args.minutes, args.workdir or tempfile.mkdtemp(prefix="arms_"),
-                args.candidates, args.resume)
+                args.candidates, args.resume, tuple(args.arm))
         return
     if args.time_split:
         time_split(args.time_split, args.workdir or tempfile.mkdtemp(prefix="bench_split_"),

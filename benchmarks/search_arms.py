@@ -83,14 +83,14 @@ def arm_metrics(study: Any) -> dict[str, float]:
 
 
 def compare(seeds: list[int], minutes: float, workdir: str, candidates: int = 0,
-            resume: bool = False) -> None:
+            resume: bool = False, arms: tuple[str, ...] = ("evolution", "random")) -> None:
     print("| seed | arm | done | CPU min | best acc (seed acc) | min FLOPs >= seed acc / seed | "
           "hypervolume / seed's |")
     print("|---|---|---|---|---|---|---|")
     wins = 0
     for seed in seeds:
         hv = {}
-        for arm in ("evolution", "random"):
+        for arm in arms:
             cpu = time.process_time()
             study = run_arm(arm, seed, minutes, os.path.join(workdir, f"{arm}{seed}"),
                             candidates, resume)
@@ -100,7 +100,9 @@ def compare(seeds: list[int], minutes: float, workdir: str, candidates: int = 0,
             print(f"| {seed} | {arm} | {m['candidates']} | {cpu:.1f} | {m['best_acc']:.4f} "
                   f"({m['seed_acc']:.4f}) | {m['min_flops_ratio']:.3f} | {m['hv_ratio']:.3f} |",
                   flush=True)
-        wins += hv["evolution"] > hv["random"]
+        wins += len(hv) == 2 and hv["evolution"] > hv["random"]
+    if len(arms) < 2:
+        return
     budget = f"{candidates} candidates" if candidates else f"{minutes:g} min"
     print(f"evolution's hypervolume beats random search's in {wins} of {len(seeds)} seeds "
           f"({budget} per arm)")
