@@ -19,19 +19,21 @@ import jax.numpy as jnp
 
 from nas.graph import grouped_conv
 
-SHAPES = [  # cin, cout, kernel, stride, groups, spatial size
+SHAPES = [  # cin, cout, kernel, stride, groups, spatial size (0: flattened features)
     (64, 128, 5, 2, 16, 16),
     (128, 64, 5, 1, 64, 8),
     (64, 64, 3, 1, 64, 32),
     (128, 128, 3, 1, 4, 16),
+    (8192, 16384, 0, 0, 4, 0),  # a CONV on CifarNet's FLATTEN, width *2 (seen in a search)
 ]
 
 
-def gradient(conv, groups: int, stride: int):
-    numbers = grouped_conv.channels_last(4)
+def gradient(conv, groups: int, stride: int, spatial: int):
+    numbers = grouped_conv.channels_last(2 + spatial)
 
     def loss(x, w):
-        return jnp.sum(conv(x, w, (stride, stride), "SAME", None, None, numbers, groups))
+        return jnp.sum(jnp.sin(conv(x, w, (stride,) * spatial, "SAME", None, None, numbers,
+                                    groups)))
 
     return jax.jit(jax.grad(loss, (0, 1)))
 
@@ -52,12 +54,14 @@ def main() -> None:
           "| lax dense (same shape) |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for cin, cout, k, stride, groups, size in SHAPES:
-        x = jax.random.normal(jax.random.PRNGKey(0), (32, size, size, cin))
-        w = jax.random.normal(jax.random.PRNGKey(1), (k, k, cin // groups, cout))
-        dense_w = jax.random.normal(jax.random.PRNGKey(1), (k, k, cin, cout))
-        runs = {"lax": (gradient(jax.lax.conv_general_dilated, groups, stride), w),
-                "ours": (gradient(grouped_conv.conv_general_dilated, groups, stride), w),
-                "dense": (gradient(jax.lax.conv_general_dilated, 1, stride), dense_w)}
+        spatial = 2 if k else 0
+        x = jax.random.normal(jax.random.PRNGKey(0), (32, *(size,) * spatial, cin))
+        w = jax.random.normal(jax.random.PRNGKey(1), (*(k,) * spatial, cin // groups, cout))
+        dense_w = jax.random.normal(jax.random.PRNGKey(1), (*(k,) * spatial, cin, cout))
+        runs = {"lax": (gradient(jax.lax.conv_general_dilated, groups, stride, spatial), w),
+                "ours": (gradient(grouped_conv.conv_general_dilated, groups, stride, spatial),
+                         w),
+                "dense": (gradient(jax.lax.conv_general_dilated, 1, stride, spatial), dense_w)}
         times: dict[str, list[float]] = {name: [] for name in runs}
         for fn, kernel in runs.values():
             jax.block_until_ready(fn(x, kernel))  # compile
@@ -65,7 +69,8 @@ def main() -> None:
             for name, (fn, kernel) in runs.items():
                 times[name].append(seconds(fn, x, kernel))
         ms = {name: 1e3 * statistics.median(t) for name, t in times.items()}
-        print(f"| {cin} -> {cout} | {k}x{k} | {stride} | {groups} | {size} | {ms['lax']:.1f} "
+        shape = f"{k}x{k} | {stride} | {groups} | {size}" if k else f"none | - | {groups} | -"
+        print(f"| {cin} -> {cout} | {shape} | {ms['lax']:.1f} "
               f"| {ms['ours']:.1f} | **{ms['lax'] / ms['ours']:.1f}x** | {ms['dense']:.1f} |",
               flush=True)
 

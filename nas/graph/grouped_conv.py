@@ -47,6 +47,8 @@ def conv_general_dilated(lhs: jax.Array, rhs: jax.Array, window_strides: Sequenc
                                         rhs_dilation, dimension_numbers, feature_group_count,
                                         precision=precision, **kwargs)
     spatial = ndim - 2
+    if not spatial:
+        return _grouped_matmul(lhs, rhs, feature_group_count, precision)
     dilation = tuple(rhs_dilation or (1,) * spatial)
     if isinstance(padding, str):
         dilated = [(k - 1) * d + 1 for k, d in zip(rhs.shape[:spatial], dilation, strict=True)]
@@ -54,6 +56,21 @@ def conv_general_dilated(lhs: jax.Array, rhs: jax.Array, window_strides: Sequenc
     conv = _grouped(tuple(window_strides), tuple(map(tuple, padding)), dilation,
                     feature_group_count, precision)
     return conv(lhs, rhs)
+
+
+def _grouped_matmul(lhs: jax.Array, rhs: jax.Array, groups: int, precision: Any) -> jax.Array:
+    """A grouped convolution without spatial dims (on flattened features) as one batched
+    matmul over the groups.
+
+    Why: XLA:CPU runs that convolution through its generic path: 2.5 s forward and 10 s
+    gradient for 8,192 -> 16,384 features in 4 groups at batch 32, against 0.1 s and 0.24 s
+    here; a search spent 20 minutes fitting one such child. Same FLOPs count (dot_general
+    2*M*N*K per group) and the same values."""
+    batch, cin = lhs.shape
+    cout = rhs.shape[-1]
+    out = jnp.einsum("bgi,igo->bgo", lhs.reshape(batch, groups, cin // groups),
+                     rhs.reshape(cin // groups, groups, cout // groups), precision=precision)
+    return out.reshape(batch, cout)
 
 
 @functools.cache

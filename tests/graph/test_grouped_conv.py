@@ -46,6 +46,35 @@ def test_values_gradients_and_flops_equal_lax(cin, cout, kernel, strides, groups
     assert count[0] == count[1] > 0
 
 
+def test_grouped_convolution_of_flattened_features_is_a_grouped_matmul():
+    """No spatial dims (a CONV on a FLATTEN's output): a batched matmul over the groups, with
+    lax's values, gradients and FLOPs, and no convolution left for XLA's slow path."""
+    x = jax.random.normal(jax.random.PRNGKey(0), (3, 8))
+    w = jax.random.normal(jax.random.PRNGKey(1), (2, 12))  # 4 groups: 2 in, 3 out each
+    numbers = grouped_conv.channels_last(2)
+
+    def loss(conv):
+        def f(x, w):
+            y = conv(x, w, (), "VALID", None, (), numbers, 4,
+                     precision=jax.lax.Precision.HIGHEST)
+            return jnp.sum(jnp.sin(y)), y
+        return f
+
+    (_, y_lax), g_lax = jax.value_and_grad(loss(jax.lax.conv_general_dilated), (0, 1),
+                                           has_aux=True)(x, w)
+    (_, y_ours), g_ours = jax.value_and_grad(loss(grouped_conv.conv_general_dilated), (0, 1),
+                                             has_aux=True)(x, w)
+    np.testing.assert_allclose(y_ours, y_lax, rtol=1e-5, atol=1e-5)
+    for ours, theirs in zip(g_ours, g_lax, strict=True):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-4)
+    count = [flops.count(lambda x, w, c=c: loss(c)(x, w)[1], x, w)
+             for c in (jax.lax.conv_general_dilated, grouped_conv.conv_general_dilated)]
+    assert count[0] == count[1] > 0
+    jaxpr = jax.make_jaxpr(jax.grad(lambda x, w: loss(grouped_conv.conv_general_dilated)(
+        x, w)[0], (0, 1)))(x, w)
+    assert "conv_general_dilated" not in str(jaxpr)
+
+
 def test_ungrouped_convolution_is_lax_unchanged():
     x, w = jnp.ones((1, 6, 6, 4)), jnp.ones((3, 3, 4, 5))
     jaxpr = jax.make_jaxpr(jax.grad(lambda w: grouped_conv.conv_general_dilated(
