@@ -7,7 +7,8 @@ groups, batch 32 at 16x16; 12 s for 128->64 in 64 groups at 8x8). Mutation propo
 convolutions often, so one such child could hold a search for an hour. Here the forward pass
 is the same `lax.conv_general_dilated` (same program, same FLOPs count); the input gradient
 is its usual transpose; the kernel gradient is one batched matmul per kernel tap over the
-strided slice of the padded input that the tap reads.
+strided slice of the padded input that the tap reads. Without spatial dims (a CONV on
+flattened features) the whole convolution is a batched matmul over the groups.
 """
 
 from __future__ import annotations
