@@ -64,10 +64,7 @@ class LinearOutputProperty(AbstractProperty):
 def linear_output_property(model: SubgraphModel) -> LinearOutputProperty | None:
     """The constraint for one context: present when the subgraph replaces a network output
     that a DENSE or CONV computed, else None (other chains may end with anything)."""
-    outputs = {canonical_name(name) for name in model.graph.output_names}
-    for node in model.subgraph:
-        for old in node.output_names:
-            if (old is not None and canonical_name(old) in outputs
-                    and node.op.type in LINEAR_TYPES):
-                return LinearOutputProperty(output=canonical_name(old))
+    for output in dict.fromkeys(canonical_name(name) for name in model.graph.output_names):
+        if producer_type(model.subgraph, output) in LINEAR_TYPES:
+            return LinearOutputProperty(output=output)
     return None
