@@ -23,6 +23,7 @@ from nas.graph.model import Model
 from nas.graph.ops import Op, OpType, canonical_name
 from nas.graph.subgraph import SubgraphModel, rewiring
 from nas.graph.validate import INIT_KWARGS
+from nas.properties import op_cache
 from nas.properties.base import AbstractProperty, Rng, check_subgraph_model, make_rng
 from nas.properties.concrete import all_tensors, concrete_inputs, concrete_state
 from nas.properties.pairing import Mapping_, Pairing, Pairings, jacobian_pairings
@@ -76,12 +77,28 @@ def _canonical(op_type: OpType, op_kw: dict, in_kw: dict,
 def op_pairings(op_type: OpType, op_kw: Mapping[str, Any], in_kw: Mapping[str, Any],
                 shapes: Sequence[tuple[int, ...]], num_outputs: int = 1) -> list[list[Pairing]]:
     """`result[output index][input index]`: the pairing of one op with resolved kwargs on
-    inputs of these shapes. Cached; computed once per key by a Jacobian on ones."""
+    inputs of these shapes. Computed once per key by a Jacobian on ones, cached in memory
+    and, where `op_cache` is enabled, on disk."""
     op_kw, shapes = _canonical(op_type, dict(op_kw), dict(in_kw), [tuple(s) for s in shapes])
     key = (op_type, freeze(op_kw), freeze(in_kw), tuple(shapes), num_outputs)
-    cached = _OP_PAIRINGS.get(key)
-    if cached is not None:
-        return cached
+    result = _OP_PAIRINGS.get(key)
+    if result is None:
+        stored = op_cache.get("pairings", key)
+        if stored is not None:
+            result = [[Pairing(np.reshape(np.asarray(flat, np.int8), shape))
+                       for shape, flat in per_out] for per_out in stored]
+        else:
+            result = _jacobian_op_pairings(op_type, op_kw, in_kw, shapes, num_outputs)
+            op_cache.put("pairings", key,
+                         [[[p.mappings.shape, p.mappings.ravel().tolist()] for p in per_out]
+                          for per_out in result])
+        _OP_PAIRINGS[key] = result
+    return result
+
+
+def _jacobian_op_pairings(op_type: OpType, op_kw: dict, in_kw: Mapping[str, Any],
+                          shapes: list[tuple[int, ...]], num_outputs: int
+                          ) -> list[list[Pairing]]:
     model, names = single_op_model(op_type, op_kw, in_kw, len(shapes), num_outputs)
     xs = {n: jnp.ones(s, jnp.float32) for n, s in zip(names, shapes, strict=True)}
     try:
@@ -103,7 +120,6 @@ def op_pairings(op_type: OpType, op_kw: Mapping[str, Any], in_kw: Mapping[str, A
         per_out = found.get(f"op:{i}", {})
         result.append([per_out.get(n, Pairing([[0] * out_rank] * len(s)))
                        for n, s in zip(names, shapes, strict=True)])
-    _OP_PAIRINGS[key] = result
     return result
 
 

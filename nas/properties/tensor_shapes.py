@@ -22,6 +22,7 @@ import numpy as np
 
 from nas.graph.ops import Graph, Op, OpType, canonical_name
 from nas.graph.validate import validate_op
+from nas.properties import op_cache
 from nas.properties.resolved import eval_op_shapes, freeze, resolve_kwargs
 
 Spec = jax.ShapeDtypeStruct
@@ -106,16 +107,29 @@ def propagate(ops: Iterable[Op], tensors: dict[str, Spec], constants: Mapping[st
         key = _op_key(op, op_kw, in_kw, ins)
         outs = _OP_CACHE.get(key)
         if outs is None:
-            try:
-                outs = tuple(eval_op_shapes(op.type, op_kw, in_kw, ins, op.num_outputs))
-            except Exception as e:  # jax reports shape errors as TypeError and friends
-                raise ValueError(f"malformed graph: op {op.name!r} ({op.type.name}) failed "
-                                 f"shape inference on inputs {shapes}: {e}") from None
+            outs = _stored_shapes(key)
+            if outs is None:
+                outs = _traced_shapes(op, op_kw, in_kw, ins)
+                op_cache.put("shapes", key, [[list(s.shape), str(s.dtype)] for s in outs])
             if len(_OP_CACHE) >= _OP_CACHE_MAX:
                 _OP_CACHE.clear()
             _OP_CACHE[key] = outs
         tensors.update(zip(op.output_names, outs, strict=True))
         available.update(op.output_names)
+
+
+def _traced_shapes(op: Op, op_kw: dict, in_kw: dict, ins: list[Spec]) -> tuple[Spec, ...]:
+    try:
+        return tuple(eval_op_shapes(op.type, op_kw, in_kw, ins, op.num_outputs))
+    except Exception as e:  # jax reports shape errors as TypeError and friends
+        raise ValueError(f"malformed graph: op {op.name!r} ({op.type.name}) failed shape "
+                         f"inference on inputs {[tuple(s.shape) for s in ins]}: {e}") from None
+
+
+def _stored_shapes(key: tuple) -> tuple[Spec, ...] | None:
+    stored = op_cache.get("shapes", key)
+    return None if stored is None else tuple(Spec(tuple(shape), np.dtype(dtype))
+                                             for shape, dtype in stored)
 
 
 def _graph_key(graph: Graph, constants: Mapping[str, Any], specs: Mapping[str, Spec]) -> str:

@@ -26,6 +26,7 @@ from tqdm import tqdm
 from nas import zoo
 from nas.graph.reversible import is_reversible
 from nas.graph.serialize import graph_to_json, load
+from nas.properties import op_cache
 from nas.search import blocks as blocks_lib
 from nas.search.candidate import FINISHED
 from nas.search.executors import Outcome, make_executor
@@ -220,6 +221,7 @@ class Driver:
         size = int(self.train.input.image_size)
         self.input_shape = (1, size, size, 3)
         self.worker = default_worker("driver")
+        op_cache.enable(str(self.search.property_cache))
         self._shown: dict[str, int] | None = None  # counts last drawn on the progress bar
         self._fit_images: list[Any] | None = None  # training batches new ops are fitted on
         self._told_no_blocks = False  # "block-level mutation does not apply" logged once

@@ -22,7 +22,7 @@ from nas.search.selection import SelectionConfig
 # resume is normal and silent; every other field comes from the stored config.
 OPERATIONAL = ("max_candidates", "executor", "workers", "ray_address", "num_cpus_per_candidate",
                "num_gpus_per_candidate", "time_limit_s", "hard_time_limit_s", "lease_s",
-               "max_proposal_failures")
+               "max_proposal_failures", "property_cache")
 
 EXECUTORS = ("local", "ray", "inline")
 
@@ -52,6 +52,9 @@ def search_defaults() -> ml_collections.ConfigDict:
         # and go on only if promoted there ({}: off, every child trains its whole budget)
         "fidelity": {},
         "seed_graph": "",  # graph JSON or `nas-search export` file to start from ("": zoo)
+        # nas.properties.op_cache: per-op shapes and pairings kept across processes
+        # ("": $NAS_PROPERTY_CACHE or ~/.cache/nas/op_properties.sqlite; "none": off)
+        "property_cache": "",
     })
 
 
@@ -75,6 +78,7 @@ SEARCH_SCHEMA: dict[str, schema.Field] = {
     "fit": schema.Field(dict),  # FitConfig checks its fields
     "fidelity": schema.Field(dict),  # FidelityConfig checks its fields
     "seed_graph": schema.Field(str),
+    "property_cache": schema.Field(str),
 }
 
 
