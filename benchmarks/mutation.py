@@ -1,20 +1,28 @@
 """Mutation benchmark: how often propose_child yields a child, whether children are valid,
 how long one takes, and how much of the parent they inherit.
 
-    python benchmarks/mutation.py [--n 50] [--models cnn,resnet18] [--warm] [--recovery]
+    python benchmarks/mutation.py [--n 50] [--models cnn,resnet18] [--warm] [--store]
+                                  [--recovery]
 
 For each model, `--n` seeded calls of `propose_child` with the default config, timed from
 the call to the returned child (the parent's shapes are computed inside the call). A child
 is *valid* when it runs a forward pass with the parent's output shape, satisfies its mutated
 properties, and has a fingerprint different from its parent's. The first pass runs in a
 fresh process, so it pays every one-time compile (per-op shape and pairing caches);
-`--warm` repeats the same seeds to show the steady state of a long search. `--recovery`
+`--warm` repeats the same seeds to show the steady state of a long search. `--store` runs
+each model in two more fresh processes sharing a new on-disk property store
+(`nas.properties.op_cache`, which the search driver enables): the first fills it, the
+second reads it, as a second search (or a restarted driver) would. `--recovery`
 compares function-preserving children with ordinary ones on a small learnable task.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
+import sys
+import tempfile
 import time
 
 import jax
@@ -23,6 +31,7 @@ import numpy as np
 
 from nas.graph import Model
 from nas.mutation import NoChildFound, propose_child
+from nas.properties import op_cache
 from nas.properties.fingerprint import fingerprint_graph
 from nas.synthesis.variables import build_variables
 from nas.zoo import builder
@@ -144,15 +153,26 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=50)
     parser.add_argument("--models", default="cnn,resnet18")
     parser.add_argument("--warm", action="store_true", help="repeat the seeds with warm caches")
+    parser.add_argument("--store", action="store_true",
+                        help="also two fresh processes per model sharing a new property store")
     parser.add_argument("--recovery", action="store_true")
+    parser.add_argument("--property-cache", default="none", help=argparse.SUPPRESS)
+    parser.add_argument("--label", default="cold process", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    print("| model | pass | yield a child | valid | median s/child | p90 s/child | "
-          "params inherited |")
-    print("|---|---|---|---|---|---|---|")
+    op_cache.enable(args.property_cache)
+    if args.property_cache == "none":  # not a child process of --store
+        print("| model | pass | yield a child | valid | median s/child | p90 s/child | "
+              "params inherited |")
+        print("|---|---|---|---|---|---|---|")
     for name in args.models.split(",") if args.n > 0 else []:
-        run(name, range(args.n), "cold process")
+        run(name, range(args.n), args.label)
         if args.warm:
             run(name, range(args.n), "warm caches")
+        if args.store:
+            store = os.path.join(tempfile.mkdtemp(prefix="op_store_"), "ops.sqlite")
+            for label in ("fresh process, empty store", "fresh process, store of the above"):
+                subprocess.run([sys.executable, __file__, "--n", str(args.n), "--models", name,
+                                "--property-cache", store, "--label", label], check=True)
     if args.recovery:
         recovery(range(8))
 

@@ -57,7 +57,7 @@ def _step_trainer(model_name: str, batch: int, dtype: str, device_data: bool):
     config = _digits_config(batch, 1.0, 2**30, dtype)
     graph, constants = zoo_graph(model_name, 10, 32)
     model = Model(graph, constants)
-    variables = _init_variables(model, 32, 0)
+    variables = _init_variables(model, 32, 0, {})
     dd = None
     if device_data:
         src = data.open_source("digits", "train", None)

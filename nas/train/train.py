@@ -185,13 +185,24 @@ def setup_data(config: ml_collections.ConfigDict, on_device_ok: bool,
 # ----------------------------------------------------------------------------- trainer
 
 
-def _init_variables(model: Any, image_size: int, seed: int) -> dict[str, Any]:
-    """Initialize on the host CPU (never twice on an accelerator), as plain dicts."""
+def _init_variables(model: Any, image_size: int, seed: int,
+                    parent: dict[str, Any]) -> dict[str, Any]:
+    """The model's variables as plain dicts: `parent`'s arrays when they already cover every
+    op (a search's children arrive complete from the driver: tracing is enough to check),
+    else a fresh initialization on the host CPU (never twice on an accelerator)."""
     cpu = jax.devices("cpu")[0]
     x = np.zeros((1, image_size, image_size, 3), np.float32)
+
+    def init(rng: jax.Array) -> Any:
+        return model.init({"params": rng, "dropout": rng}, x)
+
     with jax.default_device(cpu):
         rng = jax.random.PRNGKey(seed)
-        variables = jax.jit(lambda r: model.init({"params": r, "dropout": r}, x))(rng)
+        matched = {k: _inherit(dict(v), parent.get(k))
+                   for k, v in jax.eval_shape(init, rng).items()}
+        if all(names == set(merged) for merged, names in matched.values()):
+            return {k: jax.tree.map(np.asarray, merged) for k, (merged, _) in matched.items()}
+        variables = jax.jit(init)(rng)
         jax.block_until_ready(variables)  # a failed allocation raises here, not in asarray
     return jax.tree.map(np.asarray, {k: dict(v) for k, v in variables.items()})
 
@@ -220,7 +231,7 @@ def setup_trainer(config: ml_collections.ConfigDict, graph: Any, constants: Any,
     sched_kw = dict(total_steps=data.total_steps, steps_per_epoch=data.steps_per_epoch,
                     global_batch_size=data.global_batch)
     # The reversible trainer initializes layer by layer itself unless there is a parent.
-    fresh = (_init_variables(model, size, config.seed)
+    fresh = (_init_variables(model, size, config.seed, parent)
              if not reversible or parent.get("params") else None)
     params, inherited = _inherit(fresh["params"], parent.get("params")) if fresh else ({}, set())
     frozen_names = set(freeze) | (inherited if freeze_inherited else set())

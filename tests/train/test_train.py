@@ -58,6 +58,30 @@ def test_inherits_only_matching_shapes_and_finetunes(parent, data_dir):
     assert metrics.acc > 0.0
 
 
+def test_complete_starting_variables_are_used_as_they_are(parent):
+    """A search child arrives with every variable (the driver fitted its new ops): those
+    values are its start, whatever a fresh initialization would draw. A partial set gets a
+    fresh initialization (setup_trainer then inherits what matches)."""
+    from nas.graph import Model
+    from nas.train.train import _init_variables
+
+    _, _, pstate, _ = parent
+    model = Model(*tiny_graph(with_bn=True))
+    start = _init_variables(model, 32, seed=0, parent=pstate)
+    for collection, ops in pstate.items():
+        for op, leaves in ops.items():
+            for name, value in leaves.items():
+                np.testing.assert_array_equal(start[collection][op][name], value)
+    partial = {"params": {k: v for k, v in pstate["params"].items() if k != "logits"}}
+    fresh = _init_variables(model, 32, seed=0, parent={})
+    start = _init_variables(model, 32, seed=0, parent=partial)
+    for op in ("conv", "logits"):
+        np.testing.assert_array_equal(start["params"][op]["kernel"],
+                                      fresh["params"][op]["kernel"])
+    assert not np.array_equal(fresh["params"]["conv"]["kernel"],
+                              pstate["params"]["conv"]["kernel"])
+
+
 def test_callback_stops_early(data_dir):
     graph, constants = tiny_graph()
     calls = []
