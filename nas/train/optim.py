@@ -171,6 +171,19 @@ def make(
     return optax.chain(*parts), sched_fns
 
 
+def on_host(fn: Callable[..., Any], *args: Any) -> Any:
+    """`fn(*args)` run eagerly on the host CPU: optimizer-state init and the logged learning
+    rate are a few one-op programs each, which on an accelerator would compile and run there
+    (new ones for every new parameter shape) and queue behind the train steps."""
+    with jax.default_device(jax.devices("cpu")[0]):
+        return jax.block_until_ready(fn(*args))
+
+
+def learning_rate(sched_fns: list[Callable[[Any], Any]], step: int) -> float:
+    """The first schedule's multiplier after `step` steps (0 without a schedule)."""
+    return float(on_host(sched_fns[0], step - 1)) if sched_fns else 0.0
+
+
 def step_count(opt_state: Any) -> int:
     """The number of updates applied so far, read from the first schedule's state."""
     for node in jax.tree.leaves(

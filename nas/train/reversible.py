@@ -113,14 +113,12 @@ class ReversibleTrainer:
         frozen = set(frozen)
         self.layouts: list[revpack.Layout] = []
         self.host: list[tuple[jax.Array, ...]] = []
-        cpu = jax.devices("cpu")[0]
         for layer, w in zip(self.layers, base, strict=True):
             w = jax.tree.map(np.asarray, w)
             cfg = revlayers.layer_optimizer_config(config, layer.param_paths(w), frozen)
             layer.tx, _ = optim.make(cfg, w, sched_kw)
             layer.opt_signature = revlayers._signature(cfg)
-            with jax.default_device(cpu):
-                opt = jax.tree.map(np.asarray, layer.tx.init(w))  # eager: no compile
+            opt = jax.tree.map(np.asarray, optim.on_host(layer.tx.init, w))
             layout = revpack.layout_of((w, opt))
             self.layouts.append(layout)
             self.host.append(self._to_host(revpack.pack_host(layout, (w, opt))))

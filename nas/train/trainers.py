@@ -70,7 +70,7 @@ class StandardTrainer:
             "params": params,
             "frozen": frozen,
             "batch_stats": batch_stats,
-            "opt_state": jax.tree.map(np.asarray, jax.block_until_ready(self.tx.init(params))),
+            "opt_state": jax.tree.map(np.asarray, optim.on_host(self.tx.init, params)),
             "ema": ({"params": {**frozen, **params}, "batch_stats": batch_stats}
                     if config.ema_decay else {}),
             "step": np.int32(0),
@@ -135,7 +135,7 @@ class StandardTrainer:
         return run
 
     def learning_rate(self, step: int) -> float:
-        return float(self.sched_fns[0](step - 1)) if self.sched_fns else 0.0
+        return optim.learning_rate(self.sched_fns, step)
 
     # ------------------------------------------------------------------ state
     def state(self) -> dict[str, Any]:
@@ -218,7 +218,7 @@ class ReversibleStrategy:
         return run
 
     def learning_rate(self, step: int) -> float:
-        return float(self.sched_fns[0](step - 1)) if self.sched_fns else 0.0
+        return optim.learning_rate(self.sched_fns, step)
 
     def state(self) -> dict[str, Any]:
         return self.trainer.state()
