@@ -36,10 +36,15 @@ from nas.search.selection import Individual, SelectionConfig, select_parents
 from nas.search.settings import OPERATIONAL, validate_search
 from nas.search.study import DuplicateCandidateError, Study, StudyNotFoundError, default_worker
 from nas.train.checkpoint import load_variables, save_variables
+from nas.train.perf import count_params
 
 
 def candidate_dir(workdir: str, candidate_id: int) -> str:
     return os.path.join(os.path.abspath(workdir), "candidates", str(candidate_id))
+
+
+class ChildTooLargeError(Exception):
+    """A proposed child has more parameters than the search allows."""
 
 
 class SearchFailed(ValueError):
@@ -292,6 +297,7 @@ class Driver:
             existing = self.study.find(child.fingerprint)
             if existing:
                 raise DuplicateCandidateError(child.fingerprint, existing[0])
+            self.check_size(child, done)
             # The starting weights are complete on disk before the candidate exists, so
             # whoever claims it starts from exactly these weights.
             init = init_path(self.workdir, k)
@@ -311,11 +317,28 @@ class Driver:
                              "new": sorted(child.new), "init_path": init,
                              **({"fit": fitted} if fitted else {})},
                 state={"proposals": k + 1})
-        except (NoChildFound, DuplicateCandidateError, ConstantOutputError) as e:
+        except (NoChildFound, DuplicateCandidateError, ConstantOutputError,
+                ChildTooLargeError) as e:
             logging.info("proposal %d from parent %d failed: %s", k, parent.id, e)
             self.study.set_state("proposals", k + 1)
             return None
         return child_id
+
+    def check_size(self, child: Any, done: list[Any]) -> None:
+        """Refuses a child over `search.max_params_ratio` times the seed's parameters.
+
+        Why: synthesis may widen a layer a lot (say a grouped convolution of the flattened
+        features with 33.5 M new parameters, 15x its CifarNet parent): such a child costs
+        minutes to fit and train and stays far off the accuracy-cost front."""
+        ratio = float(self.search.max_params_ratio)
+        seed = next((c for c in done if c.parent_id is None and c.params), None)
+        if not ratio or seed is None:
+            return
+        count = count_params(child.variables["params"])
+        if count > ratio * seed.params:
+            raise ChildTooLargeError(
+                f"the child has {count:,} parameters, more than search.max_params_ratio="
+                f"{ratio:g} times the seed's {int(seed.params):,}")
 
     @property
     def mutation(self) -> dict[str, Any]:

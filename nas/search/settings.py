@@ -52,6 +52,9 @@ def search_defaults() -> ml_collections.ConfigDict:
         # and go on only if promoted there ({}: off, every child trains its whole budget)
         "fidelity": {},
         "seed_graph": "",  # graph JSON or `nas-search export` file to start from ("": zoo)
+        # a proposed child with more parameters than this times the seed's is refused
+        # before it is fitted or trained (0: no bound)
+        "max_params_ratio": 4.0,
         # nas.properties.op_cache: per-op shapes and pairings kept across processes
         # ("": $NAS_PROPERTY_CACHE or ~/.cache/nas/op_properties.sqlite; "none": off)
         "property_cache": "",
@@ -78,6 +81,7 @@ SEARCH_SCHEMA: dict[str, schema.Field] = {
     "fit": schema.Field(dict),  # FitConfig checks its fields
     "fidelity": schema.Field(dict),  # FidelityConfig checks its fields
     "seed_graph": schema.Field(str),
+    "max_params_ratio": schema.at_least(0, float, expected="(0: no bound)"),
     "property_cache": schema.Field(str),
 }
 

@@ -122,3 +122,19 @@ def test_nas_train_knows_no_study_and_worker_flags_are_checked(tmp_path):
                             capture_output=True, text=True)
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert result.stderr.count("\n") == 1 and "candidate" in result.stderr
+
+
+def test_children_over_the_parameter_bound_are_refused(tmp_path, search_config, caplog):
+    """A bound below every child: each proposal is refused with its reason, nothing over
+    the bound is fitted, stored or trained, and the search stops after the allowed failed
+    proposals with the seed alone."""
+    import logging
+
+    config = search_config(max_candidates=3, max_params_ratio=0.01, max_proposal_failures=2)
+    with caplog.at_level(logging.INFO):
+        study = run_search(config, str(tmp_path / "s"), progress=False)
+    assert [c.parent_id for c in study.candidates()] == [None]
+    refusals = [r.getMessage() for r in caplog.records
+                if "search.max_params_ratio=0.01" in r.getMessage()]
+    assert len(refusals) == 2 and "times the seed's" in refusals[0]
+    assert not list((tmp_path / "s").glob("inits/*")), "a refused child's weights were saved"
