@@ -40,12 +40,14 @@ def get_config(arg=None):
         "time_limit_s": 600.0,
         # What synthesis may build: softmax/sigmoid, scalar multiplies and whole-input pool
         # windows only where the replaced subgraph had them, widths changed by at most 2x,
-        # logits computed by a DENSE or CONV (docs/function-preservation.md says why).
+        # logits computed by a DENSE or CONV, pool windows up to 4 (docs/function-
+        # preservation.md and the SearchSpace docstring say why).
         "search_space": {
             "inherit_only": ("SOFTMAX", "SIGMOID", "SCALAR_MUL"),
             "width_factors": ("%2", "", "*2"),
             "full_window_pools": False,
             "linear_outputs": True,
+            "pool_windows": (2, 3, 4),
         },
     }
     # Multi-fidelity (asynchronous successive halving) is off here, so the README's measured

@@ -30,6 +30,7 @@ KwargSets = dict[str, set[Any]]
 # below half their parent's accuracy and in 5 of the 6 below 0.9 of it.
 INHERIT_ONLY = ("SOFTMAX", "SIGMOID", "SCALAR_MUL")
 DEFAULT_WIDTH_FACTORS = ("%2", "", "*2")
+DEFAULT_POOL_WINDOWS = (2, 3, 4)
 _FACTOR = re.compile(r"^([*%][1-9][0-9]*)?$")
 
 
@@ -51,6 +52,11 @@ class SearchSpace:
         0.95-0.98) or ran out of time (a 32x32 window at every position of a 32x32 map).
     linear_outputs: whether a chain that computes a network output (the logits) must end
         with a DENSE or CONV where the chain it replaces did (`linear_output` says why).
+    pool_windows: the pool window sizes synthesis may choose (a window the replaced
+        subgraph used is always kept). 8 is left out by default: in the digits searches
+        of docs/benchmarks.md ("Search quality"), 17 of 49 children with a new 8x8 pool
+        ended below 0.9 of their parent's accuracy, against 6 of 118 with smaller windows
+        and 17 of 218 with no new pool; docs/function-preservation.md has the details.
     """
 
     op_types: tuple[str, ...] | None = None
@@ -58,14 +64,15 @@ class SearchSpace:
     width_factors: tuple[str, ...] = DEFAULT_WIDTH_FACTORS
     full_window_pools: bool = False
     linear_outputs: bool = True
+    pool_windows: tuple[int, ...] = DEFAULT_POOL_WINDOWS
 
     def __post_init__(self) -> None:
-        for field in ("op_types", "inherit_only", "width_factors"):
+        for field in ("op_types", "inherit_only", "width_factors", "pool_windows"):
             value = getattr(self, field)
             if value is None and field == "op_types":
                 continue
             if isinstance(value, str) or not isinstance(value, Sequence):
-                raise ValueError(f"search_space.{field}: expected a list of strings, got "
+                raise ValueError(f"search_space.{field}: expected a list, got "
                                  f"{value!r}")
             object.__setattr__(self, field, tuple(value))
         for field in ("op_types", "inherit_only"):
@@ -79,6 +86,11 @@ class SearchSpace:
             if not isinstance(getattr(self, field), bool):
                 raise ValueError(f"search_space.{field}: expected True or False, got "
                                  f"{getattr(self, field)!r}")
+        if not self.pool_windows or not all(
+                isinstance(w, int) and not isinstance(w, bool) and w > 0
+                for w in self.pool_windows):
+            raise ValueError(f"search_space.pool_windows: expected a non-empty list of window "
+                             f"sizes > 0 such as (2, 3, 4), got {list(self.pool_windows)!r}")
         if not self.width_factors:
             raise ValueError("search_space.width_factors: needs at least one factor, e.g. ''")
         for factor in self.width_factors:
@@ -119,13 +131,17 @@ class SearchSpace:
 
 
 def _factor_sets(full: bool, space: SearchSpace | None = None) -> dict[str, list[Any]]:
-    """The class-level kwarg values of each setting (width factors and whether pools may
-    span the whole input from `space`; a window the replaced ops used is always kept)."""
+    """The class-level kwarg values of each setting (width factors, pool windows and whether
+    pools may span the whole input from `space`; a window the replaced ops used is always
+    kept)."""
     sets = _class_sets(full)
     if space is not None:
         sets["features_factor"] = list(space.width_factors)
-        if not space.full_window_pools:
-            sets["window_shape"] = [w for w in sets["window_shape"] if w != 0]
+        # FULL draws from every allowed window, TEST tries the cheap ones it allows
+        windows = (list(space.pool_windows) if full else
+                   [w for w in sets["window_shape"] if w in space.pool_windows]
+                   or [min(space.pool_windows)])
+        sets["window_shape"] = windows + ([0] if space.full_window_pools else [])
     return sets
 
 

@@ -45,6 +45,16 @@ def test_whole_input_pool_windows_only_where_the_parent_had_one(full):
     assert 0 in _pool_windows(SearchSpace(full_window_pools=True), {}, full)
 
 
+@pytest.mark.parametrize("full", [False, True])
+def test_pool_windows_bound_synthesized_windows(full):
+    assert 8 not in _pool_windows(SearchSpace(), {}, full)
+    assert 8 in _pool_windows(SearchSpace(), {"window_shape": {8}}, full)  # inherited
+    assert 8 in _pool_windows(None, {}, True)  # the reference's space had 8
+    assert _pool_windows(SearchSpace(pool_windows=[5]), {}, full) == {5}
+    wide = _pool_windows(SearchSpace(pool_windows=[2, 8], full_window_pools=True), {}, full)
+    assert wide == ({0, 2, 8} if full else {0, 2})
+
+
 def test_op_types_restrict_the_vocabulary():
     space = SearchSpace(op_types=["conv", "RELU", "SOFTMAX"], inherit_only=[])
     assert space.allowed_types([]) == (OpType.CONV, OpType.RELU, OpType.SOFTMAX)
@@ -71,6 +81,10 @@ def test_width_factors_bound_synthesized_widths():
     ({"width_factors": []}, "width_factors"),
     ({"full_window_pools": "yes"}, "full_window_pools"),
     ({"linear_outputs": 1}, "linear_outputs"),
+    ({"pool_windows": []}, "pool_windows"),
+    ({"pool_windows": [0]}, "pool_windows"),
+    ({"pool_windows": ["8"]}, "pool_windows"),
+    ({"pool_windows": 4}, "pool_windows"),
     ({"colour": 1}, "unknown"),
 ])
 def test_bad_search_space_names_the_field(bad, field):
