@@ -4,6 +4,7 @@ stale across code versions, and never able to change a result (a bad file is ski
 import logging
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -65,7 +66,7 @@ def test_another_process_reads_what_this_one_stored(store):
               "from nas.properties import op_cache; op_cache.enable(sys.argv[1]); "
               "import pytest; mp = pytest.MonkeyPatch(); t.forbid_computing(mp); "
               "print(repr(t.infer()))")
-    here = str(__import__("pathlib").Path(__file__).parent)
+    here = str(Path(__file__).parent)
     out = subprocess.run([sys.executable, "-c", script, store, here], capture_output=True,
                          text=True, check=True).stdout
     assert out.strip().splitlines()[-1] == repr(computed)
