@@ -19,6 +19,7 @@ import numpy as np
 
 from nas.graph import Model
 from nas.graph.serialize import load
+from nas.graph.subgraph import inherit_params
 from nas.search import fit
 from nas.search.study import Study
 from nas.train import data as data_lib
@@ -34,16 +35,18 @@ SETTINGS = {  # name: (steps, lr)
 
 
 def starting_variables(child, parent_variables: dict, images: list) -> dict:
-    """The child's weights before fitting: its parent's where the names match, fresh (seeded
-    by the child's id) for its new ops."""
+    """The child's weights before fitting: its parent's where they fit (`inherit_params`),
+    fresh (seeded by the child's id) for its new ops."""
     graph, constants = load(child.graph_json)
     fresh = jax.tree.map(np.asarray, dict(Model(graph, constants).init(
         jax.random.PRNGKey(child.id), images[0][:1])))
     new = set(child.inheritance.get("new") or [])
-    return {col: {name: (parent_variables[col][name]
-                         if name not in new and name in parent_variables.get(col, {})
-                         else value) for name, value in fresh[col].items()}
-            for col in fresh}
+    start = {}
+    for col, values in fresh.items():
+        old = {k: v for k, v in parent_variables.get(col, {}).items() if k not in new}
+        inherited, fresh_ops = inherit_params(values, old)
+        start[col] = {**fresh_ops, **inherited}
+    return start
 
 
 def main() -> None:
