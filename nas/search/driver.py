@@ -95,7 +95,9 @@ def candidate_task(study: Study, train: ml_collections.ConfigDict,
     Children start from inherited weights, so they fine-tune: they may train for fewer
     epochs than a seed model trained from scratch (`seed_epochs`) and at a lower rate.
     In a multi-fidelity search a child trains to its current rung (`stop_epochs`) in its
-    own training directory, so its next rung resumes from that checkpoint."""
+    own training directory, so its next rung resumes from that checkpoint. A child with
+    `fit_pairs` carries what its worker needs to fit its new ops first (`nas.search.fit`),
+    at its first rung only (later rungs resume trained weights)."""
     candidate = study.get(candidate_id)
     train_config = train.to_dict()
     if candidate.parent_id is None and search.seed_epochs > 0:
@@ -112,6 +114,15 @@ def candidate_task(study: Study, train: ml_collections.ConfigDict,
         variables = load_variables(legacy)
     elif candidate.parent_id is not None:
         variables = load_variables(study.get(candidate.parent_id).checkpoint_path)
+    fit = None
+    pairs = (candidate.inheritance or {}).get("fit_pairs")
+    if pairs and candidate.rung == 0:
+        from nas.search import fit as fit_lib
+
+        parent = study.get(candidate.parent_id)
+        fit = fit_lib.task(parent.graph_json, load_variables(parent.checkpoint_path),
+                           candidate.inheritance["new"], pairs, train.input,
+                           fit_lib.FitConfig.from_dict(dict(search.fit)), int(search.seed))
     return {
         "train_config": train_config,
         "graph_json": candidate.graph_json,
@@ -119,6 +130,7 @@ def candidate_task(study: Study, train: ml_collections.ConfigDict,
         "time_limit_s": float(search.time_limit_s),
         "workdir": os.path.join(directory, "train"),
         "stop_epochs": rung_plan(train, search).stop_epochs(candidate),
+        "fit": fit,
     }
 
 
@@ -228,7 +240,6 @@ class Driver:
         self.worker = default_worker("driver")
         op_cache.enable(str(self.search.property_cache))
         self._shown: dict[str, int] | None = None  # counts last drawn on the progress bar
-        self._fit_images: list[Any] | None = None  # training batches new ops are fitted on
         self._told_no_blocks = False  # "block-level mutation does not apply" logged once
 
     # ------------------------------------------------------------------ proposing
@@ -302,9 +313,9 @@ class Driver:
             # whoever claims it starts from exactly these weights.
             init = init_path(self.workdir, k)
             shutil.rmtree(init, ignore_errors=True)  # a save of this proposal interrupted
-            init_vars, fitted = self.fit_child(child, (graph, constants, variables),
-                                              child_seed)
-            save_variables(init, init_vars)
+            fit_pairs = self.fit_pairs(child)
+            self.check_varies(child, (graph, constants, variables), fit_pairs)
+            save_variables(init, child.variables)
             child_blocks = None
             if args is not None and child.blocks is not None:  # built by the zoo builder
                 child_blocks = blocks_lib.blocks_record(args, child.blocks)
@@ -315,10 +326,10 @@ class Driver:
                 properties=child.properties_json(), blocks=child_blocks,
                 inheritance={"kind": child.kind, "inherited": sorted(child.inherited),
                              "new": sorted(child.new), "init_path": init,
-                             **({"fit": fitted} if fitted else {})},
+                             **({"fit_pairs": fit_pairs} if fit_pairs else {})},
                 state={"proposals": k + 1})
-        except (NoChildFound, DuplicateCandidateError, ConstantOutputError,
-                ChildTooLargeError) as e:
+        except (NoChildFound, DuplicateCandidateError, ChildTooLargeError,
+                ConstantOutputError) as e:
             logging.info("proposal %d from parent %d failed: %s", k, parent.id, e)
             self.study.set_state("proposals", k + 1)
             return None
@@ -367,27 +378,32 @@ class Driver:
             return None, None, None
         return blocks, builder, args
 
-    def fit_child(self, child: Any, parent: tuple[Any, Any, Any], seed: int
-                  ) -> tuple[dict[str, Any], dict[str, float]]:
-        """The child's variables with its new ops fitted to what they replace (see
-        `nas.search.fit`), and the fit's errors; unchanged where fitting does not apply."""
+    def fit_pairs(self, child: Any) -> list[tuple[str, str]]:
+        """(child tensor, parent tensor) pairs the worker fits the child's new ops on before
+        it trains (see `nas.search.fit`); none where fitting does not apply."""
         from nas.search import fit
-        from nas.train import data as data_lib
 
+        if (not fit.FitConfig.from_dict(dict(self.search.fit)).steps or not child.new
+                or child.kind != "subgraph" or child.function_preserving):
+            return []
+        return fit.replaced_tensors(child.spec)
+
+    def check_varies(self, child: Any, parent: tuple[Any, Any, Any],
+                     pairs: list[tuple[str, str]]) -> None:
+        """Raises `ConstantOutputError` for a child whose new outputs cannot depend on the
+        image (`nas.search.fit.check_varies`, on the first fitting batch)."""
+        from nas.search import fit
+
+        if not pairs:
+            return
         cfg = fit.FitConfig.from_dict(dict(self.search.fit))
-        if (not cfg.steps or not child.new or child.kind != "subgraph"
-                or child.function_preserving):
-            return child.variables, {}
-        if self._fit_images is None:  # the same batches for every child of this search
-            self._fit_images = data_lib.plain_batches(self.train.input, cfg.batches,
-                                                      cfg.batch_size, int(self.search.seed))
+        images = fit.training_images(self.train.input, cfg.batches, cfg.batch_size,
+                                     int(self.search.seed))
         try:
-            return fit.fit_new_ops(parent, (child.graph, child.constants, child.variables),
-                                   child.new, fit.replaced_tensors(child.spec),
-                                   self._fit_images, cfg)
-        except (ValueError, KeyError) as e:  # e.g. a replaced tensor the child no longer has
-            logging.info("child of seed %d not fitted: %s", seed, e)
-            return child.variables, {}
+            fit.check_varies(parent, (child.graph, child.constants, child.variables), pairs,
+                             images[0])
+        except (ValueError, KeyError) as e:  # e.g. a replaced tensor the child lacks
+            logging.info("constant-output check skipped: %s", e)
 
     # ------------------------------------------------------------------ training
     def task(self, candidate_id: int) -> dict[str, Any]:

@@ -1,5 +1,9 @@
 """Fit a child's new subgraph to the subgraph it replaced, before the child trains.
 
+The driver records which tensors to fit (`replaced_tensors`, kept in the candidate's
+inheritance as `fit_pairs`); the worker that trains the child fits them first
+(`fit_for_task`), on its own device, as the first stage of the child's training.
+
 Why (measured with benchmarks/child_collapse.py on the README search): a child starts with
 freshly initialized ops in the middle of a trained network, so before its first step it
 computes nothing like its parent (test accuracy 0.01-0.11 against the parent's 0.98), and one
@@ -10,14 +14,17 @@ subgraph that can express the old function (same width, or a wider/narrower chai
 then starts close to it; one that cannot (say, a pool that halves the resolution) starts at
 its closest fit. Afterwards the running statistics of new batch-norm ops are set to the
 statistics of those batches, so evaluation does not use their initial (0, 1). A new
-subgraph whose fitted output is still the same for every image (say, a layer norm over the
-three equal channels of a grey image) raises `ConstantOutputError`: that child could not
-learn anything, so the search makes another proposal instead of training it.
+subgraph whose output is the same for every image (say, a layer norm over the three equal
+channels of a grey image) raises `ConstantOutputError`: that child could not learn anything.
+The driver checks this at the child's starting weights (`check_varies`) and proposes another
+child instead; a fit that ends constant fails the candidate with that message.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -48,6 +55,57 @@ FIT_SCHEMA: dict[str, schema.Field] = {
 }
 
 
+def task(
+    parent_graph_json: str, parent_variables: Mapping[str, Any], new: Sequence[str],
+    pairs: Sequence[Sequence[str]], train_input: Any, config: FitConfig, seed: int,
+) -> dict[str, Any]:
+    """The plain data a worker needs to fit a child's new ops (`fit_for_task`)."""
+    return {"parent_graph_json": parent_graph_json, "parent_variables": parent_variables,
+            "new": list(new), "pairs": [list(p) for p in pairs],
+            "images": training_images(train_input, config.batches, config.batch_size, seed),
+            "config": dataclasses.asdict(config)}
+
+
+_IMAGES: dict[str, list[np.ndarray]] = {}  # per process: the same batches for every child
+
+
+def training_images(train_input: Any, batches: int, batch_size: int, seed: int
+                    ) -> list[np.ndarray]:
+    """The training batches every child of a search is fitted on (read once per process)."""
+    from nas.train import data as data_lib
+
+    plain = train_input.to_dict() if hasattr(train_input, "to_dict") else dict(train_input)
+    key = json.dumps([plain, batches, batch_size, seed], sort_keys=True, default=str)
+    if key not in _IMAGES:
+        _IMAGES[key] = data_lib.plain_batches(train_input, batches, batch_size, seed)
+    return _IMAGES[key]
+
+
+def fit_for_task(fit: Mapping[str, Any], graph: Any, constants: Any,
+                 variables: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, float]]:
+    """The child's starting variables with its new ops fitted, and the metrics of the fit
+    (`fit_mse_before`, `fit_mse_after`, `fit_seconds`); `fit` is from `task`.
+
+    A replaced tensor the child no longer has (or another mismatch the fit cannot use)
+    leaves the variables unfitted, with a log line; `ConstantOutputError` propagates."""
+    from absl import logging
+
+    from nas.graph.serialize import load
+
+    start = time.perf_counter()
+    p_graph, p_consts = load(fit["parent_graph_json"])
+    try:
+        out, errors = fit_new_ops(
+            (p_graph, p_consts, fit["parent_variables"]), (graph, constants, variables),
+            fit["new"], [tuple(p) for p in fit["pairs"]], fit["images"],
+            FitConfig(**fit["config"]))
+    except (ValueError, KeyError) as e:
+        logging.info("new ops not fitted: %s", e)
+        out, errors = dict(variables), {}
+    metrics = {f"fit_{k}": float(v) for k, v in errors.items()}
+    return out, {**metrics, "fit_seconds": time.perf_counter() - start}
+
+
 def replaced_tensors(spec: Sequence[Mapping[str, Any]] | Sequence[Any]) -> list[tuple[str, str]]:
     """(child tensor, parent tensor) pairs: each new output and the old tensor it replaces."""
     pairs = []
@@ -76,6 +134,51 @@ def _spread(x: Any) -> Any:
     import jax.numpy as jnp
 
     return jnp.mean(jnp.std(jnp.asarray(x, jnp.float32), axis=0))
+
+
+def _refuse_constant(pairs: Sequence[tuple[str, str]], mine: Sequence[Any],
+                     theirs: Sequence[Any]) -> None:
+    """Raises ConstantOutputError when every new output varies over the batch less than
+    `CONSTANT_RATIO` of the tensor it replaces (`mine`, `theirs`: their `_spread`s)."""
+    if all(float(m) < CONSTANT_RATIO * float(t) for m, t in zip(mine, theirs, strict=True)):
+        raise ConstantOutputError(
+            f"the new subgraph gives the same output for every image (at "
+            f"{', '.join(old for _, old in pairs)}), e.g. a layer norm over identical "
+            f"channels: the child could not learn")
+
+
+def check_varies(parent: tuple[Any, Any, Mapping[str, Any]],
+                 child: tuple[Any, Any, Mapping[str, Any]],
+                 pairs: Sequence[tuple[str, str]], images: np.ndarray) -> None:
+    """Raises ConstantOutputError when the child's new outputs, at its starting weights,
+    are the same for every image of the batch `images` (see `fit_new_ops`).
+
+    Why before the fit: a new subgraph that is constant by construction (a layer norm over
+    a grey image's three equal channels) stays constant whatever weights it gets, so the
+    driver proposes another child instead of spending a fit and a candidate on it. A fit
+    that ends constant is still refused by `fit_new_ops`, in the worker."""
+    import jax
+
+    from nas.graph import Model
+
+    (p_graph, p_consts, p_vars), (c_graph, c_consts, c_vars) = parent, child
+    p_model = Model(_with_outputs(p_graph, [old for _, old in pairs]), p_consts)
+    c_model = Model(_with_outputs(c_graph, [mine for mine, _ in pairs]), c_consts)
+    p_in, c_in = p_graph.input_names[0], c_graph.input_names[0]
+
+    @jax.jit
+    def spreads(p_vars, c_vars, x):
+        theirs = p_model.apply(p_vars, {p_in: x}, deterministic=True, training=False)
+        mine = c_model.apply(c_vars, {c_in: x}, deterministic=True, training=False)
+        return ([_spread(mine[m]) for m, _ in pairs],
+                [_spread(theirs[old]) for _, old in pairs])
+
+    shapes = jax.eval_shape(lambda x: (
+        p_model.apply(p_vars, {p_in: x}, deterministic=True, training=False),
+        c_model.apply(c_vars, {c_in: x}, deterministic=True, training=False)), images)
+    pairs = [(m, old) for m, old in pairs if shapes[1][m].shape == shapes[0][old].shape]
+    if pairs:
+        _refuse_constant(pairs, *spreads(p_vars, c_vars, images))
 
 
 def _with_outputs(graph: Any, outputs: Sequence[str], keep: Iterable[str] = ()) -> Any:
@@ -235,12 +338,8 @@ def fit_new_ops(
         if mse(trainable, stats) > mse(*best):
             trainable, stats = best
     spreads = evaluate(trainable, stats, inputs[0], targets[0])[1]
-    if all(float(mine) < CONSTANT_RATIO * float(_spread(targets[0][pairs[i][1]]))
-           for i, mine in zip(usable, spreads, strict=True)):
-        raise ConstantOutputError(
-            f"the new subgraph gives the same output for every image (at "
-            f"{', '.join(pairs[i][1] for i in usable)}), e.g. a layer norm over identical "
-            f"channels: the child could not learn")
+    _refuse_constant([pairs[i] for i in usable], spreads,
+                     [_spread(targets[0][pairs[i][1]]) for i in usable])
     if new_bn:
         stats = precise_bn.statistics_fn(Model(c_graph, c_consts), new_bn, c_in)(
             {"params": {**frozen, **trainable}, "batch_stats": stats}, images)

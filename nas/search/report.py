@@ -308,7 +308,7 @@ def _candidate_section(study: Study, c: Candidate, by_id: dict[int, Candidate],
     added: set[str] = set()
     if parent is not None:
         parent_arch = architecture(parent.graph_json, shape)
-        diff = mutation_diff(arch, parent_arch, c.inheritance)
+        diff = mutation_diff(arch, parent_arch, c.inheritance, c.metrics)
         added = {op.name for op in diff.added}
         change = diff_html(diff)
     else:

@@ -39,6 +39,7 @@ def train_candidate(
     owner_pid: int | None = None,
     should_stop: Callable[[], bool] | None = None,
     stop_epochs: float | None = None,
+    fit: dict[str, Any] | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Trains and evaluates a candidate; returns (metrics, final variables as numpy).
 
@@ -47,12 +48,17 @@ def train_candidate(
     nobody would record the result and a new claim may already train it). `should_stop()`
     (in-process callers only) True means the claim was lost (ClaimLost). `stop_epochs`
     stops at a multi-fidelity rung (see `train_and_eval`); `workdir` holds the checkpoint
-    that the next rung resumes from.
+    that the next rung resumes from. `fit` (`nas.search.fit.task`): the child's new ops are
+    first fitted to the tensors they replace, on this worker's device, unless `workdir`
+    already holds a checkpoint to resume; its errors and time join the metrics.
     """
     import jax
 
     from nas.graph.serialize import load
-    from nas.train import train_and_eval
+    from nas.search.fit import fit_for_task
+    from nas.train import compilation, train_and_eval
+    from nas.train.checkpoint import has_checkpoint
+    from nas.train.config import with_defaults
     from nas.train.train import DeviceDataCache
 
     global _DEVICE_DATA
@@ -76,14 +82,17 @@ def train_candidate(
             raise ClaimLost("this worker's lease on the candidate was lost")
         return False
 
+    fitted: dict[str, float] = {}
+    if fit is not None and not (workdir and has_checkpoint(workdir)):
+        compilation.enable_cache(with_defaults(config).compilation_cache_dir)
+        init_variables, fitted = fit_for_task(fit, graph, constants, init_variables)
     if workdir:
         os.makedirs(workdir, exist_ok=True)
     metrics, epochs, state = train_and_eval(
         config, eval_perf=True, callback=lambda epoch, _: not stop_now(-1), graph=graph,
         constants=constants, workdir=workdir, init_variables=init_variables,
         should_stop=stop_now, device_data_cache=_DEVICE_DATA, stop_epochs=stop_epochs)
-    values = metrics_dict(metrics)
-    values["epochs"] = epochs
+    values = {**metrics_dict(metrics), **fitted, "epochs": epochs}
     if not all(math.isfinite(v) for v in values.values() if isinstance(v, float)):
         raise FloatingPointError(f"training diverged: non-finite metrics {values}")
     return values, jax.tree.map(np.asarray, jax.block_until_ready(state))

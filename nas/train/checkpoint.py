@@ -21,6 +21,13 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 
+def has_checkpoint(workdir: str) -> bool:
+    """Whether `workdir` holds a finished checkpoint of a run (orbax names a complete step's
+    folder by its number; one still being written carries a temporary suffix)."""
+    directory = os.path.join(workdir, "checkpoints")
+    return os.path.isdir(directory) and any(n.isdigit() for n in os.listdir(directory))
+
+
 class Checkpointer:
     """Saves and restores (state, meta) under `<workdir>/checkpoints/<step>`."""
 

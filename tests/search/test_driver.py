@@ -34,6 +34,9 @@ def test_search_records_children_and_report(tmp_path, search_config):
         assert c.im_sec_core_train > 0 and c.checkpoint_path
     children = [c for c in done if c.parent_id is not None]
     assert children and all(c.inheritance["inherited"] for c in children)
+    fitted = [c for c in children if c.inheritance.get("fit_pairs")]  # by their worker
+    assert fitted and all(c.metrics["fit_seconds"] > 0 and math.isfinite(
+        c.metrics["fit_mse_after"]) for c in fitted)
     assert len(set(fingerprints(study))) == len(study.candidates())
     report = write_report(study)
     assert report.exists() and (report.parent / "pareto.png").exists()

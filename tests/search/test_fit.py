@@ -6,7 +6,13 @@ import pytest
 
 from nas.graph import Model, new_graph, new_op
 from nas.mutation import propose_child
-from nas.search.fit import ConstantOutputError, FitConfig, fit_new_ops, replaced_tensors
+from nas.search.fit import (
+    ConstantOutputError,
+    FitConfig,
+    check_varies,
+    fit_new_ops,
+    replaced_tensors,
+)
 from nas.zoo import cnn
 from tests.mutation.helpers import parent_variables
 
@@ -76,8 +82,11 @@ def test_a_new_subgraph_whose_output_ignores_the_image_is_refused(grey):
     if grey:  # a layer norm over three equal channels is 0 everywhere: nothing to learn
         with pytest.raises(ConstantOutputError, match="same output for every image"):
             fit_new_ops(*args)
+        with pytest.raises(ConstantOutputError, match=r"at conv:0"):  # the driver's check
+            check_varies(*args[:2], args[3], images[0])
     else:
         assert fit_new_ops(*args)[1]["mse_after"] > 0
+        check_varies(*args[:2], args[3], images[0])
 
 
 def test_replaced_tensors_reads_both_spec_forms():
@@ -107,3 +116,39 @@ def test_fitting_steps_run_the_new_ops_and_what_depends_on_them_only():
     part, boundary = _fitted_part(graph, {"new1", "new2"})
     assert [op.name for op in part.ops] == ["new1", "old", "new2", "after"]
     assert boundary == ["a:0"] and part.input_names == ["a:0"]
+
+
+def test_the_worker_fits_a_fresh_child_first_and_not_a_resumed_one(tmp_path, search_config):
+    """Fitting is the first stage of a child's training, in the worker that trains it; a
+    child resuming its own checkpoint (a later rung, a retried candidate) keeps its weights."""
+    from nas import zoo
+    from nas.graph.serialize import graph_to_json
+    from nas.search import fit
+    from nas.search.worker import describe_failure, train_candidate
+
+    train = search_config().train
+    train.total_epochs = 0.1
+    graph, constants, _ = zoo.build(train.model_name, int(train.num_classes),
+                                    int(train.input.image_size))
+    variables = parent_variables(graph, constants)
+    child = _child_with_new_params(graph, constants, variables)
+    task = fit.task(graph_to_json(graph, constants), variables, child.new,
+                    replaced_tensors(child.spec), train.input,
+                    FitConfig(steps=3, batches=1, batch_size=16), seed=0)
+    fitted, _ = fit.fit_for_task(task, child.graph, child.constants, child.variables)
+    direct, _ = fit_new_ops((graph, constants, variables),
+                            (child.graph, child.constants, child.variables), child.new,
+                            replaced_tensors(child.spec), task["images"], FitConfig(
+                                steps=3, batches=1, batch_size=16))
+    assert all(jax.tree.leaves(jax.tree.map(np.array_equal, fitted, direct)))
+
+    workdir = str(tmp_path / "train")
+    first, _ = train_candidate(train.to_dict(), child.graph_json(), child.variables,
+                               workdir=workdir, fit=task)
+    assert first["fit_seconds"] > 0 and np.isfinite(first["fit_mse_after"])
+    resumed, _ = train_candidate(train.to_dict(), child.graph_json(), child.variables,
+                                 workdir=workdir, fit=task)
+    assert "fit_seconds" not in resumed and resumed["accuracy"] == first["accuracy"]
+    message, infeasible = describe_failure(ConstantOutputError("the new subgraph gives the "
+                                                               "same output for every image"))
+    assert message.startswith("ConstantOutputError: the new subgraph") and not infeasible

@@ -50,10 +50,10 @@ def study_dir(tmp_path_factory):
                     spec=child.spec_json(),
                     inheritance={"kind": child.kind, "inherited": sorted(child.inherited),
                                  "new": sorted(child.new),
-                                 "fit": {"mse_before": 1.0, "mse_after": 0.01}})
+                                 "fit_pairs": [["a:0", "b:0"]]})
     study.claim("w", kid)
     study.tell(kid, {"accuracy": 0.97, "flops": 4.0e7, "params": 2.1e6,
-                     "im_sec_core_train": 50.0})
+                     "im_sec_core_train": 50.0, "fit_mse_before": 1.0, "fit_mse_after": 0.01})
     _curve(str(workdir), kid, [(1.2, 0.8), (0.6, 0.93), (0.3, 0.97)])
     worse = study.add('{"not": "a graph"}', parent_id=seed)
     study.claim("w", worse)
