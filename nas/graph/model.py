@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from nas.graph import grouped_conv
+from nas.graph import grouped_conv, pooling
 from nas.graph.ops import Graph, Op, OpType, canonical_name
 from nas.graph.symbolic import resolve
 from nas.graph.validate import MODULE_TYPES
@@ -129,7 +129,7 @@ def exec_op(
     if t is OpType.AVG_POOL:
         return [nn.avg_pool(x, **_pool_args(x, in_kw))]
     if t is OpType.MAX_POOL:
-        return [nn.max_pool(x, **_pool_args(x, in_kw))]
+        return [pooling.max_pool(x, **_pool_args(x, in_kw))]
     if t is OpType.MEAN:
         return [jnp.mean(x, axis=in_kw["axis"])]
     if t is OpType.PARAM:
