@@ -159,26 +159,31 @@ def check_varies(parent: tuple[Any, Any, Mapping[str, Any]],
     that ends constant is still refused by `fit_new_ops`, in the worker."""
     import jax
 
-    from nas.graph import Model
-
     (p_graph, p_consts, p_vars), (c_graph, c_consts, c_vars) = parent, child
-    p_model = Model(_with_outputs(p_graph, [old for _, old in pairs]), p_consts)
-    c_model = Model(_with_outputs(c_graph, [mine for mine, _ in pairs]), c_consts)
-    p_in, c_in = p_graph.input_names[0], c_graph.input_names[0]
+    theirs_of = _inference(p_graph, p_consts, [old for _, old in pairs])
+    mine_of = _inference(c_graph, c_consts, [mine for mine, _ in pairs])
 
     @jax.jit
     def spreads(p_vars, c_vars, x):
-        theirs = p_model.apply(p_vars, {p_in: x}, deterministic=True, training=False)
-        mine = c_model.apply(c_vars, {c_in: x}, deterministic=True, training=False)
+        theirs, mine = theirs_of(p_vars, x), mine_of(c_vars, x)
         return ([_spread(mine[m]) for m, _ in pairs],
                 [_spread(theirs[old]) for _, old in pairs])
 
-    shapes = jax.eval_shape(lambda x: (
-        p_model.apply(p_vars, {p_in: x}, deterministic=True, training=False),
-        c_model.apply(c_vars, {c_in: x}, deterministic=True, training=False)), images)
-    pairs = [(m, old) for m, old in pairs if shapes[1][m].shape == shapes[0][old].shape]
+    theirs, mine = jax.eval_shape(lambda x: (theirs_of(p_vars, x), mine_of(c_vars, x)), images)
+    pairs = [(m, old) for m, old in pairs if mine[m].shape == theirs[old].shape]
     if pairs:
         _refuse_constant(pairs, *spreads(p_vars, c_vars, images))
+
+
+def _inference(graph: Any, constants: Any, outputs: Sequence[str]) -> Any:
+    """(variables, images) -> {tensor: value} for `outputs` of `graph` in inference mode,
+    interpreting only the ops they depend on (`_with_outputs`)."""
+    from nas.graph import Model
+
+    model = Model(_with_outputs(graph, outputs), constants)
+    name = graph.input_names[0]
+    return lambda variables, x: model.apply(variables, {name: x}, deterministic=True,
+                                            training=False)
 
 
 def _with_outputs(graph: Any, outputs: Sequence[str], keep: Iterable[str] = ()) -> Any:
@@ -257,16 +262,12 @@ def fit_new_ops(
     new_bn = sorted(set(new_ops) & set(c_vars.get("batch_stats", {})))
     if not pairs or not images or (not new and not new_bn):
         return c_vars, {}
-    p_model = Model(_with_outputs(p_graph, [old for _, old in pairs]), p_consts)
+    p_apply = jax.jit(_inference(p_graph, p_consts, [old for _, old in pairs]))
     c_graph = _with_outputs(c_graph, [mine for mine, _ in pairs], new_ops)
     part_graph, boundary = _fitted_part(c_graph, new_ops)
-    rest = Model(_with_outputs(c_graph, boundary), c_consts)
+    rest_apply = jax.jit(_inference(c_graph, c_consts, boundary))
     part = Model(part_graph, c_consts)
-    p_in, c_in = p_graph.input_names[0], c_graph.input_names[0]  # dict in -> dict out
-    p_apply = jax.jit(lambda v, x: p_model.apply(v, {p_in: x}, deterministic=True,
-                                                 training=False))
-    rest_apply = jax.jit(lambda v, x: rest.apply(v, {c_in: x}, deterministic=True,
-                                                 training=False))
+    c_in = c_graph.input_names[0]
     targets = [p_apply(p_vars, x) for x in images]
     inputs = [rest_apply(c_vars, x) for x in images]
     probe = jax.eval_shape(lambda x: part.apply(c_vars, x, deterministic=True,
