@@ -397,7 +397,7 @@ class Driver:
         if not pairs:
             return
         cfg = fit.FitConfig.from_dict(dict(self.search.fit))
-        images = fit.training_images(self.train.input, cfg.batches, cfg.batch_size,
+        images = fit.training_images(self.train.input, cfg.batches, cfg.images_per_batch,
                                      int(self.search.seed))
         try:
             fit.check_varies(parent, (child.graph, child.constants, child.variables), pairs,

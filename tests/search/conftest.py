@@ -16,7 +16,8 @@ def tiny_search_config(**search):
     config.train.log_training_steps = 1000
     config.search.max_candidates = 3
     config.search.seed_epochs = 0.5
-    config.search.fit = {"steps": 3, "batches": 1, "batch_size": 16}  # the real path, briefly
+    config.search.fit = {"steps": 3, "batches": 1, "batch_size": 8,  # the real path, briefly
+                         "bn_batch_size": 16}
     config.search.executor = "inline"
     config.search.selection = {"costs": ("flops", "params"), "min_acc": 0.0}
     config.search.mutation.time_limit_s = 600.0  # never binding: proposals stay deterministic

@@ -89,6 +89,33 @@ def test_a_new_subgraph_whose_output_ignores_the_image_is_refused(grey):
         check_varies(*args[:2], args[3], images[0])
 
 
+@pytest.mark.parametrize("with_bn", [False, True])
+def test_a_fit_steps_on_batch_size_images_or_bn_batch_size_with_a_new_batch_norm(with_bn):
+    """A new batch norm trains on its batch statistics, which need the larger batch."""
+    parent, p_vars = _stem([new_op("conv", "CONV", ["input"],
+                                   op_kwargs={"features": 4, "kernel_size": 3})], "conv")
+    ops = [new_op("new/conv", "CONV", ["input"], op_kwargs={"features": 4, "kernel_size": 1})]
+    if with_bn:
+        ops.append(new_op("new/bn", "BATCH_NORM", ["new/conv"]))
+    child, c_vars = _stem(ops, ops[-1].name)
+    rng = np.random.default_rng(0)
+    images = [rng.standard_normal((8, 8, 8, 3)).astype(np.float32) for _ in range(2)]
+
+    def fitted(batch_size, bn_batch_size):
+        out, _ = fit_new_ops((parent, {}, p_vars), (child, {}, c_vars),
+                             {op.name for op in ops}, [(f"{ops[-1].name}:0", "conv:0")],
+                             images, FitConfig(steps=4, batch_size=batch_size,
+                                               bn_batch_size=bn_batch_size))
+        return out
+
+    def same(a, b):
+        return all(jax.tree.leaves(jax.tree.map(np.array_equal, a, b)))
+
+    got, eight, two = fitted(2, 8), fitted(8, 8), fitted(2, 2)
+    assert same(got, eight if with_bn else two)
+    assert not same(got, two if with_bn else eight)
+
+
 def test_replaced_tensors_reads_both_spec_forms():
     spec = [{"op": {"name": "gen1/conv/0"}, "output_names": [None]},
             {"op": {"name": "gen1/relu/1"}, "output_names": ["relu"]}]
@@ -97,7 +124,8 @@ def test_replaced_tensors_reads_both_spec_forms():
 
 @pytest.mark.parametrize("bad, field", [
     ({"steps": -1}, "steps"), ({"lr": 0}, "lr"), ({"batches": 0}, "batches"),
-    ({"colour": 1}, "unknown"), ({"steps": 1.5}, "steps")])
+    ({"colour": 1}, "unknown"), ({"steps": 1.5}, "steps"),
+    ({"bn_batch_size": 0}, "bn_batch_size")])
 def test_bad_fit_config_names_the_field(bad, field):
     with pytest.raises(ValueError, match=field):
         FitConfig.from_dict(bad)
