@@ -1,6 +1,6 @@
-"""The grouped convolution with a per-tap kernel gradient: the same values, gradients and
-FLOPs as lax's, and an IR model's gradient never uses XLA's slow batch-grouped kernel
-gradient."""
+"""The grouped convolution with a per-tap kernel gradient (and, on CPU, as dense convolutions
+per group): the same values, gradients and FLOPs as lax's, and an IR model's gradient never
+uses XLA's slow batch-grouped kernel gradient."""
 
 import jax
 import jax.numpy as jnp
@@ -38,12 +38,50 @@ def test_values_gradients_and_flops_equal_lax(cin, cout, kernel, strides, groups
                                               has_aux=True)(x, w)
     (got, y_ours), g_ours = jax.value_and_grad(loss(grouped_conv.conv_general_dilated),
                                                (0, 1), has_aux=True)(x, w)
-    np.testing.assert_array_equal(y_ours, y_lax)  # the forward pass is lax's own
+    np.testing.assert_allclose(y_ours, y_lax, rtol=1e-5, atol=1e-5)
     for ours, theirs in zip(g_ours, g_lax, strict=True):
         np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-4)
     count = [flops.count(lambda x, w, c=c: loss(c)(x, w)[1], x, w)
              for c in (jax.lax.conv_general_dilated, grouped_conv.conv_general_dilated)]
     assert count[0] == count[1] > 0
+
+
+@pytest.mark.parametrize("cin,cout,kernel,strides,groups,size,padding,dilation", CASES[:4])
+def test_both_backend_branches_equal_lax(cin, cout, kernel, strides, groups, size, padding,
+                                         dilation):
+    """The per-group branch (CPU) and the per-tap-gradient branch (other backends), each
+    called directly, so that both are checked whatever the default backend is."""
+    x = jax.random.normal(jax.random.PRNGKey(0), (3, size, size, cin))
+    w = jax.random.normal(jax.random.PRNGKey(1), (*kernel, cin // groups, cout))
+    numbers = grouped_conv.channels_last(4)
+    if isinstance(padding, str):
+        dilated = [(k - 1) * d + 1 for k, d in zip(kernel, dilation, strict=True)]
+        padding = jax.lax.padtype_to_pads((size, size), dilated, strides, padding)
+    pads = tuple(map(tuple, padding))
+    highest = jax.lax.Precision.HIGHEST
+    branches = {
+        "lax": lambda x, w: jax.lax.conv_general_dilated(
+            x, w, strides, pads, None, dilation, numbers, groups, precision=highest),
+        "per_group": lambda x, w: grouped_conv._per_group(
+            x, w, strides=strides, pads=pads, dilation=dilation, groups=groups,
+            precision=highest),
+        "per_tap": grouped_conv._grouped(strides, pads, dilation, groups, highest)}
+    results = {name: jax.value_and_grad(lambda x, w, f=f: jnp.sum(jnp.sin(f(x, w))), (0, 1))(
+        x, w) for name, f in branches.items()}
+    (want, want_grads) = results.pop("lax")
+    for got, grads in results.values():
+        np.testing.assert_allclose(got, want, rtol=1e-5)
+        for ours, theirs in zip(grads, want_grads, strict=True):
+            np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("groups, per_group", [(16, True), (32, False)])
+def test_the_cpu_runs_up_to_16_groups_as_dense_convolutions(groups, per_group):
+    x, w = jnp.ones((1, 6, 6, 32)), jnp.ones((3, 3, 32 // groups, 32))
+    jaxpr = jax.make_jaxpr(lambda x, w: grouped_conv.conv_general_dilated(
+        x, w, (1, 1), "SAME", dimension_numbers=grouped_conv.channels_last(4),
+        feature_group_count=groups))(x, w)
+    assert ("platform_index" in str(jaxpr)) == per_group
 
 
 def test_grouped_convolution_of_flattened_features_is_a_grouped_matmul():
@@ -88,9 +126,10 @@ def _primitive_params(jaxpr, name):
         if eqn.primitive.name == name:
             found.append(eqn.params)
         for value in eqn.params.values():
-            inner = getattr(value, "jaxpr", value)
-            if hasattr(inner, "eqns"):
-                found += _primitive_params(inner, name)
+            for item in value if isinstance(value, tuple) else (value,):  # cond: branches
+                inner = getattr(item, "jaxpr", item)
+                if hasattr(inner, "eqns"):
+                    found += _primitive_params(inner, name)
     return found
 
 
