@@ -176,14 +176,16 @@ def check_varies(parent: tuple[Any, Any, Mapping[str, Any]],
 
     @jax.jit
     def spreads(p_vars, c_vars, x):
+        """{pair index: (spread of the new output, of the old one)} for the pairs whose
+        shapes agree (shapes are static here, so one trace decides and computes)."""
         theirs, mine = theirs_of(p_vars, x), mine_of(c_vars, x)
-        return ([_spread(mine[m]) for m, _ in pairs],
-                [_spread(theirs[old]) for _, old in pairs])
+        return {i: (_spread(mine[m]), _spread(theirs[old])) for i, (m, old) in enumerate(pairs)
+                if mine[m].shape == theirs[old].shape}
 
-    theirs, mine = jax.eval_shape(lambda x: (theirs_of(p_vars, x), mine_of(c_vars, x)), images)
-    pairs = [(m, old) for m, old in pairs if mine[m].shape == theirs[old].shape]
-    if pairs:
-        _refuse_constant(pairs, *spreads(p_vars, c_vars, images))
+    usable = spreads(p_vars, c_vars, images)
+    if usable:
+        _refuse_constant([pairs[i] for i in usable], [m for m, _ in usable.values()],
+                         [t for _, t in usable.values()])
 
 
 def _inference(graph: Any, constants: Any, outputs: Sequence[str]) -> Any:
