@@ -34,9 +34,9 @@ from nas.train.checkpoint import load_variables
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SETTINGS = {  # name: (steps, Adam lr, distinct batches cycled, images per step,
-    #                 images per step when a new batch norm is fitted)
+    #                 images per step when a new batch norm normalizes flat features)
     "120 @ 3e-3, 4 x 32": (120, 3e-3, 4, 32, 32),
-    "120 @ 3e-3, 4 x 16, 32 with a new BN": (120, 3e-3, 4, 16, 32),
+    "120 @ 3e-3, 4 x 16, 32 for a flat BN": (120, 3e-3, 4, 16, 32),
     "120 @ 3e-3, 4 x 16": (120, 3e-3, 4, 16, 16),
     "240 @ 3e-3, 4 x 32": (240, 3e-3, 4, 32, 32),
     "120 @ 3e-3, 16 x 32": (120, 3e-3, 16, 32, 32),

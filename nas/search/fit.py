@@ -38,8 +38,9 @@ class FitConfig:
     steps: int = 120  # optimizer steps (0 disables fitting)
     batches: int = 4  # distinct training batches, cycled
     # Images per step. A fit of convs, dense layers and norms reaches the same error on
-    # held-out images with 16 as with 32 in half the time, but a new batch norm trains on
-    # its batch statistics, which need the larger batch (benchmarks/fit_settings.py).
+    # held-out images with 16 as with 32 in half the time, but a new batch norm over
+    # features without spatial positions (after a FLATTEN) trains on statistics of the
+    # batch's images alone, which need the larger batch (benchmarks/fit_settings.py).
     batch_size: int = 16
     bn_batch_size: int = 32
     lr: float = 3e-3  # Adam
@@ -247,6 +248,20 @@ def _fitted_part(graph: Any, new_ops: set[str]) -> tuple[Any, list[str]]:
     return dataclasses.replace(graph, ops=cut, input_names=boundary), boundary
 
 
+def _normalizes_over_batch_only(graph: Any, constants: Any, variables: Mapping[str, Any],
+                                norms: Sequence[str], x: np.ndarray) -> bool:
+    """Whether one of the batch norms `norms` normalizes features without spatial positions:
+    its statistics then come from the batch's images alone, and a small batch makes them
+    noisy (over a feature map they also average over every position)."""
+    import jax
+
+    inputs = [op.input_names[0] for op in graph.ops if op.name in set(norms)]
+    if not inputs:
+        return False
+    shapes = jax.eval_shape(_inference(graph, constants, inputs), variables, x)
+    return any(len(s.shape) <= 2 for s in shapes.values())
+
+
 def fit_new_ops(
     parent: tuple[Any, Any, Mapping[str, Any]],
     child: tuple[Any, Any, Mapping[str, Any]],
@@ -275,8 +290,8 @@ def fit_new_ops(
     new_bn = sorted(set(new_ops) & set(c_vars.get("batch_stats", {})))
     if not pairs or not images or (not new and not new_bn):
         return c_vars, {}
-    per_step = config.bn_batch_size if new_bn else config.batch_size
-    images = [x[:per_step] for x in images]
+    flat = _normalizes_over_batch_only(c_graph, c_consts, c_vars, new_bn, images[0][:1])
+    images = [x[:config.bn_batch_size if flat else config.batch_size] for x in images]
     p_apply = jax.jit(_inference(p_graph, p_consts, [old for _, old in pairs]))
     c_graph = _with_outputs(c_graph, [mine for mine, _ in pairs], new_ops)
     part_graph, boundary = _fitted_part(c_graph, new_ops)

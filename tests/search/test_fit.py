@@ -91,14 +91,21 @@ def test_a_new_subgraph_whose_output_ignores_the_image_is_refused(grey):
         check_varies(*args[:2], args[3], images[0])
 
 
-@pytest.mark.parametrize("with_bn", [False, True])
-def test_a_fit_steps_on_batch_size_images_or_bn_batch_size_with_a_new_batch_norm(with_bn):
-    """A new batch norm trains on its batch statistics, which need the larger batch."""
+@pytest.mark.parametrize("norm, large", [(None, False), ("spatial", False), ("flat", True)])
+def test_a_fit_steps_on_batch_size_images_or_bn_batch_size_for_a_flat_batch_norm(norm, large):
+    """A new batch norm over features without spatial positions normalizes by statistics of
+    the batch's images alone, which need the larger batch; over a feature map they also
+    average over its positions."""
     parent, p_vars = _stem([new_op("conv", "CONV", ["input"],
                                    op_kwargs={"features": 4, "kernel_size": 3})], "conv")
     ops = [new_op("new/conv", "CONV", ["input"], op_kwargs={"features": 4, "kernel_size": 1})]
-    if with_bn:
+    if norm == "spatial":
         ops.append(new_op("new/bn", "BATCH_NORM", ["new/conv"]))
+    if norm == "flat":  # the stem flattens "new/out"'s output: normalize it flat, then
+        ops += [new_op("new/flat", "FLATTEN", ["new/conv"]),  # reshape back
+                new_op("new/bn", "BATCH_NORM", ["new/flat"]),
+                new_op("new/out", "RESHAPE", ["new/bn"],
+                       input_kwargs={"new_shape": ("B", 8, 8, 4)})]
     child, c_vars = _stem(ops, ops[-1].name)
     rng = np.random.default_rng(0)
     images = [rng.standard_normal((8, 8, 8, 3)).astype(np.float32) for _ in range(2)]
@@ -114,8 +121,8 @@ def test_a_fit_steps_on_batch_size_images_or_bn_batch_size_with_a_new_batch_norm
         return all(jax.tree.leaves(jax.tree.map(np.array_equal, a, b)))
 
     got, eight, two = fitted(2, 8), fitted(8, 8), fitted(2, 2)
-    assert same(got, eight if with_bn else two)
-    assert not same(got, two if with_bn else eight)
+    assert same(got, eight if large else two)
+    assert not same(got, two if large else eight)
 
 
 def test_replaced_tensors_reads_both_spec_forms():
