@@ -109,7 +109,10 @@ def check(values: Any, schema: Schema, prefix: str = "", *, partial: bool = True
     for key in values:
         if not isinstance(key, str) or key not in schema:
             known = ", ".join(sorted(schema))
-            raise ValueError(f"config field '{prefix}{key}' is unknown; expected one of {known}")
+            name = repr(f"{prefix}{key}")  # escapes a newline in the key: one line
+            if len(name) > 60:
+                name = name[:57] + "..."
+            raise ValueError(f"config field {name} is unknown; expected one of {known}")
     for key, spec in schema.items():
         path = f"{prefix}{key}"
         if key not in values:

@@ -90,6 +90,14 @@ def test_meaningless_values_are_refused(path, value, match):
         validate_search(_with(path, value))
 
 
+@pytest.mark.parametrize("key", ["\n", "a\nb", "x" * 300])
+def test_an_unknown_key_is_named_on_one_short_line(key):
+    """Found by the property test above: a key with a newline split the message."""
+    _one_clean_line("search.mutation", {key: 1})
+    with pytest.raises(ValueError, match=r"config field 'search\.mutation\..* is unknown"):
+        validate_search(_with("search.mutation", {key: 1}))
+
+
 def test_operational_fields_are_declared_once():
     assert set(OPERATIONAL) <= set(SEARCH_SCHEMA)
     assert "seed" not in OPERATIONAL and "mutation" not in OPERATIONAL
