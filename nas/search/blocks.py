@@ -8,6 +8,8 @@ they are stored with the candidate, not kept in memory. The record names the bui
     {"builder": {"model_name": "cnn", "num_classes": 10, "image_size": 32},
      "blocks": [{"name": "conv_layer", "base": <graph_to_dict of the definition>}, ...]}
 
+plus "model" in "builder" when the config gave extra builder arguments (`train.model`).
+
 A graph without blocks (a user's seed graph, a child of a whole-graph subgraph mutation,
 a reversible network, which carries its own layout) has no record.
 """
@@ -24,17 +26,21 @@ from nas.zoo.common import ModelParts
 
 Builder = Callable[..., ModelParts]  # `(blocks=...) -> (graph, constants, blocks)`
 BUILDER_FIELDS = ("model_name", "num_classes", "image_size")
+OPTIONAL_BUILDER_FIELDS = ("model",)  # `train.model`: absent from studies written before it
 
 
 def builder_args(train: Any) -> dict[str, Any]:
     """The zoo builder's arguments for a `train` config."""
+    model = train.get("model") or {}
     return {"model_name": str(train.model_name), "num_classes": int(train.num_classes),
-            "image_size": int(train.input.image_size)}
+            "image_size": int(train.input.image_size),
+            "model": model.to_dict() if hasattr(model, "to_dict") else dict(model)}
 
 
 def blocks_record(args: Mapping[str, Any], blocks: Sequence[Block]) -> dict[str, Any]:
     """The JSON-ready record of `blocks`, rebuilt by the zoo builder named by `args`."""
-    return {"builder": {k: args[k] for k in BUILDER_FIELDS}, "blocks": blocks_to_list(blocks)}
+    fields = BUILDER_FIELDS + tuple(k for k in OPTIONAL_BUILDER_FIELDS if args.get(k))
+    return {"builder": {k: args[k] for k in fields}, "blocks": blocks_to_list(blocks)}
 
 
 def read_blocks(record: Any, where: str) -> tuple[list[Block], Builder, dict[str, Any]]:
@@ -44,12 +50,15 @@ def read_blocks(record: Any, where: str) -> tuple[list[Block], Builder, dict[str
         raise ValueError(f"{where}: blocks record must be an object, got "
                          f"{type(record).__name__}")
     args = record.get("builder")
-    if not isinstance(args, Mapping) or sorted(args) != sorted(BUILDER_FIELDS):
+    if (not isinstance(args, Mapping) or not set(BUILDER_FIELDS) <= set(args)
+            or not set(args) <= set(BUILDER_FIELDS + OPTIONAL_BUILDER_FIELDS)
+            or not isinstance(args.get("model", {}), Mapping)):
         raise ValueError(f"{where}: blocks record field 'builder' must be an object with "
-                         f"{', '.join(BUILDER_FIELDS)}, got {args!r}")
+                         f"{', '.join(BUILDER_FIELDS)} (and optionally an object 'model'), "
+                         f"got {args!r}")
     try:
         build = zoo.builder(str(args["model_name"]), int(args["num_classes"]),
-                            int(args["image_size"]))
+                            int(args["image_size"]), args.get("model"))
         blocks = blocks_from_list(record.get("blocks"))
     except (TypeError, ValueError) as e:
         raise ValueError(f"{where}: blocks record: {e}") from None

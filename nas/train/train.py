@@ -43,11 +43,15 @@ Callback = Callable[[int, Metrics], bool]
 ShouldStop = Callable[[int], bool]
 
 
-def build_graph(model_name: str, num_classes: int, image_size: int) -> tuple[Any, Any]:
-    """(graph, constants) of a zoo model named in the config."""
+def build_graph(model_name: str, num_classes: int, image_size: int,
+                model: Any = None) -> tuple[Any, Any]:
+    """(graph, constants) of a zoo model named in the config; `model`: the config's extra
+    builder arguments (`train.model`)."""
     from nas import zoo
 
-    graph, constants, _ = zoo.build(model_name, num_classes, image_size)
+    if hasattr(model, "to_dict"):
+        model = model.to_dict()
+    graph, constants, _ = zoo.build(model_name, num_classes, image_size, model)
     return graph, constants
 
 
@@ -483,7 +487,7 @@ def _train_and_eval(config: ml_collections.ConfigDict, eval_perf: bool,
     start = time.perf_counter()
     if graph is None:
         graph, constants = build_graph(config.model_name, config.num_classes,
-                                       config.input.image_size)
+                                       config.input.image_size, config.get("model"))
     reversible = memory.select_trainer(config, graph, constants) == "reversible"
     writer = JsonlWriter(workdir, jax.process_index() == 0)
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from nas.zoo import cnn, efficientnet, resnetv1, vit
 from nas.zoo.common import ModelParts
@@ -16,11 +17,27 @@ _EFFICIENTNETS = {"b0": efficientnet.EfficientNetB0, "b1": efficientnet.Efficien
 MODEL_NAMES = ("cnn", *_RESNETS, *_VITS, *_EFFICIENTNETS, "revnet")
 
 
-def builder(model_name: str, num_classes: int, image_size: int) -> Callable[..., ModelParts]:
+def builder(model_name: str, num_classes: int, image_size: int,
+            model: Mapping[str, Any] | None = None) -> Callable[..., ModelParts]:
     """A callable `(blocks=None) -> (graph, constants, blocks)` for a named zoo model.
 
     The search rebuilds mutated models through it, so every argument but `blocks` is bound.
+    `model`: the config's extra builder arguments (`train.model`, e.g. a RevNet's `depth`
+    and `width`); one the builder does not take, or a value it refuses, is a ValueError
+    naming `train.model`.
     """
+    build = _named(model_name, num_classes, image_size)
+    if not model:
+        return build
+    build = functools.partial(build, **dict(model))
+    try:
+        build()  # builds the graph once (no weights): a bad argument fails here, named
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"train.model {dict(model)!r} for model {model_name!r}: {e}") from None
+    return build
+
+
+def _named(model_name: str, num_classes: int, image_size: int) -> Callable[..., ModelParts]:
     name = model_name.lower()
     if name == "cnn":
         return functools.partial(cnn.CifarNet, num_classes=num_classes)
@@ -39,5 +56,6 @@ def builder(model_name: str, num_classes: int, image_size: int) -> Callable[...,
     raise ValueError(f"unknown model_name {model_name!r}; expected one of {', '.join(MODEL_NAMES)}")
 
 
-def build(model_name: str, num_classes: int, image_size: int) -> ModelParts:
-    return builder(model_name, num_classes, image_size)()
+def build(model_name: str, num_classes: int, image_size: int,
+          model: Mapping[str, Any] | None = None) -> ModelParts:
+    return builder(model_name, num_classes, image_size, model)()

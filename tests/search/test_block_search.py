@@ -2,12 +2,14 @@
 passed to `propose_child`, block children recorded, trained and resumed."""
 
 import dataclasses
+import json
 import logging
 import os
 import sqlite3
 
 import pytest
 
+from nas import zoo
 from nas.graph.serialize import graph_to_json
 from nas.search import blocks as blocks_lib
 from nas.search.driver import Driver, run_search
@@ -201,3 +203,16 @@ def test_block_search_resumes_after_stopping(tmp_path, search_config):
     assert last.status == "done" and last.inheritance["kind"] in BLOCK_KINDS
     for c in study.candidates():
         _check_rebuilds(c)
+
+
+def test_blocks_record_keeps_the_extra_builder_arguments_and_reads_old_ones():
+    args = {"model_name": "revnet", "num_classes": 10, "image_size": 32, "model": {"depth": 4}}
+    graph, _, built = zoo.builder(**args)()
+    record = json.loads(json.dumps(blocks_lib.blocks_record(args, built)))
+    assert record["builder"]["model"] == {"depth": 4}
+    _, build, read_args = blocks_lib.read_blocks(record, "candidate 1")
+    assert read_args == args and build(blocks=built)[0].ops == graph.ops
+    old = {"builder": {k: v for k, v in args.items() if k != "model"}, "blocks": []}
+    assert blocks_lib.read_blocks(old, "candidate 2")[2]["model_name"] == "revnet"
+    with pytest.raises(ValueError, match="candidate 3: blocks record field 'builder'"):
+        blocks_lib.read_blocks({"builder": {**args, "model": 4}, "blocks": []}, "candidate 3")

@@ -75,3 +75,25 @@ def test_rebuild_from_modified_blocks():
 def test_unknown_model_name():
     with pytest.raises(ValueError, match="unknown model_name 'vgg'"):
         build("vgg", 10, 32)
+
+
+def test_extra_builder_arguments_from_the_config_reach_the_model():
+    """`train.model` (e.g. `--config.model.depth=4`) are the builder's extra arguments."""
+    graph, _, _ = build("revnet", 10, 32, {"depth": 4, "width": 8})
+    couplings = {"/".join(op.name.split("/")[:2]) for op in graph.ops if "/rev" in op.name}
+    assert len(couplings) == 4
+    stem = next(op for op in graph.ops if op.type.name == "CONV")
+    assert stem.op_kwargs["features"] == 8
+    assert builder("revnet", 10, 32, {"depth": 4})()[0].ops == \
+        build("revnet", 10, 32, {"depth": 4})[0].ops
+
+
+@pytest.mark.parametrize("name, model, message", [
+    ("revnet", {"colour": 1}, "colour"),
+    ("revnet", {"depth": 0}, "depth"),
+    ("cnn", {"depth": 3}, "depth"),
+    ("revnet", {"blocks": []}, "blocks"),
+])
+def test_a_bad_extra_builder_argument_is_one_value_error(name, model, message):
+    with pytest.raises(ValueError, match=rf"train\.model .*{message}"):
+        build(name, 10, 32, model)
