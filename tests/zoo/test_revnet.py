@@ -61,3 +61,21 @@ def test_zoo_builder_names_revnet():
     graph, constants, _ = builder("revnet", num_classes=5, image_size=32)()
     assert reversible.is_reversible(constants)
     assert constants["head/num_classes"] == 5
+
+
+@pytest.mark.parametrize("head, pool_type, features", [("mean", OpType.MEAN, 32),
+                                                      ("flatten", OpType.FLATTEN, 8 * 8 * 32)])
+def test_head_pools_or_flattens_and_stays_reversible(head, pool_type, features):
+    import jax
+    import jax.numpy as jnp
+
+    from nas.graph import Model
+
+    graph, constants, _ = revnet.RevNet(num_classes=10, depth=2, width=16, head=head)
+    assert reversible.from_graph(graph, constants) is not None
+    assert next(op for op in graph.ops if op.name == "head/pool").type is pool_type
+    shapes = jax.eval_shape(lambda: Model(graph, constants).init(
+        jax.random.PRNGKey(0), jnp.ones((1, 16, 16, 3))))
+    assert shapes["params"]["head/logits"]["kernel"].shape == (features, 10)
+    with pytest.raises(ValueError, match="head 'max': expected one of mean, flatten"):
+        revnet.RevNet(head="max")
