@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 
-def unknown_field_line(e: BaseException) -> str:
+def unknown_field_line(e: BaseException, argv: Sequence[str] = ()) -> str:
     """`--config.x.y=v` for a field the config lacks, as one clean line (ml_collections'
-    message arrives quoted and escaped, with a suggestion on a second line)."""
+    message arrives quoted and escaped, with a suggestion on a second line, and names only
+    the last part of the field: the whole `x.y` is taken from `argv` when it is there)."""
     text = str(e.args[0]) if e.args else str(e)
     for _ in range(3):
         text = text.replace("\\\\", "\\").replace("\\'", "'").replace("\\n", "\n")
     lines = [ln.strip().strip("'\"\\") for ln in text.splitlines() if ln.strip()]
     name = lines[0] if lines else "?"
+    given = [a[len("--config."):].split("=", 1)[0] for a in argv if a.startswith("--config.")]
+    name = next((g for g in given if g == name or g.endswith(f".{name}")), name)
     hint = re.search(r'Did you mean "([^"]+)"', text)
     return f"--config: unknown config field {name!r}" + (
         f" (did you mean {hint.group(1)!r}?)" if hint else "")

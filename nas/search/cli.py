@@ -99,7 +99,7 @@ def _parse(argv: Sequence[str]) -> list[str]:
     except flags.Error as e:
         fail(first_line(e))
     except (AttributeError, KeyError) as e:  # an override of a field the config lacks
-        fail(unknown_field_line(e))
+        fail(unknown_field_line(e, argv))
     except Exception as e:  # noqa: BLE001 - a config file that fails to load
         fail(f"--config: {config_file_error(e, argv)}")
     return []

@@ -62,7 +62,7 @@ def _parse(argv: Sequence[str]) -> list[str]:
     except flags.Error as e:
         _fail(_first_line(e))
     except (AttributeError, KeyError) as e:  # an override of a field the config lacks
-        _fail(unknown_field_line(e))
+        _fail(unknown_field_line(e, argv))
     except Exception as e:  # a config file missing, or raising while it is executed
         given = [a.split("=", 1)[1].split(":", 1)[0] for a in argv if a.startswith("--config=")]
         if given and not os.path.isfile(given[-1]):

@@ -115,6 +115,8 @@ def _error_lines(stderr):
     (["--config=configs/missing.py"], "No such file"),
     (["--config=configs/digits_cnn.py", "--config.bogus=1"], "unknown config field 'bogus'"),
     (["--config=configs/digits_cnn.py", "--config.trainer=magic"], "'trainer'"),
+    (["--config=configs/digits_cnn.py", "--config.model.depth=4"],
+     "unknown config field 'model.depth'"),
 ])
 def test_cli_bad_config_is_one_line_and_exit_1(args, match):
     proc = _cli(*args)
