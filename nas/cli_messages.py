@@ -16,7 +16,8 @@ def unknown_field_line(e: BaseException, argv: Sequence[str] = ()) -> str:
     lines = [ln.strip().strip("'\"\\") for ln in text.splitlines() if ln.strip()]
     name = lines[0] if lines else "?"
     given = [a[len("--config."):].split("=", 1)[0] for a in argv if a.startswith("--config.")]
-    name = next((g for g in given if g == name or g.endswith(f".{name}")), name)
+    path = next((g for g in given if g == name or g.endswith(f".{name}")), name)
     hint = re.search(r'Did you mean "([^"]+)"', text)
-    return f"--config: unknown config field {name!r}" + (
-        f" (did you mean {hint.group(1)!r}?)" if hint else "")
+    section = path[:len(path) - len(name)]  # "search." for "search.max_candidatez"
+    return f"--config: unknown config field {path!r}" + (
+        f" (did you mean {section + hint.group(1)!r}?)" if hint else "")

@@ -56,7 +56,7 @@ SEARCH_CASES = [
     (["--workdir={t}/new", "--config.train.input.batch_size=0"], ["train.input.batch_size"]),
     (["--workdir={t}/new", "--config.train.optax_name=adamz"], ["train.optax_name"]),
     (["--workdir={t}/new", "--config.search.max_candidatez=3"],
-     ["'max_candidatez' (did you mean 'max_candidates'?)"]),
+     ["'search.max_candidatez' (did you mean 'search.max_candidates'?)"]),
     (["--workdir={t}/new", "--config={t}/missing.py"], ["missing.py"]),
     (["report", "--workdir={t}/new"], ["study.db", "no study"]),
     (["export", "--workdir={t}/new", "--id=1", "--out={t}/x.json"], ["no study"]),
