@@ -31,6 +31,7 @@ from nas.search import blocks as blocks_lib
 from nas.search.candidate import FINISHED
 from nas.search.executors import Outcome, make_executor
 from nas.search.fidelity import RungPlan
+from nas.search.fit import FitConfig
 from nas.search.lease import LeaseKeeper
 from nas.search.selection import Individual, SelectionConfig, select_parents
 from nas.search.settings import OPERATIONAL, validate_search
@@ -235,6 +236,7 @@ class Driver:
         self.train = config.train
         self.rungs = rung_plan(self.train, self.search)
         self.selection = SelectionConfig.from_dict(dict(self.search.selection))
+        self.fit = FitConfig.from_dict(dict(self.search.fit))
         size = int(self.train.input.image_size)
         self.input_shape = (1, size, size, 3)
         self.worker = default_worker("driver")
@@ -383,7 +385,7 @@ class Driver:
         it trains (see `nas.search.fit`); none where fitting does not apply."""
         from nas.search import fit
 
-        if (not fit.FitConfig.from_dict(dict(self.search.fit)).steps or not child.new
+        if (not self.fit.steps or not child.new
                 or child.kind != "subgraph" or child.function_preserving):
             return []
         return fit.replaced_tensors(child.spec)
@@ -396,9 +398,8 @@ class Driver:
 
         if not pairs:
             return
-        cfg = fit.FitConfig.from_dict(dict(self.search.fit))
-        images = fit.training_images(self.train.input, cfg.batches, cfg.images_per_batch,
-                                     int(self.search.seed))
+        images = fit.training_images(self.train.input, self.fit.batches,
+                                     self.fit.images_per_batch, int(self.search.seed))
         try:
             fit.check_varies(parent, (child.graph, child.constants, child.variables), pairs,
                              images[0])
