@@ -2,7 +2,8 @@
 
 The driver records which tensors to fit (`replaced_tensors`, kept in the candidate's
 inheritance as `fit_pairs`); the worker that trains the child fits them first
-(`fit_for_task`), on its own device, as the first stage of the child's training.
+(`fit_for_task`), on its own device, while the child's train and eval steps compile
+(`train_and_eval`'s `refit`).
 
 Why (measured with benchmarks/child_collapse.py on the README search): a child starts with
 freshly initialized ops in the middle of a trained network, so before its first step it

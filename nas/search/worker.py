@@ -49,16 +49,15 @@ def train_candidate(
     (in-process callers only) True means the claim was lost (ClaimLost). `stop_epochs`
     stops at a multi-fidelity rung (see `train_and_eval`); `workdir` holds the checkpoint
     that the next rung resumes from. `fit` (`nas.search.fit.task`): the child's new ops are
-    first fitted to the tensors they replace, on this worker's device, unless `workdir`
-    already holds a checkpoint to resume; its errors and time join the metrics.
+    first fitted to the tensors they replace, on this worker's device while its steps
+    compile, unless `workdir` already holds a checkpoint to resume; its errors and time
+    join the metrics.
     """
     import jax
 
     from nas.graph.serialize import load
     from nas.search.fit import fit_for_task
-    from nas.train import compilation, train_and_eval
-    from nas.train.checkpoint import has_checkpoint
-    from nas.train.config import with_defaults
+    from nas.train import train_and_eval
     from nas.train.train import DeviceDataCache
 
     global _DEVICE_DATA
@@ -83,15 +82,19 @@ def train_candidate(
         return False
 
     fitted: dict[str, float] = {}
-    if fit is not None and not (workdir and has_checkpoint(workdir)):
-        compilation.enable_cache(with_defaults(config).compilation_cache_dir)
-        init_variables, fitted = fit_for_task(fit, graph, constants, init_variables)
+
+    def refit(variables: dict[str, Any]) -> dict[str, Any]:
+        out, metrics = fit_for_task(fit, graph, constants, variables)
+        fitted.update(metrics)
+        return out
+
     if workdir:
         os.makedirs(workdir, exist_ok=True)
     metrics, epochs, state = train_and_eval(
         config, eval_perf=True, callback=lambda epoch, _: not stop_now(-1), graph=graph,
         constants=constants, workdir=workdir, init_variables=init_variables,
-        should_stop=stop_now, device_data_cache=_DEVICE_DATA, stop_epochs=stop_epochs)
+        should_stop=stop_now, device_data_cache=_DEVICE_DATA, stop_epochs=stop_epochs,
+        refit=refit if fit is not None else None)
     values = {**metrics_dict(metrics), **fitted, "epochs": epochs}
     if not all(math.isfinite(v) for v in values.values() if isinstance(v, float)):
         raise FloatingPointError(f"training diverged: non-finite metrics {values}")

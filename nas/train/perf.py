@@ -41,6 +41,7 @@ class Metrics:
     im_sec_core_train: float = 0.0  # median over epochs, after compilation
     im_sec_core_infer: float = 0.0  # median over evals, after compilation
     compile_seconds: float = 0.0  # train step + eval step compilation
+    refit_overlap_seconds: float = 0.0  # compiling while `refit` ran (train_and_eval)
     train_temp_bytes: int = 0  # XLA temporaries of one train step (per device)
     train_peak_bytes: int = 0  # arguments + outputs + temporaries - aliased (per device)
     train_seconds: float = 0.0  # the step loop, without evaluation and checkpoints

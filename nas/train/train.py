@@ -17,6 +17,7 @@ resumed ends with the same parameters as one that never stopped.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import json
 import math
@@ -36,11 +37,12 @@ from tqdm import tqdm
 from nas.train import compilation, devdata, memory, perf, trainers
 from nas.train import config as config_lib
 from nas.train import data as data_lib
-from nas.train.checkpoint import Checkpointer
+from nas.train.checkpoint import Checkpointer, has_checkpoint
 from nas.train.perf import Metrics
 
 Callback = Callable[[int, Metrics], bool]
 ShouldStop = Callable[[int], bool]
+Refit = Callable[[dict[str, Any]], dict[str, Any]]
 
 
 def build_graph(model_name: str, num_classes: int, image_size: int,
@@ -295,6 +297,7 @@ def resume(ckpt: Checkpointer | None, trainer: Any, feed: Any) -> dict[str, Any]
 @dataclasses.dataclass
 class Timings:
     compile: float = 0.0
+    overlap: float = 0.0  # of `compile`, while the starting variables were being refitted
     steps: float = 0.0  # step loop, without eval and checkpoints
     wait: float = 0.0  # inside `steps`: waiting for input
     eval: float = 0.0
@@ -326,30 +329,57 @@ def _metrics(acc: float, loss: float, meta: dict[str, Any], timings: Timings,
     return Metrics(acc=float(acc), loss=float(loss),
                    im_sec_core_train=_median(meta["train_rates"]),
                    im_sec_core_infer=_median(meta["infer_rates"]),
-                   compile_seconds=timings.compile, train_temp_bytes=memory[0],
+                   compile_seconds=timings.compile, refit_overlap_seconds=timings.overlap,
+                   train_temp_bytes=memory[0],
                    train_peak_bytes=memory[1], steps=step, train_seconds=timings.steps,
                    input_wait_seconds=timings.wait, eval_seconds=timings.eval,
                    checkpoint_seconds=timings.checkpoint)
 
 
+def compile_steps(trainer: Any, data: Data, end: int) -> tuple[Any, float]:
+    """(the first batch to train on, seconds spent compiling the train and eval steps on
+    its shapes); (None, 0) when no step is left."""
+    step = int(np.asarray(trainer.state()["step"]))
+    if step >= end:
+        return None, 0.0
+    pending = data.feed.next(step)
+    seconds = trainer.compile(pending, next(iter(data.eval_data)))
+    temp, peak = trainer.memory()
+    logging.info("compiled in %.1fs; train step temp %.1f MiB, peak %.1f MiB per device",
+                 seconds, temp / 2**20, peak / 2**20)
+    return pending, seconds
+
+
+def refit_while_compiling(trainer: Any, data: Data, end: int, refit: Refit | None,
+                          timings: Timings) -> Any:
+    """Compile the steps and, at the same time, let `refit` change the starting variables'
+    values (a search child's new ops fitted to its parent): the compiled steps only depend
+    on shapes, so neither waits for the other. Returns the first batch (`compile_steps`)."""
+    if refit is None:
+        pending, timings.compile = compile_steps(trainer, data, end)
+        return pending
+    start = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="compile") as pool:
+        compiling = pool.submit(compile_steps, trainer, data, end)
+        try:
+            trainer.set_starting_variables(refit(trainer.starting_variables()))
+            refit_seconds = time.perf_counter() - start
+        finally:
+            pending, timings.compile = compiling.result()
+    timings.overlap = max(0.0, timings.compile + refit_seconds - (time.perf_counter() - start))
+    return pending
+
+
 def run_loop(config: ml_collections.ConfigDict, trainer: Any, data: Data, meta: dict,
              ckpt: Checkpointer | None, writer: JsonlWriter, timings: Timings,
-             callback: Callback | None, should_stop: ShouldStop | None,
-             end_step: int | None = None,
-             ) -> tuple[int, int, float | None, float | None]:
-    """Compile, then step until `end_step` (default total_steps) or a stop; returns
-    (step, epoch, acc, loss). The schedule always spans total_steps, so a run stopped at
-    `end_step` and resumed later continues exactly where an unbroken run would be."""
+             callback: Callback | None, should_stop: ShouldStop | None, end: int,
+             pending: Any) -> tuple[int, int, float | None, float | None]:
+    """Step from `pending` (the first batch, None when no step is left) until `end` or a
+    stop; returns (step, epoch, acc, loss). The schedule always spans total_steps, so a run
+    stopped before it and resumed later continues exactly where an unbroken run would be."""
     step = int(np.asarray(trainer.state()["step"]))
     epoch = int(meta["epoch"])
     feed = data.feed
-    end = data.total_steps if end_step is None else min(end_step, data.total_steps)
-    pending = feed.next(step) if step < end else None
-    if pending is not None:
-        timings.compile = trainer.compile(pending, next(iter(data.eval_data)))
-        temp, peak = trainer.memory()
-        logging.info("compiled in %.1fs; train step temp %.1f MiB, peak %.1f MiB per device",
-                     timings.compile, temp / 2**20, peak / 2**20)
 
     def save(force: bool = False) -> None:
         if ckpt is not None:
@@ -441,6 +471,7 @@ def train_and_eval(
     should_stop: ShouldStop | None = None,
     device_data_cache: DeviceDataCache | None = None,
     stop_epochs: float | None = None,
+    refit: Refit | None = None,
 ) -> tuple[Metrics, int, dict[str, Any]]:
     """Train `graph` (or the config's zoo model); return (metrics, epochs, state).
 
@@ -455,6 +486,9 @@ def train_and_eval(
       multi-fidelity search), then evaluate and checkpoint; a later call with the same
       `workdir` and a larger (or no) `stop_epochs` resumes from there, ending where one
       uninterrupted run would.
+    refit(variables) -> variables: new values (same names and shapes) for the starting
+      {"params", "batch_stats"}, computed while the steps compile; not called when
+      `workdir` holds a checkpoint to resume. A search fits a child's new ops with it.
     state: {"params", "batch_stats"} (the EMA of them when ema_decay > 0).
     """
     if "train" in config:  # a search config: its `train` part trains one candidate
@@ -468,7 +502,7 @@ def train_and_eval(
     with compilation.CompileCounter() as counter:
         metrics, epoch, state = _train_and_eval(
             config, eval_perf, callback, graph, constants, workdir, init_variables, freeze,
-            freeze_inherited, should_stop, device_data_cache, stop_epochs)
+            freeze_inherited, should_stop, device_data_cache, stop_epochs, refit)
     metrics.compilations, metrics.compile_cache_hits = counter.compiles, counter.cache_hits
     logging.info("%d compilations, %d persistent cache hits", counter.compiles,
                  counter.cache_hits)
@@ -481,7 +515,7 @@ def _train_and_eval(config: ml_collections.ConfigDict, eval_perf: bool,
                     freeze: Iterable[str], freeze_inherited: bool,
                     should_stop: ShouldStop | None,
                     device_data_cache: DeviceDataCache | None,
-                    stop_epochs: float | None = None,
+                    stop_epochs: float | None, refit: Refit | None,
                     ) -> tuple[Metrics, int, dict[str, Any]]:
     """The stages, top to bottom (see the module docstring)."""
     start = time.perf_counter()
@@ -490,6 +524,10 @@ def _train_and_eval(config: ml_collections.ConfigDict, eval_perf: bool,
                                        config.input.image_size, config.get("model"))
     reversible = memory.select_trainer(config, graph, constants) == "reversible"
     writer = JsonlWriter(workdir, jax.process_index() == 0)
+    if workdir and has_checkpoint(workdir):
+        refit = None  # resuming: the checkpoint holds the variables
+    if refit is not None and reversible:  # its steps compile lazily: nothing to overlap
+        init_variables, refit = refit(dict(init_variables or {})), None
 
     data = setup_data(config, on_device_ok=not reversible, cache=device_data_cache)
     trainer = setup_trainer(config, graph, constants, data, reversible, init_variables,
@@ -501,10 +539,11 @@ def _train_and_eval(config: ml_collections.ConfigDict, eval_perf: bool,
     timings = Timings()
     setup_seconds = time.perf_counter() - start
 
-    end_step = (None if stop_epochs is None
-                else max(1, int(data.steps_per_epoch * float(stop_epochs))))
+    end = (data.total_steps if stop_epochs is None else
+           min(data.total_steps, max(1, int(data.steps_per_epoch * float(stop_epochs)))))
+    pending = refit_while_compiling(trainer, data, end, refit, timings)
     step, epoch, acc, loss = run_loop(config, trainer, data, meta, ckpt, writer, timings,
-                                      callback, should_stop, end_step)
+                                      callback, should_stop, end, pending)
     if acc is None:  # resumed after the last step: evaluate the restored weights
         t = time.perf_counter()
         acc, loss, rate = evaluate(trainer, data.eval_data)

@@ -66,16 +66,8 @@ class StandardTrainer:
         self.device_data = device_data
         self.seed = int(config.seed)
         self.ema = bool(config.ema_decay)
-        host = {
-            "params": params,
-            "frozen": frozen,
-            "batch_stats": batch_stats,
-            "opt_state": jax.tree.map(np.asarray, optim.on_host(self.tx.init, params)),
-            "ema": ({"params": {**frozen, **params}, "batch_stats": batch_stats}
-                    if config.ema_decay else {}),
-            "step": np.int32(0),
-        }
-        self._state_r: Any = steps.replicate(host, self.ndev)
+        self._state_r: Any = steps.replicate(self._initial_state(params, frozen, batch_stats),
+                                             self.ndev)
         self.rng = steps.replicate(np.asarray(jax.random.PRNGKey(config.seed)), self.ndev)
         fn = steps.make_train_step(model, self.tx, self.num_classes,
                                    ema_decay=config.ema_decay,
@@ -92,6 +84,43 @@ class StandardTrainer:
         self.bn_batches = list(bn_batches) if precise_bn.recomputable(model.graph) else []
         self._bn_stats = precise_bn.statistics_fn(model) if self.bn_batches else None
         self._precise: tuple[int, dict[str, Any]] | None = None  # (step, variables)
+
+    def _initial_state(self, params: dict[str, Any], frozen: dict[str, Any],
+                       batch_stats: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "params": params,
+            "frozen": frozen,
+            "batch_stats": batch_stats,
+            "opt_state": jax.tree.map(np.asarray, optim.on_host(self.tx.init, params)),
+            "ema": ({"params": {**frozen, **params}, "batch_stats": batch_stats}
+                    if self.ema else {}),
+            "step": np.int32(0),
+        }
+
+    def starting_variables(self) -> dict[str, Any]:
+        """{"params", "batch_stats"} the first step starts from (numpy)."""
+        s = self.state()
+        return {"params": {**s["frozen"], **s["params"]}, "batch_stats": s["batch_stats"]}
+
+    def set_starting_variables(self, variables: Mapping[str, Any]) -> None:
+        """New values, same names and shapes, for the variables before the first step (the
+        compiled steps stay valid): e.g. a search child's fitted new ops."""
+        s = self.state()
+        if int(s["step"]) != 0:
+            raise ValueError(f"set_starting_variables: the trainer is at step {int(s['step'])}")
+        params, stats = dict(variables["params"]), dict(variables.get("batch_stats") or {})
+
+        def layout(tree: Any) -> Any:
+            return jax.tree.map(lambda a: (np.shape(a), np.asarray(a).dtype), tree)
+
+        if layout({"params": params, "batch_stats": stats}) != layout(
+                {"params": {**s["frozen"], **s["params"]}, "batch_stats": s["batch_stats"]}):
+            raise ValueError("set_starting_variables: expected the trainer's variable names, "
+                             "shapes and dtypes")
+        self._state_r = steps.replicate(self._initial_state(
+            {k: params[k] for k in s["params"]}, {k: params[k] for k in s["frozen"]}, stats),
+            self.ndev)
+        self._precise = None
 
     # ------------------------------------------------------------------ compile
     def _args(self, batch: Any) -> tuple:

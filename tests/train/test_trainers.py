@@ -108,3 +108,68 @@ def test_compilations_are_counted_and_the_persistent_cache_serves_a_rerun(data_d
     assert second.compile_cache_hits >= 2  # both loaded, not compiled again
     assert second.compilations < first.compilations
     assert any((tmp_path / "cache").iterdir())
+
+
+def _scaled(variables):
+    """A refit that changes values only: every parameter halved, statistics kept."""
+    return {"params": {op: {k: np.asarray(v) * 0.5 for k, v in p.items()}
+                       for op, p in variables["params"].items()},
+            "batch_stats": variables.get("batch_stats", {})}
+
+
+def test_refit_while_compiling_trains_like_starting_from_its_result(data_dir, tmp_path):
+    graph, constants = tiny_graph(with_bn=True)
+    config = tiny_config(data_dir, total_epochs=0.1, ema_decay=0.9)
+    model = Model(graph, constants)
+    start = {k: dict(v) for k, v in model.init(
+        {"params": np.asarray([0, 7], np.uint32), "dropout": np.asarray([0, 7], np.uint32)},
+        np.zeros((1, 32, 32, 3), np.float32)).items()}
+    seen = []
+
+    def refit(variables):
+        seen.append(variables)
+        return _scaled(variables)
+
+    refitted, _, a = train_and_eval(config, graph=graph, constants=constants,
+                                    init_variables=start, refit=refit)
+    plain, _, b = train_and_eval(config, graph=graph, constants=constants,
+                                 init_variables=_scaled(start))
+    assert len(seen) == 1  # given the trainer's starting variables: the inherited ones
+    np.testing.assert_array_equal(seen[0]["params"]["conv"]["kernel"],
+                                  start["params"]["conv"]["kernel"])
+    for op in b["params"]:  # the EMA and optimizer state started from the refitted values
+        for k in b["params"][op]:
+            np.testing.assert_allclose(a["params"][op][k], b["params"][op][k], rtol=1e-6)
+    assert refitted.acc == plain.acc
+    assert refitted.compile_seconds > 0
+    assert 0 <= refitted.refit_overlap_seconds <= refitted.compile_seconds
+
+
+def test_refit_is_skipped_when_resuming_and_bad_refits_are_value_errors(data_dir, tmp_path):
+    graph, constants = tiny_graph()
+    config = tiny_config(data_dir, total_epochs=0.2, ckpt_steps=2)
+    calls = []
+
+    def refit(variables):
+        calls.append(1)
+        return variables
+
+    train_and_eval(config, graph=graph, constants=constants, workdir=str(tmp_path),
+                   stop_epochs=0.1, refit=refit)
+    train_and_eval(config, graph=graph, constants=constants, workdir=str(tmp_path),
+                   refit=refit)  # resumes from the checkpoint of the first call
+    assert calls == [1]
+
+    def reshaped(variables):
+        out = _scaled(variables)
+        out["params"]["logits"]["bias"] = np.zeros(3, np.float32)
+        return out
+
+    with pytest.raises(ValueError, match="names, shapes and dtypes"):
+        train_and_eval(config, graph=graph, constants=constants, refit=reshaped)
+
+    def failing(variables):
+        raise ValueError("fit: no usable pair")
+
+    with pytest.raises(ValueError, match="no usable pair"):  # the compile thread is joined
+        train_and_eval(config, graph=graph, constants=constants, refit=failing)
