@@ -18,7 +18,35 @@ from jax import lax
 from nas.graph import grouped_conv, pooling
 from nas.graph.ops import Graph, Op, OpType, canonical_name
 from nas.graph.symbolic import resolve
-from nas.graph.validate import MODULE_TYPES
+from nas.graph.validate import MODULE_TYPES, check_const_kwarg
+
+# Failures that say nothing about the graph (memory, the device, jax tracing misuse): they
+# reach the caller unchanged, so that its own handling of them still works.
+PASSTHROUGH_ERRORS: tuple[type[BaseException], ...] = (
+    MemoryError, FloatingPointError, jax.errors.JaxRuntimeError,
+    jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError,
+    jax.errors.TracerBoolConversionError, jax.errors.TracerIntegerConversionError,
+    jax.errors.UnexpectedTracerError,
+)
+
+
+class OpError(ValueError):
+    """An op failed while running. `reason` is the underlying message, so that a caller that
+    runs an op in a model of its own (shape inference) can name the op of its graph."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def op_failure(op: Op, shapes: Sequence[Sequence[int]], error: Exception,
+               what: str = "failed") -> OpError:
+    """The ValueError reporting that running `op` raised `error`: names the op, its type and
+    its input shapes (jax and flax report such problems as TypeError, AssertionError, ...)."""
+    reason = error.reason if isinstance(error, OpError) else str(error) or type(error).__name__
+    shapes = [tuple(s) for s in shapes]
+    return OpError(f"op {op.name!r} ({op.type.name}) {what} on inputs {shapes}: {reason}",
+                   reason)
 
 
 def resolve_op(
@@ -33,9 +61,10 @@ def resolve_op(
             if key == "name":
                 continue
             try:
-                out[key] = resolve(value, shapes, tensors, constants)
+                resolved = resolve(value, shapes, tensors, constants)
             except ValueError as e:
                 raise ValueError(f"op {op.name!r} kwarg {key!r}: {e}") from None
+            out[key] = check_const_kwarg(op, key, value, resolved)
         return out
 
     return one(op.op_kwargs), one(op.input_kwargs)
@@ -50,6 +79,21 @@ def _stochastic_depth(
     rng = module.make_rng("dropout")
     keep = jax.random.bernoulli(rng, survival, (x.shape[0],) + (1,) * (x.ndim - 1))
     return jnp.where(keep, x / survival, jnp.zeros_like(x))
+
+
+def _check_spatial(op_type: OpType, x: jax.Array, kw: Mapping[str, Any],
+                   keys: Sequence[str]) -> None:
+    """Conv and pool kwargs need one entry per spatial axis of a batched input: flax would
+    silently take extra leading axes as batch axes, or pool across the batch. Flat features
+    (batch, features) have no spatial axis: a conv there is a (grouped) dense layer."""
+    if x.ndim < 2:
+        raise ValueError(f"{op_type.name} needs a batched input (batch, spatial..., "
+                         f"features), got shape {tuple(x.shape)}")
+    for key in keys:
+        value = kw.get(key)
+        if isinstance(value, tuple | list) and len(value) != x.ndim - 2:
+            raise ValueError(f"{key} {tuple(value)} needs {x.ndim - 2} entries, one per "
+                             f"spatial axis of an input of shape {tuple(x.shape)}")
 
 
 def _pool_args(x: jax.Array, kw: dict[str, Any]) -> dict[str, Any]:
@@ -69,6 +113,7 @@ def _pool_args(x: jax.Array, kw: dict[str, Any]) -> dict[str, Any]:
 
 def _module_kwargs(op_type: OpType, x: jax.Array, kw: dict[str, Any]) -> dict[str, Any]:
     if op_type is OpType.CONV:
+        _check_spatial(op_type, x, kw, ("kernel_size", "strides"))
         if isinstance(kw.get("kernel_size"), int):
             kw = {**kw, "kernel_size": (kw["kernel_size"],) * (x.ndim - 2)}
         kw = {**kw, "conv_general_dilated": grouped_conv.conv_general_dilated}
@@ -126,10 +171,10 @@ def exec_op(
         return [jnp.reshape(x, (x.shape[0], -1))]
     if t is OpType.TRANSPOSE:
         return [jnp.transpose(x, axes=in_kw["axes"])]
-    if t is OpType.AVG_POOL:
-        return [nn.avg_pool(x, **_pool_args(x, in_kw))]
-    if t is OpType.MAX_POOL:
-        return [pooling.max_pool(x, **_pool_args(x, in_kw))]
+    if t in (OpType.AVG_POOL, OpType.MAX_POOL):
+        _check_spatial(t, x, in_kw, ("window_shape", "strides"))
+        pool = nn.avg_pool if t is OpType.AVG_POOL else pooling.max_pool
+        return [pool(x, **_pool_args(x, in_kw))]
     if t is OpType.MEAN:
         return [jnp.mean(x, axis=in_kw["axis"])]
     if t is OpType.PARAM:
@@ -145,7 +190,7 @@ _ACTIVATIONS: dict[OpType, Callable[[jax.Array], jax.Array]] = {
 }
 
 
-def _input_table(graph: Graph, inp: Any) -> dict[str, Any]:
+def _named_inputs(graph: Graph, inp: Any) -> dict[str, Any]:
     """Graph inputs keyed by canonical name; a dict may carry extra known tensors."""
     if not isinstance(inp, Mapping):
         if len(graph.input_names) != 1:
@@ -157,6 +202,16 @@ def _input_table(graph: Graph, inp: Any) -> dict[str, Any]:
     missing = [n for n in graph.input_names if canonical_name(n) not in table]
     if missing:
         raise ValueError(f"graph inputs {missing} are missing from the input dict")
+    return table
+
+
+def _input_table(graph: Graph, inp: Any) -> dict[str, Any]:
+    """Graph inputs keyed by canonical name; each must be an array (shape and dtype)."""
+    table = _named_inputs(graph, inp)
+    for name, value in table.items():
+        if not hasattr(value, "shape") or not hasattr(value, "dtype"):
+            raise ValueError(f"graph input {name!r} must be an array, got "
+                             f"{type(value).__name__}")
     return table
 
 
@@ -185,13 +240,21 @@ class Model(nn.Module):
             except KeyError as e:
                 raise ValueError(f"op {op.name!r}: input {e.args[0]!r} was not computed") from None
             op_kw, in_kw = resolve_op(op, inputs, tensors, constants)
-            outputs = exec_op(self, op, inputs, op_kw, in_kw, deterministic, training)
+            try:
+                outputs = exec_op(self, op, inputs, op_kw, in_kw, deterministic, training)
+            except PASSTHROUGH_ERRORS:
+                raise
+            except Exception as e:  # noqa: BLE001 - jax and flax raise many types
+                raise op_failure(op, [v.shape for v in inputs], e) from e
             if len(outputs) != op.num_outputs:
                 raise ValueError(f"op {op.name!r} produced {len(outputs)} outputs, "
                                  f"declared num_outputs={op.num_outputs}")
             tensors.update(zip(op.output_names, outputs, strict=True))
         if not graph.output_names:
             return {k: v for k, v in tensors.items() if k not in fed}
+        missing = [n for n in graph.output_names if canonical_name(n) not in tensors]
+        if missing:
+            raise ValueError(f"graph outputs {missing} were not computed by any op")
         if not isinstance(inp, Mapping) and len(graph.output_names) == 1:
             return tensors[canonical_name(graph.output_names[0])]
         return {name: tensors[canonical_name(name)] for name in graph.output_names}

@@ -62,6 +62,10 @@ INPUT_ARITY: dict[OpType, int] = {
 }
 
 
+# Op types that produce several tensors; every other type produces exactly one.
+MULTI_OUTPUT_TYPES: frozenset[OpType] = frozenset()
+
+
 def input_arity(op_type: OpType) -> int:
     return INPUT_ARITY.get(op_type, 1)
 
@@ -164,6 +168,9 @@ def new_op(
             raise ValueError(f"op {op_name!r}: {label} must be a dict, got {kwargs!r}")
     if not isinstance(num_outputs, int) or isinstance(num_outputs, bool) or num_outputs < 1:
         raise ValueError(f"op {op_name!r}: num_outputs must be a positive int, got {num_outputs!r}")
+    if num_outputs != 1 and op_type not in MULTI_OUTPUT_TYPES:
+        raise ValueError(f"op {op_name!r}: {op_type.name} has one output, got "
+                         f"num_outputs={num_outputs}")
     return Op(
         name=op_name,
         type=op_type,
@@ -177,13 +184,26 @@ def new_op(
 def new_graph(
     input_names: Sequence[str], output_names: Sequence[str], ops: Sequence[Op]
 ) -> Graph:
-    """Builds a validated graph from copies of its arguments (see `nas.graph.validate`)."""
+    """Builds a validated graph from copies of its arguments (see `nas.graph.validate`).
+
+    Op input names are stored canonical, as `new_op` stores them, so that ops built
+    directly (or loaded from a file) with bare names like "input" work everywhere.
+    """
     from nas.graph.validate import validate  # validate needs Graph; import here, no cycle
 
+    for label, value in (("input_names", input_names), ("output_names", output_names),
+                         ("ops", ops)):
+        if isinstance(value, str) or not isinstance(value, Sequence):
+            raise ValueError(f"graph {label} must be a list, got {type(value).__name__} "
+                             f"{value!r}"[:300])
     graph = Graph(
         input_names=list(copy.deepcopy(list(input_names))),
         output_names=list(copy.deepcopy(list(output_names))),
         ops=copy.deepcopy(list(ops)),
     )
+    for op in graph.ops:
+        if isinstance(op, Op) and isinstance(op.input_names, list):
+            op.input_names = [canonical_name(n) if isinstance(n, str) and n else n
+                              for n in op.input_names]
     validate(graph)
     return graph

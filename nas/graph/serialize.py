@@ -63,6 +63,9 @@ def _decode(value: Any) -> Any:
         return [_decode(v) for v in value]
     if isinstance(value, dict):
         if set(value) == {_TUPLE}:
+            if not isinstance(value[_TUPLE], list):
+                raise ValueError(f"serialized graph: {_TUPLE!r} must hold a list, got "
+                                 f"{value[_TUPLE]!r}"[:300])
             return tuple(_decode(v) for v in value[_TUPLE])
         return {k: _decode(v) for k, v in value.items()}
     return value

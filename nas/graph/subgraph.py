@@ -27,6 +27,13 @@ class SubgraphNode:
     output_names: list[str | None] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.op, Op):
+            raise ValueError(f"SubgraphNode needs an Op, got {type(self.op).__name__}")
+        names = self.output_names
+        if isinstance(names, str) or not isinstance(names, Sequence) or not all(
+                n is None or (isinstance(n, str) and n) for n in names):
+            raise ValueError(f"subgraph node {self.op.name!r}: output_names must be a list of "
+                             f"tensor names or None, got {names!r}")
         if self.output_names and len(self.output_names) != self.op.num_outputs:
             raise ValueError(
                 f"subgraph node {self.op.name!r}: output_names has {len(self.output_names)} "
@@ -52,15 +59,53 @@ def _produces(op: Op, name: str) -> bool:
     return canonical_name(name) in op.output_names
 
 
+def _check_spec(graph: Graph, subgraph: Sequence[SubgraphNode]) -> None:
+    """Refuses a spec whose splicing would silently drop or misplace ops: placement keeps
+    one op per name and ignores replacements of tensors the graph does not have.
+
+    """
+    if not isinstance(graph, Graph):
+        raise ValueError(f"replace_subgraph needs a Graph, got {type(graph).__name__}")
+    if isinstance(subgraph, str) or not isinstance(subgraph, Sequence):
+        raise ValueError(f"subgraph must be a list of SubgraphNode, got "
+                         f"{type(subgraph).__name__}")
+    for node in subgraph:
+        if not isinstance(node, SubgraphNode):
+            raise ValueError(f"subgraph entries must be SubgraphNode, got {type(node).__name__}")
+    tensors = graph.produced_tensors()
+    available = set(tensors)
+    replaced: dict[str, str] = {}
+    for node in subgraph:
+        op = node.op
+        for name in op.input_names:
+            if canonical_name(name) not in available:
+                raise ValueError(f"subgraph op {op.name!r} reads {name!r}, which neither the "
+                                 f"graph nor an earlier subgraph op produces")
+        available.update(op.output_names)
+        for old in node.output_names:
+            if old is None:
+                continue
+            if old not in tensors:
+                raise ValueError(f"subgraph node {op.name!r} replaces {old!r}, which is not a "
+                                 f"tensor of the graph")
+            if old in replaced:
+                raise ValueError(f"subgraph nodes {replaced[old]!r} and {op.name!r} both "
+                                 f"replace tensor {old!r}")
+            replaced[old] = op.name
+    if subgraph and not replaced:
+        raise ValueError("the subgraph replaces no tensor of the graph: no node has an "
+                         "output_names entry naming one")
+
+
 def replace_subgraph(graph: Graph, subgraph: Sequence[SubgraphNode]) -> Graph:
     """A new graph with `subgraph` spliced in, consumers rewired and dead ops pruned.
 
     New ops are placed as early as their inputs allow, old ops keep their order, and every op
-    that no longer contributes to a graph output is dropped. The arguments are not modified.
+    that no longer contributes to a graph output is dropped. A new op with the name of a graph
+    op replaces that op (its tensors keep their names); an unchanged copy of a graph op (as in
+    self-mapping specs) leaves it in place. The arguments are not modified.
     """
-    for node in subgraph:
-        if not isinstance(node, SubgraphNode):
-            raise ValueError(f"subgraph entries must be SubgraphNode, got {type(node).__name__}")
+    _check_spec(graph, subgraph)
     mapping = rewiring(subgraph)
     outputs = [mapping.get(canonical_name(n), n) for n in graph.output_names]
     graph_inputs = {canonical_name(n) for n in graph.input_names}
@@ -68,7 +113,10 @@ def replace_subgraph(graph: Graph, subgraph: Sequence[SubgraphNode]) -> Graph:
     placed: list[Op] = []
     available = set(graph_inputs)
     pending_new = [copy.deepcopy(node.op) for node in subgraph]
-    old_ops = [copy.deepcopy(op) for op in graph.ops]
+    by_name = {op.name: op for op in graph.ops}
+    renamed = {node.op.name for node in subgraph
+               if node.op.name in by_name and node.op != by_name[node.op.name]}
+    old_ops = [copy.deepcopy(op) for op in graph.ops if op.name not in renamed]
 
     def done() -> bool:
         return all(canonical_name(o) in available for o in outputs)
@@ -250,9 +298,13 @@ def inherit_params(
     arrays have the same tree structure, shapes and dtypes; a same-named op whose shapes
     changed (e.g. a dense layer whose input width changed) stays new.
     """
+    for label, params in (("new_params", new_params), ("old_params", old_params)):
+        if params is not None and not isinstance(params, Mapping):
+            raise ValueError(f"inherit_params: {label} must be a dict of params by op name, "
+                             f"got {type(params).__name__}")
     inherited: dict[str, Any] = {}
     new: dict[str, Any] = {}
-    for name, value in new_params.items():
+    for name, value in (new_params or {}).items():
         old = old_params.get(name) if old_params else None
         same = old is not None and (
             jax.tree.structure(old) == jax.tree.structure(value)

@@ -4,15 +4,18 @@ Forms (the canonical suffix order is `BASE%D*M`, i.e. `value // D * M`):
   `"S:<i>"`          dim i of the op's first input          `"S:-1*2"` doubles the channels
   `"S:<j>:<i>"`      dim i of the op's j-th input (j an integer)
   `"S:<T>:<i>"`      dim i of an earlier tensor T           `"S:input:-1"`
-  `"K:<name>"`       an integer constant of the graph       `"K:num_classes"`
+  `"K:<name>"`       a constant of the graph, as it is      `"K:num_classes"`, `"K:rate"`
   `"I:<fn>[:k:v]*"`  a flax initializer                     `"I:normal:stddev:1e-6"`
   `"B"`              the batch size (RESHAPE only)
-Resolution never writes back into the graph: it returns new values.
+Resolution never writes back into the graph: it returns new values. A `K:` constant with
+factors must be an int; without, it is returned unchanged and the kwarg it feeds decides what
+it may be (`nas.graph.validate.check_const_kwarg`).
 """
 
 from __future__ import annotations
 
 import functools
+import numbers
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -137,6 +140,18 @@ def parse(value: str) -> Any:
     return ShapeRef(dim, None, canonical_name(head), div, mul)
 
 
+def as_int(value: Any) -> int | None:
+    """`value` as an int when it is integral (an int, numpy int or integral float), else None;
+    a bool is not a number here."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real) and float(value).is_integer():
+        return int(value)
+    return None
+
+
 def _apply_factors(number: int, div: int, mul: int, value: Any) -> int:
     if number % div:
         raise ValueError(f"symbolic value {value!r}: {div} is not a factor of {number}")
@@ -171,7 +186,14 @@ def resolve(
     if isinstance(parsed, ConstRef):
         if parsed.key not in constants:
             raise ValueError(f"symbolic value {value!r}: no graph constant named {parsed.key!r}")
-        return _apply_factors(int(constants[parsed.key]), parsed.div, parsed.mul, value)
+        const = constants[parsed.key]
+        if parsed.div == 1 and parsed.mul == 1:
+            return const
+        number = as_int(const)
+        if number is None:
+            raise ValueError(f"symbolic value {value!r}: graph constant {parsed.key!r} is "
+                             f"{const!r}; factors need an int")
+        return _apply_factors(number, parsed.div, parsed.mul, value)
     if isinstance(parsed, ShapeRef):
         if parsed.tensor is not None:
             if parsed.tensor not in tensors:

@@ -9,13 +9,23 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
+import numbers
 from collections.abc import Mapping
 from typing import Any
 
 import flax.linen as nn
 
 from nas.graph import symbolic
-from nas.graph.ops import Graph, Op, OpType, canonical_name, check_op_name, input_arity
+from nas.graph.ops import (
+    MULTI_OUTPUT_TYPES,
+    Graph,
+    Op,
+    OpType,
+    canonical_name,
+    check_op_name,
+    input_arity,
+)
 
 # Op types whose op_kwargs construct a flax module; their allowed kwargs are its fields.
 MODULE_TYPES: dict[OpType, type[nn.Module]] = {
@@ -76,6 +86,18 @@ INIT_KWARGS = frozenset({"kernel_init", "bias_init", "scale_init", "init_fn", "e
 SIZE_KWARGS = INT_KWARGS - {"axes", "batch_dims"}
 # Kwargs that are probabilities.
 RATE_KWARGS = frozenset({"rate", "layer_drop_rate"})
+# Kwargs that take a real number (a `K:` constant keeps its value; it is not made an int).
+FLOAT_KWARGS = RATE_KWARGS | {"const", "epsilon", "momentum", "dropout_rate"}
+# Kwargs that take a bool: a truthy string such as "no" would silently mean True.
+BOOL_KWARGS = frozenset({
+    "use_bias", "use_scale", "use_running_average", "deterministic", "broadcast_dropout",
+    "decode", "normalize_qk", "force_fp32_for_softmax", "use_fast_variance",
+    "force_float32_reductions",
+})
+# Bool kwargs that flax also takes as None (its default then applies).
+OPTIONAL_BOOL_KWARGS = frozenset({"use_running_average", "deterministic"})
+# Int kwargs resolved from `K:` constants, with RESHAPE's shape and the reduction axes.
+CONST_INT_KWARGS = INT_KWARGS | {"new_shape", "axis"}
 
 
 def _concrete_ints(op: Op, key: str, value: Any) -> list[int]:
@@ -97,6 +119,20 @@ def _concrete_ints(op: Op, key: str, value: Any) -> list[int]:
 def module_fields(op_type: OpType) -> frozenset[str]:
     cls = MODULE_TYPES[op_type]
     return frozenset(f.name for f in dataclasses.fields(cls) if f.name not in ("parent", "name"))
+
+
+def _int_string(text: str, batch: bool) -> bool:
+    """Whether a string inside an int kwarg stands for an int ("B" only in RESHAPE shapes)."""
+    parsed = symbolic.parse(text)
+    if batch and parsed == "B":
+        return True
+    return (isinstance(parsed, int) and not isinstance(parsed, bool)) or isinstance(
+        parsed, symbolic.ShapeRef | symbolic.ConstRef)
+
+
+def _is_number(value: Any) -> bool:
+    return (isinstance(value, numbers.Real) and not isinstance(value, bool)
+            and math.isfinite(value))
 
 
 def _check_value(op: Op, key: str, value: Any, available: set[str], arity: int) -> None:
@@ -124,9 +160,19 @@ def _check_value(op: Op, key: str, value: Any, available: set[str], arity: int) 
         if isinstance(ref, symbolic.InitRef) and not ref.fn[:1].islower():
             raise ValueError(f"{where}: {value!r} names {ref.fn!r}, which is not a flax "
                              f"initializer")
-    if isinstance(value, str) and key in INT_KWARGS and not refs:
-        if not isinstance(symbolic.parse(value), int) and value != "B":
-            raise ValueError(f"{where}: expected an int or symbolic int, got {value!r}")
+    if key in INT_KWARGS or key == "new_shape":
+        items = value if isinstance(value, list | tuple) else [value]
+        for item in items:
+            if isinstance(item, str) and not _int_string(item, key == "new_shape"):
+                raise ValueError(f"{where}: expected an int or symbolic int, got {value!r}")
+    if key in BOOL_KWARGS and not isinstance(value, bool) and not (
+            value is None and key in OPTIONAL_BOOL_KWARGS):
+        raise ValueError(f"{where}: expected True or False, got {value!r}")
+    if key == "const" and not _is_number(value) and not (
+            value is None and op.type is OpType.SCALAR_MUL) and not (
+            isinstance(value, str) and (_is_number(symbolic.parse(value)) or (
+                refs and isinstance(refs[0], symbolic.ConstRef)))):
+        raise ValueError(f"{where}: expected a number or a 'K:' constant, got {value!r}")
     if key in INIT_KWARGS and isinstance(value, str) and not (
         refs and isinstance(refs[0], symbolic.InitRef)
     ):
@@ -148,8 +194,13 @@ def validate_op(op: Op, available: set[str]) -> None:
     check_op_name(op.name)
     if not isinstance(op.type, OpType):
         raise ValueError(f"op {op.name!r}: unknown op type {op.type!r}")
-    if not isinstance(op.num_outputs, int) or op.num_outputs < 1:
-        raise ValueError(f"op {op.name!r}: num_outputs must be a positive int")
+    if isinstance(op.num_outputs, bool) or not isinstance(op.num_outputs, int) \
+            or op.num_outputs < 1:
+        raise ValueError(f"op {op.name!r}: num_outputs must be a positive int, "
+                         f"got {op.num_outputs!r}")
+    if op.num_outputs != 1 and op.type not in MULTI_OUTPUT_TYPES:
+        raise ValueError(f"op {op.name!r}: {op.type.name} has one output, got "
+                         f"num_outputs={op.num_outputs}")
     arity = input_arity(op.type)
     if len(op.input_names) != arity:
         raise ValueError(f"op {op.name!r}: {op.type.name} takes {arity} input(s), "
@@ -177,6 +228,31 @@ def validate_op(op: Op, available: set[str]) -> None:
         _check_value(op, key, value, available, arity)
 
 
+def check_const_kwarg(op: Op, key: str, raw: Any, value: Any) -> Any:
+    """`value`, the resolution of kwarg `key` written `raw`, checked where `raw` reads `K:`
+    constants (known only when the graph runs): an int kwarg needs an int (a size >= 1), a
+    float kwarg a real number. Integral constants come back as ints."""
+    if isinstance(raw, list | tuple):
+        return tuple(check_const_kwarg(op, key, r, v) for r, v in zip(raw, value, strict=True))
+    ref = symbolic.parse(raw) if isinstance(raw, str) else None
+    if not isinstance(ref, symbolic.ConstRef):
+        return value
+    where = f"op {op.name!r} kwarg {key!r}: graph constant {ref.key!r} ({raw!r}) is {value!r}"
+    if key in CONST_INT_KWARGS:
+        number = symbolic.as_int(value)
+        low = 0 if key == "window_shape" else 1
+        if key in SIZE_KWARGS and (number is None or number < low):
+            raise ValueError(f"{where}; expected an int >= {low}")
+        if number is None:
+            raise ValueError(f"{where}; expected an int")
+        return number
+    if key in FLOAT_KWARGS and not _is_number(value):
+        raise ValueError(f"{where}; expected a number")
+    if key in RATE_KWARGS and not 0 <= value <= 1:
+        raise ValueError(f"{where}; expected a probability in [0, 1]")
+    return value
+
+
 def validate(graph: Graph) -> Graph:
     """Raises ValueError naming the op and the problem if `graph` is malformed; else returns it."""
     if not isinstance(graph, Graph):
@@ -194,7 +270,10 @@ def validate(graph: Graph) -> Graph:
             raise ValueError(f"op name {op.name!r} is not unique in the graph")
         seen.add(op.name)
         available.update(op.output_names)
-    for name in graph.output_names:
-        if canonical_name(name) not in available:
+    outputs = [canonical_name(n) for n in graph.output_names]
+    for name, canonical in zip(graph.output_names, outputs, strict=True):
+        if canonical not in available:
             raise ValueError(f"graph output {name!r} is produced by no op or graph input")
+    if len(set(outputs)) != len(outputs):
+        raise ValueError(f"graph outputs {graph.output_names} name the same tensor twice")
     return graph

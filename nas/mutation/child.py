@@ -106,6 +106,18 @@ class Child:
         return all(verify_property(p, model, shapes) for p in self.properties)
 
 
+def _check_variables(variables: Any) -> None:
+    """Parent variables are flax collections (`Model.init`'s result). A bare params dict
+    keyed by op name looks plausible but would silently give a child that inherits nothing."""
+    if not variables:
+        return
+    if not isinstance(variables, Mapping) or not isinstance(variables.get("params"), Mapping):
+        keys = sorted(map(str, variables))[:5] if isinstance(variables, Mapping) else None
+        raise ValueError(f"variables must be flax variables such as {{'params': {{op name: "
+                         f"...}}, 'batch_stats': ...}} (what Model.init returns), got "
+                         f"{type(variables).__name__} with keys {keys}")
+
+
 def propose_child(
     graph: Graph,
     constants: Mapping[str, Any] | None,
@@ -131,6 +143,7 @@ def propose_child(
     """
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise ValueError(f"seed must be an int, got {seed!r}")
+    _check_variables(variables)
     cfg = MutationConfig.from_dict(config)
     start = time.monotonic()
     rng = random.Random(seed)

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from nas.graph import symbolic
-from nas.graph.model import Model
+from nas.graph.model import Model, OpError
 from nas.graph.ops import Op, OpType, canonical_name
 from nas.graph.subgraph import SubgraphModel, rewiring
 from nas.graph.validate import INIT_KWARGS
@@ -113,7 +113,8 @@ def _jacobian_op_pairings(op_type: OpType, op_kw: dict, in_kw: Mapping[str, Any]
         found = jacobian_pairings(lambda st, v: model.apply(st, v), state, xs)
     except Exception as e:  # jax reports bad shapes as TypeError and friends
         raise ValueError(f"cannot compute the pairing of a {op_type.name} op with kwargs "
-                         f"{op_kw} {dict(in_kw)} on inputs {shapes}: {e}") from None
+                         f"{op_kw} {dict(in_kw)} on inputs {shapes}: "
+                         f"{e.reason if isinstance(e, OpError) else e}") from None
     result = []
     for i in range(num_outputs):
         out_rank = outs[f"op:{i}"].ndim

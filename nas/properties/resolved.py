@@ -17,6 +17,7 @@ import numpy as np
 from nas.graph import symbolic
 from nas.graph.model import Model
 from nas.graph.ops import Graph, Op, OpType
+from nas.graph.validate import check_const_kwarg
 
 ShapeLike = tuple[int, ...]
 
@@ -42,9 +43,10 @@ def resolve_kwargs(
             if key == "name":
                 continue
             try:
-                out[key] = _resolve(kwargs[key], shapes, tensors, constants)
+                value = _resolve(kwargs[key], shapes, tensors, constants)
             except ValueError as e:
                 raise ValueError(f"op {op.name!r} kwarg {key!r}: {e}") from None
+            out[key] = check_const_kwarg(op, key, kwargs[key], value)
         return out
 
     return one(op.op_kwargs), one(op.input_kwargs)

@@ -20,6 +20,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from nas.graph.model import op_failure
 from nas.graph.ops import Graph, Op, OpType, canonical_name
 from nas.graph.validate import validate_op
 from nas.properties import op_cache
@@ -122,8 +123,8 @@ def _traced_shapes(op: Op, op_kw: dict, in_kw: dict, ins: list[Spec]) -> tuple[S
     try:
         return tuple(eval_op_shapes(op.type, op_kw, in_kw, ins, op.num_outputs))
     except Exception as e:  # jax reports shape errors as TypeError and friends
-        raise ValueError(f"malformed graph: op {op.name!r} ({op.type.name}) failed shape "
-                         f"inference on inputs {[tuple(s.shape) for s in ins]}: {e}") from None
+        error = op_failure(op, [s.shape for s in ins], e, "failed shape inference")
+        raise ValueError(f"malformed graph: {error}") from None
 
 
 def _stored_shapes(key: tuple) -> tuple[Spec, ...] | None:

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from nas.graph.block import Block
 from nas.graph.ops import OpType, new_graph, new_op
-from nas.zoo.common import ModelParts
+from nas.zoo.common import ModelParts, positive_int
 
 
 def conv_block() -> Block:
@@ -40,7 +40,8 @@ def conv_net(
         new_op("fc/relu", OpType.RELU, ["fc/dense"]),
         new_op("fc/logits", OpType.DENSE, ["fc/relu"], op_kwargs={"features": "K:num_classes"}),
     ]
-    constants = {"out_features": out_features, "num_classes": num_classes}
+    constants = {"out_features": positive_int("out_features", out_features),
+                 "num_classes": positive_int("num_classes", num_classes)}
     return new_graph(["input"], ["fc/logits"], ops), constants, instantiated
 
 

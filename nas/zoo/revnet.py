@@ -16,7 +16,7 @@ from nas.graph.block import Block
 from nas.graph.ops import OpType, new_graph, new_op
 from nas.graph.reversible import Coupling, RevBlock, ReversibleSpec
 from nas.zoo import vit
-from nas.zoo.common import ModelParts
+from nas.zoo.common import ModelParts, positive_int
 
 
 def _parts(spec: ReversibleSpec) -> ModelParts:
@@ -103,6 +103,9 @@ def RevNet(  # noqa: N802
 ) -> ModelParts:
     """RevNet-style CNN with `depth` couplings spread over `num_stages` resolution stages;
     `head`: see `head_block`."""
+    positive_int("num_classes", num_classes)
+    depth, width = positive_int("depth", depth), positive_int("width", width)
+    num_stages = positive_int("num_stages", num_stages)
     layout = [(True, n) for n in _stage_depths(depth, num_stages)]
     if blocks is None:
         blocks = []
@@ -154,6 +157,10 @@ def RevTransformer(  # noqa: N802
     image_size: int = 32,
 ) -> ModelParts:
     """Reversible ViT: f = pre-norm attention, g = pre-norm MLP, `depth` couplings."""
+    for name, value in (("num_classes", num_classes), ("depth", depth), ("width", width),
+                        ("num_heads", num_heads), ("mlp_factor", mlp_factor),
+                        ("patch_size", patch_size), ("image_size", image_size)):
+        positive_int(name, value)
     if image_size % patch_size or width % num_heads:
         raise ValueError(f"image_size {image_size} must divide by patch_size {patch_size} "
                          f"and width {width} by num_heads {num_heads}")

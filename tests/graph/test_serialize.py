@@ -29,7 +29,7 @@ def test_tuples_survive():
     (lambda d: d.update(format="pickle"), "not a serialized graph"),
     (lambda d: d.update(version=99), "version 99 is not supported"),
     (lambda d: d["ops"][0].update(type="WARP"), "unknown op type 'WARP'"),
-    (lambda d: d["ops"][1].update(input_names=["ghost"]), "input 'ghost'"),
+    (lambda d: d["ops"][1].update(input_names=["ghost"]), "input 'ghost:0'"),
     (lambda d: d["ops"][0].pop("name"), "missing field 'name'"),
     (lambda d: d.update(ops="nope"), "field 'ops' must be a list"),
 ])
@@ -73,3 +73,29 @@ def test_deep_or_huge_json_is_refused_clearly(monkeypatch):
         serialize.load(" " * 101)
     with pytest.raises(ValueError, match="expected format 'nas.graph', got 'nas-candidate'"):
         serialize.graph_from_dict({"format": "nas-candidate"})
+
+
+def test_bare_input_names_load_as_canonical_names():
+    graph, constants, _ = cnn.CifarNet()
+    data = json.loads(graph_to_json(graph, constants))
+    for op in data["ops"]:
+        op["input_names"] = [name.split(":")[0] for name in op["input_names"]]
+    loaded, _ = load(json.dumps(data))
+    assert loaded == graph
+
+
+@pytest.mark.parametrize("value", [5, "ab"])
+def test_tuple_tag_must_hold_a_list(value):
+    graph, constants, _ = cnn.CifarNet()
+    data = json.loads(graph_to_json(graph, constants))
+    data["ops"][0]["op_kwargs"]["kernel_size"] = {"__tuple__": value}
+    with pytest.raises(ValueError, match="'__tuple__' must hold a list"):
+        load(json.dumps(data))
+
+
+def test_bool_num_outputs_is_refused():
+    graph, constants, _ = cnn.CifarNet()
+    data = json.loads(graph_to_json(graph, constants))
+    data["ops"][0]["num_outputs"] = True
+    with pytest.raises(ValueError, match="op 'proj': num_outputs"):
+        load(json.dumps(data))

@@ -125,3 +125,60 @@ def test_subgraph_model_whole_graph():
     sm = SubgraphModel(graph, {}, None, {"input": jnp.ones((1, 2))})
     assert sm.input_names == ["input:0"] and sm.output_names == ["out:0"]
     assert sm.subg_model is sm.subg_outputs_model
+
+
+@pytest.mark.parametrize("spec, message", [
+    (lambda: [SubgraphNode(new_op("x", OpType.RELU, ["proj"]), ["nope"])],
+     "node 'x' replaces 'nope:0', which is not a tensor of the graph"),
+    (lambda: [SubgraphNode(new_op("x", OpType.RELU, ["proj"]), ["conv_layer0/relu:1"])],
+     "node 'x' replaces 'conv_layer0/relu:1', which is not a tensor"),
+    (lambda: [SubgraphNode(new_op("x", OpType.RELU, ["proj"]), [None])],
+     "replaces no tensor of the graph"),
+    (lambda: [SubgraphNode(new_op("x", OpType.RELU, ["proj"]), ["conv_layer0/relu"]),
+              SubgraphNode(new_op("y", OpType.GELU, ["proj"]), ["conv_layer0/relu"])],
+     "nodes 'x' and 'y' both replace tensor 'conv_layer0/relu:0'"),
+    (lambda: [SubgraphNode(new_op("x", OpType.RELU, ["nope"]), ["conv_layer1/relu"])],
+     "subgraph op 'x' reads 'nope:0', which neither the graph nor an earlier"),
+])
+def test_replace_subgraph_refuses_specs_it_would_splice_wrongly(spec, message):
+    graph, _, _ = cnn.CifarNet()
+    with pytest.raises(ValueError, match=message):
+        replace_subgraph(graph, spec())
+
+
+def test_a_new_op_with_the_name_of_a_graph_op_replaces_it():
+    # Both used to be dropped silently: the first rewired to the old 'proj' CONV, the second
+    # returned the parent unchanged.
+    graph, _, _ = cnn.CifarNet()
+    child = replace_subgraph(graph, [
+        SubgraphNode(new_op("proj", OpType.RELU, ["input"]), ["conv_layer0/conv"])])
+    assert [(op.name, op.type) for op in child.ops[:2]] == [
+        ("proj", OpType.RELU), ("conv_layer0/relu", OpType.RELU)]
+    assert child.op("conv_layer0/relu").input_names == ["proj:0"]
+    child = replace_subgraph(graph, [
+        SubgraphNode(new_op("conv_layer0/relu", OpType.GELU, ["conv_layer0/conv"]),
+                     ["conv_layer0/relu"])])
+    assert child.op("conv_layer0/relu").type is OpType.GELU
+    assert len(child.ops) == len(graph.ops)
+
+
+def test_unchanged_copies_of_graph_ops_may_keep_their_names():
+    graph, _, _ = cnn.CifarNet()
+    copies = [SubgraphNode(copy.deepcopy(graph.op("conv_layer0/conv")), []),
+              SubgraphNode(copy.deepcopy(graph.op("conv_layer0/relu")), ["conv_layer0/relu"])]
+    assert replace_subgraph(graph, copies) == graph
+
+
+def test_wrong_argument_kinds_are_value_errors():
+    graph, _, _ = cnn.CifarNet()
+    node = SubgraphNode(new_op("x", OpType.RELU, ["proj"]), ["conv_layer0/relu"])
+    with pytest.raises(ValueError, match="needs a Graph"):
+        replace_subgraph("g", [node])
+    with pytest.raises(ValueError, match="must be a list of SubgraphNode"):
+        replace_subgraph(graph, None)
+    with pytest.raises(ValueError, match="needs an Op"):
+        SubgraphNode("x", ["a"])
+    with pytest.raises(ValueError, match="output_names must be a list"):
+        SubgraphNode(new_op("x", OpType.RELU, ["proj"]), "conv_layer0/relu")
+    with pytest.raises(ValueError, match="old_params must be a dict"):
+        inherit_params({}, [1])

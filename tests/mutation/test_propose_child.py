@@ -130,3 +130,10 @@ def test_child_without_parent_variables_is_all_new():
 def test_config_errors(bad, field):
     with pytest.raises(ValueError, match=field):
         MutationConfig.from_dict(bad)
+
+
+def test_flat_params_are_refused_rather_than_inheriting_nothing():
+    graph, constants, _ = cnn.CifarNet()
+    variables = parent_variables(graph, constants)
+    with pytest.raises(ValueError, match="variables must be flax variables.*'params'"):
+        propose_child(graph, constants, variables["params"], seed=0, config=FAST)

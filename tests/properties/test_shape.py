@@ -112,3 +112,4 @@ def test_bad_inputs_raise_value_errors(cifarnet, rewired):
     broken.ops[-1].input_names = ["nowhere:0"]
     with pytest.raises(ValueError, match="nowhere"):
         shape.ShapeProperty().infer(SubgraphModel(broken, constants, None, BATCH5, spec))
+

@@ -79,3 +79,19 @@ def test_head_pools_or_flattens_and_stays_reversible(head, pool_type, features):
     assert shapes["params"]["head/logits"]["kernel"].shape == (features, 10)
     with pytest.raises(ValueError, match="head 'max': expected one of mean, flatten"):
         revnet.RevNet(head="max")
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    ({"depth": 2.5}, "depth"), ({"width": 0}, "width"), ({"num_classes": 0}, "num_classes"),
+])
+def test_revnet_sizes_are_positive_ints(kwargs, name):
+    with pytest.raises(ValueError, match=f"{name} must be positive"):
+        revnet.RevNet(**kwargs)
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    ({"patch_size": 0}, "patch_size"), ({"num_heads": 0}, "num_heads"),
+])
+def test_rev_transformer_sizes_are_positive_ints(kwargs, name):
+    with pytest.raises(ValueError, match=f"{name} must be positive"):
+        revnet.RevTransformer(**kwargs)

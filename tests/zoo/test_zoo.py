@@ -97,3 +97,13 @@ def test_extra_builder_arguments_from_the_config_reach_the_model():
 def test_a_bad_extra_builder_argument_is_one_value_error(name, model, message):
     with pytest.raises(ValueError, match=rf"train\.model .*{message}"):
         build(name, 10, 32, model)
+
+
+@pytest.mark.parametrize("num_classes", [0, -3, 2.5, "10", True, None])
+def test_num_classes_must_be_a_positive_int_for_every_builder(num_classes):
+    # CifarNet and RevNet pass num_classes as a `K:` constant, checked only at run time.
+    for make in (lambda: cnn.CifarNet(num_classes=num_classes),
+                 lambda: build("cnn", num_classes, 32),
+                 lambda: build("revnet", num_classes, 32)):
+        with pytest.raises(ValueError, match="num_classes"):
+            make()
