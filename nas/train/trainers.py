@@ -17,6 +17,10 @@ Both strategies answer the same small protocol, so the loop in `train.py` is the
     state() / load_state(tree)                 checkpointable numpy tree (with "step")
     sync()                                      wait for queued device work
 
+  and, where compile() is not lazy (so a search's fit can run while it compiles):
+
+    starting_variables() / set_starting_variables(v)   before the first step, same shapes
+
 * `StandardTrainer`: the whole model's state replicated on the local devices, one pmapped
   step (gradients averaged over devices); the batch comes from the host (grain) or is drawn
   from a device-resident dataset inside the step (`nas.train.devdata`).
