@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Sequence
 
@@ -11,6 +12,9 @@ def unknown_field_line(e: BaseException, argv: Sequence[str] = ()) -> str:
     message arrives quoted and escaped, with a suggestion on a second line, and names only
     the last part of the field: the whole `x.y` is taken from `argv` when it is there)."""
     text = str(e.args[0]) if e.args else str(e)
+    if "has no attribute 'get_config'" in text:  # the file loaded but defines no config
+        given = [a.split("=", 1)[1].split(":", 1)[0] for a in argv if a.startswith("--config=")]
+        return f"--config: {given[-1] if given else 'the config file'} defines no get_config()"
     for _ in range(3):
         text = text.replace("\\\\", "\\").replace("\\'", "'").replace("\\n", "\n")
     lines = [ln.strip().strip("'\"\\") for ln in text.splitlines() if ln.strip()]
@@ -21,3 +25,35 @@ def unknown_field_line(e: BaseException, argv: Sequence[str] = ()) -> str:
     section = path[:len(path) - len(name)]  # "search." for "search.max_candidatez"
     return f"--config: unknown config field {path!r}" + (
         f" (did you mean {section + hint.group(1)!r}?)" if hint else "")
+
+
+def check_workdir(workdir: str, create: bool) -> None:
+    """Refuse a workdir that is a file or cannot be written, before anything is created."""
+    path = os.path.abspath(workdir)
+    if os.path.exists(path):
+        if not os.path.isdir(path):
+            raise ValueError(f"--workdir: {workdir} exists and is not a directory")
+        if create and not os.access(path, os.W_OK | os.X_OK):
+            raise ValueError(f"--workdir: {workdir} is not writable")
+        return
+    parent = os.path.dirname(path)
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):  # nothing can ever be created there: a worker never waits
+        raise ValueError(f"--workdir: {parent} is not a directory")
+    if create and not os.access(parent, os.W_OK | os.X_OK):
+        raise ValueError(f"--workdir: cannot create {workdir} ({parent} is not writable)")
+
+
+def os_error_line(e: OSError, workdir: str | None = None) -> str:
+    """An OSError as one line; one on a path in (or at) `workdir` names --workdir and the
+    workdir rather than an internal file there (e.g. a temp file written in /proc/1)."""
+    reason = e.strerror or (str(e).splitlines() or [type(e).__name__])[0]
+    if e.filename is None:
+        return reason
+    where = os.path.abspath(os.fsdecode(e.filename))
+    if workdir:
+        top = os.path.abspath(workdir)
+        if where == top or where.startswith(top + os.sep):
+            return f"--workdir: cannot use {workdir}: {reason}"
+    return f"{os.fsdecode(e.filename)}: {reason}"

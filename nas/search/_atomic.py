@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from pathlib import Path
@@ -14,6 +15,17 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     content or the new one, never a prefix of it.
     """
     path = Path(path)
+    try:
+        _write_via_temp(path, data)
+    except OSError as e:  # name the user's path, not the temp file next to it
+        raise type(e)(e.errno, e.strerror, str(path)) from None
+    _fsync_dir(path.parent)
+    return path
+
+
+def _write_via_temp(path: Path, data: bytes) -> None:
+    if path.is_dir():  # os.replace would name only the temp file
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -29,8 +41,6 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
         except FileNotFoundError:
             pass
         raise
-    _fsync_dir(path.parent)
-    return path
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:

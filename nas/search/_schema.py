@@ -12,6 +12,11 @@ FORMAT = "nas-study"
 # files are migrated when opened (`migrate`).
 SCHEMA_VERSION = 2
 
+
+class StudyNotFoundError(ValueError, FileNotFoundError):
+    """No study in the workdir: no database, or an empty one (a creation interrupted before
+    its first commit), which creating the study again may overwrite."""
+
 # Columns added after schema version 1 was first written: an older study gets them (NULL)
 # when opened, so its candidates read as before.
 ADDED_COLUMNS = {"lease_until": "REAL", "blocks_json": "TEXT"}
@@ -112,6 +117,21 @@ def migrate(conn: sqlite3.Connection, path: Path) -> None:
                          f"{SCHEMA_VERSION}: {e}") from e
 
 
+def is_empty(path: Path) -> bool:
+    """Whether `path` is missing, 0 bytes, or a SQLite database without tables (a study
+    creation interrupted before its schema was committed)."""
+    if not path.exists() or path.stat().st_size == 0:
+        return True
+    try:
+        conn = sqlite3.connect(f"file:{path.resolve()}?mode=ro", uri=True, timeout=60.0)
+        try:
+            return conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()[0] == 0
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError:  # a corrupt or foreign file is not empty
+        return False
+
+
 def check_study(conn: sqlite3.Connection, path: Path) -> None:
     """Raise ValueError unless `conn` is a study this code can read and write."""
     try:
@@ -121,7 +141,7 @@ def check_study(conn: sqlite3.Connection, path: Path) -> None:
             f"{path}: not a readable SQLite database (corrupt or foreign file): {e}"
         ) from e
     if not tables:
-        raise ValueError(f"{path}: empty database, not a nas study (create one with Study.create)")
+        raise StudyNotFoundError(f"{path}: empty database, no study in it yet")
     if "meta" not in tables or "candidates" not in tables:
         raise ValueError(
             f"{path}: a SQLite database but not a nas study (expected tables 'meta' and "

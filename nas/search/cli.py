@@ -38,7 +38,7 @@ from collections.abc import Sequence
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from nas.cli_messages import unknown_field_line
+from nas.cli_messages import check_workdir, os_error_line, unknown_field_line
 
 FLAGS = flags.FLAGS
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Search config file.",
@@ -81,11 +81,6 @@ def first_line(e: BaseException) -> str:
     return lines[0] if lines else type(e).__name__
 
 
-def os_error_line(e: OSError) -> str:
-    where = e.filename if e.filename is not None else ""
-    return f"{where}: {e.strerror or first_line(e)}" if where else first_line(e)
-
-
 def _parse(argv: Sequence[str]) -> list[str]:
     if any(a in ("--help", "-h", "-?", "--help=true") for a in argv[1:]) or (
             len(argv) > 1 and argv[1] == "help"):
@@ -116,24 +111,6 @@ def config_file_error(e: BaseException, argv: Sequence[str]) -> str:
     return text if not path or path in text else f"{path}: {text}"
 
 
-def check_workdir(workdir: str, create: bool) -> None:
-    """Refuse a workdir that is a file or cannot be written, before anything is created."""
-    path = os.path.abspath(workdir)
-    if os.path.exists(path):
-        if not os.path.isdir(path):
-            raise ValueError(f"--workdir: {workdir} exists and is not a directory")
-        if create and not os.access(path, os.W_OK | os.X_OK):
-            raise ValueError(f"--workdir: {workdir} is not writable")
-        return
-    parent = os.path.dirname(path)
-    while not os.path.exists(parent):
-        parent = os.path.dirname(parent)
-    if not os.path.isdir(parent):  # nothing can ever be created there: a worker never waits
-        raise ValueError(f"--workdir: {parent} is not a directory")
-    if create and not os.access(parent, os.W_OK | os.X_OK):
-        raise ValueError(f"--workdir: cannot create {workdir} ({parent} is not writable)")
-
-
 def _search(workdir: str) -> None:
     from nas.search.driver import run_search
     from nas.search.report import summary, write_report
@@ -155,7 +132,10 @@ def _worker(workdir: str) -> None:
     from nas.search.study_worker import run_worker
 
     check_workdir(workdir, create=False)
-    trained = run_worker(workdir, _CANDIDATE.value, wait_s=_WAIT.value)
+    try:
+        trained = run_worker(workdir, _CANDIDATE.value, wait_s=_WAIT.value)
+    except ValueError as e:
+        raise naming_flag(e, f"--candidate={_CANDIDATE.value}") from None
     for c in trained:
         if c.status == "done":
             print(f"candidate {c.id}: accuracy {c.accuracy:.4f}, FLOPs {c.flops:,.0f}, "
@@ -191,7 +171,21 @@ def _export(workdir: str) -> None:
 
     if _ID.value is None or not _OUT.value:
         raise ValueError("export needs --id and --out")
-    print(Study.load(workdir).export(_ID.value, _OUT.value))
+    study = Study.load(workdir)
+    try:
+        path = study.export(_ID.value, _OUT.value)
+    except OSError as e:
+        raise ValueError(f"--out: {os_error_line(e)}") from None
+    except ValueError as e:
+        raise naming_flag(e, f"--id={_ID.value}") from None
+    print(path)
+
+
+def naming_flag(e: ValueError, flag: str) -> ValueError:
+    """The study's "candidate_id: no candidate N" as the flag that gave N."""
+    text = first_line(e)
+    return ValueError(flag + text[len("candidate_id"):] if text.startswith("candidate_id:")
+                      else text)
 
 
 def _main(argv: Sequence[str]) -> None:
@@ -213,7 +207,7 @@ def _main(argv: Sequence[str]) -> None:
         fail(f"interrupted; the study in {_WORKDIR.value} is resumable (run the same command "
              f"again)", INTERRUPTED)
     except OSError as e:
-        fail(os_error_line(e))
+        fail(os_error_line(e, _WORKDIR.value))
     except ValueError as e:
         fail(first_line(e))
     sys.stdout.flush()

@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -198,21 +199,62 @@ def resumed_config(given: ml_collections.ConfigDict, study: Study) -> ml_collect
     return config
 
 
-def open_study(workdir: str, config: ml_collections.ConfigDict) -> Study:
+def open_study(workdir: str, config: ml_collections.ConfigDict,
+               check_new: Callable[[ml_collections.ConfigDict], Any] | None = None) -> Study:
     """Resume the study in `workdir` (its stored config wins, except `OPERATIONAL` search
-    fields, which may change silently), or create it. Other differences are named once."""
+    fields, which may change silently), or create it. Other differences are named once.
+
+    A study with no candidates yet has not started (its first run failed before seeding):
+    the given config replaces the stored one, so a corrected command starts it. `check_new`
+    runs on the config first in both of those cases, before anything is written."""
     try:
         study = Study.load(workdir)
     except StudyNotFoundError:
+        if check_new is not None:
+            check_new(config)
         return Study.open(workdir, config=config.to_dict())
+    if not study.candidates():
+        if check_new is not None:
+            check_new(config)
+        if study.replace_config(config.to_dict()):
+            return study
     given = json.loads(json.dumps(config.to_dict(), default=list))
     ignored = [f for f in _differences(given, study.config, "")
                if f.removeprefix("search.") not in OPERATIONAL]
     if ignored:
         logging.warning("%s: resuming with its stored config; the given values of %s are "
                         "ignored (only %s may change on resume)", study.path,
-                        ", ".join(ignored[:5]), ", ".join(f"search.{k}" for k in OPERATIONAL))
+                        ", ".join(ignored), ", ".join(f"search.{k}" for k in OPERATIONAL))
     return study
+
+
+def seed_parts(train: ml_collections.ConfigDict, search: ml_collections.ConfigDict
+               ) -> tuple[Any, dict[str, Any], dict[str, Any] | None, Any]:
+    """(graph, constants, variables or None, blocks record or None) of the search's seed:
+    the `search.seed_graph` file, else the zoo model of `train` (built without weights).
+    ValueError naming the field when the file or the model's arguments are bad."""
+    if search.seed_graph:  # the user's graph (and its weights, from an export)
+        from nas.search.seed import read_seed_graph
+
+        graph, constants, variables = read_seed_graph(search.seed_graph)
+        return graph, constants, variables, None
+    args = blocks_lib.builder_args(train)
+    try:
+        graph, constants, built = zoo.builder(**args)()
+    except ValueError as e:
+        text = str(e)
+        raise ValueError(text if text.startswith("train.") else
+                         f"config field 'train.model_name': {text}") from None
+    blocks = None
+    if not is_reversible(constants):  # a reversible one carries its own layout
+        blocks = blocks_lib.blocks_record(args, built)
+    return graph, constants, None, blocks
+
+
+def check_seed(config: ml_collections.ConfigDict) -> None:
+    """Builds the seed a new study would start from (`seed_parts`), so a bad model or
+    seed graph is refused before the study exists."""
+    seed_parts(config.train, validate_search(config))
 
 
 def _differences(given: Any, stored: Any, prefix: str) -> list[str]:
@@ -230,7 +272,7 @@ class Driver:
     def __init__(self, config: ml_collections.ConfigDict, workdir: str) -> None:
         validate_search(config)  # before anything is created on disk
         self.workdir = os.path.abspath(workdir)
-        self.study = open_study(self.workdir, config)
+        self.study = open_study(self.workdir, config, check_new=check_seed)
         config = resumed_config(config, self.study)
         self.search = validate_search(config)
         self.train = config.train
@@ -250,32 +292,26 @@ class Driver:
             return
         from nas.mutation import fingerprint_at
 
-        variables, blocks = None, None
-        if self.search.seed_graph:  # the user's graph (and its weights, from an export)
-            from nas.search.seed import read_seed_graph
-
-            graph, constants, variables = read_seed_graph(self.search.seed_graph)
-            if self.mutation.get("mutate_by_block"):
-                logging.warning("search.mutation.mutate_by_block: the seed graph %s has no "
-                                "blocks, so block-level mutation (block_add_prob, "
-                                "block_delete_prob, block_mutate_prob) does not apply; its "
-                                "children are subgraph mutations", self.search.seed_graph)
-                self._told_no_blocks = True
-        else:
-            args = blocks_lib.builder_args(self.train)
-            graph, constants, built = zoo.builder(**args)()
-            if not is_reversible(constants):  # a reversible one carries its own layout
-                blocks = blocks_lib.blocks_record(args, built)
+        graph, constants, variables, blocks = seed_parts(self.train, self.search)
+        if self.search.seed_graph and self.mutation.get("mutate_by_block"):
+            logging.warning("search.mutation.mutate_by_block: the seed graph %s has no "
+                            "blocks, so block-level mutation (block_add_prob, "
+                            "block_delete_prob, block_mutate_prob) does not apply; its "
+                            "children are subgraph mutations", self.search.seed_graph)
+            self._told_no_blocks = True
         inheritance = None
         if variables is not None:  # saved before the candidate exists, as for children
             inheritance = {"init_path": os.path.join(os.path.abspath(self.workdir), "inits",
                                                      "seed")}
             shutil.rmtree(inheritance["init_path"], ignore_errors=True)
             save_variables(inheritance["init_path"], variables)
-        self.study.add(
-            graph_to_json(graph, constants), generation=0, seed=self.search.seed,
-            fingerprint=fingerprint_at(graph, constants, self.input_shape),
-            inheritance=inheritance, blocks=blocks, state={"proposals": 0})
+        try:
+            self.study.add(
+                graph_to_json(graph, constants), generation=0, seed=self.search.seed,
+                fingerprint=fingerprint_at(graph, constants, self.input_shape),
+                inheritance=inheritance, blocks=blocks, state={"proposals": 0})
+        except DuplicateCandidateError:  # another driver started together added it first
+            logging.info("the seed is already in the study (added by another driver)")
 
     def choose_parent(self, done: list[Any], rng: np.random.Generator) -> int:
         """The parent of the next child: selection from the Pareto fronts (a subclass may

@@ -14,6 +14,7 @@ import os
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -78,6 +79,17 @@ def _init_worker(counter: Any, workers: int, gpus: list[str]) -> None:
         counter.value += 1
     os.environ.update(worker_env(index, workers, gpus))
     _ignore_sigint()
+    threading.Thread(target=exit_when_orphaned, args=(os.getppid(),), daemon=True,
+                     name="exit-when-orphaned").start()
+
+
+def exit_when_orphaned(owner_pid: int, period_s: float = 1.0) -> None:
+    """Ends this process once its parent `owner_pid` is gone (a SIGKILLed driver never shuts
+    its pool down). `owner_pid` checks in training stop a busy worker; this thread also
+    stops an idle one, which otherwise waits on the pool's call queue forever."""
+    while os.getppid() == owner_pid:
+        time.sleep(period_s)
+    os._exit(1)
 
 
 def _failed(candidate_id: int, e: BaseException) -> Outcome:
@@ -195,10 +207,15 @@ class LocalExecutor:
             self.submit(candidate_id, kwargs)
 
     def close(self) -> None:
-        if self._inflight:  # interrupted: do not wait for candidates nobody will record
+        """Stops the workers (killed if interrupted: nobody will record their candidates)
+        and frees the pool's semaphores now: a CLI exits with `os._exit` right after its
+        error line, and the resource tracker would warn of leaked ones after it."""
+        if self._inflight:
             for process in list(getattr(self._pool, "_processes", {}).values()):
                 process.kill()
-        self._pool.shutdown(wait=not self._inflight, cancel_futures=True)
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._inflight.clear()
+        del self._pool, self._counter  # their last references: the semaphores go now
 
 
 class RayExecutor:

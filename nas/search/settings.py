@@ -62,7 +62,7 @@ def search_defaults() -> ml_collections.ConfigDict:
 
 
 SEARCH_SCHEMA: dict[str, schema.Field] = {
-    "seed": schema.at_least(0),
+    "seed": schema.Field(int, low=0, high=2**63 - 1),  # stored as an SQLite INTEGER
     "max_candidates": schema.positive(),
     "seed_epochs": schema.at_least(0, float, expected="(0: train.total_epochs)"),
     "child_lr": schema.at_least(0, float, expected="(0: train.lr)"),
@@ -120,17 +120,11 @@ def validate_search(config: Any) -> ml_collections.ConfigDict:
 
 
 def check_dataset(train: ml_collections.ConfigDict) -> None:
-    """The dataset must exist before a study is created for it (digits builds itself)."""
-    name = train.input.data.name
-    if name == "digits":
-        return
+    """The dataset must exist, and have no more classes than `train.num_classes`, before a
+    study is created for it (digits builds itself)."""
     from nas.train import data as data_lib
 
-    data_dir = data_lib.resolve_data_dir(train.input.data_dir or None)
-    if not data_lib._is_prepared(name, data_dir):
-        raise ValueError(f"config field 'train.input.data.name': dataset {name!r} is not "
-                         f"prepared in {data_dir} (build it there with tfds, "
-                         f"file_format='array_record', or set train.input.data_dir)")
+    _prefixed("train.", data_lib.check_dataset, train)
 
 
 def _prefixed(prefix: str, fn: Any, value: Any) -> Any:

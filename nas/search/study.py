@@ -31,6 +31,7 @@ from typing import Any
 from nas.search import _schema
 from nas.search._atomic import atomic_write_text
 from nas.search._db import Database
+from nas.search._schema import StudyNotFoundError
 from nas.search.candidate import (
     COLUMNS,
     FINISHED,
@@ -54,10 +55,6 @@ _SELECT_RUNGS = f"SELECT {', '.join(RUNG_COLUMNS)} FROM rungs"
 # decide(result, peers at the same rung, parent's accuracy) -> (promoted, reason)
 Decide = Callable[[RungResult, list[RungResult], float | None], tuple[bool, str]]
 _STATE_PREFIX = "state:"
-
-
-class StudyNotFoundError(ValueError, FileNotFoundError):
-    """No study database in the workdir."""
 
 
 class DuplicateCandidateError(ValueError):
@@ -125,7 +122,7 @@ class Study:
         """
         config_json = dumps(_plain_config(config), "config")
         study = cls(workdir, _token=_PRIVATE)
-        if study.path.exists() and study.path.stat().st_size > 0:
+        if not _schema.is_empty(study.path):
             raise ValueError(f"{study.path}: a study already exists (use Study.load or Study.open)")
         study.workdir.mkdir(parents=True, exist_ok=True)
         conn = study._db.connect(create=True)
@@ -154,7 +151,7 @@ class Study:
         """Open an existing study; ValueError if missing, corrupt, foreign or too new."""
         study = cls(workdir, _token=_PRIVATE)
         if not study.path.is_file():
-            raise StudyNotFoundError(f"{study.path}: no study here (create one with Study.create)")
+            raise StudyNotFoundError(f"{study.path}: no study here")
         conn = study._db.connect()
         try:
             _schema.check_study(conn, study.path)
@@ -175,16 +172,32 @@ class Study:
         """Load the study in `workdir` if there is one (its stored config wins), else create."""
         path = Path(workdir) / DB_NAME
         if path.is_file() and path.stat().st_size > 0:
-            study = cls.load(workdir)
-            if config is not None and _plain_config(config) != study.config:
-                logging.warning("%s: resuming with the stored config; the given one differs", path)
-            return study
+            try:
+                study = cls.load(workdir)
+            except StudyNotFoundError:  # empty: its creation was interrupted; create it now
+                study = None
+            if study is not None:
+                if config is not None and _plain_config(config) != study.config:
+                    logging.warning("%s: resuming with the stored config; the given one "
+                                    "differs", path)
+                return study
         try:
             return cls.create(workdir, config)
         except ValueError:
             if path.is_file():  # another process created it first
                 return cls.load(workdir)
             raise
+
+    def replace_config(self, config: Any) -> bool:
+        """Store `config` in place of the study's own while it has no candidates (it has
+        not started: nothing was decided with the old config); False once it has some."""
+        config_json = dumps(_plain_config(config), "config") or "{}"
+        with self._db.write() as c:
+            if c.execute("SELECT 1 FROM candidates LIMIT 1").fetchone():
+                return False
+            c.execute("UPDATE meta SET value=? WHERE key='config'", (config_json,))
+        self.config = json.loads(config_json)
+        return True
 
     def close(self) -> None:
         """Close the connection (the study stays usable: the next call reconnects)."""

@@ -21,11 +21,13 @@ import os
 import re
 import sys
 from collections.abc import Sequence
+from typing import Any
 
+import ml_collections
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from nas.cli_messages import unknown_field_line
+from nas.cli_messages import check_workdir, os_error_line, unknown_field_line
 
 FLAGS = flags.FLAGS
 _CONFIG = config_flags.DEFINE_config_file(
@@ -124,6 +126,39 @@ def read_graph_file(path: str) -> tuple:
     return graph, constants, None
 
 
+def check_config(config: Any) -> ml_collections.ConfigDict:
+    """The training config with defaults, refused before anything is read or written when
+    training would fail on it later: its type, its fields (`nas.train.config.validate`),
+    a dataset with more classes than `num_classes`."""
+    from nas.train import config as config_lib
+    from nas.train import data as data_lib
+
+    if not isinstance(config, ml_collections.ConfigDict):
+        raise UserError(f"--config: get_config() must return an ml_collections.ConfigDict, "
+                        f"got {type(config).__name__}")
+    train = config_lib.with_defaults(config.train if "train" in config else config)
+    data_lib.check_dataset(train)
+    return train
+
+
+def check_logits(graph: Any, constants: Any, config: ml_collections.ConfigDict) -> None:
+    """--graph's logits must have `num_classes` entries (else the loss fails in a trace)."""
+    import jax
+    import jax.numpy as jnp
+
+    from nas.graph import Model
+
+    size = int(config.input.image_size)
+    model = Model(graph, constants)
+    rng = jax.random.PRNGKey(0)
+    logits, _ = jax.eval_shape(lambda x: model.init_with_output(
+        {"params": rng, "dropout": rng}, x), jnp.zeros((1, size, size, 3), jnp.float32))
+    got = getattr(logits, "shape", (None,))[-1]
+    if got != config.num_classes:
+        raise UserError(f"--graph: {_GRAPH.value} outputs {got} logits, but config field "
+                        f"'num_classes' is {config.num_classes}")
+
+
 def run() -> None:
     """The default action: train the config's model (or --graph) and print the table."""
     from nas.train import train_and_eval
@@ -131,9 +166,13 @@ def run() -> None:
     config = _CONFIG.value
     if config is None:
         raise UserError("--config is required")
+    train = check_config(config)
     graph = constants = init = None
     if _GRAPH.value:
         graph, constants, init = read_graph_file(_GRAPH.value)
+        check_logits(graph, constants, train)
+    if _WORKDIR.value:
+        check_workdir(_WORKDIR.value, create=True)
     metrics, epochs, _ = train_and_eval(config, graph=graph, constants=constants,
                                         workdir=_WORKDIR.value, init_variables=init)
     print(format_table(metrics.to_dict(), epochs))
@@ -149,7 +188,7 @@ def _main(argv: Sequence[str]) -> None:
     except KeyboardInterrupt:
         _fail("interrupted (run the same command again to resume from the workdir)", 130)
     except OSError as e:
-        _fail(f"{e.filename}: {e.strerror}" if e.filename else _first_line(e))
+        _fail(os_error_line(e, _WORKDIR.value))
     except (ValueError, UserError) as e:
         _fail(_first_line(e))
 

@@ -9,6 +9,7 @@ with a ValueError naming the field, before a single step is spent.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -80,6 +81,14 @@ def base_config() -> ml_collections.ConfigDict:
     return c
 
 
+def _is_regex(pattern: str) -> bool:
+    try:
+        re.compile(pattern)
+    except re.error:
+        return False
+    return True
+
+
 # Ranges and allowed values. Types come from `base_config()`, so a new field there is
 # checked for its type with no entry here; add one line here to bound it.
 RULES: dict[str, schema.Field] = {
@@ -104,6 +113,8 @@ RULES: dict[str, schema.Field] = {
         getattr(optax, n, None)), expected="(an optax transform, e.g. 'scale_by_adam')"),
     "lr": schema.at_least(0, float),
     "wd": schema.at_least(0, float),
+    "wd_pattern": schema.Field(str, check=_is_regex, expected="(a regex)"),
+    "frozen_pattern": schema.Field(str, check=_is_regex, expected="(a regex)"),
     "grad_clip_norm": schema.at_least(0, float),
     "schedule": schema.Field(object),  # dict or (regex, dict) pairs: `_check_schedule`
     "ema_decay": schema.Field(float, low=0, check=lambda v: v < 1, expected="and < 1"),
@@ -117,6 +128,24 @@ RULES: dict[str, schema.Field] = {
     "input.device_data_bytes": schema.at_least(0),
     "compute_dtype": schema.one_of("float32", "bfloat16"),
 }
+
+
+def _check_optax(name: str, kwargs: Mapping[str, Any]) -> None:
+    """`optax.<optax_name>(**optax)` must build a gradient transformation: `callable` alone
+    also lets through a loss (softmax_cross_entropy) or a factory missing an argument
+    (adam without learning_rate), which failed only once the data was loaded."""
+    factory = getattr(optax, name)
+    expected = ("must name an optax transform that takes the 'optax' arguments, e.g. "
+                "'scale_by_adam'")
+    try:
+        tx = factory(**kwargs)
+    except Exception as e:  # noqa: BLE001 - any failure is the config's
+        reason = (str(e).splitlines() or [type(e).__name__])[0]
+        raise ValueError(f"config field 'optax_name' {expected}; optax.{name}(**{kwargs!r}) "
+                         f"raised {type(e).__name__}: {reason}") from None
+    if not isinstance(tx, optax.GradientTransformation):
+        raise ValueError(f"config field 'optax_name' {expected}; optax.{name} returned "
+                         f"{type(tx).__name__}")
 
 
 def config_schema() -> dict[str, Any]:
@@ -163,7 +192,8 @@ def _check_schedule(value: Any) -> None:
         raise ValueError(f"config field 'schedule' must be a dict or a list of (regex, dict) "
                          f"pairs, got {_kind(value)}")
     for i, pair in enumerate(value):
-        if not (isinstance(pair, list | tuple) and len(pair) == 2 and isinstance(pair[0], str)):
+        if not (isinstance(pair, list | tuple) and len(pair) == 2 and isinstance(pair[0], str)
+                and _is_regex(pair[0])):
             raise ValueError(f"config field 'schedule[{i}]' must be a (regex, dict) pair")
         _check_one_schedule(pair[1], f"schedule[{i}]")
 
@@ -177,6 +207,8 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     schema.check(cfg, config_schema())
     if "schedule" in cfg:
         _check_schedule(cfg["schedule"])
+    if "optax_name" in cfg:
+        _check_optax(cfg["optax_name"], cfg.get("optax") or {})
     return config
 
 

@@ -162,6 +162,24 @@ def open_source(name: str, split: str, data_dir: str | None) -> Any:
         ) from e
 
 
+def check_dataset(config: Any) -> None:
+    """The training split of a (full) training config opens, holds a batch, and
+    `num_classes` covers its labels: fewer classes than the dataset's would one-hot the
+    larger labels to all-zero targets and train silently on a wrong task. (More classes
+    stay allowed.)"""
+    inp = config.input
+    source = open_source(inp.data.name, inp.data.split, inp.data_dir or None)
+    features = source.dataset_info.features
+    labels = getattr(features["label"], "num_classes", None) if "label" in features else None
+    if len(source) < inp.batch_size:
+        raise ValueError(f"config field 'input.batch_size' must be <= the {len(source)} "
+                         f"examples of {inp.data.name!r} split {inp.data.split!r}, got "
+                         f"{inp.batch_size}")
+    if labels is not None and config.num_classes < labels:
+        raise ValueError(f"config field 'num_classes' must be >= {labels}, the number of "
+                         f"classes of dataset {inp.data.name!r}, got {config.num_classes}")
+
+
 def _is_prepared(name: str, data_dir: str) -> bool:
     try:
         return tfds.builder(name, data_dir=data_dir).is_prepared()

@@ -42,6 +42,8 @@ def _assert_one_line(proc, prog, *needles):
 @pytest.fixture
 def place(tmp_path):
     (tmp_path / "afile").write_text("x")
+    (tmp_path / "noget.py").write_text("x = 1\n")
+    (tmp_path / "dict.py").write_text("def get_config():\n    return {'lr': 1.0}\n")
     return tmp_path
 
 
@@ -61,6 +63,14 @@ SEARCH_CASES = [
     (["report", "--workdir={t}/new"], ["study.db", "no study"]),
     (["export", "--workdir={t}/new", "--id=1", "--out={t}/x.json"], ["no study"]),
     (["frobnicate", "--workdir={t}/new"], ["frobnicate"]),
+    # found only once the study existed: checked before the workdir is touched
+    (["--workdir={t}/new", "--config.train.model_name=bogus"], ["train.model_name", "bogus"]),
+    (["--workdir={t}/new", "--seed_graph={t}/nope.json"], ["search.seed_graph", "nope.json"]),
+    (["--workdir={t}/new", "--config.train.optax_name=adam"],
+     ["train.optax_name", "learning_rate"]),
+    (["--workdir={t}/new", "--config.search.seed=99999999999999999999"], ["search.seed"]),
+    (["--workdir={t}/new", "--config.train.num_classes=5"], ["train.num_classes", "10"]),
+    (["--workdir={t}/new", "--config={t}/noget.py"], ["noget.py", "get_config()"]),
 ]
 
 
@@ -157,3 +167,58 @@ def test_export_whose_checkpoint_arrays_were_deleted_is_one_line(tmp_path):
                 f"--workdir={tmp_path}/w", cwd=tmp_path)
     _assert_one_line(proc, "nas-train", "ck", "cannot be read")
     assert _snapshot(tmp_path) == before
+
+
+TRAIN_CASES = [
+    (["--config.optax_name=adam"], ["'optax_name'", "learning_rate"]),
+    (["--config.optax_name=softmax_cross_entropy"], ["'optax_name'", "optax transform"]),
+    (["--config.wd_pattern=("], ["'wd_pattern'", "regex"]),
+    (["--config.num_classes=5"], ["'num_classes' must be >= 10", "digits"]),
+    (["--config={t}/dict.py"], ["--config", "ConfigDict", "dict"]),
+    (["--config={t}/noget.py"], ["noget.py", "get_config()"]),
+    (["--workdir={t}/afile"], ["--workdir", "afile", "not a directory"]),
+    (["--graph={t}/cnn.json", "--config.num_classes=12"], ["--graph", "10 logits", "12"]),
+]
+
+
+@pytest.mark.parametrize("args, needles", TRAIN_CASES)
+def test_nas_train_values_that_pass_the_schema_are_one_line(place, args, needles):
+    from nas.graph.serialize import graph_to_json
+    from nas.zoo import cnn
+
+    graph, constants, _ = cnn.CifarNet()
+    (place / "cnn.json").write_text(graph_to_json(graph, constants))
+    args = [a.format(t=place) for a in args]
+    if not any(a.startswith("--config=") for a in args):
+        args.insert(0, f"--config={TRAIN_CONFIG}")
+    if not any(a.startswith("--workdir=") for a in args):
+        args.append(f"--workdir={place}/w")
+    before = _snapshot(place)
+    proc = _run("nas.train.cli", *args, cwd=place)
+    _assert_one_line(proc, "nas-train", *needles)
+    assert _snapshot(place) == before
+
+
+def test_export_errors_name_the_flags(tmp_path):
+    from nas.search.study import Study
+
+    study = Study.create(tmp_path / "s", {"search": {}})
+    cid = study.add(json.dumps({"format": "nas.graph"}))
+    study.close()
+    (tmp_path / "out").mkdir()
+    before = _snapshot(tmp_path)
+    proc = _run("nas.search.cli", "export", f"--workdir={tmp_path}/s", f"--id={cid}",
+                f"--out={tmp_path}/out", cwd=tmp_path)
+    _assert_one_line(proc, "nas-search", f"--out: {tmp_path}/out: Is a directory")
+    assert ".tmp" not in proc.stderr
+    proc = _run("nas.search.cli", "export", f"--workdir={tmp_path}/s", "--id=99",
+                f"--out={tmp_path}/x.json", cwd=tmp_path)
+    _assert_one_line(proc, "nas-search", "--id=99: no candidate 99")
+    assert _snapshot(tmp_path) == before
+
+
+def test_empty_study_db_is_no_study(tmp_path):
+    (tmp_path / "study.db").write_bytes(b"")
+    proc = _run("nas.search.cli", "report", f"--workdir={tmp_path}", cwd=tmp_path)
+    _assert_one_line(proc, "nas-search", "study.db", "no study")
+    assert "Study.create" not in proc.stderr

@@ -116,7 +116,9 @@ def test_resume_warns_only_about_fields_that_cannot_change(tmp_path, caplog):
     from nas.search.driver import open_study
     from nas.search.study import Study
 
-    Study.create(tmp_path, BASE.to_dict()).close()
+    study = Study.create(tmp_path, BASE.to_dict())
+    study.add('{"format": "nas.graph"}')  # started: the stored config wins
+    study.close()
     caplog.set_level(logging.WARNING)
     changed = _with("search.max_candidates", 99)
     changed.search.workers = 0
@@ -125,3 +127,39 @@ def test_resume_warns_only_about_fields_that_cannot_change(tmp_path, caplog):
     open_study(str(tmp_path), _with("search.seed", 7)).close()
     (record,) = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert "search.seed" in record.getMessage() and "max_candidates" in record.getMessage()
+
+
+def test_resume_warning_names_every_ignored_field(tmp_path, caplog):
+    import logging
+
+    from nas.search.driver import open_study
+    from nas.search.study import Study
+
+    study = Study.create(tmp_path, BASE.to_dict())
+    study.add('{"format": "nas.graph"}')  # started: the stored config wins
+    study.close()
+    changed = _with("train.model_name", "revnet")
+    for i, field in enumerate(("seed", "child_lr", "seed_epochs", "max_params_ratio",
+                               "max_attempts")):
+        changed.search[field] = changed.search.get(field, 1) + 1 + i
+    caplog.set_level(logging.WARNING)
+    open_study(str(tmp_path), changed).close()
+    (record,) = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert "train.model_name" in record.getMessage() and "search.seed," in record.getMessage()
+
+
+def test_a_study_without_candidates_takes_the_given_config(tmp_path, caplog):
+    import logging
+
+    from nas.search.driver import check_seed, open_study
+    from nas.search.study import Study
+
+    Study.create(tmp_path, _with("train.model_name", "bogus").to_dict()).close()
+    caplog.set_level(logging.WARNING)
+    fixed = _with("search.seed", 3)
+    study = open_study(str(tmp_path), fixed)
+    assert study.config["train"]["model_name"] == "cnn" and study.config["search"]["seed"] == 3
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    with pytest.raises(ValueError, match="train.model_name"):  # checked before it is stored
+        open_study(str(tmp_path), _with("train.model_name", "bogus"), check_new=check_seed)
+    assert Study.load(tmp_path).config["train"]["model_name"] == "cnn"

@@ -141,3 +141,27 @@ def test_children_over_the_parameter_bound_are_refused(tmp_path, search_config, 
                 if "search.max_params_ratio=0.01" in r.getMessage()]
     assert len(refusals) == 2 and "times the seed's" in refusals[0]
     assert not list((tmp_path / "s").glob("inits/*")), "a refused child's weights were saved"
+
+
+def test_bad_model_is_refused_before_the_study_exists(tmp_path, search_config):
+    config = search_config()
+    config.train.model_name = "bogus"
+    with pytest.raises(ValueError, match="train.model_name.*bogus"):
+        Driver(config, str(tmp_path / "w"))
+    assert not (tmp_path / "w").exists()
+
+
+def test_two_drivers_seeding_together_share_the_seed(tmp_path, search_config):
+    first = Driver(search_config(), str(tmp_path))
+    second = Driver(search_config(), str(tmp_path))  # both saw a study without candidates
+    first.seed_population()
+    second.study.candidates = lambda status=None: []  # it checked before the first added
+    second.seed_population()  # already seeded: no DuplicateCandidateError
+    assert len(first.study.candidates()) == 1
+
+
+def test_empty_study_db_is_created_again(tmp_path, search_config):
+    (tmp_path / "study.db").write_bytes(b"")
+    driver = Driver(search_config(), str(tmp_path))
+    driver.seed_population()
+    assert len(Study.load(tmp_path).candidates()) == 1

@@ -58,6 +58,6 @@ def test_bad_seed_graph_names_the_field(tmp_path, search_config, content, messag
     if content is not None:
         graph, constants = _small_graph()
         path.write_text(content.replace("GRAPH", graph_to_json(graph, constants)))
-    driver = Driver(search_config(seed_graph=str(path)), str(tmp_path / "study"))
     with pytest.raises(ValueError, match=f"search.seed_graph.*{message}"):
-        driver.seed_population()
+        Driver(search_config(seed_graph=str(path)), str(tmp_path / "study"))
+    assert not (tmp_path / "study").exists()  # refused before the study is created

@@ -77,6 +77,22 @@ def test_open_create_load_errors(tmp_path):
         Study.create(tmp_path / "x", {"f": object()})
 
 
+@pytest.mark.parametrize("header", [False, True])
+def test_an_interrupted_creation_is_no_study(tmp_path, header):
+    """study.db left 0 bytes, or a SQLite header without tables, by a kill inside create."""
+    path = tmp_path / "study.db"
+    path.write_bytes(b"")
+    if header:
+        conn = sqlite3.connect(path)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.close()
+    with pytest.raises(StudyNotFoundError, match="empty database") as e:
+        Study.load(tmp_path)
+    assert "Study.create" not in str(e.value)
+    study = Study.open(tmp_path, {"a": 1})
+    assert study.config == {"a": 1} and Study.load(tmp_path).config == {"a": 1}
+
+
 def test_duplicates_and_input_validation(tmp_path):
     study = Study.create(tmp_path)
     first = study.add(GRAPH, fingerprint="abc")
@@ -183,7 +199,7 @@ def test_refuses_corrupt_foreign_and_newer_files(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     (empty / "study.db").write_bytes(b"")
-    with pytest.raises(ValueError, match="empty database"):
+    with pytest.raises(StudyNotFoundError, match="empty database"):
         Study.load(empty)
 
     newer = tmp_path / "newer"

@@ -131,3 +131,37 @@ def test_ctrl_c_is_one_line_exit_130_and_resumable(tmp_path):
                       f"(run the same command again)"], out[-3000:]
     (seed,) = candidates(workdir)
     assert (seed.status, seed.attempts) == ("pending", 0)  # handed back, claimable at once
+
+
+IDLE_POOL = """
+import os, time
+from nas.search.executors import LocalExecutor
+if __name__ == "__main__":
+    executor = LocalExecutor(1)
+    print(executor._pool.submit(os.getpid).result(), flush=True)
+    time.sleep(300)
+"""
+
+
+def test_idle_pool_worker_exits_when_its_driver_is_killed(tmp_path):
+    from nas.search.study import _is_zombie
+
+    (tmp_path / "idle_pool.py").write_text(IDLE_POOL)
+    driver = subprocess.Popen([sys.executable, str(tmp_path / "idle_pool.py")],
+                              stdout=subprocess.PIPE, text=True, env=_env())
+    worker = int(driver.stdout.readline())
+    try:
+        driver.kill()  # SIGKILL: the pool is never shut down
+        driver.wait()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if not os.path.exists(f"/proc/{worker}") or _is_zombie(worker):
+                break
+            time.sleep(0.2)
+        else:
+            pytest.fail(f"pool worker {worker} outlived its driver")
+    finally:
+        try:
+            os.kill(worker, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

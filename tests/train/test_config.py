@@ -54,3 +54,38 @@ def test_with_defaults_fills_missing_fields():
     c = ml_collections.ConfigDict({"lr": 0.5, "input": {"batch_size": 32}})
     full = config_lib.with_defaults(c)
     assert full.lr == 0.5 and full.input.batch_size == 32 and full.input.image_size == 32
+
+
+@pytest.mark.parametrize("field, value, match", [
+    ("optax_name", "adam", r"'optax_name'.*learning_rate"),  # a factory missing an argument
+    ("optax_name", "softmax_cross_entropy", r"'optax_name'.*optax transform"),  # a loss
+    ("wd_pattern", "(", r"'wd_pattern' must be a string \(a regex\)"),
+    ("frozen_pattern", "[", r"'frozen_pattern' must be a string \(a regex\)"),
+    ("schedule", [("(", {})], r"schedule\[0\]"),
+])
+def test_values_that_fail_only_when_training_are_refused(field, value, match):
+    cfg = config_lib.base_config().to_dict()
+    cfg[field] = value
+    with pytest.raises(ValueError, match=match):
+        config_lib.validate(cfg)
+
+
+def test_optax_transform_is_built_with_its_arguments():
+    cfg = config_lib.base_config().to_dict()
+    cfg["optax_name"], cfg["optax"] = "adam", {"learning_rate": 1.0}
+    config_lib.validate(cfg)
+    cfg["optax"] = {"learning_rate": 1.0, "bogus": 2}
+    with pytest.raises(ValueError, match=r"'optax_name'.*bogus"):
+        config_lib.validate(cfg)
+
+
+def test_fewer_classes_than_the_dataset_are_refused(data_dir):
+    from nas.train import data
+
+    cfg = config_lib.base_config()
+    cfg.input.data_dir = data_dir
+    cfg.num_classes = 5
+    with pytest.raises(ValueError, match=r"'num_classes' must be >= 10.*'digits', got 5"):
+        data.check_dataset(cfg)
+    cfg.num_classes = 12  # more classes than labels only wastes logits
+    data.check_dataset(cfg)
