@@ -12,7 +12,7 @@ from typing import Any
 
 from nas.graph.block import Block
 from nas.graph.ops import Op, OpType, new_graph, new_op
-from nas.zoo.common import ModelParts, factor
+from nas.zoo.common import ModelParts, factor, positive_int
 
 CONV = {"use_bias": False}
 BN = {"momentum": 0.9, "epsilon": 1e-5}
@@ -133,6 +133,7 @@ def resnet(num_classes: int, input_resolution: str = "small", num_filters: int =
 def _builder(block_fn, stage_sizes: Sequence[int], expansion: int):
     def build(num_classes: int = 1000, input_resolution: str = "small", num_filters: int = 64,
               blocks: Sequence[Block] | None = None) -> ModelParts:
+        positive_int("num_filters", num_filters)
         if blocks is None:
             blocks = create_resnet_blocks(block_fn, stage_sizes, num_filters, expansion)
         return resnet(num_classes, input_resolution, num_filters, blocks)

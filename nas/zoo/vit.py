@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from nas.graph.block import Block
 from nas.graph.ops import Op, OpType, new_graph, new_op
-from nas.zoo.common import ModelParts, factor
+from nas.zoo.common import ModelParts, factor, positive_int
 
 XAVIER = "I:xavier_uniform"
 
@@ -67,6 +67,10 @@ def patch_embedding(patch_size: int, width: int, tokens: int, pos_name: str) -> 
 
 def vit(blocks: Sequence[Block], patch_size: int, image_size: int, width: int,
         dropout: float = 0.0, num_classes: int = 1000) -> ModelParts:
+    patch_size, image_size = positive_int("patch_size", patch_size), positive_int(
+        "image_size", image_size)
+    if not 0.0 <= dropout < 1.0:
+        raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
     if image_size % patch_size:
         raise ValueError(f"image_size {image_size} is not a multiple of patch_size {patch_size}")
     tokens = (image_size // patch_size) ** 2
@@ -108,6 +112,9 @@ def vit(blocks: Sequence[Block], patch_size: int, image_size: int, width: int,
 def base_vit(patch_size: int, width: int, depth: int, mlp_dim: int, num_heads: int,
              image_size: int = 224, num_classes: int = 1000, dropout: float = 0.0,
              blocks: Sequence[Block] | None = None) -> ModelParts:
+    for name, value in (("width", width), ("depth", depth), ("mlp_dim", mlp_dim),
+                        ("num_heads", num_heads)):
+        positive_int(name, value)
     if width % num_heads or mlp_dim % width:
         raise ValueError(f"width {width} must divide by num_heads {num_heads} and divide "
                          f"mlp_dim {mlp_dim}")

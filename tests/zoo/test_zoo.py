@@ -107,3 +107,14 @@ def test_num_classes_must_be_a_positive_int_for_every_builder(num_classes):
                  lambda: build("revnet", num_classes, 32)):
         with pytest.raises(ValueError, match="num_classes"):
             make()
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: resnetv1.ResNet18(num_classes=10, num_filters=0), "num_filters"),
+    (lambda: vit.ViT_Ti16(num_classes=10, image_size=-16), "image_size"),
+    (lambda: vit.ViT_Ti16(num_classes=10, dropout=-0.1), "dropout"),
+    (lambda: vit.base_vit(16, 192, 12, 768, 0, image_size=32, num_classes=10), "num_heads"),
+])
+def test_bad_sizes_of_resnet_and_vit_are_value_errors(make, message):
+    with pytest.raises(ValueError, match=message):
+        make()
