@@ -36,4 +36,9 @@ def read_export(path: str | os.PathLike) -> tuple[Any, dict[str, Any], dict[str,
     checkpoint = doc.get("checkpoint_path")
     if checkpoint is not None and not isinstance(checkpoint, str):
         raise ValueError(f"{path}: field 'checkpoint_path' must be a string")
-    return graph, constants, load_variables(checkpoint) if checkpoint else None
+    if not checkpoint:
+        return graph, constants, None
+    try:
+        return graph, constants, load_variables(checkpoint)
+    except ValueError as e:  # e.g. the study's checkpoint was deleted since the export
+        raise ValueError(f"{path}: field 'checkpoint_path': {e}") from None

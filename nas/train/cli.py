@@ -115,7 +115,10 @@ def read_graph_file(path: str) -> tuple:
     if isinstance(doc, dict) and doc.get("format") == "nas-candidate":
         from nas.search.export import read_export  # only for files the search exported
 
-        graph, constants, variables = read_export(path)
+        try:
+            graph, constants, variables = read_export(path)
+        except ValueError as e:  # its messages name the file and the field
+            raise UserError(f"--graph: {e}") from None
         if variables is not None:
             print("starting from the exported candidate's trained weights")
         return graph, constants, variables

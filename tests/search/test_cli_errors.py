@@ -178,6 +178,8 @@ TRAIN_CASES = [
     (["--config={t}/noget.py"], ["noget.py", "get_config()"]),
     (["--workdir={t}/afile"], ["--workdir", "afile", "not a directory"]),
     (["--graph={t}/cnn.json", "--config.num_classes=12"], ["--graph", "10 logits", "12"]),
+    (["--graph={t}/gone.json"], ["--graph", "gone.json", "'checkpoint_path'",
+                                 "no saved variables"]),
 ]
 
 
@@ -188,6 +190,9 @@ def test_nas_train_values_that_pass_the_schema_are_one_line(place, args, needles
 
     graph, constants, _ = cnn.CifarNet()
     (place / "cnn.json").write_text(graph_to_json(graph, constants))
+    exported = {"format": "nas-candidate", "graph": json.loads(graph_to_json(graph, constants)),
+                "checkpoint_path": str(place / "deleted_checkpoint")}
+    (place / "gone.json").write_text(json.dumps(exported))
     args = [a.format(t=place) for a in args]
     if not any(a.startswith("--config=") for a in args):
         args.insert(0, f"--config={TRAIN_CONFIG}")
