@@ -213,7 +213,7 @@ def open_study(workdir: str, config: ml_collections.ConfigDict,
         if check_new is not None:
             check_new(config)
         return Study.open(workdir, config=config.to_dict())
-    if not study.candidates():
+    if not any(study.counts().values()):
         if check_new is not None:
             check_new(config)
         if study.replace_config(config.to_dict()):

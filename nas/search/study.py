@@ -171,12 +171,12 @@ class Study:
     def open(cls, workdir: str | os.PathLike, config: Any = None) -> Study:
         """Load the study in `workdir` if there is one (its stored config wins), else create."""
         path = Path(workdir) / DB_NAME
-        if path.is_file() and path.stat().st_size > 0:
+        if path.is_file():
             try:
                 study = cls.load(workdir)
             except StudyNotFoundError:  # empty: its creation was interrupted; create it now
-                study = None
-            if study is not None:
+                pass
+            else:
                 if config is not None and _plain_config(config) != study.config:
                     logging.warning("%s: resuming with the stored config; the given one "
                                     "differs", path)
