@@ -190,24 +190,20 @@ _ACTIVATIONS: dict[OpType, Callable[[jax.Array], jax.Array]] = {
 }
 
 
-def _named_inputs(graph: Graph, inp: Any) -> dict[str, Any]:
-    """Graph inputs keyed by canonical name; a dict may carry extra known tensors."""
+def _input_table(graph: Graph, inp: Any) -> dict[str, Any]:
+    """Graph inputs keyed by canonical name, each an array (shape and dtype); a dict may
+    carry extra known tensors."""
     if not isinstance(inp, Mapping):
         if len(graph.input_names) != 1:
             raise ValueError(
                 f"graph has inputs {graph.input_names}: pass a dict keyed by input name"
             )
-        return {canonical_name(graph.input_names[0]): inp}
-    table = {canonical_name(k): v for k, v in inp.items()}
+        table = {canonical_name(graph.input_names[0]): inp}
+    else:
+        table = {canonical_name(k): v for k, v in inp.items()}
     missing = [n for n in graph.input_names if canonical_name(n) not in table]
     if missing:
         raise ValueError(f"graph inputs {missing} are missing from the input dict")
-    return table
-
-
-def _input_table(graph: Graph, inp: Any) -> dict[str, Any]:
-    """Graph inputs keyed by canonical name; each must be an array (shape and dtype)."""
-    table = _named_inputs(graph, inp)
     for name, value in table.items():
         if not hasattr(value, "shape") or not hasattr(value, "dtype"):
             raise ValueError(f"graph input {name!r} must be an array, got "

@@ -66,6 +66,15 @@ INPUT_ARITY: dict[OpType, int] = {
 MULTI_OUTPUT_TYPES: frozenset[OpType] = frozenset()
 
 
+def check_num_outputs(op_name: str, op_type: OpType, num_outputs: Any) -> None:
+    """An int >= 1 (not a bool), and 1 unless the op type produces several tensors."""
+    if not isinstance(num_outputs, int) or isinstance(num_outputs, bool) or num_outputs < 1:
+        raise ValueError(f"op {op_name!r}: num_outputs must be a positive int, got {num_outputs!r}")
+    if num_outputs != 1 and op_type not in MULTI_OUTPUT_TYPES:
+        raise ValueError(f"op {op_name!r}: {op_type.name} has one output, got "
+                         f"num_outputs={num_outputs}")
+
+
 def input_arity(op_type: OpType) -> int:
     return INPUT_ARITY.get(op_type, 1)
 
@@ -166,11 +175,7 @@ def new_op(
     for label, kwargs in (("input_kwargs", input_kwargs), ("op_kwargs", op_kwargs)):
         if kwargs is not None and not isinstance(kwargs, Mapping):
             raise ValueError(f"op {op_name!r}: {label} must be a dict, got {kwargs!r}")
-    if not isinstance(num_outputs, int) or isinstance(num_outputs, bool) or num_outputs < 1:
-        raise ValueError(f"op {op_name!r}: num_outputs must be a positive int, got {num_outputs!r}")
-    if num_outputs != 1 and op_type not in MULTI_OUTPUT_TYPES:
-        raise ValueError(f"op {op_name!r}: {op_type.name} has one output, got "
-                         f"num_outputs={num_outputs}")
+    check_num_outputs(op_name, op_type, num_outputs)
     return Op(
         name=op_name,
         type=op_type,

@@ -18,11 +18,11 @@ import flax.linen as nn
 
 from nas.graph import symbolic
 from nas.graph.ops import (
-    MULTI_OUTPUT_TYPES,
     Graph,
     Op,
     OpType,
     canonical_name,
+    check_num_outputs,
     check_op_name,
     input_arity,
 )
@@ -194,13 +194,7 @@ def validate_op(op: Op, available: set[str]) -> None:
     check_op_name(op.name)
     if not isinstance(op.type, OpType):
         raise ValueError(f"op {op.name!r}: unknown op type {op.type!r}")
-    if isinstance(op.num_outputs, bool) or not isinstance(op.num_outputs, int) \
-            or op.num_outputs < 1:
-        raise ValueError(f"op {op.name!r}: num_outputs must be a positive int, "
-                         f"got {op.num_outputs!r}")
-    if op.num_outputs != 1 and op.type not in MULTI_OUTPUT_TYPES:
-        raise ValueError(f"op {op.name!r}: {op.type.name} has one output, got "
-                         f"num_outputs={op.num_outputs}")
+    check_num_outputs(op.name, op.type, op.num_outputs)
     arity = input_arity(op.type)
     if len(op.input_names) != arity:
         raise ValueError(f"op {op.name!r}: {op.type.name} takes {arity} input(s), "

@@ -86,8 +86,6 @@ def head_block(head: str = "mean") -> Block:
 
 
 def _stage_depths(depth: int, num_stages: int) -> list[int]:
-    if depth < 1 or num_stages < 1:
-        raise ValueError(f"depth ({depth}) and num_stages ({num_stages}) must be positive")
     base, extra = divmod(depth, num_stages)
     return [base + (s < extra) for s in range(num_stages)]
 
