@@ -81,24 +81,44 @@ def _stochastic_depth(
     return jnp.where(keep, x / survival, jnp.zeros_like(x))
 
 
-def _check_spatial(op_type: OpType, x: jax.Array, kw: Mapping[str, Any],
-                   keys: Sequence[str]) -> None:
-    """Conv and pool kwargs need one entry per spatial axis of a batched input: flax would
-    silently take extra leading axes as batch axes, or pool across the batch. Flat features
-    (batch, features) have no spatial axis: a conv there is a (grouped) dense layer."""
-    if x.ndim < 2:
-        raise ValueError(f"{op_type.name} needs a batched input (batch, spatial..., "
-                         f"features), got shape {tuple(x.shape)}")
+def spatial_rank(op_type: OpType, shape: Sequence[int], kw: Mapping[str, Any],
+                 size_key: str) -> int:
+    """How many spatial axes a conv kernel or pool window covers, as flax reads it: a
+    sequence has one entry per spatial axis, and the input is (spatial..., features),
+    unbatched, or (batch, spatial..., features); an int is expanded over rank - 2 axes (a
+    batched input, as in the reference). Any other rank is refused: flax would take extra
+    leading axes as batch axes, or fail with an assertion. Flat features (batch, features)
+    have no spatial axis: a conv there is a (grouped) dense layer."""
+    size = kw.get(size_key)
+    shape = tuple(shape)
+    if not isinstance(size, tuple | list):
+        if len(shape) < 2:
+            raise ValueError(f"{op_type.name} with an int {size_key} needs a batched input "
+                             f"(batch, spatial..., features), got shape {shape}")
+        return len(shape) - 2
+    spatial = len(size)
+    if len(shape) not in (spatial + 1, spatial + 2):
+        raise ValueError(f"{op_type.name} {size_key} {tuple(size)} covers {spatial} spatial "
+                         f"axes: the input needs rank {spatial + 1} (unbatched) or "
+                         f"{spatial + 2} (batched), got shape {shape}")
+    return spatial
+
+
+def _check_spatial(op_type: OpType, x: jax.Array, kw: Mapping[str, Any], size_key: str,
+                   keys: Sequence[str]) -> int:
+    """`spatial_rank`, and every per-axis kwarg in `keys` has one entry per spatial axis."""
+    spatial = spatial_rank(op_type, x.shape, kw, size_key)
     for key in keys:
         value = kw.get(key)
-        if isinstance(value, tuple | list) and len(value) != x.ndim - 2:
-            raise ValueError(f"{key} {tuple(value)} needs {x.ndim - 2} entries, one per "
-                             f"spatial axis of an input of shape {tuple(x.shape)}")
+        if isinstance(value, tuple | list) and len(value) != spatial:
+            raise ValueError(f"{op_type.name} {key} {tuple(value)} needs {spatial} entries, "
+                             f"one per spatial axis of an input of shape {tuple(x.shape)}")
+    return spatial
 
 
-def _pool_args(x: jax.Array, kw: dict[str, Any]) -> dict[str, Any]:
-    """Expands int windows/strides to one entry per spatial dim; a 0 window is global."""
-    spatial = x.ndim - 2
+def _pool_args(x: jax.Array, spatial: int, kw: dict[str, Any]) -> dict[str, Any]:
+    """Expands int windows/strides to one entry per spatial dim; a 0 window is global.
+    `x` is batched: (batch, spatial..., features)."""
     window = kw["window_shape"]
     window = (window,) * spatial if isinstance(window, int) else tuple(window)
     window = tuple(x.shape[1 + i] if w == 0 else w for i, w in enumerate(window))
@@ -111,11 +131,26 @@ def _pool_args(x: jax.Array, kw: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _pool(op_type: OpType, x: jax.Array, kw: dict[str, Any]) -> jax.Array:
+    """Average or max pooling; an unbatched input runs as a batch of one, as in flax."""
+    spatial = _check_spatial(op_type, x, kw, "window_shape", ("strides",))
+    padding = kw.get("padding")
+    if padding is not None and not isinstance(padding, str) and len(padding) != spatial:
+        raise ValueError(f"{op_type.name} padding {padding!r} needs one (low, high) pair "
+                         f"per spatial axis ({spatial})")
+    unbatched = x.ndim == spatial + 1
+    batched = x[None] if unbatched else x
+    pool = nn.avg_pool if op_type is OpType.AVG_POOL else pooling.max_pool
+    y = pool(batched, **_pool_args(batched, spatial, kw))
+    return y[0] if unbatched else y
+
+
 def _module_kwargs(op_type: OpType, x: jax.Array, kw: dict[str, Any]) -> dict[str, Any]:
     if op_type is OpType.CONV:
-        _check_spatial(op_type, x, kw, ("kernel_size", "strides"))
+        spatial = _check_spatial(op_type, x, kw, "kernel_size",
+                                 ("strides", "input_dilation", "kernel_dilation"))
         if isinstance(kw.get("kernel_size"), int):
-            kw = {**kw, "kernel_size": (kw["kernel_size"],) * (x.ndim - 2)}
+            kw = {**kw, "kernel_size": (kw["kernel_size"],) * spatial}
         kw = {**kw, "conv_general_dilated": grouped_conv.conv_general_dilated}
     return kw
 
@@ -172,9 +207,7 @@ def exec_op(
     if t is OpType.TRANSPOSE:
         return [jnp.transpose(x, axes=in_kw["axes"])]
     if t in (OpType.AVG_POOL, OpType.MAX_POOL):
-        _check_spatial(t, x, in_kw, ("window_shape", "strides"))
-        pool = nn.avg_pool if t is OpType.AVG_POOL else pooling.max_pool
-        return [pool(x, **_pool_args(x, in_kw))]
+        return [_pool(t, x, in_kw)]
     if t is OpType.MEAN:
         return [jnp.mean(x, axis=in_kw["axis"])]
     if t is OpType.PARAM:

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from nas.graph import symbolic
-from nas.graph.model import Model, OpError
+from nas.graph.model import Model, OpError, spatial_rank
 from nas.graph.ops import Op, OpType, canonical_name
 from nas.graph.subgraph import SubgraphModel, rewiring
 from nas.graph.validate import INIT_KWARGS
@@ -47,6 +47,14 @@ def _cap(shape: Sequence[int], dims: Sequence[int] | None = None) -> tuple[int, 
     return tuple(min(n, 2) if i in dims else n for i, n in enumerate(shape))
 
 
+def _unspatial(op_type: OpType, shape: tuple[int, ...], kw: Mapping[str, Any],
+               size_key: str) -> tuple[int, ...]:
+    """The axes a conv kernel or pool window does not span: features, and the batch axis
+    of a batched input (an unbatched one has none, as in flax)."""
+    spatial = spatial_rank(op_type, shape, kw, size_key)
+    return (0, len(shape) - 1) if len(shape) == spatial + 2 else (len(shape) - 1,)
+
+
 def _canonical(op_type: OpType, op_kw: dict, in_kw: dict,
                shapes: list[tuple[int, ...]]) -> tuple[dict, list[tuple[int, ...]]]:
     """The smallest problem with the same pairing: only reductions proven exact are made
@@ -61,16 +69,13 @@ def _canonical(op_type: OpType, op_kw: dict, in_kw: dict,
         k in op_kw for k in ("input_dilation", "mask")
     ):
         (shape,) = shapes
-        kernel = op_kw["kernel_size"]
-        spatial = len(kernel) if isinstance(kernel, tuple) else len(shape) - 2
-        batched = len(shape) == spatial + 2  # flax treats rank spatial+1 as unbatched
-        capped = (0, len(shape) - 1) if batched else (len(shape) - 1,)
-        return {**op_kw, "features": min(op_kw["features"], 2)}, [_cap(shape, capped)]
+        return ({**op_kw, "features": min(op_kw["features"], 2)},
+                [_cap(shape, _unspatial(op_type, shape, op_kw, "kernel_size"))])
     if op_type is OpType.LAYER_NORM and not {"reduction_axes", "feature_axes"} & set(op_kw):
         return op_kw, [_cap(s) for s in shapes]
-    if op_type in (OpType.MAX_POOL, OpType.AVG_POOL):  # windows span dims 1..-2 only
+    if op_type in (OpType.MAX_POOL, OpType.AVG_POOL):
         (shape,) = shapes
-        return op_kw, [_cap(shape, (0, len(shape) - 1))]
+        return op_kw, [_cap(shape, _unspatial(op_type, shape, in_kw, "window_shape"))]
     return op_kw, shapes
 
 

@@ -1,5 +1,6 @@
 """Failures while running a graph are ValueErrors naming the op; conv and pool kwargs must
-fit the input rank instead of silently treating axes as batch axes."""
+fit the input rank (spatial axes + features, with or without one batch axis, as flax reads
+it) instead of silently treating axes as batch axes."""
 
 import jax
 import jax.numpy as jnp
@@ -21,11 +22,17 @@ def one_op(op_type, input_kwargs=None, op_kwargs=None):
 
 
 BAD_RANK = [
-    (OpType.CONV, None, {"features": 4, "kernel_size": (3, 3, 3)}, X, "kernel_size"),
+    (OpType.CONV, None, {"features": 4, "kernel_size": (3, 3, 3, 3)}, X, "kernel_size"),
+    # Two leading axes before (spatial, spatial, features): flax would merge them into one
+    # batch axis; refused.
+    (OpType.CONV, None, {"features": 4, "kernel_size": (3, 3)}, jnp.zeros((2, 2, 8, 8, 3)),
+     "rank 3 \\(unbatched\\) or 4 \\(batched\\)"),
     (OpType.CONV, None, {"features": 4, "kernel_size": (3,)}, X, "kernel_size"),
     (OpType.CONV, None, {"features": 4, "kernel_size": 3, "strides": (2, 2, 2)}, X, "strides"),
     (OpType.CONV, None, {"features": 4, "kernel_size": 3}, jnp.zeros((8,)), "batched input"),
-    (OpType.AVG_POOL, {"window_shape": (2, 2, 2)}, None, X, "window_shape"),
+    (OpType.AVG_POOL, {"window_shape": (2, 2, 2, 2)}, None, X, "window_shape"),
+    (OpType.MAX_POOL, {"window_shape": (2,)}, None, X, "window_shape"),
+    (OpType.AVG_POOL, {"window_shape": (2, 2), "padding": ((0, 1),)}, None, X, "padding"),
     (OpType.MAX_POOL, {"window_shape": 2, "strides": (1,)}, None, X, "strides"),
     (OpType.AVG_POOL, {"window_shape": 2}, None, jnp.zeros((8,)), "batched input"),
 ]

@@ -36,9 +36,10 @@ def pairing_of(prop):
 
 
 SOFTMAX = new_op("output", OpType.SOFTMAX, ["input"], input_kwargs={"axis": -1})
-# A 1-D conv: a (5, 5, 5) input is (batch, length, features). A 2-D kernel on it (flax's
-# unbatched mode) would convolve over the batch axis, which Model refuses.
-CONV = new_op("output", OpType.CONV, ["input"], op_kwargs={"features": 10, "kernel_size": [3]})
+# The reference's test: a 3x3 conv on a (5, 5, 5) input, which flax (and so Model) runs as
+# one unbatched (height, width, features) image.
+CONV = new_op("output", OpType.CONV, ["input"],
+              op_kwargs={"features": 10, "kernel_size": [3, 3]})
 
 
 @pytest.mark.parametrize("abstract", [True, False])
@@ -51,7 +52,7 @@ def test_softmax_mixes_its_axis_into_every_output_dim(abstract):
 def test_conv_pairing_and_how_it_relates_to_softmax(abstract):
     conv = linear.LinopProperty().infer(single_op_model(CONV, (5, 5, 5)), abstract=abstract)
     soft = linear.LinopProperty().infer(single_op_model(SOFTMAX, (5, 5, 5)), abstract=abstract)
-    assert pairing_of(conv) == [[1, 0, 0], [0, 2, 0], [3, 3, 3]]
+    assert pairing_of(conv) == [[2, 0, 0], [0, 2, 0], [3, 3, 3]]
     assert soft.is_satisfied_by(conv)
     assert not conv.is_satisfied_by(soft)
 
