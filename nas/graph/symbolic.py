@@ -22,7 +22,7 @@ from typing import Any
 
 from flax.linen import initializers
 
-from nas.graph.ops import canonical_name
+from nas.graph.ir import canonical_name
 
 _NO_KWARG_INITS = ("zeros", "ones")
 

@@ -17,7 +17,7 @@ from typing import Any
 import flax.linen as nn
 
 from nas.graph import symbolic
-from nas.graph.ops import (
+from nas.graph.ir import (
     Graph,
     Op,
     OpType,
