@@ -85,6 +85,9 @@ def canonical_name(name: str) -> str:
     return name if ":" in name else f"{name}:0"
 
 
+canonicalize_tensor_name = canonical_name  # the reference's name
+
+
 def op_of_tensor(name: str) -> str:
     """The op (or graph input) that produces a tensor: `"conv:1"` -> `"conv"`."""
     return name.rsplit(":", 1)[0] if ":" in name else name
@@ -107,6 +110,9 @@ class Op:
     @property
     def output_names(self) -> list[str]:
         return [f"{self.name}:{i}" for i in range(self.num_outputs)]
+
+
+Op.OpType = OpType  # the reference's nested name for the enum
 
 
 @dataclass

@@ -20,6 +20,7 @@ from nas.graph.ir import (
     OpType,
     as_op_type,
     canonical_name,
+    canonicalize_tensor_name,
     check_num_outputs,
     check_op_name,
     input_arity,
@@ -29,8 +30,8 @@ from nas.graph.validate import validate
 
 __all__ = [
     "INPUT_ARITY", "MULTI_OUTPUT_TYPES", "RESERVED_NAME_CHARS", "Graph", "Op", "OpType",
-    "as_op_type", "canonical_name", "check_num_outputs", "check_op_name", "input_arity",
-    "new_graph", "new_op", "op_of_tensor",
+    "as_op_type", "canonical_name", "canonicalize_tensor_name", "check_num_outputs",
+    "check_op_name", "input_arity", "new_graph", "new_op", "op_of_tensor",
 ]
 
 

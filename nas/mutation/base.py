@@ -2,7 +2,8 @@
 
 One name per operation: `select_subgraph` picks the ops, a property's `mutate` changes
 that property, `select_targets` does both (the synthesis targets), and proposing a whole
-child is `ModelMutator.propose` / `propose_child`.
+child is `ModelMutator.propose` / `propose_child`. The reference's names stay callable
+beside them: `AbstractMutator.mutate` is `select_targets`.
 
 A mutator does not change the graph: it returns, per context, the selected subgraph (as a
 SubgraphModel of the unchanged graph) and the target properties a synthesizer must then
@@ -94,3 +95,9 @@ class AbstractMutator:
                         prop.output_shapes = {k: v for k, v in prop.output_shapes.items()
                                               if k in kept}
         return out
+
+    def mutate(
+        self, graph: Graph, contexts: Sequence[MutationContext], abstract: bool = True
+    ) -> list[tuple[SubgraphModel, list[Any]]]:
+        """The reference's name for `select_targets` (same arguments, same result)."""
+        return self.select_targets(graph, contexts, abstract)

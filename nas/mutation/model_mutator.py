@@ -8,6 +8,9 @@ definition (renamed `<block>/trial<id>`; each other instance of that block takes
 definition with probability `block_mutate_prob`), and rebuilds the model with the zoo
 builder; otherwise a subgraph of the whole graph is replaced. Every child has valid shapes
 and a fingerprint different from its parent's, computed here once and carried along.
+
+The reference's names stay callable: `mutate` (the reference's 4-tuple, all None when no
+child is found) wraps `propose`, and `mutate_block` is `redefine_block`.
 """
 
 from __future__ import annotations
@@ -114,6 +117,11 @@ class ModelMutator:
                 new_blocks[i] = Block(new_name, new_base, dict(blocks[i].base_constants or {}))
         return new_blocks
 
+    def mutate_block(self, block_to_mutate: Block, parent_blocks: Sequence[Block],
+                     subgraph: Sequence[SubgraphNode], child_id: int) -> list[Block]:
+        """The reference's name for `redefine_block`."""
+        return self.redefine_block(block_to_mutate, parent_blocks, subgraph, child_id)
+
     # Subgraph mutation -------------------------------------------------------------------
 
     def _synthesize(self, graph: Graph, contexts: list, child_id: int, deadline: Budget
@@ -184,6 +192,26 @@ class ModelMutator:
             f"no child found in {deadline.steps} synthesis steps{net} "
             f"(limits: {cfg.retries} attempts, {cfg.max_steps} steps; "
             f"{self.clock() - start:.1f}s); " + " | ".join(reasons[-4:]))
+
+    def mutate(self, parent_graph: Graph, parent_constants: Mapping[str, Any] | None,
+               parent_blocks: Sequence[Block] | None, model_fn: Builder | None,
+               child_id: int) -> tuple[Graph | None, dict[str, Any] | None,
+                                       list[Block] | None, SubgraphModel | None]:
+        """The reference's call: `(new_graph, new_constants, new_blocks, subgraph_model)`,
+        all None when no child is found (`propose` says why instead). A child made without
+        blocks comes back as one block `model<child_id>`; `subgraph_model` is the replaced
+        subgraph in the graph it was synthesized for (None for a block added or deleted)."""
+        try:
+            proposal = self.propose(parent_graph, parent_constants, parent_blocks, model_fn,
+                                    child_id)
+        except NoChildFound:
+            return None, None, None, None
+        blocks = proposal.blocks if proposal.blocks is not None else [
+            Block(f"model{child_id}", proposal.graph, dict(proposal.constants))]
+        subgraph_model = SubgraphModel(proposal.host_graph, proposal.host_constants, None,
+                                       proposal.host_inputs, proposal.spec) \
+            if proposal.host_graph is not None else None
+        return proposal.graph, proposal.constants, blocks, subgraph_model
 
     def _graph_attempt(self, graph: Graph, constants: dict[str, Any], inputs: dict[str, Any],
                        child_id: int, deadline: Budget) -> Proposal:

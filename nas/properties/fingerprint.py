@@ -49,19 +49,23 @@ def _full_op_kwargs(op_type: OpType, op_kw: Mapping[str, Any]) -> tuple:
 def fingerprint_graph(
     graph: Graph,
     constants: Mapping[str, Any] | None = None,
-    inputs: Mapping[str, Any] | None = None,
+    input_values: Mapping[str, Any] | None = None,
+    state: Any = None,
+    *,
     shapes: GraphShapes | None = None,
 ) -> str:
-    """A hex sha256 of what `graph` computes.
+    """A hex sha256 of what `graph` computes (the reference's arguments; its `state` is
+    accepted and ignored: a fingerprint is of the computation, not of its weights).
 
-    With `inputs` (arrays, specs or shape tuples) or precomputed `shapes`, symbolic kwargs
-    are resolved first, so `"S:-1*2"` and the width it resolves to fingerprint alike.
-    Without either, kwargs are hashed as written (with the constants).
+    With `input_values` (arrays, specs or shape tuples) or precomputed `shapes`, symbolic
+    kwargs are resolved first, so `"S:-1*2"` and the width it resolves to fingerprint
+    alike. Without either, kwargs are hashed as written (with the constants).
     """
+    del state
     validate(graph)
     constants = dict(constants or {})
-    if shapes is None and inputs is not None:
-        shapes = graph_shapes(graph, constants, inputs)
+    if shapes is None and input_values is not None:
+        shapes = graph_shapes(graph, constants, input_values)
     digests: dict[str, str] = {}
     for name in graph.input_names:
         key = canonical_name(name)

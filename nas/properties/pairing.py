@@ -25,11 +25,21 @@ class Mapping_(enum.IntEnum):  # noqa: N801 - exported as `Pairing.Mapping`
 
 
 class Pairing:
-    """`mappings[in_dim, out_dim]` of `Pairing.Mapping` values (a small int matrix)."""
+    """`mappings[in_dim, out_dim]` of `Pairing.Mapping` values (a small int matrix).
+
+    Built from the matrix, or as in the reference from two dim counts (`Pairing(3, 4)`:
+    nothing paired yet, to be filled by `pairing[i, j] = ...`).
+    """
 
     Mapping = Mapping_
 
-    def __init__(self, mappings: Any) -> None:
+    def __init__(self, mappings: Any, out_dims: int | None = None) -> None:
+        if out_dims is not None:  # the reference's Pairing(in_dims, out_dims)
+            if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0
+                       for n in (mappings, out_dims)):
+                raise ValueError(f"Pairing(in_dims, out_dims) takes two dim counts, got "
+                                 f"{mappings!r}, {out_dims!r}")
+            mappings = np.zeros((mappings, out_dims), np.int8)
         arr = np.asarray(mappings, dtype=np.int8)
         if arr.ndim != 2 or arr.size and (arr.min() < 0 or arr.max() > 3):
             raise ValueError(f"a pairing is a 2-D matrix of values 0..3, got {mappings!r}")

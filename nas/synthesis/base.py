@@ -211,4 +211,6 @@ class AbstractSynthesizer:
                                     property_distance(prop, model, shapes))
         return float(sum(per_type.values()))
 
-
+    def get_subg_distance(self, subg_models: Sequence[SubgraphModel]) -> float:
+        """The reference's name for `subg_distance`."""
+        return self.subg_distance(subg_models)

@@ -23,6 +23,8 @@ from nas.synthesis.search_space import (
     all_kwargs_for_op_type,
     hashable,
     kwarg_defaults,
+    kwargs_for_op_to_product,
+    make_default_kwargs,
     op_enumerator,
     sequence_generator,
 )
@@ -48,7 +50,15 @@ def _spec_key(ops: Sequence[Op]) -> str:
 
 class EnumerativeSequentialSynthesizer(AbstractSequentialSynthesizer):
     """Shortest-first enumeration. Length bounds: `max_len` / `min_len` absolute, or
-    `max_delta` / `min_delta` relative to the length of the replaced chain."""
+    `max_delta` / `min_delta` relative to the length of the replaced chain.
+
+    The search space's functions are reachable here too, where the reference has them.
+    """
+
+    make_default_kwargs = staticmethod(make_default_kwargs)
+    all_kwargs_for_op_type = staticmethod(all_kwargs_for_op_type)
+    kwargs_for_op_to_product = staticmethod(kwargs_for_op_to_product)
+    op_enumerator = staticmethod(op_enumerator)
 
     def __init__(
         self,

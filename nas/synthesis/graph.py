@@ -98,9 +98,9 @@ class GraphSynthesizer(AbstractSynthesizer):
         generation: int | str,
         sequential_ctr: SequentialCtor,
         abstract: bool = True,
+        p: float = 0.0,  # fifth, as in the reference
         rng: random.Random | None = None,
         budget: Budget | None = None,
-        p: float = 0.0,
         max_attempts: int = 3,
     ) -> None:
         super().__init__(subgraphs_and_props, generation, abstract, rng, budget)

@@ -8,7 +8,9 @@ from collections.abc import Iterator
 
 from nas.graph.ops import Op
 from nas.synthesis.enum_sequential import EnumerativeSequentialSynthesizer
-from nas.synthesis.search_space import op_enumerator, random_sequence_generator
+from nas.synthesis.search_space import num_in_base, op_enumerator, random_sequence_generator
+
+__all__ = ["RandomEnumerativeSequentialSynthesizer", "num_in_base", "random_sequence_generator"]
 
 
 class RandomEnumerativeSequentialSynthesizer(EnumerativeSequentialSynthesizer):

@@ -217,10 +217,12 @@ def kwarg_defaults(ops: Iterable[Op], skip_int_features: bool = False) -> KwargS
     return seen
 
 
-def make_default_kwargs(defaults: Mapping[str, set[Any]] | None, full: bool,
+def make_default_kwargs(kwarg_defaults: Mapping[str, set[Any]] | None, full: bool,
                         space: SearchSpace | None = None) -> KwargSets:
-    """The observed values unioned with the class values of the setting."""
-    out: KwargSets = {k: set(v) for k, v in (defaults or {}).items()}
+    """The observed values unioned with the class values of the setting. (Argument names
+    are the reference's, here and below: `kwarg_defaults` as returned by the function of
+    that name.)"""
+    out: KwargSets = {k: set(v) for k, v in (kwarg_defaults or {}).items()}
     for key, values in _factor_sets(full, space).items():
         out.setdefault(key, set()).update(values)
     return out
@@ -270,11 +272,11 @@ def make_features(defaults: Mapping[str, set[Any]], full: bool) -> set[Any]:
 
 
 def all_kwargs_for_op_type(
-    defaults: Mapping[str, set[Any]], full: bool, op_type: OpType,
+    kwarg_defaults: Mapping[str, set[Any]], full: bool, op_type: OpType,
     space: SearchSpace | None = None,
 ) -> tuple[KwargSets, KwargSets]:
     """(op_kwargs choices, input_kwargs choices) for one op type; ({}, {}) if it has none."""
-    d = make_default_kwargs(defaults, full, space)
+    d = make_default_kwargs(kwarg_defaults, full, space)
     if op_type is OpType.DENSE:
         return {"features": make_features(d, full)}, {}
     if op_type is OpType.CONV:
@@ -329,8 +331,8 @@ PARAMETERIZED_TYPES = (OpType.DENSE, OpType.CONV, OpType.GROUP_NORM, OpType.DROP
 
 
 def op_enumerator(
-    prefix: str = "",
-    defaults: Mapping[str, set[Any]] | None = None,
+    prefix: str | None = "",
+    kwarg_defaults: Mapping[str, set[Any]] | None = None,
     full: bool = True,
     op_types: Sequence[OpType] | None = None,
     space: SearchSpace | None = None,
@@ -343,13 +345,13 @@ def op_enumerator(
     for op_type in OpType:
         if op_type in SKIPPED_TYPES or (allowed is not None and op_type not in allowed):
             continue
-        name = prefix + op_type.name.lower()
+        name = (prefix or "") + op_type.name.lower()
         if op_type in KWARG_FREE_TYPES:
             yield new_op(name, op_type, ["inputs"])
             continue
         if op_type not in PARAMETERIZED_TYPES:
             continue
-        op_kw, in_kw = all_kwargs_for_op_type(defaults or {}, full, op_type, space)
+        op_kw, in_kw = all_kwargs_for_op_type(kwarg_defaults or {}, full, op_type, space)
         if not op_kw and not in_kw:
             continue
         for o, i in kwargs_for_op_to_product(op_kw, in_kw):

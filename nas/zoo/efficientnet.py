@@ -162,6 +162,11 @@ def efficientnet(num_classes: int, config: ModelConfig,
     return new_graph(["input"], ["head/out"], ops), {}, instantiated
 
 
+# The reference's (misspelt) names.
+create_efficietnet_blocks = create_efficientnet_blocks
+efficietnet = efficientnet
+
+
 def EfficientNetB0(num_classes: int = 1000, blocks: Sequence[Block] | None = None) -> ModelParts:  # noqa: N802
     return efficientnet(num_classes, MODEL_CONFIGS["b0"], blocks)
 
