@@ -51,7 +51,7 @@ def test_export_file_seeds_the_study_with_its_weights(tmp_path, search_config):
     (None, "cannot read"),
     ("not json", "not a graph JSON"),
     ('{"format": "nas-candidate", "graph": GRAPH, "checkpoint_path": "/nonexistent/ck"}',
-     "does not exist"),
+     "'checkpoint_path': no saved variables"),
 ])
 def test_bad_seed_graph_names_the_field(tmp_path, search_config, content, message):
     path = tmp_path / "seed.json"
