@@ -126,8 +126,6 @@ def read_graph_file(path: str) -> tuple[Any, dict[str, Any], dict[str, Any] | No
             cand = load_candidate(path)
         except ValueError as e:  # its messages name the file and the field
             raise UserError(f"--graph: {e}") from None
-        if cand.variables is not None:
-            print("starting from the exported candidate's trained weights")
         return cand.graph, cand.constants, cand.variables, cand.train_config
     try:  # not JSON, or not a graph: serialize.load says why
         graph, constants = serialize.load(text)
@@ -250,7 +248,9 @@ def run() -> None:
         check_logits(graph, constants, train)
     if _WORKDIR.value:
         check_workdir(_WORKDIR.value, create=True)
-    print(format_settings(train, source, overridden, _WORKDIR.value), flush=True)
+    print(format_settings(train, source, overridden, _WORKDIR.value))
+    if init is not None:
+        print("starting from the exported candidate's trained weights", flush=True)
     metrics, epochs, _ = train_and_eval(train, graph=graph, constants=constants,
                                         workdir=_WORKDIR.value, init_variables=init)
     print(format_table(metrics.to_dict(), epochs))
