@@ -176,7 +176,7 @@ def training_settings(config: Any, exported: dict[str, Any] | None
     `search.child_lr`); only `--config.F=V` overrides change them. Without such settings
     the --config file is the training config, as for any model."""
     overrides = {}
-    if config is not None and FLAGS["config"].present:
+    if config is not None:
         prefix = "train." if "train" in config else ""
         overrides = {k.removeprefix(prefix): v
                      for k, v in config_flags.get_override_values(FLAGS["config"]).items()
@@ -185,12 +185,15 @@ def training_settings(config: Any, exported: dict[str, Any] | None
         if config is None:
             raise UserError("--config is required (unless --graph is a candidate exported "
                             "with its training settings)")
-        return check_config(config), f"--config={_config_file()}", sorted(overrides)
+        source = f"--config={FLAGS['config'].config_filename}"
+        return check_config(config), source, sorted(overrides)
     try:  # the file's settings alone first, so that an error names the right culprit
         train = check_config(ml_collections.ConfigDict(exported))
     except ValueError as e:
         raise UserError(f"--graph: {_GRAPH.value}: field 'train_config': {e}") from None
     source = f"the candidate's own, from {_GRAPH.value}"
+    if config is not None:
+        source += "; --config gives only its --config.F=V overrides"
     if not overrides:
         return train, source, []
     settings = train.to_dict()
@@ -201,10 +204,6 @@ def training_settings(config: Any, exported: dict[str, Any] | None
             node = node.setdefault(name, {})
         node[leaf] = value
     return check_config(ml_collections.ConfigDict(settings)), source, sorted(overrides)
-
-
-def _config_file() -> str:
-    return str(FLAGS["config"].config_filename) if FLAGS["config"].present else ""
 
 
 # The settings that decide how a run trains, as printed before it starts (all of them go to

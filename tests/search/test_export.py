@@ -87,7 +87,8 @@ def test_nas_train_prints_and_uses_the_candidate_settings(exported):
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
     assert "starting from the exported candidate's trained weights" in out
-    assert "training settings (the candidate's own, from candidate.zip):" in out
+    assert ("training settings (the candidate's own, from candidate.zip; --config gives only "
+            "its --config.F=V overrides):") in out
     assert re.search(r"^  lr +0\.0007$", out, re.M), out
     assert re.search(r"^  total_epochs +0\.25$", out, re.M), out
     assert re.search(r"^  seed +3  \(command line\)$", out, re.M), out
