@@ -10,8 +10,14 @@ import os
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BELOW_SEARCH = ("nas.graph", "nas.properties", "nas.synthesis", "nas.mutation", "nas.train",
-                "nas.io")
+BELOW_SEARCH = (
+    "nas.graph",
+    "nas.properties",
+    "nas.synthesis",
+    "nas.mutation",
+    "nas.train",
+    "nas.io",
+)
 
 
 def modules(package: str) -> list[tuple[str, str]]:
@@ -56,21 +62,29 @@ def _within(name: str, package: str) -> bool:
 def test_nothing_below_the_search_imports_it(package):
     found = modules(package)
     assert found, package
-    offenders = [f"{module} imports {name}" for module, path in found
-                 for name in sorted(imported(module, path)) if _within(name, "nas.search")]
+    offenders = [
+        f"{module} imports {name}"
+        for module, path in found
+        for name in sorted(imported(module, path))
+        if _within(name, "nas.search")
+    ]
     assert not offenders, offenders
 
 
 def test_the_graph_package_imports_no_other_nas_package():
-    offenders = [f"{module} imports {name}" for module, path in modules("nas.graph")
-                 for name in sorted(imported(module, path))
-                 if (name == "nas" or _within(name, "nas")) and not _within(name, "nas.graph")]
+    offenders = [
+        f"{module} imports {name}"
+        for module, path in modules("nas.graph")
+        for name in sorted(imported(module, path))
+        if (name == "nas" or _within(name, "nas")) and not _within(name, "nas.graph")
+    ]
     assert not offenders, offenders
 
 
 def test_the_checker_sees_lazy_and_relative_imports(tmp_path):
     path = tmp_path / "mod.py"
-    path.write_text("def f():\n    from nas.search.study import Study\n"
-                    "    from ..search import cli\n")
+    path.write_text(
+        "def f():\n    from nas.search.study import Study\n    from ..search import cli\n"
+    )
     names = imported("nas.train.mod", str(path))
     assert {"nas.search.study", "nas.search", "nas.search.cli"} <= names

@@ -20,8 +20,9 @@ FOLDER = "weights"
 _EMPTY = object()  # marks an empty dict while flattening
 
 
-def flatten(tree: Mapping[str, Any], prefix: tuple[str, ...] = (), empty: Any = None
-            ) -> list[tuple[tuple[str, ...], Any]]:
+def flatten(
+    tree: Mapping[str, Any], prefix: tuple[str, ...] = (), empty: Any = None
+) -> list[tuple[tuple[str, ...], Any]]:
     """(key path, leaf) of every leaf of nested dicts, in key order; an empty dict is a leaf
     `empty` when that is given (so that `{"batch_stats": {}}` round-trips), else skipped."""
     out = []
@@ -44,13 +45,21 @@ def write_arrays(archive: zipfile.ZipFile, tree: Mapping[str, Any]) -> list[dict
             continue
         array = np.asarray(leaf)
         if array.dtype.kind not in "biufc":
-            raise ValueError(f"weights: {'/'.join(path)} has dtype {array.dtype}; only "
-                             f"bool, integer, float and complex arrays can be exported")
+            raise ValueError(
+                f"weights: {'/'.join(path)} has dtype {array.dtype}; only "
+                f"bool, integer, float and complex arrays can be exported"
+            )
         member = f"{FOLDER}/{i}.npy"
         with archive.open(member, "w", force_zip64=True) as f:
             np.lib.format.write_array(f, np.ascontiguousarray(array), allow_pickle=False)
-        manifest.append({"path": list(path), "member": member, "shape": list(array.shape),
-                         "dtype": array.dtype.str})
+        manifest.append(
+            {
+                "path": list(path),
+                "member": member,
+                "shape": list(array.shape),
+                "dtype": array.dtype.str,
+            }
+        )
     return manifest
 
 
@@ -70,8 +79,11 @@ def read_arrays(archive: zipfile.ZipFile, manifest: Any, where: str) -> dict[str
                 raise ValueError(f"{where}: weights path {'/'.join(path)} runs through an array")
         if path[-1] in node:
             raise ValueError(f"{where}: weights path {'/'.join(path)} appears twice")
-        node[path[-1]] = ({} if entry.get("empty_dict") is True
-                          else _read_member(archive, member, shape, dtype, where))
+        node[path[-1]] = (
+            {}
+            if entry.get("empty_dict") is True
+            else _read_member(archive, member, shape, dtype, where)
+        )
     return tree
 
 
@@ -94,8 +106,9 @@ def _entry(entry: Any, where: str) -> tuple[list[str], str, tuple[int, ...], np.
     return path, member, tuple(shape), dtype
 
 
-def _read_member(archive: zipfile.ZipFile, member: str, shape: tuple[int, ...],
-                 dtype: np.dtype, where: str) -> np.ndarray:
+def _read_member(
+    archive: zipfile.ZipFile, member: str, shape: tuple[int, ...], dtype: np.dtype, where: str
+) -> np.ndarray:
     name = f"{where}: member {member!r}"
     try:
         info = archive.getinfo(member)
@@ -103,19 +116,25 @@ def _read_member(archive: zipfile.ZipFile, member: str, shape: tuple[int, ...],
         raise ValueError(f"{name} is missing") from None
     nbytes = math.prod(shape) * dtype.itemsize
     if info.file_size < nbytes:
-        raise ValueError(f"{name} holds {info.file_size} bytes, fewer than the "
-                         f"{nbytes} of a {dtype}{list(shape)} array")
+        raise ValueError(
+            f"{name} holds {info.file_size} bytes, fewer than the "
+            f"{nbytes} of a {dtype}{list(shape)} array"
+        )
     with archive.open(info) as f:
         try:
             version = np.lib.format.read_magic(f)
-            header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                      else np.lib.format.read_array_header_2_0)(f)
+            header = (
+                np.lib.format.read_array_header_1_0
+                if version == (1, 0)
+                else np.lib.format.read_array_header_2_0
+            )(f)
         except ValueError as e:
             raise ValueError(f"{name} is not a .npy array: {e}") from None
         got_shape, fortran, got_dtype = header
         if tuple(got_shape) != shape or got_dtype != dtype:
-            raise ValueError(f"{name} is {got_dtype}{list(got_shape)}, the manifest says "
-                             f"{dtype}{list(shape)}")
+            raise ValueError(
+                f"{name} is {got_dtype}{list(got_shape)}, the manifest says {dtype}{list(shape)}"
+            )
         data = f.read(nbytes + 1)
     if len(data) != nbytes:
         raise ValueError(f"{name} has {len(data)} data bytes, expected {nbytes}")

@@ -64,20 +64,28 @@ class ExportedCandidate:
         return self.model.apply(self.variables, batch, deterministic=True, training=False)
 
 
-def write_candidate(path: str | os.PathLike, graph: Mapping[str, Any],
-                    variables: Mapping[str, Any] | None, *,
-                    input_shape: tuple[int, ...] | None = None,
-                    train_config: Mapping[str, Any] | None = None,
-                    metrics: Mapping[str, Any] | None = None,
-                    info: Mapping[str, Any] | None = None) -> Path:
+def write_candidate(
+    path: str | os.PathLike,
+    graph: Mapping[str, Any],
+    variables: Mapping[str, Any] | None,
+    *,
+    input_shape: tuple[int, ...] | None = None,
+    train_config: Mapping[str, Any] | None = None,
+    metrics: Mapping[str, Any] | None = None,
+    info: Mapping[str, Any] | None = None,
+) -> Path:
     """Write one exported candidate to `path` atomically (temp file, then rename).
 
     `graph` is the data of `nas.graph.serialize.graph_to_dict` (graph + constants)."""
     doc: dict[str, Any] = {
-        "format": FORMAT, "version": VERSION, "graph": dict(graph),
+        "format": FORMAT,
+        "version": VERSION,
+        "graph": dict(graph),
         "input_shape": None if input_shape is None else [int(n) for n in input_shape],
         "train_config": None if train_config is None else dict(train_config),
-        "metrics": dict(metrics or {}), "info": dict(info or {}), "weights": None,
+        "metrics": dict(metrics or {}),
+        "info": dict(info or {}),
+        "weights": None,
     }
 
     def write(f: Any) -> None:
@@ -112,20 +120,28 @@ def _read_archive(path: str) -> ExportedCandidate:
             manifest = doc.get("weights")
             variables = None if manifest is None else arrays.read_arrays(archive, manifest, path)
     except (zipfile.BadZipFile, EOFError, OSError) as e:
-        raise ValueError(f"{path}: not a readable exported candidate (damaged zip archive: "
-                         f"{e})") from None
+        raise ValueError(
+            f"{path}: not a readable exported candidate (damaged zip archive: {e})"
+        ) from None
     input_shape = doc.get("input_shape")
-    if input_shape is not None and not (isinstance(input_shape, list) and all(
-            type(n) is int and n > 0 for n in input_shape)):
+    if input_shape is not None and not (
+        isinstance(input_shape, list) and all(type(n) is int and n > 0 for n in input_shape)
+    ):
         raise ValueError(f"{path}: field 'input_shape' must be a list of sizes > 0")
     for field in ("train_config", "metrics", "info"):
         if doc.get(field) is not None and not isinstance(doc[field], dict):
             raise ValueError(f"{path}: field {field!r} must be an object")
     candidate = ExportedCandidate(
-        path=path, graph=graph, constants=constants, variables=variables,
+        path=path,
+        graph=graph,
+        constants=constants,
+        variables=variables,
         input_shape=None if input_shape is None else tuple(input_shape),
-        train_config=doc.get("train_config"), metrics=doc.get("metrics") or {},
-        info=doc.get("info") or {}, version=VERSION)
+        train_config=doc.get("train_config"),
+        metrics=doc.get("metrics") or {},
+        info=doc.get("info") or {},
+        version=VERSION,
+    )
     if variables is not None and candidate.input_shape is not None:
         check_weights(candidate)
     return candidate
@@ -135,21 +151,27 @@ def _document(archive: zipfile.ZipFile, path: str) -> dict[str, Any]:
     try:
         info = archive.getinfo(MEMBER)
     except KeyError:
-        raise ValueError(f"{path}: not an exported candidate (a zip archive without "
-                         f"{MEMBER})") from None
+        raise ValueError(
+            f"{path}: not an exported candidate (a zip archive without {MEMBER})"
+        ) from None
     if info.file_size > MAX_JSON_BYTES:
-        raise ValueError(f"{path}: {MEMBER} is {info.file_size:,} bytes, more than the "
-                         f"{MAX_JSON_BYTES:,} expected")
+        raise ValueError(
+            f"{path}: {MEMBER} is {info.file_size:,} bytes, more than the "
+            f"{MAX_JSON_BYTES:,} expected"
+        )
     try:
         doc = json.loads(archive.read(MEMBER))
     except (ValueError, RecursionError) as e:
         raise ValueError(f"{path}: {MEMBER} is not valid JSON ({e})") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise ValueError(f"{path}: not an exported candidate (expected format {FORMAT!r} "
-                         f"in {MEMBER})")
+        raise ValueError(
+            f"{path}: not an exported candidate (expected format {FORMAT!r} in {MEMBER})"
+        )
     if doc.get("version") != VERSION:
-        raise ValueError(f"{path}: exported candidate version {doc.get('version')!r} is not "
-                         f"supported (expected version {VERSION}, or 1 as plain JSON)")
+        raise ValueError(
+            f"{path}: exported candidate version {doc.get('version')!r} is not "
+            f"supported (expected version {VERSION}, or 1 as plain JSON)"
+        )
     return doc
 
 
@@ -172,11 +194,14 @@ def _read_version_1(path: str) -> ExportedCandidate:
     except OSError as e:
         raise ValueError(f"{path}: cannot read ({e.strerror})") from None
     if not (isinstance(doc, dict) and doc.get("format") == FORMAT):
-        raise ValueError(f"{path}: not an exported candidate (expected a zip archive, or JSON "
-                         f"with format {FORMAT!r})")
+        raise ValueError(
+            f"{path}: not an exported candidate (expected a zip archive, or JSON "
+            f"with format {FORMAT!r})"
+        )
     if doc.get("version", 1) != 1:
-        raise ValueError(f"{path}: a JSON exported candidate must be version 1, got "
-                         f"{doc.get('version')!r}")
+        raise ValueError(
+            f"{path}: a JSON exported candidate must be version 1, got {doc.get('version')!r}"
+        )
     graph, constants = _graph(doc, path)
     checkpoint = doc.get("checkpoint_path")
     if checkpoint is not None and not isinstance(checkpoint, str):
@@ -190,11 +215,20 @@ def _read_version_1(path: str) -> ExportedCandidate:
         except ValueError as e:  # e.g. the study's checkpoint was deleted since the export
             raise ValueError(f"{path}: field 'checkpoint_path': {e}") from None
     metrics = doc.get("metrics")
-    info = {k: doc[k] for k in ("study", "id", "parent_id", "generation", "status",
-                                "fingerprint") if k in doc}
-    return ExportedCandidate(path=path, graph=graph, constants=constants, variables=variables,
-                             metrics=metrics if isinstance(metrics, dict) else {}, info=info,
-                             version=1)
+    info = {
+        k: doc[k]
+        for k in ("study", "id", "parent_id", "generation", "status", "fingerprint")
+        if k in doc
+    }
+    return ExportedCandidate(
+        path=path,
+        graph=graph,
+        constants=constants,
+        variables=variables,
+        metrics=metrics if isinstance(metrics, dict) else {},
+        info=info,
+        version=1,
+    )
 
 
 def check_weights(candidate: ExportedCandidate) -> None:
@@ -209,22 +243,28 @@ def check_weights(candidate: ExportedCandidate) -> None:
     rng = jax.random.PRNGKey(0)
     batch = jnp.zeros((1, *candidate.input_shape), jnp.float32)
     try:
-        expected = jax.eval_shape(lambda x: model.init({"params": rng, "dropout": rng}, x),
-                                  batch)
+        expected = jax.eval_shape(lambda x: model.init({"params": rng, "dropout": rng}, x), batch)
     except ValueError as e:
-        raise ValueError(f"{candidate.path}: the graph does not run on its input_shape "
-                         f"{list(candidate.input_shape)}: {e}") from None
+        raise ValueError(
+            f"{candidate.path}: the graph does not run on its input_shape "
+            f"{list(candidate.input_shape)}: {str(e).splitlines()[0] if str(e) else e!r}"
+        ) from None
     want = {path: (tuple(a.shape), a.dtype) for path, a in arrays.flatten(expected)}
     got = {path: (a.shape, a.dtype) for path, a in arrays.flatten(candidate.variables or {})}
     for path in sorted(want.keys() | got.keys()):
         shape, dtype = want.get(path, (None, None))
         if path not in got:
-            raise ValueError(f"{candidate.path}: weights lack {'/'.join(path)} "
-                             f"({dtype}{list(shape)}), which the graph needs")
+            raise ValueError(
+                f"{candidate.path}: weights lack {'/'.join(path)} "
+                f"({dtype}{list(shape)}), which the graph needs"
+            )
         if path not in want:
-            raise ValueError(f"{candidate.path}: weights hold {'/'.join(path)}, which the "
-                             f"graph does not have")
+            raise ValueError(
+                f"{candidate.path}: weights hold {'/'.join(path)}, which the graph does not have"
+            )
         if got[path] != (shape, dtype):
-            raise ValueError(f"{candidate.path}: weights {'/'.join(path)} are "
-                             f"{got[path][1]}{list(got[path][0])}, the graph expects "
-                             f"{dtype}{list(shape)}")
+            raise ValueError(
+                f"{candidate.path}: weights {'/'.join(path)} are "
+                f"{got[path][1]}{list(got[path][0])}, the graph expects "
+                f"{dtype}{list(shape)}"
+            )

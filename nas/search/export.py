@@ -28,15 +28,31 @@ def export_candidate(study: Any, candidate_id: int, path: str | os.PathLike) -> 
     train_config = input_shape = None
     if "train" in study.config:
         train = with_defaults(study.config["train"]).to_dict()
-        train_config = candidate_train_config(train, study.config.get("search") or {},
-                                              is_seed=cand.parent_id is None)
+        train_config = candidate_train_config(
+            train, study.config.get("search") or {}, is_seed=cand.parent_id is None
+        )
         size = int(train_config["input"]["image_size"])
         input_shape = (size, size, 3)
     info = {
-        "study": str(study.workdir.resolve()), "id": cand.id, "parent_id": cand.parent_id,
-        "generation": cand.generation, "status": cand.status, "fingerprint": cand.fingerprint,
-        "seed": cand.seed, "spec": cand.spec, "properties": cand.properties,
-        "inheritance": cand.inheritance, "error": cand.error, "rungs": list(cand.rungs),
+        "study": str(study.workdir.resolve()),
+        "id": cand.id,
+        "parent_id": cand.parent_id,
+        "generation": cand.generation,
+        "status": cand.status,
+        "fingerprint": cand.fingerprint,
+        "seed": cand.seed,
+        "spec": cand.spec,
+        "properties": cand.properties,
+        "inheritance": cand.inheritance,
+        "error": cand.error,
+        "rungs": list(cand.rungs),
     }
-    return write_candidate(path, cand.graph, variables, input_shape=input_shape,
-                           train_config=train_config, metrics=cand.metrics, info=info)
+    return write_candidate(
+        path,
+        cand.graph,
+        variables,
+        input_shape=input_shape,
+        train_config=train_config,
+        metrics=cand.metrics,
+        info=info,
+    )

@@ -28,10 +28,16 @@ def cifarnet():
 
 def _write(path, cifarnet, variables=None, **kw):
     graph, constants, fresh = cifarnet
-    return write_candidate(path, graph_to_dict(graph, constants),
-                           fresh if variables is None else variables,
-                           input_shape=(32, 32, 3), train_config=SETTINGS,
-                           metrics={"accuracy": 0.9}, info={"id": 7}, **kw)
+    return write_candidate(
+        path,
+        graph_to_dict(graph, constants),
+        fresh if variables is None else variables,
+        input_shape=(32, 32, 3),
+        train_config=SETTINGS,
+        metrics={"accuracy": 0.9},
+        info={"id": 7},
+        **kw,
+    )
 
 
 def _rewrite(src, dst, change):
@@ -52,6 +58,7 @@ def _edit_doc(src, dst, edit):
         doc = json.loads(data)
         edit(doc)
         return json.dumps(doc)
+
     return _rewrite(src, dst, change)
 
 
@@ -93,9 +100,18 @@ def test_version_1_files_are_still_read(tmp_path, cifarnet):
     graph, constants, variables = cifarnet
     checkpoint = save_variables(str(tmp_path / "ck"), variables)
     old = tmp_path / "old.json"
-    old.write_text(json.dumps({"format": "nas-candidate", "version": 1, "id": 3,
-                               "graph": graph_to_dict(graph, constants),
-                               "metrics": {"accuracy": 0.5}, "checkpoint_path": checkpoint}))
+    old.write_text(
+        json.dumps(
+            {
+                "format": "nas-candidate",
+                "version": 1,
+                "id": 3,
+                "graph": graph_to_dict(graph, constants),
+                "metrics": {"accuracy": 0.5},
+                "checkpoint_path": checkpoint,
+            }
+        )
+    )
     cand = nas.load_candidate(old)
     assert cand.version == 1 and cand.info["id"] == 3 and cand.metrics == {"accuracy": 0.5}
     assert cand.train_config is None and cand.input_shape is None
@@ -116,38 +132,75 @@ def _member_of(doc, op="fc/logits", name="kernel"):
 BAD_FILES = {
     "missing": (lambda src, dst: dst.parent / "nothing.zip", ["nothing.zip", "no such file"]),
     "a directory": (lambda src, dst: dst.parent, ["a directory"]),
-    "not json nor zip": (lambda src, dst: (dst.write_bytes(b"\x00garbage"), dst)[1],
-                         ["expected a zip archive"]),
-    "truncated zip": (lambda src, dst: (dst.write_bytes(src.read_bytes()[:-100]), dst)[1],
-                      ["expected a zip archive"]),
+    "not json nor zip": (
+        lambda src, dst: (dst.write_bytes(b"\x00garbage"), dst)[1],
+        ["expected a zip archive"],
+    ),
+    "truncated zip": (
+        lambda src, dst: (dst.write_bytes(src.read_bytes()[:-100]), dst)[1],
+        ["expected a zip archive"],
+    ),
     "damaged member": (lambda src, dst: _flip_byte(src, dst), ["damaged zip archive"]),
-    "foreign zip": (lambda src, dst: _rewrite(src, dst, lambda n, d: None if
-                                              n == "candidate.json" else d),
-                    ["without candidate.json"]),
-    "newer version": (lambda src, dst: _edit_doc(src, dst, lambda d: d.update(version=3)),
-                      ["version 3 is not supported", "expected version 2"]),
-    "other format": (lambda src, dst: _edit_doc(src, dst, lambda d: d.update(format="x")),
-                     ["expected format 'nas-candidate'"]),
-    "bad graph": (lambda src, dst: _edit_doc(src, dst, lambda d: d["graph"].update(ops=3)),
-                  ["field 'graph'", "'ops' must be a list"]),
-    "member missing": (lambda src, dst: _rewrite(src, dst, lambda n, d: None if
-                                                 n == "weights/0.npy" else d),
-                       ["'weights/0.npy' is missing"]),
-    "pickled member": (lambda src, dst: _rewrite(src, dst, lambda n, d: _npy(
-        np.array([{"x": 1}], dtype=object), allow_pickle=True) if n == "weights/0.npy"
-        else d), ["weights/0.npy"]),
+    "foreign zip": (
+        lambda src, dst: _rewrite(src, dst, lambda n, d: None if n == "candidate.json" else d),
+        ["without candidate.json"],
+    ),
+    "newer version": (
+        lambda src, dst: _edit_doc(src, dst, lambda d: d.update(version=3)),
+        ["version 3 is not supported", "expected version 2"],
+    ),
+    "other format": (
+        lambda src, dst: _edit_doc(src, dst, lambda d: d.update(format="x")),
+        ["expected format 'nas-candidate'"],
+    ),
+    "bad graph": (
+        lambda src, dst: _edit_doc(src, dst, lambda d: d["graph"].update(ops=3)),
+        ["field 'graph'", "'ops' must be a list"],
+    ),
+    "member missing": (
+        lambda src, dst: _rewrite(src, dst, lambda n, d: None if n == "weights/0.npy" else d),
+        ["'weights/0.npy' is missing"],
+    ),
+    "pickled member": (
+        lambda src, dst: _rewrite(
+            src,
+            dst,
+            lambda n, d: (
+                _npy(np.array([{"x": 1}], dtype=object), allow_pickle=True)
+                if n == "weights/0.npy"
+                else d
+            ),
+        ),
+        ["weights/0.npy"],
+    ),
     "object dtype in the manifest": (
         lambda src, dst: _edit_doc(src, dst, lambda d: d["weights"][0].update(dtype="|O")),
-        ["'dtype' must be a numeric dtype"]),
-    "header disagrees": (lambda src, dst: _edit_doc(
-        src, dst, lambda d: _member_of(d).update(shape=[10, 256])),
-        ["manifest says float32[10, 256]"]),
-    "weights shaped for another graph": (lambda src, dst: _swap_kernel(src, dst, (128, 10)),
-                                         ["fc/logits/kernel are float32[128, 10]",
-                                          "graph expects float32[256, 10]"]),
-    "weights lack an array": (lambda src, dst: _edit_doc(src, dst, lambda d: d.update(
-        weights=[e for e in d["weights"] if e.get("path") != ["params", "fc/logits", "bias"]])),
-        ["weights lack params/fc/logits/bias", "float32[10]"]),
+        ["'dtype' must be a numeric dtype"],
+    ),
+    "header disagrees": (
+        lambda src, dst: _edit_doc(src, dst, lambda d: _member_of(d).update(shape=[10, 256])),
+        ["manifest says float32[10, 256]"],
+    ),
+    "input the graph cannot take": (
+        lambda src, dst: _edit_doc(src, dst, lambda d: d.update(input_shape=[1, 1, 3])),
+        ["the graph does not run on its input_shape [1, 1, 3]", "fc/dense"],
+    ),
+    "weights shaped for another graph": (
+        lambda src, dst: _swap_kernel(src, dst, (128, 10)),
+        ["fc/logits/kernel are float32[128, 10]", "graph expects float32[256, 10]"],
+    ),
+    "weights lack an array": (
+        lambda src, dst: _edit_doc(
+            src,
+            dst,
+            lambda d: d.update(
+                weights=[
+                    e for e in d["weights"] if e.get("path") != ["params", "fc/logits", "bias"]
+                ]
+            ),
+        ),
+        ["weights lack params/fc/logits/bias", "float32[10]"],
+    ),
 }
 
 
@@ -172,6 +225,7 @@ def _swap_kernel(src, dst, shape):
             _member_of(doc)["shape"] = list(shape)
             return json.dumps(doc)
         return data
+
     return _rewrite(src, dst, change)
 
 
