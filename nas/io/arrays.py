@@ -69,9 +69,12 @@ def read_arrays(archive: zipfile.ZipFile, manifest: Any, where: str) -> dict[str
         raise ValueError(f"{where}: field 'weights' must be a list of arrays")
     tree: dict[str, Any] = {}
     for i, entry in enumerate(manifest):
+        here = f"{where}: weights entry #{i}"
         if isinstance(entry, dict) and entry.get("empty_dict") is True:
-            entry = {**entry, "member": "", "shape": [], "dtype": "f4"}
-        path, member, shape, dtype = _entry(entry, f"{where}: weights entry #{i}")
+            path, value = _path(entry, here), {}
+        else:
+            path, member, shape, dtype = _entry(entry, here)
+            value = _read_member(archive, member, shape, dtype, where)
         node = tree
         for key in path[:-1]:
             node = node.setdefault(key, {})
@@ -79,20 +82,21 @@ def read_arrays(archive: zipfile.ZipFile, manifest: Any, where: str) -> dict[str
                 raise ValueError(f"{where}: weights path {'/'.join(path)} runs through an array")
         if path[-1] in node:
             raise ValueError(f"{where}: weights path {'/'.join(path)} appears twice")
-        node[path[-1]] = (
-            {}
-            if entry.get("empty_dict") is True
-            else _read_member(archive, member, shape, dtype, where)
-        )
+        node[path[-1]] = value
     return tree
+
+
+def _path(entry: dict[str, Any], where: str) -> list[str]:
+    path = entry.get("path")
+    if not (isinstance(path, list) and path and all(isinstance(k, str) for k in path)):
+        raise ValueError(f"{where}: 'path' must be a non-empty list of strings")
+    return path
 
 
 def _entry(entry: Any, where: str) -> tuple[list[str], str, tuple[int, ...], np.dtype]:
     if not isinstance(entry, dict):
         raise ValueError(f"{where}: must be an object with path, member, shape and dtype")
-    path, member, shape = entry.get("path"), entry.get("member"), entry.get("shape")
-    if not (isinstance(path, list) and path and all(isinstance(k, str) for k in path)):
-        raise ValueError(f"{where}: 'path' must be a non-empty list of strings")
+    path, member, shape = _path(entry, where), entry.get("member"), entry.get("shape")
     if not isinstance(member, str):
         raise ValueError(f"{where}: 'member' must be a string")
     if not (isinstance(shape, list) and all(type(n) is int and n >= 0 for n in shape)):

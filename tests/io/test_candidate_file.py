@@ -181,6 +181,10 @@ BAD_FILES = {
         lambda src, dst: _edit_doc(src, dst, lambda d: _member_of(d).update(shape=[10, 256])),
         ["manifest says float32[10, 256]"],
     ),
+    "manifest entry without a path": (
+        lambda src, dst: _edit_doc(src, dst, lambda d: d["weights"][0].update(path="k")),
+        ["weights entry #0", "'path' must be a non-empty list of strings"],
+    ),
     "input the graph cannot take": (
         lambda src, dst: _edit_doc(src, dst, lambda d: d.update(input_shape=[1, 1, 3])),
         ["the graph does not run on its input_shape [1, 1, 3]", "fc/dense"],
