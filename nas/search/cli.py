@@ -10,8 +10,9 @@ usage:
       workers, started before or after the driver), or train exactly candidate N
   nas-search report --workdir=DIR [--csv]
       print the best candidates (every candidate as CSV with --csv) and write DIR/report/
-  nas-search export --workdir=DIR --id=N --out=FILE.json
-      write candidate N as a JSON file that `nas-train --graph=FILE.json` trains
+  nas-search export --workdir=DIR --id=N --out=FILE.zip
+      write candidate N as one file (graph, weights, training settings, metrics) that
+      `nas.load_candidate` loads and `nas-train --graph=FILE.zip` trains on
 
 main flags:
   --config=FILE[:arg]   search config (train and search sections); --config.F=V overrides

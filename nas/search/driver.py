@@ -35,7 +35,7 @@ from nas.search.fidelity import RungPlan
 from nas.search.fit import FitConfig
 from nas.search.lease import LeaseKeeper
 from nas.search.selection import Individual, SelectionConfig, select_parents
-from nas.search.settings import OPERATIONAL, validate_search
+from nas.search.settings import OPERATIONAL, candidate_train_config, validate_search
 from nas.search.study import DuplicateCandidateError, Study, StudyNotFoundError, default_worker
 from nas.train.checkpoint import load_variables, save_variables
 from nas.train.perf import count_params
@@ -101,11 +101,8 @@ def candidate_task(study: Study, train: ml_collections.ConfigDict,
     `fit_pairs` carries what its worker needs to fit its new ops first (`nas.search.fit`),
     at its first rung only (later rungs resume trained weights)."""
     candidate = study.get(candidate_id)
-    train_config = train.to_dict()
-    if candidate.parent_id is None and search.seed_epochs > 0:
-        train_config["total_epochs"] = float(search.seed_epochs)
-    if candidate.parent_id is not None and search.child_lr > 0:
-        train_config["lr"] = float(search.child_lr)
+    train_config = candidate_train_config(train.to_dict(), search,
+                                          is_seed=candidate.parent_id is None)
     directory = candidate_dir(str(study.workdir), candidate_id)
     saved = (candidate.inheritance or {}).get("init_path")
     legacy = os.path.join(directory, "init")  # studies written before init_path existed

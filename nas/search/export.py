@@ -1,44 +1,58 @@
-"""Reading a candidate exported by `nas-search export` (`Study.export` writes it).
+"""`nas-search export`: one study candidate as a self-contained file (`nas.io.candidate`).
 
-The export wraps a plain serialized graph (`nas.graph.serialize`) with the study's record
-of the candidate; only this package knows that wrapper. `read_export` is what
-`nas-train --graph` calls for such a file.
+Why: a user leaves with the architecture, its trained weights, the training settings it was
+trained with and its metrics, in one file that still loads after the study is deleted.
 """
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
-from nas.graph import serialize
-
-FORMAT = "nas-candidate"
+from nas.io.candidate import write_candidate
 
 
-def is_export(doc: Any) -> bool:
-    return isinstance(doc, dict) and doc.get("format") == FORMAT
+def export_candidate(study: Any, candidate_id: int, path: str | os.PathLike) -> Path:
+    """Write candidate `candidate_id` of `study` to `path` atomically; returns the path.
 
-
-def read_export(path: str | os.PathLike) -> tuple[Any, dict[str, Any], dict[str, Any] | None]:
-    """(graph, constants, trained variables or None) of an exported candidate file."""
+    Its weights are copied from its final checkpoint (a candidate without one, e.g. a failed
+    one, is exported without weights); its training settings are the study's `train` section
+    as this candidate trained with it (`candidate_train_config`)."""
+    from nas.search.settings import candidate_train_config
     from nas.train.checkpoint import load_variables
+    from nas.train.config import with_defaults
 
-    try:
-        _, doc = serialize.read_json_file(path)
-    except OSError as e:
-        raise ValueError(f"{path}: cannot read ({e.strerror})") from None
-    if not is_export(doc):
-        raise ValueError(f"{path}: not an exported candidate (expected format {FORMAT!r})")
-    try:
-        graph, constants = serialize.graph_from_dict(doc.get("graph"))
-    except ValueError as e:
-        raise ValueError(f"{path}: field 'graph': {e}") from None
-    checkpoint = doc.get("checkpoint_path")
-    if checkpoint is not None and not isinstance(checkpoint, str):
-        raise ValueError(f"{path}: field 'checkpoint_path' must be a string")
-    if not checkpoint:
-        return graph, constants, None
-    try:
-        return graph, constants, load_variables(checkpoint)
-    except ValueError as e:  # e.g. the study's checkpoint was deleted since the export
-        raise ValueError(f"{path}: field 'checkpoint_path': {e}") from None
+    cand = study.get(candidate_id)
+    variables = load_variables(cand.checkpoint_path) if cand.checkpoint_path else None
+    train_config = input_shape = None
+    if "train" in study.config:
+        train = with_defaults(study.config["train"]).to_dict()
+        train_config = candidate_train_config(
+            train, study.config.get("search") or {}, is_seed=cand.parent_id is None
+        )
+        size = int(train_config["input"]["image_size"])
+        input_shape = (size, size, 3)
+    info = {
+        "study": str(study.workdir.resolve()),
+        "id": cand.id,
+        "parent_id": cand.parent_id,
+        "generation": cand.generation,
+        "status": cand.status,
+        "fingerprint": cand.fingerprint,
+        "seed": cand.seed,
+        "spec": cand.spec,
+        "properties": cand.properties,
+        "inheritance": cand.inheritance,
+        "error": cand.error,
+        "rungs": list(cand.rungs),
+    }
+    return write_candidate(
+        path,
+        cand.graph,
+        variables,
+        input_shape=input_shape,
+        train_config=train_config,
+        metrics=cand.metrics,
+        info=info,
+    )

@@ -119,6 +119,19 @@ def validate_search(config: Any) -> ml_collections.ConfigDict:
     return search
 
 
+def candidate_train_config(train: dict[str, Any], search: Any, is_seed: bool
+                           ) -> dict[str, Any]:
+    """The training settings one candidate trains with: the search's `train` section, with
+    the seed's own epochs (`search.seed_epochs`) or the children's learning rate
+    (`search.child_lr`: children start from inherited weights, so they fine-tune)."""
+    config = dict(train)
+    if is_seed and float(search.get("seed_epochs", 0.0)) > 0:
+        config["total_epochs"] = float(search["seed_epochs"])
+    if not is_seed and float(search.get("child_lr", 0.0)) > 0:
+        config["lr"] = float(search["child_lr"])
+    return config
+
+
 def check_dataset(train: ml_collections.ConfigDict) -> None:
     """The dataset must exist, and have no more classes than `train.num_classes`, before a
     study is created for it (digits builds itself)."""

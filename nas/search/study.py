@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 from nas.search import _schema
-from nas.search._atomic import atomic_write_text
 from nas.search._db import Database
 from nas.search._schema import StudyNotFoundError
 from nas.search.candidate import (
@@ -604,32 +603,12 @@ class Study:
         return done[:k]
 
     def export(self, candidate_id: int, path: str | os.PathLike) -> Path:
-        """Write one candidate as a self-describing JSON file (atomically).
+        """Write one candidate as a self-contained file, atomically: its graph, trained
+        weights, training settings and metrics (`nas.search.export`); `nas.load_candidate`
+        and `nas-train --graph` read it."""
+        from nas.search.export import export_candidate
 
-        Contains the graph (as produced by `graph_to_json`, decoded), metrics, lineage
-        fields and the checkpoint path: what `nas-train --graph` and users load.
-        """
-        cand = self.get(candidate_id)
-        doc = {
-            "format": "nas-candidate",
-            "version": 1,
-            "study": str(self.workdir.resolve()),
-            "id": cand.id,
-            "parent_id": cand.parent_id,
-            "generation": cand.generation,
-            "status": cand.status,
-            "fingerprint": cand.fingerprint,
-            "seed": cand.seed,
-            "graph": cand.graph,
-            "spec": cand.spec,
-            "properties": cand.properties,
-            "inheritance": cand.inheritance,
-            "metrics": cand.metrics,
-            "checkpoint_path": cand.checkpoint_path,
-            "error": cand.error,
-            "rungs": list(cand.rungs),
-        }
-        return atomic_write_text(path, json.dumps(doc, indent=1, allow_nan=False) + "\n")
+        return export_candidate(self, candidate_id, path)
 
     # ---------------------------------------------------------------- internals
 

@@ -3,13 +3,19 @@
 usage:
   nas-train --config=configs/digits_cnn.py --workdir=/tmp/run [--config.lr=3e-3]
             [--graph=graph.json]
+  nas-train --graph=candidate.zip --workdir=/tmp/run
+            [--config=configs/digits_cnn.py --config.total_epochs=3]
 
 main flags:
   --config=FILE[:arg]   training config (configs/*.py); --config.F=V overrides a field
   --workdir=DIR         where checkpoints and metrics go (training resumes from them)
-  --graph=FILE          train this graph (a serialized graph, or a candidate exported by
-                        `nas-search export`, which starts from its trained weights)
+  --graph=FILE          train this graph: a serialized graph, or a candidate exported by
+                        `nas-search export`, which starts from its trained weights and
+                        trains with its own settings (then only --config.F=V overrides
+                        are taken from --config, which is optional)
   --helpfull            every flag, absl's included
+
+The settings a run uses are printed before it starts.
 
 Training knows nothing of searches: study workers are `nas-search worker`. A bad config,
 graph or file prints one line (`nas-train: error: ...`) and exits 1; Ctrl-C exits 130.
@@ -20,6 +26,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import zipfile
 from collections.abc import Sequence
 from typing import Any
 
@@ -101,32 +108,30 @@ def format_table(metrics: dict, epochs: int) -> str:
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 
 
-def read_graph_file(path: str) -> tuple:
-    """(graph, constants, variables or None) from a serialized graph file. A candidate
-    exported by `nas-search export` is read by the function the search provides for it
-    (`nas.search.export.read_export`), which also loads its trained weights."""
-
+def read_graph_file(path: str) -> tuple[Any, dict[str, Any], dict[str, Any] | None,
+                                        dict[str, Any] | None]:
+    """(graph, constants, variables, training settings) from --graph: a candidate exported
+    by `nas-search export` (`nas.io`) brings its trained weights and the settings it was
+    trained with; a plain serialized graph brings neither (None, None)."""
     from nas.graph import serialize
+    from nas.io import load_candidate
 
     try:
-        text, doc = serialize.read_json_file(path)  # not JSON: serialize.load says why
+        export = zipfile.is_zipfile(path)
+        text, doc = (b"", None) if export else serialize.read_json_file(path)
     except OSError as e:
         raise UserError(f"--graph: cannot read {path}: {e.strerror}") from None
-    if isinstance(doc, dict) and doc.get("format") == "nas-candidate":
-        from nas.search.export import read_export  # only for files the search exported
-
+    if export or (isinstance(doc, dict) and doc.get("format") == "nas-candidate"):
         try:
-            graph, constants, variables = read_export(path)
+            cand = load_candidate(path)
         except ValueError as e:  # its messages name the file and the field
             raise UserError(f"--graph: {e}") from None
-        if variables is not None:
-            print("starting from the exported candidate's trained weights")
-        return graph, constants, variables
-    try:
+        return cand.graph, cand.constants, cand.variables, cand.train_config
+    try:  # not JSON, or not a graph: serialize.load says why
         graph, constants = serialize.load(text)
     except ValueError as e:
         raise UserError(f"--graph: {path}: {e}") from None
-    return graph, constants, None
+    return graph, constants, None, None
 
 
 def check_config(config: Any) -> ml_collections.ConfigDict:
@@ -162,21 +167,90 @@ def check_logits(graph: Any, constants: Any, config: ml_collections.ConfigDict) 
                         f"'num_classes' is {config.num_classes}")
 
 
+def training_settings(config: Any, exported: dict[str, Any] | None
+                      ) -> tuple[ml_collections.ConfigDict, str, list[str]]:
+    """(training config, where it came from, fields set on the command line).
+
+    A candidate exported with its training settings trains with them, so that going on
+    from its weights continues the run it had (e.g. a search's children fine-tune at
+    `search.child_lr`); only `--config.F=V` overrides change them. Without such settings
+    the --config file is the training config, as for any model."""
+    overrides = {}
+    if config is not None:
+        prefix = "train." if "train" in config else ""
+        overrides = {k.removeprefix(prefix): v
+                     for k, v in config_flags.get_override_values(FLAGS["config"]).items()
+                     if k.startswith(prefix)}
+    if exported is None:
+        if config is None:
+            raise UserError("--config is required (unless --graph is a candidate exported "
+                            "with its training settings)")
+        source = f"--config={FLAGS['config'].config_filename}"
+        return check_config(config), source, sorted(overrides)
+    try:  # the file's settings alone first, so that an error names the right culprit
+        train = check_config(ml_collections.ConfigDict(exported))
+    except ValueError as e:
+        raise UserError(f"--graph: {_GRAPH.value}: field 'train_config': {e}") from None
+    source = f"the candidate's own, from {_GRAPH.value}"
+    if config is not None:
+        source += "; --config gives only its --config.F=V overrides"
+    if not overrides:
+        return train, source, []
+    settings = train.to_dict()
+    for key, value in overrides.items():
+        *parents, leaf = key.split(".")
+        node = settings
+        for name in parents:
+            node = node.setdefault(name, {})
+        node[leaf] = value
+    return check_config(ml_collections.ConfigDict(settings)), source, sorted(overrides)
+
+
+# The settings that decide how a run trains, as printed before it starts (all of them go to
+# the workdir's config.json).
+SHOWN = ("input.data.name", "input.data.split", "eval.data.split", "input.image_size",
+         "input.batch_size", "input.augment", "num_classes", "total_epochs", "optax_name",
+         "optax", "lr", "schedule", "wd", "wd_pattern", "grad_clip_norm", "frozen_pattern",
+         "ema_decay", "precise_bn_batches", "seed", "trainer", "compute_dtype")
+
+
+def format_settings(train: ml_collections.ConfigDict, source: str, overridden: list[str],
+                    workdir: str | None) -> str:
+    """One block naming where the settings come from and what they are."""
+    lines = [f"training settings ({source}):"]
+    width = max(len(k) for k in SHOWN)
+    for key in SHOWN:
+        value = train
+        for name in key.split("."):
+            value = value[name]
+        if isinstance(value, ml_collections.ConfigDict):
+            value = value.to_dict()
+        mark = "  (command line)" if key in overridden else ""
+        lines.append(f"  {key:<{width}}  {value!r}{mark}")
+    others = [k for k in overridden if k not in SHOWN]
+    if others:
+        lines.append(f"  also set on the command line: {', '.join(others)}")
+    if workdir:
+        lines.append(f"  (every field: {os.path.join(workdir, 'config.json')})")
+    return "\n".join(lines)
+
+
 def run() -> None:
     """The default action: train the config's model (or --graph) and print the table."""
     from nas.train import train_and_eval
 
-    config = _CONFIG.value
-    if config is None:
-        raise UserError("--config is required")
-    train = check_config(config)
-    graph = constants = init = None
+    graph = constants = init = exported = None
     if _GRAPH.value:
-        graph, constants, init = read_graph_file(_GRAPH.value)
+        graph, constants, init, exported = read_graph_file(_GRAPH.value)
+    train, source, overridden = training_settings(_CONFIG.value, exported)
+    if graph is not None:
         check_logits(graph, constants, train)
     if _WORKDIR.value:
         check_workdir(_WORKDIR.value, create=True)
-    metrics, epochs, _ = train_and_eval(config, graph=graph, constants=constants,
+    print(format_settings(train, source, overridden, _WORKDIR.value))
+    if init is not None:
+        print("starting from the exported candidate's trained weights", flush=True)
+    metrics, epochs, _ = train_and_eval(train, graph=graph, constants=constants,
                                         workdir=_WORKDIR.value, init_variables=init)
     print(format_table(metrics.to_dict(), epochs))
 

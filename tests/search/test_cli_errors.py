@@ -180,12 +180,18 @@ TRAIN_CASES = [
     (["--graph={t}/cnn.json", "--config.num_classes=12"], ["--graph", "10 logits", "12"]),
     (["--graph={t}/gone.json"], ["--graph", "gone.json", "'checkpoint_path'",
                                  "no saved variables"]),
+    (["--graph={t}/foreign.zip"], ["--graph", "foreign.zip", "without candidate.json"]),
+    (["--graph={t}/settings.zip"], ["--graph", "settings.zip", "field 'train_config'",
+                                    "'lr'"]),
 ]
 
 
 @pytest.mark.parametrize("args, needles", TRAIN_CASES)
 def test_nas_train_values_that_pass_the_schema_are_one_line(place, args, needles):
-    from nas.graph.serialize import graph_to_json
+    import zipfile
+
+    from nas.graph.serialize import graph_to_dict, graph_to_json
+    from nas.io import write_candidate
     from nas.zoo import cnn
 
     graph, constants, _ = cnn.CifarNet()
@@ -193,6 +199,10 @@ def test_nas_train_values_that_pass_the_schema_are_one_line(place, args, needles
     exported = {"format": "nas-candidate", "graph": json.loads(graph_to_json(graph, constants)),
                 "checkpoint_path": str(place / "deleted_checkpoint")}
     (place / "gone.json").write_text(json.dumps(exported))
+    with zipfile.ZipFile(place / "foreign.zip", "w") as archive:
+        archive.writestr("notes.txt", "not a candidate")
+    write_candidate(place / "settings.zip", graph_to_dict(graph, constants), None,
+                    train_config={"lr": "fast"})
     args = [a.format(t=place) for a in args]
     if not any(a.startswith("--config=") for a in args):
         args.insert(0, f"--config={TRAIN_CONFIG}")

@@ -89,8 +89,9 @@ def test_external_worker_claims_next(tmp_path, search_config):
     from nas.train.cli import read_graph_file
 
     path = Study.load(workdir).export(trained.id, tmp_path / "export.json")
-    graph, constants, variables = read_graph_file(str(path))
+    graph, constants, variables, settings = read_graph_file(str(path))
     assert (graph, constants) == load(trained.graph_json)
+    assert settings["total_epochs"] == config.search.seed_epochs
     final = load_variables(trained.checkpoint_path)
     assert jax_equal(variables, final)
     with pytest.raises(ValueError, match="no saved variables"):

@@ -6,7 +6,8 @@ import jax
 import numpy as np
 import pytest
 
-from nas.graph.serialize import graph_to_json
+from nas.graph.serialize import graph_to_dict, graph_to_json
+from nas.io import write_candidate
 from nas.search.driver import Driver
 from nas.train.checkpoint import load_variables, save_variables
 from nas.zoo import cnn
@@ -29,14 +30,19 @@ def test_plain_graph_json_seeds_the_study(tmp_path, search_config):
     assert not (seed.inheritance or {}).get("init_path")
 
 
-def test_export_file_seeds_the_study_with_its_weights(tmp_path, search_config):
+@pytest.mark.parametrize("version", [1, 2])
+def test_export_file_seeds_the_study_with_its_weights(tmp_path, search_config, version):
     graph, constants = _small_graph()
     variables = parent_variables(graph, constants)
-    checkpoint = save_variables(str(tmp_path / "weights"), variables)
-    doc = {"format": "nas-candidate", "version": 1, "graph": json.loads(
-        graph_to_json(graph, constants)), "checkpoint_path": checkpoint}
-    path = tmp_path / "export.json"
-    path.write_text(json.dumps(doc))
+    if version == 1:  # JSON naming a checkpoint
+        checkpoint = save_variables(str(tmp_path / "weights"), variables)
+        doc = {"format": "nas-candidate", "version": 1, "graph": json.loads(
+            graph_to_json(graph, constants)), "checkpoint_path": checkpoint}
+        path = tmp_path / "export.json"
+        path.write_text(json.dumps(doc))
+    else:  # the self-contained archive
+        path = write_candidate(tmp_path / "export.zip", graph_to_dict(graph, constants),
+                               variables, input_shape=(32, 32, 3))
     driver = Driver(search_config(seed_graph=str(path)), str(tmp_path / "study"))
     driver.seed_population()
     (seed,) = driver.study.candidates()
@@ -51,7 +57,7 @@ def test_export_file_seeds_the_study_with_its_weights(tmp_path, search_config):
     (None, "cannot read"),
     ("not json", "not a graph JSON"),
     ('{"format": "nas-candidate", "graph": GRAPH, "checkpoint_path": "/nonexistent/ck"}',
-     "does not exist"),
+     "'checkpoint_path': no saved variables"),
 ])
 def test_bad_seed_graph_names_the_field(tmp_path, search_config, content, message):
     path = tmp_path / "seed.json"

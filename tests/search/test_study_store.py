@@ -4,6 +4,7 @@ import dataclasses
 import json
 import math
 import sqlite3
+import zipfile
 
 import pytest
 
@@ -170,12 +171,14 @@ def test_pareto_front_best_and_export(tmp_path):
         study.pareto_front("latency")
     assert [c.id for c in study.best(2)] == [top, s]
 
-    out = study.export(top, tmp_path / "out" / "top.json")
-    doc = json.loads(out.read_text())
-    assert doc["id"] == top and doc["parent_id"] == cheap and doc["generation"] == 2
+    out = study.export(top, tmp_path / "out" / "top.zip")
+    doc = json.loads(zipfile.ZipFile(out).read("candidate.json"))
+    info = doc["info"]
+    assert info["id"] == top and info["parent_id"] == cheap and info["generation"] == 2
     assert doc["graph"] == json.loads(GRAPH)
     assert doc["metrics"] == {"accuracy": 0.95, "flops": 200.0, "params": 5.0}
-    assert [p.name for p in out.parent.iterdir()] == ["top.json"]  # no temp file left
+    assert doc["weights"] is None and doc["train_config"] is None  # no checkpoint, no config
+    assert [p.name for p in out.parent.iterdir()] == ["top.zip"]  # no temp file left
 
 
 def test_refuses_corrupt_foreign_and_newer_files(tmp_path):
