@@ -106,6 +106,8 @@ def candidate_task(study: Study, train: ml_collections.ConfigDict,
         train_config["total_epochs"] = float(search.seed_epochs)
     if candidate.parent_id is not None and search.child_lr > 0:
         train_config["lr"] = float(search.child_lr)
+    if search.log_every_steps > 0:
+        train_config["log_training_steps"] = int(search.log_every_steps)
     directory = candidate_dir(str(study.workdir), candidate_id)
     saved = (candidate.inheritance or {}).get("init_path")
     legacy = os.path.join(directory, "init")  # studies written before init_path existed
