@@ -79,8 +79,18 @@ def _init_worker(counter: Any, workers: int, gpus: list[str]) -> None:
         counter.value += 1
     os.environ.update(worker_env(index, workers, gpus))
     _ignore_sigint()
+    _no_process_shared_locks()
     threading.Thread(target=exit_when_orphaned, args=(os.getppid(),), daemon=True,
                      name="exit-when-orphaned").start()
+
+
+def _no_process_shared_locks() -> None:
+    """A worker is killed when the search is interrupted, so it must not hold a semaphore
+    the resource tracker knows of: the tracker would warn of it as leaked. tqdm's first bar
+    creates a multiprocessing lock; a thread lock is all one worker's bars need."""
+    from tqdm import tqdm
+
+    tqdm.set_lock(threading.RLock())
 
 
 def exit_when_orphaned(owner_pid: int, period_s: float = 1.0) -> None:
