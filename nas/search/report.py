@@ -152,7 +152,8 @@ def summary(study: Study, k: int = 5) -> str:
     ]  # fmt: skip
     table = [header] + [tuple(_fmt(v) for v in r) for r in rows]
     widths = [max(len(r[i]) for r in table) for i in range(len(header))]
-    lines.append(f"best {len(best)}:")
+    lines.append(f"best {k} by accuracy" + (f" (only {len(best)} done)" if len(best) < k
+                                            else "") + ":")
     for r in table:
         lines.append("  ".join(cell.rjust(w) for cell, w in zip(r, widths, strict=True)))
     return "\n".join(lines)

@@ -90,6 +90,20 @@ def test_page_shows_front_candidates_in_detail(study_dir):
     assert "train images/s/core" in page  # throughput is a cost on the page
 
 
+def test_ops_and_symbolic_sizes_read_for_people():
+    from nas.search.report_candidate import OpRow, explain_symbol, readable_op
+
+    conv = OpRow("gen1196444851/edge0/conv/0", "CONV", [], "", "")
+    assert readable_op(conv, "new in candidate 7, generation 2") == \
+        "CONV #0 on edge 0 (new in candidate 7, generation 2)"
+    assert readable_op(OpRow("gen5/conv_layer0/relu", "RELU", [], "", "")) == \
+        "RELU conv_layer0/relu"
+    assert explain_symbol("S:-1*2", {}) == "size of the op's input's last axis × 2"
+    assert explain_symbol("S:1:0%4", {}) == "size of the op's input 1's axis 0 ÷ 4"
+    assert explain_symbol("K:num_classes", {"num_classes": 10}) == \
+        "graph constant num_classes (= 10)"
+
+
 def test_csv_export(study_dir):
     workdir, seed, kid, _ = study_dir
     text = (workdir / "report" / "report.csv").read_text()
