@@ -290,9 +290,9 @@ def diff_html(m: Mutation) -> str:
     def ops(rows: Sequence[OpRow]) -> str:
         if not rows:
             return "<i>none</i>"
-        return "<ol>" + "".join(f"<li><code>{esc(r.type)}</code> {esc(r.name)} "
-                                f"<small>{esc(r.kwargs)}</small> → {esc(r.shape)}</li>"
-                                for r in rows) + "</ol>"
+        return "<ol>" + "".join(f"<li>{esc(readable_op(r))} <small>{esc(r.kwargs)}</small> "
+                                f"→ {esc(r.shape)} <small class='note'>{esc(r.name)}</small>"
+                                "</li>" for r in rows) + "</ol>"
 
     def names(items: Sequence[str]) -> str:
         return ", ".join(f"<code>{esc(n)}</code>" for n in items) or "<i>none</i>"
