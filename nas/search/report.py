@@ -240,7 +240,7 @@ tr[data-new] td{background:#e5f5e0}
 img{max-width:100%} .plots svg{margin:0 12px 12px 0}
 section.candidate{border-top:2px solid #ddd;margin-top:1.5em;padding-top:.5em}
 .diff{display:flex;gap:2em;flex-wrap:wrap} .diff ol{margin:.3em 0}
-.note{color:#777} figure{display:inline-block;margin:0}
+.note{color:#777} figure{display:inline-block;margin:0 12px 0 0;max-width:460px;vertical-align:top}
 figcaption{font-size:13px;font-weight:bold}
 .row{display:flex;gap:1.5em;flex-wrap:wrap;align-items:flex-start}
 """
