@@ -25,6 +25,7 @@ def get_config(arg=None):
     config.search.max_candidates = 8
     config.search.seed_epochs = 3.0
     config.search.child_lr = 5e-4  # children fine-tune from inherited weights
+    config.search.log_every_steps = 4  # a child's epoch is ~22 steps: a curve of 6 points
     config.search.time_limit_s = 1800.0  # a safety net only: a loaded machine never decides
     config.search.selection = {"costs": ("flops", "params"), "min_acc": 0.5}
     # nas.mutation.MutationConfig fields. Limits are counts (retries, max_steps), so a proposal

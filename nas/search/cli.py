@@ -24,7 +24,8 @@ main flags:
   --helpfull            every flag, absl's included
 
 Bad input prints one line (`nas-search: error: ...`) and exits 1; Ctrl-C prints one line,
-leaves the study resumable and exits 130.
+leaves the study resumable and exits 130; resuming a finished search prints one line (its
+counts and the report's path) and trains nothing.
 """
 
 from __future__ import annotations
@@ -113,7 +114,7 @@ def config_file_error(e: BaseException, argv: Sequence[str]) -> str:
 
 
 def _search(workdir: str) -> None:
-    from nas.search.driver import run_search
+    from nas.search.driver import Driver
     from nas.search.report import summary, write_report
     from nas.search.settings import validate_search
 
@@ -124,7 +125,13 @@ def _search(workdir: str) -> None:
         config.search.seed_graph = _SEED_GRAPH.value
     validate_search(config)  # the whole config, before the workdir exists
     check_workdir(workdir, create=True)
-    study = run_search(config, workdir, progress=_PROGRESS.value)
+    driver = Driver(config, workdir)
+    if driver.finished():  # resumed with nothing left to do: say so in one line
+        counts = ", ".join(f"{s} {n}" for s, n in driver.study.counts().items() if n)
+        print(f"the search in {workdir} is finished ({counts}; max_candidates "
+              f"{int(driver.search.max_candidates)}); report: {write_report(driver.study)}")
+        return
+    study = driver.run(progress=_PROGRESS.value)
     print(summary(study))
     print(f"report: {write_report(study)}")
 

@@ -447,6 +447,12 @@ class Driver:
         record_outcome(self.study, outcome, worker=self.worker, rungs=self.rungs)
 
     # ------------------------------------------------------------------ loop
+    def finished(self) -> bool:
+        """Whether the study already has `max_candidates` finished candidates (a resumed
+        search with nothing left to do: no worker needs to start)."""
+        counts = self.study.counts()
+        return sum(counts[s] for s in FINISHED) >= int(self.search.max_candidates)
+
     def run(self, progress: bool = True) -> Study:
         """Runs to `max_candidates` finished candidates. Raises SearchFailed when nothing
         could be trained; on Ctrl-C gives its claims back (the study stays resumable)."""

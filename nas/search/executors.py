@@ -8,6 +8,7 @@ worker process or runs past its hard time limit comes back as an Outcome with an
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import math
 import multiprocessing
 import os
@@ -16,6 +17,8 @@ import signal
 import subprocess
 import threading
 import time
+import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,8 +82,18 @@ def _init_worker(counter: Any, workers: int, gpus: list[str]) -> None:
         counter.value += 1
     os.environ.update(worker_env(index, workers, gpus))
     _ignore_sigint()
+    _no_process_shared_locks()
     threading.Thread(target=exit_when_orphaned, args=(os.getppid(),), daemon=True,
                      name="exit-when-orphaned").start()
+
+
+def _no_process_shared_locks() -> None:
+    """A worker is killed when the search is interrupted, so it must not hold a semaphore
+    the resource tracker knows of: the tracker would warn of it as leaked. tqdm's first bar
+    creates a multiprocessing lock; a thread lock is all one worker's bars need."""
+    from tqdm import tqdm
+
+    tqdm.set_lock(threading.RLock())
 
 
 def exit_when_orphaned(owner_pid: int, period_s: float = 1.0) -> None:
@@ -218,6 +231,19 @@ class LocalExecutor:
         del self._pool, self._counter  # their last references: the semaphores go now
 
 
+@contextlib.contextmanager
+def _fork_then_exec() -> Iterator[None]:
+    """Silences JAX's warning that `os.fork()` was called, for Ray's process starts only.
+
+    Ray starts its local processes with a `preexec_fn` (so CPython forks through
+    `os.register_at_fork` hooks, where JAX, once loaded, warns of deadlocks); each child
+    only sets its signals and then execs, so none of this process's threads is needed."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called",
+                                category=RuntimeWarning)
+        yield
+
+
 class RayExecutor:
     """Each candidate is a Ray task with its own resource request."""
 
@@ -229,11 +255,12 @@ class RayExecutor:
             raise ValueError("executor 'ray' needs ray: pip install 'nas[ray]'") from None
         self._ray = ray
         if not ray.is_initialized():
-            if address:
-                ray.init(address=address, include_dashboard=False, log_to_driver=False)
-            else:
-                ray.init(num_cpus=max(1, int(num_cpus * capacity)), include_dashboard=False,
-                         log_to_driver=False)
+            with _fork_then_exec():
+                if address:
+                    ray.init(address=address, include_dashboard=False, log_to_driver=False)
+                else:
+                    ray.init(num_cpus=max(1, int(num_cpus * capacity)),
+                             include_dashboard=False, log_to_driver=False)
         # Ray sets CUDA_VISIBLE_DEVICES to the GPUs it gave the task; the task must not
         # preallocate them, and a fractional GPU gets that fraction of its memory.
         env = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}

@@ -24,12 +24,14 @@ from nas.search._atomic import atomic_write_bytes, atomic_write_text
 from nas.search.candidate import STATUSES, Candidate
 from nas.search.pareto import ParetoCurve
 from nas.search.report_candidate import (
+    Architecture,
     architecture,
     diagram,
     diff_html,
     metrics_path,
     mutation_diff,
     op_table,
+    origins,
     read_metrics,
     training_curve,
 )
@@ -95,7 +97,6 @@ def plot_png(study: Study, candidates: Sequence[Candidate] | None = None) -> byt
             [getattr(c, cost) for c in front],
             [c.accuracy for c in front],
             s=60, facecolors="none", edgecolors="tab:red", linewidths=1.5, zorder=4,
-            label="Pareto front",
         )  # fmt: skip
         for c in front:
             ax.annotate(str(c.id), (getattr(c, cost), c.accuracy), fontsize=7,
@@ -105,9 +106,8 @@ def plot_png(study: Study, candidates: Sequence[Candidate] | None = None) -> byt
             ax.set_xscale("log")
         ax.set_xlabel(label)
         ax.set_ylabel("accuracy")
-        ax.set_title(f"accuracy vs {label}")
+        ax.set_title(f"accuracy vs {label} (red: Pareto front)")  # no legend over data
         ax.grid(alpha=0.3)
-        ax.legend(loc="lower right", fontsize=8)
         bar = fig.colorbar(sc, ax=ax, label="generation")
         bar.locator = MaxNLocator(integer=True)  # generations are whole numbers
         bar.update_ticks()
@@ -152,7 +152,8 @@ def summary(study: Study, k: int = 5) -> str:
     ]  # fmt: skip
     table = [header] + [tuple(_fmt(v) for v in r) for r in rows]
     widths = [max(len(r[i]) for r in table) for i in range(len(header))]
-    lines.append(f"best {len(best)}:")
+    lines.append(f"best {k} by accuracy" + (f" (only {len(best)} done)" if len(best) < k
+                                            else "") + ":")
     for r in table:
         lines.append("  ".join(cell.rjust(w) for cell, w in zip(r, widths, strict=True)))
     return "\n".join(lines)
@@ -174,6 +175,20 @@ def front_of(candidates: Sequence[Candidate], cost: str) -> list[Candidate]:
     on = {tuple(p) for p in curve.points.tolist()}
     front = [c for c in done if (c.accuracy, float(getattr(c, cost))) in on]
     return sorted(front, key=lambda c: (float(getattr(c, cost)), c.id))
+
+
+def ranked_costs(study: Study) -> list[str]:
+    """The costs the search ranked parents by (`search.selection.costs` of its config)."""
+    from nas.search.selection import SelectionConfig
+
+    selection = ((study.config or {}).get("search") or {}).get("selection") or {}
+    costs = selection.get("costs", SelectionConfig.costs)
+    return [costs] if isinstance(costs, str) else list(costs)
+
+
+def front_label(cost: str) -> str:
+    """ "accuracy vs FLOPs": the objectives of one front."""
+    return f"accuracy vs {dict(COST_LABELS).get(cost, cost)}"
 
 
 def costs_present(candidates: Sequence[Candidate]) -> list[tuple[str, str]]:
@@ -200,9 +215,9 @@ CSV_COLUMNS = ("id", "parent_id", "generation", "status", "accuracy", "loss", "f
 
 
 def to_csv(study: Study, candidates: Sequence[Candidate] | None = None) -> str:
-    """Every candidate as one CSV row (`on_front`: 1 if on any accuracy/cost front)."""
+    """Every candidate as one CSV row (`on_front`: 1 if on a front the search ranked by)."""
     cands = list(study.candidates() if candidates is None else candidates)
-    front = {c.id for cost, _ in costs_present(cands) for c in front_of(cands, cost)}
+    front = {c.id for cost in ranked_costs(study) for c in front_of(cands, cost)}
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
@@ -225,7 +240,9 @@ tr[data-new] td{background:#e5f5e0}
 img{max-width:100%} .plots svg{margin:0 12px 12px 0}
 section.candidate{border-top:2px solid #ddd;margin-top:1.5em;padding-top:.5em}
 .diff{display:flex;gap:2em;flex-wrap:wrap} .diff ol{margin:.3em 0}
-.note{color:#777} .row{display:flex;gap:1.5em;flex-wrap:wrap;align-items:flex-start}
+.note{color:#777} figure{display:inline-block;margin:0 12px 0 0;max-width:460px;vertical-align:top}
+figcaption{font-size:13px;font-weight:bold}
+.row{display:flex;gap:1.5em;flex-wrap:wrap;align-items:flex-start}
 """
 
 _SORT_JS = """
@@ -259,7 +276,7 @@ def _input_shape(study: Study) -> tuple[int, ...]:
 
 
 def _scatters(candidates: Sequence[Candidate], by_id: dict[int, Candidate],
-              front_ids: set[int]) -> str:
+              front_ids: set[int], ranked: Sequence[str]) -> str:
     done = [c for c in candidates if c.status == "done" and c.accuracy is not None]
     top = max((c.generation for c in done), default=0)
     charts = []
@@ -271,18 +288,22 @@ def _scatters(candidates: Sequence[Candidate], by_id: dict[int, Candidate],
             f"{c.accuracy:.4f}, {label} {getattr(c, cost):.4g}",
             href=f"#cand-{c.id}" if c.id in front_ids else f"#c{c.id}",
             colour=generation_colour(c.generation, top), ident=str(c.id)) for c in have}
-        front = front_of(have, cost)
+        front = front_of(have, cost) if cost in ranked else []
         for c in front:
             points[c.id].ring = True
         edges = [(points[c.parent_id], points[c.id]) for c in have
                  if c.parent_id in points]
-        charts.append(scatter(list(points.values()), label, "accuracy",
-                              f"scatter scatter-{cost}", [points[c.id] for c in front],
-                              edges=edges))
+        title = ("front the search ranked by" if cost in ranked
+                 else "measured, not ranked by the search")
+        charts.append(f'<figure class="front" data-cost="{esc(cost)}"><figcaption>'
+                      f"{esc(front_label(cost))} ({title})</figcaption>"
+                      + scatter(list(points.values()), label, "accuracy",
+                                f"scatter scatter-{cost}", [points[c.id] for c in front],
+                                edges=edges) + "</figure>")
     legend = " ".join(f'<span style="color:{generation_colour(g, top)}">&#9679;</span> {g}'
                       for g in range(top + 1)) if done else ""
     return (f'<div class="plots">{"".join(charts)}</div><p class="note">colour: generation '
-            f"{legend}; red rings: Pareto front; grey lines: parent → child; every point "
+            f"{legend}; red rings: on that Pareto front; grey lines: parent → child; every point "
             f"links to its candidate</p>")
 
 
@@ -301,13 +322,20 @@ def _progress(candidates: Sequence[Candidate]) -> str:
 
 
 def _candidate_section(study: Study, c: Candidate, by_id: dict[int, Candidate],
-                       shape: tuple[int, ...], costs: Sequence[str]) -> str:
-    arch = architecture(c.graph_json, shape)
+                       shape: tuple[int, ...], costs: Sequence[str], on: Sequence[str],
+                       archs: dict[int, Architecture]) -> str:
+    def arch_of(cid: int) -> Architecture:
+        if cid not in archs:
+            archs[cid] = architecture(by_id[cid].graph_json, shape)
+        return archs[cid]
+
+    arch = arch_of(c.id)
+    made = origins([(by_id[i], arch_of(i)) for i in lineage(c.id, by_id)])
     parent = by_id.get(c.parent_id) if c.parent_id is not None else None
     fresh = set((c.inheritance or {}).get("new", []))
     added: set[str] = set()
     if parent is not None:
-        parent_arch = architecture(parent.graph_json, shape)
+        parent_arch = arch_of(parent.id)
         diff = mutation_diff(arch, parent_arch, c.inheritance, c.metrics)
         added = {op.name for op in diff.added}
         change = diff_html(diff)
@@ -317,21 +345,46 @@ def _candidate_section(study: Study, c: Candidate, by_id: dict[int, Candidate],
                         if getattr(c, k) is not None)
     up = (f' from <a href="#cand-{parent.id}">{parent.id}</a>'
           if parent is not None else "")
+    fronts = ", ".join(front_label(cost) for cost in on)
     return (f'<section class="candidate" id="cand-{c.id}"><h3>candidate {c.id} '
-            f"(generation {c.generation}){up}</h3><p>{esc(metrics)} — row "
-            f'<a href="#c{c.id}">{c.id}</a></p>'
+            f"(generation {c.generation}){up}</h3>"
+            f'<p class="on-fronts"><b>on the fronts</b>: {esc(fronts)}</p>'
+            f'<p>{esc(metrics)} — row <a href="#c{c.id}">{c.id}</a></p>'
             f'<h4>what the mutation changed</h4>{change}'
             f'<h4>training</h4><div class="row">'
             f"{training_curve(read_metrics(metrics_path(str(study.workdir), c)))}</div>"
-            f'<h4>architecture</h4><div class="row"><div>{op_table(arch, added | fresh)}</div>'
-            f"<div>{diagram(arch, added | fresh)}</div></div></section>")
+            f'<h4>architecture</h4><div class="row"><div>{op_table(arch, added | fresh, made)}'
+            f"</div><div>{diagram(arch, added | fresh)}</div></div></section>")
 
 
-def render_html(study: Study, png: bytes, candidates: Sequence[Candidate]) -> str:
+BEST_COLUMNS = (("id", "id"), ("parent", "parent_id"), ("gen", "generation"),
+                ("accuracy", "accuracy"), ("loss", "loss"), ("flops", "flops"),
+                ("params", "params"), ("im/s/core", "im_sec_core_train"))
+
+
+def best_table(study: Study, k: int) -> str:
+    """The k most accurate done candidates as a table; the heading says k and how many
+    there are (fewer when fewer are done). One row per candidate, one column per
+    `BEST_COLUMNS` entry, so a further column (e.g. an accuracy interval) is one entry."""
+    best = study.best(k)
+    head = f"Best {k} by accuracy" + (f" (only {len(best)} done)" if len(best) < k else "")
+    rows = "".join(
+        f'<tr data-best="{c.id}"><td><a href="#c{c.id}">{c.id}</a></td>'
+        + "".join(f"<td>{esc(_fmt(getattr(c, attr)))}</td>" for _, attr in BEST_COLUMNS[1:])
+        + "</tr>" for c in best)
+    return (f'<section id="best" data-k="{k}"><h2>{esc(head)}</h2>'
+            f'<table id="best-table"><thead><tr>'
+            + "".join(f"<th>{esc(h)}</th>" for h, _ in BEST_COLUMNS)
+            + f"</tr></thead><tbody>{rows}</tbody></table></section>")
+
+
+def render_html(study: Study, png: bytes, candidates: Sequence[Candidate], k: int = 10
+                ) -> str:
     """The report page: everything inline (plots as SVG and one PNG), so it stands alone."""
     by_id = {c.id: c for c in candidates}
     costs = [cost for cost, _ in costs_present(candidates)]
-    fronts = {cost: front_of(candidates, cost) for cost in costs}
+    ranked = ranked_costs(study)
+    fronts = {cost: front_of(candidates, cost) for cost in ranked}
     front_ids = {c.id for front in fronts.values() for c in front}
     counts = study.counts()
     cols = ("id", "parent", "gen", "status", "accuracy", "loss", "flops", "params",
@@ -358,10 +411,14 @@ def render_html(study: Study, png: bytes, candidates: Sequence[Candidate]) -> st
         rows.append(f'<tr class="{cls}">' + "".join(cells) + "</tr>")
     img = base64.b64encode(png).decode("ascii")
     count_text = ", ".join(f"{s}: {n}" for s, n in counts.items())
-    best = esc(summary(study, k=10))
     shape = _input_shape(study)
     order = sorted(front_ids, key=lambda i: (-by_id[i].accuracy, i))
-    sections = "".join(_candidate_section(study, by_id[i], by_id, shape, costs) for i in order)
+    archs: dict[int, Architecture] = {}
+    sections = "".join(_candidate_section(
+        study, by_id[i], by_id, shape, costs,
+        [cost for cost in ranked if any(c.id == i for c in fronts[cost])], archs)
+        for i in order)
+    ranked_text = ", ".join(front_label(cost) for cost in ranked)
     toc = " ".join(f'<a href="#cand-{i}">{i}</a>' for i in order) or "none yet"
     return (
         "<!doctype html>\n<html><head><meta charset='utf-8'>"
@@ -369,26 +426,29 @@ def render_html(study: Study, png: bytes, candidates: Sequence[Candidate]) -> st
         f"<body><h1>nas study</h1><p>{esc(str(study.workdir.resolve()))}<br>"
         f"{esc(count_text)}<br>generated {esc(time.strftime('%Y-%m-%d %H:%M:%S'))}</p>"
         f'<section id="fronts"><h2>Accuracy against cost</h2>'
-        f"{_scatters(candidates, by_id, front_ids)}</section>"
+        f"{_scatters(candidates, by_id, front_ids, ranked)}</section>"
         f'<section id="progress"><h2>Search progress</h2>{_progress(candidates)}</section>'
-        f"<h2>Best</h2><pre>{best}</pre>"
+        f"{best_table(study, k)}"
         f'<section id="candidates"><h2>Candidates</h2><p>highlighted rows are on a Pareto '
         f'front; click a column to sort; <a id="csv-link" href="report.csv" download>'
         f'download CSV</a></p><table id="candidates-table" class="sortable"><thead><tr>'
         + "".join(f"<th>{h}</th>" for h in cols)
         + "</tr></thead><tbody>\n" + "\n".join(rows) + "\n</tbody></table></section>"
-        f'<section id="front"><h2>Candidates on a front</h2><p>{toc}</p>{sections}</section>'
+        f'<section id="front"><h2>Candidates on a front</h2><p>the fronts the search ranked '
+        f"parents by (<code>search.selection.costs</code>): {esc(ranked_text)}</p>"
+        f"<p>{toc}</p>{sections}</section>"
         f'<h2>Static plot</h2><img alt="Pareto front" src="data:image/png;base64,{img}">'
         f"<script>{_SORT_JS}</script></body></html>\n"
     )  # fmt: skip
 
 
-def write_report(study: Study, out_dir: str | os.PathLike | None = None) -> Path:
-    """Write `pareto.png`, `report.csv` and `report.html` (default `<workdir>/report/`);
-    return the html path."""
+def write_report(study: Study, out_dir: str | os.PathLike | None = None, k: int = 10
+                 ) -> Path:
+    """Write `pareto.png`, `report.csv` and `report.html` (default `<workdir>/report/`,
+    the `k` most accurate in its best block); return the html path."""
     out = Path(out_dir) if out_dir is not None else study.workdir / "report"
     candidates = study.candidates()
     png = plot_png(study, candidates)
     atomic_write_bytes(out / "pareto.png", png)
     atomic_write_text(out / "report.csv", to_csv(study, candidates))
-    return atomic_write_text(out / "report.html", render_html(study, png, candidates))
+    return atomic_write_text(out / "report.html", render_html(study, png, candidates, k))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +26,7 @@ class OpRow:
     kwargs: str
     shape: str
     params: bool = False
+    symbols: dict[str, str] = field(default_factory=dict)  # symbolic kwarg text -> value
 
 
 @dataclass
@@ -35,11 +37,79 @@ class Architecture:
     inputs: list[str] = field(default_factory=list)
     outputs: list[str] = field(default_factory=list)
     error: str = ""
+    constants: dict[str, Any] = field(default_factory=dict)
 
 
-def _kwargs_text(op: Any) -> str:
+_MUTATED = re.compile(r"^(?:gen\d+/)+(?:edge(\d+)/[a-z_0-9]+/(\d+)|(.*))$")
+
+
+def readable_op(row: OpRow, origin: str = "") -> str:
+    """What an op is, for people: `gen1196444851/edge0/conv/0` becomes "CONV #0 on edge 0
+    (new in candidate 7, generation 2)"; `origin` says which candidate made it."""
+    match = _MUTATED.match(row.name)
+    if match is None:
+        what = f"{row.type} {row.name}"
+    elif match.group(1) is not None:
+        what = f"{row.type} #{match.group(2)} on edge {match.group(1)}"
+    else:
+        what = f"{row.type} {match.group(3)}"
+    return f"{what} ({origin})" if origin else what
+
+
+def explain_symbol(text: str, constants: Mapping[str, Any]) -> str:
+    """The meaning of one symbolic kwarg value (`nas.graph.symbolic`), in words."""
+    from nas.graph.symbolic import ConstRef, InitRef, ShapeRef, parse
+
+    ref = parse(text)
+    factors = ""
+    if isinstance(ref, (ShapeRef, ConstRef)):
+        factors = (f" ÷ {ref.div}" if ref.div != 1 else "") + (
+            f" × {ref.mul}" if ref.mul != 1 else "")
+    if isinstance(ref, ShapeRef):
+        source = (f"tensor {ref.tensor}" if ref.tensor is not None
+                  else "the op's input" if ref.input_index == 0
+                  else f"the op's input {ref.input_index}")
+        axis = "last axis" if ref.dim == -1 else f"axis {ref.dim}"
+        return f"size of {source}'s {axis}{factors}"
+    if isinstance(ref, ConstRef):
+        value = constants.get(ref.key, "missing")
+        return f"graph constant {ref.key} (= {value}){factors}"
+    if isinstance(ref, InitRef):
+        args = ", ".join(f"{k}={v}" for k, v in ref.kwargs)
+        return f"flax initializer {ref.fn}({args})"
+    return "the batch size" if text == "B" else str(text)
+
+
+def _symbols(op: Any, shapes: Any, constants: Mapping[str, Any]) -> dict[str, str]:
+    """Each symbolic kwarg text of `op` -> what it resolves to for this graph's shapes."""
+    from nas.graph.symbolic import InitRef, parse, resolve
+
+    out: dict[str, str] = {}
+    values = [*op.op_kwargs.values(), *op.input_kwargs.values()]
+    texts = [t for v in values for t in (v if isinstance(v, (list, tuple)) else [v])
+             if isinstance(t, str) and (":" in t or t == "B")]
+    for text in texts:
+        try:
+            if isinstance(parse(text), InitRef):
+                out[text] = "initializer"
+                continue
+            ins = [shapes.shape(n) for n in op.input_names]
+            out[text] = str(resolve(text, ins, shapes.tensors, constants))
+        except (ValueError, KeyError, TypeError, IndexError, AttributeError):
+            out[text] = "?"
+    return out
+
+
+def _kwargs_text(op: Any, symbols: Mapping[str, str]) -> str:
+    def show(v: Any) -> str:
+        if isinstance(v, (list, tuple)):
+            return "(" + ", ".join(show(x) for x in v) + ")"
+        if isinstance(v, str) and v in symbols and symbols[v] not in ("?", "initializer"):
+            return f"{v} (={symbols[v]})"
+        return str(v)
+
     items = {**op.op_kwargs, **op.input_kwargs}
-    return ", ".join(f"{k}={v}" for k, v in sorted(items.items()) if k != "name"
+    return ", ".join(f"{k}={show(v)}" for k, v in sorted(items.items()) if k != "name"
                      and not callable(v))
 
 
@@ -65,28 +135,70 @@ def architecture(graph_json: str, input_shape: tuple[int, ...]) -> Architecture:
     rows = []
     for op in graph.ops:
         shape = ""
+        symbols = _symbols(op, shapes, constants) if shapes is not None else {}
         if shapes is not None:
             shape = " ".join("x".join(str(d) for d in shapes.shape(n)) for n in op.output_names
                              if canonical_name(n) in shapes)
         rows.append(OpRow(op.name, op.type.name, [op_of_tensor(n) for n in op.input_names],
-                          _kwargs_text(op), shape, op.type in weighted))
+                          _kwargs_text(op, symbols), shape, op.type in weighted, symbols))
     return Architecture(rows, [op_of_tensor(n) for n in graph.input_names],
-                        [op_of_tensor(n) for n in graph.output_names], error)
+                        [op_of_tensor(n) for n in graph.output_names], error,
+                        dict(constants))
 
 
-def op_table(arch: Architecture, new: set[str]) -> str:
-    """The op list with output shapes; ops with fresh weights marked."""
+def origins(lineage_archs: Sequence[tuple[Candidate, Architecture]]) -> dict[str, str]:
+    """Op name -> "seed model" or "new in candidate N, generation G": the oldest candidate
+    of the lineage (oldest first) whose graph has it."""
+    out: dict[str, str] = {}
+    for cand, arch in lineage_archs:
+        made = ("seed model" if cand.parent_id is None
+                else f"new in candidate {cand.id}, generation {cand.generation}")
+        for op in arch.ops:
+            out.setdefault(op.name, made)
+    return out
+
+
+def symbol_legend(arch: Architecture) -> str:
+    """What each symbolic size of the graph means and, per op, what it resolved to."""
+    seen: dict[str, set[str]] = {}
+    for op in arch.ops:
+        for text, value in op.symbols.items():
+            seen.setdefault(text, set()).add(value)
+    if not seen:
+        return ""
+    items = []
+    for text in sorted(seen):
+        values = sorted(seen[text] - {"initializer"}, key=lambda v: (len(v), v))
+        resolved = f": here {', '.join(values)}" if values else ""
+        items.append(f"<li><code>{esc(text)}</code> — {esc(explain_symbol(text, arch.constants))}"
+                     f"{esc(resolved)}</li>")
+    return ('<div class="symbols"><b>symbolic sizes</b> (resolved for this candidate; '
+            "<code>S:</code> sizes depend on each op's input)<ul>" + "".join(items)
+            + "</ul></div>")
+
+
+def op_table(arch: Architecture, new: set[str], made: Mapping[str, str] | None = None) -> str:
+    """The op list with output shapes; ops with fresh weights marked; each op named for
+    people (type, place, the candidate that made it: `made`, see `origins`) above its id."""
     if not arch.ops:
         return f'<p class="note">{esc(arch.error or "no ops")}</p>'
+    depth = layers(arch)
+    deepest = max(depth.values(), default=0)
+    kinds = {op.name: op.type for op in arch.ops}
     rows = []
     for op in arch.ops:
         cls = ' data-new="1"' if op.name in new else ""
-        rows.append(f"<tr{cls}><td class='l'>{esc(op.name)}</td><td class='l'>{esc(op.type)}"
-                    f"</td><td class='l'>{esc(', '.join(op.inputs))}</td><td class='l'>"
+        after = ", ".join(kinds.get(i, "graph input") for i in op.inputs)
+        where = f"depth {depth[op.name]} of {deepest}, after {after or 'nothing'}"
+        rows.append(f"<tr{cls}><td class='l'><span class='op-readable'>"
+                    f"{esc(readable_op(op, (made or {}).get(op.name, '')))}</span><br>"
+                    f"<small class='note'>{esc(where)} · {esc(op.name)}</small></td>"
+                    f"<td class='l'>{esc(op.type)}</td><td class='l'>"
                     f"{esc(op.kwargs)}</td><td class='l'>{esc(op.shape)}</td></tr>")
     note = f'<p class="note">{esc(arch.error)}</p>' if arch.error else ""
-    return (note + '<table class="ops"><tr><th>op</th><th>type</th><th>inputs</th>'
-            "<th>kwargs</th><th>output shape</th></tr>" + "".join(rows) + "</table>")
+    return (note + '<table class="ops"><tr><th>op (where it sits · id)</th><th>type</th>'
+            "<th>kwargs</th><th>output shape</th></tr>" + "".join(rows) + "</table>"
+            + symbol_legend(arch))
 
 
 def layers(arch: Architecture) -> dict[str, int]:
@@ -178,9 +290,9 @@ def diff_html(m: Mutation) -> str:
     def ops(rows: Sequence[OpRow]) -> str:
         if not rows:
             return "<i>none</i>"
-        return "<ol>" + "".join(f"<li><code>{esc(r.type)}</code> {esc(r.name)} "
-                                f"<small>{esc(r.kwargs)}</small> → {esc(r.shape)}</li>"
-                                for r in rows) + "</ol>"
+        return "<ol>" + "".join(f"<li>{esc(readable_op(r))} <small>{esc(r.kwargs)}</small> "
+                                f"→ {esc(r.shape)} <small class='note'>{esc(r.name)}</small>"
+                                "</li>" for r in rows) + "</ol>"
 
     def names(items: Sequence[str]) -> str:
         return ", ".join(f"<code>{esc(n)}</code>" for n in items) or "<i>none</i>"
@@ -216,20 +328,25 @@ def read_metrics(path: str) -> list[dict[str, Any]]:
 
 def training_curve(records: Sequence[Mapping[str, Any]], css_class: str = "training-curve"
                    ) -> str:
-    """Training loss by step and eval accuracy by step, from a metrics.jsonl."""
-    loss = [(float(r["step"]), float(r["training_loss"])) for r in records
-            if "training_loss" in r and "step" in r]
-    acc = [(float(r["step"]), float(r["eval_acc"])) for r in records
-           if "eval_acc" in r and "step" in r]
+    """Training loss and training-batch accuracy every `log_training_steps` steps, and eval
+    accuracy at every epoch end and rung, by step, from a metrics.jsonl."""
+    def series(key: str) -> list[tuple[float, float]]:
+        return [(float(r["step"]), float(r[key])) for r in records if key in r and "step" in r]
+
+    loss, train_acc, acc = (series("training_loss"), series("training_accuracy"),
+                            series("eval_acc"))
     if not loss and not acc:
         return '<p class="note">no training metrics recorded</p>'
     charts = []
     if loss:
         charts.append(line_chart([("training loss", "#1f77b4", loss)], "step", "loss",
                                  css_class, width=340, height=220, integer_x=True))
-    if acc:
-        charts.append(line_chart([("eval accuracy", "#2ca02c", acc)], "step", "accuracy",
-                                 css_class, width=340, height=220, integer_x=True))
+    lines = [(name, colour, pts) for name, colour, pts in (
+        ("training-batch accuracy", "#ff7f0e", train_acc),
+        ("eval accuracy (epoch ends, rungs)", "#2ca02c", acc)) if pts]
+    if lines:
+        charts.append(line_chart(lines, "step", "accuracy", css_class, width=340,
+                                 height=220, integer_x=True))
     return "".join(charts)
 
 

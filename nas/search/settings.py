@@ -33,6 +33,9 @@ def search_defaults() -> ml_collections.ConfigDict:
         "max_candidates": 12,  # including the seed model
         "seed_epochs": 0.0,  # epochs for the seed model (0: train.total_epochs, like children)
         "child_lr": 0.0,  # learning rate for children, which fine-tune (0: train.lr)
+        # every candidate logs its training loss and accuracy every this many steps, so its
+        # report shows a curve, not one point (0: train.log_training_steps)
+        "log_every_steps": 10,
         "executor": "local",  # local | ray | inline
         "workers": 1,  # candidates the driver trains at once (0: only nas-search workers)
         "ray_address": "",  # "" starts a local Ray; "auto" joins a running cluster
@@ -66,6 +69,7 @@ SEARCH_SCHEMA: dict[str, schema.Field] = {
     "max_candidates": schema.positive(),
     "seed_epochs": schema.at_least(0, float, expected="(0: train.total_epochs)"),
     "child_lr": schema.at_least(0, float, expected="(0: train.lr)"),
+    "log_every_steps": schema.at_least(0, expected="(0: train.log_training_steps)"),
     "executor": schema.one_of(*EXECUTORS),
     "workers": schema.at_least(0, expected="(0: only external nas-search workers train)"),
     "ray_address": schema.Field(str),
@@ -123,12 +127,15 @@ def candidate_train_config(train: dict[str, Any], search: Any, is_seed: bool
                            ) -> dict[str, Any]:
     """The training settings one candidate trains with: the search's `train` section, with
     the seed's own epochs (`search.seed_epochs`) or the children's learning rate
-    (`search.child_lr`: children start from inherited weights, so they fine-tune)."""
+    (`search.child_lr`: children start from inherited weights, so they fine-tune), logging
+    every `search.log_every_steps` steps so each candidate has a curve."""
     config = dict(train)
     if is_seed and float(search.get("seed_epochs", 0.0)) > 0:
         config["total_epochs"] = float(search["seed_epochs"])
     if not is_seed and float(search.get("child_lr", 0.0)) > 0:
         config["lr"] = float(search["child_lr"])
+    if int(search.get("log_every_steps", 0)) > 0:
+        config["log_training_steps"] = int(search["log_every_steps"])
     return config
 
 

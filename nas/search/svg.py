@@ -157,12 +157,15 @@ def scatter(points: Sequence[Point], xlabel: str, ylabel: str, css_class: str,
 def line_chart(series: Sequence[tuple[str, str, Sequence[tuple[float, float]]]],
                xlabel: str, ylabel: str, css_class: str, width: int = 460,
                height: int = 260, integer_x: bool = False, steps: bool = False) -> str:
-    """Lines (name, colour, [(x, y), ...]) on shared axes, with a legend."""
+    """Lines (name, colour, [(x, y), ...]) on shared axes; the legend sits above the plot
+    area, so it never covers a point."""
     xs = [x for _, _, pts in series for x, _ in pts]
     ys = [y for _, _, pts in series for _, y in pts]
-    ax = Axes(xs, ys, width, height)
+    legend_h = 14 * len(series)
+    ax = Axes(xs, ys, width, height + legend_h, margin=(12 + legend_h, 14, 42, 56))
     parts = [f'<svg class="{esc(css_class)}" xmlns="http://www.w3.org/2000/svg" '
-             f'width="{width}" height="{height}" viewBox="0 0 {width} {height}">']
+             f'width="{width}" height="{height + legend_h}" '
+             f'viewBox="0 0 {width} {height + legend_h}">']
     parts += ax.frame(xlabel, ylabel, integer_x=integer_x)
     for i, (name, colour, pts) in enumerate(series):
         coords = []
@@ -175,15 +178,15 @@ def line_chart(series: Sequence[tuple[str, str, Sequence[tuple[float, float]]]],
             parts.append(f'<polyline points="{path}" fill="none" stroke="{colour}" '
                          f'stroke-width="1.5"><title>{esc(name)}</title></polyline>')
         for x, y in pts if len(pts) <= 60 else ():
-            parts.append(f'<circle cx="{ax.px(x):.1f}" cy="{ax.py(y):.1f}" r="2.5" '
-                         f'fill="{colour}"><title>{esc(name)}: {esc(fmt_number(x))}, '
+            parts.append(f'<circle class="datum" cx="{ax.px(x):.1f}" cy="{ax.py(y):.1f}" '
+                         f'r="2.5" fill="{colour}"><title>{esc(name)}: {esc(fmt_number(x))}, '
                          f"{esc(f'{y:.4g}')}</title></circle>")
-        ly = ax.top + 14 + 14 * i
-        parts.append(f'<line x1="{width - ax.right - 110}" y1="{ly - 4}" '
-                     f'x2="{width - ax.right - 96}" y2="{ly - 4}" stroke="{colour}" '
-                     f'stroke-width="2"/><text x="{width - ax.right - 92}" y="{ly}" '
-                     f'font-size="10">{esc(name)}</text>')
-    return _close(parts, width, height, "" if xs else "no data")
+        ly = 12 + 14 * i
+        parts.append(f'<g class="legend"><line x1="{ax.left}" y1="{ly - 4}" '
+                     f'x2="{ax.left + 14}" y2="{ly - 4}" stroke="{colour}" '
+                     f'stroke-width="2"/><text x="{ax.left + 18}" y="{ly}" '
+                     f'font-size="10">{esc(name)}</text></g>')
+    return _close(parts, width, height + legend_h, "" if xs else "no data")
 
 
 def _close(parts: list[str], width: int, height: int, empty: str) -> str:

@@ -86,9 +86,11 @@ def make_train_step(
             loss = jnp.mean(softmax_xent(logits.astype(jnp.float32), labels))
             stats = jax.tree.map(lambda new, old: new.astype(old.dtype),
                                  new_vars.get("batch_stats", {}), state["batch_stats"])
-            return loss, stats
+            correct = jnp.mean(jnp.argmax(logits, axis=-1) == batch["label"].reshape(-1))
+            return loss, (stats, correct)
 
-        (loss, batch_stats), grads = jax.value_and_grad(loss_fn, has_aux=True)(state["params"])
+        (loss, (batch_stats, correct)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+            state["params"])
         grads = jax.lax.pmean(grads, AXIS)
         batch_stats = jax.lax.pmean(batch_stats, AXIS)
         updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
@@ -103,6 +105,8 @@ def make_train_step(
             )
         metrics = {
             "training_loss": jax.lax.pmean(loss, AXIS),
+            # accuracy on the (augmented) training batch: the curve between evaluations
+            "training_accuracy": jax.lax.pmean(correct.astype(jnp.float32), AXIS),
             "l2_grads": optax.tree.norm(grads),
             "l2_params": optax.tree.norm(params),
             "l2_updates": optax.tree.norm(updates),

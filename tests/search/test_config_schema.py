@@ -72,6 +72,7 @@ def test_any_train_value_is_valid_or_one_line(field, value):
 
 @pytest.mark.parametrize("path, value, match", [
     ("search.seed_epochs", -1.0, "search.seed_epochs' must be a number >= 0"),
+    ("search.log_every_steps", -1, "search.log_every_steps' must be an int >= 0"),
     ("search.time_limit_s", -5.0, "search.time_limit_s' must be a number > 0"),
     ("search.time_limit_s", 0.0, "search.time_limit_s"),
     ("search.max_candidates", 0, "search.max_candidates' must be an int > 0"),

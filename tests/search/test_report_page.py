@@ -21,6 +21,7 @@ from nas.zoo import cnn
 from tests.mutation.helpers import parent_variables
 
 CHILD_CONFIG = {"linear_p": None, "time_limit_s": 30.0}
+BEST_K = 2  # fewer than the 3 done candidates: the best block must stop at k
 
 
 def _curve(workdir, cid, accs):
@@ -28,8 +29,11 @@ def _curve(workdir, cid, accs):
     os.makedirs(path, exist_ok=True)
     with open(os.path.join(path, "metrics.jsonl"), "w") as f:
         for step, (loss, acc) in enumerate(accs, start=1):
-            f.write(json.dumps({"step": step * 10, "training_loss": loss}) + "\n")
-            f.write(json.dumps({"step": step * 10, "epoch": step, "eval_acc": acc}) + "\n")
+            f.write(json.dumps({"step": step * 10, "training_loss": loss,
+                                "training_accuracy": acc - 0.05}) + "\n")
+            if step % 3 == 0:  # an eval at each epoch end / rung
+                f.write(json.dumps({"step": step * 10, "epoch": step // 3, "eval_acc": acc})
+                        + "\n")
         f.write('{"step": 99, "training_lo')  # a torn last line, as after a kill
 
 
@@ -41,7 +45,9 @@ def study_dir(tmp_path_factory):
     graph, constants, _ = cnn.CifarNet()
     variables = parent_variables(graph, constants)
     child = propose_child(graph, constants, variables, seed=3, config=CHILD_CONFIG)
-    study = Study.create(workdir, config={"train": {"input": {"image_size": 32}}})
+    study = Study.create(workdir, config={
+        "train": {"input": {"image_size": 32}},
+        "search": {"selection": {"costs": ["flops", "im_sec_core_train"]}}})
     seed = study.add(graph_to_json(graph, constants), generation=0)
     study.claim("w", seed)
     study.tell(seed, {"accuracy": 0.95, "flops": 7.5e7, "params": 2.2e6,
@@ -54,12 +60,13 @@ def study_dir(tmp_path_factory):
     study.claim("w", kid)
     study.tell(kid, {"accuracy": 0.97, "flops": 4.0e7, "params": 2.1e6,
                      "im_sec_core_train": 50.0, "fit_mse_before": 1.0, "fit_mse_after": 0.01})
-    _curve(str(workdir), kid, [(1.2, 0.8), (0.6, 0.93), (0.3, 0.97)])
+    _curve(str(workdir), kid, [(1.2, 0.8), (0.9, 0.85), (0.6, 0.9), (0.5, 0.93), (0.4, 0.95),
+                               (0.3, 0.97)])
     worse = study.add('{"not": "a graph"}', parent_id=seed)
     study.claim("w", worse)
     study.tell(worse, {"accuracy": 0.5, "flops": 9e7, "params": 3e6})
     study.add("{}", parent_id=kid)  # pending
-    write_report(study)
+    write_report(study, k=BEST_K)
     return workdir, seed, kid, child
 
 
@@ -81,6 +88,20 @@ def test_page_shows_front_candidates_in_detail(study_dir):
     assert len(re.findall(r'<a href="#cand-\d+"><circle class="point"', page)) >= 2
     assert 'data-id="3"' in page
     assert "train images/s/core" in page  # throughput is a cost on the page
+
+
+def test_ops_and_symbolic_sizes_read_for_people():
+    from nas.search.report_candidate import OpRow, explain_symbol, readable_op
+
+    conv = OpRow("gen1196444851/edge0/conv/0", "CONV", [], "", "")
+    assert readable_op(conv, "new in candidate 7, generation 2") == \
+        "CONV #0 on edge 0 (new in candidate 7, generation 2)"
+    assert readable_op(OpRow("gen5/conv_layer0/relu", "RELU", [], "", "")) == \
+        "RELU conv_layer0/relu"
+    assert explain_symbol("S:-1*2", {}) == "size of the op's input's last axis × 2"
+    assert explain_symbol("S:1:0%4", {}) == "size of the op's input 1's axis 0 ÷ 4"
+    assert explain_symbol("K:num_classes", {"num_classes": 10}) == \
+        "graph constant num_classes (= 10)"
 
 
 def test_csv_export(study_dir):
@@ -154,6 +175,59 @@ def test_page_renders_in_a_browser_and_sorts(study_dir, tmp_path):
     assert 'data-missing=""' in dom  # every in-page link has its target
     svgs = int(re.search(r'data-svgs="(\d+)"', dom).group(1))
     assert svgs >= 2 + 2 + 2 * 2  # scatters, progress, per-candidate diagrams and curves
+
+
+_EXPLAINS_PROBE = """<script>
+  function text(sel){ var e = document.querySelector(sel); return e ? e.textContent : ''; }
+  var kid = document.getElementById('cand-KID');
+  var curve = kid.querySelectorAll('svg.training-curve')[1];
+  var points = curve ? curve.querySelectorAll('circle.datum').length : 0;
+  var readable = Array.from(kid.querySelectorAll('.op-readable'))
+      .map(function(e){ return e.textContent; });
+  var fronts = Array.from(document.querySelectorAll('.on-fronts'))
+      .map(function(e){ return e.closest('section').id + '=' + e.textContent; });
+  // a legend never covers a data point: no legend box overlaps any point of its chart
+  var covered = 0;
+  document.querySelectorAll('svg').forEach(function(svg){
+    svg.querySelectorAll('g.legend').forEach(function(g){
+      var a = g.getBoundingClientRect();
+      svg.querySelectorAll('circle').forEach(function(c){
+        var b = c.getBoundingClientRect();
+        if (a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom)
+          covered += 1; }); }); });
+  var out = {points: points, readable: readable, fronts: fronts, covered: covered,
+             legend: text('#cand-KID .symbols'), best_head: text('#best h2'),
+             best_rows: document.querySelectorAll('#best-table tbody tr').length};
+  document.body.setAttribute('data-probe', btoa(unescape(encodeURIComponent(
+      JSON.stringify(out)))));
+</script></body>"""
+
+
+@pytest.mark.skipif(_browser() is None, reason="no headless browser (chromium) installed; "
+                    ".ci/run installs one")
+def test_page_explains_itself_in_a_browser(study_dir, tmp_path):
+    """Rendered: a curve of several points, ops named for people, symbolic sizes explained,
+    the fronts each candidate is on (the costs the search ranked by), k best, and no
+    legend over a data point."""
+    import base64
+
+    workdir, seed, kid, child = study_dir
+    page = (workdir / "report" / "report.html").read_text()
+    path = tmp_path / "probe.html"
+    path.write_text(page.replace("</body>", _EXPLAINS_PROBE.replace("KID", str(kid))))
+    dom = _dump_dom(_browser(), path)
+    probe = json.loads(base64.b64decode(re.search(r'data-probe="([^"]*)"', dom).group(1)))
+    assert probe["points"] >= 5, probe  # training-batch and eval accuracy by step
+    fresh = [r for r in probe["readable"] if f"new in candidate {kid}, generation 1" in r]
+    assert fresh and all(not r.startswith("gen") for r in probe["readable"]), probe
+    assert any(re.match(r"[A-Z_]+ #\d+ on edge \d+ \(", r) for r in fresh), fresh
+    assert any("seed model" in r for r in probe["readable"]), probe
+    assert "K:num_classes" in probe["legend"] and "num_classes (= 10)" in probe["legend"]
+    assert f"cand-{kid}=on the fronts: accuracy vs FLOPs, accuracy vs train images/s/core" in \
+        probe["fronts"], probe["fronts"]
+    assert f"cand-{seed}=on the fronts: accuracy vs train images/s/core" in probe["fronts"]
+    assert probe["best_head"].startswith(f"Best {BEST_K} ") and probe["best_rows"] == BEST_K
+    assert probe["covered"] == 0
 
 
 def test_cli_report_csv(study_dir):

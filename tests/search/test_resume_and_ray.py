@@ -81,8 +81,7 @@ def test_sigkill_at_several_points_then_resume(tmp_path):
 def test_ray_executor_runs_candidates(tmp_path, search_config, monkeypatch):
     ray = pytest.importorskip("ray")
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
+    try:  # the executor starts a local Ray, as for a user (and without JAX's fork warning)
         config = search_config(executor="ray", max_candidates=2)
         study = run_search(config, str(tmp_path / "ray"), progress=False)
     finally:

@@ -1,0 +1,87 @@
+"""How `nas-search` ends when a person stops it or has nothing to do: Ctrl-C of a search
+training in its worker pool is exit 130 and one line (no resource-tracker warning of leaked
+semaphores), and resuming a finished search is one line with its counts and report."""
+
+import os
+import runpy
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from nas.search.settings import validate_search
+from nas.search.study import Study
+from tests.search.conftest import ROOT, SEARCH_CONFIG
+
+INTERRUPTED = "nas-search: error: interrupted; the study in {} is resumable (run the same " \
+              "command again)"
+
+
+def _env():
+    return {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+
+
+def _training(workdir):
+    """True once a candidate has logged a training step (its worker holds its bars)."""
+    root = os.path.join(workdir, "candidates")
+    for cid in os.listdir(root) if os.path.isdir(root) else ():
+        path = os.path.join(root, cid, "train", "metrics.jsonl")
+        if os.path.exists(path) and os.path.getsize(path) > 0:
+            return True
+    return False
+
+
+@pytest.mark.slow  # a spawned worker imports jax and compiles before it trains: ~30 s
+def test_ctrl_c_of_a_pool_search_is_one_line_and_exit_130(tmp_path):
+    workdir = str(tmp_path / "study")
+    # A terminal's Ctrl-C reaches the whole foreground process group: the driver, its
+    # spawned pool worker and the resource tracker. A new session stands in for it.
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nas.search.cli", f"--config={SEARCH_CONFIG}",
+         f"--workdir={workdir}", "--noprogress", "--config.train.total_epochs=2",
+         "--config.train.ckpt_steps=0", "--config.search.seed_epochs=0",
+         "--config.search.max_candidates=3", "--config.search.workers=1",
+         "--config.search.executor=local", "--config.search.log_every_steps=1",
+         "--config.search.fidelity.rungs=()"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
+        start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not _training(workdir):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "no candidate started training"
+            time.sleep(0.2)
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, err
+    assert err.splitlines() == [INTERRUPTED.format(workdir)], err
+    assert "leaked" not in err + out and "Warning" not in err + out
+
+
+def test_resuming_a_finished_search_says_so_in_one_line(tmp_path):
+    workdir = tmp_path / "study"
+    config = runpy.run_path(SEARCH_CONFIG)["get_config"]()
+    validate_search(config)  # as the driver stores it
+    study = Study.create(workdir, config=config.to_dict())
+    done = study.add('{"candidate": 1}')
+    study.claim("w", done)
+    study.tell(done, {"accuracy": 0.9, "flops": 1e6, "params": 1e4})
+    failed = study.add('{"candidate": 2}')
+    study.claim("w", failed)
+    study.fail(failed, "diverged")
+    study.close()
+    out = subprocess.run(
+        [sys.executable, "-m", "nas.search.cli", f"--config={SEARCH_CONFIG}",
+         f"--workdir={workdir}", "--config.search.max_candidates=2"],
+        capture_output=True, text=True, timeout=300, env=_env())
+    assert out.returncode == 0, out.stderr
+    report = workdir / "report" / "report.html"
+    assert out.stdout.splitlines() == [
+        f"the search in {workdir} is finished (done 1, failed 1; max_candidates 2); "
+        f"report: {report}"], out.stdout
+    assert out.stderr == "" and report.exists()
