@@ -29,6 +29,7 @@ from nas.graph.reversible import is_reversible
 from nas.graph.serialize import graph_to_json, load
 from nas.properties import op_cache
 from nas.search import blocks as blocks_lib
+from nas.search import splits
 from nas.search.candidate import FINISHED
 from nas.search.executors import Outcome, make_executor
 from nas.search.fidelity import RungPlan
@@ -101,6 +102,7 @@ def candidate_task(study: Study, train: ml_collections.ConfigDict,
     `fit_pairs` carries what its worker needs to fit its new ops first (`nas.search.fit`),
     at its first rung only (later rungs resume trained weights)."""
     candidate = study.get(candidate_id)
+    train = splits.decision_config(train, search)
     train_config = train.to_dict()
     if candidate.parent_id is None and search.seed_epochs > 0:
         train_config["total_epochs"] = float(search.seed_epochs)
@@ -434,7 +436,8 @@ class Driver:
 
         if not pairs:
             return
-        images = fit.training_images(self.train.input, self.fit.batches,
+        train_input = splits.decision_config(self.train, self.search).input  # no validation
+        images = fit.training_images(train_input, self.fit.batches,
                                      self.fit.images_per_batch, int(self.search.seed))
         try:
             fit.check_varies(parent, (child.graph, child.constants, child.variables), pairs,

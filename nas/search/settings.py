@@ -13,6 +13,7 @@ from typing import Any
 import ml_collections
 
 from nas import schema
+from nas.search import splits
 from nas.search.fidelity import FidelityConfig
 from nas.search.fit import FitConfig
 from nas.search.selection import SelectionConfig
@@ -51,6 +52,11 @@ def search_defaults() -> ml_collections.ConfigDict:
         # nas.search.fidelity.FidelityConfig: children train to each of `rungs` (epochs)
         # and go on only if promoted there ({}: off, every child trains its whole budget)
         "fidelity": {},
+        # nas.search.splits: decisions read a validation split, carved out of the training
+        # split (this fraction, never trained on) unless `validation_split` names one; the
+        # test split (train.eval.data.split) is only reported
+        "validation_fraction": 0.1,
+        "validation_split": "",
         "seed_graph": "",  # graph JSON or `nas-search export` file to start from ("": zoo)
         # a proposed child with more parameters than this times the seed's is refused
         # before it is fitted or trained (0: no bound)
@@ -80,6 +86,8 @@ SEARCH_SCHEMA: dict[str, schema.Field] = {
     "mutation": schema.Field(dict),  # MutationConfig checks its fields
     "fit": schema.Field(dict),  # FitConfig checks its fields
     "fidelity": schema.Field(dict),  # FidelityConfig checks its fields
+    "validation_fraction": schema.Field(float, low=0.0, high=0.5),
+    "validation_split": schema.Field(str),
     "seed_graph": schema.Field(str),
     "max_params_ratio": schema.at_least(0, float, expected="(0: no bound)"),
     "property_cache": schema.Field(str),
@@ -113,9 +121,10 @@ def validate_search(config: Any) -> ml_collections.ConfigDict:
     _prefixed("search.selection.", SelectionConfig.from_dict, dict(search.selection))
     _prefixed("search.fit.", FitConfig.from_dict, dict(search.fit))
     train = _prefixed("train.", train_config.with_defaults, config.train)
+    splits.check(train, search)
     fidelity = _prefixed("search.fidelity.", FidelityConfig.from_dict, dict(search.fidelity))
     _prefixed("search.fidelity.", fidelity.schedule, float(train.total_epochs))
-    check_dataset(train)
+    check_dataset(splits.decision_config(train, search))
     return search
 
 
