@@ -20,6 +20,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from nas.search import intervals
 from nas.search._atomic import atomic_write_bytes, atomic_write_text
 from nas.search.candidate import STATUSES, Candidate
 from nas.search.pareto import ParetoCurve
@@ -144,18 +145,60 @@ def summary(study: Study, k: int = 5) -> str:
     if not best:
         lines.append("no finished candidates yet")
         return "\n".join(lines)
-    header = ("id", "parent", "gen", "accuracy", "loss", "flops", "params", "im/s/core")
+    header = ("id", "parent", "gen", "val accuracy [95%]", "test accuracy [95%]",
+              "test vs seed", "val loss", "flops", "params", "im/s/core")
+    seed = next((c for c in study.candidates("done") if c.parent_id is None), None)
     rows = [
-        (c.id, c.parent_id, c.generation, c.accuracy, c.loss, c.flops, c.params,
-         c.im_sec_core_train)
+        (c.id, c.parent_id, c.generation, val_text(c), test_text(c), versus_seed(c, seed),
+         c.loss, c.flops, c.params, c.im_sec_core_train)
         for c in best
     ]  # fmt: skip
     table = [header] + [tuple(_fmt(v) for v in r) for r in rows]
     widths = [max(len(r[i]) for r in table) for i in range(len(header))]
-    lines.append(f"best {len(best)}:")
+    lines.append(f"best {len(best)} by validation accuracy (it decides; the test split is "
+                 f"only reported; [95% Wilson interval] n=examples):")
     for r in table:
         lines.append("  ".join(cell.rjust(w) for cell, w in zip(r, widths, strict=True)))
+    cheap = cheapest_matching_seed(study.candidates("done"), seed)
+    if cheap is not None:
+        lines.append(f"cheapest child within noise of the seed on test: candidate {cheap.id} "
+                     f"at {cheap.flops / seed.flops:.3f} of the seed's FLOPs")
     return "\n".join(lines)
+
+
+def val_text(c: Candidate) -> str:
+    """Validation accuracy (what the search decided on) with its interval."""
+    return "" if c.accuracy is None else intervals.text(c.accuracy,
+                                                        c.extra_metrics.get("val_examples"))
+
+
+def test_text(c: Candidate) -> str:
+    """Test accuracy (reported only) with its interval; empty when not measured."""
+    acc = c.extra_metrics.get("test_accuracy")
+    return "" if acc is None else intervals.text(acc, c.extra_metrics.get("test_examples"))
+
+
+def versus_seed(c: Candidate, seed: Candidate | None) -> str:
+    """"within noise" where the child's and the seed's test intervals overlap, else
+    "better" / "worse"; "seed" for the seed; empty without test accuracies."""
+    if seed is None or c.id == seed.id:
+        return "seed" if seed is not None else ""
+    mine, theirs = c.extra_metrics, seed.extra_metrics
+    if mine.get("test_accuracy") is None or theirs.get("test_accuracy") is None:
+        return ""
+    return intervals.compare((mine["test_accuracy"], mine.get("test_examples")),
+                             (theirs["test_accuracy"], theirs.get("test_examples")))
+
+
+def cheapest_matching_seed(done: Sequence[Candidate], seed: Candidate | None
+                           ) -> Candidate | None:
+    """The child with the fewest FLOPs whose test accuracy is within noise of the seed's
+    or better (None when there is none)."""
+    if seed is None or not seed.flops:
+        return None
+    matched = [c for c in done if c.id != seed.id and c.flops is not None
+               and versus_seed(c, seed) in ("within noise", "better")]
+    return min(matched, key=lambda c: (c.flops, c.id), default=None)
 
 
 def rung_summary(c: Candidate) -> str:
@@ -194,7 +237,9 @@ def progress_series(candidates: Sequence[Candidate], cost: str = "flops"
     return out
 
 
-CSV_COLUMNS = ("id", "parent_id", "generation", "status", "accuracy", "loss", "flops",
+# accuracy: on the validation split (decides); test_accuracy: reported only
+CSV_COLUMNS = ("id", "parent_id", "generation", "status", "accuracy", "val_examples",
+               "test_accuracy", "test_examples", "loss", "flops",
                "params", "im_sec_core_train", "im_sec_core_infer", "epochs", "attempts",
                "on_front", "rungs", "fingerprint", "worker", "error")
 
@@ -207,7 +252,9 @@ def to_csv(study: Study, candidates: Sequence[Candidate] | None = None) -> str:
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
     for c in cands:
-        special = {"on_front": int(c.id in front), "rungs": rung_summary(c)}
+        special = {"on_front": int(c.id in front), "rungs": rung_summary(c),
+                   **{k: c.extra_metrics.get(k) for k in ("val_examples", "test_accuracy",
+                                                          "test_examples")}}
         row = [special[k] if k in special else getattr(c, k) for k in CSV_COLUMNS]
         writer.writerow(["" if v is None else v for v in row])
     return buf.getvalue()
@@ -334,7 +381,8 @@ def render_html(study: Study, png: bytes, candidates: Sequence[Candidate]) -> st
     fronts = {cost: front_of(candidates, cost) for cost in costs}
     front_ids = {c.id for front in fronts.values() for c in front}
     counts = study.counts()
-    cols = ("id", "parent", "gen", "status", "accuracy", "loss", "flops", "params",
+    cols = ("id", "parent", "gen", "status", "val accuracy [95%]", "test accuracy [95%]",
+            "loss", "flops", "params",
             "im/s/core train", "im/s/core infer", "epochs", "attempts", "rungs", "worker",
             "lineage", "error")  # fmt: skip
     rows = []
@@ -345,7 +393,7 @@ def render_html(study: Study, png: bytes, candidates: Sequence[Candidate]) -> st
             f'<td><a href="#c{c.parent_id}">{c.parent_id}</a></td>'
             if c.parent_id is not None else "<td></td>",
             *(f"<td>{esc(_fmt(v))}</td>" for v in (
-                c.generation, c.status, c.accuracy, c.loss, c.flops, c.params,
+                c.generation, c.status, val_text(c), test_text(c), c.loss, c.flops, c.params,
                 c.im_sec_core_train, c.im_sec_core_infer, c.epochs, c.attempts)),
             f'<td class="l" title="{esc(" | ".join(r["reason"] or "" for r in c.rungs))}">'
             f'{esc(rung_summary(c))}</td>',

@@ -625,6 +625,9 @@ class Study:
             "properties": cand.properties,
             "inheritance": cand.inheritance,
             "metrics": cand.metrics,
+            # which split each accuracy was measured on (nas.search.splits)
+            "accuracy_splits": {"accuracy": "validation (the search decided on it)",
+                                "test_accuracy": "test (reported only)"},
             "checkpoint_path": cand.checkpoint_path,
             "error": cand.error,
             "rungs": list(cand.rungs),
