@@ -44,6 +44,10 @@ def search_defaults() -> ml_collections.ConfigDict:
         "lease_s": 60.0,  # a claim not renewed for this long is re-queued
         "max_attempts": 3,  # a candidate interrupted this often is failed
         "max_proposal_failures": 25,  # consecutive failed mutations before giving up
+        # candidate k is proposed from the results of candidates 1 .. k - pipeline_depth
+        # (all finished first): a count, so proposals never depend on worker timing; set it
+        # to `workers` to keep that many candidates training at once
+        "pipeline_depth": 1,
         "selection": {"costs": ("flops", "params"), "min_acc": 0.0},
         "mutation": {},  # passed to nas.mutation.propose_child as its config
         # nas.search.fit.FitConfig: a child's new ops are fitted to the parent's tensors
@@ -82,6 +86,7 @@ SEARCH_SCHEMA: dict[str, schema.Field] = {
     "lease_s": schema.Field(float, low=0.05, high=86400.0),
     "max_attempts": schema.positive(),
     "max_proposal_failures": schema.positive(),
+    "pipeline_depth": schema.positive(),
     "selection": schema.Field(dict),  # SelectionConfig checks its fields
     "mutation": schema.Field(dict),  # MutationConfig checks its fields
     "fit": schema.Field(dict),  # FitConfig checks its fields
