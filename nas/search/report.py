@@ -161,8 +161,9 @@ def summary(study: Study, k: int = 5) -> str:
         lines.append("  ".join(cell.rjust(w) for cell, w in zip(r, widths, strict=True)))
     cheap = cheapest_matching_seed(study.candidates("done"), seed)
     if cheap is not None:
-        lines.append(f"cheapest child within noise of the seed on test: candidate {cheap.id} "
-                     f"at {cheap.flops / seed.flops:.3f} of the seed's FLOPs")
+        lines.append(f"cheapest child within noise of the seed on validation: candidate "
+                     f"{cheap.id} at {cheap.flops / seed.flops:.3f} of the seed's FLOPs; on "
+                     f"test: {versus_seed(cheap, seed) or 'not measured'}")
     return "\n".join(lines)
 
 
@@ -192,12 +193,16 @@ def versus_seed(c: Candidate, seed: Candidate | None) -> str:
 
 def cheapest_matching_seed(done: Sequence[Candidate], seed: Candidate | None
                            ) -> Candidate | None:
-    """The child with the fewest FLOPs whose test accuracy is within noise of the seed's
-    or better (None when there is none)."""
-    if seed is None or not seed.flops:
+    """The child with the fewest FLOPs whose validation accuracy is within noise of the
+    seed's or better: chosen on validation, so its test accuracy is an honest report
+    (None when there is none)."""
+    if seed is None or not seed.flops or seed.accuracy is None:
         return None
-    matched = [c for c in done if c.id != seed.id and c.flops is not None
-               and versus_seed(c, seed) in ("within noise", "better")]
+    n = seed.extra_metrics.get("val_examples")
+    matched = [c for c in done if c.id != seed.id and c.flops is not None and n
+               and c.accuracy is not None and c.extra_metrics.get("val_examples")
+               and intervals.compare((c.accuracy, c.extra_metrics.get("val_examples")),
+                                     (seed.accuracy, n)) in ("within noise", "better")]
     return min(matched, key=lambda c: (c.flops, c.id), default=None)
 
 

@@ -95,3 +95,26 @@ def test_ties_inside_the_interval_prefer_the_cheaper():
     )
     with pytest.raises(ValueError, match="noise_ties"):
         SelectionConfig(noise_ties="yes")
+
+
+def test_summary_shows_both_accuracies_and_never_calls_noise_better(tmp_path):
+    from nas.search.report import summary, to_csv
+    from nas.search.study import Study
+
+    study = Study.open(tmp_path)
+    sizes = {"val_examples": 143, "test_examples": 360}
+    for cid, (val, test, flops) in enumerate(
+        [(0.965, 0.975, 100.0), (0.972, 0.986, 40.0), (0.60, 0.62, 10.0)], start=1
+    ):
+        study.add(f'{{"g": {cid}}}', parent_id=None if cid == 1 else 1)
+        study.claim("w", cid)
+        study.tell(
+            cid, {"accuracy": val, "flops": flops, "test_accuracy": test, **sizes}, worker="w"
+        )
+    text = summary(study)
+    assert "0.9860 [0.968, 0.994] n=360" in text and "0.9720 [" in text
+    rows = {line.split()[0]: line for line in text.splitlines()[3:6]}
+    assert "within noise" in rows["2"] and "better" not in rows["2"]  # 0.986 vs 0.975
+    assert "worse" in rows["3"] and "seed" in rows["1"]
+    assert "candidate 2 at 0.400 of the seed's FLOPs; on test: within noise" in text
+    assert "test_accuracy" in to_csv(study).splitlines()[0]
