@@ -149,8 +149,8 @@ def summary(study: Study, k: int = 5) -> str:
               "test vs seed", "val loss", "flops", "params", "im/s/core")
     seed = next((c for c in study.candidates("done") if c.parent_id is None), None)
     rows = [
-        (c.id, c.parent_id, c.generation, val_text(c), test_text(c), versus_seed(c, seed),
-         c.loss, c.flops, c.params, c.im_sec_core_train)
+        (c.id, c.parent_id, c.generation, val_accuracy_text(c), reported_test_text(c),
+         versus_seed(c, seed), c.loss, c.flops, c.params, c.im_sec_core_train)
         for c in best
     ]  # fmt: skip
     table = [header] + [tuple(_fmt(v) for v in r) for r in rows]
@@ -167,13 +167,13 @@ def summary(study: Study, k: int = 5) -> str:
     return "\n".join(lines)
 
 
-def val_text(c: Candidate) -> str:
+def val_accuracy_text(c: Candidate) -> str:
     """Validation accuracy (what the search decided on) with its interval."""
     return "" if c.accuracy is None else intervals.text(c.accuracy,
                                                         c.extra_metrics.get("val_examples"))
 
 
-def test_text(c: Candidate) -> str:
+def reported_test_text(c: Candidate) -> str:
     """Test accuracy (reported only) with its interval; empty when not measured."""
     acc = c.extra_metrics.get("test_accuracy")
     return "" if acc is None else intervals.text(acc, c.extra_metrics.get("test_examples"))
@@ -398,8 +398,9 @@ def render_html(study: Study, png: bytes, candidates: Sequence[Candidate]) -> st
             f'<td><a href="#c{c.parent_id}">{c.parent_id}</a></td>'
             if c.parent_id is not None else "<td></td>",
             *(f"<td>{esc(_fmt(v))}</td>" for v in (
-                c.generation, c.status, val_text(c), test_text(c), c.loss, c.flops, c.params,
-                c.im_sec_core_train, c.im_sec_core_infer, c.epochs, c.attempts)),
+                c.generation, c.status, val_accuracy_text(c), reported_test_text(c), c.loss,
+                c.flops, c.params, c.im_sec_core_train, c.im_sec_core_infer, c.epochs,
+                c.attempts)),
             f'<td class="l" title="{esc(" | ".join(r["reason"] or "" for r in c.rungs))}">'
             f'{esc(rung_summary(c))}</td>',
             f'<td class="l">{esc(c.worker or "")}</td>',
