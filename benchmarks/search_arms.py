@@ -32,7 +32,7 @@ import numpy as np
 from nas.search import intervals
 from nas.search.driver import Driver
 from nas.search.pareto import hypervolume
-from nas.search.report import front_of
+from nas.search.report import cheapest_matching_seed, front_of
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -77,18 +77,14 @@ def _test(c: Any) -> tuple[float, int]:
 
 def arm_metrics(study: Any) -> dict[str, float]:
     """Decided on validation, reported on test: the front is the validation front, its
-    hypervolume is computed from its members' test accuracies; "cheapest" is the child with
-    the fewest FLOPs whose validation accuracy ties the seed's (inside one another's 95 %
-    interval, or above), and whether its test accuracy is inside the seed's test interval
-    (or above) is reported next to it."""
+    hypervolume is computed from its members' test accuracies; "cheapest" is the summary's
+    (`cheapest_matching_seed`: fewest FLOPs with a validation accuracy tied with the seed's
+    or above), and whether its test accuracy is inside the seed's test interval (or above)
+    is reported next to it."""
     done = study.candidates("done")
     seed = next(c for c in done if c.parent_id is None)
     children = [c for c in done if c.parent_id is not None]
-    tied = dict(zip([c.id for c in done], intervals.tied_accuracies(
-        [c.accuracy for c in done], [c.extra_metrics.get("val_examples") for c in done]),
-        strict=True))
-    matched = [c for c in children if tied[c.id] >= tied[seed.id]]
-    cheapest = min(matched, key=lambda c: (c.flops, c.id), default=None)
+    cheapest = cheapest_matching_seed(done, seed)
     seed_low = intervals.wilson(*_test(seed))[0]
     front = front_of(done, "flops")
     ref = (0.0, 2.0 * seed.flops)

@@ -48,6 +48,15 @@ def compare(child: tuple[float, int | None], seed: tuple[float, int | None]) -> 
     return "better" if a > b else "worse"
 
 
+def tied(a: float, n: int, b: float, m: int) -> bool:
+    """Whether accuracies `a` (on n examples) and `b` (on m) lie inside one another's
+    interval: the tie that selection and the summary's cheapest child use (stricter than
+    overlapping intervals)."""
+    a_low, a_high = wilson(a, n)
+    b_low, b_high = wilson(b, m)
+    return a_low <= b <= a_high and b_low <= a <= b_high
+
+
 def tied_accuracies(accuracies: Sequence[float], sizes: Sequence[int | None]) -> list[float]:
     """Each accuracy replaced by the best of its tie group: from the most accurate down,
     a group takes every remaining accuracy whose interval and the head's contain each
@@ -62,12 +71,10 @@ def tied_accuracies(accuracies: Sequence[float], sizes: Sequence[int | None]) ->
         grouped.add(head)
         if not sizes[head]:
             continue
-        low, high = wilson(accuracies[head], int(sizes[head]))
         for other in order:
             if other in grouped or not sizes[other]:
                 continue
-            o_low, o_high = wilson(accuracies[other], int(sizes[other]))
-            if low <= accuracies[other] <= high and o_low <= accuracies[head] <= o_high:
+            if tied(accuracies[head], int(sizes[head]), accuracies[other], int(sizes[other])):
                 out[other] = out[head]
                 grouped.add(other)
     return out

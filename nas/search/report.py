@@ -161,7 +161,7 @@ def summary(study: Study, k: int = 5) -> str:
         lines.append("  ".join(cell.rjust(w) for cell, w in zip(r, widths, strict=True)))
     cheap = cheapest_matching_seed(study.candidates("done"), seed)
     if cheap is not None:
-        lines.append(f"cheapest child within noise of the seed on validation: candidate "
+        lines.append(f"cheapest child tied with the seed on validation: candidate "
                      f"{cheap.id} at {cheap.flops / seed.flops:.3f} of the seed's FLOPs; on "
                      f"test: {versus_seed(cheap, seed) or 'not measured'}")
     return "\n".join(lines)
@@ -193,16 +193,16 @@ def versus_seed(c: Candidate, seed: Candidate | None) -> str:
 
 def cheapest_matching_seed(done: Sequence[Candidate], seed: Candidate | None
                            ) -> Candidate | None:
-    """The child with the fewest FLOPs whose validation accuracy is within noise of the
-    seed's or better: chosen on validation, so its test accuracy is an honest report
-    (None when there is none)."""
-    if seed is None or not seed.flops or seed.accuracy is None:
+    """The child with the fewest FLOPs whose validation accuracy ties the seed's (each
+    inside the other's interval, as selection ranks them) or is above it: chosen on
+    validation, so its test accuracy is an honest report (None when there is none)."""
+    n = seed.extra_metrics.get("val_examples") if seed is not None else None
+    if seed is None or not seed.flops or seed.accuracy is None or not n:
         return None
-    n = seed.extra_metrics.get("val_examples")
-    matched = [c for c in done if c.id != seed.id and c.flops is not None and n
+    matched = [c for c in done if c.id != seed.id and c.flops is not None
                and c.accuracy is not None and c.extra_metrics.get("val_examples")
-               and intervals.compare((c.accuracy, c.extra_metrics.get("val_examples")),
-                                     (seed.accuracy, n)) in ("within noise", "better")]
+               and (c.accuracy >= seed.accuracy or intervals.tied(
+                   c.accuracy, int(c.extra_metrics["val_examples"]), seed.accuracy, int(n)))]
     return min(matched, key=lambda c: (c.flops, c.id), default=None)
 
 
