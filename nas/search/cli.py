@@ -137,6 +137,7 @@ def _search(workdir: str) -> None:
 
 
 def _worker(workdir: str) -> None:
+    from nas.search.report import reported_test_text, val_accuracy_text
     from nas.search.study_worker import run_worker
 
     check_workdir(workdir, create=False)
@@ -146,12 +147,13 @@ def _worker(workdir: str) -> None:
         raise naming_flag(e, f"--candidate={_CANDIDATE.value}") from None
     for c in trained:
         if c.status == "done":
-            print(f"candidate {c.id}: accuracy {c.accuracy:.4f}, FLOPs {c.flops:,.0f}, "
-                  f"params {c.params:,.0f}")
+            print(f"candidate {c.id}: validation accuracy {val_accuracy_text(c)}, test "
+                  f"accuracy {reported_test_text(c) or '-'} (reported only), FLOPs "
+                  f"{c.flops:,.0f}, params {c.params:,.0f}")
         elif c.rungs and c.status in ("stopped", "pending", "running"):  # a rung's result
             r = c.rungs[-1]
-            print(f"candidate {c.id}: {r['decision']} at {r['epochs']:g} epochs, accuracy "
-                  f"{r['accuracy']:.4f} ({r['reason']})")
+            print(f"candidate {c.id}: {r['decision']} at {r['epochs']:g} epochs, validation "
+                  f"accuracy {r['accuracy']:.4f} ({r['reason']})")
         else:
             print(f"candidate {c.id}: {c.status}: {c.error}")
     if not trained:

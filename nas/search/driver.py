@@ -29,6 +29,7 @@ from nas.graph.reversible import is_reversible
 from nas.graph.serialize import graph_to_json, load
 from nas.properties import op_cache
 from nas.search import blocks as blocks_lib
+from nas.search import splits
 from nas.search.candidate import FINISHED
 from nas.search.executors import Outcome, make_executor
 from nas.search.fidelity import RungPlan
@@ -279,6 +280,11 @@ class Driver:
         size = int(self.train.input.image_size)
         self.input_shape = (1, size, size, 3)
         self.worker = default_worker("driver")
+        if int(self.search.workers) > int(self.search.pipeline_depth):
+            logging.warning("search.workers=%d > search.pipeline_depth=%d: at most %d "
+                            "candidate(s) train at once (a proposal reads every result "
+                            "up to pipeline_depth candidates back)", int(self.search.workers),
+                            int(self.search.pipeline_depth), int(self.search.pipeline_depth))
         op_cache.enable(str(self.search.property_cache))
         self._shown: dict[str, int] | None = None  # counts last drawn on the progress bar
         self._told_no_blocks = False  # "block-level mutation does not apply" logged once
@@ -316,12 +322,25 @@ class Driver:
         return select_parents([Individual.from_candidate(c) for c in done], self.selection,
                               rng, num=1)[0]
 
+    def population(self) -> list[Any] | None:
+        """The done candidates the next proposal reads: those with an id up to the next
+        id - `search.pipeline_depth` (the seed at least); None while one of them has not
+        finished. So what is proposed never depends on which results happen to be in when
+        the proposal is made (worker timing), only on the config and the results."""
+        candidates = self.study.candidates()
+        next_id = max((c.id for c in candidates), default=0) + 1
+        bound = max(1, next_id - int(self.search.pipeline_depth))
+        read = [c for c in candidates if c.id <= bound]
+        if any(c.status not in FINISHED for c in read):
+            return None
+        return [c for c in read if c.status == "done"]
+
     def propose(self) -> int | None:
         """Adds one mutated child of a selected parent; None if this proposal failed."""
         from nas.mutation import NoChildFound, propose_child
         from nas.search.fit import ConstantOutputError
 
-        done = self.study.candidates(status="done")
+        done = self.population()
         if not done:
             return None
         k = int(self.study.get_state("proposals", 0))
@@ -431,7 +450,8 @@ class Driver:
 
         if not pairs:
             return
-        images = fit.training_images(self.train.input, self.fit.batches,
+        train_input = splits.decision_config(self.train, self.search).input  # no validation
+        images = fit.training_images(train_input, self.fit.batches,
                                      self.fit.images_per_batch, int(self.search.seed))
         try:
             fit.check_varies(parent, (child.graph, child.constants, child.variables), pairs,
@@ -497,7 +517,8 @@ class Driver:
             if executor.capacity == 0:  # external workers train: keep one child pending
                 pending, running = counts["pending"], counts["running"]
                 if not pending and sum(counts.values()) < search.max_candidates and \
-                        counts["done"] and proposal_failures < search.max_proposal_failures:
+                        counts["done"] and proposal_failures < search.max_proposal_failures \
+                        and self.population() is not None:
                     proposal_failures = 0 if self.propose() is not None else \
                         proposal_failures + 1
                     continue
@@ -517,6 +538,8 @@ class Driver:
                     continue
                 total = sum(self.study.counts().values())
                 if total >= search.max_candidates or not self.study.candidates("done"):
+                    break
+                if self.population() is None:  # wait for the results it must read
                     break
                 if self.propose() is None:
                     proposal_failures += 1

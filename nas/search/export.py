@@ -46,6 +46,11 @@ def export_candidate(study: Any, candidate_id: int, path: str | os.PathLike) -> 
         "inheritance": cand.inheritance,
         "error": cand.error,
         "rungs": list(cand.rungs),
+        # which split each accuracy was measured on (nas.search.splits)
+        "accuracy_splits": {
+            "accuracy": "validation (the search decided on it)",
+            "test_accuracy": "test (reported only)",
+        },
     }
     return write_candidate(
         path,

@@ -17,9 +17,10 @@ import csv
 import io
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from nas.search import intervals
 from nas.search._atomic import atomic_write_bytes, atomic_write_text
 from nas.search.candidate import STATUSES, Candidate
 from nas.search.pareto import ParetoCurve
@@ -144,19 +145,66 @@ def summary(study: Study, k: int = 5) -> str:
     if not best:
         lines.append("no finished candidates yet")
         return "\n".join(lines)
-    header = ("id", "parent", "gen", "accuracy", "loss", "flops", "params", "im/s/core")
+    header = ("id", "parent", "gen", "val accuracy [95%]", "test accuracy [95%]",
+              "test vs seed", "val loss", "flops", "params", "im/s/core")
+    seed = next((c for c in study.candidates("done") if c.parent_id is None), None)
     rows = [
-        (c.id, c.parent_id, c.generation, c.accuracy, c.loss, c.flops, c.params,
-         c.im_sec_core_train)
+        (c.id, c.parent_id, c.generation, val_accuracy_text(c), reported_test_text(c),
+         versus_seed(c, seed), c.loss, c.flops, c.params, c.im_sec_core_train)
         for c in best
     ]  # fmt: skip
     table = [header] + [tuple(_fmt(v) for v in r) for r in rows]
     widths = [max(len(r[i]) for r in table) for i in range(len(header))]
-    lines.append(f"best {k} by accuracy" + (f" (only {len(best)} done)" if len(best) < k
-                                            else "") + ":")
+    lines.append(f"best {k} by validation accuracy" + (f" (only {len(best)} done)" if len(best) < k
+                 else "") + " (it decides; the test split is only reported; [95% Wilson "
+                 "interval] n=examples):")
     for r in table:
         lines.append("  ".join(cell.rjust(w) for cell, w in zip(r, widths, strict=True)))
+    cheap = cheapest_matching_seed(study.candidates("done"), seed)
+    if cheap is not None:
+        lines.append(f"cheapest child tied with the seed on validation: candidate "
+                     f"{cheap.id} at {cheap.flops / seed.flops:.3f} of the seed's FLOPs; on "
+                     f"test: {versus_seed(cheap, seed) or 'not measured'}")
     return "\n".join(lines)
+
+
+def val_accuracy_text(c: Candidate) -> str:
+    """Validation accuracy (what the search decided on) with its interval."""
+    return "" if c.accuracy is None else intervals.text(c.accuracy,
+                                                        c.extra_metrics.get("val_examples"))
+
+
+def reported_test_text(c: Candidate) -> str:
+    """Test accuracy (reported only) with its interval; empty when not measured."""
+    acc = c.extra_metrics.get("test_accuracy")
+    return "" if acc is None else intervals.text(acc, c.extra_metrics.get("test_examples"))
+
+
+def versus_seed(c: Candidate, seed: Candidate | None) -> str:
+    """"within noise" where the child's and the seed's test intervals overlap, else
+    "better" / "worse"; "seed" for the seed; empty without test accuracies."""
+    if seed is None or c.id == seed.id:
+        return "seed" if seed is not None else ""
+    mine, theirs = c.extra_metrics, seed.extra_metrics
+    if mine.get("test_accuracy") is None or theirs.get("test_accuracy") is None:
+        return ""
+    return intervals.compare((mine["test_accuracy"], mine.get("test_examples")),
+                             (theirs["test_accuracy"], theirs.get("test_examples")))
+
+
+def cheapest_matching_seed(done: Sequence[Candidate], seed: Candidate | None
+                           ) -> Candidate | None:
+    """The child with the fewest FLOPs whose validation accuracy ties the seed's (each
+    inside the other's interval, as selection ranks them) or is above it: chosen on
+    validation, so its test accuracy is an honest report (None when there is none)."""
+    n = seed.extra_metrics.get("val_examples") if seed is not None else None
+    if seed is None or not seed.flops or seed.accuracy is None or not n:
+        return None
+    matched = [c for c in done if c.id != seed.id and c.flops is not None
+               and c.accuracy is not None and c.extra_metrics.get("val_examples")
+               and (c.accuracy >= seed.accuracy or intervals.tied(
+                   c.accuracy, int(c.extra_metrics["val_examples"]), seed.accuracy, int(n)))]
+    return min(matched, key=lambda c: (c.flops, c.id), default=None)
 
 
 def rung_summary(c: Candidate) -> str:
@@ -209,7 +257,9 @@ def progress_series(candidates: Sequence[Candidate], cost: str = "flops"
     return out
 
 
-CSV_COLUMNS = ("id", "parent_id", "generation", "status", "accuracy", "loss", "flops",
+# accuracy: on the validation split (decides); test_accuracy: reported only
+CSV_COLUMNS = ("id", "parent_id", "generation", "status", "accuracy", "val_examples",
+               "test_accuracy", "test_examples", "loss", "flops",
                "params", "im_sec_core_train", "im_sec_core_infer", "epochs", "attempts",
                "on_front", "rungs", "fingerprint", "worker", "error")
 
@@ -222,7 +272,9 @@ def to_csv(study: Study, candidates: Sequence[Candidate] | None = None) -> str:
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
     for c in cands:
-        special = {"on_front": int(c.id in front), "rungs": rung_summary(c)}
+        special = {"on_front": int(c.id in front), "rungs": rung_summary(c),
+                   **{k: c.extra_metrics.get(k) for k in ("val_examples", "test_accuracy",
+                                                          "test_examples")}}
         row = [special[k] if k in special else getattr(c, k) for k in CSV_COLUMNS]
         writer.writerow(["" if v is None else v for v in row])
     return buf.getvalue()
@@ -357,20 +409,29 @@ def _candidate_section(study: Study, c: Candidate, by_id: dict[int, Candidate],
             f"</div><div>{diagram(arch, added | fresh)}</div></div></section>")
 
 
-BEST_COLUMNS = (("id", "id"), ("parent", "parent_id"), ("gen", "generation"),
-                ("accuracy", "accuracy"), ("loss", "loss"), ("flops", "flops"),
-                ("params", "params"), ("im/s/core", "im_sec_core_train"))
+BEST_COLUMNS: tuple[tuple[str, Callable[[Candidate], str]], ...] = (
+    ("id", lambda c: str(c.id)),
+    ("parent", lambda c: _fmt(c.parent_id)),
+    ("gen", lambda c: _fmt(c.generation)),
+    ("val accuracy [95%]", val_accuracy_text),
+    ("test accuracy [95%]", reported_test_text),
+    ("loss", lambda c: _fmt(c.loss)),
+    ("flops", lambda c: _fmt(c.flops)),
+    ("params", lambda c: _fmt(c.params)),
+    ("im/s/core", lambda c: _fmt(c.im_sec_core_train)),
+)
 
 
 def best_table(study: Study, k: int) -> str:
-    """The k most accurate done candidates as a table; the heading says k and how many
-    there are (fewer when fewer are done). One row per candidate, one column per
-    `BEST_COLUMNS` entry, so a further column (e.g. an accuracy interval) is one entry."""
+    """The k candidates of best validation accuracy as a table; the heading says k and how
+    many there are (fewer when fewer are done). One row per candidate, one column per
+    `BEST_COLUMNS` entry, so a further column is one entry."""
     best = study.best(k)
-    head = f"Best {k} by accuracy" + (f" (only {len(best)} done)" if len(best) < k else "")
+    head = f"Best {k} by validation accuracy" + (
+        f" (only {len(best)} done)" if len(best) < k else "")
     rows = "".join(
         f'<tr data-best="{c.id}"><td><a href="#c{c.id}">{c.id}</a></td>'
-        + "".join(f"<td>{esc(_fmt(getattr(c, attr)))}</td>" for _, attr in BEST_COLUMNS[1:])
+        + "".join(f"<td>{esc(cell(c))}</td>" for _, cell in BEST_COLUMNS[1:])
         + "</tr>" for c in best)
     return (f'<section id="best" data-k="{k}"><h2>{esc(head)}</h2>'
             f'<table id="best-table"><thead><tr>'
@@ -387,7 +448,8 @@ def render_html(study: Study, png: bytes, candidates: Sequence[Candidate], k: in
     fronts = {cost: front_of(candidates, cost) for cost in ranked}
     front_ids = {c.id for front in fronts.values() for c in front}
     counts = study.counts()
-    cols = ("id", "parent", "gen", "status", "accuracy", "loss", "flops", "params",
+    cols = ("id", "parent", "gen", "status", "val accuracy [95%]", "test accuracy [95%]",
+            "loss", "flops", "params",
             "im/s/core train", "im/s/core infer", "epochs", "attempts", "rungs", "worker",
             "lineage", "error")  # fmt: skip
     rows = []
@@ -398,8 +460,9 @@ def render_html(study: Study, png: bytes, candidates: Sequence[Candidate], k: in
             f'<td><a href="#c{c.parent_id}">{c.parent_id}</a></td>'
             if c.parent_id is not None else "<td></td>",
             *(f"<td>{esc(_fmt(v))}</td>" for v in (
-                c.generation, c.status, c.accuracy, c.loss, c.flops, c.params,
-                c.im_sec_core_train, c.im_sec_core_infer, c.epochs, c.attempts)),
+                c.generation, c.status, val_accuracy_text(c), reported_test_text(c), c.loss,
+                c.flops, c.params, c.im_sec_core_train, c.im_sec_core_infer, c.epochs,
+                c.attempts)),
             f'<td class="l" title="{esc(" | ".join(r["reason"] or "" for r in c.rungs))}">'
             f'{esc(rung_summary(c))}</td>',
             f'<td class="l">{esc(c.worker or "")}</td>',

@@ -3,7 +3,8 @@
 Each suggestion ranks the population by its signed distance to the Pareto front of
 accuracy against one cost objective (or, sometimes, by accuracy alone), keeps the top-k,
 and samples a parent with probability proportional to 10^(-normalized weight). Optional
-aging discounts the accuracy of old individuals so the search keeps moving. Everything
+aging discounts the accuracy of old individuals so the search keeps moving; accuracies
+that noise cannot tell apart rank as ties (`noise_ties`). Everything
 random comes from the caller's `numpy.random.Generator`: the same population and seed
 give the same parents.
 """
@@ -17,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from nas.search.intervals import tied_accuracies
 from nas.search.pareto import ParetoCurve
 
 # Objective name -> whether higher is better.
@@ -48,6 +50,7 @@ class Individual:
     params: float | None = None
     im_sec_core_train: float | None = None
     im_sec_core_infer: float | None = None
+    examples: int | None = None  # the accuracy's sample size (validation examples)
 
     @classmethod
     def from_candidate(cls, candidate: Any) -> Individual:
@@ -61,6 +64,7 @@ class Individual:
             id=int(candidate.id),
             accuracy=float(candidate.accuracy),
             **{k: getattr(candidate, k, None) for k in COSTS},
+            examples=(getattr(candidate, "extra_metrics", None) or {}).get("val_examples"),
         )
 
 
@@ -79,6 +83,8 @@ class SelectionConfig:
     generations_to_live: aging horizon in individuals created later (0: no aging).
     warm_up: later individuals that do not count toward age.
     aging: "cosine" (smooth decay between 1x and 2x the horizon) or "step" (drop at it).
+    noise_ties: accuracies inside one another's 95 % interval (`nas.search.intervals`) rank
+        as ties, so the cost objective prefers the cheaper once accuracy is matched.
     """
 
     costs: tuple[str, ...] = ("flops", "params")
@@ -92,6 +98,7 @@ class SelectionConfig:
     generations_to_live: int = 0
     warm_up: int = 0
     aging: str = "cosine"
+    noise_ties: bool = True
 
     def __post_init__(self) -> None:
         costs = (self.costs,) if isinstance(self.costs, str) else tuple(self.costs)
@@ -110,6 +117,8 @@ class SelectionConfig:
                 raise ValueError(f"{name}: must be an integer >= 0, got {value!r}")
         if self.min_acc is not None and not math.isfinite(self.min_acc):
             raise ValueError(f"min_acc: must be finite or None, got {self.min_acc}")
+        if not isinstance(self.noise_ties, bool):
+            raise ValueError(f"noise_ties: must be true or false, got {self.noise_ties!r}")
         if self.aging not in AGING_MODES:
             raise ValueError(f"aging: expected one of {AGING_MODES}, got {self.aging!r}")
 
@@ -166,6 +175,20 @@ def sample_from_weights(
     return int(rng.choice(top, p=p / p.sum()))
 
 
+def behind_tied_cheaper(weights: np.ndarray, points: Sequence[tuple[float, float]],
+                        higher_better: bool) -> np.ndarray:
+    """`weights` with every point that a tied-or-better, strictly cheaper point dominates
+    ranked after all others (still drawable). Why: the front's distance is 0 along its
+    flat end, so without this a costlier twin of equal (tied) accuracy ranks as well."""
+    acc = np.array([p[0] for p in points], dtype=float)
+    cost = np.array([p[1] for p in points], dtype=float) * (-1.0 if higher_better else 1.0)
+    beaten = np.array([bool(np.any((acc >= a) & (cost < c))) for a, c in zip(acc, cost,
+                                                                             strict=True)])
+    if not beaten.any() or beaten.all():
+        return weights
+    return np.where(beaten, weights.max() + 1.0 + weights - weights.min(), weights)
+
+
 def select_parents(
     population: Sequence[Individual],
     config: SelectionConfig | None = None,
@@ -190,6 +213,8 @@ def select_parents(
     if isinstance(num, bool) or not isinstance(num, int) or not 1 <= num <= len(pool):
         raise ValueError(f"num: must be an integer in [1, {len(pool)}], got {num!r}")
     acc = aged_accuracies(pool, config)
+    if config.noise_ties:
+        acc = np.asarray(tied_accuracies(acc, [ind.examples for ind in pool]))
     chosen: list[int] = []
     alive = list(range(len(pool)))
     for _ in range(num):
@@ -205,6 +230,9 @@ def select_parents(
             curve = ParetoCurve(points, (True, OBJECTIVES[cost]))
             anchor = curve.sample_point(rng) if config.balanced else None
             weights = curve.weights(points, normalize=config.normalize, anchor=anchor)
+            if config.noise_ties:
+                weights = behind_tied_cheaper(np.asarray(weights, dtype=float), points,
+                                              OBJECTIVES[cost])
         pick = idx[sample_from_weights(np.asarray(weights, dtype=float), config, rng)]
         chosen.append(pool[pick].id)
         alive.remove(pick)

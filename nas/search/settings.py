@@ -13,6 +13,7 @@ from typing import Any
 import ml_collections
 
 from nas import schema
+from nas.search import splits
 from nas.search.fidelity import FidelityConfig
 from nas.search.fit import FitConfig
 from nas.search.selection import SelectionConfig
@@ -46,6 +47,10 @@ def search_defaults() -> ml_collections.ConfigDict:
         "lease_s": 60.0,  # a claim not renewed for this long is re-queued
         "max_attempts": 3,  # a candidate interrupted this often is failed
         "max_proposal_failures": 25,  # consecutive failed mutations before giving up
+        # candidate k is proposed from the results of candidates 1 .. k - pipeline_depth
+        # (all finished first): a count, so proposals never depend on worker timing; set it
+        # to `workers` to keep that many candidates training at once
+        "pipeline_depth": 1,
         "selection": {"costs": ("flops", "params"), "min_acc": 0.0},
         "mutation": {},  # passed to nas.mutation.propose_child as its config
         # nas.search.fit.FitConfig: a child's new ops are fitted to the parent's tensors
@@ -54,6 +59,11 @@ def search_defaults() -> ml_collections.ConfigDict:
         # nas.search.fidelity.FidelityConfig: children train to each of `rungs` (epochs)
         # and go on only if promoted there ({}: off, every child trains its whole budget)
         "fidelity": {},
+        # nas.search.splits: decisions read a validation split, carved out of the training
+        # split (this fraction, never trained on) unless `validation_split` names one; the
+        # test split (train.eval.data.split) is only reported
+        "validation_fraction": 0.1,
+        "validation_split": "",
         "seed_graph": "",  # graph JSON or `nas-search export` file to start from ("": zoo)
         # a proposed child with more parameters than this times the seed's is refused
         # before it is fitted or trained (0: no bound)
@@ -80,10 +90,13 @@ SEARCH_SCHEMA: dict[str, schema.Field] = {
     "lease_s": schema.Field(float, low=0.05, high=86400.0),
     "max_attempts": schema.positive(),
     "max_proposal_failures": schema.positive(),
+    "pipeline_depth": schema.positive(),
     "selection": schema.Field(dict),  # SelectionConfig checks its fields
     "mutation": schema.Field(dict),  # MutationConfig checks its fields
     "fit": schema.Field(dict),  # FitConfig checks its fields
     "fidelity": schema.Field(dict),  # FidelityConfig checks its fields
+    "validation_fraction": schema.Field(float, low=0.0, high=0.5),
+    "validation_split": schema.Field(str),
     "seed_graph": schema.Field(str),
     "max_params_ratio": schema.at_least(0, float, expected="(0: no bound)"),
     "property_cache": schema.Field(str),
@@ -117,9 +130,10 @@ def validate_search(config: Any) -> ml_collections.ConfigDict:
     _prefixed("search.selection.", SelectionConfig.from_dict, dict(search.selection))
     _prefixed("search.fit.", FitConfig.from_dict, dict(search.fit))
     train = _prefixed("train.", train_config.with_defaults, config.train)
+    splits.check(train, search)
     fidelity = _prefixed("search.fidelity.", FidelityConfig.from_dict, dict(search.fidelity))
     _prefixed("search.fidelity.", fidelity.schedule, float(train.total_epochs))
-    check_dataset(train)
+    check_dataset(splits.decision_config(train, search))
     return search
 
 
@@ -128,8 +142,14 @@ def candidate_train_config(train: dict[str, Any], search: Any, is_seed: bool
     """The training settings one candidate trains with: the search's `train` section, with
     the seed's own epochs (`search.seed_epochs`) or the children's learning rate
     (`search.child_lr`: children start from inherited weights, so they fine-tune), logging
-    every `search.log_every_steps` steps so each candidate has a curve."""
-    config = dict(train)
+    every `search.log_every_steps` steps so each candidate has a curve, and evaluated on the
+    search's validation split with the test split once at the end (`nas.search.splits`)."""
+    from nas.search import splits
+
+    if "validation_fraction" in search or "validation_split" in search:
+        config = splits.decision_config(train, ml_collections.ConfigDict(dict(search))).to_dict()
+    else:  # a study written before searches held out a validation split
+        config = dict(train)
     if is_seed and float(search.get("seed_epochs", 0.0)) > 0:
         config["total_epochs"] = float(search["seed_epochs"])
     if not is_seed and float(search.get("child_lr", 0.0)) > 0:

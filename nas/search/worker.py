@@ -102,9 +102,14 @@ def train_candidate(
 
 
 def metrics_dict(metrics: Any) -> dict[str, Any]:
-    """The study's metric names (accuracy, params, ...) plus every other measured field."""
-    names = {"acc": "accuracy", "num_params": "params"}
-    return {names.get(k, k): v for k, v in metrics.to_dict().items()}
+    """The study's metric names (accuracy: on the validation split, which decides;
+    test_accuracy: reported only; params, ...) plus every other measured field."""
+    names = {"acc": "accuracy", "num_params": "params", "eval_examples": "val_examples",
+             "test_acc": "test_accuracy"}
+    values = metrics.to_dict()
+    if not values.get("test_examples"):  # no test split was evaluated
+        values = {k: v for k, v in values.items() if not k.startswith("test_")}
+    return {names.get(k, k): v for k, v in values.items()}
 
 
 _BYTES = re.compile(r"([0-9][0-9,]*)\s*bytes", re.IGNORECASE)

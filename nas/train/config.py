@@ -35,6 +35,9 @@ def base_config() -> ml_collections.ConfigDict:
     c.input.data = ml_collections.ConfigDict()
     c.input.data.name = "digits"
     c.input.data.split = "train"
+    # This fraction of `split` (stratified by label, fixed examples) is never trained on;
+    # eval split "holdout" evaluates on it (a search decides on it). 0: nothing held out.
+    c.input.data.validation_fraction = 0.0
     c.input.data_dir = ""  # "" -> $NAS_DATA_DIR or ~/.cache/nas/tensorflow_datasets
     c.input.batch_size = 128  # global, over all hosts and devices
     c.input.shuffle_buffer_size = 50_000  # 0 disables shuffling; >0 is a full permutation
@@ -49,6 +52,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.eval = ml_collections.ConfigDict()
     c.eval.data = ml_collections.ConfigDict()
     c.eval.data.split = "test"
+    c.eval.test_split = ""  # evaluated once after training, reported as test_acc ("": none)
     c.eval.batch_size = 512  # global; the last batch is padded and masked
     c.eval.every_epochs = 1
 
@@ -106,6 +110,7 @@ RULES: dict[str, schema.Field] = {
     "input.num_threads": schema.positive(),
     "input.prefetch": schema.at_least(0),
     "eval.data.split": schema.Field(str, check=bool, expected="(non-empty)"),
+    "input.data.validation_fraction": schema.Field(float, low=0.0, high=0.5),
     "eval.batch_size": schema.positive(),
     "eval.every_epochs": schema.positive(),
     "total_epochs": schema.positive(float),

@@ -13,6 +13,11 @@ following big_vision's recipes:
   value range to [-1, 1].
 
 Labels stay integers; the train step one-hots them (less to copy to the device).
+
+Validation: `input.data.validation_fraction` > 0 carves that fraction of the training split
+out (stratified by label, the same examples whatever the run's seed): no training path reads
+it, and the eval split `HOLDOUT` names it. A search decides on it and keeps the test split
+for reporting.
 """
 
 from __future__ import annotations
@@ -33,6 +38,9 @@ CIFAR_MEAN = np.array([0.4914, 0.4822, 0.4465], np.float32)
 CIFAR_STD = np.array([0.2470, 0.2435, 0.2616], np.float32)
 
 Example = dict[str, np.ndarray]
+
+HOLDOUT = "holdout"  # eval split: the carved validation part of the training split
+_HOLDOUT_SEED = 20240525  # fixed: every run and candidate holds out the same examples
 
 
 # ----------------------------------------------------------------------------- preprocessing
@@ -162,13 +170,67 @@ def open_source(name: str, split: str, data_dir: str | None) -> Any:
         ) from e
 
 
+@dataclass(frozen=True)
+class Subset:
+    """Random access to the examples of `source` at `indices` (in that order)."""
+
+    source: Any
+    indices: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitem__(self, i: int) -> Any:
+        return self.source[int(self.indices[i])]
+
+    @property
+    def dataset_info(self) -> Any:
+        return self.source.dataset_info
+
+
+def holdout_indices(labels: np.ndarray, fraction: float) -> np.ndarray:
+    """Sorted positions of the validation examples: `fraction` of each class (rounded, at
+    least one of a class with two or more examples), drawn with a fixed seed."""
+    if not 0 < fraction < 1:
+        raise ValueError(f"config field 'input.data.validation_fraction' must be in (0, 1) "
+                         f"to carve a validation split, got {fraction:g}")
+    rng = np.random.default_rng(_HOLDOUT_SEED)
+    held = []
+    for label in np.unique(labels):
+        members = np.flatnonzero(labels == label)
+        take = int(round(fraction * len(members)))
+        take = min(max(take, 1 if len(members) > 1 else 0), len(members) - 1)
+        held.append(rng.permutation(members)[:take])
+    return np.sort(np.concatenate(held)) if held else np.zeros(0, np.int64)
+
+
+def split_source(inp: Any, split: str, data_dir: str | None, process_index: int = 0,
+                 process_count: int = 1) -> Any:
+    """This host's share of `split` of the input config `inp`: with
+    `inp.data.validation_fraction` > 0, the training split without its validation part,
+    and `HOLDOUT` that part; any other split as tfds names it."""
+    fraction = float(inp.data.get("validation_fraction", 0.0) or 0.0)
+    carved = split == HOLDOUT or (fraction > 0 and split == inp.data.split)
+    if not carved:
+        return open_source(inp.data.name, host_split(split, process_index, process_count),
+                           data_dir)
+    if fraction <= 0:
+        raise ValueError(f"eval split {HOLDOUT!r} needs input.data.validation_fraction > 0 "
+                         f"(the part of input.data.split {inp.data.split!r} held out)")
+    full = open_source(inp.data.name, inp.data.split, data_dir)
+    labels = np.asarray([full[i]["label"] for i in range(len(full))])
+    held = holdout_indices(labels, fraction)
+    keep = held if split == HOLDOUT else np.setdiff1d(np.arange(len(full)), held)
+    return Subset(full, np.array_split(keep, process_count)[process_index])
+
+
 def check_dataset(config: Any) -> None:
     """The training split of a (full) training config opens, holds a batch, and
     `num_classes` covers its labels: fewer classes than the dataset's would one-hot the
     larger labels to all-zero targets and train silently on a wrong task. (More classes
     stay allowed.)"""
     inp = config.input
-    source = open_source(inp.data.name, inp.data.split, inp.data_dir or None)
+    source = split_source(inp, inp.data.split, inp.data_dir or None)
     features = source.dataset_info.features
     labels = getattr(features["label"], "num_classes", None) if "label" in features else None
     if len(source) < inp.batch_size:
@@ -267,7 +329,7 @@ class EvalData:
 def plain_batches(inp: Any, count: int, batch_size: int, seed: int) -> list[np.ndarray]:
     """`count` batches of preprocessed, non-augmented training images of the input config
     `inp` (the whole split, shuffled by `seed`: the same on every host)."""
-    source = open_source(inp.data.name, inp.data.split, resolve_data_dir(inp.data_dir or None))
+    source = split_source(inp, inp.data.split, resolve_data_dir(inp.data_dir or None))
     ds = make_train_dataset(
         source, make_preprocess(inp.data.name, False, inp.image_size, False),
         local_batch_size=min(batch_size, len(source)), seed=seed, shuffle=True,
@@ -283,11 +345,17 @@ def make_eval_data(
     image_size: int,
     global_batch_size: int,
     num_devices: int,
+    inp: Any = None,
 ) -> EvalData:
-    """Eval data for this host; the per-host batch is rounded up to a multiple of devices."""
+    """Eval data for this host; the per-host batch is rounded up to a multiple of devices.
+    With the input config `inp`, `split` may be its carved validation part (`split_source`)."""
     pc, pi = jax.process_count(), jax.process_index()
-    total = len(open_source(name, split, data_dir)) if pc > 1 else None
-    source = open_source(name, host_split(split, pi, pc), data_dir)
+    if inp is not None:
+        total = len(split_source(inp, split, data_dir)) if pc > 1 else None
+        source = split_source(inp, split, data_dir, pi, pc)
+    else:
+        total = len(open_source(name, split, data_dir)) if pc > 1 else None
+        source = open_source(name, host_split(split, pi, pc), data_dir)
     local = max(1, global_batch_size // pc)
     local = int(math.ceil(local / num_devices) * num_devices)
     largest_share = math.ceil(total / pc) if total is not None else len(source)

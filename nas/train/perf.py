@@ -36,6 +36,11 @@ class Metrics:
 
     acc: float = 0.0  # top-1 accuracy on the eval split, a fraction
     loss: float = 0.0  # mean eval cross-entropy per example
+    eval_examples: int = 0  # examples `acc` was measured on (its sample size)
+    # eval.test_split, evaluated once after training (for reporting; -1: not measured)
+    test_acc: float = -1.0
+    test_loss: float = -1.0
+    test_examples: int = 0
     num_params: int = 0
     flops: int = 0  # forward FLOPs per example (nas.train.flops; multiply-add = 2)
     im_sec_core_train: float = 0.0  # median over epochs, after compilation

@@ -83,6 +83,7 @@ class Data:
     local_batch: int
     steps_per_epoch: float
     total_steps: int
+    test_data: data_lib.EvalData | None = None  # eval.test_split: reported, never decided on
 
 
 class HostFeed:
@@ -148,8 +149,7 @@ def setup_data(config: ml_collections.ConfigDict, on_device_ok: bool,
                          f"by the {jax.device_count()} devices")
     local_batch = global_batch // jax.process_count()
     pc, pi = jax.process_count(), jax.process_index()
-    source = data_lib.open_source(inp.data.name, data_lib.host_split(inp.data.split, pi, pc),
-                                  data_dir)
+    source = data_lib.split_source(inp, inp.data.split, data_dir, pi, pc)
     n_train = len(source) * pc  # even splits: every host holds about the same share
     limit = int(inp.get("device_data_bytes", 0))
     use_device = (on_device_ok and limit > 0 and devdata.supported(inp.data.name)
@@ -158,7 +158,8 @@ def setup_data(config: ml_collections.ConfigDict, on_device_ok: bool,
         if len(source) < local_batch:
             raise ValueError(f"config field 'input.batch_size': {local_batch} per host "
                              f"exceeds the {len(source)} training examples")
-        key = (inp.data.name, inp.data.split, data_dir, inp.image_size, config.seed, pi, pc,
+        key = (inp.data.name, inp.data.split, inp.data.validation_fraction, data_dir,
+               inp.image_size, config.seed, pi, pc,
                tuple(d.id for d in jax.local_devices()), bool(inp.augment))
 
         def load() -> devdata.DeviceData:
@@ -180,12 +181,17 @@ def setup_data(config: ml_collections.ConfigDict, on_device_ok: bool,
     total_steps = max(1, int(steps_per_epoch * config.total_epochs))
     eval_data = data_lib.make_eval_data(inp.data.name, config.eval.data.split, data_dir,
                                         inp.image_size, config.eval.batch_size,
-                                        jax.local_device_count())
+                                        jax.local_device_count(), inp=inp)
+    test_data = None
+    if config.eval.test_split:
+        test_data = data_lib.make_eval_data(inp.data.name, config.eval.test_split, data_dir,
+                                            inp.image_size, config.eval.batch_size,
+                                            jax.local_device_count(), inp=inp)
     logging.info("%d train examples (%s), global batch %d on %d devices, %d steps "
                  "(%.2f per epoch)", n_train, "on the devices" if use_device else "grain",
                  global_batch, jax.device_count(), total_steps, steps_per_epoch)
     return Data(feed, eval_data, n_train, global_batch, local_batch, steps_per_epoch,
-                total_steps)
+                total_steps, test_data)
 
 
 # ----------------------------------------------------------------------------- trainer
@@ -552,6 +558,13 @@ def _train_and_eval(config: ml_collections.ConfigDict, eval_perf: bool,
 
     metrics = _metrics(acc, loss, meta, timings, trainer.memory(), step)
     metrics.setup_seconds = setup_seconds
+    metrics.eval_examples = data.eval_data.num_examples
+    if data.test_data is not None:  # once, at the end: for the report only
+        t = time.perf_counter()
+        metrics.test_acc, metrics.test_loss, _ = evaluate(trainer, data.test_data)
+        metrics.test_examples = data.test_data.num_examples
+        timings.eval += time.perf_counter() - t
+        metrics.eval_seconds = timings.eval
     out_vars = trainer.variables()
     if eval_perf:
         t = time.perf_counter()

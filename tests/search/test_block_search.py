@@ -62,7 +62,8 @@ def test_zoo_seed_stores_blocks_that_rebuild_it(tmp_path, search_config):
 
 
 def test_block_children_are_recorded_with_their_blocks(tmp_path, search_config):
-    driver = Driver(_block_config(search_config), str(tmp_path / "s"))
+    # six proposals before any child trains: each may read only the seed's result
+    driver = Driver(_block_config(search_config, pipeline_depth=6), str(tmp_path / "s"))
     seed = _trained_seed(driver, tmp_path)
     kinds = set()
     proposed = [driver.propose() for _ in range(6)]  # None: e.g. a duplicate of a sibling

@@ -71,6 +71,11 @@ SEARCH_CASES = [
     (["--workdir={t}/new", "--config.search.seed=99999999999999999999"], ["search.seed"]),
     (["--workdir={t}/new", "--config.train.num_classes=5"], ["train.num_classes", "10"]),
     (["--workdir={t}/new", "--config={t}/noget.py"], ["noget.py", "get_config()"]),
+    # a search that would select on its test split
+    (["--workdir={t}/new", "--config.search.validation_fraction=0.0"],
+     ["search.validation_fraction", "select on the test split 'test'"]),
+    (["--workdir={t}/new", "--config.search.validation_split=test"],
+     ["search.validation_split", "test split"]),
 ]
 
 

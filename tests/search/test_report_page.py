@@ -154,7 +154,7 @@ def test_page_renders_in_a_browser_and_sorts(study_dir, tmp_path):
     # Click the accuracy header once (ascending) and record the row order in the DOM.
     probe = page.replace("</body>", """<script>
       var th = Array.from(document.querySelectorAll('#candidates-table thead th'))
-                 .find(function(h){ return h.textContent === 'accuracy'; });
+                 .find(function(h){ return h.textContent === 'val accuracy [95%]'; });
       th.click();
       var ids = Array.from(document.querySelectorAll('#candidates-table tbody tr'))
                  .map(function(r){ return r.cells[0].textContent.trim(); });

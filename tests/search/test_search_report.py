@@ -49,7 +49,8 @@ def test_report_of_empty_study_and_summary(tmp_path):
     text = summary(study, k=2)
     lines = text.splitlines()
     assert "done 3" in lines[0] and "failed 1" in lines[0] and "pending 1" in lines[0]
-    assert lines[1] == "best 2 by accuracy:" and lines[2].split()[0] == "id"
+    assert lines[1].startswith("best 2 by validation accuracy (it decides")
+    assert lines[2].split()[0] == "id"
     assert [line.split()[0] for line in lines[3:]] == ["3", "2"]
     by_id = {c.id: c for c in study.candidates()}
     assert lineage(4, by_id) == [1, 2, 3, 4]

@@ -83,7 +83,7 @@ def test_killed_worker_candidate_is_trained_once_more_exactly_once(tmp_path, sea
     cand = Study.load(workdir).get(1)
     assert (cand.status, cand.attempts) == ("done", 2), cand.error
     assert cand.worker.startswith("worker@") and cand.worker.endswith(f":{second.pid}")
-    assert "candidate 1: accuracy" in out
+    assert "candidate 1: validation accuracy" in out
 
 
 @pytest.mark.slow  # four processes and five candidates: about a minute on 2 cores

@@ -1,0 +1,45 @@
+"""A search's choices depend on its config and the validation results only: not on worker
+timing (`search.pipeline_depth`) and not on the test split."""
+
+import pytest
+
+from nas.search.driver import Driver, run_search
+
+
+def test_a_proposal_reads_only_results_pipeline_depth_back(search_config, tmp_path):
+    driver = Driver(search_config(pipeline_depth=2), str(tmp_path / "s"))
+    driver.seed_population()
+    study = driver.study
+    assert driver.population() is None  # the seed has not finished
+    seed = study.claim(worker="w")
+    study.tell(seed.id, {"accuracy": 0.9, "flops": 10.0}, worker="w")
+    assert [c.id for c in driver.population()] == [1]
+    study.add(seed.graph_json, parent_id=1, generation=1, fingerprint="x")
+    study.claim(worker="w")  # candidate 2 is training: proposal 3 does not wait for it
+    assert [c.id for c in driver.population()] == [1]
+    driver.search.pipeline_depth = 1  # ... unless it must read it
+    assert driver.population() is None
+    study.tell(2, {"accuracy": 0.8, "flops": 5.0}, worker="w")
+    assert [c.id for c in driver.population()] == [1, 2]
+
+
+def _choices(study):
+    return [(c.id, c.parent_id, c.fingerprint, c.accuracy) for c in study.candidates()]
+
+
+@pytest.mark.slow
+def test_same_config_same_choices_and_the_test_split_plays_no_part(search_config, tmp_path):
+    """Two runs of a 4-candidate search give identical candidates, parents and validation
+    accuracies; a third whose test split is different data (half of it) chooses the same."""
+    runs = []
+    for name, test_split in (("a", "test"), ("b", "test"), ("c", "test[:50%]")):
+        config = search_config(max_candidates=4)
+        config.train.eval.data.split = test_split
+        runs.append(run_search(config, str(tmp_path / name), progress=False))
+    a, b, c = (_choices(study) for study in runs)
+    assert len(a) == 4 and all(cand.status == "done" for cand in runs[0].candidates())
+    assert a == b
+    assert a == c
+    tests = [[cand.extra_metrics["test_examples"] for cand in study.candidates()] for study in runs]
+    assert tests[0] == [360] * 4 and tests[2] == [180] * 4  # the test split was read ...
+    assert {cand.extra_metrics["val_examples"] for cand in runs[2].candidates()} == {143}
