@@ -214,9 +214,10 @@ def test_the_worker_fits_a_fresh_child_first_and_not_a_resumed_one(tmp_path, sea
 @pytest.mark.slow  # compiles a CifarNet's programs cold, about a minute on 2 loaded cores
 def test_a_child_compiles_at_most_four_programs_and_its_repeat_none(tmp_path, search_config):
     """Compilations are counted cache misses of a fresh persistent cache. The parent trains
-    first, as in a search (it compiles what every candidate shares); a child with new
-    shapes then compiles at most its fit, train step, eval step and batch-norm statistics;
-    the same child again (same shapes) compiles nothing."""
+    first, as in a search (it compiles what every candidate shares); a child with new ops
+    then compiles its fit's two programs and its train and eval steps, nothing per
+    parameter shape (its batch-norm statistics program too where its whole network's
+    shapes are new: not this child); the same child again compiles nothing."""
     from nas import zoo
     from nas.graph.serialize import graph_to_json
     from nas.search import fit
