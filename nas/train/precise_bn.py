@@ -65,26 +65,24 @@ def statistics_fn(model: Any, names: Iterable[str] | None = None,
                   input_name: str | None = None
                   ) -> Callable[[dict[str, Any], Sequence[np.ndarray]], BatchStats]:
     """(variables, image batches) -> batch_stats with those of the BN ops `names` (default:
-    all) replaced by their average over the batches; one program, compiled once per model
-    (the batches are stacked: equal shapes).
+    all) replaced by their average over the batches; compiled once per model.
 
     `input_name`: as in `batch_statistics`."""
     momenta = recomputable(model.graph, names)
-    one_batch = batch_statistics(model, names, input_name)
-
-    @jax.jit
-    def average(variables: dict[str, Any], xs: jax.Array) -> BatchStats:
-        return jax.tree.map(lambda a: jax.numpy.mean(a, axis=0),
-                            jax.lax.map(lambda x: one_batch(variables, x), xs))
+    one_batch = jax.jit(batch_statistics(model, names, input_name))
 
     def run(variables: dict[str, Any], batches: Sequence[np.ndarray]) -> BatchStats:
         stats = dict(variables.get("batch_stats", {}))
         present = [n for n in momenta if n in stats]
         if not present or not batches:
             return stats
-        total = jax.device_get(average(variables, np.stack([np.asarray(x) for x in batches])))
+        total = None
+        for x in batches:
+            got = jax.device_get(one_batch(variables, x))
+            total = got if total is None else jax.tree.map(np.add, total, got)
         for name in present:
-            stats[name] = jax.tree.map(lambda a: np.asarray(a, np.float32), total[name])
+            stats[name] = jax.tree.map(lambda a: np.asarray(a / len(batches), np.float32),
+                                       total[name])
         return stats
 
     return run
