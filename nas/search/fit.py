@@ -333,15 +333,15 @@ def fit_new_ops(
 
 
 def _error(out: Mapping[str, Any], target: Mapping[str, Any],
-           pairs: Sequence[tuple[str, str]], axes: tuple[int, ...] | None = None) -> Any:
+           pairs: Sequence[tuple[str, str]]) -> Any:
     """Mean over `pairs` of the squared error of each new output against the tensor it
-    replaces, relative to that tensor's mean square; over `axes` (default: all)."""
+    replaces, relative to that tensor's mean square."""
     import jax.numpy as jnp
 
     terms = []
     for mine, old in pairs:
-        scale = jnp.mean(jnp.square(target[old]), axis=axes) + 1e-6
-        terms.append(jnp.mean(jnp.square(out[mine] - target[old]), axis=axes) / scale)
+        scale = jnp.mean(jnp.square(target[old])) + 1e-6
+        terms.append(jnp.mean(jnp.square(out[mine] - target[old])) / scale)
     return sum(terms) / len(terms)
 
 
