@@ -5,7 +5,8 @@ training (proposals, bookkeeping), and the best child's accuracy and FLOPs relat
 seed model. The search is the README's, run for a wall-clock budget.
 
     python benchmarks/search.py --minutes 30 [--workdir /tmp/bench_search]
-    python benchmarks/search.py --time-split 8     # the README search's time split only
+    python benchmarks/search.py --time-split 8     # the README search's time split only,
+                                                   # and its per-child stage figures
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import runpy
 import shutil
 import tempfile
 import time
+
+import numpy as np
 
 from nas.search.driver import Driver
 
@@ -30,17 +33,65 @@ SPLIT_PARTS = ("proposal", "fit new ops", "compile", "train steps", "input wait"
 
 
 class _Timed:
-    """Wraps a callable and adds its wall time to a shared total."""
+    """Wraps a callable and adds its wall time to a shared total (and to `calls`, a list of
+    (first argument, or the result when there is none; seconds) per call, when given)."""
 
-    def __init__(self, fn, totals: dict[str, float], key: str) -> None:
-        self.fn, self.totals, self.key = fn, totals, key
+    def __init__(self, fn, totals: dict[str, float], key: str, calls: list | None = None
+                 ) -> None:
+        self.fn, self.totals, self.key, self.calls = fn, totals, key, calls
 
     def __call__(self, *args, **kwargs):
-        t = time.monotonic()
+        t, result = time.monotonic(), None
         try:
-            return self.fn(*args, **kwargs)
+            result = self.fn(*args, **kwargs)
+            return result
         finally:
             self.totals[self.key] += time.monotonic() - t
+            if self.calls is not None:
+                self.calls.append((args[0] if args else result, time.monotonic() - t))
+
+
+def _median_p90(xs: list[float]) -> tuple[float, float]:
+    xs = sorted(xs)
+    return (float(np.median(xs)), float(np.percentile(xs, 90))) if xs else (0.0, 0.0)
+
+
+def per_child(done: list, proposals: dict, tasks: dict, records: dict, wall: float) -> None:
+    """Per-child stage medians and p90 (children only: the seed trains from scratch), the
+    time the device stage waits between two children (in this serial loop: every stage of
+    the next child that is not a train or eval step), the share of wall time in train and
+    eval steps, and candidates/hour. `proposals`, `tasks`, `records`: {candidate id:
+    seconds} (a child's proposal time holds the failed proposals before it)."""
+    children = [c for c in done if c.parent_id is not None]
+
+    def of(c, *names):
+        return sum(float(c.metrics.get(n, 0.0) or 0.0) for n in names)
+
+    stages = {
+        "proposal": [proposals.get(c.id, 0.0) for c in children],
+        "fit new ops (beyond its overlap with compile)": [
+            of(c, "fit_seconds") - of(c, "refit_overlap_seconds") for c in children],
+        "compile": [of(c, "compile_seconds") for c in children],
+        "setup": [of(c, "setup_seconds") for c in children],
+        "checkpoint I/O (task, record, in training)": [
+            of(c, "checkpoint_seconds") + tasks.get(c.id, 0.0) + records.get(c.id, 0.0)
+            for c in children],
+        "train steps": [of(c, "train_seconds") for c in children],
+        "eval": [of(c, "eval_seconds") for c in children],
+        "compilations (count)": [of(c, "compilations") for c in children],
+        "fit steps (count)": [of(c, "fit_steps") for c in children],
+    }
+    outside = [sum(v) for v in zip(*(stages[k] for k in list(stages)[:5]), strict=True)]
+    stages["outside train/eval steps (sum of the five above)"] = outside
+    stages["device waits for this child (serial: the same)"] = outside
+    print(f"| per child ({len(children)} children) | median | p90 |")
+    print("|---|---:|---:|")
+    for key, values in stages.items():
+        med, p90 = _median_p90(values)
+        print(f"| {key} | {med:.2f} | {p90:.2f} |")
+    steps = sum(of(c, "train_seconds", "eval_seconds") for c in done)
+    print(f"| share of wall time in train/eval steps | {steps / wall:.1%} | |")
+    print(f"| candidates/hour | {len(done) / wall * 3600:.0f} | |")
 
 
 def time_split(max_candidates: int, workdir: str, executor: str = "inline") -> None:
@@ -59,6 +110,9 @@ def time_split(max_candidates: int, workdir: str, executor: str = "inline") -> N
     config.search.max_candidates = max_candidates
     config.search.executor = executor
     totals = dict.fromkeys(("propose", "task", "record", "submit", "poll"), 0.0)
+    proposals: list = []
+    tasks: list = []
+    records: list = []
     make = driver_lib.make_executor
 
     def timed_executor(*args, **kwargs):
@@ -70,9 +124,9 @@ def time_split(max_candidates: int, workdir: str, executor: str = "inline") -> N
     driver_lib.make_executor = timed_executor
     try:
         driver = Driver(config, workdir)
-        driver.propose = _Timed(driver.propose, totals, "propose")
-        driver.task = _Timed(driver.task, totals, "task")
-        driver.record = _Timed(driver.record, totals, "record")
+        driver.propose = _Timed(driver.propose, totals, "propose", proposals)
+        driver.task = _Timed(driver.task, totals, "task", tasks)
+        driver.record = _Timed(driver.record, totals, "record", records)
         start = time.monotonic()
         study = driver.run(progress=False)
         wall = time.monotonic() - start
@@ -119,6 +173,14 @@ def time_split(max_candidates: int, workdir: str, executor: str = "inline") -> N
     steps += parts["fit new ops"]
     print(f"| **same, fitting counted as training** | {wall - steps:.1f} | "
           f"{(wall - steps) / wall:.1%} |")
+    print()
+    per_proposal, spent = {}, 0.0
+    for child_id, seconds in proposals:
+        spent += seconds
+        if child_id is not None:
+            per_proposal[child_id], spent = spent, 0.0
+    per_child(done, per_proposal, dict(tasks),
+              {o.candidate_id: t for o, t in records}, wall)
 
 
 def main() -> None:

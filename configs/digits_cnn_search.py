@@ -57,6 +57,6 @@ def get_config(arg=None):
     # rung and keeps `parent_ratio` of its parent's accuracy (docs/multi-fidelity.md).
     config.search.fidelity = {"rungs": (), "keep": 0.5, "parent_ratio": 0.5, "cost": "flops"}
     # Before a child trains, its new ops are fitted to the parent's tensors they replace.
-    config.search.fit = {"steps": 120, "batches": 4, "batch_size": 16, "bn_batch_size": 32,
+    config.search.fit = {"steps": 40, "batches": 4, "batch_size": 16, "bn_batch_size": 32,
                          "lr": 3e-3}
     return config

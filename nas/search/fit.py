@@ -36,7 +36,7 @@ from nas import schema
 
 @dataclasses.dataclass(frozen=True)
 class FitConfig:
-    steps: int = 120  # optimizer steps (0 disables fitting)
+    steps: int = 40  # at most this many optimizer steps (0 disables fitting)
     batches: int = 4  # distinct training batches, cycled
     # Images per step. A fit of convs, dense layers and norms reaches the same error on
     # held-out images with 16 as with 32 in half the time, but a new batch norm over
@@ -45,6 +45,11 @@ class FitConfig:
     batch_size: int = 16
     bn_batch_size: int = 32
     lr: float = 3e-3  # Adam
+    # Stop once `patience` steps (checked after each round over the batches) have not
+    # lowered a round's mean loss by the fraction `min_improvement` (counts, never clocks:
+    # the same fit on any machine).
+    patience: int = 10
+    min_improvement: float = 0.01
 
     @property
     def images_per_batch(self) -> int:
@@ -64,6 +69,8 @@ FIT_SCHEMA: dict[str, schema.Field] = {
     "batch_size": schema.positive(),
     "bn_batch_size": schema.positive(),
     "lr": schema.positive(float),
+    "patience": schema.positive(),
+    "min_improvement": schema.fraction(),
 }
 
 
@@ -271,17 +278,16 @@ def fit_new_ops(
     images: Sequence[np.ndarray],
     config: FitConfig,
 ) -> tuple[dict[str, Any], dict[str, float]]:
-    """Child variables with `new_ops` fitted; and {"mse_before", "mse_after"}.
+    """Child variables with `new_ops` fitted; and {"mse_before", "mse_after", "steps"}.
 
     `parent` and `child` are (graph, constants, variables). Pairs whose shapes differ are
     skipped; with no usable pair or no new parameter the variables come back unchanged.
+    The fit is two compiled programs (`_evaluation`, the step of `_descend`): a child whose
+    shapes repeat an earlier child's finds them in the persistent compilation cache.
     """
     import jax
-    import jax.numpy as jnp
-    import optax
 
     from nas.graph import Model
-    from nas.train import precise_bn
 
     p_graph, p_consts, p_vars = parent
     c_graph, c_consts, c_vars = child
@@ -292,90 +298,148 @@ def fit_new_ops(
     if not pairs or not images or (not new and not new_bn):
         return c_vars, {}
     flat = _normalizes_over_batch_only(c_graph, c_consts, c_vars, new_bn, images[0][:1])
-    images = [x[:config.bn_batch_size if flat else config.batch_size] for x in images]
-    p_apply = jax.jit(_inference(p_graph, p_consts, [old for _, old in pairs]))
+    xs = np.stack([x[:config.bn_batch_size if flat else config.batch_size] for x in images])
     c_graph = _with_outputs(c_graph, [mine for mine, _ in pairs], new_ops)
     part_graph, boundary = _fitted_part(c_graph, new_ops)
-    rest_apply = jax.jit(_inference(c_graph, c_consts, boundary))
+    theirs_of = _inference(p_graph, p_consts, [old for _, old in pairs])
+    rest_of = _inference(c_graph, c_consts, boundary)
     part = Model(part_graph, c_consts)
-    c_in = c_graph.input_names[0]
-    targets = [p_apply(p_vars, x) for x in images]
-    inputs = [rest_apply(c_vars, x) for x in images]
-    probe = jax.eval_shape(lambda x: part.apply(c_vars, x, deterministic=True,
-                                                training=False), inputs[0])
+    probe = jax.eval_shape(lambda x: part.apply(c_vars, rest_of(c_vars, x), deterministic=True,
+                                                training=False), xs[0])
+    theirs = jax.eval_shape(theirs_of, p_vars, xs[0])
     usable = [i for i, (mine, old) in enumerate(pairs)
-              if np.shape(probe[mine]) == np.shape(targets[0][old])]
+              if np.shape(probe[mine]) == np.shape(theirs[old])]
     if not usable:
         return c_vars, {}
     frozen = {k: v for k, v in c_vars["params"].items() if k not in new}
     trainable = {k: c_vars["params"][k] for k in new}
     stats = c_vars.get("batch_stats", {})
+    evaluate = _evaluation(theirs_of, rest_of, part, [pairs[i] for i in usable], new_bn)
+    start = evaluate(p_vars, frozen, trainable, stats, xs)
+    params, steps, end = trainable, 0, start
+    if new and config.steps:
+        params, stats, steps = _descend(part, [pairs[i] for i in usable], new_bn, frozen,
+                                        (trainable, stats), start, config)
+        if steps:
+            end = evaluate(p_vars, frozen, params, stats, xs)
+        if float(end["error"]) > float(start["error"]):  # e.g. a too-large rate: keep the start
+            params, end = trainable, start
+    _refuse_constant([pairs[i] for i in usable], end["mine_spreads"], end["their_spreads"])
+    c_vars["params"] = {**frozen, **jax.device_get(params)}
+    if stats:
+        c_vars["batch_stats"] = jax.device_get(end["batch_stats"])
+    return c_vars, {"mse_before": float(start["error"]), "mse_after": float(end["error"]),
+                    "steps": steps}
 
-    def outputs(params, batch_stats, x, train_bn):
-        variables = {"params": {**frozen, **params}}
-        if batch_stats:
-            variables["batch_stats"] = batch_stats
-        if train_bn and batch_stats:
-            out, upd = part.apply(variables, x, deterministic=True, training=True,
-                                  mutable=["batch_stats"])
-            return out, upd["batch_stats"]
-        return part.apply(variables, x, deterministic=True, training=False), batch_stats
 
-    def error(out, target):
-        terms = []
-        for i in usable:
-            mine, old = pairs[i]
-            scale = jnp.mean(jnp.square(target[old])) + 1e-6
-            terms.append(jnp.mean(jnp.square(out[mine] - target[old])) / scale)
-        return sum(terms) / len(terms)
+def _error(out: Mapping[str, Any], target: Mapping[str, Any],
+           pairs: Sequence[tuple[str, str]]) -> Any:
+    """Mean over `pairs` of the squared error of each new output against the tensor it
+    replaces, relative to that tensor's mean square."""
+    import jax.numpy as jnp
 
-    def loss_fn(params, batch_stats, x, target, train_bn):
-        out, new_stats = outputs(params, batch_stats, x, train_bn)
-        return error(out, target), new_stats
+    terms = []
+    for mine, old in pairs:
+        scale = jnp.mean(jnp.square(target[old])) + 1e-6
+        terms.append(jnp.mean(jnp.square(out[mine] - target[old])) / scale)
+    return sum(terms) / len(terms)
+
+
+def _part_outputs(part: Any, frozen: Mapping[str, Any], params: Mapping[str, Any],
+                  batch_stats: Mapping[str, Any], x: Any, train_bn: bool) -> tuple[Any, Any]:
+    """(outputs of the fitted part, its batch statistics: updated in training mode)."""
+    variables = {"params": {**frozen, **params}}
+    if batch_stats:
+        variables["batch_stats"] = batch_stats
+    if train_bn and batch_stats:
+        out, upd = part.apply(variables, x, deterministic=True, training=True,
+                              mutable=["batch_stats"])
+        return out, upd["batch_stats"]
+    return part.apply(variables, x, deterministic=True, training=False), batch_stats
+
+
+def _evaluation(theirs_of: Any, rest_of: Any, part: Any, pairs: Sequence[tuple[str, str]],
+                new_bn: Sequence[str]) -> Any:
+    """One jitted program (parent vars, frozen params, trainable params, batch stats,
+    stacked image batches) -> {"targets", "inputs": per batch, the parent's tensors and the
+    fitted part's inputs; "batch_stats": `stats` with the new batch norms' statistics of
+    these weights (averaged over the batches); "error": the fit error over all batches with
+    them; "mine_spreads", "their_spreads": for the constant-output check}.
+
+    Why one program: before and after the fit the same work is needed, and as separate
+    programs and eager ops the fit compiled up to eight programs per child."""
+    import jax
+
+    from nas.train import precise_bn
+
+    bn_stats = precise_bn.batch_statistics(part, sorted(new_bn))
 
     @jax.jit
-    def evaluate(params, batch_stats, x, target):
-        """(error, how much each usable new output varies over the batch): one program
-        for the fit errors and the constant-output check."""
-        out, _ = outputs(params, batch_stats, x, False)
-        return error(out, target), [_spread(out[pairs[i][0]]) for i in usable]
+    def run(p_vars, frozen, params, stats, xs):
+        batches = xs.shape[0]
 
-    def mse(params, batch_stats):
-        return float(np.mean([evaluate(params, batch_stats, x, t)[0]
-                              for x, t in zip(inputs, targets, strict=True)]))
+        def per_batch(tree):  # inference mode: computed per image, on all images at once
+            return [jax.tree.map(lambda a, i=i: a.reshape(batches, -1, *a.shape[1:])[i], tree)
+                    for i in range(batches)]
 
-    before = mse(trainable, stats)
-    if new and config.steps:
-        tx = optax.adam(config.lr)
-        opt = tx.init(trainable)
+        images = xs.reshape(-1, *xs.shape[2:])
+        variables = {"params": {**frozen, **params}}
+        if stats:
+            variables["batch_stats"] = stats
+        inputs = per_batch(rest_of(variables, images))
+        targets = per_batch(theirs_of(p_vars, images))
+        if new_bn:
+            each = [bn_stats(variables, x) for x in inputs]
+            stats = {**stats, **jax.tree.map(lambda *a: sum(a) / len(a), *each)}
+        outs = [_part_outputs(part, frozen, params, stats, x, False)[0] for x in inputs]
+        errors = [_error(o, t, pairs) for o, t in zip(outs, targets, strict=True)]
+        return {"targets": targets, "inputs": inputs, "batch_stats": stats,
+                "error": sum(errors) / len(errors),
+                "mine_spreads": [_spread(outs[0][m]) for m, _ in pairs],
+                "their_spreads": [_spread(targets[0][old]) for _, old in pairs]}
 
-        @jax.jit
-        def step(params, opt_state, batch_stats, x, target):
-            (loss, new_stats), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-                params, batch_stats, x, target, True)
-            updates, opt_state = tx.update(grads, opt_state, params)
-            # inherited BN statistics stay the parent's; only new ones follow the batches
-            kept = {k: (new_stats[k] if k in new_bn else batch_stats[k]) for k in batch_stats}
-            return optax.apply_updates(params, updates), opt_state, kept, loss
+    return run
 
-        # Keep the parameters with the lowest batch loss seen (the loss a step reports is
-        # that of the parameters it started from): a too-large rate never makes it worse.
-        best_loss, best = float("inf"), (trainable, stats)
-        for i in range(config.steps):
-            j = i % len(images)
-            start = (trainable, stats)
-            trainable, opt, stats, loss = step(trainable, opt, stats, inputs[j], targets[j])
-            if float(loss) < best_loss:
-                best_loss, best = float(loss), start
-        if mse(trainable, stats) > mse(*best):
-            trainable, stats = best
-    spreads = evaluate(trainable, stats, inputs[0], targets[0])[1]
-    _refuse_constant([pairs[i] for i in usable], spreads,
-                     [_spread(targets[0][pairs[i][1]]) for i in usable])
-    if new_bn:
-        stats = precise_bn.statistics_fn(Model(c_graph, c_consts), new_bn, c_in)(
-            {"params": {**frozen, **trainable}, "batch_stats": stats}, images)
-    c_vars["params"] = {**frozen, **trainable}
-    if stats:
-        c_vars["batch_stats"] = stats
-    return c_vars, {"mse_before": before, "mse_after": mse(trainable, stats)}
+
+def _descend(part: Any, pairs: Sequence[tuple[str, str]], new_bn: Sequence[str],
+             frozen: Mapping[str, Any], start: tuple[Any, Any], evaluated: Mapping[str, Any],
+             config: FitConfig) -> tuple[Any, Any, int]:
+    """(params, batch stats, steps taken): Adam steps on the new ops, one batch each,
+    cycled, until `config.steps` or until `config.patience` steps have not lowered a round's
+    mean loss (a round: one step per batch) by the fraction `config.min_improvement`
+    (counts: the same fit on any machine). The host reads the losses once per round."""
+    import jax
+    import optax
+
+    from nas.train import optim
+
+    tx = optax.adam(config.lr)
+    new_bn = set(new_bn)
+
+    def loss_fn(params, batch_stats, x, target):
+        out, new_stats = _part_outputs(part, frozen, params, batch_stats, x, True)
+        return _error(out, target, pairs), new_stats
+
+    @jax.jit
+    def step(params, opt_state, batch_stats, x, target):
+        (loss, new_stats), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+            params, batch_stats, x, target)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        # inherited BN statistics stay the parent's; only new ones follow the batches
+        kept = {k: (new_stats[k] if k in new_bn else batch_stats[k]) for k in batch_stats}
+        return optax.apply_updates(params, updates), opt_state, kept, loss
+
+    inputs, targets = evaluated["inputs"], evaluated["targets"]
+    params, stats = start
+    opt = optim.init_state(tx, params)  # no eager op: nothing compiled per shape
+    best, since, taken = float("inf"), 0, 0
+    while taken < config.steps and since < config.patience:
+        losses = []
+        for j in range(min(len(inputs), config.steps - taken)):
+            params, opt, stats, loss = step(params, opt, stats, inputs[j], targets[j])
+            losses.append(loss)
+            taken += 1
+        mean = float(np.mean(jax.device_get(losses)))
+        since = 0 if mean < best * (1.0 - config.min_improvement) else since + len(losses)
+        best = min(best, mean)
+    return params, stats, taken

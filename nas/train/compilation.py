@@ -12,6 +12,7 @@ from the jaxpr, images/sec on the already compiled steps).
 from __future__ import annotations
 
 import os
+import threading
 from typing import Any
 
 import jax
@@ -52,12 +53,16 @@ def enable_cache(directory: str | None) -> str | None:
 
 
 class CompileCounter:
-    """Counts backend compilations and persistent-cache hits while in a `with` block."""
+    """Counts backend compilations and persistent-cache hits while in a `with` block, and
+    names the programs compiled (cache misses), e.g. to find an eager op that compiles."""
 
     def __init__(self) -> None:
         self.requests = 0  # compile requests: compiled, or loaded from the persistent cache
         self.cache_hits = 0
         self.compile_seconds = 0.0
+        self.compiled: list[str] = []  # names of the programs XLA compiled, in order
+        self._hit_in: set[int] = set()  # threads whose current request hit the cache
+        self._lock = threading.Lock()
 
     @property
     def compiles(self) -> int:
@@ -65,13 +70,22 @@ class CompileCounter:
         return max(self.requests - self.cache_hits, 0)
 
     def _duration(self, event: str, seconds: float, **kwargs: Any) -> None:
-        if event == COMPILE_EVENT:
+        # JAX records a request's cache hit, then its duration, in the requesting thread.
+        if event != COMPILE_EVENT:
+            return
+        with self._lock:
             self.requests += 1
             self.compile_seconds += seconds
+            if threading.get_ident() in self._hit_in:
+                self._hit_in.discard(threading.get_ident())
+            else:
+                self.compiled.append(str(kwargs.get("fun_name", "?")))
 
     def _event(self, event: str, **kwargs: Any) -> None:
         if event == CACHE_HIT_EVENT:
-            self.cache_hits += 1
+            with self._lock:
+                self.cache_hits += 1
+                self._hit_in.add(threading.get_ident())
 
     def __enter__(self) -> CompileCounter:
         monitoring.register_event_duration_secs_listener(self._duration)

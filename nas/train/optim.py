@@ -18,7 +18,9 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import jax
+import jax.extend
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 Schedule = Callable[[jax.Array], jax.Array]
@@ -177,6 +179,43 @@ def on_host(fn: Callable[..., Any], *args: Any) -> Any:
     (new ones for every new parameter shape) and queue behind the train steps."""
     with jax.default_device(jax.devices("cpu")[0]):
         return jax.block_until_ready(fn(*args))
+
+
+def init_state(tx: optax.GradientTransformation, params: Any) -> Any:
+    """`tx.init(params)` as numpy arrays, computed without compiling anything.
+
+    Why: run eagerly, an optimizer's init is one tiny program per new parameter shape
+    (`zeros_like`), so every search child with a new shape compiled a dozen of them. The
+    init of optax's optimizers only fills arrays with constants (or copies the params):
+    its jaxpr is evaluated here with numpy. An init that computes anything else runs
+    eagerly on the host (`on_host`)."""
+    closed, shapes = jax.make_jaxpr(tx.init, return_shape=True)(params)
+    values = _fills(closed.jaxpr, jax.tree.leaves(params))
+    if values is None:
+        return jax.tree.map(np.asarray, on_host(tx.init, params))
+    return jax.tree.unflatten(jax.tree.structure(shapes), values)
+
+
+def _fills(jaxpr: Any, inputs: list[Any]) -> list[np.ndarray] | None:
+    """The outputs of `jaxpr` when it only broadcasts, converts or copies constants and its
+    inputs; None when it does anything else."""
+    env: dict[Any, np.ndarray] = {}
+
+    def read(var: Any) -> np.ndarray:
+        return np.asarray(var.val) if isinstance(var, jax.extend.core.Literal) else env[var]
+
+    for var, value in zip(jaxpr.invars, inputs, strict=True):
+        env[var] = np.asarray(value)
+    for eqn in jaxpr.eqns:
+        name, aval = eqn.primitive.name, eqn.outvars[0].aval
+        if name not in ("broadcast_in_dim", "convert_element_type", "copy", "copy_p"):
+            return None
+        x = read(eqn.invars[0])
+        if name == "broadcast_in_dim":
+            kept = eqn.params["broadcast_dimensions"]
+            x = np.expand_dims(x, [d for d in range(len(aval.shape)) if d not in kept])
+        env[eqn.outvars[0]] = np.array(np.broadcast_to(x, aval.shape), dtype=aval.dtype)
+    return [np.array(read(v), dtype=v.aval.dtype) for v in jaxpr.outvars]
 
 
 def learning_rate(sched_fns: list[Callable[[Any], Any]], step: int) -> float:

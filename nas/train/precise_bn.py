@@ -35,17 +35,17 @@ def recomputable(graph: Any, names: Iterable[str] | None = None) -> dict[str, fl
     return out
 
 
-def statistics_fn(model: Any, names: Iterable[str] | None = None,
-                  input_name: str | None = None
-                  ) -> Callable[[dict[str, Any], Sequence[np.ndarray]], BatchStats]:
-    """(variables, image batches) -> batch_stats with those of the BN ops `names` (default:
-    all) replaced by their average over the batches; compiled once per model.
+def batch_statistics(model: Any, names: Iterable[str] | None = None,
+                     input_name: str | None = None
+                     ) -> Callable[[dict[str, Any], jax.Array], BatchStats]:
+    """(variables, image batch) -> {BN op name: statistics of that batch} for the BN ops
+    `names` (default: all) that have statistics; traceable, to be compiled by the caller
+    (alone in `statistics_fn`, or inside a bigger program such as a fit).
 
     `input_name`: feed the model a dict {input_name: x} (a graph cut mid-network) instead of
     the image tensor."""
     momenta = recomputable(model.graph, names)
 
-    @jax.jit
     def one_batch(variables: dict[str, Any], x: jax.Array) -> BatchStats:
         # From zero, flax's update m * old + (1 - m) * batch leaves (1 - m) * batch.
         stats = dict(variables.get("batch_stats", {}))
@@ -57,6 +57,19 @@ def statistics_fn(model: Any, names: Iterable[str] | None = None,
                                  deterministic=True, training=True, mutable=["batch_stats"])
         return {name: jax.tree.map(lambda a, m=m: a / (1.0 - m), updated["batch_stats"][name])
                 for name, m in present.items()}
+
+    return one_batch
+
+
+def statistics_fn(model: Any, names: Iterable[str] | None = None,
+                  input_name: str | None = None
+                  ) -> Callable[[dict[str, Any], Sequence[np.ndarray]], BatchStats]:
+    """(variables, image batches) -> batch_stats with those of the BN ops `names` (default:
+    all) replaced by their average over the batches; compiled once per model.
+
+    `input_name`: as in `batch_statistics`."""
+    momenta = recomputable(model.graph, names)
+    one_batch = jax.jit(batch_statistics(model, names, input_name))
 
     def run(variables: dict[str, Any], batches: Sequence[np.ndarray]) -> BatchStats:
         stats = dict(variables.get("batch_stats", {}))

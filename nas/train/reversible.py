@@ -118,7 +118,7 @@ class ReversibleTrainer:
             cfg = revlayers.layer_optimizer_config(config, layer.param_paths(w), frozen)
             layer.tx, _ = optim.make(cfg, w, sched_kw)
             layer.opt_signature = revlayers._signature(cfg)
-            opt = jax.tree.map(np.asarray, optim.on_host(layer.tx.init, w))
+            opt = optim.init_state(layer.tx, w)
             layout = revpack.layout_of((w, opt))
             self.layouts.append(layout)
             self.host.append(self._to_host(revpack.pack_host(layout, (w, opt))))

@@ -510,8 +510,8 @@ def train_and_eval(
             config, eval_perf, callback, graph, constants, workdir, init_variables, freeze,
             freeze_inherited, should_stop, device_data_cache, stop_epochs, refit)
     metrics.compilations, metrics.compile_cache_hits = counter.compiles, counter.cache_hits
-    logging.info("%d compilations, %d persistent cache hits", counter.compiles,
-                 counter.cache_hits)
+    logging.info("%d compilations, %d persistent cache hits; compiled: %s", counter.compiles,
+                 counter.cache_hits, ", ".join(counter.compiled) or "nothing")
     return metrics, epoch, state
 
 

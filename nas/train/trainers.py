@@ -95,7 +95,7 @@ class StandardTrainer:
             "params": params,
             "frozen": frozen,
             "batch_stats": batch_stats,
-            "opt_state": jax.tree.map(np.asarray, optim.on_host(self.tx.init, params)),
+            "opt_state": optim.init_state(self.tx, params),
             "ema": ({"params": {**frozen, **params}, "batch_stats": batch_stats}
                     if self.ema else {}),
             "step": np.int32(0),
@@ -190,7 +190,7 @@ class StandardTrainer:
         statistics recomputed for them when there are `bn_batches` (once per step)."""
         if self._bn_stats is None:
             return self._trained_variables()
-        step = int(np.asarray(self._state_r["step"][0]))
+        step = int(steps.unreplicate(self._state_r["step"]))
         if self._precise is None or self._precise[0] != step:
             trained = self._trained_variables()
             trained["batch_stats"] = self._bn_stats(trained, self.bn_batches)

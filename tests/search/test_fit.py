@@ -125,6 +125,25 @@ def test_a_fit_steps_on_batch_size_images_or_bn_batch_size_for_a_flat_batch_norm
     assert not same(got, two if large else eight)
 
 
+def test_a_fit_stops_when_its_loss_stops_falling_counted_in_steps_and_repeats_exactly():
+    parent, p_vars = _stem([new_op("conv", "CONV", ["input"],
+                                   op_kwargs={"features": 4, "kernel_size": 3})], "conv")
+    child, c_vars = _stem([new_op("new/conv", "CONV", ["input"],
+                                  op_kwargs={"features": 4, "kernel_size": 3})], "new/conv")
+    rng = np.random.default_rng(0)
+    images = [rng.standard_normal((8, 8, 8, 3)).astype(np.float32) for _ in range(2)]
+
+    def fit(**config):
+        return fit_new_ops((parent, {}, p_vars), (child, {}, c_vars), {"new/conv"},
+                           [("new/conv:0", "conv:0")], images, FitConfig(**config))
+
+    (a, info), (b, again) = fit(steps=400, patience=4, min_improvement=0.2), fit(
+        steps=400, patience=4, min_improvement=0.2)
+    assert 4 <= info["steps"] < 400 and info["steps"] % 2 == 0, info  # whole rounds
+    assert info == again and all(jax.tree.leaves(jax.tree.map(np.array_equal, a, b)))
+    assert fit(steps=6, patience=100)[1]["steps"] == 6
+
+
 def test_replaced_tensors_reads_both_spec_forms():
     spec = [{"op": {"name": "gen1/conv/0"}, "output_names": [None]},
             {"op": {"name": "gen1/relu/1"}, "output_names": ["relu"]}]
@@ -134,7 +153,8 @@ def test_replaced_tensors_reads_both_spec_forms():
 @pytest.mark.parametrize("bad, field", [
     ({"steps": -1}, "steps"), ({"lr": 0}, "lr"), ({"batches": 0}, "batches"),
     ({"colour": 1}, "unknown"), ({"steps": 1.5}, "steps"),
-    ({"bn_batch_size": 0}, "bn_batch_size")])
+    ({"bn_batch_size": 0}, "bn_batch_size"), ({"patience": 0}, "patience"),
+    ({"min_improvement": 1.5}, "min_improvement")])
 def test_bad_fit_config_names_the_field(bad, field):
     with pytest.raises(ValueError, match=field):
         FitConfig.from_dict(bad)
@@ -189,3 +209,33 @@ def test_the_worker_fits_a_fresh_child_first_and_not_a_resumed_one(tmp_path, sea
     message, infeasible = describe_failure(ConstantOutputError("the new subgraph gives the "
                                                                "same output for every image"))
     assert message.startswith("ConstantOutputError: the new subgraph") and not infeasible
+
+
+@pytest.mark.slow  # compiles a CifarNet's programs cold, about a minute on 2 loaded cores
+def test_a_child_compiles_at_most_four_programs_and_its_repeat_none(tmp_path, search_config):
+    """Compilations are counted cache misses of a fresh persistent cache. The parent trains
+    first, as in a search (it compiles what every candidate shares); a child with new ops
+    then compiles its fit's two programs and its train and eval steps, nothing per
+    parameter shape (its batch-norm statistics program too where its whole network's
+    shapes are new: not this child); the same child again compiles nothing."""
+    from nas import zoo
+    from nas.graph.serialize import graph_to_json
+    from nas.search import fit
+    from nas.search.worker import train_candidate
+
+    train = search_config().train
+    train.total_epochs = 0.1
+    train.compilation_cache_dir = str(tmp_path / "cache")
+    graph, constants, _ = zoo.build(train.model_name, int(train.num_classes),
+                                    int(train.input.image_size))
+    variables = parent_variables(graph, constants)
+    parent_json = graph_to_json(graph, constants)
+    train_candidate(train.to_dict(), parent_json, variables)
+    child = _child_with_new_params(graph, constants, variables)
+    task = fit.task(parent_json, variables, child.new, replaced_tensors(child.spec),
+                    train.input, FitConfig(steps=3, batches=2, batch_size=8), seed=0)
+    first, _ = train_candidate(train.to_dict(), child.graph_json(), child.variables, fit=task)
+    again, _ = train_candidate(train.to_dict(), child.graph_json(), child.variables, fit=task)
+    assert first["fit_steps"] > 0
+    assert 1 <= first["compilations"] <= 4, first["compilations"]
+    assert again["compilations"] == 0 and again["compile_cache_hits"] >= 3

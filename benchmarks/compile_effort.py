@@ -1,0 +1,87 @@
+"""Does a lower (or higher) XLA optimization effort pay off against a child's training budget?
+
+Compiles the README search's CifarNet train step (digits, batch 64, Adam) and its eval step
+with each compiler setting, then times steps on the compiled programs, and prints the
+compile seconds, the median step seconds, and the total for a README child's budget
+(22 train steps and one eval of 360 images: what a child trains for one epoch). A fresh
+persistent cache is not used: every setting compiles.
+
+    python benchmarks/compile_effort.py [--steps 22] [--repeats 12]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import jax
+import numpy as np
+import optax
+
+from nas import zoo
+from nas.graph import Model
+from nas.train import steps
+from nas.train.optim import init_state
+
+SETTINGS = {  # name: compiler options of `.compile(compiler_options=...)`
+    "default": {},
+    "exec_time_optimization_effort=-1": {"exec_time_optimization_effort": -1.0},
+    "exec_time_optimization_effort=+1": {"exec_time_optimization_effort": 1.0},
+    "xla_backend_optimization_level=0": {"xla_backend_optimization_level": 0},
+    "xla_backend_optimization_level=1": {"xla_backend_optimization_level": 1},
+    "xla_llvm_disable_expensive_passes": {"xla_llvm_disable_expensive_passes": True},
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=22, help="train steps of a child")
+    parser.add_argument("--repeats", type=int, default=12, help="timed steps per setting")
+    args = parser.parse_args()
+    graph, constants, _ = zoo.build("cnn", 10, 32)
+    model = Model(graph, constants)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((64, 32, 32, 3)).astype(np.float32)
+    variables = jax.tree.map(np.asarray, model.init(jax.random.PRNGKey(0), x[:1]))
+    tx = optax.adam(1e-3)
+    state = {"params": variables["params"], "frozen": {}, "step": np.int32(0),
+             "batch_stats": variables.get("batch_stats", {}),
+             "opt_state": init_state(tx, variables["params"])}
+    n = jax.local_device_count()
+    state_r = steps.replicate(state, n)
+    batch = steps.shard({"image": x, "label": rng.integers(0, 10, 64).astype(np.int32)}, n)
+    key = steps.replicate(np.asarray(jax.random.PRNGKey(0)), n)
+    ev = steps.shard({"image": rng.standard_normal((360, 32, 32, 3)).astype(np.float32),
+                      "label": np.zeros(360, np.int32), "mask": np.ones(360, np.float32)}, n)
+    eval_vars = steps.replicate({"params": variables["params"],
+                                 "batch_stats": variables.get("batch_stats", {})}, n)
+    train = jax.pmap(steps.make_train_step(model, tx, 10), axis_name=steps.AXIS)
+    evaluate = jax.pmap(steps.make_eval_step(model, 10), axis_name=steps.AXIS)
+    print(f"{jax.devices()[0].platform}, {args.steps} train steps + 1 eval per child")
+    print("| setting | compile s | train step s | eval s | child total s | vs default |")
+    print("|---|---:|---:|---:|---:|---:|")
+    base = None
+    for name, options in SETTINGS.items():
+        t = time.perf_counter()
+        train_c = train.lower(state_r, batch, key).compile(compiler_options=options)
+        eval_c = evaluate.lower(eval_vars, ev).compile(compiler_options=options)
+        compile_s = time.perf_counter() - t
+        jax.block_until_ready(train_c(state_r, batch, key))
+        times = []
+        for _ in range(args.repeats):
+            t = time.perf_counter()
+            jax.block_until_ready(train_c(state_r, batch, key))
+            times.append(time.perf_counter() - t)
+        jax.block_until_ready(eval_c(eval_vars, ev))
+        t = time.perf_counter()
+        jax.block_until_ready(eval_c(eval_vars, ev))
+        eval_s = time.perf_counter() - t
+        step_s = float(np.median(times))
+        total = compile_s + args.steps * step_s + eval_s
+        base = base or total
+        print(f"| {name} | {compile_s:.2f} | {step_s:.3f} | {eval_s:.2f} | {total:.2f} | "
+              f"{total / base:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
