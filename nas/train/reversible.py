@@ -70,6 +70,8 @@ class ReversibleTrainer:
     precision: matmul precision of standard layers and the head (None: JAX's default);
       couplings always run at "highest".
     cache: compiled programs, shareable between trainers (default: this trainer's own).
+    unroll: unroll the scans over couplings (default: on the CPU only, see
+      `revprograms.default_unroll`); the step is one program either way.
     """
 
     def __init__(
@@ -86,6 +88,7 @@ class ReversibleTrainer:
         devices: Sequence[jax.Device] | None = None,
         precision: str | None = None,
         cache: ProgramCache | None = None,
+        unroll: bool | None = None,
     ) -> None:
         if not isinstance(spec, ReversibleSpec):
             spec = from_graph(spec, constants)
@@ -96,10 +99,11 @@ class ReversibleTrainer:
         self.place = Placement(self.devices)
         self.num_classes = int(config.num_classes)
         self.precision = precision
+        self.unroll = unroll
         self.cache = cache if cache is not None else ProgramCache()
         self.step = 0
         self._static = repr((sorted(dict(sched_kw).items()), self.num_classes,
-                             [d.id for d in self.devices], precision))
+                             [d.id for d in self.devices], precision, unroll))
         self.temp_bytes: dict[str, int] = {}
         base = (self._split(params) if params is not None
                 else self._init(tuple(image_shape), seed))
@@ -190,7 +194,7 @@ class ReversibleTrainer:
         args = (tuple(self.host), self._shard(batch["image"]), self._shard(batch["label"]),
                 rng, np.int32(self.step))
         prog = self._program("step", args, lambda: revprograms.compile_step(
-            self.segments, self.place, self.num_classes, self.precision, args))
+            self.segments, self.place, self.num_classes, self.precision, self.unroll, args))
         loss, host = prog(*args)
         self.host = list(host)
         self.step += 1
@@ -217,7 +221,7 @@ class ReversibleTrainer:
     def _predict(self, images: np.ndarray, keep: bool) -> Any:
         args = (tuple(self.host), self._shard(images))
         prog = self._program(f"predict{int(keep)}", args, lambda: revprograms.compile_predict(
-            self.segments, self.place, self.precision, keep, args))
+            self.segments, self.place, self.precision, self.unroll, keep, args))
         return prog(*args)
 
     def predict(self, images: np.ndarray) -> np.ndarray:

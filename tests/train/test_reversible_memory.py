@@ -4,6 +4,10 @@ On CPU host and device memory are the same RAM, so we check what does carry over
 accelerator: the compiled step's temporaries (its device working set: the state is an
 argument in host memory) do not grow with depth and hold about one layer's weights and
 optimizer state at a time; and the step launches the same few programs at every depth.
+These tests run the rolled scans accelerators run (`unroll=False`); the CPU default
+unrolls them (see `revprograms.default_unroll`), and XLA:CPU then schedules the copies of
+all layers early, so there the temporaries do grow with depth (on the CPU that memory is
+the host's anyway).
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ def _batch(shape, batch=BATCH) -> dict[str, np.ndarray]:
 def _reversible_temp(depth: int) -> int:
     graph, constants, _ = revnet.RevNet(depth=depth, width=8, num_stages=1)
     trainer = ReversibleTrainer(graph, constants, config=_config(), image_shape=IMAGE,
-                                sched_kw={"total_steps": 2})
+                                sched_kw={"total_steps": 2}, unroll=False)
     trainer.train_step(_batch(IMAGE), jax.random.PRNGKey(0))
     return trainer.max_temp_bytes()
 
@@ -86,7 +90,7 @@ def test_step_works_on_about_one_layer_of_weights_at_a_time(optax_name):
     times that; the state itself stays in host memory."""
     spec = _dense_spec(depth=24, width=256)
     trainer = ReversibleTrainer(spec, config=_config(optax_name), image_shape=(32,),
-                                sched_kw={"total_steps": 2})
+                                sched_kw={"total_steps": 2}, unroll=False)
     before = trainer.full_params
     trainer.train_step(_batch((32,), batch=4), jax.random.PRNGKey(0))
     per_layer = max(trainer.layer_bytes())
@@ -109,7 +113,9 @@ def test_launches_per_step_do_not_depend_on_depth():
         graph, constants, _ = revnet.RevNet(depth=depth, width=8, num_stages=1)
         batch, rng = _batch(IMAGE), jax.random.PRNGKey(0)
         with count_launches() as count:  # the trainer's programs are first called inside
-            trainer = ReversibleTrainer(graph, constants, config=_config(),
+            # Rolled scans (as on accelerators): compiling does not grow with depth, and
+            # the launches are the same unrolled.
+            trainer = ReversibleTrainer(graph, constants, config=_config(), unroll=False,
                                         image_shape=IMAGE, sched_kw={"total_steps": 4})
             trainer.train_step(batch, rng)  # compiles
             count.reset()
