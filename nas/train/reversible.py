@@ -9,7 +9,8 @@ memory must still be trainable. Following Trax's memory-efficient trainer (see
   identical couplings are stacked. A training step is one compiled program
   (`revprograms`): it moves each layer's row to the device when that layer runs and
   writes the updated row back, inside the program, so Python launches one program per
-  step whatever the depth and reads back only the loss.
+  step whatever the depth and reads back only the loss. (On the CPU the scans are
+  unrolled: see `revprograms.default_unroll`.)
 * Forward: a standard layer's inputs are kept (in host memory); a run of couplings
   `y1 = x1 + f(x2); y2 = x2 + g(y1)` is a `lax.scan` that overwrites the activation pair,
   so coupling outputs are never stored. The head (loss layer) runs forward, backward and
