@@ -1,20 +1,21 @@
 """Reversible CPU-offload trainer vs the standard trainer, side by side in one run.
 
-    python benchmarks/reversible.py            # RevNet width 64, batch 128, depths 4 16 64
-    python benchmarks/reversible.py --quick    # width 16, batch 32: minutes on 2 CPU cores
+    python benchmarks/reversible.py            # RevNet width 16, batch 32, depths 4 16 64
+    python benchmarks/reversible.py --quick    # width 8, batch 16, depths 2 8 32
+    python benchmarks/reversible.py --width 64 --batch 128 --depths 4 32 256  # accelerator
 
 For each depth (couplings, 2 resolution stages), on the same parameters and batch:
 * step time of the standard data-parallel step (`nas.train.steps`, pmapped, as
   `train_and_eval` runs it) and of `ReversibleTrainer.train_step`, timed in alternating
   rounds, and the throughput ratio reversible / standard;
+* compiled programs launched per step by each, counted where JAX hands executables to the
+  runtime (`nas.train.launches`);
+* host-device transfers per reversible step: arrays crossing the program's boundary
+  (batch, labels and step number in, loss out) and, inside the program, packed layer rows
+  and kept activations copied onto the device and written back to host memory;
 * the device peak of each: standard = its compiled step's arguments + outputs + temps
-  (`memory_analysis`); reversible = the largest per-layer temp plus the largest bytes
-  resident in the `device` memory kind at any layer boundary (every backend alike);
-* arrays copied onto the device and written back to host memory, and compiled-program
-  launches, per reversible step and per coupling (the slope between the two deepest
-  depths);
-* of one reversible step's wall time, the milliseconds Python spends dispatching programs
-  and waiting for the device (the rest is Python between calls).
+  (`memory_analysis`); reversible = its step program's temps (the state is a host-memory
+  argument) plus the batch.
 Then the deepest depth each trainer fits in `--budget-mib` (standard from the compiled
 step's footprint at each depth; reversible from its measured peak, which does not grow).
 """
@@ -22,6 +23,7 @@ step's footprint at each depth; reversible from its measured peak, which does no
 from __future__ import annotations
 
 import argparse
+import resource
 import statistics
 import time
 
@@ -31,6 +33,7 @@ import numpy as np
 from nas.graph import Model
 from nas.train import config as config_lib
 from nas.train import optim, steps
+from nas.train.launches import count_launches
 from nas.train.memory import standard_step_memory
 from nas.train.reversible import ReversibleTrainer
 from nas.train.revprograms import ProgramCache
@@ -51,40 +54,6 @@ def _batch(batch: int) -> dict[str, np.ndarray]:
             "label": rs.randint(0, 10, batch).astype(np.int32)}
 
 
-def _device_bytes() -> int:
-    return sum(x.nbytes for x in jax.live_arrays()
-               if x.sharding.memory_kind in ("device", None) and not x.is_deleted())
-
-
-def _host_split(rev: ReversibleTrainer, data: dict, rng: jax.Array) -> dict:
-    """Seconds of one reversible step that Python spends dispatching programs (their calls
-    return before the device finishes) and waiting for the device (the throttle and the
-    final loss): where the step's time goes when the device work per layer is small."""
-    from nas.train import reversible
-
-    spent = {"dispatch": 0.0, "wait": 0.0}
-
-    def timed(fn, key):
-        def wrapper(*args, **kwargs):
-            t = time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                spent[key] += time.perf_counter() - t
-        return wrapper
-
-    call, throttle = rev._call, reversible._throttle
-    rev._call, reversible._throttle = timed(call, "dispatch"), timed(throttle, "wait")
-    try:
-        t = time.perf_counter()
-        rev.train_step(data, rng)
-        total = time.perf_counter() - t
-    finally:
-        del rev._call
-        reversible._throttle = throttle
-    return {"dispatch": spent["dispatch"], "wait": spent["wait"], "split_total": total}
-
-
 def measure(depth: int, width: int, batch: int, rounds: int, per_round: int,
             cache: ProgramCache) -> dict:
     graph, constants, _ = revnet.RevNet(depth=depth, width=width)
@@ -100,32 +69,35 @@ def measure(depth: int, width: int, batch: int, rounds: int, per_round: int,
     tx, _ = optim.make(config, params, sched_kw)
     state = {"params": params, "frozen": {}, "batch_stats": {}, "opt_state": tx.init(params),
              "ema": {}, "step": np.int32(0)}
-    std = jax.pmap(steps.make_train_step(model, tx, 10), axis_name=steps.AXIS,
-                   donate_argnums=(0,), devices=jax.local_devices()[:1])
-    state_r = steps.replicate(state, 1)
-    sharded = steps.shard(data, 1)
-    rng_r = steps.replicate(np.asarray(jax.random.PRNGKey(0)), 1)
-    rev = ReversibleTrainer(graph, constants, config=config, sched_kw=sched_kw,
-                            image_shape=IMAGE, params=params, cache=cache,
-                            devices=jax.local_devices()[:1])
     rng = jax.random.PRNGKey(0)
-    for _ in range(2):  # compile and warm up
-        state_r, m = std(state_r, sharded, rng_r)
+    rng_r = steps.replicate(np.asarray(rng), 1)
+    sharded = steps.shard(data, 1)
+    # Launches are counted where JAX hands executables to the runtime; the programs must
+    # be built and first called inside the block (see `nas.train.launches`).
+    with count_launches() as count:
+        std = jax.pmap(steps.make_train_step(model, tx, 10), axis_name=steps.AXIS,
+                       donate_argnums=(0,), devices=jax.local_devices()[:1])
+        state_r = steps.replicate(state, 1)
+        rev = ReversibleTrainer(graph, constants, config=config, sched_kw=sched_kw,
+                                image_shape=IMAGE, params=params, cache=cache,
+                                devices=jax.local_devices()[:1])
+        state_r, m = std(state_r, sharded, rng_r)  # compile (the counted steps warm up)
         jax.block_until_ready(m)
         rev.train_step(data, rng)
+        count.reset()
+        state_r, m = std(state_r, sharded, rng_r)
+        jax.block_until_ready(m)
+        out["std_launches"] = count.launches
+        count.reset()
+        rev.train_step(data, rng)
+        out["rev_launches"] = count.launches
 
-    # Device peak of a reversible step, the same way on every backend: the largest
-    # device-kind bytes alive at a layer boundary plus the largest compiled temp. (The
-    # allocator's peak_bytes_in_use is per process and would include the standard step's.)
-    base = _device_bytes()
-    seen: list[int] = []
-    rev.hook = lambda event, layer: seen.append(_device_bytes() - base)
-    rev.train_step(data, rng)
-    rev.hook = None
-    out["rev_peak"] = rev.max_temp_bytes() + max(seen) + sum(v.nbytes for v in data.values())
+    # Device peak of a reversible step: its program's temporaries (the weights and
+    # optimizer state are arguments in host memory) plus the batch it is given.
+    out["rev_peak"] = rev.max_temp_bytes() + sum(v.nbytes for v in data.values())
     out.update(rev.step_counts())
-    out.update(_host_split(rev, data, rng))
     out["layers"] = len(rev.layers)
+    out["segments"] = len(rev.segments)
 
     times: dict[str, list[float]] = {"std": [], "rev": []}
     for _ in range(rounds):
@@ -144,18 +116,19 @@ def measure(depth: int, width: int, batch: int, rounds: int, per_round: int,
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--quick", action="store_true", help="CPU-sized: width 16, batch 32")
+    parser.add_argument("--quick", action="store_true", help="width 8, batch 16, depths 2 8 32")
     parser.add_argument("--width", type=int)
     parser.add_argument("--batch", type=int)
     parser.add_argument("--depths", type=int, nargs="+")
     parser.add_argument("--budget-mib", type=float)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--per-round", type=int, default=2)
+    parser.add_argument("--per-round", type=int, default=1)
     args = parser.parse_args()
-    width = args.width or (16 if args.quick else 64)
-    batch = args.batch or (32 if args.quick else 128)
-    depths = args.depths or [4, 16, 64]
-    budget = (args.budget_mib or (64.0 if args.quick else 1024.0)) * MiB
+    start = time.perf_counter()
+    width = args.width or (8 if args.quick else 16)
+    batch = args.batch or (16 if args.quick else 32)
+    depths = args.depths or ([2, 8, 32] if args.quick else [4, 16, 64])
+    budget = (args.budget_mib or 64.0) * MiB
 
     dev = jax.devices()[0]
     print(f"jax {jax.__version__}, backend {jax.default_backend()} ({dev.device_kind}), "
@@ -165,22 +138,15 @@ def main() -> None:
     cache = ProgramCache()
     rows = [measure(d, width, batch, args.rounds, args.per_round, cache) for d in depths]
     print("| depth | standard ms/step | reversible ms/step | reversible / standard "
-          "throughput | standard peak MiB | reversible peak MiB | copies to device/step | "
-          "writes to host/step | launches/step | dispatch ms/step | device wait ms/step |")
+          "throughput | standard launches/step | reversible launches/step | host<->program "
+          "arrays/step | in-program copies to device/step | in-program writes to host/step | "
+          "standard peak MiB | reversible peak MiB |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(f"| {r['depth']} | {1e3 * r['std']:.1f} | {1e3 * r['rev']:.1f} | "
-              f"{r['std'] / r['rev']:.2f}x | {r['std_peak'] / MiB:.1f} | "
-              f"{r['rev_peak'] / MiB:.1f} | {r['to_device']} | {r['to_host']} | "
-              f"{r['launches']} | "
-              f"{1e3 * r['dispatch']:.1f} | {1e3 * r['wait']:.1f} |")
-    if len(rows) > 1:
-        a, b = rows[-2], rows[-1]
-        dd = b["depth"] - a["depth"]
-        print(f"\nper coupling (depth {a['depth']} -> {b['depth']}): "
-              f"{(b['to_device'] - a['to_device']) / dd:.1f} copies to the device, "
-              f"{(b['to_host'] - a['to_host']) / dd:.1f} writes to host, "
-              f"{(b['launches'] - a['launches']) / dd:.1f} launches")
+              f"{r['std'] / r['rev']:.2f}x | {r['std_launches']} | {r['rev_launches']} | "
+              f"{r['boundary']} | {r['to_device']} | {r['to_host']} | "
+              f"{r['std_peak'] / MiB:.1f} | {r['rev_peak'] / MiB:.1f} |")
 
     # The deepest depth within the budget, standard from its compiled footprint.
     rev_peak = max(r["rev_peak"] for r in rows)
@@ -195,6 +161,9 @@ def main() -> None:
     fits = "every depth (its peak does not grow)" if rev_peak <= budget else "none"
     print(f"\nwithin {budget / MiB:.0f} MiB: standard up to depth {best_std} (powers of two "
           f"tried), reversible {fits}: peak {rev_peak / MiB:.1f} MiB at depths {depths}")
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10  # KiB on Linux
+    print(f"peak resident memory of this process: {rss:.0f} MiB; "
+          f"wall {time.perf_counter() - start:.0f} s")
 
 
 if __name__ == "__main__":

@@ -5,28 +5,31 @@ memory must still be trainable. Following Trax's memory-efficient trainer (see
 `shared/reference/reversible-trainer.md`), rebuilt on today's JAX:
 
 * Parameters and optimizer state live in host memory (the `pinned_host` memory kind),
-  packed per layer into one flat buffer (`revpack`). A layer's buffer is copied to the
-  device only while that layer runs, by the program of the layer before it (so the copy
-  overlaps compute), and the program that updates it writes it back (`revprograms`).
-  A step launches one compiled program per layer and pass, plus a constant few.
-* Forward, layer by layer: a standard layer's inputs are kept (in host memory); a
-  coupling `y1 = x1 + f(x2); y2 = x2 + g(y1)` overwrites the activation pair, so its outputs
-  are never stored. The head (loss layer) runs forward, backward and its update in one
-  compiled call.
-* Backward, layers in reverse: each coupling reconstructs its inputs from its outputs
-  (`x2 = y2 - g(y1); x1 = y1 - f(x2)`), backpropagates, and updates its weights at once
-  with its own optimizer state. This is exact: the gradient of a layer is taken at its
-  pre-update weights and earlier layers never see later updates. A standard layer
-  recomputes its forward from its kept inputs.
+  packed per layer into one flat buffer (`revpack`), and the packed buffers of a run of
+  identical couplings are stacked. A training step is one compiled program
+  (`revprograms`): it moves each layer's row to the device when that layer runs and
+  writes the updated row back, inside the program, so Python launches one program per
+  step whatever the depth and reads back only the loss. (On the CPU the scans are
+  unrolled: see `revprograms.default_unroll`.)
+* Forward: a standard layer's inputs are kept (in host memory); a run of couplings
+  `y1 = x1 + f(x2); y2 = x2 + g(y1)` is a `lax.scan` that overwrites the activation pair,
+  so coupling outputs are never stored. The head (loss layer) runs forward, backward and
+  its update.
+* Backward, layers in reverse (a reverse scan per run of couplings): each coupling
+  reconstructs its inputs from its outputs (`x2 = y2 - g(y1); x1 = y1 - f(x2)`),
+  backpropagates, and updates its weights at once with its own optimizer state. This is
+  exact: the gradient of a layer is taken at its pre-update weights and earlier layers
+  never see later updates. A standard layer recomputes its forward from its kept inputs.
 * Data parallel over the local devices: activations are sharded over the batch, the
-  packed state is replicated (one host copy per device), the programs are written for the
-  global batch (see `revprograms`).
+  packed state is replicated (one host copy per device), the program is written for the
+  global batch.
 
-Transfers per step (arrays, counted by `step_counts()`): each coupling's packed buffer is
-copied onto the device once per pass (forward and backward: 2 per layer) and written back
-to host memory once, updated, by its backward program (1 per layer); standard layers also
-park their inputs in host memory. Fewer is impossible with device memory flat in depth: a
-layer's weights are needed twice per step with every other layer in between.
+Copies per step between host and device memory (`step_counts()`), all inside the step's
+program: each layer's packed row comes onto the device once per pass (2 per layer) and
+goes back updated once (1 per layer); standard layers after the first also park their
+inputs in host memory and fetch them back. Fewer is impossible with device memory flat in
+depth: a layer's weights are needed twice per step with every other layer in between.
+Across the program's boundary: the batch and step number in, the loss out.
 
 Differences from the standard trainer (`nas.train.train`), all by construction:
 
@@ -46,8 +49,7 @@ Differences from the standard trainer (`nas.train.train`), all by construction:
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -55,10 +57,7 @@ import numpy as np
 
 from nas.graph.reversible import ReversibleSpec, from_graph
 from nas.train import optim, revlayers, revpack, revprograms
-from nas.train.revlayers import Layer
-from nas.train.revprograms import Placement, ProgramCache
-
-Hook = Callable[[str, Layer], None]
+from nas.train.revprograms import Placement, ProgramCache, Segment
 
 
 class ReversibleTrainer:
@@ -72,6 +71,8 @@ class ReversibleTrainer:
     precision: matmul precision of standard layers and the head (None: JAX's default);
       couplings always run at "highest".
     cache: compiled programs, shareable between trainers (default: this trainer's own).
+    unroll: unroll the scans over couplings (default: on the CPU only, see
+      `revprograms.default_unroll`); the step is one program either way.
     """
 
     def __init__(
@@ -88,6 +89,7 @@ class ReversibleTrainer:
         devices: Sequence[jax.Device] | None = None,
         precision: str | None = None,
         cache: ProgramCache | None = None,
+        unroll: bool | None = None,
     ) -> None:
         if not isinstance(spec, ReversibleSpec):
             spec = from_graph(spec, constants)
@@ -98,21 +100,17 @@ class ReversibleTrainer:
         self.place = Placement(self.devices)
         self.num_classes = int(config.num_classes)
         self.precision = precision
+        self.unroll = unroll
         self.cache = cache if cache is not None else ProgramCache()
         self.step = 0
-        self.hook: Hook | None = None
         self._static = repr((sorted(dict(sched_kw).items()), self.num_classes,
-                             [d.id for d in self.devices], precision))
-        self.temp_bytes: dict[tuple[str, str], int] = {}
-        self.counters = {"to_device": 0, "to_host": 0, "launches": 0}
-        self._last_counts = dict(self.counters)
-        self._keys_fn = revprograms.keys_program(len(self.layers), self.place)
-        self._programs: dict[tuple, revprograms.Program] = {}
+                             [d.id for d in self.devices], precision, unroll))
+        self.temp_bytes: dict[str, int] = {}
         base = (self._split(params) if params is not None
                 else self._init(tuple(image_shape), seed))
         frozen = set(frozen)
         self.layouts: list[revpack.Layout] = []
-        self.host: list[tuple[jax.Array, ...]] = []
+        packed: list[tuple[np.ndarray, ...]] = []
         for layer, w in zip(self.layers, base, strict=True):
             w = jax.tree.map(np.asarray, w)
             cfg = revlayers.layer_optimizer_config(config, layer.param_paths(w), frozen)
@@ -121,11 +119,19 @@ class ReversibleTrainer:
             opt = optim.init_state(layer.tx, w)
             layout = revpack.layout_of((w, opt))
             self.layouts.append(layout)
-            self.host.append(self._to_host(revpack.pack_host(layout, (w, opt))))
+            packed.append(revpack.pack_host(layout, (w, opt)))
+        self.segments: list[Segment] = revprograms.segments(self.layers, self.layouts)
+        self.host = self._stack_to_host(packed)
 
     # ------------------------------------------------------------------ placement
-    def _to_host(self, bufs: tuple[np.ndarray, ...]) -> tuple[jax.Array, ...]:
-        return tuple(jax.device_put(b, self.place.rep_host) for b in bufs)
+    def _stack_to_host(self, packed: Sequence[tuple[np.ndarray, ...]]) -> list[tuple]:
+        """Per segment, its layers' packed buffers stacked, in host memory."""
+        out = []
+        for seg in self.segments:
+            rows = [packed[layer.index] for layer in seg.layers]
+            stacked = tuple(np.stack(bufs) for bufs in zip(*rows, strict=True))
+            out.append(tuple(jax.device_put(b, self.place.rep_host) for b in stacked))
+        return out
 
     def _split(self, params: Mapping[str, Any]) -> list[Any]:
         """Flat full-name params -> per-layer base trees; every name must be used."""
@@ -165,43 +171,17 @@ class ReversibleTrainer:
                 stack = jax.eval_shape(revlayers.eval_forward(layer), abstract, tuple(stack))
         return out
 
-    # ------------------------------------------------------------------ compiled calls
-    def _call(self, kind: str, layer: Layer, *args: Any) -> Any:
-        """Run program `kind` of `layer`; compiled once per (structure, optimizer, layouts,
-        shapes) and shared by every layer (and trainer, through `cache`) that matches."""
-        fast = (kind, layer.index, _shapes(args[1:]))
-        prog = self._programs.get(fast)
+    # ------------------------------------------------------------------ compiled programs
+    def _program(self, kind: str, args: tuple, build: Any) -> Any:
+        """The compiled program `kind` for this network and these argument shapes; shared
+        through `cache` by every trainer of the same network and settings."""
+        key = (kind, tuple(seg.key for seg in self.segments), self._static, _avals(args))
+        prog = self.cache.get(key)
         if prog is None:
-            layout = self.layouts[layer.index]
-            key = (kind, layer.structure, layer.opt_signature, layout.key, self._static,
-                   _avals(args[1:]))
-            prog = self.cache.get(key)
-            if prog is None:
-                prog = revprograms.compile_program(kind, layer, layout, self.place,
-                                                   self.num_classes, self.precision, args)
-                self.cache.put(key, prog)
-            self._programs[fast] = prog
-            self.temp_bytes[(kind, layer.structure)] = prog.temp_bytes
-        self.counters["launches"] += 1
-        self.counters["to_device"] += prog.to_device
-        self.counters["to_host"] += prog.to_host
-        return prog.fn(*args)
-
-    def _fetch(self, index: int) -> tuple[jax.Array, ...]:
-        """Layer `index`'s packed state on the device (start of a pass)."""
-        return self._call("fetch", self.layers[index], self.host[index])
-
-    def _next(self, index: int) -> tuple[jax.Array, ...]:
-        return self.host[index] if 0 <= index < len(self.layers) else ()
-
-    def _keys(self, rng: jax.Array) -> tuple[jax.Array, ...]:
-        self.counters["launches"] += 1
-        self.counters["to_device"] += 1  # the step number
-        return self._keys_fn(rng, np.int32(self.step))
-
-    def _emit(self, event: str, layer: Layer) -> None:
-        if self.hook is not None:
-            self.hook(event, layer)
+            prog = build()
+            self.cache.put(key, prog)
+        self.temp_bytes[kind] = revprograms.temp_bytes(prog)
+        return prog
 
     def _shard(self, x: np.ndarray) -> np.ndarray:
         x = np.asarray(x)
@@ -212,97 +192,92 @@ class ReversibleTrainer:
     # ------------------------------------------------------------------ training
     def train_step(self, batch: Mapping[str, np.ndarray], rng: jax.Array) -> dict[str, float]:
         """One step on a global batch {"image", "label"}; returns the training loss."""
-        start = dict(self.counters)
-        images, labels = self._shard(batch["image"]), self._shard(batch["label"])
-        keys = self._keys(rng)
-        *body, head = self.layers
-        pending: deque = deque()  # bounds how far Python runs ahead of the device
-        stack: tuple = (images,)
-        kept: dict[int, Any] = {}
-        p = self._fetch(0)
-        for layer in body:
-            i = layer.index
-            nxt = self.host[i + 1]
-            if layer.kind == "coupling":
-                stack, p = self._call("rev_fwd", layer, p, stack, keys[i], nxt)
-            elif i == 0:  # its input is the batch itself, still at hand
-                stack, p = self._call("std_fwd", layer, p, stack, keys[i], nxt)
-            else:
-                stack, p, kept[i] = self._call("std_fwd_keep", layer, p, stack, keys[i], nxt)
-            _throttle(pending, stack[0])
-            self._emit("forward", layer)
-        loss, cts, p, self.host[head.index] = self._call(
-            "head", head, p, stack, labels, keys[head.index], self._next(head.index - 1))
-        self._emit("head", head)
-        for layer in reversed(body):
-            i = layer.index
-            nxt = self._next(i - 1)
-            if layer.kind == "coupling":
-                stack, cts, p, self.host[i] = self._call("rev_bwd", layer, p, stack, cts,
-                                                         keys[i], nxt)
-            elif i == 0:
-                p, self.host[i] = self._call("std_bwd_first", layer, p, (images,), cts,
-                                             keys[i], nxt)
-            else:
-                stack, cts, p, self.host[i] = self._call("std_bwd", layer, p, kept.pop(i),
-                                                         cts, keys[i], nxt)
-            _throttle(pending, self.host[i][0] if self.host[i] else p)
-            self._emit("backward", layer)
+        args = (tuple(self.host), self._shard(batch["image"]), self._shard(batch["label"]),
+                rng, np.int32(self.step))
+        prog = self._program("step", args, lambda: revprograms.compile_step(
+            self.segments, self.place, self.num_classes, self.precision, self.unroll, args))
+        loss, host = prog(*args)
+        self.host = list(host)
         self.step += 1
-        out = {"training_loss": float(loss)}
-        self.counters["to_host"] += 1  # the loss
-        self._last_counts = {k: self.counters[k] - start[k] for k in start}
-        return out
+        return {"training_loss": float(loss)}
 
     def step_counts(self) -> dict[str, int]:
-        """Arrays copied onto the device (`to_device`) and written to host memory
-        (`to_host`), and compiled-program launches, of the last `train_step`: per coupling
-        2, 1 and 2, plus a few per step."""
-        return dict(self._last_counts)
+        """Per training step: compiled programs the trainer launches (`launches`), arrays
+        passed into the program from numpy or read back (`boundary`: batch, labels, step
+        number in, loss out), and packed rows or kept activations copied onto the device
+        (`to_device`) and written to host memory (`to_host`) inside the program."""
+        to_device = to_host = 0
+        for seg in self.segments:
+            n = len(seg.layers)
+            if seg.kind == "head":
+                to_device, to_host = to_device + 1, to_host + 1
+            elif seg.kind == "coupling":
+                to_device, to_host = to_device + 2 * n, to_host + n
+            else:  # standard: its row twice; a later one parks its inputs and fetches them
+                later = int(seg.start > 0)
+                to_device, to_host = to_device + 2 + later, to_host + 1 + later
+        return {"launches": 1, "boundary": 4, "to_device": to_device, "to_host": to_host}
 
     # ------------------------------------------------------------------ inference
-    def _forward_stacks(self, images: np.ndarray, keep: bool) -> tuple[Any, list]:
-        stack: tuple = (self._shard(images),)
-        out = [tuple(np.asarray(s) for s in stack)] if keep else []
-        *body, head = self.layers
-        p = self._fetch(0)
-        for layer in body:
-            stack, p = self._call("eval_fwd", layer, p, stack, self.host[layer.index + 1])
-            if keep:
-                out.append(tuple(np.asarray(s) for s in stack))
-        return self._call("head_logits", head, p, stack), out
+    def _predict(self, images: np.ndarray, keep: bool) -> Any:
+        args = (tuple(self.host), self._shard(images))
+        prog = self._program(f"predict{int(keep)}", args, lambda: revprograms.compile_predict(
+            self.segments, self.place, self.precision, self.unroll, keep, args))
+        return prog(*args)
 
     def predict(self, images: np.ndarray) -> np.ndarray:
-        """Logits of a batch (divisible by the device count), layer by layer."""
-        logits, _ = self._forward_stacks(images, keep=False)
-        return np.asarray(logits)
+        """Logits of a batch (divisible by the device count), in one program."""
+        return np.asarray(self._predict(images, keep=False))
 
     def activations(self, images: np.ndarray) -> list[tuple[np.ndarray, ...]]:
         """The input stack of every layer and the head's (deterministic), for tests."""
-        return self._forward_stacks(images, keep=True)[1]
+        _, stacks, last = self._predict(images, keep=True)
+        out: list[tuple[np.ndarray, ...]] = []
+        for seg, stack in zip(self.segments, stacks, strict=False):
+            rows = tuple(np.asarray(s) for s in stack)
+            out += [tuple(r[j] for r in rows) for j in range(len(seg.layers))]
+        return [*out, tuple(np.asarray(x) for x in last)]
+
+    def _locate(self, index: int) -> tuple[int, int]:
+        for s, seg in enumerate(self.segments):
+            if seg.start <= index < seg.start + len(seg.layers):
+                return s, index - seg.start
+        raise ValueError(f"layer {index}: this network has {len(self.layers)} layers")
 
     def reconstruct(self, index: int, outputs: tuple[np.ndarray, ...]) -> tuple:
         """Inputs of coupling `index` recomputed from its outputs (no dropout)."""
-        layer = self.layers[index]
-        if layer.kind != "coupling":
-            raise ValueError(f"layer {index} ({layer.ref.prefix}) is not a coupling")
-        ys = tuple(np.asarray(o) for o in outputs)
-        xs = self._call("rev_reverse", layer, self._fetch(index), ys)
-        return tuple(np.asarray(x) for x in xs)
+        s, j = self._locate(index)
+        seg = self.segments[s]
+        if seg.kind != "coupling":
+            raise ValueError(f"layer {index} ({self.layers[index].ref.prefix}) is not a "
+                             f"coupling")
+        args = (self.host[s], tuple(self._shard(o) for o in outputs))
+        prog = self._program(f"reverse{index}", args,
+                             lambda: revprograms.compile_reverse(seg, j, self.place, args))
+        return tuple(np.asarray(x) for x in prog(*args))
 
     # ------------------------------------------------------------------ state
-    def _unpacked(self, index: int) -> tuple[Any, Any]:
-        return revpack.unpack_host(self.layouts[index], self.host[index])
+    def _packed(self) -> list[tuple[np.ndarray, ...]]:
+        """Every layer's packed buffers as numpy, in layer order."""
+        out = []
+        for seg, bufs in zip(self.segments, self.host, strict=True):
+            rows = [np.asarray(b) for b in bufs]
+            out += [tuple(r[j] for r in rows) for j in range(len(seg.layers))]
+        return out
+
+    def _unpacked(self) -> list[tuple[Any, Any]]:
+        return [revpack.unpack_host(layout, bufs)
+                for layout, bufs in zip(self.layouts, self._packed(), strict=True)]
 
     @property
     def params(self) -> list[Any]:
         """Per-layer weights (base names) as numpy."""
-        return [self._unpacked(i)[0] for i in range(len(self.layers))]
+        return [w for w, _ in self._unpacked()]
 
     @property
     def opt_state(self) -> list[Any]:
         """Per-layer optimizer states as numpy."""
-        return [self._unpacked(i)[1] for i in range(len(self.layers))]
+        return [opt for _, opt in self._unpacked()]
 
     @property
     def full_params(self) -> dict[str, Any]:
@@ -314,26 +289,21 @@ class ReversibleTrainer:
 
     def state(self) -> dict[str, Any]:
         """Checkpointable state: per-layer params and optimizer state (numpy), and step."""
-        layers = []
-        for i in range(len(self.layers)):
-            w, opt = self._unpacked(i)
-            layers.append({"params": w, "opt_state": opt})
+        layers = [{"params": w, "opt_state": opt} for w, opt in self._unpacked()]
         return {"layers": layers, "step": np.int32(self.step)}
 
     def load_state(self, state: Mapping[str, Any]) -> None:
         layers = state["layers"]
         if len(layers) != len(self.layers):
             raise ValueError(f"state has {len(layers)} layers, this network {len(self.layers)}")
-        host = []
-        for layout, item in zip(self.layouts, layers, strict=True):
-            tree = (item["params"], item["opt_state"])
-            host.append(self._to_host(revpack.pack_host(layout, tree)))
-        self.host = host
+        packed = [revpack.pack_host(layout, (item["params"], item["opt_state"]))
+                  for layout, item in zip(self.layouts, layers, strict=True)]
+        self.host = self._stack_to_host(packed)
         self.step = int(np.asarray(state["step"]))
 
     def max_temp_bytes(self) -> int:
-        """The largest XLA temporary footprint of any compiled per-layer function so far:
-        the step runs them one after another, so this is the step's temp peak."""
+        """XLA's temporary bytes of the compiled training step (the largest of the
+        programs compiled so far): with weights in host memory, its device working set."""
         return max(self.temp_bytes.values(), default=0)
 
     def layer_bytes(self) -> list[int]:
@@ -341,24 +311,8 @@ class ReversibleTrainer:
         return [layout.nbytes() for layout in self.layouts]
 
 
-def _throttle(pending: deque, x: Any, depth: int = 2) -> None:
-    """Wait for the output of the layer `depth` calls back, so that at most `depth`
-    layers are queued on the device (their written-back buffers would all be allocated).
-
-    An output already donated to a later program needs no wait: its memory is reused."""
-    pending.append(x)
-    if len(pending) > depth:
-        old = pending.popleft()
-        if not old.is_deleted():
-            old.block_until_ready()
-
-
-def _shapes(x: Any) -> tuple:
-    return tuple((np.shape(a), isinstance(a, np.ndarray)) for a in jax.tree.leaves(x))
-
-
 def _avals(tree: Any) -> tuple:
-    """Shapes, dtypes and numpy-ness (a numpy input is a transfer) of call arguments."""
+    """Shapes, dtypes and numpy-ness of call arguments (what a compiled program fixes)."""
     leaves, treedef = jax.tree.flatten(tree)
     return str(treedef), tuple((np.shape(x), np.dtype(x.dtype).str, isinstance(x, np.ndarray))
                                for x in leaves)

@@ -1,22 +1,32 @@
-"""The compiled per-layer programs of the reversible trainer, and where their data lives.
+"""The compiled programs of the reversible trainer: one per training step, one per inference.
 
-Why: a reversible step walks the layers one by one, so its cost on an accelerator is the
-number of things launched per layer, not their size. Each program here does all of one
-layer's work in one launch: it unpacks the layer's packed weights and optimizer state
-(`revpack`), computes, repacks the updated state and writes it to host memory, and *also*
-copies the next layer's packed buffer from host memory to the device, so that transfer
-overlaps this layer's compute (XLA schedules the copy asynchronously) and the next layer
-finds its weights already there. Python issues one call per layer and nothing else.
+Why: a step that walks the layers from Python costs launches and host round trips per
+layer (measured: about 3 ms per coupling on an H200, 0.24x the standard step). Here the
+whole step is one compiled program, whatever the depth:
 
-Placement (`Placement`): weights and optimizer state live in host memory (the
-`pinned_host` memory kind, replicated over the local devices); activations are sharded
-over the devices' batch axis; programs are written for the global batch and XLA adds the
-cross-device reductions, so one device or several run the same code.
+* Consecutive couplings with the same structure, optimizer and packed layout form a
+  `Segment`; their packed states (`revpack`) are stacked into one host buffer per element
+  size, shape (couplings, elements).
+* Forward: a segment is one `lax.scan` over its stacked host buffers; each iteration moves
+  its layer's row to the device (`jax.device_put` to the device memory kind inside the
+  program) and overwrites the activation pair, so no coupling output is stored.
+* Backward: the same scan in reverse. Each iteration reconstructs its layer's inputs from
+  its outputs, backpropagates, updates the layer with its own optimizer state and writes
+  the updated row back to host memory. This is the backward pass of the whole scanned
+  stack, written out (the role a `custom_vjp` around the stack plays): only the final pair
+  and its cotangents are carried, so device memory holds about one layer at a time.
+* Standard layers run once forward (their inputs are parked in host memory) and recompute
+  their forward in the backward pass; the head does forward, backward and its update.
 
-Precision: couplings run at `highest` matmul precision, forward and reverse alike, so that
-inputs reconstructed from outputs equal the forward ones to float rounding even where the
-default f32 matmul is TF32 (GPUs); other layers use the trainer's `precision` (None: the
-JAX default).
+The program takes the host state as a donated argument and returns the updated state, so
+Python issues one launch per step and reads back only the loss.
+
+Placement (`Placement`): packed states live in host memory (`pinned_host` where the
+backend has it) replicated over the local devices; activations are sharded over the
+batch; XLA adds the cross-device sums, so one device or several run the same program.
+
+Precision: couplings trace at `highest` matmul precision (exact reconstruction where the
+default f32 matmul is TF32, i.e. GPUs); other layers use the trainer's `precision`.
 """
 
 from __future__ import annotations
@@ -24,12 +34,14 @@ from __future__ import annotations
 import collections
 import contextlib
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
+from jax import lax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from nas.train import revlayers, revpack
@@ -67,174 +79,282 @@ class Placement:
         self.act_host = NamedSharding(mesh, PartitionSpec(AXIS), **host)
 
 
-@dataclass
-class Program:
-    """A compiled program and what one call of it moves, counted by array: copies onto the
-    device (packed buffers, kept activations, numpy inputs) and writes to host memory
-    (updated packed buffers, kept activations)."""
+@dataclass(frozen=True)
+class Segment:
+    """Consecutive layers run as one unit: a run of identical couplings (scanned), or one
+    standard layer, or the head. Its host state is one buffer per element size, stacked
+    over its layers: shape (len(layers), elements)."""
 
-    fn: Any
-    to_device: int
-    to_host: int
-    temp_bytes: int
+    kind: str
+    layers: tuple[Layer, ...]
+    layout: Layout
+
+    @property
+    def start(self) -> int:
+        return self.layers[0].index
+
+    @property
+    def key(self) -> tuple:
+        first = self.layers[0]
+        return (self.kind, first.structure, first.opt_signature, self.layout.key,
+                len(self.layers))
+
+
+def segments(layers: Sequence[Layer], layouts: Sequence[Layout]) -> list[Segment]:
+    """Layers grouped into segments, in forward order."""
+    out: list[Segment] = []
+    for layer, layout in zip(layers, layouts, strict=True):
+        prev = out[-1] if out else None
+        if (layer.kind == "coupling" and prev is not None and prev.kind == "coupling"
+                and prev.layers[0].structure == layer.structure
+                and prev.layers[0].opt_signature == layer.opt_signature
+                and prev.layout.key == layout.key):
+            out[-1] = Segment("coupling", (*prev.layers, layer), layout)
+        else:
+            out.append(Segment(layer.kind, (layer,), layout))
+    return out
 
 
 class ProgramCache:
-    """A bounded LRU of compiled programs keyed by (kind, structure, layouts, shapes).
+    """A bounded LRU of compiled programs keyed by (kind, segment keys, settings, shapes).
 
     Owned by a trainer (or passed to several, e.g. by tests and benchmarks, to share
     compilations between trainers of the same network)."""
 
-    def __init__(self, size: int = 256) -> None:
+    def __init__(self, size: int = 32) -> None:
         self.size = size
-        self._items: collections.OrderedDict[tuple, Program] = collections.OrderedDict()
+        self._items: collections.OrderedDict[tuple, Any] = collections.OrderedDict()
 
-    def get(self, key: tuple) -> Program | None:
+    def get(self, key: tuple) -> Any:
         item = self._items.get(key)
         if item is not None:
             self._items.move_to_end(key)
         return item
 
-    def put(self, key: tuple, value: Program) -> None:
+    def put(self, key: tuple, value: Any) -> None:
         self._items[key] = value
         while len(self._items) > self.size:
             self._items.popitem(last=False)
 
 
-def _to(x: Any, sharding: Any) -> Any:
-    return jax.device_put(x, sharding)
+def _precision(name: str | None) -> Any:
+    return jax.default_matmul_precision(name) if name else contextlib.nullcontext()
 
 
-def body(kind: str, layer: Layer, layout: Layout, place: Placement,
-         num_classes: int) -> tuple[Callable, tuple, Any]:
-    """(function, in_shardings, out_shardings) of one program kind for `layer`.
+def default_unroll(place: Placement) -> bool:
+    """Whether the scans are unrolled by default: on the CPU only.
 
-    Argument conventions: `p` the layer's packed state on the device, `h_next` the packed
-    host buffers to bring to the device for the layer that runs next (`()` for none),
-    `xs`/`ys` activation tuples, `cts` their cotangents, `key` the layer's dropout key.
-    """
-    rep, act, rep_h, act_h = place.rep, place.act, place.rep_host, place.act_host
+    XLA:CPU runs the transposed convolutions of a backward pass about 20x slower inside a
+    while loop than unrolled (measured, jax 0.10.2), and there host and device memory are
+    the same RAM. Accelerators keep the rolled loop, which bounds device memory by
+    construction and compiles in time independent of depth; unrolled, compile time grows
+    with depth as the standard step's does. Launches per step are one either way."""
+    return place.devices[0].platform == "cpu"
 
-    def weights(p):
-        return revpack.unpack(layout, p)[0]
 
-    def state(p):
-        return revpack.unpack(layout, p)
+class _Parts:
+    """The traced pieces every program is made of, for one placement."""
 
-    def store(w, opt):
-        return _to(revpack.pack(layout, (w, opt)), rep_h)
+    def __init__(self, place: Placement, num_classes: int, precision: str | None,
+                 unroll: bool | None = None) -> None:
+        self.place = place
+        self.num_classes = num_classes
+        self.precision = precision
+        self.unroll = default_unroll(place) if unroll is None else unroll
 
-    if kind == "fetch":
-        return (lambda h: _to(h, rep)), (rep_h,), rep
-    if kind in ("std_fwd", "std_fwd_keep", "rev_fwd"):
-        fwd = (revlayers.coupling_forward(layer) if kind == "rev_fwd"
-               else revlayers.standard_forward(layer))
+    def fetch(self, seg: Segment, row: tuple) -> tuple[Any, Any]:
+        """One layer's (weights, optimizer state) from its host row, on the device."""
+        return revpack.unpack(seg.layout, jax.device_put(row, self.place.rep))
 
-        def forward(p, xs, key, h_next):
-            ys = fwd(weights(p), xs, key)
-            if kind == "std_fwd_keep":  # a standard layer's inputs wait in host memory
-                return ys, _to(h_next, rep), _to(xs, act_h)
-            return ys, _to(h_next, rep)
+    def store(self, seg: Segment, w: Any, opt: Any) -> tuple:
+        """Packed (weights, optimizer state), written to host memory."""
+        return jax.device_put(revpack.pack(seg.layout, (w, opt)), self.place.rep_host)
 
-        outs = (act, rep, act_h) if kind == "std_fwd_keep" else (act, rep)
-        return forward, (rep, act, rep, rep_h), outs
-    if kind == "head":
-        step = revlayers.head_step(layer, num_classes)
+    def act(self, xs: Any) -> Any:
+        return jax.lax.with_sharding_constraint(xs, self.place.act)
 
-        def head(p, xs, labels, key, h_next):
-            w, opt = state(p)
-            loss, cts, w, opt = step(w, opt, xs, labels, key)
-            return loss, cts, _to(h_next, rep), store(w, opt)
+    @staticmethod
+    def row(bufs: tuple, j: int = 0) -> tuple:
+        return tuple(b[j] for b in bufs)
 
-        return head, (rep, act, act, rep, rep_h), (rep, act, rep, rep_h)
-    if kind == "rev_bwd":
+    # ------------------------------------------------------------------ training
+    def forward(self, seg: Segment, bufs: tuple, xs: tuple, key: Callable) -> tuple:
+        """Activations after `seg` (a standard layer or a run of couplings)."""
+        layer = seg.layers[0]
+        if seg.kind == "standard":
+            w, _ = self.fetch(seg, self.row(bufs))
+            with _precision(self.precision):
+                return self.act(revlayers.standard_forward(layer)(w, xs, key(layer.index)))
+        fwd = revlayers.coupling_forward(layer)
+
+        def body(xs, item):
+            row, i = item
+            w, _ = self.fetch(seg, row)
+            with _precision("highest"):
+                return self.act(fwd(w, xs, key(i))), None
+
+        idx = jnp.arange(seg.start, seg.start + len(seg.layers))
+        xs, _ = lax.scan(body, tuple(xs), (bufs, idx), unroll=self.unroll)
+        return xs
+
+    def backward(self, seg: Segment, bufs: tuple, ys: tuple, cts: tuple, key: Callable,
+                 inputs: tuple | None) -> tuple[tuple, tuple, tuple]:
+        """(inputs, their cotangents, updated stacked host state) of `seg` from its outputs
+        `ys` and their cotangents; a standard layer gets its kept `inputs`."""
+        layer = seg.layers[0]
+        if seg.kind == "standard":
+            w, opt = self.fetch(seg, self.row(bufs))
+            with _precision(self.precision):
+                cxs, w, opt = revlayers.standard_backward(layer)(w, opt, inputs, cts,
+                                                                 key(layer.index))
+            return inputs, cxs, tuple(b[None] for b in self.store(seg, w, opt))
         bwd = revlayers.coupling_backward(layer)
 
-        def rev_bwd(p, ys, cts, key, h_next):
-            w, opt = state(p)
-            xs, cts, w, opt = bwd(w, opt, ys, cts, key)
-            return xs, cts, _to(h_next, rep), store(w, opt)
+        def body(carry, j):
+            ys, cts, bufs = carry
+            w, opt = self.fetch(seg, tuple(lax.dynamic_index_in_dim(b, j, keepdims=False)
+                                           for b in bufs))
+            with _precision("highest"):
+                xs, cts, w, opt = bwd(w, opt, ys, cts, key(seg.start + j))
+            # The updated row overwrites its own (already read) row of the carried stack in
+            # place, once everything that reads the row is computed (`_after`): otherwise
+            # XLA copies the whole stack every iteration.
+            at = _after(j, (xs, cts))
+            bufs = tuple(lax.dynamic_update_index_in_dim(b, r, at, 0)
+                         for b, r in zip(bufs, self.store(seg, w, opt), strict=True))
+            return (self.act(xs), self.act(cts), bufs), None
 
-        return rev_bwd, (rep, act, act, rep, rep_h), (act, act, rep, rep_h)
-    if kind in ("std_bwd", "std_bwd_first"):
-        bwd = revlayers.standard_backward(layer)
-        first = kind == "std_bwd_first"
+        (xs, cxs, new), _ = lax.scan(body, (tuple(ys), tuple(cts), tuple(bufs)),
+                                     jnp.arange(len(seg.layers)), reverse=True,
+                                     unroll=self.unroll)
+        return xs, cxs, new
 
-        def std_bwd(p, kept, cts, key, h_next):
-            w, opt = state(p)
-            xs = kept if first else _to(kept, act)
-            cxs, w, opt = bwd(w, opt, xs, cts, key)
-            if first:  # nothing below: no input cotangents, no activations
-                return _to(h_next, rep), store(w, opt)
-            return xs, cxs, _to(h_next, rep), store(w, opt)
+    def head(self, seg: Segment, bufs: tuple, xs: tuple, labels: Any,
+             key: Callable) -> tuple[Any, tuple, tuple]:
+        layer = seg.layers[0]
+        w, opt = self.fetch(seg, self.row(bufs))
+        with _precision(self.precision):
+            loss, cts, w, opt = revlayers.head_step(layer, self.num_classes)(
+                w, opt, xs, labels, key(layer.index))
+        return loss, self.act(cts), tuple(b[None] for b in self.store(seg, w, opt))
 
-        ins = (rep, act, act, rep, rep_h) if first else (rep, act_h, act, rep, rep_h)
-        outs = (rep, rep_h) if first else (act, act, rep, rep_h)
-        return std_bwd, ins, outs
-    if kind == "eval_fwd":
+    # ------------------------------------------------------------------ inference
+    def eval_forward(self, seg: Segment, bufs: tuple, xs: tuple,
+                     keep: bool) -> tuple[tuple, Any]:
+        """Deterministic activations after `seg`, and (keep) each layer's input stack:
+        stacked over the segment's layers."""
+        layer = seg.layers[0]
+        if seg.kind == "standard":
+            w, _ = self.fetch(seg, self.row(bufs))
+            with _precision(self.precision):
+                out = self.act(revlayers.eval_forward(layer)(w, xs))
+            return out, (tuple(x[None] for x in xs) if keep else None)
         fwd = revlayers.eval_forward(layer)
-        return ((lambda p, xs, h_next: (fwd(weights(p), xs), _to(h_next, rep))),
-                (rep, act, rep_h), (act, rep))
-    if kind == "head_logits":
-        logits = revlayers.head_logits(layer)
-        return (lambda p, xs: logits(weights(p), xs)), (rep, act), act
-    if kind == "rev_reverse":
-        rev = revlayers.coupling_reverse(layer)
-        return (lambda p, ys: rev(weights(p), ys)), (rep, act), act
-    raise ValueError(f"unknown program kind {kind!r}")
+
+        def body(xs, row):
+            w, _ = self.fetch(seg, row)
+            with _precision("highest"):
+                return self.act(fwd(w, xs)), (xs if keep else None)
+
+        return lax.scan(body, tuple(xs), bufs, unroll=self.unroll)
 
 
-# Programs that consume the layer's device copy (and its activations) donate them.
-_DONATE = {"std_fwd": (0,), "std_fwd_keep": (0,), "rev_fwd": (0, 1), "head": (0,),
-           "rev_bwd": (0, 1, 2), "std_bwd": (0, 2), "std_bwd_first": (0,),
-           "eval_fwd": (0,), "fetch": ()}
+def _after(index: jax.Array, trees: Any) -> jax.Array:
+    """`index`, as a value that depends on every array of `trees` (min(i, i + any NaN) is
+    i whatever the data, and XLA cannot fold it away)."""
+    total = sum(jnp.sum(x) for x in jax.tree.leaves(trees))
+    return jnp.minimum(index, index + jnp.isnan(total).astype(index.dtype))
 
 
-def compile_program(kind: str, layer: Layer, layout: Layout, place: Placement,
-                    num_classes: int, precision: str | None, args: tuple) -> Program:
-    """Lower and compile `kind` for `layer` on example `args` (concrete or abstract)."""
-    fn, ins, outs = body(kind, layer, layout, place, num_classes)
-    if kind in ("rev_fwd", "rev_bwd", "rev_reverse") or (
-            kind == "eval_fwd" and layer.kind == "coupling"):
-        precision = "highest"
-    ctx = (jax.default_matmul_precision(precision) if precision
-           else contextlib.nullcontext())
-    donate = _DONATE.get(kind, ()) if place.host_kind else ()
-    jitted = jax.jit(fn, in_shardings=ins, out_shardings=outs, donate_argnums=donate)
-    with ctx, warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*donated buffers were not usable.*")
-        compiled = jitted.lower(*args).compile()
-    to_device = _count_transfers(args, ins)
-    to_host = _count_host(outs, jax.eval_shape(fn, *args))
-    try:
-        temp = int(compiled.memory_analysis().temp_size_in_bytes)
-    except Exception:  # backends without memory analysis
-        temp = 0
-    return Program(compiled, to_device, to_host, temp)
+def train_step_fn(segs: Sequence[Segment], parts: _Parts) -> Callable:
+    """(host state, images, labels, rng, step) -> (loss, updated host state)."""
+    *body, head = segs
 
-
-def _count_transfers(args: tuple, shardings: tuple) -> int:
-    """Arrays an argument list moves onto the device: numpy inputs and host-kind inputs."""
-    n = 0
-    for arg, sharding in zip(args, shardings, strict=True):
-        host = getattr(sharding, "memory_kind", None) not in (None, "device")
-        for leaf in jax.tree.leaves(arg):
-            n += int(host or isinstance(leaf, np.ndarray | np.generic))
-    return n
-
-
-def _count_host(shardings: Any, out: Any) -> int:
-    """Outputs written to host memory."""
-    if not isinstance(shardings, tuple):
-        shardings, out = (shardings,), (out,)
-    return sum(len(jax.tree.leaves(o)) for s, o in zip(shardings, out, strict=True)
-               if getattr(s, "memory_kind", None) not in (None, "device"))
-
-
-def keys_program(n: int, place: Placement) -> Callable:
-    """(rng, step) -> one dropout key per layer, fold_in(fold_in(rng, step), layer)."""
-    def keys(rng, step):
+    def step(host, images, labels, rng, step):
         base = jax.random.fold_in(rng, step)
-        return tuple(jax.random.fold_in(base, i) for i in range(n))
 
-    return jax.jit(keys, out_shardings=place.rep)
+        def key(i):
+            return jax.random.fold_in(base, i)
+
+        xs: tuple = (images,)
+        kept: dict[int, Any] = {}
+        for s, seg in enumerate(body):
+            if seg.kind == "standard":
+                # The step's own input is the batch; later standard inputs wait on host.
+                kept[s] = xs if s == 0 else jax.device_put(xs, parts.place.act_host)
+            xs = parts.forward(seg, host[s], xs, key)
+        new: list[Any] = [None] * len(segs)
+        loss, cts, new[-1] = parts.head(head, host[-1], xs, labels, key)
+        for s in reversed(range(len(body))):
+            seg = body[s]
+            inputs = None
+            if seg.kind == "standard":
+                inputs = kept[s] if s == 0 else jax.device_put(kept[s], parts.place.act)
+            xs, cts, new[s] = parts.backward(seg, host[s], xs, cts, key, inputs)
+        return loss, tuple(new)
+
+    return step
+
+
+def predict_fn(segs: Sequence[Segment], parts: _Parts, keep: bool) -> Callable:
+    """(host state, images) -> logits, and (keep) every segment's stacked input stacks."""
+    *body, head = segs
+
+    def predict(host, images):
+        xs: tuple = (images,)
+        stacks = []
+        for s, seg in enumerate(body):
+            xs, stack = parts.eval_forward(seg, host[s], xs, keep)
+            stacks.append(stack)
+        w, _ = parts.fetch(head, parts.row(host[-1]))
+        with _precision(parts.precision):
+            logits = revlayers.head_logits(head.layers[0])(w, xs)
+        return (logits, tuple(stacks), xs) if keep else logits
+
+    return predict
+
+
+def reverse_fn(seg: Segment, j: int, parts: _Parts) -> Callable:
+    """(host state of `seg`, outputs) -> inputs of its `j`-th coupling (no dropout)."""
+    rev = revlayers.coupling_reverse(seg.layers[j])
+
+    def reverse(bufs, ys):
+        w, _ = parts.fetch(seg, parts.row(bufs, j))
+        with _precision("highest"):
+            return rev(w, ys)
+
+    return reverse
+
+
+def compile_step(segs: Sequence[Segment], place: Placement, num_classes: int,
+                 precision: str | None, unroll: bool | None, args: tuple) -> Any:
+    """The training step, compiled on example `args`; the host state is donated."""
+    parts = _Parts(place, num_classes, precision, unroll)
+    ins = (place.rep_host, place.act, place.act, place.rep, place.rep)
+    outs = (place.rep, place.rep_host)
+    jitted = jax.jit(train_step_fn(segs, parts), in_shardings=ins, out_shardings=outs,
+                     donate_argnums=(0,) if place.host_kind else ())
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*donated buffers were not usable.*")
+        return jitted.lower(*args).compile()
+
+
+def compile_predict(segs: Sequence[Segment], place: Placement, precision: str | None,
+                    unroll: bool | None, keep: bool, args: tuple) -> Any:
+    parts = _Parts(place, 0, precision, unroll)
+    return jax.jit(predict_fn(segs, parts, keep),
+                   in_shardings=(place.rep_host, place.act)).lower(*args).compile()
+
+
+def compile_reverse(seg: Segment, j: int, place: Placement, args: tuple) -> Any:
+    parts = _Parts(place, 0, None)
+    return jax.jit(reverse_fn(seg, j, parts),
+                   in_shardings=(place.rep_host, place.act)).lower(*args).compile()
+
+
+def temp_bytes(compiled: Any) -> int:
+    """XLA's temporary bytes of a compiled program (0 where not reported)."""
+    try:
+        return int(compiled.memory_analysis().temp_size_in_bytes)
+    except Exception:  # backends without memory analysis
+        return 0

@@ -25,7 +25,7 @@ Both strategies answer the same small protocol, so the loop in `train.py` is the
   step (gradients averaged over devices); the batch comes from the host (grain) or is drawn
   from a device-resident dataset inside the step (`nas.train.devdata`).
 * `ReversibleStrategy`: `nas.train.reversible.ReversibleTrainer` (weights and optimizer
-  state in host memory, layer by layer), through its public API only.
+  state in host memory, one compiled program per step), through its public API only.
 """
 
 from __future__ import annotations
@@ -201,7 +201,7 @@ class StandardTrainer:
 class ReversibleStrategy:
     """The reversible CPU-offload trainer behind the same protocol (public API only)."""
 
-    lazy_compile = True  # its per-layer programs compile during the first step
+    lazy_compile = True  # its step program compiles during the first step
 
     def __init__(self, graph: Any, constants: Any, config: Any, *, image_size: int,
                  sched_kw: Mapping, params: dict[str, Any] | None,
@@ -218,7 +218,7 @@ class ReversibleStrategy:
         self._step = 0
 
     def compile(self, batch: Any, eval_batch: Mapping[str, np.ndarray]) -> float:
-        return 0.0  # per-layer programs compile during the first step
+        return 0.0  # the step program compiles during the first step
 
     def memory(self) -> tuple[int, int]:
         temp = getattr(self.trainer, "max_temp_bytes", None)

@@ -125,6 +125,10 @@ def test_reconstructed_inputs_equal_forward_ones():
         rebuilt = trainer.reconstruct(i, acts[i + 1])
         for x, r in zip(acts[i], rebuilt, strict=True):
             np.testing.assert_allclose(r, x, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="is not a coupling"):
+        trainer.reconstruct(0, acts[1])
+    with pytest.raises(ValueError, match="layer 99: this network has"):
+        trainer.reconstruct(99, acts[1])
     plain = Model(graph, constants).apply({"params": trainer.full_params},
                                           _batches(1)[0]["image"])
     np.testing.assert_allclose(trainer.predict(_batches(1)[0]["image"]), plain, atol=1e-5)
