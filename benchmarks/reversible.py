@@ -121,7 +121,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int)
     parser.add_argument("--depths", type=int, nargs="+")
     parser.add_argument("--budget-mib", type=float)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--per-round", type=int, default=1)
     args = parser.parse_args()
     start = time.perf_counter()

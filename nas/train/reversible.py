@@ -106,6 +106,7 @@ class ReversibleTrainer:
         self._static = repr((sorted(dict(sched_kw).items()), self.num_classes,
                              [d.id for d in self.devices], precision, unroll))
         self.temp_bytes: dict[str, int] = {}
+        self._temp_of: dict[str, Any] = {}
         base = (self._split(params) if params is not None
                 else self._init(tuple(image_shape), seed))
         frozen = set(frozen)
@@ -180,7 +181,9 @@ class ReversibleTrainer:
         if prog is None:
             prog = build()
             self.cache.put(key, prog)
-        self.temp_bytes[kind] = revprograms.temp_bytes(prog)
+        if self._temp_of.get(kind) is not prog:  # memory analysis costs; once per program
+            self._temp_of[kind] = prog
+            self.temp_bytes[kind] = revprograms.temp_bytes(prog)
         return prog
 
     def _shard(self, x: np.ndarray) -> np.ndarray:

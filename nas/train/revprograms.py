@@ -7,9 +7,10 @@ whole step is one compiled program, whatever the depth:
 * Consecutive couplings with the same structure, optimizer and packed layout form a
   `Segment`; their packed states (`revpack`) are stacked into one host buffer per element
   size, shape (couplings, elements).
-* Forward: a segment is one `lax.scan` over its stacked host buffers; each iteration moves
-  its layer's row to the device (`jax.device_put` to the device memory kind inside the
-  program) and overwrites the activation pair, so no coupling output is stored.
+* Forward: a segment is one `lax.scan` (on the CPU, the same loop written out: `_scan`)
+  over its stacked host buffers; each iteration moves its layer's row to the device
+  (`jax.device_put` to the device memory kind inside the program) and overwrites the
+  activation pair, so no coupling output is stored.
 * Backward: the same scan in reverse. Each iteration reconstructs its layer's inputs from
   its outputs, backpropagates, updates the layer with its own optimizer state and writes
   the updated row back to host memory. This is the backward pass of the whole scanned
@@ -131,6 +132,10 @@ class ProgramCache:
             self._items.move_to_end(key)
         return item
 
+    def programs(self) -> list[Any]:
+        """The compiled programs held, least recently used first."""
+        return list(self._items.values())
+
     def put(self, key: tuple, value: Any) -> None:
         self._items[key] = value
         while len(self._items) > self.size:
@@ -142,14 +147,38 @@ def _precision(name: str | None) -> Any:
 
 
 def default_unroll(place: Placement) -> bool:
-    """Whether the scans are unrolled by default: on the CPU only.
+    """Whether the loops over couplings are unrolled by default: on the CPU only.
 
     XLA:CPU runs the transposed convolutions of a backward pass about 20x slower inside a
-    while loop than unrolled (measured, jax 0.10.2), and there host and device memory are
-    the same RAM. Accelerators keep the rolled loop, which bounds device memory by
-    construction and compiles in time independent of depth; unrolled, compile time grows
+    while loop than in straight-line code (measured, jax 0.10.2), and there host and device
+    memory are the same RAM. Accelerators keep the rolled loop, which bounds device memory
+    by construction and compiles in time independent of depth; unrolled, compile time grows
     with depth as the standard step's does. Launches per step are one either way."""
     return place.devices[0].platform == "cpu"
+
+
+def _scan(body: Callable, carry: Any, xs: Any, length: int, reverse: bool = False,
+          unroll: bool = False) -> tuple[Any, Any]:
+    """`lax.scan`, or (unroll) the same loop written out in Python.
+
+    Why not `lax.scan(..., unroll=True)`: it still emits a while loop (of one trip), and
+    XLA:CPU leaves the convolutions inside any loop body in their slow, non-canonical form
+    (measured, jax 0.10.2: a fixed ~200 ms per step at width 16). Straight-line code has
+    no loop at all."""
+    if not unroll:
+        return lax.scan(body, carry, xs, length=length, reverse=reverse)
+    outs = []
+    for i in (reversed(range(length)) if reverse else range(length)):
+        carry, out = body(carry, jax.tree.map(lambda a, i=i: a[i], xs))
+        outs.append(out)
+    if reverse:
+        outs.reverse()
+    stacked = jax.tree.map(lambda *a: jnp.stack(a), *outs) if outs else None
+    return carry, stacked
+
+
+def _indices(start: int, n: int) -> np.ndarray:
+    return np.arange(start, start + n, dtype=np.int32)
 
 
 class _Parts:
@@ -193,8 +222,8 @@ class _Parts:
             with _precision("highest"):
                 return self.act(fwd(w, xs, key(i))), None
 
-        idx = jnp.arange(seg.start, seg.start + len(seg.layers))
-        xs, _ = lax.scan(body, tuple(xs), (bufs, idx), unroll=self.unroll)
+        xs, _ = _scan(body, tuple(xs), (bufs, _indices(seg.start, len(seg.layers))),
+                      len(seg.layers), unroll=self.unroll)
         return xs
 
     def backward(self, seg: Segment, bufs: tuple, ys: tuple, cts: tuple, key: Callable,
@@ -224,9 +253,9 @@ class _Parts:
                          for b, r in zip(bufs, self.store(seg, w, opt), strict=True))
             return (self.act(xs), self.act(cts), bufs), None
 
-        (xs, cxs, new), _ = lax.scan(body, (tuple(ys), tuple(cts), tuple(bufs)),
-                                     jnp.arange(len(seg.layers)), reverse=True,
-                                     unroll=self.unroll)
+        (xs, cxs, new), _ = _scan(body, (tuple(ys), tuple(cts), tuple(bufs)),
+                                  _indices(0, len(seg.layers)), len(seg.layers),
+                                  reverse=True, unroll=self.unroll)
         return xs, cxs, new
 
     def head(self, seg: Segment, bufs: tuple, xs: tuple, labels: Any,
@@ -256,7 +285,7 @@ class _Parts:
             with _precision("highest"):
                 return self.act(fwd(w, xs)), (xs if keep else None)
 
-        return lax.scan(body, tuple(xs), bufs, unroll=self.unroll)
+        return _scan(body, tuple(xs), bufs, len(seg.layers), unroll=self.unroll)
 
 
 def _after(index: jax.Array, trees: Any) -> jax.Array:
