@@ -7,6 +7,7 @@ seed model. The search is the README's, run for a wall-clock budget.
     python benchmarks/search.py --minutes 30 [--workdir /tmp/bench_search]
     python benchmarks/search.py --time-split 8     # the README search's time split only,
                                                    # and its per-child stage figures
+    python benchmarks/search.py --time-split 8 --pipeline  # proposing ahead off vs on
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ def per_child(done: list, proposals: dict, tasks: dict, records: dict, wall: flo
     }
     outside = [sum(v) for v in zip(*(stages[k] for k in list(stages)[:5]), strict=True)]
     stages["outside train/eval steps (sum of the five above)"] = outside
-    stages["device waits for this child (serial: the same)"] = outside
+    stages["device waits for this child"] = device_waits(done)
     print(f"| per child ({len(children)} children) | median | p90 |")
     print("|---|---:|---:|")
     for key, values in stages.items():
@@ -94,7 +95,25 @@ def per_child(done: list, proposals: dict, tasks: dict, records: dict, wall: flo
     print(f"| candidates/hour | {len(done) / wall * 3600:.0f} | |")
 
 
-def time_split(max_candidates: int, workdir: str, executor: str = "inline") -> None:
+def device_waits(done: list) -> list[float]:
+    """Per child, the time its worker runs no train or eval step before the child's steps:
+    from the previous candidate's result being recorded to this child's claim (the
+    driver's proposal when it is not proposed ahead, and bookkeeping), plus the child's
+    own fit beyond its overlap with compile, compile, setup and checkpoint time. With one
+    worker the candidates run one after another in id order."""
+    order = sorted(done, key=lambda c: c.started_at or 0.0)
+    waits = []
+    for prev, c in zip(order, order[1:], strict=False):
+        m = c.metrics
+        inside = sum(float(m.get(n, 0.0) or 0.0) for n in
+                     ("fit_seconds", "compile_seconds", "setup_seconds", "checkpoint_seconds"))
+        inside -= float(m.get("refit_overlap_seconds", 0.0) or 0.0)
+        waits.append(max(c.started_at - prev.finished_at, 0.0) + inside)
+    return waits
+
+
+def time_split(max_candidates: int, workdir: str, executor: str = "inline",
+               overrides: dict | None = None) -> list:
     """Run the README digits search for `max_candidates` and print where its wall time went.
 
     Driver-side parts are timed around the driver's calls (propose; task + record, which
@@ -109,6 +128,8 @@ def time_split(max_candidates: int, workdir: str, executor: str = "inline") -> N
     config = runpy.run_path(os.path.join(ROOT, "configs", "digits_cnn_search.py"))["get_config"]()
     config.search.max_candidates = max_candidates
     config.search.executor = executor
+    for key, value in (overrides or {}).items():
+        config.search[key] = value
     totals = dict.fromkeys(("propose", "task", "record", "submit", "poll"), 0.0)
     proposals: list = []
     tasks: list = []
@@ -181,6 +202,20 @@ def time_split(max_candidates: int, workdir: str, executor: str = "inline") -> N
             per_proposal[child_id], spent = spent, 0.0
     per_child(done, per_proposal, dict(tasks),
               {o.candidate_id: t for o, t in records}, wall)
+    return done
+
+
+def pipeline(max_candidates: int, workdir: str) -> None:
+    """The README search with a local worker and `pipeline_depth` 2, proposing ahead off
+    then on: the same candidates (checked), and what proposing ahead hides."""
+    runs = {}
+    for ahead in (0, 1):
+        print(f"\n### search.propose_ahead={ahead} (local executor, pipeline_depth=2)\n")
+        done = time_split(max_candidates, os.path.join(workdir, f"ahead{ahead}"), "local",
+                          {"pipeline_depth": 2, "propose_ahead": ahead})
+        runs[ahead] = [(c.fingerprint, c.parent_id) for c in sorted(done, key=lambda c: c.id)]
+    same = runs[0] == runs[1]
+    print(f"\nsame candidates (fingerprints and parents, in order) off and on: {same}")
 
 
 def main() -> None:
@@ -190,6 +225,8 @@ def main() -> None:
     parser.add_argument("--time-split", type=int, default=0, metavar="N",
                         help="only run the README search for N candidates; print its time split")
     parser.add_argument("--executor", default="inline", help="for --time-split")
+    parser.add_argument("--pipeline", action="store_true",
+                        help="with --time-split N: proposing ahead off, then on, side by side")
     parser.add_argument("--arms", action="store_true",
                         help="compare evolution with random search (benchmarks/search_arms.py)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -205,6 +242,9 @@ def main() -> None:
 
         compare(args.seeds, args.minutes, args.workdir or tempfile.mkdtemp(prefix="arms_"),
                 args.candidates, args.resume, tuple(args.arm))
+        return
+    if args.time_split and args.pipeline:
+        pipeline(args.time_split, args.workdir or tempfile.mkdtemp(prefix="bench_pipe_"))
         return
     if args.time_split:
         time_split(args.time_split, args.workdir or tempfile.mkdtemp(prefix="bench_split_"),

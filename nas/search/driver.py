@@ -547,6 +547,10 @@ class Driver:
                         break
                 else:
                     proposal_failures = 0
+            if proposal_failures < search.max_proposal_failures:
+                ahead = self.propose_ahead(executor)
+                if ahead is not None:
+                    proposal_failures = 0 if ahead else proposal_failures + 1
             if executor.running() == 0:
                 if self.study.counts()["running"]:  # external workers are training
                     time.sleep(min(1.0, float(search.lease_s) / 4))
@@ -560,6 +564,23 @@ class Driver:
                 keeper.drop(outcome.candidate_id)
                 inflight.discard(outcome.candidate_id)
                 self.record(outcome)
+
+    def propose_ahead(self, executor: Any) -> bool | None:
+        """While every worker trains, proposes one next child if fewer than
+        `search.propose_ahead` are pending and the results it reads are in: True if it
+        added one, False if the proposal failed, None if it was not the time.
+
+        Why: the proposal (mutation, property inference, synthesis, checks) then runs while
+        the workers train, so a worker that finishes claims a ready child at once. What is
+        proposed is the same either way: `population` reads results by count."""
+        if executor.running() < executor.capacity:
+            return None
+        counts = self.study.counts()
+        if (counts["pending"] >= int(self.search.propose_ahead)
+                or sum(counts.values()) >= int(self.search.max_candidates)
+                or self.population() is None):
+            return None
+        return self.propose() is not None
 
     def _update(self, bar: tqdm, finished: int, counts: dict[str, int]) -> None:
         rungs = self.study.rung_counts() if self.rungs.epochs else {}

@@ -23,7 +23,7 @@ from nas.search.selection import SelectionConfig
 # resume is normal and silent; every other field comes from the stored config.
 OPERATIONAL = ("max_candidates", "executor", "workers", "ray_address", "num_cpus_per_candidate",
                "num_gpus_per_candidate", "time_limit_s", "hard_time_limit_s", "lease_s",
-               "max_proposal_failures", "property_cache")
+               "max_proposal_failures", "property_cache", "propose_ahead")
 
 EXECUTORS = ("local", "ray", "inline")
 
@@ -51,6 +51,12 @@ def search_defaults() -> ml_collections.ConfigDict:
         # (all finished first): a count, so proposals never depend on worker timing; set it
         # to `workers` to keep that many candidates training at once
         "pipeline_depth": 1,
+        # while every worker trains, the driver proposes up to this many next children
+        # (pending, ready to claim) so a finishing worker never waits for a proposal; it
+        # changes when a proposal runs, never what it proposes (0: propose only when a
+        # worker is free). It takes effect with pipeline_depth >= 2: with 1, a proposal
+        # must read the result of the candidate in training
+        "propose_ahead": 1,
         "selection": {"costs": ("flops", "params"), "min_acc": 0.0},
         "mutation": {},  # passed to nas.mutation.propose_child as its config
         # nas.search.fit.FitConfig: a child's new ops are fitted to the parent's tensors
@@ -91,6 +97,7 @@ SEARCH_SCHEMA: dict[str, schema.Field] = {
     "max_attempts": schema.positive(),
     "max_proposal_failures": schema.positive(),
     "pipeline_depth": schema.positive(),
+    "propose_ahead": schema.at_least(0, expected="(0: propose only when a worker is free)"),
     "selection": schema.Field(dict),  # SelectionConfig checks its fields
     "mutation": schema.Field(dict),  # MutationConfig checks its fields
     "fit": schema.Field(dict),  # FitConfig checks its fields

@@ -43,3 +43,20 @@ def test_same_config_same_choices_and_the_test_split_plays_no_part(search_config
     tests = [[cand.extra_metrics["test_examples"] for cand in study.candidates()] for study in runs]
     assert tests[0] == [360] * 4 and tests[2] == [180] * 4  # the test split was read ...
     assert {cand.extra_metrics["val_examples"] for cand in runs[2].candidates()} == {143}
+
+
+def test_proposing_ahead_changes_when_not_what(search_config, tmp_path):
+    """With a local worker, the driver proposes the next child while the current one trains
+    (`search.propose_ahead`); the candidates, parents and validation accuracies are those
+    of the same search run in this process, proposing only when nothing trains."""
+    studies = {}
+    for executor, ahead in (("inline", 0), ("local", 1)):
+        config = search_config(max_candidates=4, pipeline_depth=2, executor=executor,
+                               propose_ahead=ahead)
+        studies[executor] = run_search(config, str(tmp_path / executor), progress=False)
+    assert _choices(studies["inline"]) == _choices(studies["local"])
+    local = {c.id: c for c in studies["local"].candidates()}
+    assert len(local) == 4 and all(c.status == "done" for c in local.values())
+    # Candidate 3 (reading results up to candidate 1) was proposed while 2 trained: the
+    # driver records a result only after the proposal it is making returns.
+    assert local[3].created_at < local[2].finished_at
