@@ -240,12 +240,15 @@ def main() -> None:
                         default=["evolution", "random"], help="for --arms: which arms to run")
     parser.add_argument("--resume", action="store_true",
                         help="for --arms --candidates: extend the studies already in --workdir")
+    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                        help="for --arms: set a config field of every arm, e.g. "
+                             "search.validation_fraction=0.2 (repeatable)")
     args = parser.parse_args()
     if args.arms:
         from search_arms import compare
 
         compare(args.seeds, args.minutes, args.workdir or tempfile.mkdtemp(prefix="arms_"),
-                args.candidates, args.resume, tuple(args.arm))
+                args.candidates, args.resume, tuple(args.arm), args.set)
         return
     if args.time_split and args.pipeline:
         pipeline(args.time_split, args.workdir or tempfile.mkdtemp(prefix="bench_pipe_"))

@@ -13,6 +13,7 @@ executor trains in it; with --resume, the time of this run only).
     python benchmarks/search.py --arms --minutes 20 --seeds 0 1 2 [--workdir DIR]
     python benchmarks/search.py --arms --candidates 8 --seeds 0 1 2
     python benchmarks/search.py --arms --candidates 48 --seeds 0 --workdir DIR --resume
+    python benchmarks/search.py --arms --candidates 24 --set search.validation_fraction=0.2
 
 A budget in candidates gives the same searches on any machine at any load (the evolution
 arm with `--candidates 8` is the README search of that seed); a budget in minutes gives
@@ -21,6 +22,7 @@ each arm the same wall time, so how many candidates it trains depends on the mac
 
 from __future__ import annotations
 
+import ast
 import os
 import runpy
 import shutil
@@ -44,15 +46,39 @@ class RandomSearchDriver(Driver):
         return min(c.id for c in done if c.parent_id is None)
 
 
+def apply_settings(config: Any, settings: list[str]) -> None:
+    """Sets `FIELD=VALUE` pairs (`search.validation_fraction=0.2`) on `config`; a value is
+    read with `ast.literal_eval`, or kept as a string where that fails. A field the config
+    does not have is refused (a ConfigDict would add it silently)."""
+    for setting in settings:
+        field, sep, text = setting.partition("=")
+        if not sep:
+            raise ValueError(f"--set {setting!r}: expected FIELD=VALUE")
+        field = field.strip()
+        *path, name = field.split(".")
+        node = config
+        for part in path:
+            node = node[part] if hasattr(node, "keys") and part in node else None
+        if not hasattr(node, "keys") or name not in node:
+            raise ValueError(f"--set: unknown config field {field!r}")
+        try:
+            value = ast.literal_eval(text.strip())
+        except (ValueError, SyntaxError):
+            value = text.strip()
+        node[name] = value
+
+
 def run_arm(arm: str, seed: int, minutes: float, workdir: str, candidates: int = 0,
-            resume: bool = False) -> Any:
+            resume: bool = False, settings: list[str] = ()) -> Any:
     """Runs one arm for `candidates` candidates (seed model included) or, without a count,
     for `minutes` of wall time (the candidate in training finishes). With `resume`, an
     earlier run's study in `workdir` goes on to `candidates` (the search's choices depend on
-    the study and the seed only, so this gives the candidates a fresh run would)."""
+    the study and the seed only, so this gives the candidates a fresh run would).
+    `settings` (`FIELD=VALUE`, `apply_settings`) change the README config first."""
     if not resume:
         shutil.rmtree(workdir, ignore_errors=True)
     config = runpy.run_path(os.path.join(ROOT, "configs", "digits_cnn_search.py"))["get_config"]()
+    apply_settings(config, list(settings))
     config.search.max_candidates = candidates or 10_000
     config.search.executor = "inline"
     config.search.seed = seed
@@ -104,7 +130,8 @@ def arm_metrics(study: Any) -> dict[str, float]:
 
 
 def compare(seeds: list[int], minutes: float, workdir: str, candidates: int = 0,
-            resume: bool = False, arms: tuple[str, ...] = ("evolution", "random")) -> None:
+            resume: bool = False, arms: tuple[str, ...] = ("evolution", "random"),
+            settings: list[str] = ()) -> None:
     print("| seed | arm | done | CPU min | seed val / test acc | cheapest val-tied child: FLOPs "
           "/ seed, test acc, inside seed's test interval | min FLOPs / seed of any child "
           "inside the seed's test interval | test hypervolume of the val front / seed's |")
@@ -115,7 +142,7 @@ def compare(seeds: list[int], minutes: float, workdir: str, candidates: int = 0,
         for arm in arms:
             cpu = time.process_time()
             study = run_arm(arm, seed, minutes, os.path.join(workdir, f"{arm}{seed}"),
-                            candidates, resume)
+                            candidates, resume, settings)
             cpu = (time.process_time() - cpu) / 60
             m = arm_metrics(study)
             hv[arm] = m["hv_ratio"]
