@@ -51,12 +51,12 @@ def test_proposing_ahead_changes_when_not_what(search_config, tmp_path):
     of the same search run in this process, proposing only when nothing trains."""
     studies = {}
     for executor, ahead in (("inline", 0), ("local", 1)):
-        config = search_config(max_candidates=4, pipeline_depth=2, executor=executor,
+        config = search_config(max_candidates=3, pipeline_depth=2, executor=executor,
                                propose_ahead=ahead)
         studies[executor] = run_search(config, str(tmp_path / executor), progress=False)
     assert _choices(studies["inline"]) == _choices(studies["local"])
     local = {c.id: c for c in studies["local"].candidates()}
-    assert len(local) == 4 and all(c.status == "done" for c in local.values())
+    assert len(local) == 3 and all(c.status == "done" for c in local.values())
     # Candidate 3 (reading results up to candidate 1) was proposed while 2 trained: the
     # driver records a result only after the proposal it is making returns.
     assert local[3].created_at < local[2].finished_at
