@@ -45,6 +45,7 @@ def test_same_config_same_choices_and_the_test_split_plays_no_part(search_config
     assert {cand.extra_metrics["val_examples"] for cand in runs[2].candidates()} == {143}
 
 
+@pytest.mark.slow
 def test_proposing_ahead_changes_when_not_what(search_config, tmp_path):
     """With a local worker, the driver proposes the next child while the current one trains
     (`search.propose_ahead`); the candidates, parents and validation accuracies are those
