@@ -106,7 +106,6 @@ class ReversibleTrainer:
         self._static = repr((sorted(dict(sched_kw).items()), self.num_classes,
                              [d.id for d in self.devices], precision, unroll))
         self.temp_bytes: dict[str, int] = {}
-        self._temp_of: dict[str, Any] = {}
         base = (self._split(params) if params is not None
                 else self._init(tuple(image_shape), seed))
         frozen = set(frozen)
@@ -177,13 +176,12 @@ class ReversibleTrainer:
         """The compiled program `kind` for this network and these argument shapes; shared
         through `cache` by every trainer of the same network and settings."""
         key = (kind, tuple(seg.key for seg in self.segments), self._static, _avals(args))
-        prog = self.cache.get(key)
-        if prog is None:
+        entry = self.cache.get(key)
+        if entry is None:  # memory analysis costs (tens of ms): once per compiled program
             prog = build()
-            self.cache.put(key, prog)
-        if self._temp_of.get(kind) is not prog:  # memory analysis costs; once per program
-            self._temp_of[kind] = prog
-            self.temp_bytes[kind] = revprograms.temp_bytes(prog)
+            entry = (prog, revprograms.temp_bytes(prog))
+            self.cache.put(key, entry)
+        prog, self.temp_bytes[kind] = entry
         return prog
 
     def _shard(self, x: np.ndarray) -> np.ndarray:

@@ -117,7 +117,8 @@ def segments(layers: Sequence[Layer], layouts: Sequence[Layout]) -> list[Segment
 
 
 class ProgramCache:
-    """A bounded LRU of compiled programs keyed by (kind, segment keys, settings, shapes).
+    """A bounded LRU of (compiled program, its temporary bytes) keyed by (kind, segment
+    keys, settings, shapes).
 
     Owned by a trainer (or passed to several, e.g. by tests and benchmarks, to share
     compilations between trainers of the same network)."""
@@ -134,7 +135,7 @@ class ProgramCache:
 
     def programs(self) -> list[Any]:
         """The compiled programs held, least recently used first."""
-        return list(self._items.values())
+        return [program for program, _ in self._items.values()]
 
     def put(self, key: tuple, value: Any) -> None:
         self._items[key] = value
