@@ -7,7 +7,7 @@ seed model. The search is the README's, run for a wall-clock budget.
     python benchmarks/search.py --minutes 30 [--workdir /tmp/bench_search]
     python benchmarks/search.py --time-split 8     # the README search's time split only,
                                                    # and its per-child stage figures
-    python benchmarks/search.py --time-split 8 --pipeline  # proposing ahead off vs on
+    python benchmarks/search.py --time-split 8 --pipeline  # the pipeline off vs on
 """
 
 from __future__ import annotations
@@ -59,10 +59,9 @@ def _median_p90(xs: list[float]) -> tuple[float, float]:
 
 def per_child(done: list, proposals: dict, tasks: dict, records: dict, wall: float) -> None:
     """Per-child stage medians and p90 (children only: the seed trains from scratch), the
-    time the device stage waits between two children (in this serial loop: every stage of
-    the next child that is not a train or eval step), the share of wall time in train and
-    eval steps, and candidates/hour. `proposals`, `tasks`, `records`: {candidate id:
-    seconds} (a child's proposal time holds the failed proposals before it)."""
+    time the device stands idle between two children (`device_waits`), the share of wall
+    time in train and eval steps, and candidates/hour. `proposals`, `tasks`, `records`:
+    {candidate id: seconds} (a child's proposal time holds the failed proposals before it)."""
     children = [c for c in done if c.parent_id is not None]
 
     def of(c, *names):
@@ -96,20 +95,14 @@ def per_child(done: list, proposals: dict, tasks: dict, records: dict, wall: flo
 
 
 def device_waits(done: list) -> list[float]:
-    """Per child, the time its worker runs no train or eval step before the child's steps:
-    from the previous candidate's result being recorded to this child's claim (the
-    driver's proposal when it is not proposed ahead, and bookkeeping), plus the child's
-    own fit beyond its overlap with compile, compile, setup and checkpoint time. With one
-    worker the candidates run one after another in id order."""
-    order = sorted(done, key=lambda c: c.started_at or 0.0)
-    waits = []
-    for prev, c in zip(order, order[1:], strict=False):
-        m = c.metrics
-        inside = sum(float(m.get(n, 0.0) or 0.0) for n in
-                     ("fit_seconds", "compile_seconds", "setup_seconds", "checkpoint_seconds"))
-        inside -= float(m.get("refit_overlap_seconds", 0.0) or 0.0)
-        waits.append(max(c.started_at - prev.finished_at, 0.0) + inside)
-    return waits
+    """Per child, how long the device stood idle before the child's steps: from the end of
+    the previous candidate's device stage (its steps and evaluations) to the start of this
+    one's, from the timestamps each worker records (`device_started_at`,
+    `device_finished_at`). One device: its candidates run one after another."""
+    order = sorted(done, key=lambda c: c.metrics.get("device_started_at", 0.0))
+    return [max(float(c.metrics["device_started_at"])
+                - float(prev.metrics["device_finished_at"]), 0.0)
+            for prev, c in zip(order, order[1:], strict=False)]
 
 
 def time_split(max_candidates: int, workdir: str, executor: str = "inline",
@@ -205,20 +198,25 @@ def time_split(max_candidates: int, workdir: str, executor: str = "inline",
     return done
 
 
+PIPELINE = {"off": {"pipeline_depth": 2, "propose_ahead": 0, "prepare_ahead": 0},
+            "on": {"pipeline_depth": 2, "propose_ahead": 1, "prepare_ahead": 1}}
+
+
 def pipeline(max_candidates: int, workdir: str) -> None:
-    """The README search with a local worker and `pipeline_depth` 2, proposing ahead off
-    then on: the same candidates (checked), and what proposing ahead hides. A first run,
-    not shown, fills the persistent compilation cache, so both shown runs find it warm."""
+    """The README search with one local worker and `pipeline_depth` 2, the pipeline off
+    (serial: the worker proposes nothing ahead and prepares nothing ahead) then on (the
+    driver proposes the next child and a second process sets up, fits and compiles it while
+    the device trains): the same candidates (checked), and the device's waits. A first
+    run, not shown, fills the persistent compilation cache, so both shown runs find it
+    warm."""
     print("### warm-up run (fills the compilation cache; not compared)\n")
-    time_split(max_candidates, os.path.join(workdir, "warmup"), "local",
-               {"pipeline_depth": 2, "propose_ahead": 1})
+    time_split(max_candidates, os.path.join(workdir, "warmup"), "local", PIPELINE["on"])
     runs = {}
-    for ahead in (0, 1):
-        print(f"\n### search.propose_ahead={ahead} (local executor, pipeline_depth=2)\n")
-        done = time_split(max_candidates, os.path.join(workdir, f"ahead{ahead}"), "local",
-                          {"pipeline_depth": 2, "propose_ahead": ahead})
-        runs[ahead] = [(c.fingerprint, c.parent_id) for c in sorted(done, key=lambda c: c.id)]
-    same = runs[0] == runs[1]
+    for name, overrides in PIPELINE.items():
+        print(f"\n### pipeline {name}: local executor, {overrides}\n")
+        done = time_split(max_candidates, os.path.join(workdir, name), "local", overrides)
+        runs[name] = [(c.fingerprint, c.parent_id) for c in sorted(done, key=lambda c: c.id)]
+    same = runs["off"] == runs["on"]
     print(f"\nsame candidates (fingerprints and parents, in order) off and on: {same}")
 
 
@@ -230,7 +228,7 @@ def main() -> None:
                         help="only run the README search for N candidates; print its time split")
     parser.add_argument("--executor", default="inline", help="for --time-split")
     parser.add_argument("--pipeline", action="store_true",
-                        help="with --time-split N: proposing ahead off, then on, side by side")
+                        help="with --time-split N: the pipeline off, then on, side by side")
     parser.add_argument("--arms", action="store_true",
                         help="compare evolution with random search (benchmarks/search_arms.py)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])

@@ -485,7 +485,8 @@ class Driver:
             search.executor, workers=int(search.workers), ray_address=search.ray_address,
             hard_timeout_s=float(search.hard_time_limit_s),
             num_cpus=float(search.num_cpus_per_candidate),
-            num_gpus=float(search.num_gpus_per_candidate))
+            num_gpus=float(search.num_gpus_per_candidate),
+            prepare_ahead=self.prepare_ahead)
         keeper = LeaseKeeper(self.workdir, self.worker, float(search.lease_s))
         bar = tqdm(total=int(search.max_candidates), disable=not progress, unit="cand")
         inflight: set[int] = set()
@@ -504,6 +505,14 @@ class Driver:
             raise SearchFailed("the search trained nothing"
                                + (f" ({errors[0]})" if errors else ""))
         return self.study
+
+    @property
+    def prepare_ahead(self) -> int:
+        """Processes per local device beyond the training one (`search.prepare_ahead`):
+        none while every next child needs the result of the one in training."""
+        workers = max(1, int(self.search.workers))
+        room = -(-(int(self.search.pipeline_depth) - workers) // workers)  # ceiling
+        return min(int(self.search.prepare_ahead), max(0, room))
 
     def _loop(self, executor: Any, keeper: LeaseKeeper, inflight: set[int], bar: tqdm) -> None:
         search = self.search

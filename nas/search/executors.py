@@ -24,7 +24,7 @@ from typing import Any
 
 from absl import logging
 
-from nas.search.worker import describe_failure, train_candidate
+from nas.search.worker import describe_failure, share_device, train_candidate
 
 
 @dataclass
@@ -75,12 +75,17 @@ def worker_env(index: int, workers: int, gpus: list[str]) -> dict[str, str]:
     return env
 
 
-def _init_worker(counter: Any, workers: int, gpus: list[str]) -> None:
-    """Runs first in each spawned worker, before jax is imported there."""
+def _init_worker(counter: Any, workers: int, gpus: list[str], device_locks: list[Any]
+                 ) -> None:
+    """Runs first in each spawned worker, before jax is imported there. Process `index`
+    serves device slot `index % workers`; with `device_locks`, it shares that slot's lock
+    with the other processes serving the slot (`nas.search.worker.share_device`)."""
     with counter.get_lock():
         index = counter.value
         counter.value += 1
-    os.environ.update(worker_env(index, workers, gpus))
+    os.environ.update(worker_env(index % workers, workers, gpus))
+    if device_locks:
+        share_device(device_locks[index % workers])
     _ignore_sigint()
     _no_process_shared_locks()
     threading.Thread(target=exit_when_orphaned, args=(os.getppid(),), daemon=True,
@@ -143,24 +148,39 @@ def _ignore_sigint() -> None:
 
 class LocalExecutor:
     """A pool of spawned worker processes (kept alive between candidates, so jax is imported
-    once). A worker that dies or hangs past `hard_timeout_s` is replaced; its candidate fails
-    and the other in-flight candidates are resubmitted."""
+    once). A worker that dies or hangs past its hard time limit is replaced; its candidate
+    fails and the other in-flight candidates are resubmitted.
 
-    def __init__(self, workers: int = 1, hard_timeout_s: float = 0.0) -> None:
-        self.capacity = max(1, workers)
-        self.hard_timeout_s = hard_timeout_s
+    With `prepare_ahead` > 0, each of the `workers` devices is served by 1 + prepare_ahead
+    processes that take turns on it (a lock per device): while one trains and evaluates,
+    the others set up, fit and compile their candidates, so the device starts the next
+    one as soon as it is free. A candidate may then wait for the device through the
+    training of those ahead of it, so its hard time limit counts (1 + prepare_ahead) times
+    `hard_timeout_s` from its submission."""
+
+    def __init__(self, workers: int = 1, hard_timeout_s: float = 0.0,
+                 prepare_ahead: int = 0) -> None:
+        self.workers = max(1, workers)
+        self.prepare_ahead = max(0, prepare_ahead)
+        self.capacity = self.workers * (1 + self.prepare_ahead)
+        self.hard_timeout_s = hard_timeout_s * (1 + self.prepare_ahead)
         self._context = multiprocessing.get_context("spawn")
         self._counter = self._context.Value("i", 0)
         self._gpus = visible_gpus()
+        self._locks: list[Any] = []
         self._pool = self._new_pool()
         self._inflight: dict[cf.Future, tuple[int, dict[str, Any], float]] = {}
 
     def _new_pool(self) -> cf.ProcessPoolExecutor:
         with self._counter.get_lock():  # a replaced pool hands out the same devices again
             self._counter.value = 0
+        # New locks: a killed process may have died holding its device's.
+        self._locks = ([self._context.Lock() for _ in range(self.workers)]
+                       if self.prepare_ahead else [])
         return cf.ProcessPoolExecutor(self.capacity, mp_context=self._context,
                                       initializer=_init_worker,
-                                      initargs=(self._counter, self.capacity, self._gpus))
+                                      initargs=(self._counter, self.workers, self._gpus,
+                                                self._locks))
 
     def submit(self, candidate_id: int, kwargs: dict[str, Any]) -> None:
         # owner_pid: an orphaned worker (its driver was killed) stops instead of training on.
@@ -228,7 +248,7 @@ class LocalExecutor:
                 process.kill()
         self._pool.shutdown(wait=True, cancel_futures=True)
         self._inflight.clear()
-        del self._pool, self._counter  # their last references: the semaphores go now
+        del self._pool, self._counter, self._locks  # the last references: semaphores go now
 
 
 @contextlib.contextmanager
@@ -363,7 +383,8 @@ class NoExecutor:
 
 
 def make_executor(kind: str, *, workers: int, ray_address: str | None,
-                  hard_timeout_s: float, num_cpus: float = 1, num_gpus: float = 0):
+                  hard_timeout_s: float, num_cpus: float = 1, num_gpus: float = 0,
+                  prepare_ahead: int = 0):
     out_of_process = workers == 0 or kind in ("local", "ray")
     if out_of_process and not keep_driver_on_cpu():
         logging.warning("the driver already initialized an accelerator backend before its "
@@ -377,7 +398,7 @@ def make_executor(kind: str, *, workers: int, ray_address: str | None,
     if kind == "inline":
         return InlineExecutor()
     if kind == "local":
-        return LocalExecutor(workers, hard_timeout_s)
+        return LocalExecutor(workers, hard_timeout_s, prepare_ahead)
     if kind == "ray":
         return RayExecutor(ray_address or None, workers, num_cpus, num_gpus, hard_timeout_s)
     raise ValueError(f"config field 'search.executor': unknown executor {kind!r}; expected "

@@ -23,7 +23,7 @@ from nas.search.selection import SelectionConfig
 # resume is normal and silent; every other field comes from the stored config.
 OPERATIONAL = ("max_candidates", "executor", "workers", "ray_address", "num_cpus_per_candidate",
                "num_gpus_per_candidate", "time_limit_s", "hard_time_limit_s", "lease_s",
-               "max_proposal_failures", "property_cache", "propose_ahead")
+               "max_proposal_failures", "property_cache", "propose_ahead", "prepare_ahead")
 
 EXECUTORS = ("local", "ray", "inline")
 
@@ -57,6 +57,11 @@ def search_defaults() -> ml_collections.ConfigDict:
         # worker is free). It takes effect with pipeline_depth >= 2: with 1, a proposal
         # must read the result of the candidate in training
         "propose_ahead": 1,
+        # each local worker's device is served by 1 + this many processes: while one
+        # trains, the others set up, fit and compile the next claimed children, so the
+        # device never waits for them. Also only when pipeline_depth > workers (the next
+        # children must not need the result in training); 0: one process per device
+        "prepare_ahead": 1,
         "selection": {"costs": ("flops", "params"), "min_acc": 0.0},
         "mutation": {},  # passed to nas.mutation.propose_child as its config
         # nas.search.fit.FitConfig: a child's new ops are fitted to the parent's tensors
@@ -98,6 +103,7 @@ SEARCH_SCHEMA: dict[str, schema.Field] = {
     "max_proposal_failures": schema.positive(),
     "pipeline_depth": schema.positive(),
     "propose_ahead": schema.at_least(0, expected="(0: propose only when a worker is free)"),
+    "prepare_ahead": schema.at_least(0, expected="(0: one worker process per device)"),
     "selection": schema.Field(dict),  # SelectionConfig checks its fields
     "mutation": schema.Field(dict),  # MutationConfig checks its fields
     "fit": schema.Field(dict),  # FitConfig checks its fields

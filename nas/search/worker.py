@@ -19,6 +19,31 @@ import ml_collections
 import numpy as np
 
 _DEVICE_DATA: Any = None  # this process's device-resident training set, kept between candidates
+_DEVICE_LOCK: Any = None  # held while this process's candidate trains (see `share_device`)
+
+
+def share_device(lock: Any) -> None:
+    """Makes this worker process take `lock` (a process lock) for its candidates' steps and
+    evaluations: the processes sharing one device each prepare a candidate (inherited
+    weights, fitting, compilation) while another one trains there."""
+    global _DEVICE_LOCK
+    _DEVICE_LOCK = lock
+
+
+class DeviceTurn:
+    """A candidate's turn on the shared device; `waited` is what its time limit excludes."""
+
+    def __init__(self, lock: Any) -> None:
+        self.lock, self.waited = lock, 0.0
+
+    def __enter__(self) -> DeviceTurn:
+        t = time.monotonic()
+        self.lock.acquire()
+        self.waited += time.monotonic() - t
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.lock.release()
 
 
 class CandidateTimeout(RuntimeError):
@@ -43,7 +68,8 @@ def train_candidate(
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Trains and evaluates a candidate; returns (metrics, final variables as numpy).
 
-    The soft `time_limit_s` is checked after every train step (CandidateTimeout). With
+    The soft `time_limit_s` is checked after every train step (CandidateTimeout); time spent
+    waiting for the device (`share_device`) does not count. With
     `owner_pid`, training stops as soon as this process is orphaned (its driver died, so
     nobody would record the result and a new claim may already train it). `should_stop()`
     (in-process callers only) True means the claim was lost (ClaimLost). `stop_epochs`
@@ -67,11 +93,13 @@ def train_candidate(
     graph, constants = load(graph_json)
     config = ml_collections.ConfigDict(train_config)
     start = time.monotonic()
+    turn = DeviceTurn(_DEVICE_LOCK) if _DEVICE_LOCK is not None else None
 
     def stop_now(step: int) -> bool:
         """Called after every train step: stopping raises at once, so nothing more is
         spent (no final evaluation or checkpoint of a candidate that is not recorded)."""
-        if time_limit_s and time.monotonic() - start > time_limit_s:
+        waited = turn.waited if turn is not None else 0.0
+        if time_limit_s and time.monotonic() - start - waited > time_limit_s:
             where = f"step {step}" if step >= 0 else "an epoch's end"
             raise CandidateTimeout(f"exceeded its time limit of {time_limit_s:g} s "
                                    f"(stopped at {where})")
@@ -94,7 +122,7 @@ def train_candidate(
         config, eval_perf=True, callback=lambda epoch, _: not stop_now(-1), graph=graph,
         constants=constants, workdir=workdir, init_variables=init_variables,
         should_stop=stop_now, device_data_cache=_DEVICE_DATA, stop_epochs=stop_epochs,
-        refit=refit if fit is not None else None)
+        refit=refit if fit is not None else None, device_stage=turn)
     values = {**metrics_dict(metrics), **fitted, "epochs": epochs}
     if not all(math.isfinite(v) for v in values.values() if isinstance(v, float)):
         raise FloatingPointError(f"training diverged: non-finite metrics {values}")

@@ -59,6 +59,11 @@ class Metrics:
     measure_seconds: float = 0.0  # FLOPs and parameter count
     compilations: int = 0  # XLA compilations during this candidate (cache hits excluded)
     compile_cache_hits: int = 0  # executables loaded from the persistent cache
+    # The device stage (steps and evaluations) of a worker that prepares its next candidates
+    # while one trains: how long this one waited for the device, and when it had it (Unix s).
+    device_wait_seconds: float = 0.0
+    device_started_at: float = 0.0
+    device_finished_at: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

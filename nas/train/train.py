@@ -18,6 +18,7 @@ resumed ends with the same parameters as one that never stopped.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import dataclasses
 import json
 import math
@@ -450,14 +451,18 @@ def run_loop(config: ml_collections.ConfigDict, trainer: Any, data: Data, meta: 
             save()
             segment_start += time.perf_counter() - t  # checkpoint time is not step time
     bar.close()
+    if ckpt is not None and ckpt.latest_step() != step:  # resumed after the last step: saved
+        save(force=True)  # written in the background: `finish_checkpoints` waits for it
+    return step, epoch, acc, loss
+
+
+def finish_checkpoints(ckpt: Checkpointer | None, timings: Timings) -> None:
+    """Waits for the checkpoints still being written, after the device stage."""
     if ckpt is not None:
-        if ckpt.latest_step() != step:  # resumed after the last step: already saved
-            save(force=True)
         t = time.perf_counter()
         ckpt.wait()
         ckpt.close()
         timings.checkpoint += time.perf_counter() - t
-    return step, epoch, acc, loss
 
 
 # ----------------------------------------------------------------------------- entry point
@@ -478,6 +483,7 @@ def train_and_eval(
     device_data_cache: DeviceDataCache | None = None,
     stop_epochs: float | None = None,
     refit: Refit | None = None,
+    device_stage: contextlib.AbstractContextManager | None = None,
 ) -> tuple[Metrics, int, dict[str, Any]]:
     """Train `graph` (or the config's zoo model); return (metrics, epochs, state).
 
@@ -495,6 +501,9 @@ def train_and_eval(
     refit(variables) -> variables: new values (same names and shapes) for the starting
       {"params", "batch_stats"}, computed while the steps compile; not called when
       `workdir` holds a checkpoint to resume. A search fits a child's new ops with it.
+    device_stage: held while the steps and evaluations run, entered once setup, fitting and
+      compilation are done (a search worker's lock on its device, shared with the worker
+      processes preparing the next candidates for that device while this one trains).
     state: {"params", "batch_stats"} (the EMA of them when ema_decay > 0).
     """
     if "train" in config:  # a search config: its `train` part trains one candidate
@@ -508,7 +517,8 @@ def train_and_eval(
     with compilation.CompileCounter() as counter:
         metrics, epoch, state = _train_and_eval(
             config, eval_perf, callback, graph, constants, workdir, init_variables, freeze,
-            freeze_inherited, should_stop, device_data_cache, stop_epochs, refit)
+            freeze_inherited, should_stop, device_data_cache, stop_epochs, refit,
+            device_stage)
     metrics.compilations, metrics.compile_cache_hits = counter.compiles, counter.cache_hits
     logging.info("%d compilations, %d persistent cache hits; compiled: %s", counter.compiles,
                  counter.cache_hits, ", ".join(counter.compiled) or "nothing")
@@ -522,6 +532,7 @@ def _train_and_eval(config: ml_collections.ConfigDict, eval_perf: bool,
                     should_stop: ShouldStop | None,
                     device_data_cache: DeviceDataCache | None,
                     stop_epochs: float | None, refit: Refit | None,
+                    device_stage: contextlib.AbstractContextManager | None,
                     ) -> tuple[Metrics, int, dict[str, Any]]:
     """The stages, top to bottom (see the module docstring)."""
     start = time.perf_counter()
@@ -548,24 +559,33 @@ def _train_and_eval(config: ml_collections.ConfigDict, eval_perf: bool,
     end = (data.total_steps if stop_epochs is None else
            min(data.total_steps, max(1, int(data.steps_per_epoch * float(stop_epochs)))))
     pending = refit_while_compiling(trainer, data, end, refit, timings)
-    step, epoch, acc, loss = run_loop(config, trainer, data, meta, ckpt, writer, timings,
-                                      callback, should_stop, end, pending)
-    if acc is None:  # resumed after the last step: evaluate the restored weights
-        t = time.perf_counter()
-        acc, loss, rate = evaluate(trainer, data.eval_data)
-        timings.eval += time.perf_counter() - t
-        meta["infer_rates"].append(rate)
+    waiting = time.time()
+    with device_stage or contextlib.nullcontext():
+        started = time.time()
+        step, epoch, acc, loss = run_loop(config, trainer, data, meta, ckpt, writer, timings,
+                                          callback, should_stop, end, pending)
+        if acc is None:  # resumed after the last step: evaluate the restored weights
+            t = time.perf_counter()
+            acc, loss, rate = evaluate(trainer, data.eval_data)
+            timings.eval += time.perf_counter() - t
+            meta["infer_rates"].append(rate)
+        test = None
+        if data.test_data is not None:  # once, at the end: for the report only
+            t = time.perf_counter()
+            test = evaluate(trainer, data.test_data)
+            timings.eval += time.perf_counter() - t
+        out_vars = jax.block_until_ready(trainer.variables())
+        finished = time.time()
+    finish_checkpoints(ckpt, timings)
 
     metrics = _metrics(acc, loss, meta, timings, trainer.memory(), step)
     metrics.setup_seconds = setup_seconds
     metrics.eval_examples = data.eval_data.num_examples
-    if data.test_data is not None:  # once, at the end: for the report only
-        t = time.perf_counter()
-        metrics.test_acc, metrics.test_loss, _ = evaluate(trainer, data.test_data)
+    metrics.device_wait_seconds = started - waiting
+    metrics.device_started_at, metrics.device_finished_at = started, finished
+    if test is not None:
+        metrics.test_acc, metrics.test_loss, _ = test
         metrics.test_examples = data.test_data.num_examples
-        timings.eval += time.perf_counter() - t
-        metrics.eval_seconds = timings.eval
-    out_vars = trainer.variables()
     if eval_perf:
         t = time.perf_counter()
         metrics.num_params = perf.count_params(out_vars["params"])

@@ -80,6 +80,7 @@ def test_any_train_value_is_valid_or_one_line(field, value):
     ("search.mutation.max_steps", 0, "search.mutation.max_steps"),
     ("search.executor", "slurm", "one of 'local', 'ray', 'inline'"),
     ("search.max_params_ratio", -1.0, "search.max_params_ratio' must be a number >= 0"),
+    ("search.prepare_ahead", -1, "search.prepare_ahead' must be an int >= 0"),
     ("train.total_epochs", -2.0, "train.total_epochs' must be a number > 0"),
     ("train.input.batch_size", 0, "train.input.batch_size"),
     ("train.trainer", "magic", "train.trainer"),

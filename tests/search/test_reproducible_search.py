@@ -46,18 +46,23 @@ def test_same_config_same_choices_and_the_test_split_plays_no_part(search_config
 
 
 @pytest.mark.slow
-def test_proposing_ahead_changes_when_not_what(search_config, tmp_path):
-    """With a local worker, the driver proposes the next child while the current one trains
-    (`search.propose_ahead`); the candidates, parents and validation accuracies are those
-    of the same search run in this process, proposing only when nothing trains."""
-    studies = {}
-    for executor, ahead in (("inline", 0), ("local", 1)):
-        config = search_config(max_candidates=3, pipeline_depth=2, executor=executor,
-                               propose_ahead=ahead)
-        studies[executor] = run_search(config, str(tmp_path / executor), progress=False)
-    assert _choices(studies["inline"]) == _choices(studies["local"])
-    local = {c.id: c for c in studies["local"].candidates()}
-    assert len(local) == 3 and all(c.status == "done" for c in local.values())
-    # Candidate 3 (reading results up to candidate 1) was proposed while 2 trained: the
-    # driver records a result only after the proposal it is making returns.
-    assert local[3].created_at < local[2].finished_at
+def test_the_pipeline_and_the_workers_change_when_not_what(search_config, tmp_path):
+    """With the pipeline on (the driver proposes the next child and a second process on the
+    worker's device sets it up, fits and compiles it while the current one trains), and with
+    two workers, the candidates, parents and validation accuracies are those of the same
+    search run serially in this process."""
+    runs = {"serial": dict(executor="inline", propose_ahead=0, prepare_ahead=0),
+            "pipelined": dict(executor="local", propose_ahead=1, prepare_ahead=1),
+            "two workers": dict(executor="local", workers=2)}
+    studies = {name: run_search(search_config(max_candidates=4, pipeline_depth=2, **settings),
+                                str(tmp_path / name.replace(" ", "_")), progress=False)
+               for name, settings in runs.items()}
+    serial = _choices(studies["serial"])
+    assert len(serial) == 4 and all(c.status == "done" for c in studies["serial"].candidates())
+    assert _choices(studies["pipelined"]) == serial
+    assert _choices(studies["two workers"]) == serial
+    piped = {c.id: c for c in studies["pipelined"].candidates()}
+    # Candidate 3 (reading results up to candidate 1) was claimed and prepared while 2
+    # trained, and took the device only once 2 was done with it.
+    assert piped[3].started_at < piped[2].finished_at
+    assert piped[3].metrics["device_started_at"] >= piped[2].metrics["device_finished_at"]
