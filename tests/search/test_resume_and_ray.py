@@ -24,9 +24,9 @@ OVERRIDES = [
 ]
 
 
-def start_driver(workdir):
+def start_driver(workdir, *extra):
     command = [sys.executable, "-m", "nas.search.cli", f"--config={SEARCH_CONFIG}",
-               f"--workdir={workdir}", "--noprogress", *OVERRIDES]
+               f"--workdir={workdir}", "--noprogress", *OVERRIDES, *extra]
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 
@@ -76,6 +76,40 @@ def test_sigkill_at_several_points_then_resume(tmp_path):
         assert (new.status, new.accuracy, new.finished_at, new.attempts) == (
             "done", old.accuracy, old.finished_at, old.attempts)
     assert study.get(1).attempts == 2  # the seed was re-queued once after the first kill
+
+
+PIPELINED = ["--config.search.executor=local", "--config.search.pipeline_depth=2",
+             "--config.search.prepare_ahead=1", "--config.search.max_candidates=4",
+             "--config.search.seed_epochs=0.5"]
+
+
+@pytest.mark.slow
+def test_sigkill_while_the_pipeline_prepares_a_child_then_resume(tmp_path):
+    """Killed while one child trains and the next is being prepared beside it (two worker
+    processes on one device), the search resumes: nothing finished is lost or trained
+    again, the two interrupted children are trained once more, and it ends complete."""
+    workdir = str(tmp_path / "study")
+    driver = start_driver(workdir, *PIPELINED)
+    wait_for(lambda: counts(workdir).get("running", 0) == 2, driver)
+    time.sleep(1)
+    driver.send_signal(signal.SIGKILL)
+    driver.wait()
+    killed = Study.load(workdir)
+    before = {c.id: c for c in killed.candidates("done")}
+    interrupted = [c.id for c in killed.candidates("running")]
+    assert len(interrupted) == 2
+    driver = start_driver(workdir, *PIPELINED)
+    output = driver.communicate(timeout=600)[0].decode()
+    assert driver.returncode == 0, output[-3000:]
+    study = Study.load(workdir)
+    final = study.candidates()
+    assert len(final) == 4 and all(c.status == "done" for c in final), output[-3000:]
+    assert len({c.fingerprint for c in final}) == 4
+    for cid, old in before.items():
+        new = study.get(cid)
+        assert (new.accuracy, new.finished_at, new.attempts) == (
+            old.accuracy, old.finished_at, old.attempts)
+    assert [study.get(cid).attempts for cid in interrupted] == [2, 2]
 
 
 def test_ray_executor_runs_candidates(tmp_path, search_config, monkeypatch):
