@@ -92,6 +92,12 @@ def per_child(done: list, proposals: dict, tasks: dict, records: dict, wall: flo
     steps = sum(of(c, "train_seconds", "eval_seconds") for c in done)
     print(f"| share of wall time in train/eval steps | {steps / wall:.1%} | |")
     print(f"| candidates/hour | {len(done) / wall * 3600:.0f} | |")
+    # The seed's training (from scratch, nothing to overlap) is most of a short run's wall
+    # time and its noise: children/hour counts from the seed's result to the last one.
+    seed_done = min(c.finished_at for c in done if c.parent_id is None)
+    span = max(c.finished_at for c in children) - seed_done if children else 0.0
+    print(f"| children/hour after the seed's result | "
+          f"{len(children) / max(span, 1e-9) * 3600:.0f} | |")
 
 
 def device_waits(done: list) -> list[float]:

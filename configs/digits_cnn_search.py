@@ -27,6 +27,11 @@ def get_config(arg=None):
     config.search.child_lr = 5e-4  # children fine-tune from inherited weights
     config.search.log_every_steps = 4  # a child's epoch is ~22 steps: a curve of 6 points
     config.search.time_limit_s = 1800.0  # a safety net only: a loaded machine never decides
+    # Candidate k reads the results of candidates up to k - 2, so while one child trains the
+    # driver proposes the next and a second worker process sets it up, fits and compiles
+    # it (search.propose_ahead, search.prepare_ahead): about a fifth more candidates/hour
+    # on 2 CPU cores (docs/benchmarks.md). Same candidates at any speed; 1 turns it off.
+    config.search.pipeline_depth = 2
     config.search.selection = {"costs": ("flops", "params"), "min_acc": 0.5}
     # nas.mutation.MutationConfig fields. Limits are counts (retries, max_steps), so a proposal
     # is the same for its seed on any machine; time_limit_s is only a safety net.
