@@ -22,6 +22,8 @@ def tiny_search_config(**search):
     config.search.selection = {"costs": ("flops", "params"), "min_acc": 0.0}
     config.search.mutation.time_limit_s = 600.0  # never binding: proposals stay deterministic
     config.search.fidelity = {}  # one budget per child (tests of rungs pass `fidelity`)
+    config.search.pipeline_depth = 1  # each proposal reads every result (tests of the
+    # pipeline pass `pipeline_depth`)
     config.search.update(search)
     return config
 
