@@ -59,8 +59,8 @@ def search_defaults() -> ml_collections.ConfigDict:
         "propose_ahead": 1,
         # each local worker's device is served by 1 + this many processes: while one
         # trains, the others set up, fit and compile the next claimed children, so the
-        # device never waits for them. Also only when pipeline_depth > workers (the next
-        # children must not need the result in training); 0: one process per device
+        # device does not wait for them. In effect only with pipeline_depth > workers (the
+        # next children must not need the result in training); 0: one process per device
         "prepare_ahead": 1,
         "selection": {"costs": ("flops", "params"), "min_acc": 0.0},
         "mutation": {},  # passed to nas.mutation.propose_child as its config
