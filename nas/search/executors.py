@@ -167,7 +167,6 @@ class LocalExecutor:
         self._context = multiprocessing.get_context("spawn")
         self._counter = self._context.Value("i", 0)
         self._gpus = visible_gpus()
-        self._locks: list[Any] = []
         self._pool = self._new_pool()
         self._inflight: dict[cf.Future, tuple[int, dict[str, Any], float]] = {}
 
@@ -175,7 +174,7 @@ class LocalExecutor:
         with self._counter.get_lock():  # a replaced pool hands out the same devices again
             self._counter.value = 0
         # New locks: a killed process may have died holding its device's.
-        self._locks = ([self._context.Lock() for _ in range(self.workers)]
+        self._locks: list[Any] = ([self._context.Lock() for _ in range(self.workers)]
                        if self.prepare_ahead else [])
         return cf.ProcessPoolExecutor(self.capacity, mp_context=self._context,
                                       initializer=_init_worker,
