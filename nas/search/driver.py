@@ -486,7 +486,7 @@ class Driver:
             hard_timeout_s=float(search.hard_time_limit_s),
             num_cpus=float(search.num_cpus_per_candidate),
             num_gpus=float(search.num_gpus_per_candidate),
-            prepare_ahead=self.prepare_ahead)
+            prepare_ahead=self.prepare_ahead, share_device=self.workdir)
         keeper = LeaseKeeper(self.workdir, self.worker, float(search.lease_s))
         bar = tqdm(total=int(search.max_candidates), disable=not progress, unit="cand")
         inflight: set[int] = set()
@@ -508,8 +508,9 @@ class Driver:
 
     @property
     def prepare_ahead(self) -> int:
-        """Processes per local device beyond the training one (`search.prepare_ahead`):
-        none while every next child needs the result of the one in training."""
+        """Processes (local workers, Ray tasks) per device beyond the training one
+        (`search.prepare_ahead`): none while every next child needs the result of the one
+        in training."""
         workers = max(1, int(self.search.workers))
         room = -(-(int(self.search.pipeline_depth) - workers) // workers)  # ceiling
         return min(int(self.search.prepare_ahead), max(0, room))

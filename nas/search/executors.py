@@ -24,7 +24,7 @@ from typing import Any
 
 from absl import logging
 
-from nas.search.worker import describe_failure, share_device, train_candidate
+from nas.search.worker import describe_failure, train_candidate
 
 
 @dataclass
@@ -75,17 +75,13 @@ def worker_env(index: int, workers: int, gpus: list[str]) -> dict[str, str]:
     return env
 
 
-def _init_worker(counter: Any, workers: int, gpus: list[str], device_locks: list[Any]
-                 ) -> None:
+def _init_worker(counter: Any, workers: int, gpus: list[str]) -> None:
     """Runs first in each spawned worker, before jax is imported there. Process `index`
-    serves device slot `index % workers`; with `device_locks`, it shares that slot's lock
-    with the other processes serving the slot (`nas.search.worker.share_device`)."""
+    serves device slot `index % workers` (with the other processes serving that slot)."""
     with counter.get_lock():
         index = counter.value
         counter.value += 1
     os.environ.update(worker_env(index % workers, workers, gpus))
-    if device_locks:
-        share_device(device_locks[index % workers])
     _ignore_sigint()
     _no_process_shared_locks()
     threading.Thread(target=exit_when_orphaned, args=(os.getppid(),), daemon=True,
@@ -152,16 +148,21 @@ class LocalExecutor:
     fails and the other in-flight candidates are resubmitted.
 
     With `prepare_ahead` > 0, each of the `workers` devices is served by 1 + prepare_ahead
-    processes that take turns on it (a lock per device): while one trains and evaluates,
-    the others set up, fit and compile their candidates, so the device starts the next
-    one as soon as it is free. A candidate may then wait for the device through the
-    training of those ahead of it, so its hard time limit counts (1 + prepare_ahead) times
-    `hard_timeout_s` from its submission."""
+    processes that take turns on it (`share_device`: the search's workdir, see
+    `nas.search.device_turns`): while one trains and evaluates, the others set up, fit and
+    compile their candidates, so the device starts the next one as soon as it is free. A
+    candidate may then wait for the device through the training of those ahead of it, so
+    its hard time limit counts (1 + prepare_ahead) times `hard_timeout_s` from its
+    submission."""
 
     def __init__(self, workers: int = 1, hard_timeout_s: float = 0.0,
-                 prepare_ahead: int = 0) -> None:
+                 prepare_ahead: int = 0, share_device: str | None = None) -> None:
         self.workers = max(1, workers)
         self.prepare_ahead = max(0, prepare_ahead)
+        if self.prepare_ahead and not share_device:
+            raise ValueError("LocalExecutor: prepare_ahead needs share_device (the search's "
+                             "workdir), where its processes take turns on their devices")
+        self._share = {"share_device": share_device} if self.prepare_ahead else {}
         self.capacity = self.workers * (1 + self.prepare_ahead)
         self.hard_timeout_s = hard_timeout_s * (1 + self.prepare_ahead)
         self._context = multiprocessing.get_context("spawn")
@@ -173,17 +174,14 @@ class LocalExecutor:
     def _new_pool(self) -> cf.ProcessPoolExecutor:
         with self._counter.get_lock():  # a replaced pool hands out the same devices again
             self._counter.value = 0
-        # New locks: a killed process may have died holding its device's.
-        self._locks: list[Any] = ([self._context.Lock() for _ in range(self.workers)]
-                       if self.prepare_ahead else [])
         return cf.ProcessPoolExecutor(self.capacity, mp_context=self._context,
                                       initializer=_init_worker,
-                                      initargs=(self._counter, self.workers, self._gpus,
-                                                self._locks))
+                                      initargs=(self._counter, self.workers, self._gpus))
 
     def submit(self, candidate_id: int, kwargs: dict[str, Any]) -> None:
         # owner_pid: an orphaned worker (its driver was killed) stops instead of training on.
-        future = self._pool.submit(train_candidate, **kwargs, owner_pid=os.getpid())
+        future = self._pool.submit(train_candidate, **kwargs, **self._share,
+                                   owner_pid=os.getpid())
         self._inflight[future] = (candidate_id, kwargs, time.monotonic())
 
     def running(self) -> int:
@@ -247,7 +245,7 @@ class LocalExecutor:
                 process.kill()
         self._pool.shutdown(wait=True, cancel_futures=True)
         self._inflight.clear()
-        del self._pool, self._counter, self._locks  # the last references: semaphores go now
+        del self._pool, self._counter  # the last references: semaphores go now
 
 
 @contextlib.contextmanager
@@ -264,10 +262,17 @@ def _fork_then_exec() -> Iterator[None]:
 
 
 class RayExecutor:
-    """Each candidate is a Ray task with its own resource request."""
+    """Each candidate is a Ray task with its own resource request.
+
+    With `prepare_ahead` > 0, 1 + prepare_ahead tasks run per slot of `capacity`; tasks on
+    the same node and device take turns on it for their steps and evaluations
+    (`share_device`: the search's workdir), preparing their candidates meanwhile, so each
+    one's hard time limit counts (1 + prepare_ahead) times `hard_timeout_s`. Give them
+    resources that fit that many at once (e.g. `num_gpus` 0.5 for two tasks per GPU)."""
 
     def __init__(self, address: str | None = None, capacity: int = 1, num_cpus: float = 1,
-                 num_gpus: float = 0, hard_timeout_s: float = 0.0) -> None:
+                 num_gpus: float = 0, hard_timeout_s: float = 0.0, prepare_ahead: int = 0,
+                 share_device: str | None = None) -> None:
         try:
             import ray
         except ImportError:
@@ -289,12 +294,17 @@ class RayExecutor:
         if num_gpus:
             options["runtime_env"] = {"env_vars": env}
         self._remote = ray.remote(**options)(train_candidate)
-        self.capacity = max(1, capacity)
-        self.hard_timeout_s = hard_timeout_s
+        ahead = max(0, prepare_ahead)
+        if ahead and not share_device:
+            raise ValueError("RayExecutor: prepare_ahead needs share_device (the search's "
+                             "workdir), where its tasks take turns on their devices")
+        self._share = {"share_device": share_device} if ahead else {}
+        self.capacity = max(1, capacity) * (1 + ahead)
+        self.hard_timeout_s = hard_timeout_s * (1 + ahead)
         self._inflight: dict[Any, tuple[int, float]] = {}
 
     def submit(self, candidate_id: int, kwargs: dict[str, Any]) -> None:
-        ref = self._remote.remote(**kwargs)
+        ref = self._remote.remote(**kwargs, **self._share)
         self._inflight[ref] = (candidate_id, time.monotonic())
 
     def running(self) -> int:
@@ -383,7 +393,7 @@ class NoExecutor:
 
 def make_executor(kind: str, *, workers: int, ray_address: str | None,
                   hard_timeout_s: float, num_cpus: float = 1, num_gpus: float = 0,
-                  prepare_ahead: int = 0):
+                  prepare_ahead: int = 0, share_device: str | None = None):
     out_of_process = workers == 0 or kind in ("local", "ray")
     if out_of_process and not keep_driver_on_cpu():
         logging.warning("the driver already initialized an accelerator backend before its "
@@ -397,8 +407,9 @@ def make_executor(kind: str, *, workers: int, ray_address: str | None,
     if kind == "inline":
         return InlineExecutor()
     if kind == "local":
-        return LocalExecutor(workers, hard_timeout_s, prepare_ahead)
+        return LocalExecutor(workers, hard_timeout_s, prepare_ahead, share_device)
     if kind == "ray":
-        return RayExecutor(ray_address or None, workers, num_cpus, num_gpus, hard_timeout_s)
+        return RayExecutor(ray_address or None, workers, num_cpus, num_gpus, hard_timeout_s,
+                           prepare_ahead, share_device)
     raise ValueError(f"config field 'search.executor': unknown executor {kind!r}; expected "
                      f"'local', 'ray' or 'inline'")

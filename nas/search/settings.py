@@ -57,10 +57,12 @@ def search_defaults() -> ml_collections.ConfigDict:
         # worker is free). It takes effect with pipeline_depth >= 2: with 1, a proposal
         # must read the result of the candidate in training
         "propose_ahead": 1,
-        # each local worker's device is served by 1 + this many processes: while one
-        # trains, the others set up, fit and compile the next claimed children, so the
-        # device does not wait for them. In effect only with pipeline_depth > workers (the
-        # next children must not need the result in training); 0: one process per device
+        # each worker's device is served by 1 + this many processes (local workers, Ray
+        # tasks) taking turns on it: while one trains, the others set up, fit and compile
+        # the next claimed children, so the device does not wait for them. In effect only
+        # with pipeline_depth > workers (the next children must not need the result in
+        # training); external `nas-search worker`s on one device take turns when it is > 0;
+        # 0: one process per device
         "prepare_ahead": 1,
         "selection": {"costs": ("flops", "params"), "min_acc": 0.0},
         "mutation": {},  # passed to nas.mutation.propose_child as its config

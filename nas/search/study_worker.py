@@ -56,13 +56,18 @@ def search_finished(study: Study, search: ml_collections.ConfigDict) -> bool:
 def train_claimed(study: Study, config: ml_collections.ConfigDict,
                   search: ml_collections.ConfigDict, candidate: Candidate, worker: str) -> None:
     """Train a claimed candidate here, renewing its lease, and record the outcome (nothing
-    if the lease was lost). Ctrl-C gives the claim back before it propagates."""
+    if the lease was lost). Ctrl-C gives the claim back before it propagates.
+
+    With `search.prepare_ahead` > 0 the candidate's steps and evaluations take their turn
+    on this worker's device with the search's other processes on this host (local workers,
+    other `nas-search worker`s), so several workers per device pipeline their candidates."""
     with LeaseKeeper(study.workdir, worker, float(search.lease_s)) as keeper:
         keeper.hold(candidate.id)
         try:
             task = candidate_task(study, config.train, search, candidate.id)
+            share = str(study.workdir) if int(search.prepare_ahead) else None
             metrics, variables = train_candidate(
-                **task, should_stop=lambda: keeper.lost(candidate.id))
+                **task, should_stop=lambda: keeper.lost(candidate.id), share_device=share)
             outcome = Outcome(candidate.id, metrics, variables)
         except KeyboardInterrupt:
             study.release(candidate.id, worker)

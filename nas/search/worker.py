@@ -19,31 +19,6 @@ import ml_collections
 import numpy as np
 
 _DEVICE_DATA: Any = None  # this process's device-resident training set, kept between candidates
-_DEVICE_LOCK: Any = None  # held while this process's candidate trains (see `share_device`)
-
-
-def share_device(lock: Any) -> None:
-    """Makes this worker process take `lock` (a process lock) for its candidates' steps and
-    evaluations: the processes sharing one device each prepare a candidate (inherited
-    weights, fitting, compilation) while another one trains there."""
-    global _DEVICE_LOCK
-    _DEVICE_LOCK = lock
-
-
-class DeviceTurn:
-    """A candidate's turn on the shared device; `waited` is what its time limit excludes."""
-
-    def __init__(self, lock: Any) -> None:
-        self.lock, self.waited = lock, 0.0
-
-    def __enter__(self) -> DeviceTurn:
-        t = time.monotonic()
-        self.lock.acquire()
-        self.waited += time.monotonic() - t
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.lock.release()
 
 
 class CandidateTimeout(RuntimeError):
@@ -65,11 +40,15 @@ def train_candidate(
     should_stop: Callable[[], bool] | None = None,
     stop_epochs: float | None = None,
     fit: dict[str, Any] | None = None,
+    share_device: str | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Trains and evaluates a candidate; returns (metrics, final variables as numpy).
 
-    The soft `time_limit_s` is checked after every train step (CandidateTimeout); time spent
-    waiting for the device (`share_device`) does not count. With
+    With `share_device` (a search's workdir) the candidate's steps and evaluations take
+    their turn on this process's device with the other processes of that search on this
+    host (`nas.search.device_turns`): those prepare their candidates (inherited weights,
+    fitting, compilation) meanwhile. The soft `time_limit_s` is checked after every train
+    step (CandidateTimeout); time spent waiting for the device does not count. With
     `owner_pid`, training stops as soon as this process is orphaned (its driver died, so
     nobody would record the result and a new claim may already train it). `should_stop()`
     (in-process callers only) True means the claim was lost (ClaimLost). `stop_epochs`
@@ -82,6 +61,7 @@ def train_candidate(
     import jax
 
     from nas.graph.serialize import load
+    from nas.search.device_turns import DeviceTurn, lock_path
     from nas.search.fit import fit_for_task
     from nas.train import train_and_eval
     from nas.train.train import DeviceDataCache
@@ -93,7 +73,7 @@ def train_candidate(
     graph, constants = load(graph_json)
     config = ml_collections.ConfigDict(train_config)
     start = time.monotonic()
-    turn = DeviceTurn(_DEVICE_LOCK) if _DEVICE_LOCK is not None else None
+    turn = DeviceTurn(lock_path(share_device)) if share_device else None
 
     def stop_now(step: int) -> bool:
         """Called after every train step: stopping raises at once, so nothing more is

@@ -112,15 +112,48 @@ def test_sigkill_while_the_pipeline_prepares_a_child_then_resume(tmp_path):
     assert [study.get(cid).attempts for cid in interrupted] == [2, 2]
 
 
-def test_ray_executor_runs_candidates(tmp_path, search_config, monkeypatch):
+def test_ray_executor_runs_candidates_pipelined(tmp_path, search_config, monkeypatch):
+    """Two tasks per slot: while one trains the next child is prepared in another task, and
+    the two take turns on the device (their steps and evaluations never overlap)."""
     ray = pytest.importorskip("ray")
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
     try:  # the executor starts a local Ray, as for a user (and without JAX's fork warning)
-        config = search_config(executor="ray", max_candidates=2)
+        config = search_config(executor="ray", max_candidates=3, pipeline_depth=2,
+                               prepare_ahead=1, num_cpus_per_candidate=0.5)
         study = run_search(config, str(tmp_path / "ray"), progress=False)
     finally:
         ray.shutdown()
     done = study.candidates("done")
-    assert len(done) == 2, [c.error for c in study.candidates()]
+    assert len(done) == 3, [c.error for c in study.candidates()]
     assert done[1].parent_id == done[0].id
     assert all(c.worker.startswith("driver") for c in done)
+    turns = sorted((c.metrics["device_started_at"], c.metrics["device_finished_at"])
+                   for c in done)
+    assert all(start >= end for (_, end), (start, _) in zip(turns, turns[1:])), turns
+
+
+@pytest.mark.slow
+def test_external_workers_take_turns_on_their_device(tmp_path):
+    """Two `nas-search worker`s beside a driver that only proposes: while one trains, the
+    other prepares the next child, and their steps and evaluations never overlap."""
+    workdir = str(tmp_path / "study")
+    driver = start_driver(workdir, "--config.search.workers=0",
+                          "--config.search.pipeline_depth=2", "--config.search.prepare_ahead=1",
+                          "--config.search.max_candidates=4", "--config.search.seed_epochs=0.5")
+    workers = [subprocess.Popen([sys.executable, "-m", "nas.search.cli", "worker",
+                                 f"--workdir={workdir}", "--wait_s=120"],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+               for _ in range(2)]
+    try:
+        output = driver.communicate(timeout=480)[0].decode()
+        for worker in workers:
+            worker.communicate(timeout=120)
+    finally:
+        for process in (driver, *workers):
+            process.kill()
+    done = Study.load(workdir).candidates("done")
+    assert len(done) == 4, output[-3000:]
+    assert len({c.worker for c in done}) == 2
+    turns = sorted((c.metrics["device_started_at"], c.metrics["device_finished_at"])
+                   for c in done)
+    assert all(start >= end for (_, end), (start, _) in zip(turns, turns[1:])), turns

@@ -1,13 +1,15 @@
 """Device placement of local search workers (pure functions: no GPU needed to test)."""
 
-import multiprocessing
+import os
+import subprocess
+import sys
 import threading
 
 import pytest
 
+from nas.search.device_turns import DeviceTurn, lock_path
 from nas.search.driver import Driver
-from nas.search.executors import visible_gpus, worker_env
-from nas.search.worker import DeviceTurn
+from nas.search.executors import LocalExecutor, visible_gpus, worker_env
 
 
 def test_workers_get_their_own_gpus_when_there_are_enough():
@@ -53,16 +55,59 @@ def test_processes_prepare_ahead_only_what_the_pipeline_allows(search_config, tm
     assert Driver(config, str(tmp_path / "s")).prepare_ahead == processes
 
 
-def test_a_device_turn_waits_for_the_process_lock_and_counts_the_wait():
-    lock = multiprocessing.get_context("spawn").Lock()
-    turn = DeviceTurn(lock)
-    lock.acquire()
-    threading.Timer(0.2, lock.release).start()
-    with turn:
-        assert not lock.acquire(block=False)  # held for the candidate's steps
+def test_a_device_turn_waits_for_the_holder_and_counts_the_wait(tmp_path):
+    path = str(tmp_path / "locks" / "cpu.lock")
+    holder, turn = DeviceTurn(path), DeviceTurn(path)
+    holder.__enter__()
+    threading.Timer(0.2, holder.__exit__).start()
+    with turn:  # another open of the same file: excluded as another process would be
+        assert holder._fd is None  # the holder let go before this turn began
     assert turn.waited >= 0.15
-    assert lock.acquire(block=False)  # released afterwards, also after an error
-    lock.release()
-    with pytest.raises(RuntimeError), turn:
+    with pytest.raises(RuntimeError), turn:  # released after an error too
         raise RuntimeError("a step failed")
-    assert lock.acquire(block=False)
+    with holder:
+        assert holder.waited < 0.15
+
+
+HOLD = """
+import sys, time
+from nas.search.device_turns import DeviceTurn
+DeviceTurn(sys.argv[1]).__enter__()
+print("held", flush=True)
+time.sleep(300)
+"""
+
+
+def test_a_killed_holder_leaves_its_device_free(tmp_path):
+    path = str(tmp_path / "cpu.lock")
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, path], stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        turn = DeviceTurn(path)
+        waiting = threading.Thread(target=turn.__enter__, daemon=True)
+        waiting.start()
+        waiting.join(0.3)
+        assert waiting.is_alive()  # the holder has it
+        holder.kill()
+        waiting.join(20)
+        assert not waiting.is_alive()  # the kernel released the dead holder's lock
+        turn.__exit__()
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_search_and_its_device_name_the_lock(tmp_path, monkeypatch):
+    monkeypatch.setenv("NAS_DEVICE_LOCKS", str(tmp_path / "locks"))
+    (tmp_path / "a").mkdir()
+    os.symlink(tmp_path / "a", tmp_path / "link")
+    a = lock_path(str(tmp_path / "a"))
+    assert a.startswith(str(tmp_path / "locks")) and a.endswith(".lock")
+    assert lock_path(str(tmp_path / "link")) == a  # the same search, however it is named
+    assert lock_path(str(tmp_path / "b")) != a
+
+
+def test_preparing_ahead_needs_the_search_that_shares_the_device():
+    with pytest.raises(ValueError, match="share_device"):
+        LocalExecutor(1, prepare_ahead=1)
