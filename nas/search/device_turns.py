@@ -25,14 +25,16 @@ def lock_dir() -> str:
 
 def device_key() -> str:
     """This process's device, the same in every process that uses it: "cpu" (the host's
-    cores), else the platform and the GPUs this process sees (CUDA_VISIBLE_DEVICES, which
-    names them for the whole host, where set)."""
+    cores; "cpu-N" for slot N of a local executor with several workers, which treats
+    them as that many devices), else the platform and the GPUs this process sees
+    (CUDA_VISIBLE_DEVICES, which names them for the whole host, where set)."""
     import jax
 
     devices = jax.local_devices()
     platform = devices[0].platform
     if platform == "cpu":
-        return "cpu"
+        slot = os.environ.get("NAS_DEVICE_SLOT")
+        return f"cpu-{slot}" if slot else "cpu"
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
     ids = visible or ",".join(str(d.id) for d in devices)
     return f"{platform}-{ids.replace(',', '_')}"

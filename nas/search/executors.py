@@ -82,6 +82,8 @@ def _init_worker(counter: Any, workers: int, gpus: list[str]) -> None:
         index = counter.value
         counter.value += 1
     os.environ.update(worker_env(index % workers, workers, gpus))
+    if workers > 1:  # several slots of one CPU host are distinct devices to take turns on
+        os.environ["NAS_DEVICE_SLOT"] = str(index % workers)
     _ignore_sigint()
     _no_process_shared_locks()
     threading.Thread(target=exit_when_orphaned, args=(os.getppid(),), daemon=True,
@@ -267,23 +269,31 @@ class RayExecutor:
     With `prepare_ahead` > 0, 1 + prepare_ahead tasks run per slot of `capacity`; tasks on
     the same node and device take turns on it for their steps and evaluations
     (`share_device`: the search's workdir), preparing their candidates meanwhile, so each
-    one's hard time limit counts (1 + prepare_ahead) times `hard_timeout_s`. Give them
-    resources that fit that many at once (e.g. `num_gpus` 0.5 for two tasks per GPU)."""
+    one's hard time limit counts (1 + prepare_ahead) times `hard_timeout_s`. On a cluster,
+    give them resources that fit that many at once (e.g. `num_gpus` 0.5 for two tasks per
+    GPU); a local Ray started here has CPUs for all of them."""
 
     def __init__(self, address: str | None = None, capacity: int = 1, num_cpus: float = 1,
                  num_gpus: float = 0, hard_timeout_s: float = 0.0, prepare_ahead: int = 0,
                  share_device: str | None = None) -> None:
+        ahead = max(0, prepare_ahead)
+        if ahead and not share_device:
+            raise ValueError("RayExecutor: prepare_ahead needs share_device (the search's "
+                             "workdir), where its tasks take turns on their devices")
+        self._share = {"share_device": share_device} if ahead else {}
+        self.capacity = max(1, capacity) * (1 + ahead)
+        self.hard_timeout_s = hard_timeout_s * (1 + ahead)
         try:
             import ray
         except ImportError:
             raise ValueError("executor 'ray' needs ray: pip install 'nas[ray]'") from None
         self._ray = ray
-        if not ray.is_initialized():
+        if not ray.is_initialized():  # a local Ray with room for all the tasks at once
             with _fork_then_exec():
                 if address:
                     ray.init(address=address, include_dashboard=False, log_to_driver=False)
                 else:
-                    ray.init(num_cpus=max(1, int(num_cpus * capacity)),
+                    ray.init(num_cpus=max(1, math.ceil(num_cpus * self.capacity)),
                              include_dashboard=False, log_to_driver=False)
         # Ray sets CUDA_VISIBLE_DEVICES to the GPUs it gave the task; the task must not
         # preallocate them, and a fractional GPU gets that fraction of its memory.
@@ -294,13 +304,6 @@ class RayExecutor:
         if num_gpus:
             options["runtime_env"] = {"env_vars": env}
         self._remote = ray.remote(**options)(train_candidate)
-        ahead = max(0, prepare_ahead)
-        if ahead and not share_device:
-            raise ValueError("RayExecutor: prepare_ahead needs share_device (the search's "
-                             "workdir), where its tasks take turns on their devices")
-        self._share = {"share_device": share_device} if ahead else {}
-        self.capacity = max(1, capacity) * (1 + ahead)
-        self.hard_timeout_s = hard_timeout_s * (1 + ahead)
         self._inflight: dict[Any, tuple[int, float]] = {}
 
     def submit(self, candidate_id: int, kwargs: dict[str, Any]) -> None:

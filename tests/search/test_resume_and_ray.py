@@ -1,6 +1,7 @@
 """A real driver process killed with SIGKILL resumes losing and duplicating nothing; the Ray
 executor runs candidates on a local Ray cluster."""
 
+import itertools
 import os
 import signal
 import subprocess
@@ -39,6 +40,13 @@ def wait_for(condition, process, timeout=240):
             raise AssertionError(process.stdout.read().decode()[-3000:])
         time.sleep(0.2)
     raise AssertionError("timed out waiting for the driver")
+
+
+def assert_turns_never_overlap(done):
+    """The candidates' steps and evaluations held the device one after another."""
+    turns = sorted((c.metrics["device_started_at"], c.metrics["device_finished_at"])
+                   for c in done)
+    assert all(start >= end for (_, end), (start, _) in itertools.pairwise(turns)), turns
 
 
 def counts(workdir):
@@ -119,7 +127,7 @@ def test_ray_executor_runs_candidates_pipelined(tmp_path, search_config, monkeyp
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
     try:  # the executor starts a local Ray, as for a user (and without JAX's fork warning)
         config = search_config(executor="ray", max_candidates=3, pipeline_depth=2,
-                               prepare_ahead=1, num_cpus_per_candidate=0.5)
+                               prepare_ahead=1)
         study = run_search(config, str(tmp_path / "ray"), progress=False)
     finally:
         ray.shutdown()
@@ -127,9 +135,7 @@ def test_ray_executor_runs_candidates_pipelined(tmp_path, search_config, monkeyp
     assert len(done) == 3, [c.error for c in study.candidates()]
     assert done[1].parent_id == done[0].id
     assert all(c.worker.startswith("driver") for c in done)
-    turns = sorted((c.metrics["device_started_at"], c.metrics["device_finished_at"])
-                   for c in done)
-    assert all(start >= end for (_, end), (start, _) in zip(turns, turns[1:])), turns
+    assert_turns_never_overlap(done)
 
 
 @pytest.mark.slow
@@ -154,6 +160,4 @@ def test_external_workers_take_turns_on_their_device(tmp_path):
     done = Study.load(workdir).candidates("done")
     assert len(done) == 4, output[-3000:]
     assert len({c.worker for c in done}) == 2
-    turns = sorted((c.metrics["device_started_at"], c.metrics["device_finished_at"])
-                   for c in done)
-    assert all(start >= end for (_, end), (start, _) in zip(turns, turns[1:])), turns
+    assert_turns_never_overlap(done)

@@ -5,9 +5,10 @@ import subprocess
 import sys
 import threading
 
+import jax
 import pytest
 
-from nas.search.device_turns import DeviceTurn, lock_path
+from nas.search.device_turns import DeviceTurn, device_key, lock_path
 from nas.search.driver import Driver
 from nas.search.executors import LocalExecutor, visible_gpus, worker_env
 
@@ -106,6 +107,11 @@ def test_a_search_and_its_device_name_the_lock(tmp_path, monkeypatch):
     assert a.startswith(str(tmp_path / "locks")) and a.endswith(".lock")
     assert lock_path(str(tmp_path / "link")) == a  # the same search, however it is named
     assert lock_path(str(tmp_path / "b")) != a
+    monkeypatch.setenv("NAS_DEVICE_SLOT", "1")  # a local executor's second CPU worker slot
+    if jax.default_backend() == "cpu":
+        assert device_key() == "cpu-1" and lock_path(str(tmp_path / "a")) != a
+    else:  # a GPU is named by the ids it has on the host
+        assert lock_path(str(tmp_path / "a")) == a
 
 
 def test_preparing_ahead_needs_the_search_that_shares_the_device():
