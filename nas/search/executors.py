@@ -75,6 +75,18 @@ def worker_env(index: int, workers: int, gpus: list[str]) -> dict[str, str]:
     return env
 
 
+def _taking_turns(executor: str, prepare_ahead: int, share_device: str | None
+                  ) -> dict[str, Any]:
+    """`train_candidate`'s extra arguments: with processes preparing ahead, the search
+    (its workdir) whose processes take turns on each device."""
+    if not prepare_ahead:
+        return {}
+    if not share_device:
+        raise ValueError(f"{executor}: prepare_ahead needs share_device (the search's "
+                         f"workdir), where its processes take turns on their devices")
+    return {"share_device": share_device}
+
+
 def _init_worker(counter: Any, workers: int, gpus: list[str]) -> None:
     """Runs first in each spawned worker, before jax is imported there. Process `index`
     serves device slot `index % workers` (with the other processes serving that slot)."""
@@ -161,10 +173,7 @@ class LocalExecutor:
                  prepare_ahead: int = 0, share_device: str | None = None) -> None:
         self.workers = max(1, workers)
         self.prepare_ahead = max(0, prepare_ahead)
-        if self.prepare_ahead and not share_device:
-            raise ValueError("LocalExecutor: prepare_ahead needs share_device (the search's "
-                             "workdir), where its processes take turns on their devices")
-        self._share = {"share_device": share_device} if self.prepare_ahead else {}
+        self._share = _taking_turns("LocalExecutor", self.prepare_ahead, share_device)
         self.capacity = self.workers * (1 + self.prepare_ahead)
         self.hard_timeout_s = hard_timeout_s * (1 + self.prepare_ahead)
         self._context = multiprocessing.get_context("spawn")
@@ -277,10 +286,7 @@ class RayExecutor:
                  num_gpus: float = 0, hard_timeout_s: float = 0.0, prepare_ahead: int = 0,
                  share_device: str | None = None) -> None:
         ahead = max(0, prepare_ahead)
-        if ahead and not share_device:
-            raise ValueError("RayExecutor: prepare_ahead needs share_device (the search's "
-                             "workdir), where its tasks take turns on their devices")
-        self._share = {"share_device": share_device} if ahead else {}
+        self._share = _taking_turns("RayExecutor", ahead, share_device)
         self.capacity = max(1, capacity) * (1 + ahead)
         self.hard_timeout_s = hard_timeout_s * (1 + ahead)
         try:
