@@ -31,8 +31,9 @@ def get_config(arg=None):
     config.search.time_limit_s = 1800.0  # a safety net only: a loaded machine never decides
     # Candidate k reads the results of candidates up to k - 2, so while one child trains the
     # driver proposes the next and a second worker process sets it up, fits and compiles
-    # it (search.propose_ahead, search.prepare_ahead): about a fifth more candidates/hour
-    # on 2 CPU cores (docs/benchmarks.md). Same candidates at any speed; 1 turns it off.
+    # it (search.propose_ahead, search.prepare_ahead): the device no longer waits between
+    # children (on 2 CPU cores a wash in candidates/hour, the stages share the cores:
+    # docs/benchmarks.md). Same candidates at any speed; 1 turns it off.
     config.search.pipeline_depth = 2
     config.search.selection = {"costs": ("flops", "params"), "min_acc": 0.5}
     # nas.mutation.MutationConfig fields. Limits are counts (retries, max_steps), so a proposal
