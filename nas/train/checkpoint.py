@@ -13,6 +13,8 @@ measurements, epoch).
 
 from __future__ import annotations
 
+import collections
+import hashlib
 import os
 from typing import Any
 
@@ -113,6 +115,7 @@ def save_variables(path: str, variables: dict[str, Any]) -> str:
     host = jax.tree.map(np.asarray, variables)
     with ocp.StandardCheckpointer() as ckpt:
         ckpt.save(path, host, force=True)
+    _RECENT.put(path, host)
     return path
 
 
@@ -120,9 +123,67 @@ def load_variables(path: str) -> dict[str, Any]:
     path = os.path.abspath(path)
     if not os.path.isdir(path):
         raise ValueError(f"no saved variables at {path!r}")
+    recent = _RECENT.get(path)
+    if recent is not None:
+        return recent
     try:
         with ocp.StandardCheckpointer() as ckpt:
             restored = ckpt.restore(path)
     except Exception as e:  # orbax raises many types for a damaged directory
         raise ValueError(f"saved variables at {path!r} cannot be read: {e}") from None
-    return jax.tree.map(np.asarray, restored)
+    host = jax.tree.map(np.asarray, restored)
+    _RECENT.put(path, host)
+    return host
+
+
+class _RecentVariables:
+    """The variables this process saved or loaded last, by directory, while the files under
+    that directory hold the same bytes (a hash of each: cheap next to an orbax read).
+
+    Why: a search driver reads a parent's variables to mutate it and again for its child's
+    fit, and reads back the starting weights it has just saved; each orbax read costs about
+    30 ms of a child's time outside training. Callers get their own copies; at most
+    `max_bytes` of arrays are kept."""
+
+    def __init__(self, max_bytes: int = 256 * 2**20) -> None:
+        self.max_bytes = max_bytes
+        self._entries: collections.OrderedDict[str, tuple[tuple[Any, ...], Any, int]] = (
+            collections.OrderedDict())
+
+    @staticmethod
+    def _identity(path: str) -> tuple[Any, ...] | None:
+        """(relative name, content hash) of every file under `path`; None if unreadable."""
+        found = []
+        try:
+            for root, dirs, files in os.walk(path):
+                dirs.sort()
+                for name in sorted(files):
+                    with open(os.path.join(root, name), "rb") as f:
+                        digest = hashlib.file_digest(f, "blake2b").hexdigest()
+                    found.append((os.path.relpath(os.path.join(root, name), path), digest))
+        except OSError:
+            return None
+        return tuple(found) or None
+
+    def put(self, path: str, variables: Any) -> None:
+        self._entries.pop(path, None)
+        size = sum(np.asarray(a).nbytes for a in jax.tree.leaves(variables))
+        identity = self._identity(path) if size <= self.max_bytes else None
+        if identity is None:
+            return
+        self._entries[path] = (identity, jax.tree.map(np.array, variables), size)
+        while sum(e[2] for e in self._entries.values()) > self.max_bytes:
+            self._entries.popitem(last=False)
+
+    def get(self, path: str) -> Any | None:
+        entry = self._entries.get(path)
+        if entry is None:
+            return None
+        if entry[0] != self._identity(path):
+            del self._entries[path]
+            return None
+        self._entries.move_to_end(path)
+        return jax.tree.map(np.array, entry[1])
+
+
+_RECENT = _RecentVariables()

@@ -1,10 +1,11 @@
 import os
+import shutil
 
 import numpy as np
 import optax
 import pytest
 
-from nas.train.checkpoint import Checkpointer
+from nas.train.checkpoint import Checkpointer, load_variables, save_variables
 
 
 def _state():
@@ -61,3 +62,29 @@ def test_shape_mismatch_raises_value_error(tmp_path):
     other["opt_state"] = optax.adam(1e-3).init(other["params"])
     with pytest.raises(ValueError):
         Checkpointer(str(tmp_path)).restore(other)
+
+
+def test_saved_variables_read_back_as_own_copies(tmp_path):
+    variables = {"params": {"d": {"kernel": np.arange(6, dtype=np.float32).reshape(2, 3)}}}
+    path = save_variables(str(tmp_path / "v"), variables)
+    first = load_variables(path)
+    first["params"]["d"]["kernel"][:] = -1  # a caller's edit is its own
+    np.testing.assert_array_equal(load_variables(path)["params"]["d"]["kernel"],
+                                  variables["params"]["d"]["kernel"])
+
+
+def test_variables_changed_on_disk_are_read_again(tmp_path):
+    path = save_variables(str(tmp_path / "v"), {"params": {"d": {"k": np.ones((2, 3))}}})
+    load_variables(path)  # now remembered by this process
+    replacement = save_variables(str(tmp_path / "w"), {"params": {"d": {"k": np.zeros((2, 3))}}})
+    shutil.rmtree(path)
+    shutil.copytree(replacement, path)  # another process replaced it
+    np.testing.assert_array_equal(load_variables(path)["params"]["d"]["k"], np.zeros((2, 3)))
+    for root, _, files in os.walk(path):
+        for name in files:  # scrambled in place: same names, sizes and inodes
+            with open(os.path.join(root, name), "r+b") as f:
+                data = f.read()
+                f.seek(0)
+                f.write(bytes(b ^ 0x5A for b in data))
+    with pytest.raises(ValueError, match="cannot be read"):
+        load_variables(path)
