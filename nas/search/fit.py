@@ -24,7 +24,6 @@ child instead; a fit that ends constant fails the candidate with that message.
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -86,19 +85,12 @@ def task(
             "config": dataclasses.asdict(config)}
 
 
-_IMAGES: dict[str, list[np.ndarray]] = {}  # per process: the same batches for every child
-
-
 def training_images(train_input: Any, batches: int, batch_size: int, seed: int
                     ) -> list[np.ndarray]:
     """The training batches every child of a search is fitted on (read once per process)."""
     from nas.train import data as data_lib
 
-    plain = train_input.to_dict() if hasattr(train_input, "to_dict") else dict(train_input)
-    key = json.dumps([plain, batches, batch_size, seed], sort_keys=True, default=str)
-    if key not in _IMAGES:
-        _IMAGES[key] = data_lib.plain_batches(train_input, batches, batch_size, seed)
-    return _IMAGES[key]
+    return data_lib.plain_batches(train_input, batches, batch_size, seed)
 
 
 def fit_for_task(fit: Mapping[str, Any], graph: Any, constants: Any,
@@ -147,6 +139,9 @@ class ConstantOutputError(Exception):
 # A new output varying over the batch less than this fraction of what it replaces is
 # taken as constant.
 CONSTANT_RATIO = 1e-3
+# Images the driver's check before the fit looks at: enough to see a varying output; its
+# time is mostly running the parent and the child up to the new ops on them.
+CHECK_IMAGES = 8
 
 
 def _spread(x: Any) -> Any:
@@ -171,7 +166,8 @@ def check_varies(parent: tuple[Any, Any, Mapping[str, Any]],
                  child: tuple[Any, Any, Mapping[str, Any]],
                  pairs: Sequence[tuple[str, str]], images: np.ndarray) -> None:
     """Raises ConstantOutputError when the child's new outputs, at its starting weights,
-    are the same for every image of the batch `images` (see `fit_new_ops`).
+    are the same for every image of the first `CHECK_IMAGES` of the batch `images` (see
+    `fit_new_ops`).
 
     Why before the fit: a new subgraph that is constant by construction (a layer norm over
     a grey image's three equal channels) stays constant whatever weights it gets, so the
@@ -191,7 +187,7 @@ def check_varies(parent: tuple[Any, Any, Mapping[str, Any]],
         return {i: (_spread(mine[m]), _spread(theirs[old])) for i, (m, old) in enumerate(pairs)
                 if mine[m].shape == theirs[old].shape}
 
-    usable = spreads(p_vars, c_vars, images)
+    usable = spreads(p_vars, c_vars, images[:CHECK_IMAGES])
     if usable:
         _refuse_constant([pairs[i] for i in usable], [m for m, _ in usable.values()],
                          [t for _, t in usable.values()])
@@ -386,12 +382,14 @@ def _evaluation(theirs_of: Any, rest_of: Any, part: Any, pairs: Sequence[tuple[s
         variables = {"params": {**frozen, **params}}
         if stats:
             variables["batch_stats"] = stats
-        inputs = per_batch(rest_of(variables, images))
+        flat_inputs = rest_of(variables, images)
+        inputs = per_batch(flat_inputs)
         targets = per_batch(theirs_of(p_vars, images))
-        if new_bn:
-            each = [bn_stats(variables, x) for x in inputs]
-            stats = {**stats, **jax.tree.map(lambda *a: sum(a) / len(a), *each)}
-        outs = [_part_outputs(part, frozen, params, stats, x, False)[0] for x in inputs]
+        if new_bn:  # each batch's statistics, averaged (one trace of the part, vmapped)
+            stacked = jax.tree.map(lambda a: a.reshape(batches, -1, *a.shape[1:]), flat_inputs)
+            each = jax.vmap(bn_stats, in_axes=(None, 0))(variables, stacked)
+            stats = {**stats, **jax.tree.map(lambda a: a.mean(axis=0), each)}
+        outs = per_batch(_part_outputs(part, frozen, params, stats, flat_inputs, False)[0])
         errors = [_error(o, t, pairs) for o, t in zip(outs, targets, strict=True)]
         return {"targets": targets, "inputs": inputs, "batch_stats": stats,
                 "error": sum(errors) / len(errors),

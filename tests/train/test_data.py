@@ -97,3 +97,18 @@ def test_missing_dataset_is_a_value_error(tmp_path):
 def test_host_split_uses_even_splits():
     assert data.host_split("train", 0, 1) == "train"
     assert data.host_split("train", 1, 2) == tfds.even_splits("train", 2)[1]
+
+
+def test_plain_batches_are_read_once_and_cannot_be_edited(data_dir):
+    from nas.train.config import base_config
+
+    inp = base_config().input
+    inp.data.name, inp.data_dir, inp.image_size = "digits", data_dir, 32
+    first = data.plain_batches(inp, 2, 4, seed=3)
+    again = data.plain_batches(inp, 2, 4, seed=3)
+    assert [b.shape for b in first] == [(4, 32, 32, 3)] * 2
+    assert all(a is b for a, b in zip(first, again, strict=True))  # not read again
+    with pytest.raises(ValueError, match="read-only"):
+        first[0][0, 0, 0, 0] = 1.0
+    other = data.plain_batches(inp, 2, 4, seed=4)  # another shuffle
+    assert not np.array_equal(other[0], first[0])
