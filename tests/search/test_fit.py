@@ -239,3 +239,34 @@ def test_a_child_compiles_at_most_four_programs_and_its_repeat_none(tmp_path, se
     assert first["fit_steps"] > 0
     assert 1 <= first["compilations"] <= 4, first["compilations"]
     assert again["compilations"] == 0 and again["compile_cache_hits"] >= 3
+
+
+def test_the_fit_evaluation_runs_a_prefix_shared_with_the_parent_once():
+    """The child's frozen ops equal to the parent's read the parent's arrays, so XLA computes
+    the prefix both networks share once (compare: the same child with weights of its own)."""
+    from nas.search import fit
+
+    def net(last):
+        ops = [new_op("a", "CONV", ["input"], op_kwargs={"features": 4, "kernel_size": 3}),
+               new_op("b", "CONV", ["a"], op_kwargs={"features": 4, "kernel_size": 3}),
+               new_op(last, "CONV", ["b"], op_kwargs={"features": 4, "kernel_size": 1})]
+        graph = new_graph(["input"], [last], ops)
+        return graph, Model(graph, {}).init(jax.random.PRNGKey(0), np.zeros((1, 8, 8, 3)))
+
+    def convolutions(p_vars, c_graph, c_vars):
+        pairs, new = [("new:0", "old:0")], {"new"}
+        c_graph = fit._with_outputs(c_graph, ["new:0"], new)
+        part_graph, boundary = fit._fitted_part(c_graph, new)
+        frozen = {k: v for k, v in c_vars["params"].items() if k not in new}
+        run = fit._evaluation(fit._inference(p_graph, {}, ["old:0"]),
+                              fit._inference(c_graph, {}, boundary), Model(part_graph, {}),
+                              pairs, [], fit._equal_to_parent(p_vars, {"params": frozen}))
+        xs = np.ones((2, 4, 8, 8, 3), np.float32)
+        text = run.lower(p_vars, frozen, {"new": c_vars["params"]["new"]}, {},
+                         xs).compile().as_text()
+        return text.count("convolution(") + text.count("cudnn$conv")
+
+    (p_graph, p_vars), (c_graph, c_vars) = net("old"), net("new")
+    inherited = convolutions(p_vars, c_graph, c_vars)
+    own = convolutions(p_vars, c_graph, jax.tree.map(lambda a: a + 1.0, c_vars))
+    assert own - inherited == 2  # the child's own a and b
