@@ -120,7 +120,8 @@ def candidate_task(study: Study, train: ml_collections.ConfigDict,
         from nas.search import fit as fit_lib
 
         parent = study.get(candidate.parent_id)
-        fit = fit_lib.task(parent.graph_json, load_variables(parent.checkpoint_path),
+        fit = fit_lib.task(parent.graph_json,
+                           load_variables(parent.checkpoint_path, shared=True),
                            candidate.inheritance["new"], pairs, train.input,
                            fit_lib.FitConfig.from_dict(dict(search.fit)), int(search.seed))
     return {
@@ -354,7 +355,7 @@ class Driver:
         parent = self.study.get(parent_id)
         child_seed = int(rng.integers(2**31 - 1))
         graph, constants = load(parent.graph_json)
-        variables = load_variables(parent.checkpoint_path)
+        variables = load_variables(parent.checkpoint_path, shared=True)
         blocks, builder, args = self.parent_blocks(parent)
         try:
             child = propose_child(graph, constants, variables, seed=child_seed,

@@ -14,8 +14,8 @@ measurements, epoch).
 from __future__ import annotations
 
 import collections
-import hashlib
 import os
+import zlib
 from typing import Any
 
 import jax
@@ -115,63 +115,68 @@ def save_variables(path: str, variables: dict[str, Any]) -> str:
     host = jax.tree.map(np.asarray, variables)
     with ocp.StandardCheckpointer() as ckpt:
         ckpt.save(path, host, force=True)
-    _RECENT.put(path, host)
     return path
 
 
-def load_variables(path: str) -> dict[str, Any]:
+def load_variables(path: str, *, shared: bool = False) -> dict[str, Any]:
+    """The variables saved at `path`, as numpy arrays.
+
+    `shared=True` (for callers that never write into them): read-only arrays, kept by this
+    process and handed out again while the files under `path` hold the same bytes. Why: a
+    search driver reads a parent's variables to mutate it and again for each child's fit,
+    and an orbax read costs about 30 ms of a child's time outside training."""
     path = os.path.abspath(path)
     if not os.path.isdir(path):
         raise ValueError(f"no saved variables at {path!r}")
-    recent = _RECENT.get(path)
-    if recent is not None:
-        return recent
+    if shared:
+        kept = _SHARED.get(path)
+        if kept is not None:
+            return jax.tree.map(lambda a: a, kept)  # the caller's own dicts
     try:
         with ocp.StandardCheckpointer() as ckpt:
             restored = ckpt.restore(path)
     except Exception as e:  # orbax raises many types for a damaged directory
         raise ValueError(f"saved variables at {path!r} cannot be read: {e}") from None
     host = jax.tree.map(np.asarray, restored)
-    _RECENT.put(path, host)
+    if shared:
+        _SHARED.put(path, host)
+        return jax.tree.map(lambda a: a, host)
     return host
 
 
-class _RecentVariables:
-    """The variables this process saved or loaded last, by directory, while the files under
-    that directory hold the same bytes (a hash of each: cheap next to an orbax read).
-
-    Why: a search driver reads a parent's variables to mutate it and again for its child's
-    fit, and reads back the starting weights it has just saved; each orbax read costs about
-    30 ms of a child's time outside training. Callers get their own copies; at most
-    `max_bytes` of arrays are kept."""
+class _SharedVariables:
+    """Read-only variables by directory, each with a checksum of the files it was read
+    from; at most `max_bytes` of arrays (the oldest read goes first)."""
 
     def __init__(self, max_bytes: int = 256 * 2**20) -> None:
         self.max_bytes = max_bytes
-        self._entries: collections.OrderedDict[str, tuple[tuple[Any, ...], Any, int]] = (
+        self._entries: collections.OrderedDict[str, tuple[Any, Any, int]] = (
             collections.OrderedDict())
 
     @staticmethod
-    def _identity(path: str) -> tuple[Any, ...] | None:
-        """(relative name, content hash) of every file under `path`; None if unreadable."""
+    def _checksum(path: str) -> tuple[Any, ...] | None:
+        """(relative name, size, CRC-32) of every file under `path`; None if unreadable."""
         found = []
         try:
             for root, dirs, files in os.walk(path):
                 dirs.sort()
                 for name in sorted(files):
                     with open(os.path.join(root, name), "rb") as f:
-                        digest = hashlib.file_digest(f, "blake2b").hexdigest()
-                    found.append((os.path.relpath(os.path.join(root, name), path), digest))
+                        data = f.read()
+                    found.append((os.path.relpath(f.name, path), len(data), zlib.crc32(data)))
         except OSError:
             return None
         return tuple(found) or None
 
     def put(self, path: str, variables: Any) -> None:
         self._entries.pop(path, None)
-        size = sum(np.asarray(a).nbytes for a in jax.tree.leaves(variables))
-        identity = self._identity(path) if size <= self.max_bytes else None
-        if identity is None:
+        size = sum(a.nbytes for a in jax.tree.leaves(variables))
+        checksum = self._checksum(path) if size <= self.max_bytes else None
+        if checksum is None:
             return
-        self._entries[path] = (identity, jax.tree.map(np.array, variables), size)
+        for a in jax.tree.leaves(variables):
+            a.setflags(write=False)
+        self._entries[path] = (checksum, variables, size)
         while sum(e[2] for e in self._entries.values()) > self.max_bytes:
             self._entries.popitem(last=False)
 
@@ -179,11 +184,11 @@ class _RecentVariables:
         entry = self._entries.get(path)
         if entry is None:
             return None
-        if entry[0] != self._identity(path):
+        if entry[0] != self._checksum(path):
             del self._entries[path]
             return None
         self._entries.move_to_end(path)
-        return jax.tree.map(np.array, entry[1])
+        return entry[1]
 
 
-_RECENT = _RecentVariables()
+_SHARED = _SharedVariables()

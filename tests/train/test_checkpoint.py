@@ -64,22 +64,29 @@ def test_shape_mismatch_raises_value_error(tmp_path):
         Checkpointer(str(tmp_path)).restore(other)
 
 
-def test_saved_variables_read_back_as_own_copies(tmp_path):
+def test_shared_variables_are_read_once_and_cannot_be_edited(tmp_path):
     variables = {"params": {"d": {"kernel": np.arange(6, dtype=np.float32).reshape(2, 3)}}}
     path = save_variables(str(tmp_path / "v"), variables)
-    first = load_variables(path)
-    first["params"]["d"]["kernel"][:] = -1  # a caller's edit is its own
-    np.testing.assert_array_equal(load_variables(path)["params"]["d"]["kernel"],
+    first, again = load_variables(path, shared=True), load_variables(path, shared=True)
+    assert first["params"]["d"]["kernel"] is again["params"]["d"]["kernel"]  # not read again
+    with pytest.raises(ValueError, match="read-only"):
+        first["params"]["d"]["kernel"][0, 0] = -1.0
+    first["params"]["other"] = {}  # the dicts are the caller's own
+    assert "other" not in load_variables(path, shared=True)["params"]
+    own = load_variables(path)  # not shared: writable, read from disk
+    own["params"]["d"]["kernel"][0, 0] = -1.0
+    np.testing.assert_array_equal(load_variables(path, shared=True)["params"]["d"]["kernel"],
                                   variables["params"]["d"]["kernel"])
 
 
-def test_variables_changed_on_disk_are_read_again(tmp_path):
+def test_shared_variables_changed_on_disk_are_read_again(tmp_path):
     path = save_variables(str(tmp_path / "v"), {"params": {"d": {"k": np.ones((2, 3))}}})
-    load_variables(path)  # now remembered by this process
+    load_variables(path, shared=True)  # now kept by this process
     replacement = save_variables(str(tmp_path / "w"), {"params": {"d": {"k": np.zeros((2, 3))}}})
     shutil.rmtree(path)
     shutil.copytree(replacement, path)  # another process replaced it
-    np.testing.assert_array_equal(load_variables(path)["params"]["d"]["k"], np.zeros((2, 3)))
+    np.testing.assert_array_equal(load_variables(path, shared=True)["params"]["d"]["k"],
+                                  np.zeros((2, 3)))
     for root, _, files in os.walk(path):
         for name in files:  # scrambled in place: same names, sizes and inodes
             with open(os.path.join(root, name), "r+b") as f:
@@ -87,4 +94,4 @@ def test_variables_changed_on_disk_are_read_again(tmp_path):
                 f.seek(0)
                 f.write(bytes(b ^ 0x5A for b in data))
     with pytest.raises(ValueError, match="cannot be read"):
-        load_variables(path)
+        load_variables(path, shared=True)
