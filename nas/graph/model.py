@@ -167,8 +167,12 @@ def exec_op(
     """Runs one op inside `module` (the Model's compact scope) and returns its outputs."""
     t = op.type
     x = inputs[0] if inputs else None
+    checks_only = not module.is_mutable_collection("params")
     if t in MODULE_TYPES:
-        layer = MODULE_TYPES[t](name=op.name, **_module_kwargs(t, x, op_kw))
+        kw = _module_kwargs(t, x, op_kw)
+        if checks_only:
+            kw = {**kw, **dict.fromkeys(_PARAM_INITS.get(t, ()), nn.initializers.zeros)}
+        layer = MODULE_TYPES[t](name=op.name, **kw)
         if t is OpType.BATCH_NORM:
             in_kw.setdefault("use_running_average", not training)
             return [layer(x, **in_kw)]
@@ -211,9 +215,23 @@ def exec_op(
     if t is OpType.MEAN:
         return [jnp.mean(x, axis=in_kw["axis"])]
     if t is OpType.PARAM:
-        return [module.param(op.name, in_kw["init_fn"], tuple(in_kw["shape"]))]
+        init = nn.initializers.zeros if checks_only else in_kw["init_fn"]
+        return [module.param(op.name, init, tuple(in_kw["shape"]))]
     raise ValueError(f"op {op.name!r}: the interpreter has no rule for {t.name}")
 
+
+# The initializers of each layer type's parameters. While the params cannot change (any
+# apply), flax calls a layer's initializers only to check the shapes of the existing
+# params, by tracing them (`jax.eval_shape`) on every trace of the model: zeros traces in a
+# fraction of the time of the default truncated normal, with the same shapes checked.
+_PARAM_INITS: dict[OpType, tuple[str, ...]] = {
+    OpType.DENSE: ("kernel_init", "bias_init"),
+    OpType.DENSE_GENERAL: ("kernel_init", "bias_init"),
+    OpType.CONV: ("kernel_init", "bias_init"),
+    OpType.BATCH_NORM: ("scale_init", "bias_init"),
+    OpType.LAYER_NORM: ("scale_init", "bias_init"),
+    OpType.GROUP_NORM: ("scale_init", "bias_init"),
+}
 
 _ACTIVATIONS: dict[OpType, Callable[[jax.Array], jax.Array]] = {
     OpType.RELU: nn.relu,

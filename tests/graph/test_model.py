@@ -106,3 +106,25 @@ def test_unresolvable_symbolic_value_at_run_time():
     ops = [new_op("out", OpType.DENSE, ["input"], op_kwargs={"features": "S:-1%3"})]
     with pytest.raises(ValueError, match="op 'out' kwarg 'features'.*3 is not a factor of 4"):
         _run(ops, jnp.ones((2, 4)))
+
+
+@pytest.mark.parametrize("op", [
+    new_op("layer", OpType.CONV, ["input"], op_kwargs={"features": 4, "kernel_size": 3}),
+    new_op("layer", OpType.DENSE, ["input"], op_kwargs={"features": 4}),
+    new_op("layer", OpType.LAYER_NORM, ["input"]),
+    new_op("layer", OpType.PARAM, [], input_kwargs={
+        "shape": (5, 3), "init_fn": "I:normal"}),
+])
+def test_init_draws_real_values_and_apply_still_checks_param_shapes(op):
+    """Applying gives layers a cheap initializer (flax traces it only to check shapes)."""
+    graph = new_graph(["input"], ["layer"], [op])
+    model = Model(graph, {})
+    x = jnp.ones((2, 5, 5, 3))
+    variables = model.init(jax.random.PRNGKey(0), x)
+    drawn = variables["params"]["layer"]
+    drawn = drawn if op.type is OpType.PARAM else drawn.get("kernel", drawn.get("scale"))
+    assert float(jnp.abs(drawn).sum()) > 0  # the op's own initializer, not zeros
+    model.apply(variables, x)
+    wrong = jax.tree.map(lambda a: jnp.zeros((*a.shape[:-1], a.shape[-1] + 1)), variables)
+    with pytest.raises(Exception, match="shape"):
+        model.apply(wrong, x)
