@@ -448,12 +448,13 @@ class Driver:
         """Raises `ConstantOutputError` for a child whose new outputs cannot depend on the
         image (`nas.search.fit.check_varies`, on the first fitting batch)."""
         from nas.search import fit
+        from nas.train.data import plain_batches
 
         if not pairs:
             return
         train_input = splits.decision_config(self.train, self.search).input  # no validation
-        images = fit.training_images(train_input, self.fit.batches,
-                                     self.fit.images_per_batch, int(self.search.seed))
+        images = plain_batches(train_input, self.fit.batches, self.fit.images_per_batch,
+                               int(self.search.seed))
         try:
             fit.check_varies(parent, (child.graph, child.constants, child.variables), pairs,
                              images[0])

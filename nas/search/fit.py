@@ -77,20 +77,15 @@ def task(
     parent_graph_json: str, parent_variables: Mapping[str, Any], new: Sequence[str],
     pairs: Sequence[Sequence[str]], train_input: Any, config: FitConfig, seed: int,
 ) -> dict[str, Any]:
-    """The plain data a worker needs to fit a child's new ops (`fit_for_task`)."""
-    return {"parent_graph_json": parent_graph_json, "parent_variables": parent_variables,
-            "new": list(new), "pairs": [list(p) for p in pairs],
-            "images": training_images(train_input, config.batches, config.images_per_batch,
-                                      seed),
-            "config": dataclasses.asdict(config)}
-
-
-def training_images(train_input: Any, batches: int, batch_size: int, seed: int
-                    ) -> list[np.ndarray]:
-    """The training batches every child of a search is fitted on (read once per process)."""
+    """The plain data a worker needs to fit a child's new ops (`fit_for_task`); every
+    child of a search is fitted on the same batches (read once per process)."""
     from nas.train import data as data_lib
 
-    return data_lib.plain_batches(train_input, batches, batch_size, seed)
+    return {"parent_graph_json": parent_graph_json, "parent_variables": parent_variables,
+            "new": list(new), "pairs": [list(p) for p in pairs],
+            "images": data_lib.plain_batches(train_input, config.batches,
+                                             config.images_per_batch, seed),
+            "config": dataclasses.asdict(config)}
 
 
 def fit_for_task(fit: Mapping[str, Any], graph: Any, constants: Any,
@@ -368,6 +363,7 @@ def _equal_to_parent(p_vars: Mapping[str, Any], c_vars: Mapping[str, Any]
 
 
 def _equal_trees(a: Any, b: Any) -> bool:
+    """Same structure, and leaves of the same shapes, dtypes and values."""
     import jax
 
     (la, ta), (lb, tb) = jax.tree.flatten(a), jax.tree.flatten(b)
