@@ -152,6 +152,16 @@ def host_split(split: str, process_index: int, process_count: int) -> str:
     return tfds.even_splits(split, n=process_count, drop_remainder=False)[process_index]
 
 
+def _remembered(table: dict, key: Any, make: Callable[[], Any], keep: int) -> Any:
+    """`table[key]`, made on first use; at most `keep` entries, the oldest dropped first.
+    For what every candidate of a search reads the same, once per process."""
+    if key not in table:
+        if len(table) >= keep:
+            table.pop(next(iter(table)))
+        table[key] = make()
+    return table[key]
+
+
 _SOURCES: dict[tuple[str, str, str], Any] = {}  # per process, a handful of entries
 
 
@@ -161,12 +171,8 @@ def open_source(name: str, split: str, data_dir: str | None) -> Any:
     Opened once per process (the sources are read-only): a search candidate opened its
     training, validation and test splits, and more, at about 12 ms each."""
     data_dir = resolve_data_dir(data_dir)
-    key = (name, split, data_dir)
-    if key not in _SOURCES:
-        if len(_SOURCES) >= 16:
-            _SOURCES.pop(next(iter(_SOURCES)))
-        _SOURCES[key] = _open_source(name, split, data_dir)
-    return _SOURCES[key]
+    return _remembered(_SOURCES, (name, split, data_dir),
+                       lambda: _open_source(name, split, data_dir), keep=16)
 
 
 def _open_source(name: str, split: str, data_dir: str) -> Any:
@@ -373,7 +379,8 @@ def plain_batches(inp: Any, count: int, batch_size: int, seed: int) -> list[np.n
     plain = inp.to_dict() if hasattr(inp, "to_dict") else dict(inp)
     data_dir = resolve_data_dir(inp.data_dir or None)
     key = json.dumps([plain, data_dir, count, batch_size, seed], sort_keys=True, default=str)
-    if key not in _PLAIN_BATCHES:
+
+    def read() -> list[np.ndarray]:
         source = split_source(inp, inp.data.split, data_dir)
         ds = make_train_dataset(
             source, make_preprocess(inp.data.name, False, inp.image_size, False),
@@ -383,10 +390,9 @@ def plain_batches(inp: Any, count: int, batch_size: int, seed: int) -> list[np.n
         batches = [np.array(next(it)["image"]) for _ in range(count)]
         for batch in batches:
             batch.setflags(write=False)
-        if len(_PLAIN_BATCHES) >= 8:
-            _PLAIN_BATCHES.pop(next(iter(_PLAIN_BATCHES)))
-        _PLAIN_BATCHES[key] = batches
-    return list(_PLAIN_BATCHES[key])
+        return batches
+
+    return list(_remembered(_PLAIN_BATCHES, key, read, keep=8))
 
 
 def make_eval_data(
@@ -432,8 +438,6 @@ def kept_batches(data: EvalData, key: tuple, image_size: int) -> EvalData:
     validation and test examples, and reading them cost about 0.3 s per candidate."""
     if data.num_batches * data.batch_size * image_size**2 * 3 * 4 > EVAL_KEEP_BYTES:
         return data
-    if key not in _EVAL_BATCHES:
-        if len(_EVAL_BATCHES) >= 4:  # another search's, or another split: keep the newest
-            _EVAL_BATCHES.pop(next(iter(_EVAL_BATCHES)))
-        _EVAL_BATCHES[key] = tuple(data)
-    return dataclasses.replace(data, batches=_EVAL_BATCHES[key])
+    # another search's, or another split: the newest 4 are kept
+    return dataclasses.replace(data, batches=_remembered(_EVAL_BATCHES, key,
+                                                         lambda: tuple(data), keep=4))
