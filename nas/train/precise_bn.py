@@ -61,21 +61,28 @@ def batch_statistics(model: Any, names: Iterable[str] | None = None,
     return one_batch
 
 
-def statistics_fn(model: Any, names: Iterable[str] | None = None,
-                  input_name: str | None = None
-                  ) -> Callable[[dict[str, Any], Sequence[np.ndarray]], BatchStats]:
-    """(variables, image batches) -> batch_stats with those of the BN ops `names` (default:
-    all) replaced by their average over the batches; compiled once per model.
+class Statistics:
+    """(variables, image batches) -> batch_stats with those of the chosen BN ops replaced by
+    their average over the batches (`statistics_fn`). `compile` builds its program ahead
+    for a batch's shapes, so a trainer compiles it beside its steps instead of in its first
+    evaluation, while it holds the device."""
 
-    `input_name`: as in `batch_statistics`."""
-    momenta = recomputable(model.graph, names)
-    one_batch = jax.jit(batch_statistics(model, names, input_name))
+    def __init__(self, model: Any, names: Iterable[str] | None, input_name: str | None
+                 ) -> None:
+        self.momenta = recomputable(model.graph, names)
+        self._one_batch = jax.jit(batch_statistics(model, names, input_name))
+        self._compiled: Any = None
 
-    def run(variables: dict[str, Any], batches: Sequence[np.ndarray]) -> BatchStats:
+    def compile(self, variables: dict[str, Any], batch: np.ndarray) -> None:
+        self._compiled = self._one_batch.lower(variables, batch).compile()
+
+    def __call__(self, variables: dict[str, Any], batches: Sequence[np.ndarray]
+                 ) -> BatchStats:
         stats = dict(variables.get("batch_stats", {}))
-        present = [n for n in momenta if n in stats]
+        present = [n for n in self.momenta if n in stats]
         if not present or not batches:
             return stats
+        one_batch = self._compiled or self._one_batch
         total = None
         for x in batches:
             got = jax.device_get(one_batch(variables, x))
@@ -85,4 +92,11 @@ def statistics_fn(model: Any, names: Iterable[str] | None = None,
                                        total[name])
         return stats
 
-    return run
+
+def statistics_fn(model: Any, names: Iterable[str] | None = None,
+                  input_name: str | None = None) -> Statistics:
+    """The batch-norm statistics of the BN ops `names` (default: all) averaged over image
+    batches (`Statistics`); compiled once per model.
+
+    `input_name`: as in `batch_statistics`."""
+    return Statistics(model, names, input_name)

@@ -10,6 +10,7 @@ from helpers import tiny_config, tiny_graph
 
 from nas.graph import Model, new_graph, new_op
 from nas.train import precise_bn, train_and_eval
+from nas.train.compilation import CompileCounter
 from nas.train.config import with_defaults
 
 
@@ -66,3 +67,33 @@ def test_negative_batches_is_one_clear_error():
     config = tiny_config("", precise_bn_batches=-1)
     with pytest.raises(ValueError, match="precise_bn_batches"):
         with_defaults(config)
+
+
+def test_statistics_compiled_ahead_are_the_same_and_compile_nothing_when_run():
+    model = Model(new_graph(["input"], ["bn"], [new_op("bn", "BATCH_NORM", ["input"])]), {})
+    rng = np.random.default_rng(1)
+    batches = [rng.normal(1.0, 3.0, (4, 5, 5, 3)).astype(np.float32) for _ in range(2)]
+    variables = jax.tree.map(np.asarray, model.init(jax.random.PRNGKey(0), batches[0]))
+    ahead = precise_bn.statistics_fn(model)
+    ahead.compile(variables, batches[0])
+    with CompileCounter() as counter:
+        stats = ahead(variables, batches)
+    assert counter.requests == 0
+    want = precise_bn.statistics_fn(model)(variables, batches)
+    np.testing.assert_allclose(stats["bn"]["mean"], want["bn"]["mean"], rtol=1e-6)
+    np.testing.assert_allclose(stats["bn"]["var"], want["bn"]["var"], rtol=1e-6)
+
+
+def test_a_trainer_compiles_before_its_device_stage_not_in_it(data_dir):
+    """The steps and the batch-norm statistics' program are built before the device is
+    taken: a pipelined search's next child must not compile while holding the device."""
+    graph, constants = tiny_graph(with_bn=True)
+    with_stats = tiny_config(data_dir, total_epochs=0.2, precise_bn_batches=2)
+    # Once per process, the logged learning rate's eager ops compile in the first run.
+    train_and_eval(with_stats, graph=graph, constants=constants, eval_perf=False)
+    with CompileCounter() as everything:
+        counter = CompileCounter()
+        metrics, _, _ = train_and_eval(with_stats, graph=graph, constants=constants,
+                                       eval_perf=False, device_stage=counter)
+    assert everything.requests > 0 and counter.requests == 0
+    assert 0.0 < metrics.acc <= 1.0
