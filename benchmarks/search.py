@@ -112,7 +112,7 @@ def device_waits(done: list) -> list[float]:
 
 
 def time_split(max_candidates: int, workdir: str, executor: str = "inline",
-               overrides: dict | None = None) -> list:
+               overrides: dict | None = None, settings: list[str] = ()) -> list:
     """Run the README digits search for `max_candidates` and print where its wall time went.
 
     Driver-side parts are timed around the driver's calls (propose; task + record, which
@@ -120,13 +120,17 @@ def time_split(max_candidates: int, workdir: str, executor: str = "inline",
     each candidate's metrics (compile, step loop, input wait, eval, FLOPs/params
     measurement, checkpoints, setup). What a candidate's submit-to-result time holds beyond
     those is process start and per-candidate overhead (graph parsing, dispatch).
+    `settings` (`FIELD=VALUE`) change the README config first, `overrides` its search fields.
     """
+    from search_arms import apply_settings
+
     from nas.search import driver as driver_lib
 
     shutil.rmtree(workdir, ignore_errors=True)
     config = runpy.run_path(os.path.join(ROOT, "configs", "digits_cnn_search.py"))["get_config"]()
     config.search.max_candidates = max_candidates
     config.search.executor = executor
+    apply_settings(config, settings)
     for key, value in (overrides or {}).items():
         config.search[key] = value
     totals = dict.fromkeys(("propose", "task", "record", "submit", "poll"), 0.0)
@@ -206,7 +210,7 @@ PIPELINE = {"off": {"pipeline_depth": 2, "propose_ahead": 0, "prepare_ahead": 0}
             "on": {"pipeline_depth": 2, "propose_ahead": 1, "prepare_ahead": 1}}
 
 
-def pipeline(max_candidates: int, workdir: str) -> None:
+def pipeline(max_candidates: int, workdir: str, settings: list[str] = ()) -> None:
     """The README search with one local worker and `pipeline_depth` 2, the pipeline off
     (serial: the worker proposes nothing ahead and prepares nothing ahead) then on (the
     driver proposes the next child and a second process sets up, fits and compiles it while
@@ -214,11 +218,13 @@ def pipeline(max_candidates: int, workdir: str) -> None:
     run, not shown, fills the persistent compilation cache, so both shown runs find it
     warm."""
     print("### warm-up run (fills the compilation cache; not compared)\n")
-    time_split(max_candidates, os.path.join(workdir, "warmup"), "local", PIPELINE["on"])
+    time_split(max_candidates, os.path.join(workdir, "warmup"), "local", PIPELINE["on"],
+               settings)
     runs = {}
     for name, overrides in PIPELINE.items():
         print(f"\n### pipeline {name}: local executor, {overrides}\n")
-        done = time_split(max_candidates, os.path.join(workdir, name), "local", overrides)
+        done = time_split(max_candidates, os.path.join(workdir, name), "local", overrides,
+                          settings)
         runs[name] = [(c.fingerprint, c.parent_id) for c in sorted(done, key=lambda c: c.id)]
     same = runs["off"] == runs["on"]
     print(f"\nsame candidates (fingerprints and parents, in order) off and on: {same}")
@@ -243,8 +249,9 @@ def main() -> None:
     parser.add_argument("--resume", action="store_true",
                         help="for --arms --candidates: extend the studies already in --workdir")
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                        help="for --arms: set a config field of every arm, e.g. "
-                             "search.validation_fraction=0.2 (repeatable)")
+                        help="set a config field of the README search (--time-split) or of "
+                             "every arm (--arms), e.g. search.validation_fraction=0.2 "
+                             "(repeatable)")
     args = parser.parse_args()
     if args.arms:
         from search_arms import compare
@@ -253,11 +260,12 @@ def main() -> None:
                 args.candidates, args.resume, tuple(args.arm), args.set)
         return
     if args.time_split and args.pipeline:
-        pipeline(args.time_split, args.workdir or tempfile.mkdtemp(prefix="bench_pipe_"))
+        pipeline(args.time_split, args.workdir or tempfile.mkdtemp(prefix="bench_pipe_"),
+                 args.set)
         return
     if args.time_split:
         time_split(args.time_split, args.workdir or tempfile.mkdtemp(prefix="bench_split_"),
-                   args.executor)
+                   args.executor, settings=args.set)
         return
     workdir = args.workdir or tempfile.mkdtemp(prefix="bench_search_")
     shutil.rmtree(workdir, ignore_errors=True)
