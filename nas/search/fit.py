@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -89,9 +89,11 @@ def task(
 
 
 def fit_for_task(fit: Mapping[str, Any], graph: Any, constants: Any,
-                 variables: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, float]]:
+                 variables: Mapping[str, Any], built: Callable[[], None] = lambda: None
+                 ) -> tuple[dict[str, Any], dict[str, float]]:
     """The child's starting variables with its new ops fitted, and the metrics of the fit
-    (`fit_mse_before`, `fit_mse_after`, `fit_seconds`); `fit` is from `task`.
+    (`fit_mse_before`, `fit_mse_after`, `fit_seconds`); `fit` is from `task`. `built()` is
+    called once the fit's programs are built (`train_and_eval`'s refit protocol).
 
     A replaced tensor the child no longer has (or another mismatch the fit cannot use)
     leaves the variables unfitted, with a log line; `ConstantOutputError` propagates."""
@@ -105,7 +107,7 @@ def fit_for_task(fit: Mapping[str, Any], graph: Any, constants: Any,
         out, errors = fit_new_ops(
             (p_graph, p_consts, fit["parent_variables"]), (graph, constants, variables),
             fit["new"], [tuple(p) for p in fit["pairs"]], fit["images"],
-            FitConfig(**fit["config"]))
+            FitConfig(**fit["config"]), built)
     except (ValueError, KeyError) as e:
         logging.info("new ops not fitted: %s", e)
         out, errors = dict(variables), {}
@@ -268,8 +270,10 @@ def fit_new_ops(
     pairs: Sequence[tuple[str, str]],
     images: Sequence[np.ndarray],
     config: FitConfig,
+    built: Callable[[], None] = lambda: None,
 ) -> tuple[dict[str, Any], dict[str, float]]:
     """Child variables with `new_ops` fitted; and {"mse_before", "mse_after", "steps"}.
+    `built()` is called once the fit's programs are built, before it runs most of them.
 
     `parent` and `child` are (graph, constants, variables). Pairs whose shapes differ are
     skipped; with no usable pair or no new parameter the variables come back unchanged.
@@ -311,7 +315,7 @@ def fit_new_ops(
     params, steps, end = trainable, 0, start
     if new and config.steps:
         params, stats, steps = _descend(part, [pairs[i] for i in usable], new_bn, frozen,
-                                        (trainable, stats), start, config)
+                                        (trainable, stats), start, config, built)
         if steps:
             end = evaluate(p_vars, frozen, params, stats, xs)
         if float(end["error"]) > float(start["error"]):  # e.g. a too-large rate: keep the start
@@ -431,7 +435,7 @@ def _aliased(mine: Mapping[str, Any], theirs: Mapping[str, Any], names: Iterable
 
 def _descend(part: Any, pairs: Sequence[tuple[str, str]], new_bn: Sequence[str],
              frozen: Mapping[str, Any], start: tuple[Any, Any], evaluated: Mapping[str, Any],
-             config: FitConfig) -> tuple[Any, Any, int]:
+             config: FitConfig, built: Callable[[], None]) -> tuple[Any, Any, int]:
     """(params, batch stats, steps taken): Adam steps on the new ops, one batch each,
     cycled, until `config.steps` or until `config.patience` steps have not lowered a round's
     mean loss (a round: one step per batch) by the fraction `config.min_improvement`
@@ -465,6 +469,8 @@ def _descend(part: Any, pairs: Sequence[tuple[str, str]], new_bn: Sequence[str],
         losses = []
         for j in range(min(len(inputs), config.steps - taken)):
             params, opt, stats, loss = step(params, opt, stats, inputs[j], targets[j])
+            if not taken:
+                built()  # the step is compiled (the evaluation already ran): both built
             losses.append(loss)
             taken += 1
         mean = float(np.mean(jax.device_get(losses)))

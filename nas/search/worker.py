@@ -91,8 +91,8 @@ def train_candidate(
 
     fitted: dict[str, float] = {}
 
-    def refit(variables: dict[str, Any]) -> dict[str, Any]:
-        out, metrics = fit_for_task(fit, graph, constants, variables)
+    def refit(variables: dict[str, Any], built: Callable[[], None]) -> dict[str, Any]:
+        out, metrics = fit_for_task(fit, graph, constants, variables, built)
         fitted.update(metrics)
         return out
 

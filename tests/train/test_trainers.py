@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import os
+import time
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ from helpers import tiny_config, tiny_graph
 import nas.train
 from nas.graph import Model
 from nas.train import memory, perf, train_and_eval
+from nas.train.compilation import CompileCounter
 from nas.zoo import revnet
 
 
@@ -126,7 +128,7 @@ def test_refit_while_compiling_trains_like_starting_from_its_result(data_dir, tm
         np.zeros((1, 32, 32, 3), np.float32)).items()}
     seen = []
 
-    def refit(variables):
+    def refit(variables, built):
         seen.append(variables)
         return _scaled(variables)
 
@@ -145,12 +147,36 @@ def test_refit_while_compiling_trains_like_starting_from_its_result(data_dir, tm
     assert 0 <= refitted.refit_overlap_seconds <= refitted.compile_seconds
 
 
+def test_the_steps_compile_once_the_refit_has_built_its_programs(data_dir):
+    """Tracing holds Python's lock: the steps wait for the refit's `built()` (its own
+    programs traced), then compile while it runs them."""
+    graph, constants = tiny_graph()
+    config = tiny_config(data_dir, total_epochs=0.1)
+    counts = {}
+
+    def refit(variables, built):
+        with CompileCounter() as before:
+            time.sleep(0.5)  # steps compiling now would ask for their programs
+        counts["before"] = before.requests
+        with CompileCounter() as after:
+            built()
+            deadline = time.monotonic() + 60.0  # a safety net: the loop ends on a count
+            while not after.requests and time.monotonic() < deadline:
+                time.sleep(0.01)
+        counts["after"] = after.requests
+        return variables
+
+    metrics, _, _ = train_and_eval(config, graph=graph, constants=constants, refit=refit)
+    assert counts["before"] == 0 and counts["after"] > 0
+    assert metrics.compile_seconds > 0
+
+
 def test_refit_is_skipped_when_resuming_and_bad_refits_are_value_errors(data_dir, tmp_path):
     graph, constants = tiny_graph()
     config = tiny_config(data_dir, total_epochs=0.2, ckpt_steps=2)
     calls = []
 
-    def refit(variables):
+    def refit(variables, built):
         calls.append(1)
         return variables
 
@@ -160,7 +186,7 @@ def test_refit_is_skipped_when_resuming_and_bad_refits_are_value_errors(data_dir
                    refit=refit)  # resumes from the checkpoint of the first call
     assert calls == [1]
 
-    def reshaped(variables):
+    def reshaped(variables, built):
         out = _scaled(variables)
         out["params"]["logits"]["bias"] = np.zeros(3, np.float32)
         return out
@@ -168,7 +194,7 @@ def test_refit_is_skipped_when_resuming_and_bad_refits_are_value_errors(data_dir
     with pytest.raises(ValueError, match="names, shapes and dtypes"):
         train_and_eval(config, graph=graph, constants=constants, refit=reshaped)
 
-    def failing(variables):
+    def failing(variables, built):
         raise ValueError("fit: no usable pair")
 
     with pytest.raises(ValueError, match="no usable pair"):  # the compile thread is joined
