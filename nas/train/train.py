@@ -365,9 +365,9 @@ def refit_while_compiling(trainer: Any, data: Data, end: int, refit: Refit | Non
     child's new ops fitted to its parent): the compiled steps only depend on shapes. The
     steps start compiling once the refit calls `built()` (its own programs are built, it
     runs them now), or when it returns: tracing holds Python's lock, so tracing both at
-    once only delays the refit's running (README child, 2-core CPU: 1.53-1.64 -> 1.38-1.44 s per
-    child outside training, docs/benchmarks.md). Returns the first batch (`compile_steps`).
-    """
+    once only delays the refit's running (README child, 2-core CPU: 1.53-1.64 -> 1.38-1.44
+    s per child outside training, docs/benchmarks.md). Returns the first batch
+    (`compile_steps`)."""
     if refit is None:
         pending, timings.compile = compile_steps(trainer, data, end)
         return pending
