@@ -362,17 +362,21 @@ def compile_steps(trainer: Any, data: Data, end: int) -> tuple[Any, float]:
 def refit_while_compiling(trainer: Any, data: Data, end: int, refit: Refit | None,
                           timings: Timings) -> Any:
     """Compile the steps while `refit` changes the starting variables' values (a search
-    child's new ops fitted to its parent): the compiled steps only depend on shapes. The
-    steps start compiling once the refit calls `built()` (its own programs are built, it
-    runs them now), or when it returns: tracing holds Python's lock, so tracing both at
-    once only delays the refit's running (README child, 2-core CPU: 1.53-1.64 -> 1.38-1.44
-    s per child outside training, docs/benchmarks.md). Returns the first batch
-    (`compile_steps`)."""
+    child's new ops fitted to its parent): the compiled steps only depend on shapes.
+
+    On the CPU the steps start compiling once the refit calls `built()` (its own programs
+    are built, it runs them now) or returns: tracing holds Python's lock, so tracing both
+    at once only delays the refit's running (README child, 2 cores: 1.53-1.64 -> 1.38-1.44
+    s per child outside training). On an accelerator they start at once: there the fit's
+    programs compile for long (autotuning) and were measured hidden inside the steps'
+    compile (H200); docs/benchmarks.md. Returns the first batch (`compile_steps`)."""
     if refit is None:
         pending, timings.compile = compile_steps(trainer, data, end)
         return pending
     start = time.perf_counter()
     built = threading.Event()
+    if jax.default_backend() != "cpu":
+        built.set()
 
     def compile_once_built() -> tuple[Any, float]:
         built.wait()
