@@ -366,7 +366,7 @@ def refit_while_compiling(trainer: Any, data: Data, end: int, refit: Refit | Non
 
     On the CPU the steps start compiling once the refit calls `built()` (its own programs
     are built, it runs them now) or returns: tracing holds Python's lock, so tracing both
-    at once only delays the refit's running (README child, 2 cores: 1.53-1.64 -> 1.38-1.44
+    at once only delays the refit's running (README child, 2 cores: 1.53-1.64 -> 1.36-1.44
     s per child outside training). On an accelerator they start at once: there the fit's
     programs compile for long (autotuning) and were measured hidden inside the steps'
     compile (H200); docs/benchmarks.md. Returns the first batch (`compile_steps`)."""
@@ -516,9 +516,9 @@ def train_and_eval(
       `workdir` and a larger (or no) `stop_epochs` resumes from there, ending where one
       uninterrupted run would.
     refit(variables, built) -> variables: new values (same names and shapes) for the
-      starting {"params", "batch_stats"}, computed while the steps compile (from when it
-      calls `built()`, its own programs built, or returns); not called when `workdir`
-      holds a checkpoint to resume. A search fits a child's new ops with it.
+      starting {"params", "batch_stats"}, computed while the steps compile (on the CPU
+      from when it calls `built()`, its own programs built, or returns); not called when
+      `workdir` holds a checkpoint to resume. A search fits a child's new ops with it.
     device_stage: held while the steps and evaluations run, entered once setup, fitting and
       compilation are done (a search worker's lock on its device, shared with the worker
       processes preparing the next candidates for that device while this one trains).
