@@ -10,12 +10,14 @@ trained; the running averages of the training state are left as they are.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
+from nas.graph import batch_norm
 from nas.graph.ops import OpType
 
 BatchStats = dict[str, Any]
@@ -47,56 +49,57 @@ def batch_statistics(model: Any, names: Iterable[str] | None = None,
     momenta = recomputable(model.graph, names)
 
     def one_batch(variables: dict[str, Any], x: jax.Array) -> BatchStats:
-        # From zero, flax's update m * old + (1 - m) * batch leaves (1 - m) * batch.
-        stats = dict(variables.get("batch_stats", {}))
-        present = {name: m for name, m in momenta.items() if name in stats}
-        for name in present:
-            stats[name] = jax.tree.map(jax.numpy.zeros_like, stats[name])
-        _, updated = model.apply({**variables, "batch_stats": stats},
-                                 {input_name: x} if input_name else x,
-                                 deterministic=True, training=True, mutable=["batch_stats"])
-        return {name: jax.tree.map(lambda a, m=m: a / (1.0 - m), updated["batch_stats"][name])
-                for name, m in present.items()}
+        _, sown = model.apply(variables, {input_name: x} if input_name else x,
+                              deterministic=True, training=jnp.asarray(True),
+                              mutable=[batch_norm.COLLECTION])
+        stats = batch_norm.sown_statistics(sown)
+        return {name: stats[name] for name in momenta
+                if name in variables.get("batch_stats", {})}
 
     return one_batch
 
 
-class Statistics:
-    """(variables, image batches) -> batch_stats with those of the chosen BN ops replaced by
-    their average over the batches (`statistics_fn`). `compile` builds its program ahead
-    for a batch's shapes, so a trainer compiles it beside its steps instead of in its first
-    evaluation, while it holds the device."""
-
-    def __init__(self, model: Any, names: Iterable[str] | None, input_name: str | None
-                 ) -> None:
-        self.momenta = recomputable(model.graph, names)
-        self._one_batch = jax.jit(batch_statistics(model, names, input_name))
-        self._compiled: Any = None
-
-    def compile(self, variables: dict[str, Any], batch: np.ndarray) -> None:
-        self._compiled = self._one_batch.lower(variables, batch).compile()
-
-    def __call__(self, variables: dict[str, Any], batches: Sequence[np.ndarray]
-                 ) -> BatchStats:
-        stats = dict(variables.get("batch_stats", {}))
-        present = [n for n in self.momenta if n in stats]
-        if not present or not batches:
-            return stats
-        one_batch = self._compiled or self._one_batch
-        total = None
-        for x in batches:
-            got = jax.device_get(one_batch(variables, x))
-            total = got if total is None else jax.tree.map(np.add, total, got)
-        for name in present:
-            stats[name] = jax.tree.map(lambda a: np.asarray(a / len(batches), np.float32),
-                                       total[name])
+def averaged(batch_stats: BatchStats, per_batch: Sequence[BatchStats],
+             momenta: Mapping[str, float]) -> BatchStats:
+    """`batch_stats` with those of the BN ops `momenta` names replaced by their average over
+    `per_batch` (each {op name: {"mean", "var"}} of one batch); unchanged without batches."""
+    stats = dict(batch_stats)
+    present = [n for n in momenta if n in stats]
+    if not present or not per_batch:
         return stats
+    for name in present:
+        stats[name] = jax.tree.map(
+            lambda *each: np.mean(np.stack([np.asarray(a, np.float32) for a in each]), axis=0),
+            *[jax.device_get(b[name]) for b in per_batch])
+    return stats
 
 
 def statistics_fn(model: Any, names: Iterable[str] | None = None,
-                  input_name: str | None = None) -> Statistics:
-    """The batch-norm statistics of the BN ops `names` (default: all) averaged over image
-    batches (`Statistics`); compiled once per model.
+                  input_name: str | None = None
+                  ) -> Callable[[dict[str, Any], Sequence[np.ndarray]], BatchStats]:
+    """(variables, image batches) -> the variables' batch_stats with those of the BN ops
+    `names` (default: all) replaced by their average over the batches; compiled once per
+    model. (A trainer reads them through its eval program instead: `steps.make_eval_step`.)
 
     `input_name`: as in `batch_statistics`."""
-    return Statistics(model, names, input_name)
+    one_batch = jax.jit(batch_statistics(model, names, input_name))
+    momenta = recomputable(model.graph, names)
+
+    def run(variables: dict[str, Any], batches: Sequence[np.ndarray]) -> BatchStats:
+        return averaged(dict(variables.get("batch_stats", {})),
+                        [one_batch(variables, x) for x in batches], momenta)
+
+    return run
+
+
+def eval_batches(inp: Any, batches: int, train_batch: int, eval_batch: int, seed: int
+                 ) -> list[dict[str, np.ndarray]]:
+    """Training images for the statistics, shaped as evaluation batches (`eval_batch`
+    examples, labels and masks zero) so the eval program computes them: as many as
+    `batches` training batches of `train_batch` hold (rounded up to whole batches; each
+    device takes its share of each, as it does of a training batch)."""
+    from nas.train import data as data_lib
+
+    count = -(-batches * train_batch // eval_batch)
+    return [{"image": x, "label": np.zeros(len(x), np.int32), "mask": np.zeros(len(x), np.float32)}
+            for x in data_lib.plain_batches(inp, count, eval_batch, seed)]

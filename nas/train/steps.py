@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from nas.graph import batch_norm
 from nas.train import optim
 
 AXIS = "batch"
@@ -120,12 +121,21 @@ def make_train_step(
 
 def make_eval_step(model: Any, num_classes: int,
                    compute_dtype: Any = None) -> Callable[..., dict[str, jax.Array]]:
-    """(variables, batch) -> summed correct / loss / count over devices, mask-aware."""
+    """(variables, batch, use_batch_statistics) -> summed correct / loss / count over
+    devices, mask-aware, and "batch_statistics": each batch norm's statistics of the batch
+    ({op name: {"mean", "var"}}, averaged over devices).
 
-    def eval_fn(variables: dict[str, Any], batch: dict[str, jax.Array]):
+    `use_batch_statistics` (a boolean, per device) normalizes with the batch's statistics
+    instead of the running averages: precise BN (nas.train.precise_bn) reads them from
+    training batches with this same program, so a network compiles one program fewer."""
+
+    def eval_fn(variables: dict[str, Any], batch: dict[str, jax.Array],
+                use_batch_statistics: jax.Array):
         variables = dict(variables, params=cast_floats(variables["params"], compute_dtype))
-        logits = model.apply(variables, cast_floats(batch["image"], compute_dtype),
-                             deterministic=True, training=False).astype(jnp.float32)
+        logits, sown = model.apply(variables, cast_floats(batch["image"], compute_dtype),
+                                   deterministic=True, training=use_batch_statistics,
+                                   mutable=[batch_norm.COLLECTION])
+        logits = logits.astype(jnp.float32)
         mask = batch["mask"]
         labels = jax.nn.one_hot(batch["label"], num_classes)
         loss = softmax_xent(logits, labels) * mask
@@ -134,6 +144,7 @@ def make_eval_step(model: Any, num_classes: int,
             "correct": jax.lax.psum(jnp.sum(correct), AXIS),
             "loss": jax.lax.psum(jnp.sum(loss), AXIS),
             "count": jax.lax.psum(jnp.sum(mask), AXIS),
+            "batch_statistics": jax.lax.pmean(batch_norm.sown_statistics(sown), AXIS),
         }
 
     return eval_fn

@@ -84,10 +84,12 @@ class StandardTrainer:
         self._eval = jax.pmap(steps.make_eval_step(model, self.num_classes, self.dtype),
                               axis_name=steps.AXIS)
         self._train_c = self._eval_c = None
+        self._eval_rows = 0
         self._memory = (0, 0)
         self._local_batch = 0
-        self.bn_batches = list(bn_batches) if precise_bn.recomputable(model.graph) else []
-        self._bn_stats = precise_bn.statistics_fn(model) if self.bn_batches else None
+        self._momenta = precise_bn.recomputable(model.graph)
+        self.bn_batches = list(bn_batches) if self._momenta else []
+        self._flags = {use: steps.replicate(np.asarray(use), self.ndev) for use in (False, True)}
         self._precise: tuple[int, dict[str, Any]] | None = None  # (step, variables)
 
     def _initial_state(self, params: dict[str, Any], frozen: dict[str, Any],
@@ -134,25 +136,21 @@ class StandardTrainer:
         return (steps.shard(batch, self.ndev), self.rng)
 
     def compile(self, batch: Any, eval_batch: Mapping[str, np.ndarray]) -> float:
-        """Compile the train and eval steps once, on the first batches' shapes, and the
-        batch-norm statistics' program when evaluations recompute them (else the first
-        evaluation would compile it while holding the device). On an accelerator the
-        programs compile on threads of their own, so the third costs no time: a cold README
-        child on an H200 compiled all three in 3.15-3.25 s (median), as long as the two steps
-        in series before (docs/benchmarks.md). On the CPU the cores that compile are the
-        ones that train, and threads measured slower: one thread there."""
+        """Compile the train and eval steps once, on the first batches' shapes (the eval
+        step also computes the batch-norm statistics evaluations recompute, else the first
+        evaluation would compile them while holding the device). On an accelerator the
+        programs compile on threads of their own (docs/benchmarks.md); on the CPU the cores
+        that compile are the ones that train, and threads measured slower: one thread
+        there."""
         t = time.perf_counter()
-        trained = self._trained_variables()
-        eval_vars = steps.replicate(trained, self.ndev)
+        eval_vars = steps.replicate(self._trained_variables(), self.ndev)
         jobs = [lambda: self._train.lower(self._state_r, *self._args(batch)).compile(),
-                lambda: self._eval.lower(eval_vars, steps.shard(dict(eval_batch), self.ndev)
-                                         ).compile()]
-        if self._bn_stats is not None:
-            jobs.append(lambda: self._bn_stats.compile(trained, self.bn_batches[0]))
+                lambda: self._eval.lower(eval_vars, steps.shard(dict(eval_batch), self.ndev),
+                                         self._flags[False]).compile()]
         threads = 1 if jax.default_backend() == "cpu" else len(jobs)
         with concurrent.futures.ThreadPoolExecutor(threads, "compile") as pool:
-            compiled = [f.result() for f in [pool.submit(job) for job in jobs]]
-        self._train_c, self._eval_c = compiled[:2]
+            self._train_c, self._eval_c = [f.result() for f in [pool.submit(j) for j in jobs]]
+        self._eval_rows = len(eval_batch["mask"])
         self._memory = perf.memory_bytes(self._train_c)
         return time.perf_counter() - t
 
@@ -170,14 +168,21 @@ class StandardTrainer:
     def sync(self) -> None:
         jax.block_until_ready(self._state_r["step"])
 
+    def _evaluate(self, variables_r: Any, batch: Mapping[str, np.ndarray], use_batch: bool
+                  ) -> dict[str, Any]:
+        # Not compiled ahead when a resumed run had no step left to train, nor for the
+        # shorter batches of a training split smaller than an eval batch.
+        ahead = self._eval_c is not None and len(batch["mask"]) == self._eval_rows
+        step_fn = self._eval_c if ahead else self._eval
+        out = step_fn(variables_r, steps.shard(dict(batch), self.ndev), self._flags[use_batch])
+        return jax.tree.map(lambda a: a[0], jax.device_get(out))
+
     def eval_fn(self) -> EvalFn:
         variables_r = steps.replicate(self.variables(), self.ndev)
-        # Not compiled ahead when a resumed run had no step left to train.
-        step_fn = self._eval_c if self._eval_c is not None else self._eval
 
         def run(batch: Mapping[str, np.ndarray]) -> tuple[float, float, float]:
-            out = jax.device_get(step_fn(variables_r, steps.shard(dict(batch), self.ndev)))
-            return float(out["correct"][0]), float(out["loss"][0]), float(out["count"][0])
+            out = self._evaluate(variables_r, batch, False)
+            return float(out["correct"]), float(out["loss"]), float(out["count"])
 
         return run
 
@@ -201,13 +206,18 @@ class StandardTrainer:
 
     def variables(self) -> dict[str, Any]:
         """The variables evaluated and returned: the trained ones, with batch-norm
-        statistics recomputed for them when there are `bn_batches` (once per step)."""
-        if self._bn_stats is None:
+        statistics recomputed for them when there are `bn_batches` (once per step), by the
+        eval program normalizing with each batch's own statistics."""
+        if not self.bn_batches:
             return self._trained_variables()
         step = int(steps.unreplicate(self._state_r["step"]))
         if self._precise is None or self._precise[0] != step:
             trained = self._trained_variables()
-            trained["batch_stats"] = self._bn_stats(trained, self.bn_batches)
+            trained_r = steps.replicate(trained, self.ndev)
+            per_batch = [self._evaluate(trained_r, b, True)["batch_statistics"]
+                         for b in self.bn_batches]
+            trained["batch_stats"] = precise_bn.averaged(trained["batch_stats"], per_batch,
+                                                         self._momenta)
             self._precise = (step, trained)
         return self._precise[1]
 

@@ -69,19 +69,28 @@ def test_negative_batches_is_one_clear_error():
         with_defaults(config)
 
 
-def test_statistics_compiled_ahead_are_the_same_and_compile_nothing_when_run():
-    model = Model(new_graph(["input"], ["bn"], [new_op("bn", "BATCH_NORM", ["input"])]), {})
+def test_the_eval_program_computes_the_statistics_precise_bn_averages():
+    """The trainer's statistics come from its eval program (one compiled program fewer):
+    per device, the same as the batch statistics of its share of the batch."""
+    from nas.train import steps
+
+    ops = [new_op("bn", "BATCH_NORM", ["input"]), new_op("flat", "FLATTEN", ["bn"]),
+           new_op("logits", "DENSE", ["flat"], op_kwargs={"features": 3})]
+    model = Model(new_graph(["input"], ["logits"], ops), {})
+    n = jax.local_device_count()
     rng = np.random.default_rng(1)
-    batches = [rng.normal(1.0, 3.0, (4, 5, 5, 3)).astype(np.float32) for _ in range(2)]
-    variables = jax.tree.map(np.asarray, model.init(jax.random.PRNGKey(0), batches[0]))
-    ahead = precise_bn.statistics_fn(model)
-    ahead.compile(variables, batches[0])
-    with CompileCounter() as counter:
-        stats = ahead(variables, batches)
-    assert counter.requests == 0
-    want = precise_bn.statistics_fn(model)(variables, batches)
-    np.testing.assert_allclose(stats["bn"]["mean"], want["bn"]["mean"], rtol=1e-6)
-    np.testing.assert_allclose(stats["bn"]["var"], want["bn"]["var"], rtol=1e-6)
+    images = rng.normal(1.0, 3.0, (4 * n, 5, 5, 3)).astype(np.float32)
+    variables = jax.tree.map(np.asarray, model.init(jax.random.PRNGKey(0), images))
+    batch = {"image": images, "label": np.zeros(4 * n, np.int32),
+             "mask": np.zeros(4 * n, np.float32)}
+    evaluate = jax.pmap(steps.make_eval_step(model, 3), axis_name=steps.AXIS)
+    out = evaluate(steps.replicate(variables, n), steps.shard(batch, n),
+                   steps.replicate(np.asarray(True), n))
+    want = precise_bn.statistics_fn(model)(variables, list(images.reshape(n, 4, 5, 5, 3)))
+    for k in ("mean", "var"):
+        np.testing.assert_allclose(out["batch_statistics"]["bn"][k][0], want["bn"][k],
+                                   rtol=1e-5)
+    assert float(out["count"][0]) == 0.0  # masked: no example is counted as evaluated
 
 
 def test_a_trainer_compiles_before_its_device_stage_not_in_it(data_dir):

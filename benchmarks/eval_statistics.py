@@ -1,0 +1,124 @@
+"""Precise-BN statistics inside the eval program against a program of their own.
+
+Why: a trainer evaluates with running averages and recomputes them for the final weights
+(nas.train.precise_bn). As two programs, every network with batch norms compiled both; now
+the eval step chooses the statistics at run time (`nas.graph.batch_norm`), which costs each
+evaluation the batch's moments it does not use. This prints, side by side in one process
+(no persistent compilation cache, best of `--rounds`, alternating):
+
+  compile   cold compile of the eval program (+ the statistics program, before)
+  eval      one evaluation batch with the running averages
+  stats     the statistics of `--bn-batches` training batches of `--train-batch` images
+            (before: that many batches; now: as many images in eval-sized batches)
+
+    python benchmarks/eval_statistics.py [--model resnet18] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from nas import zoo
+from nas.graph import Model
+from nas.train import precise_bn, steps
+
+
+def before(model: Model, num_classes: int):
+    """The programs of the commit before: an eval step without the flag, and the
+    statistics as a jitted training-mode pass from zeroed running averages."""
+    def eval_fn(variables, batch):
+        logits = model.apply(variables, batch["image"], deterministic=True, training=False)
+        correct = (jnp.argmax(logits, -1) == batch["label"]).astype(jnp.float32)
+        return jax.lax.psum(jnp.sum(correct * batch["mask"]), steps.AXIS)
+
+    momenta = precise_bn.recomputable(model.graph)
+
+    def one_batch(variables, x):
+        stats = {k: jax.tree.map(jnp.zeros_like, v) for k, v in variables["batch_stats"].items()}
+        _, upd = model.apply({**variables, "batch_stats": stats}, x, deterministic=True,
+                             training=True, mutable=["batch_stats"])
+        return {k: jax.tree.map(lambda a, m=m: a / (1 - m), upd["batch_stats"][k])
+                for k, m in momenta.items()}
+
+    del num_classes
+    return jax.pmap(eval_fn, axis_name=steps.AXIS), jax.jit(one_batch)
+
+
+def timed(fn, *args) -> float:
+    t = time.perf_counter()
+    jax.block_until_ready(fn(*args))
+    return time.perf_counter() - t
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="resnet18")
+    parser.add_argument("--image-size", type=int, default=32)
+    parser.add_argument("--eval-batch", type=int, default=360)
+    parser.add_argument("--train-batch", type=int, default=64)
+    parser.add_argument("--bn-batches", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    graph, constants, _ = zoo.build(args.model, 10, args.image_size)
+    model = Model(graph, constants)
+    n = jax.local_device_count()
+    rng = np.random.default_rng(0)
+    shape = (args.image_size, args.image_size, 3)
+
+    def images(count: int) -> np.ndarray:
+        return rng.standard_normal((count, *shape)).astype(np.float32)
+
+    variables = jax.tree.map(np.asarray, model.init(jax.random.PRNGKey(0), images(1)))
+    eval_batch = {"image": images(args.eval_batch), "label": np.zeros(args.eval_batch, np.int32),
+                  "mask": np.ones(args.eval_batch, np.float32)}
+    per_device = args.train_batch // n
+    old_bn = [images(per_device) for _ in range(args.bn_batches)]
+    count = -(-args.bn_batches * args.train_batch // args.eval_batch)
+    new_bn = [dict(eval_batch, image=images(args.eval_batch)) for _ in range(count)]
+    var_r, ev = steps.replicate(variables, n), steps.shard(eval_batch, n)
+    flags = {use: steps.replicate(np.asarray(use), n) for use in (False, True)}
+    now = jax.pmap(steps.make_eval_step(model, 10), axis_name=steps.AXIS)
+    old_eval, old_stats = before(model, 10)
+    seconds: dict[str, dict[str, list[float]]] = {"before": {}, "now": {}}
+
+    def record(which: str, what: str, s: float) -> None:
+        seconds[which].setdefault(what, []).append(s)
+
+    for _ in range(args.rounds):
+        t = time.perf_counter()
+        old_eval_c = old_eval.lower(var_r, ev).compile()
+        old_stats_c = old_stats.lower(variables, old_bn[0]).compile()
+        record("before", "compile", time.perf_counter() - t)
+        t = time.perf_counter()
+        now_c = now.lower(var_r, ev, flags[False]).compile()
+        record("now", "compile", time.perf_counter() - t)
+        for _ in range(2):  # the first call of each warms its buffers
+            e_old = timed(old_eval_c, var_r, ev)
+            e_now = timed(now_c, var_r, ev, flags[False])
+            s_old = timed(lambda c: [c(variables, x) for x in old_bn], old_stats_c)
+            s_now = timed(lambda c: [c(var_r, steps.shard(b, n), flags[True]) for b in new_bn],
+                          now_c)
+        record("before", "eval", e_old)
+        record("now", "eval", e_now)
+        record("before", "stats", s_old)
+        record("now", "stats", s_now)
+    print(f"{args.model} at {args.image_size}px, {jax.default_backend()} x{n}, eval batch "
+          f"{args.eval_batch}; statistics: {args.bn_batches} x {per_device} images before, "
+          f"{count} x {args.eval_batch} now; best of {args.rounds}\n")
+    print("| | before s | now s | now / before |")
+    print("|---|---:|---:|---:|")
+    for what in ("compile", "eval", "stats"):
+        b, w = min(seconds["before"][what]), min(seconds["now"][what])
+        print(f"| {what} | {b:.3f} | {w:.3f} | {w / b:.2f}x |")
+    med = {k: statistics.median(v) for k, v in seconds["now"].items()}
+    print(f"\nmedians now: {', '.join(f'{k} {v:.3f} s' for k, v in med.items())}")
+
+
+if __name__ == "__main__":
+    main()
