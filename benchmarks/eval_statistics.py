@@ -2,21 +2,25 @@
 
 Why: a trainer evaluates with running averages and recomputes them for the final weights
 (nas.train.precise_bn). As two programs, every network with batch norms compiled both; now
-the eval step chooses the statistics at run time (`nas.graph.batch_norm`), which costs each
-evaluation the batch's moments it does not use. This prints, side by side in one process
-(no persistent compilation cache, best of `--rounds`, alternating):
+the eval step holds both as the branches of one `lax.cond` (`steps.make_eval_step`). This
+prints, side by side in one process (cold compiles: in-memory caches cleared, no
+persistent cache; best of `--rounds`):
 
-  compile   cold compile of the eval program (+ the statistics program, before)
+  compile   the eval program (before: + the statistics program)
   eval      one evaluation batch with the running averages
   stats     the statistics of `--bn-batches` training batches of `--train-batch` images
-            (before: that many batches; now: as many images in eval-sized batches)
+            (now: each carried in an eval-shaped batch)
 
-    python benchmarks/eval_statistics.py [--model resnet18] [--rounds 3]
+    python benchmarks/eval_statistics.py [--model cnn-bn] [--rounds 3]
+
+`cnn-bn` is the README's CifarNet with a batch norm after each convolution (the README's
+children add batch norms to a network without any); other names are zoo models.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import time
 
@@ -25,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from nas import zoo
-from nas.graph import Model
+from nas.graph import Model, new_op
 from nas.train import precise_bn, steps
 
 
@@ -34,8 +38,10 @@ def before(model: Model, num_classes: int):
     statistics as a jitted training-mode pass from zeroed running averages."""
     def eval_fn(variables, batch):
         logits = model.apply(variables, batch["image"], deterministic=True, training=False)
-        correct = (jnp.argmax(logits, -1) == batch["label"]).astype(jnp.float32)
-        return jax.lax.psum(jnp.sum(correct * batch["mask"]), steps.AXIS)
+        mask = batch["mask"]
+        loss = steps.softmax_xent(logits, jax.nn.one_hot(batch["label"], num_classes)) * mask
+        correct = (jnp.argmax(logits, -1) == batch["label"]).astype(jnp.float32) * mask
+        return jax.lax.psum((jnp.sum(correct), jnp.sum(loss), jnp.sum(mask)), steps.AXIS)
 
     momenta = precise_bn.recomputable(model.graph)
 
@@ -46,8 +52,21 @@ def before(model: Model, num_classes: int):
         return {k: jax.tree.map(lambda a, m=m: a / (1 - m), upd["batch_stats"][k])
                 for k, m in momenta.items()}
 
-    del num_classes
     return jax.pmap(eval_fn, axis_name=steps.AXIS), jax.jit(one_batch)
+
+
+def cnn_with_batch_norms(num_classes: int) -> tuple:
+    """CifarNet with a batch norm between each convolution and its ReLU."""
+    graph, constants, _ = zoo.build("cnn", num_classes, 32)
+    convs = {op.name for op in graph.ops if op.type.name == "CONV"}
+    ops = []
+    for op in graph.ops:
+        if op.type.name == "RELU" and op.input_names[0].split(":")[0] in convs:
+            bn = new_op(f"{op.name}_bn", "BATCH_NORM", [op.input_names[0]])
+            ops += [bn, dataclasses.replace(op, input_names=[bn.output_names[0]])]
+        else:
+            ops.append(op)
+    return dataclasses.replace(graph, ops=ops), constants
 
 
 def timed(fn, *args) -> float:
@@ -58,14 +77,15 @@ def timed(fn, *args) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="resnet18")
+    parser.add_argument("--model", default="cnn-bn")
     parser.add_argument("--image-size", type=int, default=32)
     parser.add_argument("--eval-batch", type=int, default=360)
     parser.add_argument("--train-batch", type=int, default=64)
     parser.add_argument("--bn-batches", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    graph, constants, _ = zoo.build(args.model, 10, args.image_size)
+    graph, constants = (cnn_with_batch_norms(10) if args.model == "cnn-bn"
+                        else zoo.build(args.model, 10, args.image_size)[:2])
     model = Model(graph, constants)
     n = jax.local_device_count()
     rng = np.random.default_rng(0)
@@ -79,11 +99,11 @@ def main() -> None:
                   "mask": np.ones(args.eval_batch, np.float32)}
     per_device = args.train_batch // n
     old_bn = [images(per_device) for _ in range(args.bn_batches)]
-    count = -(-args.bn_batches * args.train_batch // args.eval_batch)
-    new_bn = [dict(eval_batch, image=images(args.eval_batch)) for _ in range(count)]
+    new_bn = precise_bn.eval_shaped(old_bn, n, args.eval_batch)
     var_r, ev = steps.replicate(variables, n), steps.shard(eval_batch, n)
     flags = {use: steps.replicate(np.asarray(use), n) for use in (False, True)}
-    now = jax.pmap(steps.make_eval_step(model, 10), axis_name=steps.AXIS)
+    now = jax.pmap(steps.make_eval_step(model, 10, statistics_rows=per_device),
+                   axis_name=steps.AXIS)
     old_eval, old_stats = before(model, 10)
     seconds: dict[str, dict[str, list[float]]] = {"before": {}, "now": {}}
 
@@ -91,10 +111,12 @@ def main() -> None:
         seconds[which].setdefault(what, []).append(s)
 
     for _ in range(args.rounds):
+        jax.clear_caches()  # each round compiles cold
         t = time.perf_counter()
         old_eval_c = old_eval.lower(var_r, ev).compile()
         old_stats_c = old_stats.lower(variables, old_bn[0]).compile()
         record("before", "compile", time.perf_counter() - t)
+        jax.clear_caches()
         t = time.perf_counter()
         now_c = now.lower(var_r, ev, flags[False]).compile()
         record("now", "compile", time.perf_counter() - t)
@@ -102,15 +124,15 @@ def main() -> None:
             e_old = timed(old_eval_c, var_r, ev)
             e_now = timed(now_c, var_r, ev, flags[False])
             s_old = timed(lambda c: [c(variables, x) for x in old_bn], old_stats_c)
-            s_now = timed(lambda c: [c(var_r, steps.shard(b, n), flags[True]) for b in new_bn],
-                          now_c)
+            s_now = timed(lambda c: [c(var_r, steps.shard(b, n), flags[True])
+                                     for b, _ in new_bn], now_c)
         record("before", "eval", e_old)
         record("now", "eval", e_now)
         record("before", "stats", s_old)
         record("now", "stats", s_now)
     print(f"{args.model} at {args.image_size}px, {jax.default_backend()} x{n}, eval batch "
-          f"{args.eval_batch}; statistics: {args.bn_batches} x {per_device} images before, "
-          f"{count} x {args.eval_batch} now; best of {args.rounds}\n")
+          f"{args.eval_batch}; statistics of {args.bn_batches} x {per_device} images; best of "
+          f"{args.rounds}\n")
     print("| | before s | now s | now / before |")
     print("|---|---:|---:|---:|")
     for what in ("compile", "eval", "stats"):

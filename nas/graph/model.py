@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from nas.graph import batch_norm, grouped_conv, pooling
+from nas.graph import grouped_conv, pooling
 from nas.graph.ops import Graph, Op, OpType, canonical_name
 from nas.graph.symbolic import resolve
 from nas.graph.validate import MODULE_TYPES, check_const_kwarg
@@ -162,11 +162,9 @@ def exec_op(
     op_kw: dict[str, Any],
     in_kw: dict[str, Any],
     deterministic: bool,
-    training: bool | jax.Array,
+    training: bool,
 ) -> list[jax.Array]:
-    """Runs one op inside `module` (the Model's compact scope) and returns its outputs.
-    `training` only chooses the batch norms' statistics; an array chooses them at run time
-    (`batch_norm.EitherBatchNorm`)."""
+    """Runs one op inside `module` (the Model's compact scope) and returns its outputs."""
     t = op.type
     x = inputs[0] if inputs else None
     checks_only = not module.is_mutable_collection("params")
@@ -174,13 +172,9 @@ def exec_op(
         kw = _module_kwargs(t, x, op_kw)
         if checks_only:
             kw = {**kw, **dict.fromkeys(_PARAM_INITS.get(t, ()), nn.initializers.zeros)}
-        if (t is OpType.BATCH_NORM and isinstance(training, jax.Array)
-                and "use_running_average" not in in_kw):
-            return [batch_norm.EitherBatchNorm(name=op.name, **kw)(x, training)]
         layer = MODULE_TYPES[t](name=op.name, **kw)
         if t is OpType.BATCH_NORM:
-            if "use_running_average" not in in_kw:
-                in_kw["use_running_average"] = not training
+            in_kw.setdefault("use_running_average", not training)
             return [layer(x, **in_kw)]
         if t in (OpType.DROPOUT, OpType.SELF_ATTENTION):
             return [layer(x, deterministic=deterministic)]
@@ -274,10 +268,6 @@ class Model(nn.Module):
     Call with a tensor (single-input, single-output graphs return a tensor) or a dict of
     named inputs (returns a dict keyed by output name). A graph without output names returns
     every op's tensors, keyed `"name:idx"`.
-
-    `training` chooses the batch norms' statistics: False, the running averages; True, the
-    batch's, updating the averages (mutable "batch_stats"); a boolean array, either at run
-    time, sowing the batch's into `batch_norm.COLLECTION` and updating nothing.
     """
 
     graph: Graph
@@ -285,7 +275,7 @@ class Model(nn.Module):
 
     @nn.compact
     def __call__(
-        self, inp: Any, deterministic: bool = True, training: bool | jax.Array = False
+        self, inp: Any, deterministic: bool = True, training: bool = False
     ) -> Any:
         graph = self.graph
         constants = dict(self.constants or {})

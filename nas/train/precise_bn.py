@@ -14,10 +14,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
-from nas.graph import batch_norm
 from nas.graph.ops import OpType
 
 BatchStats = dict[str, Any]
@@ -49,12 +47,16 @@ def batch_statistics(model: Any, names: Iterable[str] | None = None,
     momenta = recomputable(model.graph, names)
 
     def one_batch(variables: dict[str, Any], x: jax.Array) -> BatchStats:
-        _, sown = model.apply(variables, {input_name: x} if input_name else x,
-                              deterministic=True, training=jnp.asarray(True),
-                              mutable=[batch_norm.COLLECTION])
-        stats = batch_norm.sown_statistics(sown)
-        return {name: stats[name] for name in momenta
-                if name in variables.get("batch_stats", {})}
+        # From zero, flax's update m * old + (1 - m) * batch leaves (1 - m) * batch.
+        stats = dict(variables.get("batch_stats", {}))
+        present = {name: m for name, m in momenta.items() if name in stats}
+        for name in present:
+            stats[name] = jax.tree.map(jax.numpy.zeros_like, stats[name])
+        _, updated = model.apply({**variables, "batch_stats": stats},
+                                 {input_name: x} if input_name else x,
+                                 deterministic=True, training=True, mutable=["batch_stats"])
+        return {name: jax.tree.map(lambda a, m=m: a / (1.0 - m), updated["batch_stats"][name])
+                for name, m in present.items()}
 
     return one_batch
 
@@ -67,10 +69,13 @@ def averaged(batch_stats: BatchStats, per_batch: Sequence[BatchStats],
     present = [n for n in momenta if n in stats]
     if not present or not per_batch:
         return stats
+    total = None
+    for batch in per_batch:
+        got = jax.device_get({name: batch[name] for name in present})
+        total = got if total is None else jax.tree.map(np.add, total, got)
     for name in present:
-        stats[name] = jax.tree.map(
-            lambda *each: np.mean(np.stack([np.asarray(a, np.float32) for a in each]), axis=0),
-            *[jax.device_get(b[name]) for b in per_batch])
+        stats[name] = jax.tree.map(lambda a: np.asarray(a / len(per_batch), np.float32),
+                                   total[name])
     return stats
 
 
@@ -79,7 +84,7 @@ def statistics_fn(model: Any, names: Iterable[str] | None = None,
                   ) -> Callable[[dict[str, Any], Sequence[np.ndarray]], BatchStats]:
     """(variables, image batches) -> the variables' batch_stats with those of the BN ops
     `names` (default: all) replaced by their average over the batches; compiled once per
-    model. (A trainer reads them through its eval program instead: `steps.make_eval_step`.)
+    model. (A trainer computes them in its eval program instead: `steps.make_eval_step`.)
 
     `input_name`: as in `batch_statistics`."""
     one_batch = jax.jit(batch_statistics(model, names, input_name))
@@ -92,14 +97,21 @@ def statistics_fn(model: Any, names: Iterable[str] | None = None,
     return run
 
 
-def eval_batches(inp: Any, batches: int, train_batch: int, eval_batch: int, seed: int
-                 ) -> list[dict[str, np.ndarray]]:
-    """Training images for the statistics, shaped as evaluation batches (`eval_batch`
-    examples, labels and masks zero) so the eval program computes them: as many as
-    `batches` training batches of `train_batch` hold (rounded up to whole batches; each
-    device takes its share of each, as it does of a training batch)."""
-    from nas.train import data as data_lib
-
-    count = -(-batches * train_batch // eval_batch)
-    return [{"image": x, "label": np.zeros(len(x), np.int32), "mask": np.zeros(len(x), np.float32)}
-            for x in data_lib.plain_batches(inp, count, eval_batch, seed)]
+def eval_shaped(images: Sequence[np.ndarray], devices: int, eval_rows: int
+                ) -> list[tuple[dict[str, np.ndarray], int]]:
+    """(batch, shares) pairs carrying the image batches `images` to an eval program (see
+    `steps.make_eval_step`): each batch has `eval_rows` rows, split over `devices` devices
+    as an evaluation is; device d's share starts with one of `images` (the rest zeros, no
+    example masked in), and the first `shares` shares carry one. A batch of more rows than
+    a device's share is cut to it."""
+    share = eval_rows // devices
+    out = []
+    for start in range(0, len(images), devices):
+        group = images[start:start + devices]
+        x = np.zeros((devices, share, *group[0].shape[1:]), np.float32)
+        for d, batch in enumerate(group):
+            x[d, :min(len(batch), share)] = batch[:share]
+        out.append(({"image": x.reshape(devices * share, *x.shape[2:]),
+                     "label": np.zeros(devices * share, np.int32),
+                     "mask": np.zeros(devices * share, np.float32)}, len(group)))
+    return out

@@ -21,8 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from nas.graph import batch_norm
-from nas.train import optim
+from nas.train import optim, precise_bn
 
 AXIS = "batch"
 State = dict[str, Any]
@@ -119,33 +118,52 @@ def make_train_step(
     return step_fn
 
 
-def make_eval_step(model: Any, num_classes: int,
-                   compute_dtype: Any = None) -> Callable[..., dict[str, jax.Array]]:
+def make_eval_step(model: Any, num_classes: int, compute_dtype: Any = None,
+                   statistics_rows: int = 0) -> Callable[..., dict[str, jax.Array]]:
     """(variables, batch, use_batch_statistics) -> summed correct / loss / count over
-    devices, mask-aware, and "batch_statistics": each batch norm's statistics of the batch
-    ({op name: {"mean", "var"}}, averaged over devices).
+    devices, mask-aware, and "batch_statistics" per device.
 
-    `use_batch_statistics` (a boolean, per device) normalizes with the batch's statistics
-    instead of the running averages: precise BN (nas.train.precise_bn) reads them from
-    training batches with this same program, so a network compiles one program fewer."""
+    With `statistics_rows`, a true `use_batch_statistics` (a boolean per device) makes the
+    step compute instead the statistics of the first `statistics_rows` images of each
+    device's share ({BN op name: {"mean", "var"}}: precise BN, `precise_bn.batch_statistics`,
+    in float32 as before); else (and with a false flag) they are the running averages.
 
-    def eval_fn(variables: dict[str, Any], batch: dict[str, jax.Array],
-                use_batch_statistics: jax.Array):
-        variables = dict(variables, params=cast_floats(variables["params"], compute_dtype))
-        logits, sown = model.apply(variables, cast_floats(batch["image"], compute_dtype),
-                                   deterministic=True, training=use_batch_statistics,
-                                   mutable=[batch_norm.COLLECTION])
-        logits = logits.astype(jnp.float32)
+    Why one program: a network with batch norms compiled its evaluation and its statistics
+    separately; with both branches of one `lax.cond` a search child compiles one program
+    fewer, and each branch runs as fast as it did alone (benchmarks/eval_statistics.py;
+    computing the statistics inside the evaluated network instead broke XLA:CPU's fusion
+    of the whole network and doubled an evaluation)."""
+    statistics = (precise_bn.batch_statistics(model, precise_bn.recomputable(model.graph))
+                  if statistics_rows else None)
+
+    def running(variables: dict[str, Any]) -> dict[str, Any]:
+        return {name: variables["batch_stats"][name]
+                for name in precise_bn.recomputable(model.graph)
+                if name in variables.get("batch_stats", {})}
+
+    def evaluation(variables: dict[str, Any], batch: dict[str, jax.Array]):
+        cast = dict(variables, params=cast_floats(variables["params"], compute_dtype))
+        logits = model.apply(cast, cast_floats(batch["image"], compute_dtype),
+                             deterministic=True, training=False).astype(jnp.float32)
         mask = batch["mask"]
         labels = jax.nn.one_hot(batch["label"], num_classes)
         loss = softmax_xent(logits, labels) * mask
         correct = (jnp.argmax(logits, axis=-1) == batch["label"]).astype(jnp.float32) * mask
-        return {
-            "correct": jax.lax.psum(jnp.sum(correct), AXIS),
-            "loss": jax.lax.psum(jnp.sum(loss), AXIS),
-            "count": jax.lax.psum(jnp.sum(mask), AXIS),
-            "batch_statistics": jax.lax.pmean(batch_norm.sown_statistics(sown), AXIS),
-        }
+        return (jnp.sum(correct), jnp.sum(loss), jnp.sum(mask)), running(variables)
+
+    def batch_statistics(variables: dict[str, Any], batch: dict[str, jax.Array]):
+        zero = jnp.zeros((), jnp.float32)
+        return (zero, zero, zero), statistics(variables, batch["image"][:statistics_rows])
+
+    def eval_fn(variables: dict[str, Any], batch: dict[str, jax.Array],
+                use_batch_statistics: jax.Array):
+        if statistics is None:
+            sums, stats = evaluation(variables, batch)
+        else:
+            sums, stats = jax.lax.cond(use_batch_statistics, batch_statistics, evaluation,
+                                       variables, batch)
+        correct, loss, count = jax.lax.psum(sums, AXIS)
+        return {"correct": correct, "loss": loss, "count": count, "batch_statistics": stats}
 
     return eval_fn
 

@@ -36,7 +36,7 @@ import numpy as np
 from absl import logging
 from tqdm import tqdm
 
-from nas.train import compilation, devdata, memory, perf, precise_bn, trainers
+from nas.train import compilation, devdata, memory, perf, trainers
 from nas.train import config as config_lib
 from nas.train import data as data_lib
 from nas.train.checkpoint import Checkpointer, has_checkpoint
@@ -260,16 +260,16 @@ def setup_trainer(config: ml_collections.ConfigDict, graph: Any, constants: Any,
                                            sched_kw=sched_kw, params=params or None,
                                            frozen_names=frozen_names)
     batch_stats, _ = _inherit(fresh.get("batch_stats", {}), parent.get("batch_stats"))
-    bn_batches = (precise_bn.eval_batches(config.input, config.precise_bn_batches,
-                                          data.local_batch, data.eval_data.batch_size,
-                                          config.seed)
+    per_device = max(1, config.input.batch_size // jax.device_count())
+    bn_batches = (data_lib.plain_batches(config.input, config.precise_bn_batches, per_device,
+                                         config.seed)
                   if batch_stats and config.precise_bn_batches else ())
     return trainers.StandardTrainer(
         model, config, params={k: v for k, v in params.items() if k not in frozen_names},
         frozen={k: v for k, v in params.items() if k in frozen_names},
         batch_stats=batch_stats, sched_kw=sched_kw,
         device_data=data.feed.device_data if data.feed.on_device else None,
-        bn_batches=bn_batches)
+        bn_batches=bn_batches, eval_rows=data.eval_data.batch_size)
 
 
 # ----------------------------------------------------------------------------- run files

@@ -61,7 +61,7 @@ class StandardTrainer:
     def __init__(self, model: Any, config: Any, *, params: dict[str, Any],
                  frozen: dict[str, Any], batch_stats: dict[str, Any], sched_kw: Mapping,
                  frozen_names: Iterable[str] = (), device_data: Any = None,
-                 bn_batches: Sequence[np.ndarray] = ()) -> None:
+                 bn_batches: Sequence[np.ndarray] = (), eval_rows: int = 0) -> None:
         self.model = model
         self.ndev = jax.local_device_count()
         self.num_classes = int(config.num_classes)
@@ -81,15 +81,20 @@ class StandardTrainer:
         if device_data is not None:
             fn = steps.with_device_data(fn, device_data.augment_fn(), self.seed)
         self._train = jax.pmap(fn, axis_name=steps.AXIS, donate_argnums=(0,))
-        self._eval = jax.pmap(steps.make_eval_step(model, self.num_classes, self.dtype),
-                              axis_name=steps.AXIS)
-        self._train_c = self._eval_c = None
-        self._eval_rows = 0
-        self._memory = (0, 0)
-        self._local_batch = 0
+        # Precise BN: the eval program computes the statistics of `bn_batches` (one per
+        # device share of an eval-shaped batch of `eval_rows`), so it is not compiled apart.
         self._momenta = precise_bn.recomputable(model.graph)
         self.bn_batches = list(bn_batches) if self._momenta else []
+        rows = eval_rows or (len(self.bn_batches[0]) * self.ndev if self.bn_batches else 0)
+        self._statistics_batches = precise_bn.eval_shaped(self.bn_batches, self.ndev, rows)
+        self._eval = jax.pmap(steps.make_eval_step(
+            model, self.num_classes, self.dtype,
+            statistics_rows=min(len(self.bn_batches[0]), rows // self.ndev)
+            if self.bn_batches else 0), axis_name=steps.AXIS)
         self._flags = {use: steps.replicate(np.asarray(use), self.ndev) for use in (False, True)}
+        self._train_c = self._eval_c = None
+        self._memory = (0, 0)
+        self._local_batch = 0
         self._precise: tuple[int, dict[str, Any]] | None = None  # (step, variables)
 
     def _initial_state(self, params: dict[str, Any], frozen: dict[str, Any],
@@ -150,7 +155,6 @@ class StandardTrainer:
         threads = 1 if jax.default_backend() == "cpu" else len(jobs)
         with concurrent.futures.ThreadPoolExecutor(threads, "compile") as pool:
             self._train_c, self._eval_c = [f.result() for f in [pool.submit(j) for j in jobs]]
-        self._eval_rows = len(eval_batch["mask"])
         self._memory = perf.memory_bytes(self._train_c)
         return time.perf_counter() - t
 
@@ -170,19 +174,18 @@ class StandardTrainer:
 
     def _evaluate(self, variables_r: Any, batch: Mapping[str, np.ndarray], use_batch: bool
                   ) -> dict[str, Any]:
-        # Not compiled ahead when a resumed run had no step left to train, nor for the
-        # shorter batches of a training split smaller than an eval batch.
-        ahead = self._eval_c is not None and len(batch["mask"]) == self._eval_rows
-        step_fn = self._eval_c if ahead else self._eval
+        """The eval program's outputs (host arrays, one row per device)."""
+        # Not compiled ahead when a resumed run had no step left to train.
+        step_fn = self._eval_c if self._eval_c is not None else self._eval
         out = step_fn(variables_r, steps.shard(dict(batch), self.ndev), self._flags[use_batch])
-        return jax.tree.map(lambda a: a[0], jax.device_get(out))
+        return jax.device_get(out)
 
     def eval_fn(self) -> EvalFn:
         variables_r = steps.replicate(self.variables(), self.ndev)
 
         def run(batch: Mapping[str, np.ndarray]) -> tuple[float, float, float]:
             out = self._evaluate(variables_r, batch, False)
-            return float(out["correct"]), float(out["loss"]), float(out["count"])
+            return float(out["correct"][0]), float(out["loss"][0]), float(out["count"][0])
 
         return run
 
@@ -206,16 +209,18 @@ class StandardTrainer:
 
     def variables(self) -> dict[str, Any]:
         """The variables evaluated and returned: the trained ones, with batch-norm
-        statistics recomputed for them when there are `bn_batches` (once per step), by the
-        eval program normalizing with each batch's own statistics."""
+        statistics recomputed for them when there are `bn_batches` (once per step, by the
+        eval program)."""
         if not self.bn_batches:
             return self._trained_variables()
         step = int(steps.unreplicate(self._state_r["step"]))
         if self._precise is None or self._precise[0] != step:
             trained = self._trained_variables()
             trained_r = steps.replicate(trained, self.ndev)
-            per_batch = [self._evaluate(trained_r, b, True)["batch_statistics"]
-                         for b in self.bn_batches]
+            per_batch = []
+            for batch, shares in self._statistics_batches:
+                stats = self._evaluate(trained_r, batch, True)["batch_statistics"]
+                per_batch += [jax.tree.map(lambda a, d=d: a[d], stats) for d in range(shares)]
             trained["batch_stats"] = precise_bn.averaged(trained["batch_stats"], per_batch,
                                                          self._momenta)
             self._precise = (step, trained)

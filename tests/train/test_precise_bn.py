@@ -71,7 +71,8 @@ def test_negative_batches_is_one_clear_error():
 
 def test_the_eval_program_computes_the_statistics_precise_bn_averages():
     """The trainer's statistics come from its eval program (one compiled program fewer):
-    per device, the same as the batch statistics of its share of the batch."""
+    each device's are those of the image batch in its share, as `statistics_fn` computes
+    them; with the flag off it evaluates and hands back the running averages."""
     from nas.train import steps
 
     ops = [new_op("bn", "BATCH_NORM", ["input"]), new_op("flat", "FLATTEN", ["bn"]),
@@ -79,18 +80,34 @@ def test_the_eval_program_computes_the_statistics_precise_bn_averages():
     model = Model(new_graph(["input"], ["logits"], ops), {})
     n = jax.local_device_count()
     rng = np.random.default_rng(1)
-    images = rng.normal(1.0, 3.0, (4 * n, 5, 5, 3)).astype(np.float32)
-    variables = jax.tree.map(np.asarray, model.init(jax.random.PRNGKey(0), images))
-    batch = {"image": images, "label": np.zeros(4 * n, np.int32),
-             "mask": np.zeros(4 * n, np.float32)}
-    evaluate = jax.pmap(steps.make_eval_step(model, 3), axis_name=steps.AXIS)
-    out = evaluate(steps.replicate(variables, n), steps.shard(batch, n),
-                   steps.replicate(np.asarray(True), n))
-    want = precise_bn.statistics_fn(model)(variables, list(images.reshape(n, 4, 5, 5, 3)))
-    for k in ("mean", "var"):
-        np.testing.assert_allclose(out["batch_statistics"]["bn"][k][0], want["bn"][k],
-                                   rtol=1e-5)
-    assert float(out["count"][0]) == 0.0  # masked: no example is counted as evaluated
+    images = [rng.normal(1.0 + i, 3.0, (4, 5, 5, 3)).astype(np.float32) for i in range(n)]
+    variables = jax.tree.map(np.asarray, model.init(jax.random.PRNGKey(0), images[0]))
+    (batch, shares), = precise_bn.eval_shaped(images, n, 6 * n)  # 6 rows a device: 2 unused
+    assert shares == n and batch["image"].shape == (6 * n, 5, 5, 3)
+    evaluate = jax.pmap(steps.make_eval_step(model, 3, statistics_rows=4),
+                        axis_name=steps.AXIS)
+    variables_r = steps.replicate(variables, n)
+    out = evaluate(variables_r, steps.shard(batch, n), steps.replicate(np.asarray(True), n))
+    for d in range(n):
+        want = precise_bn.statistics_fn(model)(variables, [images[d]])
+        for k in ("mean", "var"):
+            np.testing.assert_allclose(out["batch_statistics"]["bn"][k][d], want["bn"][k],
+                                       rtol=1e-6)
+    assert float(out["count"][0]) == 0.0  # nothing was evaluated
+    labelled = dict(batch, mask=np.ones(6 * n, np.float32))
+    out = evaluate(variables_r, steps.shard(labelled, n), steps.replicate(np.asarray(False), n))
+    assert float(out["count"][0]) == 6 * n
+    np.testing.assert_array_equal(out["batch_statistics"]["bn"]["mean"][0],
+                                  variables["batch_stats"]["bn"]["mean"])
+
+
+def test_statistics_batches_fill_device_shares_and_say_how_many():
+    images = [np.full((3, 2, 2, 3), i + 1.0, np.float32) for i in range(3)]
+    batches = precise_bn.eval_shaped(images, devices=2, eval_rows=8)
+    assert [shares for _, shares in batches] == [2, 1]
+    first = batches[0][0]["image"].reshape(2, 4, 2, 2, 3)
+    assert np.all(first[1, :3] == 2.0) and np.all(first[:, 3] == 0.0)
+    assert not any(b["mask"].any() for b, _ in batches)  # no example counts as evaluated
 
 
 def test_a_trainer_compiles_before_its_device_stage_not_in_it(data_dir):
