@@ -124,21 +124,20 @@ def make_eval_step(model: Any, num_classes: int, compute_dtype: Any = None,
     devices, mask-aware, and "batch_statistics" per device.
 
     With `statistics_rows`, a true `use_batch_statistics` (a boolean per device) makes the
-    step compute instead the statistics of the first `statistics_rows` images of each
-    device's share ({BN op name: {"mean", "var"}}: precise BN, `precise_bn.batch_statistics`,
-    in float32 as before); else (and with a false flag) they are the running averages.
+    step compute instead the batch-norm statistics of the first `statistics_rows` images of
+    each device's share ({BN op name: {"mean", "var"}}, `precise_bn.batch_statistics`, in
+    float32 whatever the compute dtype); otherwise they are the running averages.
 
     Why one program: a network with batch norms compiled its evaluation and its statistics
-    separately; with both branches of one `lax.cond` a search child compiles one program
+    separately; as the two branches of one `lax.cond` a search child compiles one program
     fewer, and each branch runs as fast as it did alone (benchmarks/eval_statistics.py;
-    computing the statistics inside the evaluated network instead broke XLA:CPU's fusion
-    of the whole network and doubled an evaluation)."""
-    statistics = (precise_bn.batch_statistics(model, precise_bn.recomputable(model.graph))
-                  if statistics_rows else None)
+    choosing the statistics inside the network instead broke XLA:CPU's fusion of the whole
+    evaluated network and doubled an evaluation)."""
+    momenta = precise_bn.recomputable(model.graph)
+    statistics = precise_bn.batch_statistics(model, momenta) if statistics_rows else None
 
     def running(variables: dict[str, Any]) -> dict[str, Any]:
-        return {name: variables["batch_stats"][name]
-                for name in precise_bn.recomputable(model.graph)
+        return {name: variables["batch_stats"][name] for name in momenta
                 if name in variables.get("batch_stats", {})}
 
     def evaluation(variables: dict[str, Any], batch: dict[str, jax.Array]):
@@ -151,7 +150,7 @@ def make_eval_step(model: Any, num_classes: int, compute_dtype: Any = None,
         correct = (jnp.argmax(logits, axis=-1) == batch["label"]).astype(jnp.float32) * mask
         return (jnp.sum(correct), jnp.sum(loss), jnp.sum(mask)), running(variables)
 
-    def batch_statistics(variables: dict[str, Any], batch: dict[str, jax.Array]):
+    def of_the_batch(variables: dict[str, Any], batch: dict[str, jax.Array]):
         zero = jnp.zeros((), jnp.float32)
         return (zero, zero, zero), statistics(variables, batch["image"][:statistics_rows])
 
@@ -160,7 +159,7 @@ def make_eval_step(model: Any, num_classes: int, compute_dtype: Any = None,
         if statistics is None:
             sums, stats = evaluation(variables, batch)
         else:
-            sums, stats = jax.lax.cond(use_batch_statistics, batch_statistics, evaluation,
+            sums, stats = jax.lax.cond(use_batch_statistics, of_the_batch, evaluation,
                                        variables, batch)
         correct, loss, count = jax.lax.psum(sums, AXIS)
         return {"correct": correct, "loss": loss, "count": count, "batch_statistics": stats}
