@@ -36,6 +36,9 @@ SETTINGS = {  # name: compiler options of `.compile(compiler_options=...)`
 CPU_SETTINGS = {  # XLA:GPU has no such option
     "exec_time_optimization_effort=-1": {"exec_time_optimization_effort": -1.0},
     "exec_time_optimization_effort=+1": {"exec_time_optimization_effort": 1.0},
+    # XLA:CPU's YNN (XNNPACK) library fusions off for both programs (the trainer turns
+    # them off for its train step only: nas.train.compilation.gradient_options)
+    "xla_cpu_experimental_ynn_fusion_type=none": {"xla_cpu_experimental_ynn_fusion_type": ""},
 }
 GPU_SETTINGS = {  # XLA:GPU's own: how hard it autotunes kernels (default 4; 0 off)
     "xla_gpu_autotune_level=0": {"xla_gpu_autotune_level": 0},

@@ -24,6 +24,7 @@ child instead; a fit that ends constant fails the candidate with that message.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -443,7 +444,7 @@ def _descend(part: Any, pairs: Sequence[tuple[str, str]], new_bn: Sequence[str],
     import jax
     import optax
 
-    from nas.train import optim
+    from nas.train import compilation, optim
 
     tx = optax.adam(config.lr)
     new_bn = set(new_bn)
@@ -452,7 +453,7 @@ def _descend(part: Any, pairs: Sequence[tuple[str, str]], new_bn: Sequence[str],
         out, new_stats = _part_outputs(part, frozen, params, batch_stats, x, True)
         return _error(out, target, pairs), new_stats
 
-    @jax.jit
+    @functools.partial(jax.jit, compiler_options=compilation.gradient_options())
     def step(params, opt_state, batch_stats, x, target):
         (loss, new_stats), grads = jax.value_and_grad(loss_fn, has_aux=True)(
             params, batch_stats, x, target)

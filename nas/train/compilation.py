@@ -11,6 +11,7 @@ from the jaxpr, images/sec on the already compiled steps).
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from typing import Any
@@ -50,6 +51,27 @@ def enable_cache(directory: str | None) -> str | None:
     except (ImportError, AttributeError):  # a JAX without it: takes effect in new processes
         pass
     return directory
+
+
+# XLA:CPU hands convolutions to its YNN (XNNPACK) library fusions. For a forward pass that
+# pays (a CNN's evaluation: the whole network in one fusion), for a gradient step it does
+# not: the README CifarNet's train step ran 2.7x slower with them, a ResNet18's the same
+# (benchmarks/compile_effort.py). Programs that take gradients are compiled without.
+_NO_YNN = {"xla_cpu_experimental_ynn_fusion_type": ""}
+
+
+@functools.cache
+def gradient_options() -> dict[str, str]:
+    """Compiler options for the programs that compute gradients (train and fit steps): on
+    the CPU, no YNN library fusions; none elsewhere, or where this XLA lacks the option
+    (asked once per process, by compiling a one-op program with it)."""
+    if jax.default_backend() != "cpu":
+        return {}
+    try:
+        jax.jit(lambda x: x + 1).lower(0.0).compile(compiler_options=_NO_YNN)
+    except jax.errors.JaxRuntimeError:
+        return {}
+    return dict(_NO_YNN)
 
 
 class CompileCounter:

@@ -39,7 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from nas.train import optim, perf, precise_bn, steps
+from nas.train import compilation, optim, perf, precise_bn, steps
 
 EvalFn = Callable[[Mapping[str, np.ndarray]], tuple[float, float, float]]
 
@@ -149,7 +149,8 @@ class StandardTrainer:
         there."""
         t = time.perf_counter()
         eval_vars = steps.replicate(self._trained_variables(), self.ndev)
-        jobs = [lambda: self._train.lower(self._state_r, *self._args(batch)).compile(),
+        jobs = [lambda: self._train.lower(self._state_r, *self._args(batch)).compile(
+                    compiler_options=compilation.gradient_options()),
                 lambda: self._eval.lower(eval_vars, steps.shard(dict(eval_batch), self.ndev),
                                          self._flags[False]).compile()]
         threads = 1 if jax.default_backend() == "cpu" else len(jobs)
