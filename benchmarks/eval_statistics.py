@@ -34,7 +34,7 @@ from nas.train import precise_bn, steps
 
 
 def before(model: Model, num_classes: int):
-    """The programs of the commit before: an eval step without the flag, and the
+    """The programs before 077473c: an eval step without the flag, and the
     statistics as a jitted training-mode pass from zeroed running averages."""
     def eval_fn(variables, batch):
         logits = model.apply(variables, batch["image"], deterministic=True, training=False)
