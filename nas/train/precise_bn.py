@@ -35,6 +35,12 @@ def recomputable(graph: Any, names: Iterable[str] | None = None) -> dict[str, fl
     return out
 
 
+def present(momenta: Mapping[str, float], batch_stats: Mapping[str, Any]) -> list[str]:
+    """The BN ops of `momenta` that have statistics in `batch_stats`: the ones recomputed
+    (`batch_statistics` returns exactly these, `averaged` replaces exactly these)."""
+    return [name for name in momenta if name in batch_stats]
+
+
 def batch_statistics(model: Any, names: Iterable[str] | None = None,
                      input_name: str | None = None
                      ) -> Callable[[dict[str, Any], jax.Array], BatchStats]:
@@ -49,14 +55,14 @@ def batch_statistics(model: Any, names: Iterable[str] | None = None,
     def one_batch(variables: dict[str, Any], x: jax.Array) -> BatchStats:
         # From zero, flax's update m * old + (1 - m) * batch leaves (1 - m) * batch.
         stats = dict(variables.get("batch_stats", {}))
-        present = {name: m for name, m in momenta.items() if name in stats}
-        for name in present:
+        names = present(momenta, stats)
+        for name in names:
             stats[name] = jax.tree.map(jax.numpy.zeros_like, stats[name])
         _, updated = model.apply({**variables, "batch_stats": stats},
                                  {input_name: x} if input_name else x,
                                  deterministic=True, training=True, mutable=["batch_stats"])
-        return {name: jax.tree.map(lambda a, m=m: a / (1.0 - m), updated["batch_stats"][name])
-                for name, m in present.items()}
+        return {name: jax.tree.map(lambda a, m=momenta[name]: a / (1.0 - m),
+                                   updated["batch_stats"][name]) for name in names}
 
     return one_batch
 
@@ -66,14 +72,14 @@ def averaged(batch_stats: BatchStats, per_batch: Sequence[BatchStats],
     """`batch_stats` with those of the BN ops `momenta` names replaced by their average over
     `per_batch` (each {op name: {"mean", "var"}} of one batch); unchanged without batches."""
     stats = dict(batch_stats)
-    present = [n for n in momenta if n in stats]
-    if not present or not per_batch:
+    names = present(momenta, stats)
+    if not names or not per_batch:
         return stats
     total = None
     for batch in per_batch:
-        got = jax.device_get({name: batch[name] for name in present})
+        got = jax.device_get({name: batch[name] for name in names})
         total = got if total is None else jax.tree.map(np.add, total, got)
-    for name in present:
+    for name in names:
         stats[name] = jax.tree.map(lambda a: np.asarray(a / len(per_batch), np.float32),
                                    total[name])
     return stats

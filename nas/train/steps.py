@@ -137,8 +137,8 @@ def make_eval_step(model: Any, num_classes: int, compute_dtype: Any = None,
     statistics = precise_bn.batch_statistics(model, momenta) if statistics_rows else None
 
     def running(variables: dict[str, Any]) -> dict[str, Any]:
-        return {name: variables["batch_stats"][name] for name in momenta
-                if name in variables.get("batch_stats", {})}
+        stats = variables.get("batch_stats", {})
+        return {name: stats[name] for name in precise_bn.present(momenta, stats)}
 
     def evaluation(variables: dict[str, Any], batch: dict[str, jax.Array]):
         cast = dict(variables, params=cast_floats(variables["params"], compute_dtype))
