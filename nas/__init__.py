@@ -1,12 +1,14 @@
 """Neural architecture search by subgraph mutation, on JAX, Flax and optax.
 
 `nas.load_candidate(path)` loads a candidate exported by `nas-search export` (see
-`nas.io.candidate`); it is imported on first use so that `import nas` stays cheap.
+`nas.io.candidate`), `nas.save_candidate(candidate, path)` writes one, and
+`nas.from_flax(module, x, variables=..., **call_kwargs)` imports a Flax model as one
+(`nas.interop`); each is imported on first use so that `import nas` stays cheap.
 """
 
 from typing import Any
 
-__all__ = ["load_candidate"]
+__all__ = ["from_flax", "load_candidate", "save_candidate"]
 
 
 def __getattr__(name: str) -> Any:
@@ -14,4 +16,12 @@ def __getattr__(name: str) -> Any:
         from nas.io.candidate import load_candidate
 
         return load_candidate
+    if name == "save_candidate":
+        from nas.io.candidate import save_candidate
+
+        return save_candidate
+    if name == "from_flax":
+        from nas.interop import from_flax
+
+        return from_flax
     raise AttributeError(f"module 'nas' has no attribute {name!r}")

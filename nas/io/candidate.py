@@ -98,6 +98,29 @@ def write_candidate(
     return atomic_write_with(path, write)
 
 
+def save_candidate(candidate: ExportedCandidate, path: str | os.PathLike) -> Path:
+    """Write `candidate` (e.g. from `nas.from_flax`) as the zip `nas-search export` writes,
+    so `nas.load_candidate`, `nas-train --graph` and `nas-search --seed_graph` read it.
+
+    Its weights are checked against the graph first: nothing half-right is written."""
+    from nas.graph import serialize
+
+    if not isinstance(candidate, ExportedCandidate):
+        raise ValueError(f"save_candidate: expected an ExportedCandidate (nas.from_flax, "
+                         f"nas.load_candidate), got {type(candidate).__name__}")
+    if candidate.variables is not None and candidate.input_shape is not None:
+        check_weights(candidate)
+    return write_candidate(
+        path,
+        serialize.graph_to_dict(candidate.graph, candidate.constants),
+        candidate.variables,
+        input_shape=candidate.input_shape,
+        train_config=candidate.train_config,
+        metrics=candidate.metrics,
+        info=candidate.info,
+    )
+
+
 def load_candidate(path: str | os.PathLike) -> ExportedCandidate:
     """The candidate exported to `path` by `nas-search export` (either version).
 

@@ -1,0 +1,173 @@
+"""Recognise activation functions in a jaxpr by what they compute, not how they are written.
+
+Why: `nn.gelu`, `jax.nn.softmax` or a user's `x * jax.nn.sigmoid(x)` reach the jaxpr as
+several primitives (and differ between jax versions). Any piece of the jaxpr that depends on
+one tensor only (scalars aside), keeps its shape and whose intermediate values are used
+nowhere else is a function of that tensor: evaluating it on probe values and comparing with
+each activation the IR knows identifies it, with its parameters (a leaky relu's slope, an
+elu's alpha, a softmax's axis). Evaluation runs the primitives on a probe array only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from scipy import special
+
+# Primitives that may start an activation: anything else is translated on its own.
+STARTS = frozenset({
+    "max", "min", "mul", "add", "sub", "div", "neg", "integer_pow", "pow", "tanh",
+    "logistic", "exp", "erf", "erfc", "abs", "sign", "select_n", "ge", "gt", "lt", "le",
+    "clamp", "reduce_max", "sqrt", "rsqrt", "log", "log1p", "expm1", "square",
+    "convert_element_type", "copy", "stop_gradient",
+})
+WINDOW = 48  # equations looked at after the start: activations are a few primitives
+
+
+@dataclasses.dataclass(frozen=True)
+class Activation:
+    """The IR op type name and its input kwargs."""
+
+    type_name: str
+    input_kwargs: dict[str, Any]
+
+
+def _gelu(x: np.ndarray, approximate: bool) -> np.ndarray:
+    if approximate:
+        return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
+    return 0.5 * x * (1 + special.erf(x / np.sqrt(2)))
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1 / (1 + np.exp(-x))
+
+
+_FIXED: list[tuple[str, dict[str, Any], Callable[[np.ndarray], np.ndarray]]] = [
+    ("RELU", {}, lambda x: np.maximum(x, 0)),
+    ("RELU6", {}, lambda x: np.clip(x, 0, 6)),
+    ("GELU", {}, lambda x: _gelu(x, True)),
+    ("GELU", {"approximate": False}, lambda x: _gelu(x, False)),
+    ("SWISH", {}, lambda x: x * _sigmoid(x)),
+    ("HARD_SWISH", {}, lambda x: x * np.clip(x + 3, 0, 6) / 6),
+    ("SIGMOID", {}, _sigmoid),
+    ("TANH", {}, np.tanh),
+]
+
+
+def probe(shape: Sequence[int]) -> np.ndarray:
+    """Values from -7 to 7 (so relu6 and hard swish show their corners) in a fixed order."""
+    n = int(np.prod(shape))
+    values = np.random.default_rng(0).uniform(-7.0, 7.0, n)
+    values[: min(n, 8)] = [-7.0, -3.0, -1.0, -0.5, 0.5, 1.0, 3.0, 7.0][: min(n, 8)]
+    return values.reshape(shape).astype(np.float32)
+
+
+def identify(x: np.ndarray, y: np.ndarray, batch_axis: int | None) -> Activation | None:
+    """The activation that maps `x` to `y`, or None."""
+    x64, y64 = x.astype(np.float64), y.astype(np.float64)
+    if not np.all(np.isfinite(y64)):
+        return None
+
+    def close(want: np.ndarray) -> bool:
+        return bool(np.allclose(y64, want, rtol=1e-4, atol=1e-5))
+
+    for name, kwargs, fn in _FIXED:
+        if close(fn(x64)):
+            return Activation(name, dict(kwargs))
+    neg = x64 < -0.1
+    if neg.any():
+        slope = float(np.median(y64[neg] / x64[neg]))
+        if 0 < slope < 1 and close(np.where(x64 >= 0, x64, slope * x64)):
+            return Activation("LEAKY_RELU", {"negative_slope": round(slope, 7)})
+        alpha = float(np.median(y64[neg] / np.expm1(x64[neg])))
+        if alpha > 0 and close(np.where(x64 > 0, x64, alpha * np.expm1(x64))):
+            return Activation("ELU", {"alpha": round(alpha, 7)})
+    for axis in range(x.ndim):
+        if axis == batch_axis or x.shape[axis] < 2:
+            continue
+        e = np.exp(x64 - x64.max(axis=axis, keepdims=True))
+        if close(e / e.sum(axis=axis, keepdims=True)):
+            return Activation("SOFTMAX", {"axis": axis - x.ndim})
+    return None
+
+
+def evaluate(eqns: Sequence[Any], inputs: dict[int, Any], consts: dict[int, Any],
+             literal: type) -> dict[int, Any]:
+    """Run `eqns` eagerly on concrete values (value id -> array)."""
+    values = dict(inputs)
+    for e in eqns:
+        args = [jnp.asarray(a.value) if isinstance(a, literal)
+                else values[a] if a in values else jnp.asarray(consts[a]) for a in e.inputs]
+        out = e.primitive.bind(*args, **e.params)
+        outs = out if e.primitive.multiple_results else [out]
+        values.update(zip(e.outputs, outs, strict=True))
+    return values
+
+
+def match(eqns: Sequence[Any], start: int, x: int, x_shape: tuple[int, ...],
+          batch_axis: int | None, is_scalar: Callable[[Any], bool],
+          uses: dict[int, set[int]], outputs: set[int], consts: dict[int, Any],
+          literal: type) -> tuple[Activation, list[int], int] | None:
+    """(activation, indices of its equations, its output value) for the largest activation
+    of `x` that starts at `eqns[start]`, or None."""
+    if eqns[start].name not in STARTS:
+        return None
+    closure: list[int] = []
+    known = {x}
+    for j in range(start, min(len(eqns), start + WINDOW)):
+        e = eqns[j]
+        if e.name == "nas_layer":
+            continue
+        if all(a in known or is_scalar(a) for a in e.inputs) and any(
+                a in known for a in e.inputs):
+            closure.append(j)
+            known.update(e.outputs)
+    if not closure or closure[0] != start:
+        return None
+    producer = {o: j for j in closure for o in eqns[j].outputs}
+    for j in reversed(closure):
+        e = eqns[j]
+        if len(e.outputs) != 1 or e.shapes[0] != tuple(x_shape):
+            continue
+        members = _slice(eqns, producer, e.outputs[0])
+        if start not in members or not _contained(eqns, members, e.outputs[0], uses,
+                                                  outputs):
+            continue
+        order = sorted(members)
+        xs = probe(x_shape)
+        try:
+            values = evaluate([eqns[k] for k in order], {x: jnp.asarray(xs)}, consts, literal)
+        except Exception:  # noqa: BLE001 - a piece that does not run alone is no activation
+            continue
+        found = identify(xs, np.asarray(jax.device_get(values[e.outputs[0]])), batch_axis)
+        if found is not None:
+            return found, order, e.outputs[0]
+    return None
+
+
+def _slice(eqns: Sequence[Any], producer: dict[int, int], y: int) -> set[int]:
+    members: set[int] = set()
+    todo = [y]
+    while todo:
+        v = todo.pop()
+        j = producer.get(v)
+        if j is None or j in members:
+            continue
+        members.add(j)
+        todo.extend(a for a in eqns[j].inputs if isinstance(a, int))
+    return members
+
+
+def _contained(eqns: Sequence[Any], members: set[int], y: int, uses: dict[int, set[int]],
+               outputs: set[int]) -> bool:
+    """No value computed inside, but `y`, is used outside."""
+    for j in members:
+        for v in eqns[j].outputs:
+            if v != y and (v in outputs or not uses.get(v, set()) <= members):
+                return False
+    return True

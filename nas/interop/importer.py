@@ -1,0 +1,112 @@
+"""`from_flax`: a user's Flax module (linen or NNX) with its weights, as an IR candidate.
+
+Why: researchers arrive with a model already written (often trained) in Flax; importing it
+into the IR lets the search mutate it and lets children start from its weights. The import
+checks itself: the IR model must give the module's own outputs on the example, else it is
+refused, so nothing imported computes something else silently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from nas.interop import layers
+from nas.interop.trace import trace
+from nas.interop.translate import INPUT, Translator, translate
+
+PREFIX = "nas.from_flax"
+TOLERANCE = 1e-4  # of the largest output, as the issue's acceptance asks
+
+
+def from_flax(model: Any, example_input: Any, *, variables: Mapping[str, Any] | None = None,
+              **call_kwargs: Any) -> Any:
+    """`model` (a `flax.linen.Module` or a `flax.nnx.Module`) as an `ExportedCandidate`.
+
+    linen: called as `model.apply(variables, x, **call_kwargs)` (e.g. `train=False`);
+    without `variables` it is initialised from `jax.random.PRNGKey(0)`. NNX: called as
+    `model(x, **call_kwargs)` with its own state, in the mode it is in (`model.eval()`).
+    `example_input` is one batch (batch axis first). Anything the IR cannot express is one
+    ValueError line naming the primitive or layer and its module path."""
+    from nas.graph import Model, new_graph
+    from nas.io.candidate import ExportedCandidate
+
+    x = _example(example_input)
+    if layers.is_linen(model):
+        if variables is None:
+            variables = _init(model, x, call_kwargs)
+        variables = jax.tree.map(jnp.asarray, dict(variables))
+    elif not _is_nnx(model):
+        raise ValueError(f"{PREFIX}: expected a flax.linen or flax.nnx Module, got "
+                         f"{type(model).__name__}")
+    elif variables is not None:
+        raise ValueError(f"{PREFIX}: an NNX module holds its own state; pass no variables")
+    root = type(model).__name__
+    try:
+        traced = trace(model, x, variables, call_kwargs)
+        translator = Translator(traced, tuple(x.shape), root)
+        out = translate(translator)
+        graph = new_graph([INPUT], [out.name], translator.ops)
+    except ValueError as e:
+        raise ValueError(f"{PREFIX}: {_line(e)}") from None
+    except (jax.errors.ConcretizationTypeError, jax.errors.TracerBoolConversionError,
+            jax.errors.TracerIntegerConversionError,
+            jax.errors.TracerArrayConversionError) as e:
+        raise ValueError(f"{PREFIX}: {root}: the model's Python code depends on the values "
+                         f"of its input (data-dependent control flow or shapes): "
+                         f"{_line(e)}") from None
+    if len(traced.output_ids) != 1:
+        raise ValueError(f"{PREFIX}: {root} returns {len(traced.output_ids)} arrays; the IR "
+                         f"imports a model with one output")
+    out_vars: dict[str, Any] = {"params": translator.params}
+    if translator.batch_stats:
+        out_vars["batch_stats"] = translator.batch_stats
+    out_vars = jax.tree.map(lambda a: np.asarray(a), out_vars)
+    candidate = ExportedCandidate(path=f"<{PREFIX}({root})>", graph=graph, constants={},
+                                  variables=out_vars, input_shape=tuple(x.shape[1:]),
+                                  info={"imported_from": f"{type(model).__module__}.{root}"})
+    want = _original(model, x, variables, call_kwargs)
+    got = np.asarray(Model(graph, {}).apply(out_vars, x, deterministic=True, training=False))
+    scale = max(float(np.max(np.abs(want))), 1e-6)
+    if got.shape != want.shape or float(np.max(np.abs(got - want))) > TOLERANCE * scale:
+        raise ValueError(f"{PREFIX}: {root}: the imported graph does not reproduce the "
+                         f"module's output (a part the importer misread); please report it")
+    return candidate
+
+
+def _example(example_input: Any) -> jax.Array:
+    if not hasattr(example_input, "shape") or not hasattr(example_input, "dtype"):
+        raise ValueError(f"{PREFIX}: example_input must be an array (one batch), got "
+                         f"{type(example_input).__name__}")
+    x = jnp.asarray(example_input)
+    if x.ndim < 2 or not jnp.issubdtype(x.dtype, jnp.floating):
+        raise ValueError(f"{PREFIX}: example_input must be a float batch (batch, ...), got "
+                         f"{x.dtype}{list(x.shape)}")
+    return x.astype(jnp.float32)
+
+
+def _is_nnx(model: Any) -> bool:
+    from flax import nnx
+
+    return isinstance(model, nnx.Module)
+
+
+def _init(model: Any, x: jax.Array, call_kwargs: Mapping[str, Any]) -> Any:
+    rng = jax.random.PRNGKey(0)
+    return model.init({"params": rng, "dropout": rng}, x, **call_kwargs)
+
+
+def _original(model: Any, x: jax.Array, variables: Any, call_kwargs: Mapping[str, Any]
+              ) -> np.ndarray:
+    out = model.apply(variables, x, **call_kwargs) if layers.is_linen(model) \
+        else model(x, **call_kwargs)
+    return np.asarray(out)
+
+
+def _line(e: BaseException) -> str:
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    return lines[0] if lines else type(e).__name__

@@ -1,0 +1,168 @@
+"""The Flax layers imported whole: each becomes one IR op with its settings and weights.
+
+Why whole: a Conv, Dense or BatchNorm traced into primitives would lose its identity (a
+mutation could not replace it as a layer, and a batch norm would no longer train with batch
+statistics). The IR runs these op types as the `flax.linen` modules themselves
+(`nas.graph.validate.MODULE_TYPES`), so carrying the module's fields (those that differ from
+linen's defaults) and its variables keeps its behaviour in inference and in training.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from nas.graph import OpType
+
+# Per op type: the linen fields carried (NNX layers are read into the same fields).
+FIELDS: dict[OpType, tuple[str, ...]] = {
+    OpType.DENSE: ("features", "use_bias"),
+    OpType.DENSE_GENERAL: ("features", "axis", "batch_dims", "use_bias"),
+    OpType.CONV: ("features", "kernel_size", "strides", "padding", "input_dilation",
+                  "kernel_dilation", "feature_group_count", "use_bias"),
+    OpType.BATCH_NORM: ("axis", "momentum", "epsilon", "use_bias", "use_scale",
+                        "use_fast_variance"),
+    OpType.LAYER_NORM: ("epsilon", "use_bias", "use_scale", "reduction_axes",
+                        "feature_axes", "use_fast_variance"),
+    OpType.GROUP_NORM: ("num_groups", "group_size", "epsilon", "use_bias", "use_scale",
+                        "use_fast_variance"),
+    OpType.DROPOUT: ("rate", "broadcast_dims"),
+}
+
+
+@dataclasses.dataclass
+class LayerCall:
+    """One call of a known layer while tracing: its input, and the IR op it becomes."""
+
+    path: str
+    kind: str  # the Flax class name, for messages
+    module_id: int
+    x: Any
+    op_type: OpType
+    op_kwargs: dict[str, Any]
+    params: dict[str, np.ndarray]
+    batch_stats: dict[str, np.ndarray] | None
+    out_shape: tuple[int, ...] = ()
+
+
+def is_linen(model: Any) -> bool:
+    import flax.linen as nn
+
+    return isinstance(model, nn.Module)
+
+
+def _linen_types() -> dict[type, OpType]:
+    import flax.linen as nn
+
+    return {nn.Dense: OpType.DENSE, nn.DenseGeneral: OpType.DENSE_GENERAL,
+            nn.Conv: OpType.CONV, nn.BatchNorm: OpType.BATCH_NORM,
+            nn.LayerNorm: OpType.LAYER_NORM, nn.GroupNorm: OpType.GROUP_NORM,
+            nn.Dropout: OpType.DROPOUT}
+
+
+def _nnx_types() -> dict[type, OpType]:
+    from flax import nnx
+
+    return {nnx.Linear: OpType.DENSE, nnx.Conv: OpType.CONV,
+            nnx.BatchNorm: OpType.BATCH_NORM, nnx.LayerNorm: OpType.LAYER_NORM,
+            nnx.GroupNorm: OpType.GROUP_NORM, nnx.Dropout: OpType.DROPOUT}
+
+
+def known_linen(module: Any) -> bool:
+    """Exactly a known class: a subclass may compute something else in its `__call__`."""
+    return type(module) in _linen_types()
+
+
+def nnx_classes() -> list[type]:
+    return list(_nnx_types())
+
+
+def _defaults(op_type: OpType) -> dict[str, Any]:
+    from nas.graph.validate import MODULE_TYPES
+
+    return {f.name: f.default for f in dataclasses.fields(MODULE_TYPES[op_type])
+            if f.default is not dataclasses.MISSING}
+
+
+def _plain(value: Any) -> Any:
+    """Tuples as lists (the IR's JSON form), numpy scalars as Python numbers."""
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def _op_kwargs(op_type: OpType, values: Mapping[str, Any]) -> dict[str, Any]:
+    defaults = _defaults(op_type)
+    out = {}
+    for key in FIELDS[op_type]:
+        if key not in values:
+            continue
+        value = values[key]
+        if key in defaults and _plain(value) == _plain(defaults[key]):
+            continue
+        out[key] = _plain(value)
+    return out
+
+
+def _input(path: str, kind: str, args: tuple, kwargs: Mapping[str, Any]) -> Any:
+    if args:
+        return args[0]
+    for key in ("inputs", "x"):
+        if key in kwargs:
+            return kwargs[key]
+    raise ValueError(f"layer {path} ({kind}): called without an input array")
+
+
+def _arrays(tree: Mapping[str, Any] | None) -> dict[str, np.ndarray]:
+    return {k: np.asarray(v) for k, v in (tree or {}).items()}
+
+
+def linen_call(module: Any, args: tuple, kwargs: Mapping[str, Any]) -> LayerCall:
+    """The IR op for a call of a known linen layer (its variables are already bound)."""
+    op_type = _linen_types()[type(module)]
+    path = "/".join(module.path) or type(module).__name__
+    kind = f"flax.linen.{type(module).__name__}"
+    if op_type is OpType.CONV and module.mask is not None:
+        raise ValueError(f"layer {path} ({kind}): a masked convolution has no IR op")
+    values = {f: getattr(module, f) for f in FIELDS[op_type] if hasattr(module, f)}
+    variables = module.variables
+    stats = variables.get("batch_stats")
+    return LayerCall(path, kind, id(module.scope), _input(path, kind, args, kwargs), op_type,
+                     _op_kwargs(op_type, values), _arrays(variables.get("params")),
+                     _arrays(stats) if op_type is OpType.BATCH_NORM else None)
+
+
+def _value(var: Any) -> np.ndarray:
+    return np.asarray(var.value if hasattr(var, "value") else var)
+
+
+def nnx_call(layer: Any, path: str, args: tuple, kwargs: Mapping[str, Any]) -> LayerCall:
+    """The IR op for a call of a known NNX layer, read from the layer's own state."""
+    op_type = _nnx_types()[type(layer)]
+    kind = f"flax.nnx.{type(layer).__name__}"
+    values = {f: getattr(layer, f) for f in FIELDS[op_type] if hasattr(layer, f)}
+    if op_type in (OpType.DENSE, OpType.CONV):
+        values["features"] = layer.out_features
+    if op_type is OpType.CONV and layer.mask is not None:
+        raise ValueError(f"layer {path} ({kind}): a masked convolution has no IR op")
+    if op_type is OpType.GROUP_NORM:
+        values["group_size"] = None
+    if op_type is OpType.BATCH_NORM and kwargs.get("use_running_average",
+                                                  layer.use_running_average) is False:
+        raise ValueError(f"layer {path} ({kind}) runs in training mode (batch statistics); "
+                         f"call model.eval() before importing")
+    if op_type is OpType.DROPOUT and not kwargs.get("deterministic", layer.deterministic) \
+            and layer.rate > 0:
+        raise ValueError(f"layer {path} ({kind}) drops at random (training mode); call "
+                         f"model.eval() before importing")
+    params = {k: _value(getattr(layer, k)) for k in ("kernel", "bias", "scale")
+              if getattr(layer, k, None) is not None}
+    stats = ({"mean": _value(layer.mean), "var": _value(layer.var)}
+             if op_type is OpType.BATCH_NORM else None)
+    return LayerCall(path, kind, id(layer), _input(path, kind, args, kwargs), op_type,
+                     _op_kwargs(op_type, values), params, stats)
