@@ -14,7 +14,6 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from scipy import special
@@ -96,15 +95,54 @@ def identify(x: np.ndarray, y: np.ndarray, batch_axis: int | None) -> Activation
     return None
 
 
+def _bcast(x: np.ndarray, shape: Sequence[int], broadcast_dimensions: Sequence[int],
+           **_: Any) -> np.ndarray:
+    full = [1] * len(shape)
+    for i, d in enumerate(broadcast_dimensions):
+        full[d] = x.shape[i]
+    return np.broadcast_to(x.reshape(full), tuple(shape))
+
+
+# Numpy versions of the primitives activations are made of: probing in numpy costs
+# microseconds, where each eager jax primitive compiles on first use (0.1 s and more).
+NUMPY: dict[str, Callable[..., np.ndarray]] = {
+    "max": lambda a, b, **_: np.maximum(a, b), "min": lambda a, b, **_: np.minimum(a, b),
+    "mul": lambda a, b, **_: a * b, "add": lambda a, b, **_: a + b,
+    "sub": lambda a, b, **_: a - b, "div": lambda a, b, **_: a / b,
+    "neg": lambda a, **_: -a, "integer_pow": lambda a, y, **_: a ** y,
+    "pow": lambda a, b, **_: np.power(a, b), "square": lambda a, **_: a * a,
+    "tanh": lambda a, **_: np.tanh(a), "logistic": lambda a, **_: _sigmoid(a),
+    "exp": lambda a, **_: np.exp(a), "log": lambda a, **_: np.log(a),
+    "log1p": lambda a, **_: np.log1p(a), "expm1": lambda a, **_: np.expm1(a),
+    "erf": lambda a, **_: special.erf(a), "erfc": lambda a, **_: special.erfc(a),
+    "sqrt": lambda a, **_: np.sqrt(a), "rsqrt": lambda a, **_: 1 / np.sqrt(a),
+    "abs": lambda a, **_: np.abs(a), "sign": lambda a, **_: np.sign(a),
+    "ge": lambda a, b, **_: a >= b, "gt": lambda a, b, **_: a > b,
+    "le": lambda a, b, **_: a <= b, "lt": lambda a, b, **_: a < b,
+    "clamp": lambda lo, a, hi, **_: np.clip(a, lo, hi),
+    "select_n": lambda c, *cases, **_: np.choose(np.asarray(c, np.int64), cases),
+    "convert_element_type": lambda a, new_dtype, **_: np.asarray(a, new_dtype),
+    "copy": lambda a, **_: a, "stop_gradient": lambda a, **_: a,
+    "reduce_max": lambda a, axes, **_: np.max(a, axis=tuple(axes)),
+    "reduce_sum": lambda a, axes, **_: np.sum(a, axis=tuple(axes)),
+    "broadcast_in_dim": _bcast,
+}
+
+
 def evaluate(eqns: Sequence[Any], inputs: dict[int, Any], consts: dict[int, Any],
              literal: type) -> dict[int, Any]:
-    """Run `eqns` eagerly on concrete values (value id -> array)."""
+    """Run `eqns` on concrete values (value id -> array): in numpy where it can, else by
+    binding the jax primitive eagerly."""
     values = dict(inputs)
     for e in eqns:
-        args = [jnp.asarray(a.value) if isinstance(a, literal)
-                else values[a] if a in values else jnp.asarray(consts[a]) for a in e.inputs]
-        out = e.primitive.bind(*args, **e.params)
-        outs = out if e.primitive.multiple_results else [out]
+        args = [np.asarray(a.value) if isinstance(a, literal)
+                else values[a] if a in values else np.asarray(consts[a]) for a in e.inputs]
+        rule = NUMPY.get(e.name)
+        if rule is not None:
+            outs = [np.asarray(rule(*args, **e.params))]
+        else:
+            out = e.primitive.bind(*map(jnp.asarray, args), **e.params)
+            outs = [np.asarray(o) for o in (out if e.primitive.multiple_results else [out])]
         values.update(zip(e.outputs, outs, strict=True))
     return values
 
@@ -141,10 +179,10 @@ def match(eqns: Sequence[Any], start: int, x: int, x_shape: tuple[int, ...],
         order = sorted(members)
         xs = probe(x_shape)
         try:
-            values = evaluate([eqns[k] for k in order], {x: jnp.asarray(xs)}, consts, literal)
+            values = evaluate([eqns[k] for k in order], {x: xs}, consts, literal)
         except Exception:  # noqa: BLE001 - a piece that does not run alone is no activation
             continue
-        found = identify(xs, np.asarray(jax.device_get(values[e.outputs[0]])), batch_axis)
+        found = identify(xs, np.asarray(values[e.outputs[0]]), batch_axis)
         if found is not None:
             return found, order, e.outputs[0]
     return None

@@ -59,6 +59,9 @@ def from_flax(model: Any, example_input: Any, *, variables: Mapping[str, Any] | 
         raise ValueError(f"{PREFIX}: {root}: the model's Python code depends on the values "
                          f"of its input (data-dependent control flow or shapes): "
                          f"{_line(e)}") from None
+    except Exception as e:  # noqa: BLE001 - flax and jax raise many types for a bad call
+        raise ValueError(f"{PREFIX}: {root}: calling the module on the example input "
+                         f"{x.dtype}{list(x.shape)} failed: {_line(e)}") from None
     if len(traced.output_ids) != 1:
         raise ValueError(f"{PREFIX}: {root} returns {len(traced.output_ids)} arrays; the IR "
                          f"imports a model with one output")
@@ -70,7 +73,7 @@ def from_flax(model: Any, example_input: Any, *, variables: Mapping[str, Any] | 
                                   variables=out_vars, input_shape=tuple(x.shape[1:]),
                                   info={"imported_from": f"{type(model).__module__}.{root}"})
     want = _original(model, x, variables, call_kwargs)
-    got = np.asarray(Model(graph, {}).apply(out_vars, x, deterministic=True, training=False))
+    got = np.asarray(jax.jit(Model(graph, {}).apply)(out_vars, x))
     scale = max(float(np.max(np.abs(want))), 1e-6)
     if got.shape != want.shape or float(np.max(np.abs(got - want))) > TOLERANCE * scale:
         raise ValueError(f"{PREFIX}: {root}: the imported graph does not reproduce the "
@@ -97,14 +100,19 @@ def _is_nnx(model: Any) -> bool:
 
 def _init(model: Any, x: jax.Array, call_kwargs: Mapping[str, Any]) -> Any:
     rng = jax.random.PRNGKey(0)
-    return model.init({"params": rng, "dropout": rng}, x, **call_kwargs)
+    try:
+        return model.init({"params": rng, "dropout": rng}, x, **call_kwargs)
+    except Exception as e:  # noqa: BLE001 - flax and jax raise many types for a bad call
+        raise ValueError(f"{PREFIX}: {type(model).__name__}: calling the module on the "
+                         f"example input {x.dtype}{list(x.shape)} failed: {_line(e)}") from None
 
 
 def _original(model: Any, x: jax.Array, variables: Any, call_kwargs: Mapping[str, Any]
               ) -> np.ndarray:
-    out = model.apply(variables, x, **call_kwargs) if layers.is_linen(model) \
-        else model(x, **call_kwargs)
-    return np.asarray(out)
+    """The module's own output, compiled once (op by op, each primitive compiles alone)."""
+    if layers.is_linen(model):
+        return np.asarray(jax.jit(lambda v, x: model.apply(v, x, **call_kwargs))(variables, x))
+    return np.asarray(jax.jit(lambda x: model(x, **call_kwargs))(x))
 
 
 def _line(e: BaseException) -> str:

@@ -138,7 +138,7 @@ def linen_call(module: Any, args: tuple, kwargs: Mapping[str, Any]) -> LayerCall
 
 
 def _value(var: Any) -> np.ndarray:
-    return np.asarray(var.value if hasattr(var, "value") else var)
+    return np.asarray(var.get_value() if hasattr(var, "get_value") else var)
 
 
 def nnx_call(layer: Any, path: str, args: tuple, kwargs: Mapping[str, Any]) -> LayerCall:

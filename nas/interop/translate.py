@@ -302,8 +302,13 @@ def _layer(tr: Translator, e: Any, vals: list[Any]) -> list[Any]:
 
 def _binary(tr: Translator, e: Any, vals: list[Any]) -> list[Any]:
     rank = len(e.shapes[0])
-    a, b = (tr.aligned(e, v, rank) for v in vals)
     kind = e.name
+    first = vals[0]
+    if isinstance(first, Bcast) and isinstance(first.src, Sum) and _is_scalar(vals[1]) \
+            and _divides(kind, vals[1], first.src) \
+            and int(np.prod(first.shape)) == int(np.prod(first.src.shape)):
+        return [tr.reshape(e, tr.mean(e, first.src), first.shape)]  # mean(keepdims=True)
+    a, b = (tr.aligned(e, v, rank) for v in vals)
     sa = isinstance(a, Const) and a.value.size == 1
     sb = isinstance(b, Const) and b.value.size == 1
     if isinstance(a, Sum | WindowSum) and sb and _divides(kind, b, a):
@@ -328,6 +333,10 @@ def _binary(tr: Translator, e: Any, vals: list[Any]) -> list[Any]:
     batch = 0 if 0 in (x.batch_axis, y.batch_axis) else x.batch_axis
     t = OpType.MUL if kind == "mul" else OpType.ADD
     return [tr.emit(tr.fn_name(e, t.name.lower()), t, [x, y], tuple(e.shapes[0]), batch)]
+
+
+def _is_scalar(v: Any) -> bool:
+    return isinstance(v, Const) and v.value.size == 1
 
 
 def _divides(kind: str, c: Const, lazy: Any) -> bool:

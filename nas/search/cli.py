@@ -13,6 +13,12 @@ usage:
   nas-search export --workdir=DIR --id=N --out=FILE.zip
       write candidate N as one file (graph, weights, training settings, metrics) that
       `nas.load_candidate` loads and `nas-train --graph=FILE.zip` trains on
+  nas-search import --flax=package.module:factory --input_shape=32,32,3
+      [--variables=FILE] --out=seed.zip
+      import a Flax (linen or NNX) model, with its weights, as a file that --seed_graph
+      starts a search from (`factory()` returns the module; --variables: a
+      flax.serialization msgpack file or an orbax checkpoint directory, else a linen
+      module is initialised from PRNGKey(0) and an NNX module keeps its own state)
 
 main flags:
   --config=FILE[:arg]   search config (train and search sections); --config.F=V overrides
@@ -20,6 +26,7 @@ main flags:
   --candidate=N         worker: train only candidate N
   --wait_s=S            worker: wait this long for a study to appear or for work (600)
   --id=N --out=FILE     export: which candidate, and where
+  --flax=M:F --input_shape=H,W,C [--variables=FILE] --out=FILE   import (no --workdir)
   --noprogress          no progress bar
   --helpfull            every flag, absl's included
 
@@ -56,11 +63,17 @@ _PROGRESS = flags.DEFINE_bool("progress", True, "Show a progress bar.")
 _SEED_GRAPH = flags.DEFINE_string(
     "seed_graph", None, "Start the population from this graph JSON or `nas-search export` "
     "file (with its weights when it has them); same as --config.search.seed_graph.")
+_FLAX = flags.DEFINE_string("flax", None, "import: package.module:factory returning the "
+                            "Flax module.")
+_INPUT_SHAPE = flags.DEFINE_string("input_shape", None, "import: one example's shape, "
+                                   "e.g. 32,32,3.")
+_VARIABLES = flags.DEFINE_string("variables", None, "import: the module's variables (a "
+                                 "flax msgpack file or an orbax checkpoint directory).")
 _CSV = flags.DEFINE_bool("csv", False, "report: print every candidate as CSV on stdout "
                          "(the HTML report and report.csv are written too).")
 
 PROG = "nas-search"
-COMMANDS = ("search", "worker", "report", "export")
+COMMANDS = ("search", "worker", "report", "export", "import")
 INTERRUPTED = 130
 
 
@@ -191,6 +204,14 @@ def _export(workdir: str) -> None:
     print(path)
 
 
+def _import() -> None:
+    from nas.search.import_flax import import_flax
+
+    if not _FLAX.value:
+        raise ValueError("import needs --flax=package.module:factory")
+    print(import_flax(_FLAX.value, _INPUT_SHAPE.value, _VARIABLES.value, _OUT.value))
+
+
 def naming_flag(e: ValueError, flag: str) -> ValueError:
     """The study's "candidate_id: no candidate N" as the flag that gave N."""
     text = first_line(e)
@@ -203,9 +224,18 @@ def _main(argv: Sequence[str]) -> None:
         logging.set_verbosity(logging.WARNING)
     command = argv[1] if len(argv) > 1 else "search"
     actions = {"search": _search, "worker": _worker, "report": _report, "export": _export}
-    if command not in actions or len(argv) > 2:
+    if command not in (*actions, "import") or len(argv) > 2:
         fail(f"unknown command {' '.join(argv[1:])!r}; expected one of {', '.join(COMMANDS)} "
              f"(search is the default)")
+    if command == "import":  # writes one file: no study, no workdir
+        try:
+            _import()
+        except OSError as e:
+            fail(os_error_line(e))
+        except ValueError as e:
+            fail(first_line(e))
+        sys.stdout.flush()
+        return
     if not _WORKDIR.value:
         fail("--workdir is required")
     interrupts = _count_interrupts()

@@ -1,0 +1,119 @@
+"""`nas-search import`: a user's Flax model from the command line, as a seed file.
+
+Why: `nas-search --seed_graph=FILE` starts a search from an exported candidate; this writes
+one from `package.module:factory` (the factory returns the module) and, optionally, its
+trained weights, so a search of a user's model takes two commands and no Python.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from typing import Any
+
+EXAMPLE_BATCH = 2  # a batch of 2 keeps the batch axis apart from any size-1 axis
+
+
+def parse_factory(spec: str) -> Any:
+    """The factory named by `package.module:factory`, imported (the working directory is
+    searched first, as `python -m` does)."""
+    module_name, sep, attr = (spec or "").partition(":")
+    if not sep or not module_name or not attr.isidentifier():
+        raise ValueError(f"--flax={spec}: expected package.module:factory")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ValueError(f"--flax={spec}: cannot import {module_name!r}: {e}") from None
+    except Exception as e:  # noqa: BLE001 - the user's module failed while importing
+        raise ValueError(f"--flax={spec}: importing {module_name!r} raised "
+                         f"{type(e).__name__}: {_line(e)}") from None
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise ValueError(f"--flax={spec}: {module_name} has no callable {attr!r}")
+    return factory
+
+
+def parse_shape(text: str | None) -> tuple[int, ...]:
+    """`32,32,3` -> (32, 32, 3): one example's shape, without the batch axis."""
+    try:
+        shape = tuple(int(p) for p in (text or "").split(","))
+    except ValueError:
+        shape = ()
+    if not shape or any(n <= 0 for n in shape):
+        raise ValueError(f"--input_shape={text}: expected sizes > 0 separated by commas, "
+                         f"e.g. 32,32,3")
+    return shape
+
+
+def read_variables(path: str) -> dict[str, Any]:
+    """A `flax.serialization.msgpack_serialize` file, or an orbax checkpoint directory."""
+    from flax import serialization
+
+    if os.path.isdir(path):
+        from nas.train.checkpoint import load_variables
+
+        try:
+            return load_variables(path)
+        except ValueError as e:
+            raise ValueError(f"--variables={path}: {_line(e)}") from None
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise ValueError(f"--variables={path}: {e.strerror}") from None
+    try:
+        tree = serialization.msgpack_restore(data)
+    except Exception as e:  # noqa: BLE001 - msgpack raises many types for a damaged file
+        raise ValueError(f"--variables={path}: not a flax msgpack file ({_line(e)})") from None
+    if not isinstance(tree, dict) or "params" not in tree:
+        raise ValueError(f"--variables={path}: expected the module's variables "
+                         f"{{'params': ..., 'batch_stats'?: ...}}")
+    return tree
+
+
+def import_flax(spec: str, input_shape: str | None, variables: str | None,
+                out: str | None) -> str:
+    """Import the module, write the seed file; returns its path."""
+    if not out:
+        raise ValueError("import needs --out=FILE.zip")
+    shape = parse_shape(input_shape)
+    factory = parse_factory(spec)
+    import jax
+
+    import nas
+    from nas.interop.layers import is_linen
+
+    try:
+        model = factory()
+    except Exception as e:  # noqa: BLE001 - the user's factory failed
+        raise ValueError(f"--flax={spec}: the factory raised {type(e).__name__}: "
+                         f"{_line(e)}") from None
+    if not is_linen(model) and not _is_nnx(model):
+        raise ValueError(f"--flax={spec}: the factory returned {type(model).__name__}, not a "
+                         f"flax.linen or flax.nnx Module")
+    loaded = None
+    if variables:
+        if not is_linen(model):
+            raise ValueError(f"--variables={variables}: the factory returned an NNX module, "
+                             f"which holds its own weights")
+        loaded = read_variables(variables)
+    x = jax.random.normal(jax.random.PRNGKey(0), (EXAMPLE_BATCH, *shape))
+    candidate = nas.from_flax(model, x, variables=loaded)
+    try:
+        return str(nas.save_candidate(candidate, out))
+    except OSError as e:
+        raise ValueError(f"--out={out}: {e.strerror}") from None
+
+
+def _is_nnx(model: Any) -> bool:
+    from flax import nnx
+
+    return isinstance(model, nnx.Module)
+
+
+def _line(e: BaseException) -> str:
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    return lines[0] if lines else type(e).__name__

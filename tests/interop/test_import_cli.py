@@ -1,0 +1,119 @@
+"""`nas-search import`: a Flax model from the command line as a seed file; every mistake is
+one line; the file seeds a search with the imported weights."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+from flax import serialization
+
+import nas
+from nas.search.driver import Driver
+from nas.search.import_flax import import_flax
+from nas.train.checkpoint import load_variables
+from tests.interop import models
+from tests.search.conftest import tiny_search_config
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+NAS_SEARCH = os.path.join(os.path.dirname(sys.executable), "nas-search")
+FACTORY = "tests.interop.models:LinenResNet"
+
+
+def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": ROOT, "JAX_PLATFORMS": "cpu"}
+    return subprocess.run([NAS_SEARCH, *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_import_writes_a_seed_with_the_given_weights(tmp_path):
+    model = models.LinenResNet()
+    x = jax.random.normal(jax.random.PRNGKey(0), (2, 16, 16, 3))
+    variables = model.init(jax.random.PRNGKey(5), x)
+    weights = tmp_path / "weights.msgpack"
+    weights.write_bytes(serialization.msgpack_serialize(jax.tree.map(np.asarray, variables)))
+    out = tmp_path / "seed.zip"
+    result = run_cli("import", f"--flax={FACTORY}", "--input_shape=16,16,3",
+                     f"--variables={weights}", f"--out={out}")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == str(out)
+    cand = nas.load_candidate(out)
+    np.testing.assert_allclose(np.asarray(cand(x)), np.asarray(model.apply(variables, x)),
+                               rtol=1e-4, atol=1e-4 * float(np.abs(model.apply(variables,
+                                                                              x)).max()))
+
+
+def test_a_cli_mistake_is_one_error_line_and_exit_1(tmp_path):
+    result = run_cli("import", "--flax=tests.interop.models:raises", "--input_shape=8,8,3",
+                     f"--out={tmp_path / 'x.zip'}")
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        "nas-search: error: --flax=tests.interop.models:raises: the factory raised "
+        "RuntimeError: no weights here"]
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("flax, shape, variables, message", [
+    ("tests.interop.models", "16,16,3", None, "expected package.module:factory"),
+    ("no_such_package.x:f", "16,16,3", None, "cannot import 'no_such_package.x'"),
+    ("tests.interop.models:missing", "16,16,3", None, "has no callable 'missing'"),
+    ("tests.interop.models:not_a_module", "16,16,3", None, "returned str, not a flax"),
+    (FACTORY, "16,x,3", None, "--input_shape=16,x,3: expected sizes > 0"),
+    (FACTORY, "0,16,3", None, "expected sizes > 0"),
+    (FACTORY, "16,16,3", "missing.msgpack", "No such file"),
+    (FACTORY, "16,16,3", "garbage.msgpack", "not a flax msgpack file"),
+    (FACTORY, "16,16,3", "list.msgpack", "expected the module's variables"),
+    ("tests.interop.models:nnx_cnn", "32,32,3", "list.msgpack", "an NNX module"),
+    (FACTORY, "16,16", None, "calling the module on the example input"),
+])
+def test_bad_import_inputs_are_one_line(tmp_path, monkeypatch, flax, shape, variables,
+                                        message):
+    monkeypatch.chdir(ROOT)
+    (tmp_path / "garbage.msgpack").write_bytes(b"\xc1\xc1 not msgpack")
+    (tmp_path / "list.msgpack").write_bytes(serialization.msgpack_serialize([1, 2]))
+    out = tmp_path / "seed.zip"
+    with pytest.raises(ValueError, match=message) as excinfo:
+        import_flax(flax, shape, variables and str(tmp_path / variables), str(out))
+    assert "\n" not in str(excinfo.value)
+    assert not out.exists()
+
+
+def test_an_imported_model_seeds_the_study_with_its_weights(tmp_path):
+    model = models.LinenResNet()
+    x = models.example()
+    variables = model.init(jax.random.PRNGKey(4), x)
+    path = nas.save_candidate(nas.from_flax(model, x, variables=variables),
+                              tmp_path / "seed.zip")
+    driver = Driver(tiny_search_config(seed_graph=str(path)), str(tmp_path / "study"))
+    driver.seed_population()
+    (seed,) = driver.study.candidates()
+    init = load_variables(seed.inheritance["init_path"])
+    conv = init["params"]["ResBlock_0/Conv_0"]["kernel"]
+    np.testing.assert_array_equal(conv, variables["params"]["ResBlock_0"]["Conv_0"]["kernel"])
+    stats = init["batch_stats"]["BatchNorm_0"]["var"]
+    np.testing.assert_array_equal(stats, variables["batch_stats"]["BatchNorm_0"]["var"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("factory", ["tests.interop.models:LinenResNet",
+                                     "tests.interop.models:nnx_cnn"])
+def test_seeded_digits_search_finishes(tmp_path, factory):
+    seed = tmp_path / "seed.zip"
+    result = run_cli("import", f"--flax={factory}", "--input_shape=32,32,3", f"--out={seed}")
+    assert result.returncode == 0, result.stderr
+    workdir = tmp_path / "study"
+    result = run_cli("--config=configs/digits_cnn_search.py", f"--workdir={workdir}",
+                     f"--seed_graph={seed}", "--config.search.max_candidates=4",
+                     "--noprogress", timeout=3000)
+    assert result.returncode == 0, result.stderr[-2000:]
+    from nas.search.study import Study
+
+    study = Study.load(str(workdir))
+    children = [c for c in study.candidates() if c.parent_id is not None]
+    done = [c for c in children if c.status == "done"]
+    assert len(done) >= 2, [(c.id, c.status, c.error) for c in children]
+    assert all(c.inheritance for c in done)
