@@ -20,8 +20,13 @@ from tests.interop import models
 
 HAS_NEW_OPS = all(hasattr(OpType, n) for n in ("CONCAT", "RELU6", "HARD_SWISH", "TANH",
                                                 "LEAKY_RELU", "ELU"))
-NAMES = ["resnet", "mobile", "vit", "mixer", "cnn", pytest.param(
-    "branches", marks=pytest.mark.skipif(not HAS_NEW_OPS, reason="needs the ops branch"))]
+SLOW = pytest.mark.slow  # each import compiles the module and its IR model once
+# The default suite imports two models (NNX); the others run with -m slow.
+NAMES = [pytest.param("resnet", marks=SLOW), pytest.param("mobile", marks=SLOW), "vit",
+         pytest.param("mixer", marks=SLOW), "cnn", pytest.param(
+             "branches", marks=[SLOW, pytest.mark.skipif(not HAS_NEW_OPS,
+                                                         reason="needs the ops branch")])]
+MUTATED = [n for n in NAMES if getattr(n, "values", (n,))[0] != "branches"]
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +58,7 @@ def test_outputs_equal_the_original(imported, name):
     assert cand.input_shape == models.SHAPE[1:]
 
 
+@SLOW
 def test_imported_ops_are_the_layers_and_functions_written(imported):
     kinds = {name: [op.type for op in imported(name)[2].graph.ops]
              for name in ("resnet", "mobile", "vit", "mixer", "cnn")}
@@ -69,7 +75,7 @@ def test_imported_ops_are_the_layers_and_functions_written(imported):
     assert bn.op_kwargs == {"momentum": 0.9, "epsilon": 1e-3}
 
 
-@pytest.mark.parametrize("name", ["resnet", "mobile", "vit", "mixer", "cnn"])
+@pytest.mark.parametrize("name", MUTATED)
 def test_properties_infer_and_a_forced_mutation_gives_a_valid_child(imported, name):
     _, _, cand = imported(name)
     x = models.example()
@@ -127,8 +133,9 @@ def test_batch_norm_model_trains_as_the_original():
             return optax.softmax_cross_entropy_with_integer_labels(out, labels).mean(), new
 
         out = []
+        grad_fn = jax.jit(jax.value_and_grad(loss_fn, has_aux=True))
         for _ in range(4):
-            (loss, stats), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, stats)
+            (loss, stats), grads = grad_fn(params, stats)
             updates, state = tx.update(grads, state, params)
             params = optax.apply_updates(params, updates)
             out.append(float(loss))

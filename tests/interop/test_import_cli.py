@@ -106,9 +106,11 @@ def test_seeded_digits_search_finishes(tmp_path, factory):
     result = run_cli("import", f"--flax={factory}", "--input_shape=32,32,3", f"--out={seed}")
     assert result.returncode == 0, result.stderr
     workdir = tmp_path / "study"
+    # The small test ResNet reaches ~0.34 validation accuracy in the seed's 3 epochs, below
+    # the config's min_acc 0.5 for a parent: any seed may parent here.
     result = run_cli("--config=configs/digits_cnn_search.py", f"--workdir={workdir}",
                      f"--seed_graph={seed}", "--config.search.max_candidates=4",
-                     "--noprogress", timeout=3000)
+                     "--config.search.selection.min_acc=0.0", "--noprogress", timeout=3000)
     assert result.returncode == 0, result.stderr[-2000:]
     from nas.search.study import Study
 
