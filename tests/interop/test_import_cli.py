@@ -30,21 +30,21 @@ def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
                           text=True, timeout=timeout)
 
 
-def test_import_writes_a_seed_with_the_given_weights(tmp_path):
+def test_import_writes_a_seed_with_the_given_weights(tmp_path, monkeypatch):
+    """What `nas-search import --flax=... --variables=W.msgpack --out=...` runs (in-process:
+    the subprocess path is covered by the slow search tests and the error-line test)."""
+    monkeypatch.chdir(ROOT)
     model = models.LinenResNet()
     x = jax.random.normal(jax.random.PRNGKey(0), (2, 16, 16, 3))
     variables = model.init(jax.random.PRNGKey(5), x)
     weights = tmp_path / "weights.msgpack"
     weights.write_bytes(serialization.msgpack_serialize(jax.tree.map(np.asarray, variables)))
     out = tmp_path / "seed.zip"
-    result = run_cli("import", f"--flax={FACTORY}", "--input_shape=16,16,3",
-                     f"--variables={weights}", f"--out={out}")
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == str(out)
+    assert import_flax(FACTORY, "16,16,3", str(weights), str(out)) == str(out)
     cand = nas.load_candidate(out)
-    np.testing.assert_allclose(np.asarray(cand(x)), np.asarray(model.apply(variables, x)),
-                               rtol=1e-4, atol=1e-4 * float(np.abs(model.apply(variables,
-                                                                              x)).max()))
+    want = np.asarray(model.apply(variables, x))
+    np.testing.assert_allclose(np.asarray(cand(x)), want, rtol=0,
+                               atol=1e-4 * float(np.abs(want).max()))
 
 
 def test_a_cli_mistake_is_one_error_line_and_exit_1(tmp_path):
