@@ -58,17 +58,29 @@ _FIXED: list[tuple[str, dict[str, Any], Callable[[np.ndarray], np.ndarray]]] = [
 ]
 
 
+# Far-out points first: a function that agrees with relu on [-7, 7] but clips at 10 must
+# not pass for relu.
+_CORNERS = [1000.0, -1000.0, 100.0, -100.0, 20.0, -20.0, -7.0, -3.0, -1.0, -0.5, 0.5, 1.0,
+            3.0, 7.0]
+
+
 def probe(shape: Sequence[int]) -> np.ndarray:
-    """Values from -7 to 7 (so relu6 and hard swish show their corners) in a fixed order."""
+    """Values from -7 to 7 (so relu6 and hard swish show their corners) and a few far out,
+    in a fixed order."""
     n = int(np.prod(shape))
     values = np.random.default_rng(0).uniform(-7.0, 7.0, n)
-    values[: min(n, 8)] = [-7.0, -3.0, -1.0, -0.5, 0.5, 1.0, 3.0, 7.0][: min(n, 8)]
+    k = min(n, len(_CORNERS))
+    values[:k] = _CORNERS[:k]
     return values.reshape(shape).astype(np.float32)
 
 
 def identify(x: np.ndarray, y: np.ndarray, batch_axis: int | None) -> Activation | None:
     """The activation that maps `x` to `y`, or None."""
-    x64, y64 = x.astype(np.float64), y.astype(np.float64)
+    with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
+        return _identify(x.astype(np.float64), y.astype(np.float64), batch_axis)
+
+
+def _identify(x64: np.ndarray, y64: np.ndarray, batch_axis: int | None) -> Activation | None:
     if not np.all(np.isfinite(y64)):
         return None
 
@@ -86,12 +98,12 @@ def identify(x: np.ndarray, y: np.ndarray, batch_axis: int | None) -> Activation
         alpha = float(np.median(y64[neg] / np.expm1(x64[neg])))
         if alpha > 0 and close(np.where(x64 > 0, x64, alpha * np.expm1(x64))):
             return Activation("ELU", {"alpha": round(alpha, 7)})
-    for axis in range(x.ndim):
-        if axis == batch_axis or x.shape[axis] < 2:
+    for axis in range(x64.ndim):
+        if axis == batch_axis or x64.shape[axis] < 2:
             continue
         e = np.exp(x64 - x64.max(axis=axis, keepdims=True))
         if close(e / e.sum(axis=axis, keepdims=True)):
-            return Activation("SOFTMAX", {"axis": axis - x.ndim})
+            return Activation("SOFTMAX", {"axis": axis - x64.ndim})
     return None
 
 
@@ -179,7 +191,9 @@ def match(eqns: Sequence[Any], start: int, x: int, x_shape: tuple[int, ...],
         order = sorted(members)
         xs = probe(x_shape)
         try:
-            values = evaluate([eqns[k] for k in order], {x: xs}, consts, literal)
+            with np.errstate(over="ignore", under="ignore", invalid="ignore",
+                             divide="ignore"):
+                values = evaluate([eqns[k] for k in order], {x: xs}, consts, literal)
         except Exception:  # noqa: BLE001 - a piece that does not run alone is no activation
             continue
         found = identify(xs, np.asarray(values[e.outputs[0]]), batch_axis)

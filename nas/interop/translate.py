@@ -325,8 +325,8 @@ def _binary(tr: Translator, e: Any, vals: list[Any]) -> list[Any]:
             return [tr.scalar(e, tr.scalar(e, x, -1.0, "mul"), c, "add")]
         return [tr.scalar(e, x, c, kind)]
     if kind not in ("add", "sub", "mul"):
-        raise Unsupported(f"{tr.where(e)}: primitive {kind!r} between two tensors has no IR "
-                          f"equivalent")
+        raise Unsupported(f"{tr.where(e)}: primitive {kind!r} (outside a known activation) "
+                          f"has no IR equivalent")
     x, y = tr.tensor(e, a), tr.tensor(e, b)
     if kind == "sub":
         y = tr.scalar(e, y, -1.0, "mul")
