@@ -205,7 +205,14 @@ class _WhileLoop(nn.Module):
         return nn.Dense(3)(x.reshape(x.shape[0], -1))
 
 
+class _Clipped(nn.Module):
+    @nn.compact
+    def __call__(self, x):  # relu on [-7, 7], not beyond: no IR activation
+        return nn.Dense(3)(jnp.clip(x.reshape(x.shape[0], -1), 0.0, 10.0))
+
+
 @pytest.mark.parametrize("model, message", [
+    (_Clipped(), r"_Clipped \(in clip\): primitive '(max|min|clamp)'"),
     (_Branchy(), "depends on the values of its input"),
     (_Shared(), "called more than once"),
     (_WhileLoop(), "primitive '(scan|while)'"),
