@@ -28,7 +28,13 @@ KwargSets = dict[str, set[Any]]
 # scaling) shrinks the signal 6-11x in CifarNet's layers, which a fine-tune of one epoch does
 # not undo: in the README searches of seeds 0-2 (53 children) it was in 2 of the 2 children
 # below half their parent's accuracy and in 5 of the 6 below 0.9 of it.
-INHERIT_ONLY = ("SOFTMAX", "SIGMOID", "SCALAR_MUL")
+# The activations added for imported models (RELU6, TANH, HARD_SWISH, LEAKY_RELU, ELU) are
+# inherit-only too until a search measures them: a default search of a graph without them
+# stays the search the README measured, and a model that uses one keeps it available. TANH
+# squashes into (-1, 1) like SIGMOID. Leave them out of `inherit_only` to let synthesis
+# insert them anywhere.
+NEW_ACTIVATIONS = ("RELU6", "TANH", "HARD_SWISH", "LEAKY_RELU", "ELU")
+INHERIT_ONLY = ("SOFTMAX", "SIGMOID", "SCALAR_MUL") + NEW_ACTIVATIONS
 DEFAULT_WIDTH_FACTORS = ("%2", "", "*2")
 DEFAULT_POOL_WINDOWS = (2, 3, 4)
 _FACTOR = re.compile(r"^([*%][1-9][0-9]*)?$")
@@ -171,17 +177,27 @@ def _class_sets(full: bool) -> dict[str, list[Any]]:
 # Keys whose observed values are shared (a pool's window is a good stride and vice versa).
 MERGE_KWARGS = (("strides", "window_shape"),)
 
-# Op types that are never synthesized (they change rank, need two inputs, or own weights
-# that cannot be sized from one input).
+# Op types that are never synthesized (they change rank, need two or more inputs, or own
+# weights that cannot be sized from one input). Sequential synthesis builds single-input
+# chains, so CONCAT is never built; graph synthesis keeps an existing CONCAT as a node and
+# rebuilds the chains into it with their shapes, so the concatenation still fits.
 SKIPPED_TYPES = frozenset({
     OpType.NONE, OpType.IDENTITY, OpType.DENSE_GENERAL, OpType.ADD, OpType.MUL,
     OpType.SCALAR_ADD, OpType.DOT_GENERAL, OpType.EINSUM, OpType.FLATTEN, OpType.RESHAPE,
     OpType.TRANSPOSE, OpType.PARAM, OpType.SELF_ATTENTION, OpType.STOCH_DEPTH, OpType.MEAN,
+    OpType.CONCAT,
 })
 KWARG_FREE_TYPES = frozenset({
-    OpType.SCALAR_MUL, OpType.RELU, OpType.GELU, OpType.SWISH, OpType.SIGMOID, OpType.SOFTMAX,
-    OpType.BATCH_NORM, OpType.LAYER_NORM,
+    OpType.SCALAR_MUL, OpType.RELU, OpType.SWISH, OpType.SIGMOID, OpType.SOFTMAX,
+    OpType.BATCH_NORM, OpType.LAYER_NORM, OpType.RELU6, OpType.TANH, OpType.HARD_SWISH,
 })
+# Activations with one optional kwarg: built with the values the replaced subgraph used
+# (an imported exact GELU stays exact), or with none (flax's default) where it used none.
+INHERITED_KWARG_TYPES: dict[OpType, str] = {
+    OpType.GELU: "approximate",
+    OpType.LEAKY_RELU: "negative_slope",
+    OpType.ELU: "alpha",
+}
 
 
 def hashable(value: Any) -> Any:
@@ -339,15 +355,25 @@ def op_enumerator(
 ) -> Iterator[Op]:
     """Every single-input op of the search space, in op-type definition order.
 
-    The input name is the placeholder `"inputs"`; sequential specs rewire it.
+    The input name is the placeholder `"inputs"`; sequential specs rewire it. Without
+    `op_types` it is the reference's vocabulary: the activations added since
+    (`NEW_ACTIVATIONS`) come only where `op_types` (e.g. a SearchSpace's) names them.
     """
     allowed = set(op_types) if op_types is not None else None
     for op_type in OpType:
-        if op_type in SKIPPED_TYPES or (allowed is not None and op_type not in allowed):
+        if op_type in SKIPPED_TYPES or (allowed is not None and op_type not in allowed) or (
+                allowed is None and op_type.name in NEW_ACTIVATIONS):
             continue
         name = (prefix or "") + op_type.name.lower()
         if op_type in KWARG_FREE_TYPES:
             yield new_op(name, op_type, ["inputs"])
+            continue
+        if op_type in INHERITED_KWARG_TYPES:
+            key = INHERITED_KWARG_TYPES[op_type]
+            values = _sorted((kwarg_defaults or {}).get(key, ()))
+            for value in values or [None]:
+                kwargs = None if value is None else {key: value}
+                yield new_op(name, op_type, ["inputs"], input_kwargs=kwargs)
             continue
         if op_type not in PARAMETERIZED_TYPES:
             continue
