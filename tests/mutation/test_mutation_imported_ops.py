@@ -6,7 +6,7 @@ import pytest
 from nas.graph import OpType
 from nas.mutation import NoChildFound, propose_child
 from tests.mutation.helpers import check_child, parent_variables
-from tests.synthesis.test_new_op_types import NEW, classifier
+from tests.synthesis.imported_ops import NEW, classifier
 
 FAST = {"linear_p": None}
 
