@@ -47,14 +47,12 @@ def get_config(arg=None):
         "function_preserving": False,
         "max_steps": 4000,
         "time_limit_s": 600.0,
-        # What synthesis may build: softmax/sigmoid, scalar multiplies, the activations
-        # added for imported models and whole-input pool windows only where the replaced
-        # subgraph had them, widths changed by at most 2x, logits computed by a DENSE or
-        # CONV, pool windows up to 4 (docs/function-preservation.md and the SearchSpace
-        # docstring say why).
+        # What synthesis may build: softmax/sigmoid, scalar multiplies and whole-input pool
+        # windows only where the replaced subgraph had them, widths changed by at most 2x,
+        # logits computed by a DENSE or CONV, pool windows up to 4 (docs/function-
+        # preservation.md and the SearchSpace docstring say why).
         "search_space": {
-            "inherit_only": ("SOFTMAX", "SIGMOID", "SCALAR_MUL", "RELU6", "TANH", "HARD_SWISH",
-                             "LEAKY_RELU", "ELU"),
+            "inherit_only": ("SOFTMAX", "SIGMOID", "SCALAR_MUL"),
             "width_factors": ("%2", "", "*2"),
             "full_window_pools": False,
             "linear_outputs": True,

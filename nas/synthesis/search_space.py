@@ -28,13 +28,10 @@ KwargSets = dict[str, set[Any]]
 # scaling) shrinks the signal 6-11x in CifarNet's layers, which a fine-tune of one epoch does
 # not undo: in the README searches of seeds 0-2 (53 children) it was in 2 of the 2 children
 # below half their parent's accuracy and in 5 of the 6 below 0.9 of it.
-# The activations added for imported models (RELU6, TANH, HARD_SWISH, LEAKY_RELU, ELU) are
-# inherit-only too until a search measures them: a default search of a graph without them
-# stays the search the README measured, and a model that uses one keeps it available. TANH
-# squashes into (-1, 1) like SIGMOID. Leave them out of `inherit_only` to let synthesis
-# insert them anywhere.
-NEW_ACTIVATIONS = ("RELU6", "TANH", "HARD_SWISH", "LEAKY_RELU", "ELU")
-INHERIT_ONLY = ("SOFTMAX", "SIGMOID", "SCALAR_MUL") + NEW_ACTIVATIONS
+INHERIT_ONLY = ("SOFTMAX", "SIGMOID", "SCALAR_MUL")
+# Activations added for imported models, beyond the reference's vocabulary. Synthesis uses
+# them where the replaced subgraph had one, and anywhere only with `extra_activations`.
+EXTRA_ACTIVATIONS = ("RELU6", "TANH", "HARD_SWISH", "LEAKY_RELU", "ELU")
 DEFAULT_WIDTH_FACTORS = ("%2", "", "*2")
 DEFAULT_POOL_WINDOWS = (2, 3, 4)
 _FACTOR = re.compile(r"^([*%][1-9][0-9]*)?$")
@@ -63,6 +60,11 @@ class SearchSpace:
         studies 17 of 49 children with a new 8x8 pool ended below 0.9 of their parent's
         accuracy, against 6 of 118 with smaller windows and 17 of 218 with no new pool
         (docs/function-preservation.md).
+    extra_activations: whether synthesis may insert the activations of EXTRA_ACTIVATIONS
+        where the replaced subgraph had none (where it had one, that one is always
+        allowed). Off by default until a search measures them: so a search of a graph
+        without them, and a study stored before they existed, proposes what it did.
+        Naming them in `op_types` allows them too.
     """
 
     op_types: tuple[str, ...] | None = None
@@ -71,6 +73,7 @@ class SearchSpace:
     full_window_pools: bool = False
     linear_outputs: bool = True
     pool_windows: tuple[int, ...] = DEFAULT_POOL_WINDOWS
+    extra_activations: bool = False
 
     def __post_init__(self) -> None:
         for field in ("op_types", "inherit_only", "width_factors", "pool_windows"):
@@ -89,7 +92,7 @@ class SearchSpace:
                                      f"expected names such as 'CONV' or 'RELU'")
                 if OpType[name.upper()] in SKIPPED_TYPES:
                     raise ValueError(f"search_space.{field}: {name!r} is never synthesized")
-        for field in ("full_window_pools", "linear_outputs"):
+        for field in ("full_window_pools", "linear_outputs", "extra_activations"):
             if not isinstance(getattr(self, field), bool):
                 raise ValueError(f"search_space.{field}: expected True or False, got "
                                  f"{getattr(self, field)!r}")
@@ -134,6 +137,8 @@ class SearchSpace:
         for name in self.inherit_only:
             if OpType[name.upper()] not in present:
                 allowed.discard(OpType[name.upper()])
+        if self.op_types is None and not self.extra_activations:
+            allowed -= {OpType[n] for n in EXTRA_ACTIVATIONS} - present
         return tuple(t for t in OpType if t in allowed and t not in SKIPPED_TYPES)
 
 
@@ -357,12 +362,12 @@ def op_enumerator(
 
     The input name is the placeholder `"inputs"`; sequential specs rewire it. Without
     `op_types` it is the reference's vocabulary: the activations added since
-    (`NEW_ACTIVATIONS`) come only where `op_types` (e.g. a SearchSpace's) names them.
+    (`EXTRA_ACTIVATIONS`) come only where `op_types` (e.g. a SearchSpace's) names them.
     """
     allowed = set(op_types) if op_types is not None else None
     for op_type in OpType:
         if op_type in SKIPPED_TYPES or (allowed is not None and op_type not in allowed) or (
-                allowed is None and op_type.name in NEW_ACTIVATIONS):
+                allowed is None and op_type.name in EXTRA_ACTIVATIONS):
             continue
         name = (prefix or "") + op_type.name.lower()
         if op_type in KWARG_FREE_TYPES:

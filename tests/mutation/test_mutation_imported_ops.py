@@ -13,7 +13,7 @@ FAST = {"linear_p": None}
 
 @pytest.mark.parametrize("config, seeds", [
     ({}, range(3)),
-    ({"search_space": {"inherit_only": []}, "mutator": "random_sequential"}, range(3)),
+    ({"search_space": {"extra_activations": True}, "mutator": "random_sequential"}, range(3)),
 ])
 def test_children_of_a_graph_with_the_new_op_types_are_valid(config, seeds):
     graph = classifier()
@@ -31,5 +31,5 @@ def test_children_of_a_graph_with_the_new_op_types_are_valid(config, seeds):
         assert any(op.type is OpType.CONCAT for op in child.graph.ops)
     kept_or_new = {op.type for child in children for op in child.graph.ops}
     assert kept_or_new & NEW
-    if config:  # allowed anywhere, synthesis puts new activations into new subgraphs
+    if config:  # allowed anywhere, synthesis puts them into new subgraphs
         assert any(node.op.type in NEW for child in children for node in child.spec)

@@ -2,9 +2,9 @@
 synthesis and mutation tests."""
 
 from nas.graph import OpType, new_graph, new_op
-from nas.synthesis.search_space import NEW_ACTIVATIONS
+from nas.synthesis.search_space import EXTRA_ACTIVATIONS
 
-NEW = {OpType[n] for n in NEW_ACTIVATIONS}
+NEW = {OpType[n] for n in EXTRA_ACTIVATIONS}
 
 
 def classifier():

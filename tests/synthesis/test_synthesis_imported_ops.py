@@ -1,6 +1,6 @@
 """Synthesis with the op types added for imported models: the new activations come where a
-search space allows them (inherit-only by default) with the kwargs the replaced ops used,
-CONCAT is never built by a chain but kept as a node by graph synthesis."""
+search space allows them (by default where the replaced ops had one) with the kwargs the
+replaced ops used; CONCAT is never built by a chain but kept as a node by graph synthesis."""
 
 import random
 
@@ -24,12 +24,16 @@ def test_reference_vocabulary_has_no_new_activation():
     assert OpType.CONCAT not in {op.type for op in op_enumerator("", {}, full=True)}
 
 
-def test_new_activations_are_inherit_only_by_default():
+def test_extra_activations_only_where_the_replaced_ops_had_one_by_default():
     space = SearchSpace()
     assert not NEW & set(space.allowed_types([]))
     replaced = [new_op("a", OpType.HARD_SWISH, ["x"]), new_op("b", OpType.ELU, ["a"])]
     assert set(space.allowed_types(replaced)) & NEW == {OpType.HARD_SWISH, OpType.ELU}
-    assert NEW <= set(SearchSpace(inherit_only=[]).allowed_types([]))
+    assert NEW <= set(SearchSpace(extra_activations=True).allowed_types([]))
+    named = SearchSpace(op_types=["CONV", "TANH"]).allowed_types([])
+    assert named == (OpType.CONV, OpType.TANH)
+    with pytest.raises(ValueError, match="search_space.extra_activations: expected True"):
+        SearchSpace.from_dict({"extra_activations": "yes"})
 
 
 def test_concat_is_never_synthesized():
@@ -67,7 +71,7 @@ def test_graph_synthesis_keeps_the_concat_and_rebuilds_its_branches():
     assert [n.op.type for n in nodes] == [OpType.CONCAT]
     assert sum(bool(e.ops) for e in edges) == 2
     rng = random.Random(0)
-    space = SearchSpace(inherit_only=[])
+    space = SearchSpace(extra_activations=True)
 
     def ctor(ctx):
         return ProgressiveSequentialSynthesizer(ctx, 0, rng=rng, max_len=3, space=space)
