@@ -70,6 +70,14 @@ def test_depth_counts_the_new_activations_as_nonlinear_and_concat_as_linear():
     assert sub.depth_map == {"input:0": {"cat:0": 3}}
 
 
+def test_every_op_type_but_none_has_a_depth_class():
+    for op_type in OpType:
+        if op_type is not OpType.NONE:
+            depth.is_nonlinear(new_op("op", op_type, []))
+    with pytest.raises(ValueError, match="'op'.*no linear/non-linear class"):
+        depth.is_nonlinear(new_op("op", OpType.NONE, []))
+
+
 def test_abstract_pairing_equals_concrete_with_concat_and_broadcast_mul():
     graph = new_ops_graph()
     for spec in (None, concat_spec(graph)):

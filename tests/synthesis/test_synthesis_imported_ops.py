@@ -15,7 +15,15 @@ from nas.properties.depth import DepthProperty
 from nas.properties.shape import ShapeProperty
 from nas.synthesis.graph import GraphSynthesizer, decompose
 from nas.synthesis.progressive import ProgressiveSequentialSynthesizer
-from nas.synthesis.search_space import SearchSpace, kwarg_defaults, op_enumerator
+from nas.synthesis.search_space import (
+    INHERITED_KWARG_TYPES,
+    KWARG_FREE_TYPES,
+    PARAMETERIZED_TYPES,
+    SKIPPED_TYPES,
+    SearchSpace,
+    kwarg_defaults,
+    op_enumerator,
+)
 from tests.synthesis.imported_ops import NEW, classifier
 
 
@@ -84,3 +92,10 @@ def test_graph_synthesis_keeps_the_concat_and_rebuilds_its_branches():
     x = jnp.ones((2, 32, 32, 3))
     variables = Model(new.graph).init(jax.random.PRNGKey(0), x)
     assert Model(new.graph).apply(variables, x).shape == (2, 10)
+
+
+def test_every_op_type_is_built_by_one_rule_or_skipped_with_a_reason():
+    rules = [SKIPPED_TYPES, KWARG_FREE_TYPES, set(INHERITED_KWARG_TYPES),
+             set(PARAMETERIZED_TYPES)]
+    for op_type in OpType:
+        assert sum(op_type in rule for rule in rules) == 1, op_type
