@@ -169,14 +169,19 @@ def match(eqns: Sequence[Any], start: int, x: int, x_shape: tuple[int, ...],
         return None
     closure: list[int] = []
     known = {x}
+    scalars: set[int] = set()  # computed from scalars only
     for j in range(start, min(len(eqns), start + WINDOW)):
         e = eqns[j]
         if e.name == "nas_layer":
             continue
-        if all(a in known or is_scalar(a) for a in e.inputs) and any(
-                a in known for a in e.inputs):
+        if not all(a in known or a in scalars or is_scalar(a) for a in e.inputs):
+            continue
+        if any(a in known for a in e.inputs):
             closure.append(j)
             known.update(e.outputs)
+        elif j > start:  # a constant: a converted slope, a broadcast scalar
+            closure.append(j)
+            scalars.update(e.outputs)
     if not closure or closure[0] != start:
         return None
     producer = {o: j for j in closure for o in eqns[j].outputs}

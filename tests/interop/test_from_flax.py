@@ -28,7 +28,7 @@ NAMES = [pytest.param("resnet", marks=SLOW), pytest.param("mobile", marks=SLOW),
          pytest.param("mixer", marks=SLOW), "cnn", pytest.param(
              "branches", marks=[SLOW, pytest.mark.skipif(not HAS_NEW_OPS,
                                                          reason="needs the ops branch")])]
-MUTATED = [n for n in NAMES if getattr(n, "values", (n,))[0] != "branches"]
+MUTATED = NAMES
 
 
 @pytest.fixture(scope="module")
