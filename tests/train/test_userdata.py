@@ -15,7 +15,7 @@ from helpers import tiny_config, tiny_graph
 from PIL import Image
 from userdata_helpers import digits_arrays, small_arrays, write_folder, write_npz
 
-from nas.train import data, train_and_eval, userdata
+from nas.train import data, devdata, train_and_eval, userdata
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -286,6 +286,7 @@ def test_npz_digits_train_with_a_validation_split(tmp_path):
     config.input.data.validation_fraction = 0.1
     config.eval.data.split = data.HOLDOUT
     config.eval.test_split = "test"
+    assert devdata.supported(config.input.data.name)  # small: trained from the devices
     metrics, epochs, _ = train_and_eval(config, eval_perf=False, graph=tiny_graph()[0],
                                         constants=tiny_graph()[1])
     assert epochs == 2 and metrics.acc > 0.6 and metrics.test_acc > 0.6
