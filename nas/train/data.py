@@ -290,10 +290,12 @@ def check_dataset(config: Any) -> None:
                          f"{inp.batch_size}")
     kind = userdata.kind_of(inp.data.name)
     if labels is not None and config.num_classes < labels and kind:
-        what = f"{labels} class folders" if kind == "folder" else f"labels up to {labels - 1}"
-        raise ValueError(f"{userdata.path_of(inp.data.name)}: {what}, outside config field "
-                         f"'num_classes' = {config.num_classes} (labels must be 0.."
-                         f"{config.num_classes - 1})")
+        path, n = userdata.path_of(inp.data.name), config.num_classes
+        if kind == "folder":
+            raise ValueError(f"{path}: {labels} class folders, more than config field "
+                             f"'num_classes' = {n}")
+        raise ValueError(f"{path}: labels up to {labels - 1}, outside config field "
+                         f"'num_classes' = {n} (labels must be 0..{n - 1})")
     if labels is not None and config.num_classes < labels:
         raise ValueError(f"config field 'num_classes' must be >= {labels}, the number of "
                          f"classes of dataset {inp.data.name!r}, got {config.num_classes}")
