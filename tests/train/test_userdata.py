@@ -316,3 +316,11 @@ def test_search_config_accepts_user_data(tmp_path):
         settings.validate_search(config)
     assert str(e.value) == (f"train: {root}: 10 class folders, more than config field "
                             f"'num_classes' = 9")
+
+
+@pytest.mark.parametrize("name", ["folder:", "npz:"])
+def test_a_user_dataset_name_without_a_path_is_one_line(tmp_path, name):
+    with pytest.raises(ValueError) as e:
+        data.check_dataset(_config(tmp_path, name))
+    assert str(e.value) == (f"config field 'input.data.name': {name!r} names no path "
+                            f"(expected 'folder:DIR' or 'npz:FILE')")
