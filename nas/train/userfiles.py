@@ -26,7 +26,8 @@ import numpy as np
 
 SPLITS = ("train", "test")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
-_GREY_MODES = ("1", "L", "LA", "I", "I;16", "F")
+_GREY_MODES = ("1", "L", "LA")
+_WIDE_MODES = ("I", "F")  # 16/32-bit integer or float pixels ("I;16" too): no uint8 as is
 _NPZ_ARRAYS = ("x_train", "y_train", "x_test", "y_test")
 
 Example = tuple[str, dict[str, Any]]
@@ -154,6 +155,9 @@ def _read_folder(root: Path) -> Content:
     sizes, modes = set(), set()
     for _, _, file in files:  # headers only: cheap, and a bad file is named before writing
         with _open_image(file) as im:
+            if im.mode.split(";")[0] in _WIDE_MODES:  # converting would clip, not scale
+                raise ValueError(f"{file}: {im.mode} pixels, expected an 8-bit greyscale or "
+                                 f"colour image")
             sizes.add(im.size)
             modes.add(im.mode)
     mode = "L" if modes <= set(_GREY_MODES) else "RGB"

@@ -180,6 +180,10 @@ def _folder_case(root: str, case: str) -> str:
         with open(bad, "w") as f:
             f.write("hello")
         return bad
+    if case == "16-bit image":
+        bad = os.path.join(root, "test", "digit0", "0.png")
+        Image.fromarray(np.full((6, 6), 40000, np.uint16)).save(bad)
+        return bad
     if case == "no such folder":
         shutil.rmtree(root)
         return root
@@ -188,7 +192,7 @@ def _folder_case(root: str, case: str) -> str:
 
 @pytest.mark.parametrize("case", ["missing train", "missing test", "classes differ",
                                   "empty class", "unreadable image", "not an image",
-                                  "no such folder"])
+                                  "16-bit image", "no such folder"])
 def test_bad_folder_is_one_line_naming_the_file(tmp_path, case):
     root = write_folder(str(tmp_path / "imgs"), small_arrays())
     named = _folder_case(root, case)
