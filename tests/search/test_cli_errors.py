@@ -219,6 +219,32 @@ def test_nas_train_values_that_pass_the_schema_are_one_line(place, args, needles
     assert _snapshot(place) == before
 
 
+LATE_CASES = [  # found by building the model or the optimizer: refused before any output
+    (["--config.model_name=nope"], ["config field 'model_name'", "'nope'"]),
+    (["--config.schedule.warmup_steps=1000"], ["config field 'schedule'", "warmup (1000)",
+                                               "total_steps (112)"]),
+    (["--config={t}/listed.py"], ["config field 'schedule[0]'", "cooldown (500)"]),
+]
+
+
+@pytest.mark.parametrize("args, needles", LATE_CASES)
+def test_nas_train_config_mistakes_come_before_anything_is_printed(place, args, needles):
+    (place / "listed.py").write_text(
+        f"import runpy\n\n\ndef get_config(arg=None):\n"
+        f"    c = runpy.run_path({TRAIN_CONFIG!r})['get_config']()\n"
+        f"    with c.ignore_type():\n"
+        f"        c.schedule = [('^conv', {{'cooldown_steps': 500}}), ('.*', None)]\n"
+        f"    return c\n")
+    args = [a.format(t=place) for a in args]
+    if not any(a.startswith("--config=") for a in args):
+        args.insert(0, f"--config={TRAIN_CONFIG}")
+    before = _snapshot(place)
+    proc = _run("nas.train.cli", *args, f"--workdir={place}/w", cwd=place)
+    _assert_one_line(proc, "nas-train", *needles)
+    assert proc.stdout == ""
+    assert _snapshot(place) == before
+
+
 def test_export_errors_name_the_flags(tmp_path):
     from nas.search.study import Study
 
