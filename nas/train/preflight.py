@@ -2,9 +2,10 @@
 
 Why: `train_and_eval` finds some config mistakes only once it builds the model or the
 optimizer (an unknown `model_name`, a schedule whose warmup and cooldown outlast
-training), after a command line has already printed its settings and a workdir exists.
-These checks cost no training: the graph is built without weights, the training split is
-only opened to count its examples, and the schedule functions are made but never run.
+training, the reversible trainer for a network that is not reversible), after a command
+line has already printed its settings and a workdir exists. These checks cost no
+training: the graph is built without weights, the training split is only opened to count
+its examples, and the schedule functions are made but never run.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 import ml_collections
 
+from nas.graph.reversible import is_reversible
 from nas.train import data as data_lib
 from nas.train import optim, trainers
 
@@ -53,6 +55,10 @@ def check(config: ml_collections.ConfigDict, graph: Any = None,
             named = text.startswith(("train.model", "config field"))
             raise ValueError(text if named else f"config field 'model_name': {text}") from None
     trainers.compute_dtype(config)
+    if config.trainer == "reversible" and not is_reversible(constants):
+        raise ValueError("config field 'trainer' is 'reversible', but the model is not a "
+                         "reversible network (e.g. model_name 'revnet'); use 'standard' or "
+                         "'auto'")
     total_steps, steps_per_epoch = training_steps(config)
     for field, sched in _schedules(config.schedule):
         try:

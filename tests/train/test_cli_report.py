@@ -70,6 +70,7 @@ def test_the_settings_block_names_no_file_that_is_not_written_yet():
     ({"schedule": [("^conv", {"cooldown_steps": 30}), (".*", None)]},
      ["config field 'schedule[0]'", "cooldown (30)", "total_steps (22)"]),
     ({"compute_dtype": "float16"}, ["'compute_dtype'", "float16"]),
+    ({"trainer": "reversible"}, ["config field 'trainer'", "not a reversible network"]),
 ])
 def test_preflight_refuses_what_training_would_refuse_later(data_dir, overrides, needles):
     from nas.train import preflight
