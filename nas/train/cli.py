@@ -280,6 +280,8 @@ def format_settings(train: ml_collections.ConfigDict, source: str, overridden: l
         value = train
         for name in key.split("."):
             value = value[name]
+        if key == "eval.test_split" and not value:
+            continue  # shown where a test split is evaluated too (a search's candidates)
         if isinstance(value, ml_collections.ConfigDict):
             value = value.to_dict()
         mark = "  (command line)" if key in overridden else ""

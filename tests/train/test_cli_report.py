@@ -61,6 +61,9 @@ def test_the_settings_block_names_no_file_that_is_not_written_yet():
     block = format_settings(config, "--config=x.py", ["lr"], "/tmp/run")
     assert "config.json" not in block and "/tmp/run" not in block
     assert "  lr                  0.003  (command line)" in block.splitlines()
+    assert "eval.test_split" not in block  # none: nothing to show
+    config.eval.test_split = "test"
+    assert "  eval.test_split     'test'" in format_settings(config, "x", []).splitlines()
 
 
 @pytest.mark.parametrize("overrides, needles", [
