@@ -149,5 +149,5 @@ def test_cli_trains_a_graph_file_and_prints_table(data_dir, tmp_path):
     # the config evaluates on its test split, all 360 digits: the line says so
     assert re.search(r"^test accuracy +\d+\.\d\d % \(95 % interval \d+\.\d\d-\d+\.\d\d %, "
                      r"n=360; split 'test'\)$", proc.stdout, re.M), proc.stdout
-    assert "step/s" not in proc.stderr  # --noprogress: no bar
+    assert "step/s" not in proc.stderr and "s/step" not in proc.stderr  # --noprogress
     assert proc.stdout.splitlines()[-1] == f"every setting of this run: {tmp_path}/w/config.json"
