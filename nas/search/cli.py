@@ -42,7 +42,7 @@ from collections.abc import Sequence
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from nas.cli_messages import check_workdir, os_error_line, unknown_field_line
+from nas.cli_messages import check_workdir, flag_error_line, os_error_line, unknown_field_line
 
 FLAGS = flags.FLAGS
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Search config file.",
@@ -96,7 +96,7 @@ def _parse(argv: Sequence[str]) -> list[str]:
             FLAGS.config.keys()
         return rest
     except flags.Error as e:
-        fail(first_line(e))
+        fail(flag_error_line(e))
     except (AttributeError, KeyError) as e:  # an override of a field the config lacks
         fail(unknown_field_line(e, argv))
     except Exception as e:  # noqa: BLE001 - a config file that fails to load

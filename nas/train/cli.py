@@ -40,7 +40,7 @@ import ml_collections
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from nas.cli_messages import check_workdir, os_error_line, unknown_field_line
+from nas.cli_messages import check_workdir, flag_error_line, os_error_line, unknown_field_line
 
 FLAGS = flags.FLAGS
 _CONFIG = config_flags.DEFINE_config_file(
@@ -76,7 +76,7 @@ def _parse(argv: Sequence[str]) -> list[str]:
             FLAGS.config.keys()  # a config file that failed to load raises only when used
         return rest
     except flags.Error as e:
-        _fail(_first_line(e))
+        _fail(flag_error_line(e))
     except (AttributeError, KeyError) as e:  # an override of a field the config lacks
         _fail(unknown_field_line(e, argv))
     except Exception as e:  # a config file missing, or raising while it is executed
