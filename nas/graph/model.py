@@ -38,6 +38,10 @@ class OpError(ValueError):
         super().__init__(message)
         self.reason = reason
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Rebuilt from both arguments, so it crosses a process pool intact."""
+        return type(self), (str(self), self.reason), self.__dict__
+
 
 def op_failure(op: Op, shapes: Sequence[Sequence[int]], error: Exception,
                what: str = "failed") -> OpError:
