@@ -125,6 +125,32 @@ def _failed(candidate_id: int, e: BaseException) -> Outcome:
     return Outcome(candidate_id, error=message, infeasible=infeasible)
 
 
+@dataclass(frozen=True)
+class Failure:
+    """A candidate's failure as plain data: what a worker process sends back instead of its
+    exception, which the parent would have to rebuild (a class pickle cannot rebuild broke
+    the whole pool, and every candidate in it lost its own cause)."""
+
+    error: str  # "TypeName: first line", as `describe_failure` words it
+    infeasible: bool = False
+
+
+def train_or_failure(**kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]] | Failure:
+    """`train_candidate` in a worker process: its result, or its failure as data."""
+    try:
+        return train_candidate(**kwargs)
+    except (Exception, MemoryError) as e:  # noqa: BLE001 - the cause is sent back, named
+        return Failure(*describe_failure(e))
+
+
+def _outcome(candidate_id: int, result: Any) -> Outcome:
+    """The Outcome of what a worker process sent back (a result or a `Failure`)."""
+    if isinstance(result, Failure):
+        return Outcome(candidate_id, error=result.error, infeasible=result.infeasible)
+    metrics, variables = result
+    return Outcome(candidate_id, metrics, variables)
+
+
 class InlineExecutor:
     """Runs each candidate to completion in this process (debugging, tests)."""
 
@@ -191,7 +217,7 @@ class LocalExecutor:
 
     def submit(self, candidate_id: int, kwargs: dict[str, Any]) -> None:
         # owner_pid: an orphaned worker (its driver was killed) stops instead of training on.
-        future = self._pool.submit(train_candidate, **kwargs, **self._share,
+        future = self._pool.submit(train_or_failure, **kwargs, **self._share,
                                    owner_pid=os.getpid())
         self._inflight[future] = (candidate_id, kwargs, time.monotonic())
 
@@ -207,8 +233,7 @@ class LocalExecutor:
         for future in done:
             candidate_id, kwargs, _ = self._inflight.pop(future)
             try:
-                metrics, variables = future.result()
-                outcomes.append(Outcome(candidate_id, metrics, variables))
+                outcomes.append(_outcome(candidate_id, future.result()))
             except cf.process.BrokenProcessPool:
                 outcomes.append(Outcome(candidate_id, error="worker process died (killed or "
                                                            "out of memory)"))
@@ -309,7 +334,7 @@ class RayExecutor:
         options: dict[str, Any] = {"num_cpus": num_cpus, "num_gpus": num_gpus, "max_retries": 0}
         if num_gpus:
             options["runtime_env"] = {"env_vars": env}
-        self._remote = ray.remote(**options)(train_candidate)
+        self._remote = ray.remote(**options)(train_or_failure)
         self._inflight: dict[Any, tuple[int, float]] = {}
 
     def submit(self, candidate_id: int, kwargs: dict[str, Any]) -> None:
@@ -327,8 +352,7 @@ class RayExecutor:
         for ref in ready:
             candidate_id, _ = self._inflight.pop(ref)
             try:
-                metrics, variables = self._ray.get(ref)
-                outcomes.append(Outcome(candidate_id, metrics, variables))
+                outcomes.append(_outcome(candidate_id, self._ray.get(ref)))
             except Exception as e:  # noqa: BLE001
                 cause = getattr(e, "cause", None) or e
                 outcomes.append(_failed(candidate_id, cause))
