@@ -152,7 +152,8 @@ def _worker(workdir: str) -> None:
 
     check_workdir(workdir, create=False)
     try:
-        trained = run_worker(workdir, _CANDIDATE.value, wait_s=_WAIT.value)
+        trained = run_worker(workdir, _CANDIDATE.value, wait_s=_WAIT.value,
+                             say=lambda line: print(f"{PROG} worker: {line}", flush=True))
     except ValueError as e:
         raise naming_flag(e, f"--candidate={_CANDIDATE.value}") from None
     for c in trained:
