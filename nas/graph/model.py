@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from nas.graph import grouped_conv, pooling
+from nas.graph import grouped_conv, pooling, stall
 from nas.graph.ops import Graph, Op, OpType, canonical_name
 from nas.graph.symbolic import resolve
 from nas.graph.validate import MODULE_TYPES, check_const_kwarg
@@ -285,6 +285,7 @@ class Model(nn.Module):
         constants = dict(self.constants or {})
         tensors = _input_table(graph, inp)
         fed = set(tensors)
+        stalling = stall.stall_op() if training else None  # a test hook, see nas.graph.stall
         for op in graph.ops:
             try:
                 inputs = [tensors[n] for n in op.input_names]
@@ -300,6 +301,8 @@ class Model(nn.Module):
             if len(outputs) != op.num_outputs:
                 raise ValueError(f"op {op.name!r} produced {len(outputs)} outputs, "
                                  f"declared num_outputs={op.num_outputs}")
+            if op.name == stalling:
+                outputs = [stall.stalled(v) for v in outputs]
             tensors.update(zip(op.output_names, outputs, strict=True))
         if not graph.output_names:
             return {k: v for k, v in tensors.items() if k not in fed}
