@@ -4,13 +4,16 @@ Why: a search's hard time limit (`search.hard_time_limit_s`) is the only thing t
 candidate stuck inside one compiled step, where no step boundary lets the soft limit act.
 Proving it needs a real candidate that gets stuck there. With the environment variable
 `NAS_TEST_STALL_OP` set to an op name, that op's output passes through a host callback that
-sleeps `NAS_TEST_STALL_S` seconds (default 3600) in every training-mode application; unset
-(always, outside tests), nothing changes and nothing is compiled differently.
+sleeps `NAS_TEST_STALL_S` seconds (default 3600) in every training-mode application, or,
+with `NAS_TEST_STALL_DIE=1`, kills its own process there with SIGKILL (as the kernel's
+out-of-memory killer would: the executor must blame this candidate and no neighbour).
+Unset (always, outside tests), nothing changes and nothing is compiled differently.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import time
 
 import jax
@@ -18,6 +21,7 @@ import jax.numpy as jnp
 
 STALL_OP = "NAS_TEST_STALL_OP"
 STALL_S = "NAS_TEST_STALL_S"
+STALL_DIE = "NAS_TEST_STALL_DIE"
 
 
 def stall_op() -> str | None:
@@ -30,8 +34,11 @@ def stalled(x: jax.Array) -> jax.Array:
     step, before anything that uses the result) and adds a zero outside the gradient path
     (a host callback has no derivative)."""
     seconds = float(os.environ.get(STALL_S, "3600"))
+    die = os.environ.get(STALL_DIE) == "1"
 
     def wait(_: object) -> object:
+        if die:
+            os.kill(os.getpid(), signal.SIGKILL)
         time.sleep(seconds)
         return jnp.zeros((), x.dtype)
 

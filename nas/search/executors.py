@@ -207,6 +207,10 @@ class LocalExecutor:
         self._gpus = visible_gpus()
         self._pool = self._new_pool()
         self._inflight: dict[cf.Future, tuple[int, dict[str, Any], float]] = {}
+        # In flight when a worker process died: which one died is unknown, so each runs
+        # again alone; one that dies alone is the one recorded as died (`_after_death`).
+        self._suspects: list[tuple[int, dict[str, Any]]] = []
+        self._alone: cf.Future | None = None
 
     def _new_pool(self) -> cf.ProcessPoolExecutor:
         with self._counter.get_lock():  # a replaced pool hands out the same devices again
@@ -222,27 +226,61 @@ class LocalExecutor:
         self._inflight[future] = (candidate_id, kwargs, time.monotonic())
 
     def running(self) -> int:
+        if self._suspects or self._alone in self._inflight:  # no neighbour while isolating
+            return max(self.capacity, len(self._inflight) + len(self._suspects))
         return len(self._inflight)
 
     def poll(self, timeout: float) -> list[Outcome]:
+        self._next_suspect()
         if not self._inflight:
             return []
         done, _ = cf.wait(list(self._inflight), timeout=timeout,
                           return_when=cf.FIRST_COMPLETED)
-        outcomes = []
+        outcomes, broken = [], []
         for future in done:
             candidate_id, kwargs, _ = self._inflight.pop(future)
             try:
                 outcomes.append(_outcome(candidate_id, future.result()))
             except cf.process.BrokenProcessPool:
-                outcomes.append(Outcome(candidate_id, error="worker process died (killed or "
-                                                           "out of memory)"))
+                broken.append((candidate_id, kwargs))
             except Exception as e:  # noqa: BLE001
                 outcomes.append(_failed(candidate_id, e))
-        if any(o.error and o.error.startswith("worker process died") for o in outcomes):
-            self._restart()
+        if broken:
+            outcomes += self._after_death(broken)
         outcomes += self._enforce_hard_timeout()
+        self._next_suspect()
         return outcomes
+
+    def _after_death(self, broken: list[tuple[int, dict[str, Any]]]) -> list[Outcome]:
+        """A worker process died (killed, out of memory, a crash in native code) and broke
+        the pool. The candidate that ran alone is recorded as died; of several in flight,
+        which one died is unknown, so none is blamed: each runs again alone, first to last
+        (its neighbours' results and messages are never its own)."""
+        outcomes, suspects = [], list(broken)
+        for future, (cid, kwargs, _) in self._inflight.items():  # a result may be in already
+            if future.done() and not future.cancelled() and future.exception() is None:
+                outcomes.append(_outcome(cid, future.result()))
+            else:
+                suspects.append((cid, kwargs))
+        self._inflight.clear()
+        for process in list(getattr(self._pool, "_processes", {}).values()):
+            process.kill()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._pool = self._new_pool()
+        if len(suspects) == 1:
+            return outcomes + [Outcome(suspects[0][0], error="worker process died (killed "
+                                                             "or out of memory)")]
+        logging.warning("a worker process died with candidates %s in flight; each runs again "
+                        "alone", ", ".join(str(cid) for cid, _ in suspects))
+        self._suspects += suspects
+        return outcomes
+
+    def _next_suspect(self) -> None:
+        """Starts the next candidate to run alone once nothing else is in flight."""
+        if self._suspects and not self._inflight:
+            candidate_id, kwargs = self._suspects.pop(0)
+            self.submit(candidate_id, kwargs)
+            self._alone = next(iter(self._inflight))
 
     def _enforce_hard_timeout(self) -> list[Outcome]:
         if not self.hard_timeout_s:
@@ -281,6 +319,7 @@ class LocalExecutor:
                 process.kill()
         self._pool.shutdown(wait=True, cancel_futures=True)
         self._inflight.clear()
+        self._suspects.clear()
         del self._pool, self._counter  # the last references: semaphores go now
 
 

@@ -4,6 +4,8 @@ learning rate that diverges), in worker processes that send the cause back as da
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from nas import zoo
@@ -63,3 +65,35 @@ def test_graph_error_and_divergence_side_by_side_keep_their_causes():
     finally:
         executor.close()
     assert after[3].error is None and after[3].metrics["accuracy"] >= 0.0
+
+
+def dying_graph_json() -> str:
+    """A small graph whose op "stall" (with NAS_TEST_STALL_OP=stall, NAS_TEST_STALL_DIE=1)
+    kills its worker process inside the first training step (`nas.graph.stall`)."""
+    ops = [new_op("flatten", OpType.FLATTEN, ["input"]),
+           new_op("stall", OpType.DENSE, ["flatten"], op_kwargs={"features": 10})]
+    return graph_to_json(new_graph(["input"], ["stall"], ops), {})
+
+
+@pytest.mark.slow  # two spawned workers, one killed and the pool started again: ~2 minutes
+def test_a_worker_process_that_dies_takes_no_neighbour_with_it(monkeypatch, caplog):
+    monkeypatch.setenv("NAS_TEST_STALL_OP", "stall")  # inherited by the spawned workers
+    monkeypatch.setenv("NAS_TEST_STALL_DIE", "1")
+    good = digits_graph_json()
+    executor = LocalExecutor(workers=2)
+    try:
+        with caplog.at_level(logging.WARNING):
+            first = run_all(executor, {
+                1: {"train_config": small_train_config(total_epochs=1.0), "graph_json": good,
+                    "init_variables": None},
+                2: {"train_config": small_train_config(), "graph_json": dying_graph_json(),
+                    "init_variables": None}})
+        after = run_all(executor, {3: {"train_config": small_train_config(),
+                                       "graph_json": good, "init_variables": None}})
+    finally:
+        executor.close()
+    # candidate 1 was in flight when 2's process died (it trains far longer): it ran again
+    assert any("each runs again alone" in r.getMessage() for r in caplog.records)
+    assert first[2].error == "worker process died (killed or out of memory)"
+    assert first[1].error is None and first[1].metrics["accuracy"] >= 0.0
+    assert after[3].error is None
