@@ -529,6 +529,18 @@ class Driver:
     def task(self, candidate_id: int) -> dict[str, Any]:
         return candidate_task(self.study, self.train, self.search, candidate_id)
 
+    def startable(self, candidate_id: int) -> dict[str, Any] | None:
+        """The task of a claimed candidate, or None when it cannot start (e.g. its starting
+        weights on disk are damaged): it is then recorded as failed with that cause, and
+        the search goes on (one candidate's damaged files end nothing else)."""
+        from nas.search.worker import describe_failure
+
+        try:
+            return self.task(candidate_id)
+        except ValueError as e:
+            self.record(Outcome(candidate_id, error=describe_failure(e)[0]))
+            return None
+
     def record(self, outcome: Outcome) -> None:
         record_outcome(self.study, outcome, worker=self.worker, rungs=self.rungs)
 
@@ -609,9 +621,11 @@ class Driver:
             while executor.running() < executor.capacity:
                 candidate = self.study.claim(worker=self.worker)
                 if candidate is not None:
-                    keeper.hold(candidate.id)
-                    inflight.add(candidate.id)
-                    executor.submit(candidate.id, self.task(candidate.id))
+                    task = self.startable(candidate.id)
+                    if task is not None:
+                        keeper.hold(candidate.id)
+                        inflight.add(candidate.id)
+                        executor.submit(candidate.id, task)
                     continue
                 total = sum(self.study.counts().values())
                 if total >= search.max_candidates or not self.study.candidates("done"):

@@ -99,3 +99,19 @@ def test_a_damaged_or_missing_parent_is_marked_unusable_and_the_search_goes_on(
     warned = [r.getMessage() for r in caplog.records if "no longer used as a parent" in
               r.getMessage()]
     assert len(warned) == 1 and child.checkpoint_path in warned[0], warned
+
+
+@pytest.mark.slow  # trains a seed and a child in-process: about a minute
+def test_a_pending_child_whose_starting_weights_are_damaged_fails_alone(tmp_path,
+                                                                        search_config):
+    workdir = str(tmp_path / "study")
+    Driver(search_config(max_candidates=1), workdir).run(progress=False)
+    driver = Driver(search_config(max_candidates=3), workdir)
+    child = next(cid for cid in (driver.propose() for _ in range(5)) if cid is not None)
+    init = driver.study.get(child).inheritance["init_path"]
+    damage(init)
+    study = driver.run(progress=False)
+    failed = study.get(child)
+    assert failed.status == "failed" and init in failed.error, failed.error
+    assert failed.error.startswith("ValueError: saved variables at ")
+    assert [c.parent_id for c in study.candidates("done")] == [None, 1]  # it went on
