@@ -137,6 +137,7 @@ def _search(workdir: str) -> None:
         print(f"the search in {workdir} is finished ({counts}; max_candidates "
               f"{int(driver.search.max_candidates)}); report: {write_report(driver.study)}")
         return
+    driver.check_seed_weights()  # before a line is printed or the study is written
     after = int(driver.search.max_candidates)
     if before is not None and after > before:
         print(f"extending the search in {workdir} from {before} to {after} candidates",
