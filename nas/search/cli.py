@@ -137,6 +137,7 @@ def _search(workdir: str) -> None:
         print(f"the search in {workdir} is finished ({counts}; max_candidates "
               f"{int(driver.search.max_candidates)}); report: {write_report(driver.study)}")
         return
+    driver.check_seed_weights()  # before a line is printed or the study is written
     after = int(driver.search.max_candidates)
     if before is not None and after > before:
         print(f"extending the search in {workdir} from {before} to {after} candidates",
@@ -152,7 +153,8 @@ def _worker(workdir: str) -> None:
 
     check_workdir(workdir, create=False)
     try:
-        trained = run_worker(workdir, _CANDIDATE.value, wait_s=_WAIT.value)
+        trained = run_worker(workdir, _CANDIDATE.value, wait_s=_WAIT.value,
+                             say=lambda line: print(f"{PROG} worker: {line}", flush=True))
     except ValueError as e:
         raise naming_flag(e, f"--candidate={_CANDIDATE.value}") from None
     for c in trained:

@@ -54,6 +54,16 @@ class SearchFailed(ValueError):
     """The search could not train anything (e.g. its seed model fails): exit non-zero."""
 
 
+# Study state: {candidate id: why its weights cannot be read}. Such a candidate is no
+# longer chosen as a parent (its children could not inherit), and the search goes on.
+UNUSABLE_PARENTS = "unusable_parents"
+
+
+def unusable_parents(study: Study) -> dict[int, str]:
+    """The candidates marked unusable as parents, with the reason recorded for each."""
+    return {int(k): str(v) for k, v in (study.get_state(UNUSABLE_PARENTS, {}) or {}).items()}
+
+
 def init_path(workdir: str | Path, proposal: int) -> str:
     """Where proposal `proposal`'s starting weights are saved before its candidate exists."""
     return os.path.join(os.path.abspath(workdir), "inits", str(proposal))
@@ -120,10 +130,16 @@ def candidate_task(study: Study, train: ml_collections.ConfigDict,
         from nas.search import fit as fit_lib
 
         parent = study.get(candidate.parent_id)
-        fit = fit_lib.task(parent.graph_json,
-                           load_variables(parent.checkpoint_path, shared=True),
-                           candidate.inheritance["new"], pairs, train.input,
-                           fit_lib.FitConfig.from_dict(dict(search.fit)), int(search.seed))
+        try:
+            parent_variables = load_variables(parent.checkpoint_path, shared=True)
+        except ValueError as e:  # damaged since the child was proposed: train it unfitted
+            logging.warning("candidate %d: not fitted, its parent's weights cannot be read: %s",
+                            candidate_id, str(e).splitlines()[0])
+            pairs = None
+        if pairs:
+            fit = fit_lib.task(parent.graph_json, parent_variables,
+                               candidate.inheritance["new"], pairs, train.input,
+                               fit_lib.FitConfig.from_dict(dict(search.fit)), int(search.seed))
     return {
         "train_config": train_config,
         "graph_json": candidate.graph_json,
@@ -363,6 +379,8 @@ class Driver:
         done = self.population()
         if not done:
             return None
+        unusable = unusable_parents(self.study)
+        done = [c for c in done if c.id not in unusable]
         k = int(self.study.get_state("proposals", 0))
         rng = np.random.default_rng([self.search.seed, k])
         try:
@@ -374,7 +392,9 @@ class Driver:
         parent = self.study.get(parent_id)
         child_seed = int(rng.integers(2**31 - 1))
         graph, constants = load(parent.graph_json)
-        variables = load_variables(parent.checkpoint_path, shared=True)
+        variables = self.parent_variables(parent)
+        if variables is None:  # just marked unusable: the same proposal from the others
+            return self.propose()
         blocks, builder, args = self.parent_blocks(parent)
         try:
             child = propose_child(graph, constants, variables, seed=child_seed,
@@ -408,6 +428,31 @@ class Driver:
             self.study.set_state("proposals", k + 1)
             return None
         return child_id
+
+    def parent_variables(self, parent: Any) -> dict[str, Any] | None:
+        """The weights of `parent`, or None when they cannot be read: it is then marked
+        unusable as a parent (recorded in the study, one warning naming the file) and the
+        search goes on with the others. The seed's are needed: SearchFailed."""
+        try:
+            return load_variables(parent.checkpoint_path, shared=True)
+        except ValueError as e:
+            reason = str(e).splitlines()[0]
+            if parent.parent_id is None:
+                raise SearchFailed(f"the seed (candidate {parent.id}) cannot be a parent: "
+                                   f"{reason}") from None
+            marked = {str(k): v for k, v in unusable_parents(self.study).items()}
+            self.study.set_state(UNUSABLE_PARENTS, {**marked, str(parent.id): reason})
+            logging.warning("candidate %d is no longer used as a parent: %s", parent.id,
+                            reason)
+            return None
+
+    def check_seed_weights(self) -> None:
+        """Reads the finished seed's weights before the search writes anything: every
+        proposal may need them, so damaged or missing ones end the command here, with one
+        line and the study unchanged (`parent_variables`)."""
+        seed = next((c for c in self.study.candidates("done") if c.parent_id is None), None)
+        if seed is not None and seed.checkpoint_path:
+            self.parent_variables(seed)
 
     def check_size(self, child: Any, done: list[Any]) -> None:
         """Refuses a child over `search.max_params_ratio` times the seed's parameters.
@@ -484,6 +529,18 @@ class Driver:
     def task(self, candidate_id: int) -> dict[str, Any]:
         return candidate_task(self.study, self.train, self.search, candidate_id)
 
+    def startable(self, candidate_id: int) -> dict[str, Any] | None:
+        """The task of a claimed candidate, or None when it cannot start (e.g. its starting
+        weights on disk are damaged): it is then recorded as failed with that cause, and
+        the search goes on (one candidate's damaged files end nothing else)."""
+        from nas.search.worker import describe_failure
+
+        try:
+            return self.task(candidate_id)
+        except ValueError as e:
+            self.record(Outcome(candidate_id, error=describe_failure(e)[0]))
+            return None
+
     def record(self, outcome: Outcome) -> None:
         record_outcome(self.study, outcome, worker=self.worker, rungs=self.rungs)
 
@@ -498,6 +555,7 @@ class Driver:
         """Runs to `max_candidates` finished candidates. Raises SearchFailed when nothing
         could be trained; on Ctrl-C gives its claims back (the study stays resumable)."""
         search = self.search
+        self.check_seed_weights()  # before the first write: a failed command changes nothing
         remove_partial_saves(self.study)
         self.study.set_state("max_candidates", int(search.max_candidates))
         self.study.set_state("stopped", False)
@@ -563,9 +621,11 @@ class Driver:
             while executor.running() < executor.capacity:
                 candidate = self.study.claim(worker=self.worker)
                 if candidate is not None:
-                    keeper.hold(candidate.id)
-                    inflight.add(candidate.id)
-                    executor.submit(candidate.id, self.task(candidate.id))
+                    task = self.startable(candidate.id)
+                    if task is not None:
+                        keeper.hold(candidate.id)
+                        inflight.add(candidate.id)
+                        executor.submit(candidate.id, task)
                     continue
                 total = sum(self.study.counts().values())
                 if total >= search.max_candidates or not self.study.candidates("done"):

@@ -67,6 +67,10 @@ class DuplicateCandidateError(ValueError):
         self.fingerprint = fingerprint
         self.existing_id = existing_id
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Rebuilt from its own arguments, so it crosses a process pool intact."""
+        return type(self), (self.fingerprint, self.existing_id)
+
 
 def default_worker(role: str = "") -> str:
     """A worker name that identifies this process: [role@]host:pid."""

@@ -169,9 +169,10 @@ def read_graph_file(path: str) -> tuple[Any, dict[str, Any], dict[str, Any] | No
     trained with; a plain serialized graph brings neither (None, None)."""
     from nas.graph import serialize
     from nas.io import load_candidate
+    from nas.io.candidate import starts_as_zip
 
     try:
-        export = zipfile.is_zipfile(path)
+        export = zipfile.is_zipfile(path) or starts_as_zip(path)
         text, doc = (b"", None) if export else serialize.read_json_file(path)
     except OSError as e:
         raise UserError(f"--graph: cannot read {path}: {e.strerror}") from None
