@@ -20,7 +20,13 @@ RESERVED_NAME_CHARS = (":", "*", "%")
 
 class OpType(enum.Enum):
     """Every operation the interpreter knows. Definition order matters: synthesis enumerates
-    op types in this order. Values are stable and used in serialized graphs."""
+    op types in this order. Values are stable and used in serialized graphs.
+
+    Later types sit beside their kin, not at the end: CONCAT with the other multi-input
+    ops, the activations after SIGMOID. Synthesis only ever enumerates the types a search
+    space allows, and the new activations are inherit-only by default
+    (`nas.synthesis.search_space.INHERIT_ONLY`), so where they sit changes nothing a
+    default search of a graph without them does."""
 
     NONE = 0
     IDENTITY = 1
@@ -30,6 +36,7 @@ class OpType(enum.Enum):
     ADD = 5
     SCALAR_ADD = 6
     MUL = 25
+    CONCAT = 29
     SCALAR_MUL = 7
     DOT_GENERAL = 8
     SELF_ATTENTION = 9
@@ -38,6 +45,11 @@ class OpType(enum.Enum):
     GELU = 12
     SWISH = 26
     SIGMOID = 28
+    RELU6 = 30
+    TANH = 31
+    HARD_SWISH = 32
+    LEAKY_RELU = 33
+    ELU = 34
     SOFTMAX = 13
     BATCH_NORM = 14
     LAYER_NORM = 15
@@ -53,13 +65,20 @@ class OpType(enum.Enum):
     PARAM = 24
 
 
-# How many input tensors each op type consumes; every type not listed takes exactly one.
+# How many input tensors each op type consumes; every type not listed here or in
+# VARIADIC_ARITY takes exactly one.
 INPUT_ARITY: dict[OpType, int] = {
     OpType.ADD: 2,
     OpType.MUL: 2,
     OpType.DOT_GENERAL: 2,
     OpType.EINSUM: 2,
     OpType.PARAM: 0,
+}
+
+# Op types that take a variable number of inputs: the least they take (no upper bound).
+# A concatenation of one tensor is an identity in disguise, so CONCAT needs two.
+VARIADIC_ARITY: dict[OpType, int] = {
+    OpType.CONCAT: 2,
 }
 
 
@@ -77,7 +96,34 @@ def check_num_outputs(op_name: str, op_type: OpType, num_outputs: Any) -> None:
 
 
 def input_arity(op_type: OpType) -> int:
+    """The number of inputs an op type takes; for a variadic type the least it takes."""
+    if op_type in VARIADIC_ARITY:
+        return VARIADIC_ARITY[op_type]
     return INPUT_ARITY.get(op_type, 1)
+
+
+def is_variadic(op_type: OpType) -> bool:
+    """Whether the op type takes any number of inputs from `input_arity` up."""
+    return op_type in VARIADIC_ARITY
+
+
+def accepts_inputs(op_type: OpType, count: int) -> bool:
+    """Whether an op of this type may have `count` inputs."""
+    least = input_arity(op_type)
+    return count >= least if is_variadic(op_type) else count == least
+
+
+def arity_text(op_type: OpType) -> str:
+    """The input count an op type takes, for messages: "2", "2 or more"."""
+    least = input_arity(op_type)
+    return f"{least} or more" if is_variadic(op_type) else str(least)
+
+
+def check_arity(op_name: str, op_type: OpType, input_names: Any) -> None:
+    """ValueError naming the op when it has a number of inputs its type does not take."""
+    if not accepts_inputs(op_type, len(input_names)):
+        raise ValueError(f"op {op_name!r}: {op_type.name} takes {arity_text(op_type)} "
+                         f"input(s), got {len(input_names)}: {list(input_names)}")
 
 
 def canonical_name(name: str) -> str:

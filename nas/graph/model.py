@@ -18,7 +18,7 @@ from jax import lax
 from nas.graph import grouped_conv, pooling
 from nas.graph.ops import Graph, Op, OpType, canonical_name
 from nas.graph.symbolic import resolve
-from nas.graph.validate import MODULE_TYPES, check_const_kwarg
+from nas.graph.validate import INPUT_KWARG_DEFAULTS, MODULE_TYPES, check_const_kwarg
 
 # Failures that say nothing about the graph (memory, the device, jax tracing misuse): they
 # reach the caller unchanged, so that its own handling of them still works.
@@ -145,6 +145,23 @@ def _pool(op_type: OpType, x: jax.Array, kw: dict[str, Any]) -> jax.Array:
     return y[0] if unbatched else y
 
 
+def _concat(inputs: Sequence[jax.Array], axis: int) -> jax.Array:
+    """`jnp.concatenate` after checking what it would report less clearly: one rank, an
+    axis inside it, and equal sizes on every other axis."""
+    shapes = [tuple(v.shape) for v in inputs]
+    rank = len(shapes[0])
+    if any(len(s) != rank for s in shapes):
+        raise ValueError(f"CONCAT needs inputs of one rank, got shapes {shapes}")
+    if not -rank <= axis < rank:
+        raise ValueError(f"CONCAT axis {axis} is outside inputs of rank {rank}")
+    axis %= rank
+    rest = {s[:axis] + s[axis + 1:] for s in shapes}
+    if len(rest) != 1:
+        raise ValueError(f"CONCAT along axis {axis} needs equal sizes on every other axis, "
+                         f"got shapes {shapes}")
+    return jnp.concatenate(list(inputs), axis=axis)
+
+
 def _module_kwargs(op_type: OpType, x: jax.Array, kw: dict[str, Any]) -> dict[str, Any]:
     if op_type is OpType.CONV:
         spatial = _check_spatial(op_type, x, kw, "kernel_size",
@@ -199,8 +216,12 @@ def exec_op(
         return [lax.dot_general(x, inputs[1], **in_kw)]
     if t is OpType.EINSUM:
         return [jnp.einsum(in_kw["sum"], x, inputs[1])]
+    if t in INPUT_KWARG_DEFAULTS:
+        in_kw = {**INPUT_KWARG_DEFAULTS[t], **in_kw}
+    if t is OpType.CONCAT:
+        return [_concat(inputs, in_kw["axis"])]
     if t in _ACTIVATIONS:
-        return [_ACTIVATIONS[t](x)]
+        return [_ACTIVATIONS[t](x, **in_kw)]
     if t is OpType.SOFTMAX:
         return [nn.softmax(x, **in_kw)]
     if t is OpType.RESHAPE:
@@ -213,7 +234,7 @@ def exec_op(
     if t in (OpType.AVG_POOL, OpType.MAX_POOL):
         return [_pool(t, x, in_kw)]
     if t is OpType.MEAN:
-        return [jnp.mean(x, axis=in_kw["axis"])]
+        return [jnp.mean(x, axis=in_kw["axis"], keepdims=in_kw["keepdims"])]
     if t is OpType.PARAM:
         init = nn.initializers.zeros if checks_only else in_kw["init_fn"]
         return [module.param(op.name, init, tuple(in_kw["shape"]))]
@@ -233,11 +254,18 @@ _PARAM_INITS: dict[OpType, tuple[str, ...]] = {
     OpType.GROUP_NORM: ("scale_init", "bias_init"),
 }
 
-_ACTIVATIONS: dict[OpType, Callable[[jax.Array], jax.Array]] = {
+# Elementwise activations; the op's input kwargs (GELU's `approximate`, LEAKY_RELU's
+# `negative_slope`, ELU's `alpha`, absent ones at INPUT_KWARG_DEFAULTS) are passed on.
+_ACTIVATIONS: dict[OpType, Callable[..., jax.Array]] = {
     OpType.RELU: nn.relu,
     OpType.GELU: nn.gelu,
     OpType.SWISH: nn.swish,
     OpType.SIGMOID: nn.sigmoid,
+    OpType.RELU6: nn.relu6,
+    OpType.TANH: jnp.tanh,
+    OpType.HARD_SWISH: nn.hard_swish,
+    OpType.LEAKY_RELU: nn.leaky_relu,
+    OpType.ELU: nn.elu,
 }
 
 

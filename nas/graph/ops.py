@@ -15,23 +15,29 @@ from nas.graph.ir import (
     INPUT_ARITY,
     MULTI_OUTPUT_TYPES,
     RESERVED_NAME_CHARS,
+    VARIADIC_ARITY,
     Graph,
     Op,
     OpType,
+    accepts_inputs,
+    arity_text,
     as_op_type,
     canonical_name,
     canonicalize_tensor_name,
+    check_arity,
     check_num_outputs,
     check_op_name,
     input_arity,
+    is_variadic,
     op_of_tensor,
 )
 from nas.graph.validate import validate
 
 __all__ = [
-    "INPUT_ARITY", "MULTI_OUTPUT_TYPES", "RESERVED_NAME_CHARS", "Graph", "Op", "OpType",
-    "as_op_type", "canonical_name", "canonicalize_tensor_name", "check_num_outputs",
-    "check_op_name", "input_arity", "new_graph", "new_op", "op_of_tensor",
+    "INPUT_ARITY", "MULTI_OUTPUT_TYPES", "RESERVED_NAME_CHARS", "VARIADIC_ARITY", "Graph", "Op",
+    "OpType", "accepts_inputs", "arity_text", "as_op_type", "canonical_name",
+    "canonicalize_tensor_name", "check_arity", "check_num_outputs", "check_op_name",
+    "input_arity", "is_variadic", "new_graph", "new_op", "op_of_tensor",
 ]
 
 

@@ -22,9 +22,9 @@ from nas.graph.ir import (
     Op,
     OpType,
     canonical_name,
+    check_arity,
     check_num_outputs,
     check_op_name,
-    input_arity,
 )
 
 # Op types whose op_kwargs construct a flax module; their allowed kwargs are its fields.
@@ -47,14 +47,28 @@ INPUT_KWARGS: dict[OpType, frozenset[str]] = {
     OpType.SCALAR_ADD: frozenset({"const"}),
     OpType.DOT_GENERAL: frozenset({"dimension_numbers", "precision", "preferred_element_type"}),
     OpType.EINSUM: frozenset({"sum"}),
+    OpType.CONCAT: frozenset({"axis"}),
+    OpType.GELU: frozenset({"approximate"}),
+    OpType.LEAKY_RELU: frozenset({"negative_slope"}),
+    OpType.ELU: frozenset({"alpha"}),
     OpType.SOFTMAX: frozenset({"axis"}),
     OpType.BATCH_NORM: frozenset({"use_running_average"}),
     OpType.RESHAPE: frozenset({"new_shape", "order"}),
     OpType.TRANSPOSE: frozenset({"axes"}),
     OpType.AVG_POOL: frozenset({"window_shape", "strides", "padding"}),
     OpType.MAX_POOL: frozenset({"window_shape", "strides", "padding"}),
-    OpType.MEAN: frozenset({"axis"}),
+    OpType.MEAN: frozenset({"axis", "keepdims"}),
     OpType.PARAM: frozenset({"init_fn", "shape"}),
+}
+
+# The value an optional call-time kwarg means when it is absent (flax's and jnp's defaults).
+# Writing the default explicitly computes the same thing: fingerprints read them as equal.
+INPUT_KWARG_DEFAULTS: dict[OpType, dict[str, Any]] = {
+    OpType.CONCAT: {"axis": -1},
+    OpType.GELU: {"approximate": True},
+    OpType.LEAKY_RELU: {"negative_slope": 0.01},
+    OpType.ELU: {"alpha": 1.0},
+    OpType.MEAN: {"keepdims": False},
 }
 
 REQUIRED: dict[OpType, tuple[str, ...]] = {
@@ -87,12 +101,15 @@ SIZE_KWARGS = INT_KWARGS - {"axes", "batch_dims"}
 # Kwargs that are probabilities.
 RATE_KWARGS = frozenset({"rate", "layer_drop_rate"})
 # Kwargs that take a real number (a `K:` constant keeps its value; it is not made an int).
-FLOAT_KWARGS = RATE_KWARGS | {"const", "epsilon", "momentum", "dropout_rate"}
+FLOAT_KWARGS = RATE_KWARGS | {"const", "epsilon", "momentum", "dropout_rate",
+                              "negative_slope", "alpha"}
+# Call-time kwargs that must be a finite number or a `K:` constant, checked statically.
+NUMBER_KWARGS = frozenset({"const", "negative_slope", "alpha"})
 # Kwargs that take a bool: a truthy string such as "no" would silently mean True.
 BOOL_KWARGS = frozenset({
     "use_bias", "use_scale", "use_running_average", "deterministic", "broadcast_dropout",
     "decode", "normalize_qk", "force_fp32_for_softmax", "use_fast_variance",
-    "force_float32_reductions",
+    "force_float32_reductions", "approximate", "keepdims",
 })
 # Bool kwargs that flax also takes as None (its default then applies).
 OPTIONAL_BOOL_KWARGS = frozenset({"use_running_average", "deterministic"})
@@ -135,6 +152,15 @@ def _is_number(value: Any) -> bool:
             and math.isfinite(value))
 
 
+def _is_int_or_const(value: Any) -> bool:
+    """An int (not a bool), or a string that parses to one or to a `K:` constant."""
+    if isinstance(value, str):
+        parsed = symbolic.parse(value)
+        return isinstance(parsed, symbolic.ConstRef) or (
+            isinstance(parsed, int) and not isinstance(parsed, bool))
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _check_value(op: Op, key: str, value: Any, available: set[str], arity: int) -> None:
     where = f"op {op.name!r} kwarg {key!r}"
     try:
@@ -168,11 +194,13 @@ def _check_value(op: Op, key: str, value: Any, available: set[str], arity: int) 
     if key in BOOL_KWARGS and not isinstance(value, bool) and not (
             value is None and key in OPTIONAL_BOOL_KWARGS):
         raise ValueError(f"{where}: expected True or False, got {value!r}")
-    if key == "const" and not _is_number(value) and not (
-            value is None and op.type is OpType.SCALAR_MUL) and not (
+    if key in NUMBER_KWARGS and not _is_number(value) and not (
+            value is None and key == "const" and op.type is OpType.SCALAR_MUL) and not (
             isinstance(value, str) and (_is_number(symbolic.parse(value)) or (
                 refs and isinstance(refs[0], symbolic.ConstRef)))):
         raise ValueError(f"{where}: expected a number or a 'K:' constant, got {value!r}")
+    if key == "axis" and op.type is OpType.CONCAT and not _is_int_or_const(value):
+        raise ValueError(f"{where}: expected one int axis (or a 'K:' constant), got {value!r}")
     if key in INIT_KWARGS and isinstance(value, str) and not (
         refs and isinstance(refs[0], symbolic.InitRef)
     ):
@@ -195,10 +223,11 @@ def validate_op(op: Op, available: set[str]) -> None:
     if not isinstance(op.type, OpType):
         raise ValueError(f"op {op.name!r}: unknown op type {op.type!r}")
     check_num_outputs(op.name, op.type, op.num_outputs)
-    arity = input_arity(op.type)
-    if len(op.input_names) != arity:
-        raise ValueError(f"op {op.name!r}: {op.type.name} takes {arity} input(s), "
-                         f"got {len(op.input_names)}: {list(op.input_names)}")
+    if isinstance(op.input_names, str) or not isinstance(op.input_names, list | tuple):
+        raise ValueError(f"op {op.name!r}: input_names must be a list of tensor names, got "
+                         f"{op.input_names!r}"[:300])
+    check_arity(op.name, op.type, op.input_names)
+    arity = len(op.input_names)
     for name in op.input_names:
         if not isinstance(name, str) or canonical_name(name) not in available:
             raise ValueError(f"op {op.name!r}: input {name!r} is not produced by an earlier op "
