@@ -18,7 +18,7 @@ from typing import Any
 from nas.graph import symbolic
 from nas.graph.model import spatial_rank
 from nas.graph.ops import Op, OpType
-from nas.graph.validate import MODULE_TYPES
+from nas.graph.validate import INPUT_KWARG_DEFAULTS, MODULE_TYPES
 
 # Helpers the generated file must define (embedded from nas' own sources by `flax_code`).
 STOCH_DEPTH = "_stochastic_depth"
@@ -161,6 +161,26 @@ def _kw_call(fn: str) -> Callable[[OpCode], str]:
     return rule
 
 
+def _activation(fn: str) -> Callable[[OpCode], str]:
+    """`fn(x, **kwargs)` with absent kwargs at their IR defaults, as the interpreter passes
+    them (GELU's `approximate`, LEAKY_RELU's `negative_slope`, ELU's `alpha`)."""
+    def rule(code: OpCode) -> str:
+        kw = {**INPUT_KWARG_DEFAULTS.get(code.op.type, {}), **code.in_kw}
+        return f"{fn}({', '.join([code.args[0], *_call_args(code, kw, list(kw))])})"
+    return rule
+
+
+def _concat(code: OpCode) -> str:
+    kw = {**INPUT_KWARG_DEFAULTS[OpType.CONCAT], **code.in_kw}
+    return f"jnp.concatenate([{', '.join(code.args)}], axis={code.lit('axis', kw['axis'])})"
+
+
+def _mean(code: OpCode) -> str:
+    kw = {**INPUT_KWARG_DEFAULTS.get(OpType.MEAN, {}), **code.in_kw}
+    keep = f", keepdims={code.lit('keepdims', kw['keepdims'])}" if kw.get("keepdims") else ""
+    return f"jnp.mean({code.args[0]}, axis={code.lit('axis', kw['axis'])}{keep})"
+
+
 _RULES: dict[OpType, Callable[[OpCode], str]] = {
     OpType.NONE: lambda c: f"lax.stop_gradient({c.args[0]})",
     OpType.IDENTITY: lambda c: c.args[0],
@@ -172,10 +192,16 @@ _RULES: dict[OpType, Callable[[OpCode], str]] = {
     OpType.DOT_GENERAL: _kw_call("lax.dot_general"),
     OpType.EINSUM: lambda c: f"jnp.einsum({c.lit('sum', c.in_kw['sum'])}, {c.args[0]}, "
                              f"{c.args[1]})",
-    OpType.RELU: lambda c: f"nn.relu({c.args[0]})",
-    OpType.GELU: lambda c: f"nn.gelu({c.args[0]})",
-    OpType.SWISH: lambda c: f"nn.swish({c.args[0]})",
-    OpType.SIGMOID: lambda c: f"nn.sigmoid({c.args[0]})",
+    OpType.CONCAT: _concat,
+    OpType.RELU: _activation("nn.relu"),
+    OpType.GELU: _activation("nn.gelu"),
+    OpType.SWISH: _activation("nn.swish"),
+    OpType.SIGMOID: _activation("nn.sigmoid"),
+    OpType.RELU6: _activation("nn.relu6"),
+    OpType.TANH: _activation("jnp.tanh"),
+    OpType.HARD_SWISH: _activation("nn.hard_swish"),
+    OpType.LEAKY_RELU: _activation("nn.leaky_relu"),
+    OpType.ELU: _activation("nn.elu"),
     OpType.SOFTMAX: _kw_call("nn.softmax"),
     OpType.RESHAPE: _reshape,
     OpType.FLATTEN: lambda c: f"jnp.reshape({c.args[0]}, ({c.args[0]}.shape[0], -1))",
@@ -183,7 +209,7 @@ _RULES: dict[OpType, Callable[[OpCode], str]] = {
                                 f"axes={c.lit('axes', c.in_kw['axes'])})",
     OpType.AVG_POOL: _pool,
     OpType.MAX_POOL: _pool,
-    OpType.MEAN: lambda c: f"jnp.mean({c.args[0]}, axis={c.lit('axis', c.in_kw['axis'])})",
+    OpType.MEAN: _mean,
     OpType.PARAM: lambda c: f"self.param({c.op.name!r}, {c.lit('init_fn', c.in_kw['init_fn'])}, "
                             f"{c.lit('shape', tuple(c.in_kw['shape']))})",
 }

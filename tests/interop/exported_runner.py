@@ -1,7 +1,7 @@
 """Runs code written by `nas.export_flax` the way a user without `nas` would, and measures a
 model the same way for the IR interpreter (the tests import `measure` from here).
 
-Run as `python -I exported_runner.py ROOT`: every ROOT/<name>/code/ holds an export (model.py,
+Run as `python -I -B exported_runner.py ROOT`: every ROOT/<name>/code/ holds an export (model.py,
 variables.msgpack) and ROOT/<name>/inputs.npz a batch and its labels; the results go to
 ROOT/<name>/result.npz. An import hook makes `import nas` fail first, so the exported code
 can only run on jax, flax and numpy. This file itself imports nothing of `nas`.

@@ -76,7 +76,6 @@ def test_export_format_flax_writes_code_and_variables(study):
     (["--format=onnx", "--out=x"], ["--format: unknown format 'onnx'; expected one of zip, "
                                     "flax"]),
     (["--format=flax", "--out=full"], ["--out: ", "full: the directory is not empty"]),
-    (["--format=flax", "--out=afile"], ["--out: ", "afile: exists and is not a directory"]),
     (["--format=flax", "--id=99", "--out=new"], ["--id=99: no candidate 99"]),
     (["--format=flax", "--id={pending}", "--out=new"], ["candidate {pending} (pending) has no "
                                                         "trained weights"]),

@@ -43,14 +43,19 @@ def every_op_type():
             "features": "S:-1*2", "kernel_size": [3, 3], "feature_group_count": 4,
             "kernel_init": "I:variance_scaling:scale:2.0:mode:fan_in:distribution:normal"}),
         new_op("gn", "GROUP_NORM", ["gconv"], op_kwargs={"num_groups": 4}),
-        new_op("gelu", "GELU", ["gn"]),
-        new_op("pool", "MAX_POOL", ["gelu"], input_kwargs={
+        new_op("gelu", "GELU", ["gn"], input_kwargs={"approximate": False}),
+        new_op("tanh", "TANH", ["gelu"]),
+        new_op("hswish", "HARD_SWISH", ["tanh"]),
+        new_op("leaky", "LEAKY_RELU", ["hswish"], input_kwargs={"negative_slope": 0.2}),
+        new_op("elu", "ELU", ["leaky"], input_kwargs={"alpha": 0.5}),
+        new_op("relu6", "RELU6", ["elu"]),
+        new_op("pool", "MAX_POOL", ["relu6"], input_kwargs={
             "window_shape": 3, "strides": 2, "padding": "SAME"}),
         new_op("avg", "AVG_POOL", ["pool"], input_kwargs={
             "window_shape": [2, 2], "strides": [1, 1], "padding": [[0, 1], [1, 0]]}),
         new_op("skip/drop", "STOCH_DEPTH", ["avg"], input_kwargs={"layer_drop_rate": 0.25}),
         new_op("res", "ADD", ["skip/drop", "pool"], input_kwargs={"layer_drop_rate": "K:drop"}),
-        new_op("se/mean", "MEAN", ["res"], input_kwargs={"axis": [1, 2]}),
+        new_op("se/mean", "MEAN", ["res"], input_kwargs={"axis": [1, 2], "keepdims": True}),
         new_op("se/dense", "DENSE", ["se/mean"], op_kwargs={"features": "S:-1%4"}),
         new_op("se/relu", "RELU", ["se/dense"]),
         new_op("se/expand", "DENSE", ["se/relu"], op_kwargs={"features": "S:res:-1"}),
@@ -82,8 +87,9 @@ def every_op_type():
         new_op("flat", "FLATTEN", ["global"]),
         new_op("flat/dense", "DENSE", ["flat"], op_kwargs={"features": 10}),
         new_op("both", "ADD", ["pooled", "flat/dense"]),
-        new_op("v", "PARAM", [], input_kwargs={"init_fn": "I:orthogonal", "shape": [10, 10]}),
-        new_op("dot", "DOT_GENERAL", ["both", "v"],
+        new_op("cat", "CONCAT", ["pooled", "flat/dense", "both"], input_kwargs={"axis": 1}),
+        new_op("v", "PARAM", [], input_kwargs={"init_fn": "I:orthogonal", "shape": [30, 10]}),
+        new_op("dot", "DOT_GENERAL", ["cat", "v"],
                input_kwargs={"dimension_numbers": [[[1], [0]], [[], []]]}),
         new_op("soft", "SOFTMAX", ["dot"], input_kwargs={"axis": -1}),
         new_op("logits", "ADD", ["dot", "soft"]),
@@ -136,7 +142,8 @@ def _ir_apply(graph, constants):
 
 
 def _export_and_run(root, names, grads):
-    """Every model exported and run by the runner in one `python -I` subprocess; returns
+    """Every model exported and run by the runner in one `python -I -B` subprocess (no
+    site, no PYTHONPATH, no bytecode written beside model.py); returns
     {name: (graph, constants, variables, export dir, inputs, the runner's results)}."""
     models = {name: _model(name) for name in names}
     rng = np.random.default_rng(0)
@@ -148,7 +155,7 @@ def _export_and_run(root, names, grads):
         labels = rng.integers(0, 10, size=3)
         np.savez(root / name / "inputs.npz", batch=batch, labels=labels, seed=i, grads=grads)
     shutil.copy(os.path.join(HERE, "exported_runner.py"), root)
-    proc = subprocess.run([sys.executable, "-I", "exported_runner.py", str(root)], cwd=root,
+    proc = subprocess.run([sys.executable, "-I", "-B", "exported_runner.py", str(root)], cwd=root,
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0 and "ran without nas" in proc.stdout, proc.stderr[-3000:]
     out = {}
@@ -237,6 +244,10 @@ def test_the_code_is_one_line_per_op_importing_only_jax_flax_numpy(exported):
     assert "# (B, 4, 4, 16)" in source and "# (1, 1, 16)" in source
     assert "_stochastic_depth(self, avg, 0.25, not train)" in source
     assert "jnp.reshape(se_sigmoid, (se_sigmoid.shape[0], 1, 1, 16))" in source
+    assert "gelu = nn.gelu(gn, approximate=False)" in source
+    assert "leaky = nn.leaky_relu(hswish, negative_slope=0.2)" in source
+    assert "cat = jnp.concatenate([pooled, flat_dense, both], axis=1)  # (B, 30)" in source
+    assert "se_mean = jnp.mean(res, axis=(1, 2), keepdims=True)  # (B, 1, 1, 16)" in source
     assert sorted(os.listdir(code)) == ["model.py", "variables.msgpack"]
     from flax import serialization
 
