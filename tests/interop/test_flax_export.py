@@ -22,7 +22,7 @@ from nas.graph.serialize import graph_to_dict
 from nas.interop.flax_code import model_source, python_names
 from nas.io.candidate import ExportedCandidate, write_candidate
 from nas.mutation import NoChildFound, propose_child
-from nas.zoo import cnn, resnetv1, vit
+from nas.zoo import build, cnn, resnetv1, vit
 from tests.interop.exported_runner import measure
 from tests.interop.helpers import random_variables
 
@@ -128,6 +128,9 @@ def _model(name):
         graph, constants, _ = vit.base_vit(4, 16, 1, 32, 2, image_size=16, num_classes=10,
                                            dropout=0.1)
         shape = (16, 16, 3)
+    elif name in ("b0", "revnet"):  # depthwise convs and stochastic depth; reversible
+        graph, constants, _ = build(name, 10, 32)
+        shape = (32, 32, 3)
     else:
         graph, constants, variables = _child()
         return graph, constants, variables, (32, 32, 3)
@@ -177,7 +180,8 @@ def exported(tmp_path_factory):
 def exported_with_grads(tmp_path_factory):
     """Larger models, and gradients too (compiling backward passes takes minutes)."""
     return _export_and_run(tmp_path_factory.mktemp("flax_export_grads"),
-                           ["every_op", "resnet18", "vit", "child"], grads=True)
+                           ["every_op", "resnet18", "vit", "child", "b0", "revnet"],
+                           grads=True)
 
 
 def _close(got, want, rtol):
@@ -201,9 +205,9 @@ def _check_same(entry, name, grads):
         elif key.startswith("['grads']"):
             assert _close(result[key], want[key], 1e-4), key
     assert any(k.startswith("['grads']") for k in want) == grads
-    if name in ("every_op", "resnet18", "vit"):  # batch norm or dropout: a training pass
+    if name in ("every_op", "resnet18", "vit", "b0"):  # batch norm or dropout
         assert not np.allclose(want["train_logits"], want["logits"])
-    if name in ("every_op", "resnet18"):
+    if name in ("every_op", "resnet18", "b0"):
         assert any(k.startswith("['batch_stats']") for k in want)
 
 
@@ -213,7 +217,7 @@ def test_exported_code_computes_what_the_interpreter_computes(exported, name):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["every_op", "resnet18", "vit", "child"])
+@pytest.mark.parametrize("name", ["every_op", "resnet18", "vit", "child", "b0", "revnet"])
 def test_exported_code_has_the_interpreter_gradients(exported_with_grads, name):
     _check_same(exported_with_grads[name], name, grads=True)
 
