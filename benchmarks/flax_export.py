@@ -4,7 +4,8 @@ Exports the README CifarNet (`configs/digits_cnn.py`: batch 64, 32x32x3, adam) w
 `nas.export_flax`, loads the written model.py and variables.msgpack as a user would, and
 times a jitted adam train step (batch statistics and dropout on, as in training) of the
 exported module against the same step of the IR `Model`, alternating the two in one process
-so machine noise hits both alike. Prints the median step time of each and the ratio
+so machine noise hits both alike. Prints whether the two steps lower to the same program
+(StableHLO text), the median step time of each and the ratio
 (target: exported within 5 % of the interpreter). `--model resnet18` times ResNet18 (small:
 batch norm, max pool, residual adds) instead.
 
@@ -36,8 +37,9 @@ from nas.zoo import cnn, resnetv1
 
 
 def make_step(apply: Callable[..., Any], variables: dict[str, Any], x: jax.Array,
-              labels: jax.Array) -> tuple[Callable[[int], float], float]:
-    """A timer of `steps` jitted adam steps, and the loss of the first step."""
+              labels: jax.Array) -> tuple[Callable[[int], float], float, str]:
+    """A timer of `steps` jitted adam steps, the loss of the first step and the step's
+    lowered program (StableHLO text)."""
     params = variables["params"]
     state = {k: v for k, v in variables.items() if k != "params"}
     tx = optax.adam(2e-3)
@@ -56,6 +58,7 @@ def make_step(apply: Callable[..., Any], variables: dict[str, Any], x: jax.Array
 
     carry = [params, state, opt_state]
     key = jax.random.PRNGKey(0)
+    program = step.lower(*carry, x, key).as_text()
     first = float(step(*carry, x, key)[-1])  # compiles
 
     def run(steps: int) -> float:
@@ -66,7 +69,7 @@ def make_step(apply: Callable[..., Any], variables: dict[str, Any], x: jax.Array
         loss.block_until_ready()
         return (time.perf_counter() - start) / steps
 
-    return run, first
+    return run, first, program
 
 
 def load_exported(directory: str) -> tuple[Any, dict[str, Any]]:
@@ -109,13 +112,14 @@ def main() -> None:
         return exported_model().apply(v, x, train=True, mutable=["batch_stats"],
                                       rngs={"dropout": key})
 
-    runs, losses = {}, {}
-    runs["ir"], losses["ir"] = make_step(ir_apply, variables, x, labels)
-    runs["exported"], losses["exported"] = make_step(exported_apply, exported_variables, x,
-                                                     labels)
+    runs, losses, programs = {}, {}, {}
+    runs["ir"], losses["ir"], programs["ir"] = make_step(ir_apply, variables, x, labels)
+    runs["exported"], losses["exported"], programs["exported"] = make_step(
+        exported_apply, exported_variables, x, labels)
     print(f"jax {jax.__version__}, {jax.devices()}, load {os.getloadavg()[0]:.1f}, "
           f"{args.model}, batch {args.batch}; first-step loss IR {losses['ir']:.6f}, "
-          f"exported {losses['exported']:.6f}", file=sys.stderr)
+          f"exported {losses['exported']:.6f}; same lowered program: "
+          f"{programs['ir'] == programs['exported']}", file=sys.stderr)
     times: dict[str, list[float]] = {"ir": [], "exported": []}
     for r in range(args.rounds):
         for name in (("ir", "exported") if r % 2 == 0 else ("exported", "ir")):
