@@ -23,10 +23,10 @@ class OpType(enum.Enum):
     op types in this order. Values are stable and used in serialized graphs.
 
     Later types sit beside their kin, not at the end: CONCAT with the other multi-input
-    ops, the activations after SIGMOID. Synthesis only ever enumerates the types a search
-    space allows, and the new activations are inherit-only by default
-    (`nas.synthesis.search_space.INHERIT_ONLY`), so where they sit changes nothing a
-    default search of a graph without them does."""
+    ops, the activations after SIGMOID. Synthesis never builds a CONCAT, and builds the
+    later activations only where a search space allows them
+    (`nas.synthesis.search_space.EXTRA_ACTIVATIONS`), so where they sit changes nothing
+    a default search of a graph without them does."""
 
     NONE = 0
     IDENTITY = 1

@@ -17,7 +17,7 @@ from nas.properties.tensor_shapes import GraphShapes
 
 _NONLINEAR = frozenset({
     OpType.SELF_ATTENTION, OpType.RELU, OpType.GELU, OpType.SWISH, OpType.SIGMOID,
-    OpType.SOFTMAX,
+    OpType.SOFTMAX, OpType.RELU6, OpType.TANH, OpType.HARD_SWISH, OpType.LEAKY_RELU, OpType.ELU,
 })
 _LINEAR = frozenset(t for t in OpType if t not in _NONLINEAR) - {OpType.IDENTITY, OpType.NONE}
 

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from nas.graph.ops import Graph, OpType, canonical_name
-from nas.graph.validate import MODULE_TYPES, validate
+from nas.graph.validate import INPUT_KWARG_DEFAULTS, MODULE_TYPES, validate
 from nas.properties.resolved import freeze, resolve_kwargs
 from nas.properties.tensor_shapes import GraphShapes, graph_shapes
 
@@ -44,6 +44,16 @@ def _full_op_kwargs(op_type: OpType, op_kw: Mapping[str, Any]) -> tuple:
     merged = dict(_module_defaults(op_type)) if op_type in MODULE_TYPES else {}
     merged.update((k, freeze(v)) for k, v in op_kw.items() if k != "name")
     return tuple(sorted(merged.items()))
+
+
+def _stated_input_kwargs(op_type: OpType, in_kw: Mapping[str, Any]) -> dict[str, Any]:
+    """Input kwargs less the name and any optional kwarg written at its default value:
+    `GELU(approximate=True)` computes what `GELU()` does. (Dropping rather than filling in
+    defaults keeps the fingerprints of graphs written before these kwargs existed.)"""
+    defaults = INPUT_KWARG_DEFAULTS.get(op_type, {})
+    return {k: v for k, v in in_kw.items() if k != "name" and not (
+        k in defaults and isinstance(v, bool) == isinstance(defaults[k], bool)
+        and v == defaults[k])}
 
 
 def fingerprint_graph(
@@ -85,7 +95,7 @@ def fingerprint_graph(
         if op.type in _COMMUTATIVE and not in_kw.get("layer_drop_rate"):
             ins = sorted(ins)
         base = _digest(op.type.name, _full_op_kwargs(op.type, op_kw),
-                       freeze({k: v for k, v in in_kw.items() if k != "name"}), tuple(ins))
+                       freeze(_stated_input_kwargs(op.type, in_kw)), tuple(ins))
         for idx, out in enumerate(op.output_names):
             digests[out] = _digest(base, idx)
     outputs = sorted((canonical_name(n), digests[canonical_name(n)]) for n in graph.output_names)

@@ -37,7 +37,8 @@ __all__ = ["LinopProperty", "Pairing", "abstract_pairings", "clear_cache", "op_p
 _ELEMENTWISE = frozenset({
     OpType.RELU, OpType.GELU, OpType.SWISH, OpType.SIGMOID, OpType.SCALAR_ADD,
     OpType.SCALAR_MUL, OpType.DROPOUT, OpType.STOCH_DEPTH, OpType.ADD, OpType.MUL,
-    OpType.BATCH_NORM, OpType.SOFTMAX,
+    OpType.BATCH_NORM, OpType.SOFTMAX, OpType.RELU6, OpType.TANH, OpType.HARD_SWISH,
+    OpType.LEAKY_RELU, OpType.ELU,
 })
 _OP_PAIRINGS: dict[Any, list[list[Pairing]]] = {}
 
@@ -76,6 +77,14 @@ def _canonical(op_type: OpType, op_kw: dict, in_kw: dict,
     if op_type in (OpType.MAX_POOL, OpType.AVG_POOL):
         (shape,) = shapes
         return op_kw, [_cap(shape, _unspatial(op_type, shape, in_kw, "window_shape"))]
+    if op_type is OpType.CONCAT and len({len(s) for s in shapes}) == 1 and shapes[0]:
+        # Every other axis is copied one-to-one; the concatenated axis keeps its sizes,
+        # which decide the input the centre output element comes from.
+        rank = len(shapes[0])
+        axis = in_kw.get("axis", -1)
+        if isinstance(axis, int) and -rank <= axis < rank:
+            keep = axis % rank
+            return op_kw, [_cap(s, [d for d in range(rank) if d != keep]) for s in shapes]
     return op_kw, shapes
 
 

@@ -29,7 +29,9 @@ main flags:
 
 Bad input prints one line (`nas-search: error: ...`) and exits 1; Ctrl-C prints one line,
 leaves the study resumable and exits 130; resuming a finished search prints one line (its
-counts and the report's path) and trains nothing.
+counts and the report's path) and trains nothing. A resumed search keeps the budget it
+last ran to (`search.max_candidates`) unless the command line names another; a larger one
+prints "extending the search in DIR from N to M candidates" and trains the rest.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from collections.abc import Sequence
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from nas.cli_messages import check_workdir, os_error_line, unknown_field_line
+from nas.cli_messages import check_workdir, flag_error_line, os_error_line, unknown_field_line
 
 FLAGS = flags.FLAGS
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Search config file.",
@@ -101,7 +103,7 @@ def _parse(argv: Sequence[str]) -> list[str]:
             FLAGS.config.keys()
         return rest
     except flags.Error as e:
-        fail(first_line(e))
+        fail(flag_error_line(e))
     except (AttributeError, KeyError) as e:  # an override of a field the config lacks
         fail(unknown_field_line(e, argv))
     except Exception as e:  # noqa: BLE001 - a config file that fails to load
@@ -121,7 +123,7 @@ def config_file_error(e: BaseException, argv: Sequence[str]) -> str:
 
 
 def _search(workdir: str) -> None:
-    from nas.search.driver import Driver
+    from nas.search.driver import Driver, stored_budget
     from nas.search.report import summary, write_report
     from nas.search.settings import validate_search
 
@@ -132,12 +134,20 @@ def _search(workdir: str) -> None:
         config.search.seed_graph = _SEED_GRAPH.value
     validate_search(config)  # the whole config, before the workdir exists
     check_workdir(workdir, create=True)
+    before = stored_budget(workdir)
+    given = "search.max_candidates" in config_flags.get_override_values(FLAGS["config"])
+    if before is not None and not given:  # a resumed study keeps its budget
+        config.search.max_candidates = before
     driver = Driver(config, workdir)
     if driver.finished():  # resumed with nothing left to do: say so in one line
         counts = ", ".join(f"{s} {n}" for s, n in driver.study.counts().items() if n)
         print(f"the search in {workdir} is finished ({counts}; max_candidates "
               f"{int(driver.search.max_candidates)}); report: {write_report(driver.study)}")
         return
+    after = int(driver.search.max_candidates)
+    if before is not None and after > before:
+        print(f"extending the search in {workdir} from {before} to {after} candidates",
+              flush=True)
     study = driver.run(progress=_PROGRESS.value)
     print(summary(study))
     print(f"report: {write_report(study)}")

@@ -198,6 +198,25 @@ def resumed_config(given: ml_collections.ConfigDict, study: Study) -> ml_collect
     return config
 
 
+def stored_budget(workdir: str) -> int | None:
+    """The `search.max_candidates` the study in `workdir` last ran to; None when there is
+    no study with candidates yet. Why: a config file's own default (8 in the README's)
+    must not silently extend a finished search that was run with another budget; a
+    command line that names a new budget (`nas-search`) replaces it."""
+    try:
+        study = Study.load(workdir)
+    except StudyNotFoundError:
+        return None
+    try:
+        if not any(study.counts().values()):
+            return None
+        first = (study.config.get("search") or {}).get("max_candidates")
+        value = study.get_state("max_candidates", first)
+        return None if value is None else int(value)
+    finally:
+        study.close()
+
+
 def open_study(workdir: str, config: ml_collections.ConfigDict,
                check_new: Callable[[ml_collections.ConfigDict], Any] | None = None) -> Study:
     """Resume the study in `workdir` (its stored config wins, except `OPERATIONAL` search

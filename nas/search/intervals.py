@@ -7,22 +7,9 @@ Wilson score interval is used because it stays inside [0, 1] and behaves near 10
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
-Z95 = 1.959963984540054  # two-sided 95 % normal quantile
-
-
-def wilson(accuracy: float, n: int, z: float = Z95) -> tuple[float, float]:
-    """(low, high) of the Wilson score interval of `accuracy` measured on `n` examples."""
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"wilson: n must be an integer >= 1 (examples measured), got {n!r}")
-    if not 0.0 <= accuracy <= 1.0:
-        raise ValueError(f"wilson: accuracy must be a fraction in [0, 1], got {accuracy!r}")
-    z2 = z * z
-    center = (accuracy + z2 / (2 * n)) / (1 + z2 / n)
-    half = z / (1 + z2 / n) * math.sqrt(accuracy * (1 - accuracy) / n + z2 / (4 * n * n))
-    return max(0.0, center - half), min(1.0, center + half)
+from nas.train.intervals import Z95, wilson  # noqa: F401 - public here as before
 
 
 def overlap(a: tuple[float, float], b: tuple[float, float]) -> bool:

@@ -33,7 +33,9 @@ from nas.synthesis.sequential import is_shape_property
 
 NODE_TYPES = frozenset({OpType.RESHAPE, OpType.FLATTEN, OpType.TRANSPOSE, OpType.EINSUM,
                         OpType.ADD, OpType.MUL, OpType.DOT_GENERAL, OpType.MEAN,
-                        OpType.DENSE_GENERAL, OpType.SELF_ATTENTION, OpType.PARAM})
+                        OpType.DENSE_GENERAL, OpType.SELF_ATTENTION, OpType.PARAM,
+                        OpType.CONCAT})
+# A CONCAT's branch is never dropped: its channels are part of the concatenation's shape.
 BRANCH_DROP_TYPES = (OpType.ADD, OpType.MUL)
 
 SequentialCtor = Callable[[Sequence[Context]], AbstractSynthesizer]

@@ -29,6 +29,9 @@ KwargSets = dict[str, set[Any]]
 # not undo: in the README searches of seeds 0-2 (53 children) it was in 2 of the 2 children
 # below half their parent's accuracy and in 5 of the 6 below 0.9 of it.
 INHERIT_ONLY = ("SOFTMAX", "SIGMOID", "SCALAR_MUL")
+# Activations added for imported models, beyond the reference's vocabulary. Synthesis uses
+# them where the replaced subgraph had one, and anywhere only with `extra_activations`.
+EXTRA_ACTIVATIONS = ("RELU6", "TANH", "HARD_SWISH", "LEAKY_RELU", "ELU")
 DEFAULT_WIDTH_FACTORS = ("%2", "", "*2")
 DEFAULT_POOL_WINDOWS = (2, 3, 4)
 _FACTOR = re.compile(r"^([*%][1-9][0-9]*)?$")
@@ -57,6 +60,11 @@ class SearchSpace:
         studies 17 of 49 children with a new 8x8 pool ended below 0.9 of their parent's
         accuracy, against 6 of 118 with smaller windows and 17 of 218 with no new pool
         (docs/function-preservation.md).
+    extra_activations: whether synthesis may insert the activations of EXTRA_ACTIVATIONS
+        where the replaced subgraph had none (where it had one, that one is always
+        allowed). Off by default until a search measures them: so a search of a graph
+        without them, and a study stored before they existed, proposes what it did.
+        Naming them in `op_types` allows them too.
     """
 
     op_types: tuple[str, ...] | None = None
@@ -65,6 +73,7 @@ class SearchSpace:
     full_window_pools: bool = False
     linear_outputs: bool = True
     pool_windows: tuple[int, ...] = DEFAULT_POOL_WINDOWS
+    extra_activations: bool = False
 
     def __post_init__(self) -> None:
         for field in ("op_types", "inherit_only", "width_factors", "pool_windows"):
@@ -83,7 +92,7 @@ class SearchSpace:
                                      f"expected names such as 'CONV' or 'RELU'")
                 if OpType[name.upper()] in SKIPPED_TYPES:
                     raise ValueError(f"search_space.{field}: {name!r} is never synthesized")
-        for field in ("full_window_pools", "linear_outputs"):
+        for field in ("full_window_pools", "linear_outputs", "extra_activations"):
             if not isinstance(getattr(self, field), bool):
                 raise ValueError(f"search_space.{field}: expected True or False, got "
                                  f"{getattr(self, field)!r}")
@@ -128,6 +137,8 @@ class SearchSpace:
         for name in self.inherit_only:
             if OpType[name.upper()] not in present:
                 allowed.discard(OpType[name.upper()])
+        if self.op_types is None and not self.extra_activations:
+            allowed -= {OpType[n] for n in EXTRA_ACTIVATIONS} - present
         return tuple(t for t in OpType if t in allowed and t not in SKIPPED_TYPES)
 
 
@@ -171,17 +182,27 @@ def _class_sets(full: bool) -> dict[str, list[Any]]:
 # Keys whose observed values are shared (a pool's window is a good stride and vice versa).
 MERGE_KWARGS = (("strides", "window_shape"),)
 
-# Op types that are never synthesized (they change rank, need two inputs, or own weights
-# that cannot be sized from one input).
+# Op types that are never synthesized (they change rank, need two or more inputs, or own
+# weights that cannot be sized from one input). Sequential synthesis builds single-input
+# chains, so CONCAT is never built; graph synthesis keeps an existing CONCAT as a node and
+# rebuilds the chains into it with their shapes, so the concatenation still fits.
 SKIPPED_TYPES = frozenset({
     OpType.NONE, OpType.IDENTITY, OpType.DENSE_GENERAL, OpType.ADD, OpType.MUL,
     OpType.SCALAR_ADD, OpType.DOT_GENERAL, OpType.EINSUM, OpType.FLATTEN, OpType.RESHAPE,
     OpType.TRANSPOSE, OpType.PARAM, OpType.SELF_ATTENTION, OpType.STOCH_DEPTH, OpType.MEAN,
+    OpType.CONCAT,
 })
 KWARG_FREE_TYPES = frozenset({
-    OpType.SCALAR_MUL, OpType.RELU, OpType.GELU, OpType.SWISH, OpType.SIGMOID, OpType.SOFTMAX,
-    OpType.BATCH_NORM, OpType.LAYER_NORM,
+    OpType.SCALAR_MUL, OpType.RELU, OpType.SWISH, OpType.SIGMOID, OpType.SOFTMAX,
+    OpType.BATCH_NORM, OpType.LAYER_NORM, OpType.RELU6, OpType.TANH, OpType.HARD_SWISH,
 })
+# Activations with one optional kwarg: built with the values the replaced subgraph used
+# (an imported exact GELU stays exact), or with none (flax's default) where it used none.
+INHERITED_KWARG_TYPES: dict[OpType, str] = {
+    OpType.GELU: "approximate",
+    OpType.LEAKY_RELU: "negative_slope",
+    OpType.ELU: "alpha",
+}
 
 
 def hashable(value: Any) -> Any:
@@ -339,15 +360,25 @@ def op_enumerator(
 ) -> Iterator[Op]:
     """Every single-input op of the search space, in op-type definition order.
 
-    The input name is the placeholder `"inputs"`; sequential specs rewire it.
+    The input name is the placeholder `"inputs"`; sequential specs rewire it. Without
+    `op_types` it is the reference's vocabulary: the activations added since
+    (`EXTRA_ACTIVATIONS`) come only where `op_types` (e.g. a SearchSpace's) names them.
     """
     allowed = set(op_types) if op_types is not None else None
     for op_type in OpType:
-        if op_type in SKIPPED_TYPES or (allowed is not None and op_type not in allowed):
+        if op_type in SKIPPED_TYPES or (allowed is not None and op_type not in allowed) or (
+                allowed is None and op_type.name in EXTRA_ACTIVATIONS):
             continue
         name = (prefix or "") + op_type.name.lower()
         if op_type in KWARG_FREE_TYPES:
             yield new_op(name, op_type, ["inputs"])
+            continue
+        if op_type in INHERITED_KWARG_TYPES:
+            key = INHERITED_KWARG_TYPES[op_type]
+            values = _sorted((kwarg_defaults or {}).get(key, ()))
+            for value in values or [None]:
+                kwargs = None if value is None else {key: value}
+                yield new_op(name, op_type, ["inputs"], input_kwargs=kwargs)
             continue
         if op_type not in PARAMETERIZED_TYPES:
             continue
