@@ -126,10 +126,7 @@ def model_source(graph: Graph, constants: Mapping[str, Any] | None,
         for s in shapes:
             ins = [s.shape(n) for n in op.input_names]
             resolved.append(resolve_kwargs(op, ins, s.tensors, constants))
-        if freeze(resolved[0]) != freeze(resolved[1]):
-            raise ValueError(f"op {op.name!r}: its kwargs depend on the batch size "
-                             f"({resolved[0]} at batch {_BATCHES[0]}, {resolved[1]} at "
-                             f"{_BATCHES[1]}); Flax code is written for any batch size")
+        _check_batch_free(op, resolved)
         code = flax_ops.OpCode(op, *resolved[0], [names[n] for n in op.input_names],
                                [shapes[0].shape(n) for n in op.input_names])
         expression = flax_ops.op_expression(code)
@@ -141,6 +138,20 @@ def model_source(graph: Graph, constants: Mapping[str, Any] | None,
     source = _render(lines, output, helpers, tuple(input_shape), shapes[0], input_name)
     compile(source, MODEL_FILE, "exec")  # a bug here, not a broken file for the user
     return source
+
+
+def _check_batch_free(op: Any, resolved: Sequence[tuple[dict[str, Any], dict[str, Any]]]
+                      ) -> None:
+    """ValueError naming the first kwarg whose value differs between the two batch sizes
+    (e.g. `S:0`): written as a literal, it would tie the code to one batch size."""
+    for which, raw in enumerate((op.op_kwargs, op.input_kwargs)):
+        first, second = resolved[0][which], resolved[1][which]
+        for key in first:
+            if freeze(first[key]) != freeze(second[key]):
+                raise ValueError(
+                    f"op {op.name!r} kwarg {key!r}: {raw[key]!r} depends on the batch size "
+                    f"({first[key]!r} at batch {_BATCHES[0]}, {second[key]!r} at batch "
+                    f"{_BATCHES[1]}); Flax code is written for any batch size")
 
 
 def shape_text(a: Sequence[int], b: Sequence[int]) -> str:

@@ -323,7 +323,8 @@ def test_refusals_are_one_line_naming_the_op_and_write_nothing(tmp_path):
         nas.export_flax(cand, tmp_path / "out")
     message = str(info.value)
     assert "\n" not in message
-    assert message.startswith("cand.zip: op 'flat': its kwargs depend on the batch size")
+    assert message.startswith("cand.zip: op 'flat' kwarg 'new_shape': ['S:0', -1] depends "
+                              "on the batch size ((2, -1) at batch 2, (3, -1) at batch 3)")
     two = new_graph(["a", "b"], ["sum"], [new_op("sum", "ADD", ["a", "b"])])
     with pytest.raises(ValueError, match=r"inputs \['a', 'b'\].*exactly one of each"):
         model_source(two, {}, (4,))
