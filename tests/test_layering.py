@@ -17,6 +17,7 @@ BELOW_SEARCH = (
     "nas.mutation",
     "nas.train",
     "nas.io",
+    "nas.interop",
 )
 
 

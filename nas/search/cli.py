@@ -13,6 +13,9 @@ usage:
   nas-search export --workdir=DIR --id=N --out=FILE.zip
       write candidate N as one file (graph, weights, training settings, metrics) that
       `nas.load_candidate` loads and `nas-train --graph=FILE.zip` trains on
+  nas-search export --format=flax --workdir=DIR --id=N --out=DIRECTORY
+      write candidate N as plain Flax code: DIRECTORY/model.py (a flax.linen module
+      `Model`) and DIRECTORY/variables.msgpack (its trained variables), runnable without nas
 
 main flags:
   --config=FILE[:arg]   search config (train and search sections); --config.F=V overrides
@@ -20,6 +23,7 @@ main flags:
   --candidate=N         worker: train only candidate N
   --wait_s=S            worker: wait this long for a study to appear or for work (600)
   --id=N --out=FILE     export: which candidate, and where
+  --format=zip|flax     export: one file (zip, the default) or a directory of Flax code
   --noprogress          no progress bar
   --helpfull            every flag, absl's included
 
@@ -49,7 +53,9 @@ _CONFIG = config_flags.DEFINE_config_file("config", None, "Search config file.",
                                           lock_config=False)
 _WORKDIR = flags.DEFINE_string("workdir", None, "The study directory (created or resumed).")
 _ID = flags.DEFINE_integer("id", None, "Candidate id (export).")
-_OUT = flags.DEFINE_string("out", None, "Output file (export).")
+_OUT = flags.DEFINE_string("out", None, "Output file (export), or directory (--format=flax).")
+_FORMAT = flags.DEFINE_string("format", "zip", "export: zip (one file that nas loads) or flax "
+                              "(a new directory with model.py and variables.msgpack).")
 _CANDIDATE = flags.DEFINE_integer("candidate", None, "worker: train only this candidate.",
                                   lower_bound=1)
 _WAIT = flags.DEFINE_float("wait_s", 600.0, "worker: how long to wait for a study or work.",
@@ -63,6 +69,7 @@ _CSV = flags.DEFINE_bool("csv", False, "report: print every candidate as CSV on 
 
 PROG = "nas-search"
 COMMANDS = ("search", "worker", "report", "export")
+EXPORT_FORMATS = ("zip", "flax")
 INTERRUPTED = 130
 
 
@@ -193,9 +200,26 @@ def _export(workdir: str) -> None:
 
     if _ID.value is None or not _OUT.value:
         raise ValueError("export needs --id and --out")
+    if _FORMAT.value not in EXPORT_FORMATS:
+        raise ValueError(f"--format: unknown format {_FORMAT.value!r}; expected one of "
+                         f"{', '.join(EXPORT_FORMATS)}")
+    if _FORMAT.value == "flax":
+        from pathlib import Path
+
+        from nas.interop.flax_code import check_out_dir
+
+        try:
+            check_out_dir(Path(_OUT.value))
+        except ValueError as e:
+            raise ValueError(f"--out: {e}") from None
     study = Study.load(workdir)
     try:
-        path = study.export(_ID.value, _OUT.value)
+        if _FORMAT.value == "flax":
+            from nas.search.export import export_flax_code
+
+            path = export_flax_code(study, _ID.value, _OUT.value)
+        else:
+            path = study.export(_ID.value, _OUT.value)
     except OSError as e:
         raise ValueError(f"--out: {os_error_line(e)}") from None
     except ValueError as e:
