@@ -21,6 +21,18 @@ class StudyNotFoundError(ValueError, FileNotFoundError):
 # when opened, so its candidates read as before.
 ADDED_COLUMNS = {"lease_until": "REAL", "blocks_json": "TEXT"}
 
+# Indexes added after a schema version was first written: created when a study is opened
+# (`check_study`), so an older file gets them without a version bump. `candidates_selection`
+# covers what parent selection and the progress line read (no graph, no JSON beyond the
+# sample size), so a proposal's queries never touch the rows' large columns.
+SELECTION_COLUMNS = ("id", "status", "parent_id", "accuracy", "flops", "params",
+                     "im_sec_core_train", "im_sec_core_infer")
+VAL_EXAMPLES = "json_extract(metrics_json, '$.val_examples')"
+ADDED_INDEXES = {
+    "candidates_selection": "candidates(status, "
+    + ", ".join(c for c in SELECTION_COLUMNS if c != "status") + f", {VAL_EXAMPLES})",
+}
+
 _status_list = ", ".join(f"'{s}'" for s in STATUSES)
 _metric_cols = "\n".join(f"    {m} REAL," for m in METRICS)
 
@@ -80,7 +92,8 @@ CREATE TABLE meta (
     key TEXT PRIMARY KEY,
     value TEXT NOT NULL
 );
-""" + CANDIDATES + RUNGS
+""" + CANDIDATES + RUNGS + "".join(
+    f"CREATE INDEX {name} ON {target};\n" for name, target in ADDED_INDEXES.items())
 
 
 def statements(script: str) -> list[str]:
@@ -187,3 +200,19 @@ def check_study(conn: sqlite3.Connection, path: Path) -> None:
                     raise ValueError(f"{path}: cannot add the column {column!r}: {e}") from e
     if missing:
         raise ValueError(f"{path}: table 'candidates' lacks column(s) {missing}; damaged file")
+    add_indexes(conn, path)
+
+
+def add_indexes(conn: sqlite3.Connection, path: Path) -> None:
+    """Create the `ADDED_INDEXES` a study lacks (each in its own statement; a concurrent
+    opener creating the same one first is fine). A read-only file keeps working without
+    them (queries are then slower, not wrong)."""
+    have = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='index'")}
+    for name, target in ADDED_INDEXES.items():
+        if name in have:
+            continue
+        try:
+            conn.execute(f"CREATE INDEX IF NOT EXISTS {name} ON {target}")
+        except sqlite3.OperationalError as e:
+            if "readonly" not in str(e):
+                raise ValueError(f"{path}: cannot add the index {name!r}: {e}") from e
