@@ -117,17 +117,16 @@ def tied_accuracy_array(accuracies: np.ndarray, sizes: np.ndarray) -> np.ndarray
     low, high = wilson_arrays(a, sizes[order])
     open_ = np.ones(len(order), dtype=bool)  # not in a group yet
     head = 0
-    while True:
+    while head < len(order):
         open_[head] = False
-        rest = np.flatnonzero(open_)
-        if not len(rest):
-            return out
-        hit = ((low[head] <= a[rest]) & (a[rest] <= high[head])
-               & (low[rest] <= a[head]) & (a[head] <= high[rest]))
+        # Only the open ones down to the head's lower bound can lie inside its interval
+        # (none is above the head), so one group reads a prefix, not the whole population.
+        end = int(np.searchsorted(-a, -low[head], side="right"))
+        rest = head + 1 + np.flatnonzero(open_[head + 1:end])
+        hit = (a[rest] <= high[head]) & (low[rest] <= a[head]) & (a[head] <= high[rest])
         members = rest[hit]
         out[order[members]] = out[order[head]]
         open_[members] = False
-        rest = rest[~hit]
-        if not len(rest):
-            return out
-        head = int(rest[0])
+        later = open_[head + 1:]
+        head = head + 1 + int(np.argmax(later)) if later.any() else len(order)
+    return out

@@ -44,6 +44,7 @@ from nas.search.candidate import (
 )
 from nas.search.fidelity import RungResult
 from nas.search.pareto import ParetoCurve
+from nas.search.population import Finished
 from nas.search.selection import OBJECTIVES, check_cost
 
 DB_NAME = "study.db"
@@ -109,6 +110,7 @@ class Study:
         self.path = self.workdir / DB_NAME
         self._db = Database(self.path)
         self.config: dict[str, Any] = {}
+        self._counted = True  # the file keeps its status counts (`_schema.STATUS_COUNTS`)
 
     # ----------------------------------------------------------------- opening
 
@@ -132,6 +134,7 @@ class Study:
             for statement in _schema.SCHEMA.split(";"):
                 if statement.strip():
                     c.execute(statement)  # not executescript: it would commit early
+            _schema.add_status_counts(c)
             now = time.time()
             c.executemany(
                 "INSERT INTO meta(key, value) VALUES (?, ?)",
@@ -154,6 +157,7 @@ class Study:
         conn = study._db.connect()
         try:
             _schema.check_study(conn, study.path)
+            study._counted = _schema.ensure_status_counts(conn, study.path)
             row = conn.execute("SELECT value FROM meta WHERE key='config'").fetchone()
             try:
                 study.config = json.loads(row[0]) if row else {}
@@ -548,17 +552,44 @@ class Study:
 
     def candidates(self, status: str | Iterable[str] | None = None) -> list[Candidate]:
         """All candidates (or those with the given status/statuses), by id."""
-        query, args = _SELECT, []
+        query, args, where = _SELECT, [], ""
         if status is not None:
             statuses = [status] if isinstance(status, str) else list(status)
             for s in statuses:
                 _check_status(s)
-            query += f" WHERE status IN ({', '.join('?' * len(statuses))})"
-            args = statuses
+            where = f" WHERE status IN ({', '.join('?' * len(statuses))})"
+            query, args = query + where, statuses
         with self._db.read() as c:
             rows = c.execute(query + " ORDER BY id", args).fetchall()
-            rungs = self._rungs(c, None)
+            rungs = self._rungs(c, None, where and (f"SELECT id FROM candidates{where}", args))
         return [self._with_rungs(candidate_from_row(r, self.path), rungs) for r in rows]
+
+    def last_id(self) -> int:
+        """The newest candidate's id, 0 in an empty study (one primary-key lookup)."""
+        with self._db.read() as c:
+            return int(c.execute("SELECT MAX(id) FROM candidates").fetchone()[0] or 0)
+
+    def first_unfinished_id(self) -> int | None:
+        """The oldest pending or running candidate's id; None when every one is finished.
+        Two lookups in the status index, whatever the study's size."""
+        with self._db.read() as c:
+            ids = [row[0] for status in ("pending", "running") for row in c.execute(
+                "SELECT id FROM candidates WHERE status=? ORDER BY id LIMIT 1", (status,))]
+        return min(ids, default=None)
+
+    def done_rows(self, after: int = 0, through: int | None = None) -> list[Finished]:
+        """Done candidates with `after` < id <= `through` (no bound: every later one), by
+        id, with only what selection reads (no graph): a primary-key range read, so the
+        driver reads each finished candidate once (`nas.search.population`)."""
+        query = (f"SELECT id, parent_id, accuracy, {', '.join(_LIGHT_COSTS)}, "
+                 f"{_schema.VAL_EXAMPLES} FROM candidates WHERE id > ?")
+        args: list[int] = [int(after)]
+        if through is not None:
+            query += " AND id <= ?"
+            args.append(int(through))
+        with self._db.read() as c:
+            rows = c.execute(query + " AND status='done' ORDER BY id", args).fetchall()
+        return [Finished(*row) for row in rows]
 
     def find(self, fingerprint: str) -> list[int]:
         """Ids of candidates with this fingerprint."""
@@ -570,8 +601,10 @@ class Study:
 
     def counts(self) -> dict[str, int]:
         """Number of candidates per status (every status present, zeros included)."""
+        query = ("SELECT status, n FROM status_counts" if self._counted else
+                 "SELECT status, COUNT(*) FROM candidates GROUP BY status")
         with self._db.read() as c:
-            rows = c.execute("SELECT status, COUNT(*) FROM candidates GROUP BY status").fetchall()
+            rows = c.execute(query).fetchall()
         out = dict.fromkeys(STATUSES, 0)
         out.update(rows)
         return out
@@ -620,11 +653,14 @@ class Study:
                                 self._rungs(c, candidate_id))
 
     @staticmethod
-    def _rungs(c: sqlite3.Connection, candidate_id: int | None
-               ) -> dict[int, list[dict[str, Any]]]:
-        """Recorded rung results by candidate id (of one candidate, or all)."""
+    def _rungs(c: sqlite3.Connection, candidate_id: int | None,
+               among: tuple[str, list[Any]] | str = "") -> dict[int, list[dict[str, Any]]]:
+        """Recorded rung results by candidate id (of one candidate, of those the `among`
+        query (SQL, arguments) selects, or all)."""
         where, args = ("", ()) if candidate_id is None else (" WHERE candidate_id=?",
                                                              (candidate_id,))
+        if among:
+            where, args = f" WHERE candidate_id IN ({among[0]})", tuple(among[1])
         out: dict[int, list[dict[str, Any]]] = {}
         for row in c.execute(_SELECT_RUNGS + where + " ORDER BY candidate_id, rung", args):
             entry = dict(zip(RUNG_COLUMNS, row, strict=True))
@@ -730,6 +766,7 @@ class Study:
 
 
 _PRIVATE = object()
+_LIGHT_COSTS = ("flops", "params", "im_sec_core_train", "im_sec_core_infer")
 
 
 def _rung_cost(cost: str) -> str:
