@@ -613,27 +613,29 @@ class Study:
         """Done candidates on the accuracy/`cost` front, from most accurate to cheapest.
 
         Candidates tied with a front point (same accuracy and cost) are all included.
+        Only the front's rows are read whole; the rest is one pass over an index.
         """
         check_cost(cost)
-        done = [c for c in self.candidates("done") if c.accuracy is not None]
-        done = [c for c in done if getattr(c, cost) is not None]
+        with self._db.read() as c:
+            done = c.execute(f"SELECT id, accuracy, {cost} FROM candidates WHERE "
+                             f"status='done' AND accuracy IS NOT NULL AND {cost} IS NOT NULL"
+                             " ORDER BY id").fetchall()
         if not done:
             return []
-        curve = ParetoCurve(
-            [(c.accuracy, getattr(c, cost)) for c in done], (True, OBJECTIVES[cost])
-        )
+        curve = ParetoCurve([(a, v) for _, a, v in done], (True, OBJECTIVES[cost]))
         order = {tuple(p): i for i, p in enumerate(curve.points.tolist())}
-        front = [c for c in done if (c.accuracy, float(getattr(c, cost))) in order]
-        return sorted(front, key=lambda c: (order[(c.accuracy, float(getattr(c, cost)))], c.id))
+        front = [(order[(a, float(v))], i) for i, a, v in done if (a, float(v)) in order]
+        with self._db.read() as c:
+            return [self._get(c, i) for _, i in sorted(front)]
 
     def best(self, k: int = 5) -> list[Candidate]:
         """The `k` most accurate done candidates (ties: fewer FLOPs, then older)."""
         if isinstance(k, bool) or not isinstance(k, int) or k < 0:
             raise ValueError(f"k: must be an integer >= 0, got {k!r}")
-        done = self.candidates("done")
-        inf = float("inf")
-        done.sort(key=lambda c: (-c.accuracy, c.flops if c.flops is not None else inf, c.id))
-        return done[:k]
+        with self._db.read() as c:
+            ids = c.execute("SELECT id FROM candidates WHERE status='done' ORDER BY accuracy"
+                            " DESC, flops IS NULL, flops, id LIMIT ?", (k,)).fetchall()
+            return [self._get(c, i) for (i,) in ids]
 
     def export(self, candidate_id: int, path: str | os.PathLike) -> Path:
         """Write one candidate as a self-contained file, atomically: its graph, trained
