@@ -115,7 +115,8 @@ def config_file_error(e: BaseException, argv: Sequence[str]) -> str:
 
 def _search(workdir: str) -> None:
     from nas.search.driver import Driver
-    from nas.search.report import summary, write_report
+    from nas.search.report import summary
+    from nas.search.report_state import write_if_stale
     from nas.search.settings import validate_search
 
     if _CONFIG.value is None:
@@ -129,11 +130,11 @@ def _search(workdir: str) -> None:
     if driver.finished():  # resumed with nothing left to do: say so in one line
         counts = ", ".join(f"{s} {n}" for s, n in driver.study.counts().items() if n)
         print(f"the search in {workdir} is finished ({counts}; max_candidates "
-              f"{int(driver.search.max_candidates)}); report: {write_report(driver.study)}")
+              f"{int(driver.search.max_candidates)}); report: {write_if_stale(driver.study)}")
         return
     study = driver.run(progress=_PROGRESS.value)
     print(summary(study))
-    print(f"report: {write_report(study)}")
+    print(f"report: {write_if_stale(study)}")
 
 
 def _worker(workdir: str) -> None:
@@ -165,10 +166,13 @@ def _worker(workdir: str) -> None:
 
 def _report(workdir: str) -> None:
     from nas.search.report import summary, to_csv, write_report
+    from nas.search.report_state import mark_current, study_state
     from nas.search.study import Study
 
     study = Study.load(workdir)
+    state = study_state(study)
     path = write_report(study)
+    mark_current(study, state)
     if _CSV.value:
         sys.stdout.write(to_csv(study))
         return
