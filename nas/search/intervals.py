@@ -127,6 +127,7 @@ def tied_accuracy_array(accuracies: np.ndarray, sizes: np.ndarray) -> np.ndarray
         members = rest[hit]
         out[order[members]] = out[order[head]]
         open_[members] = False
-        later = open_[head + 1:]
-        head = head + 1 + int(np.argmax(later)) if later.any() else len(order)
+        step = int(np.argmax(open_[head + 1:])) if head + 1 < len(order) else 0
+        head = head + 1 + step if head + 1 < len(order) and open_[head + 1 + step] \
+            else len(order)
     return out

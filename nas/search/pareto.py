@@ -136,19 +136,21 @@ def _may_be_on_curve(std: np.ndarray) -> np.ndarray:
     dominates (such a point is never kept). Why: sorting all n points per proposal costs
     n log n; a few linear passes against likely front points (those of an even sample)
     leave few to sort, and the curve they give is the same."""
-    n = len(std)
-    rest = np.arange(n)
-    if n <= 512:
+    rest = np.arange(len(std))
+    if len(rest) <= 512:
         return rest
-    sample = rest[:: n // 256]
-    probes = [int(np.argmax(std[:, 0])), int(np.argmax(std[:, 1])),
-              *(int(i) for i in _on_curve(std, sample))]
-    for j in probes:
-        s = std[rest]
-        better = (s[:, 0] <= std[j, 0]) & (s[:, 1] <= std[j, 1])
-        # j comes first in the curve order unless it equals the point and has a larger index
-        same = (s[:, 0] == std[j, 0]) & (s[:, 1] == std[j, 1]) & (rest <= j)
-        rest = rest[~(better & ~same)]
+    probes = [int(np.argmax(std[:, 0])), int(np.argmax(std[:, 1]))]
+    for round_ in range(2):
+        for j in probes:
+            s = std[rest]
+            better = (s[:, 0] <= std[j, 0]) & (s[:, 1] <= std[j, 1])
+            # j comes first in the curve order unless it equals the point and has a larger
+            # index
+            same = (s[:, 0] == std[j, 0]) & (s[:, 1] == std[j, 1]) & (rest <= j)
+            rest = rest[~(better & ~same)]
+        if round_ or len(rest) <= 512:
+            return rest
+        probes = [int(i) for i in _on_curve(std, rest[:: len(rest) // 256])]
     return rest
 
 

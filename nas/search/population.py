@@ -113,11 +113,13 @@ class DoneCache:
         if not keep.any() or len(rows) == 0:
             return 0
         points = np.stack([acc[keep], values[keep]], axis=1)
-        front = ParetoCurve(points, (True, OBJECTIVES[cost])).points
-        on = np.zeros(len(points), dtype=bool)
-        for a, v in front:
-            on |= (points[:, 0] == a) & (points[:, 1] == v)
-        return int(on.sum())
+        curve = ParetoCurve(points, (True, OBJECTIVES[cost]))
+        # A point equal to a curve point finds it as the last one at least as good in the
+        # first objective (the curve descends strictly in it).
+        std = curve.standardize(points)
+        reach = np.searchsorted(-curve.curve[:, 0], -std[:, 0], side="right")
+        nearest = curve.curve[np.maximum(reach - 1, 0)]
+        return int(np.sum((reach > 0) & np.all(nearest == std, axis=1)))
 
     # ---------------------------------------------------------------- internals
 

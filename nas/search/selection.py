@@ -244,18 +244,22 @@ def _lowest(weights: np.ndarray, k: int) -> np.ndarray:
 
 
 def behind_tied_cheaper(weights: np.ndarray, points: Sequence[tuple[float, float]] | np.ndarray,
-                        higher_better: bool) -> np.ndarray:
+                        higher_better: bool, curve: ParetoCurve | None = None) -> np.ndarray:
     """`weights` with every point that a tied-or-better, strictly cheaper point dominates
     ranked after all others (still drawable). Why: the front's distance is 0 along its
-    flat end, so without this a costlier twin of equal (tied) accuracy ranks as well."""
+    flat end, so without this a costlier twin of equal (tied) accuracy ranks as well.
+    `curve`: the points' `ParetoCurve(points, (True, higher_better))`, if already made."""
     pts = np.asarray(points, dtype=float).reshape(-1, 2)
     acc = pts[:, 0]
-    cost = pts[:, 1] * (-1.0 if higher_better else 1.0)
+    sign = -1.0 if higher_better else 1.0
+    cost = pts[:, 1] * sign
     if not len(acc):
         return weights
     # The cheapest point at least as accurate as each is on the (accuracy, cost) front:
     # the last front point whose accuracy reaches it.
-    front = ParetoCurve(np.stack([acc, cost], axis=1), (True, False)).points
+    if curve is None:
+        curve = ParetoCurve(pts, (True, higher_better))
+    front = curve.points * np.array([1.0, sign])
     reach = np.searchsorted(-front[:, 0], -acc, side="right")
     beaten = front[reach - 1, 1] < cost
     if not beaten.any() or beaten.all():
@@ -308,7 +312,7 @@ def select_parents(
             weights = curve.weights(points, normalize=config.normalize, anchor=anchor)
             if config.noise_ties:
                 weights = behind_tied_cheaper(np.asarray(weights, dtype=float), points,
-                                              OBJECTIVES[cost])
+                                              OBJECTIVES[cost], curve)
         pick = int(idx[sample_from_weights(np.asarray(weights, dtype=float), config, rng)])
         chosen.append(int(pool.ids[pick]))
         alive[pick] = False
