@@ -155,7 +155,13 @@ def timed_subprocess(argv: list[str], timeout: float) -> float | None:
     return time.perf_counter() - start
 
 
-def measure(n: int, cache: str, repeats: int, report_timeout: float) -> dict[str, Any]:
+PARTS = ("summary", "report", "rerun", "driver")
+
+
+def measure(n: int, cache: str, repeats: int, timeout: float, parts: tuple[str, ...]
+            ) -> dict[str, Any]:
+    """The figures of one study size. The report is written before the rerun, as the
+    search that finished wrote it, so the rerun finds it (and says where it is)."""
     from nas.search import Study
     from nas.search.report import summary
 
@@ -166,17 +172,25 @@ def measure(n: int, cache: str, repeats: int, report_timeout: float) -> dict[str
     out: dict[str, Any] = {"study file MB": os.path.getsize(
         os.path.join(source, "study.db")) / 2**20}
     exe = os.path.dirname(sys.executable)
-    rerun = [os.path.join(exe, "nas-search"), f"--config={CONFIG}",
-             f"--config.search.max_candidates={n}", f"--workdir={workdir}", "--noprogress"]
-    out["rerun finished"] = timed_subprocess(rerun, report_timeout)
-    study = Study.load(workdir)
-    start = time.perf_counter()
-    summary(study)
-    out["summary"] = time.perf_counter() - start
-    study.close()
-    out["report"] = timed_subprocess(
-        [os.path.join(exe, "nas-search"), "report", f"--workdir={workdir}"], report_timeout)
-    out.update(measure_driver(workdir, n, repeats))
+    if "summary" in parts:
+        study = Study.load(workdir)
+        start = time.perf_counter()
+        summary(study)
+        out["summary"] = time.perf_counter() - start
+        study.close()
+    if "report" in parts:
+        out["report"] = timed_subprocess(
+            [os.path.join(exe, "nas-search"), "report", f"--workdir={workdir}"], timeout)
+        html = os.path.join(workdir, "report", "report.html")
+        if os.path.exists(html):
+            out["report MB"] = os.path.getsize(html) / 2**20
+    if "rerun" in parts:
+        out["rerun finished"] = timed_subprocess(
+            [os.path.join(exe, "nas-search"), f"--config={CONFIG}",
+             f"--config.search.max_candidates={n}", f"--workdir={workdir}", "--noprogress"],
+            timeout)
+    if "driver" in parts:
+        out.update(measure_driver(workdir, n, repeats))
     shutil.rmtree(workdir, ignore_errors=True)
     return out
 
@@ -188,22 +202,29 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--report-timeout", type=float, default=900.0,
                         help="seconds before the report or the rerun is given up on")
+    parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS),
+                        help="what to measure (driver: per proposal, claim + result)")
     parser.add_argument("--build-only", action="store_true")
     args = parser.parse_args()
     if args.build_only:
         for n in args.sizes:
             cached(n, args.cache)
         return
-    results = {n: measure(n, args.cache, args.repeats, args.report_timeout)
-               for n in args.sizes}
+    results = {}
+    for n in args.sizes:
+        results[n] = measure(n, args.cache, args.repeats, args.report_timeout,
+                             tuple(args.parts))
+        print(f"{n}: {results[n]}", flush=True)
     rows = ["per proposal", "first proposal", "claim + result", "driver start", "summary",
-            "report", "rerun finished", "study file MB"]
+            "report", "report MB", "rerun finished", "study file MB"]
     print(f"{'candidates':<16}" + "".join(f"{n:>14,}" for n in args.sizes))
     for row in rows:
         cells = []
         for n in args.sizes:
-            value = results[n].get(row)
-            if value is None:
+            value = results[n].get(row, "-")
+            if value == "-":
+                cells.append(f"{'-':>14}")
+            elif value is None:
                 cells.append(f"{'> ' + format(args.report_timeout, 'g') + ' s':>14}")
             elif row.endswith("MB"):
                 cells.append(f"{value:>14.1f}")

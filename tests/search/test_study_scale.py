@@ -196,3 +196,17 @@ def test_done_rows_refuse_nothing_and_read_only_done_ones(driver):
                for r in rows)
     assert study.done_rows(study.last_id()) == []
     assert study.first_unfinished_id() is None
+
+
+def test_an_older_study_gets_the_selection_index_when_opened(driver):
+    study = driver.study
+    with study._db.write() as c:
+        c.execute("DROP INDEX candidates_selection")
+    study.close()
+    again = Study.load(study.workdir)
+    with again._db.read() as c:
+        names = {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type='index'")}
+        plan = c.execute("EXPLAIN QUERY PLAN SELECT id, accuracy, flops FROM candidates "
+                         "WHERE status='done' ORDER BY id").fetchall()
+    assert "candidates_selection" in names
+    assert "COVERING INDEX candidates_selection" in plan[0][-1]
