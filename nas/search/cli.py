@@ -114,9 +114,8 @@ def config_file_error(e: BaseException, argv: Sequence[str]) -> str:
 
 
 def _search(workdir: str) -> None:
-    from nas.search.driver import Driver
-    from nas.search.report import summary
     from nas.search.report_state import write_if_stale
+    from nas.search.rerun import finished_line
     from nas.search.settings import validate_search
 
     if _CONFIG.value is None:
@@ -126,6 +125,13 @@ def _search(workdir: str) -> None:
         config.search.seed_graph = _SEED_GRAPH.value
     validate_search(config)  # the whole config, before the workdir exists
     check_workdir(workdir, create=True)
+    line = finished_line(workdir, config)  # a finished search, without the driver's set-up
+    if line is not None:
+        print(line)
+        return
+    from nas.search.driver import Driver
+    from nas.search.report import summary
+
     driver = Driver(config, workdir)
     if driver.finished():  # resumed with nothing left to do: say so in one line
         counts = ", ".join(f"{s} {n}" for s, n in driver.study.counts().items() if n)
