@@ -59,6 +59,8 @@ class DoneCache:
         self._rows: list[Finished] = []
         self._columns: list[np.ndarray] = []  # per column, growing by concatenation
         self._tail: list[Finished] = []
+        self._best: Finished | None = None  # of `_rows`
+        self._fronts: dict[str, tuple[int, dict[tuple[float, float], int]]] = {}
 
     def refresh(self) -> int | None:
         """Read what finished since the last call; returns the first unfinished id (None
@@ -86,40 +88,22 @@ class DoneCache:
         return self._rows + self._tail
 
     def best(self) -> Finished | None:
-        """The most accurate done candidate (ties: fewer FLOPs, then older), as `Study.best`."""
-        inf = float("inf")
-        tail = min(self._tail, key=lambda c: (-c.accuracy, _inf(c.flops), c.id), default=None)
-        if not self._rows:
-            return tail
-        acc, flops = self._columns[1], self._columns[2 + COSTS.index("flops")]
-        top = np.flatnonzero(acc == acc.max())
-        cheapest = np.where(np.isnan(flops[top]), inf, flops[top])
-        first = self._rows[int(top[np.argmin(cheapest)])]  # argmin: the oldest of equals
-        return min((first, *([tail] if tail else [])),
-                   key=lambda c: (-c.accuracy, _inf(c.flops), c.id))
+        """The most accurate done candidate (ties: fewer FLOPs, then older), as `Study.best`:
+        the kept rows' best, updated as rows come, against the few rows past them."""
+        return min([*([self._best] if self._best else []), *self._tail], key=_rank,
+                   default=None)
 
     def front_size(self, cost: str = "flops") -> int:
-        """How many done candidates `Study.pareto_front(cost)` lists (ties included)."""
+        """How many done candidates `Study.pareto_front(cost)` lists (ties included).
+
+        The kept rows' front is kept as its points and how many rows equal each (a row
+        off the front never returns to it: the front only improves), so each call folds
+        in the rows read since the last one and the rows past them."""
         check_cost(cost)
-        rows = self.done()
-        m = len(self._rows)
-        acc = np.concatenate([self._columns[1][:m] if m else np.zeros(0),
-                              np.array([f.accuracy for f in self._tail], dtype=float)])
-        values = np.concatenate([self._columns[2 + COSTS.index(cost)][:m] if m
-                                 else np.zeros(0),
-                                 np.array([_nan(getattr(f, cost)) for f in self._tail],
-                                          dtype=float)])
-        keep = ~np.isnan(values)
-        if not keep.any() or len(rows) == 0:
-            return 0
-        points = np.stack([acc[keep], values[keep]], axis=1)
-        curve = ParetoCurve(points, (True, OBJECTIVES[cost]))
-        # A point equal to a curve point finds it as the last one at least as good in the
-        # first objective (the curve descends strictly in it).
-        std = curve.standardize(points)
-        reach = np.searchsorted(-curve.curve[:, 0], -std[:, 0], side="right")
-        nearest = curve.curve[np.maximum(reach - 1, 0)]
-        return int(np.sum((reach > 0) & np.all(nearest == std, axis=1)))
+        counted, front = self._fronts.get(cost, (0, {}))
+        front = _fold(front, self._rows[counted:], cost)
+        self._fronts[cost] = (len(self._rows), front)
+        return sum(_fold(front, self._tail, cost).values())
 
     # ---------------------------------------------------------------- internals
 
@@ -127,6 +111,7 @@ class DoneCache:
         if not rows:
             return
         self._rows.extend(rows)
+        self._best = min([*([self._best] if self._best else []), *rows], key=_rank)
         new = [np.array([f.id for f in rows], dtype=np.int64),
                np.array([f.accuracy for f in rows], dtype=float),
                *[np.array([_nan(getattr(f, c)) for f in rows], dtype=float) for c in COSTS],
@@ -144,6 +129,27 @@ class DoneCache:
                            empty)
         ids, acc, *costs, examples = (c[:m] for c in self._columns)
         return Columns(ids, acc, dict(zip(COSTS, costs, strict=True)), examples)
+
+
+def _rank(c: Finished) -> tuple[float, float, int]:
+    return (-c.accuracy, _inf(c.flops), c.id)
+
+
+def _fold(front: dict[tuple[float, float], int], rows: Sequence[Finished], cost: str
+          ) -> dict[tuple[float, float], int]:
+    """The accuracy/`cost` front of `front`'s points and `rows`, each point with how many
+    rows equal it."""
+    new = [(float(r.accuracy), float(getattr(r, cost))) for r in rows
+           if getattr(r, cost) is not None]
+    if not new:
+        return front
+    points = list(front) + new
+    curve = ParetoCurve(points, (True, OBJECTIVES[cost]))
+    out = {tuple(p): front.get(tuple(p), 0) for p in curve.points.tolist()}
+    for p in new:
+        if p in out:
+            out[p] += 1
+    return out
 
 
 def _nan(value: float | None) -> float:

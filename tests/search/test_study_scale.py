@@ -139,6 +139,12 @@ def test_the_kept_population_chooses_what_the_full_listing_chooses(driver):
     study.tell(cid, {"accuracy": 0.995, "flops": 1.0, "val_examples": 143}, worker="w")
     assert driver.population()[-1].id == cid
     assert driver._done.best().id == study.best(1)[0].id == cid
+    for i, (acc, flops) in enumerate([(0.995, 1.0), (0.2, 0.5), (0.999, 300.0)]):
+        twin = study.add("{}", fingerprint=f"twin{i}")  # ties with front points, and new ones
+        study.tell(twin, {"accuracy": acc, "flops": flops})
+        driver._update(bar, 0, study.counts())
+        assert bar.shown["front"] == len(study.pareto_front("flops")), i
+        assert bar.shown["best_acc"] == f"{study.best(1)[0].accuracy:.3f}"
 
 
 def test_claim_renew_and_result_are_indexed_single_row_operations(driver):
