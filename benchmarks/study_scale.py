@@ -155,7 +155,7 @@ def timed_subprocess(argv: list[str], timeout: float) -> float | None:
     return time.perf_counter() - start
 
 
-PARTS = ("summary", "report", "rerun", "driver")
+PARTS = ("summary", "report", "rerun", "driver", "finished-check")
 
 
 def measure(n: int, cache: str, repeats: int, timeout: float, parts: tuple[str, ...]
@@ -189,6 +189,15 @@ def measure(n: int, cache: str, repeats: int, timeout: float, parts: tuple[str, 
             [os.path.join(exe, "nas-search"), f"--config={CONFIG}",
              f"--config.search.max_candidates={n}", f"--workdir={workdir}", "--noprogress"],
             timeout)
+    if "finished-check" in parts:  # the rerun's reads of the study, without its imports
+        from nas.search import report_state
+
+        start = time.perf_counter()
+        study = Study.load(workdir)
+        study.counts()
+        report_state.is_current(study)
+        out["finished check"] = time.perf_counter() - start
+        study.close()
     if "driver" in parts:
         out.update(measure_driver(workdir, n, repeats))
     shutil.rmtree(workdir, ignore_errors=True)
@@ -216,7 +225,7 @@ def main() -> None:
                              tuple(args.parts))
         print(f"{n}: {results[n]}", flush=True)
     rows = ["per proposal", "first proposal", "claim + result", "driver start", "summary",
-            "report", "report MB", "rerun finished", "study file MB"]
+            "report", "report MB", "rerun finished", "finished check", "study file MB"]
     print(f"{'candidates':<16}" + "".join(f"{n:>14,}" for n in args.sizes))
     for row in rows:
         cells = []
