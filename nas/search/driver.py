@@ -505,7 +505,7 @@ class Driver:
             keeper.close()
             bar.close()
         self._done.refresh()
-        if not self._done.done():
+        if not self._done.any_done():
             errors = [f"candidate {c.id}: {c.error}" for c in self.study.candidates()
                       if c.error][:1]
             raise SearchFailed("the search trained nothing"
@@ -554,7 +554,7 @@ class Driver:
                     continue
                 total = sum(self.study.counts().values())
                 self._done.refresh()
-                if total >= search.max_candidates or not self._done.done():
+                if total >= search.max_candidates or not self._done.any_done():
                     break
                 if self.population() is None:  # wait for the results it must read
                     break

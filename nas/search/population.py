@@ -87,6 +87,10 @@ class DoneCache:
         """Every done candidate read by the last `refresh`, by id."""
         return self._rows + self._tail
 
+    def any_done(self) -> bool:
+        """Whether the last `refresh` found a done candidate (no copy of the rows)."""
+        return bool(self._rows or self._tail)
+
     def best(self) -> Finished | None:
         """The most accurate done candidate (ties: fewer FLOPs, then older), as `Study.best`:
         the kept rows' best, updated as rows come, against the few rows past them."""
