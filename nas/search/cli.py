@@ -123,8 +123,8 @@ def config_file_error(e: BaseException, argv: Sequence[str]) -> str:
 
 
 def _search(workdir: str) -> None:
-    from nas.search.driver import Driver, stored_budget
-    from nas.search.report import summary, write_report
+    from nas.search.report_state import write_if_stale
+    from nas.search.rerun import finished_line, stored_budget
     from nas.search.settings import validate_search
 
     if _CONFIG.value is None:
@@ -138,11 +138,18 @@ def _search(workdir: str) -> None:
     given = "search.max_candidates" in config_flags.get_override_values(FLAGS["config"])
     if before is not None and not given:  # a resumed study keeps its budget
         config.search.max_candidates = before
+    line = finished_line(workdir, config)  # a finished search, without the driver's set-up
+    if line is not None:
+        print(line)
+        return
+    from nas.search.driver import Driver
+    from nas.search.report import summary
+
     driver = Driver(config, workdir)
     if driver.finished():  # resumed with nothing left to do: say so in one line
         counts = ", ".join(f"{s} {n}" for s, n in driver.study.counts().items() if n)
         print(f"the search in {workdir} is finished ({counts}; max_candidates "
-              f"{int(driver.search.max_candidates)}); report: {write_report(driver.study)}")
+              f"{int(driver.search.max_candidates)}); report: {write_if_stale(driver.study)}")
         return
     driver.check_seed_weights()  # before a line is printed or the study is written
     after = int(driver.search.max_candidates)
@@ -151,7 +158,7 @@ def _search(workdir: str) -> None:
               flush=True)
     study = driver.run(progress=_PROGRESS.value)
     print(summary(study))
-    print(f"report: {write_report(study)}")
+    print(f"report: {write_if_stale(study)}")
 
 
 def _worker(workdir: str) -> None:
@@ -184,10 +191,13 @@ def _worker(workdir: str) -> None:
 
 def _report(workdir: str) -> None:
     from nas.search.report import summary, to_csv, write_report
+    from nas.search.report_state import mark_current, study_state
     from nas.search.study import Study
 
     study = Study.load(workdir)
+    state = study_state(study)
     path = write_report(study)
+    mark_current(study, state)
     if _CSV.value:
         sys.stdout.write(to_csv(study))
         return

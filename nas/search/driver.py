@@ -35,6 +35,7 @@ from nas.search.executors import Outcome, make_executor
 from nas.search.fidelity import RungPlan
 from nas.search.fit import FitConfig
 from nas.search.lease import LeaseKeeper
+from nas.search.population import DoneCache, Population
 from nas.search.selection import Individual, SelectionConfig, select_parents
 from nas.search.settings import OPERATIONAL, candidate_train_config, validate_search
 from nas.search.study import DuplicateCandidateError, Study, StudyNotFoundError, default_worker
@@ -214,25 +215,6 @@ def resumed_config(given: ml_collections.ConfigDict, study: Study) -> ml_collect
     return config
 
 
-def stored_budget(workdir: str) -> int | None:
-    """The `search.max_candidates` the study in `workdir` last ran to; None when there is
-    no study with candidates yet. Why: a config file's own default (8 in the README's)
-    must not silently extend a finished search that was run with another budget; a
-    command line that names a new budget (`nas-search`) replaces it."""
-    try:
-        study = Study.load(workdir)
-    except StudyNotFoundError:
-        return None
-    try:
-        if not any(study.counts().values()):
-            return None
-        first = (study.config.get("search") or {}).get("max_candidates")
-        value = study.get_state("max_candidates", first)
-        return None if value is None else int(value)
-    finally:
-        study.close()
-
-
 def open_study(workdir: str, config: ml_collections.ConfigDict,
                check_new: Callable[[ml_collections.ConfigDict], Any] | None = None) -> Study:
     """Resume the study in `workdir` (its stored config wins, except `OPERATIONAL` search
@@ -323,11 +305,12 @@ class Driver:
                             int(self.search.pipeline_depth), int(self.search.pipeline_depth))
         op_cache.enable(str(self.search.property_cache))
         self._shown: dict[str, int] | None = None  # counts last drawn on the progress bar
+        self._done = DoneCache(self.study)  # finished rows read once each (per proposal)
         self._told_no_blocks = False  # "block-level mutation does not apply" logged once
 
     # ------------------------------------------------------------------ proposing
     def seed_population(self) -> None:
-        if self.study.candidates():
+        if self.study.last_id():
             return
         from nas.mutation import fingerprint_at
 
@@ -355,6 +338,8 @@ class Driver:
     def choose_parent(self, done: list[Any], rng: np.random.Generator) -> int:
         """The parent of the next child: selection from the Pareto fronts (a subclass may
         choose otherwise, e.g. a random-search baseline that always mutates the seed)."""
+        if isinstance(done, Population):  # the driver's own: its columns are kept
+            return select_parents(done.columns, self.selection, rng, num=1)[0]
         return select_parents([Individual.from_candidate(c) for c in done], self.selection,
                               rng, num=1)[0]
 
@@ -362,14 +347,13 @@ class Driver:
         """The done candidates the next proposal reads: those with an id up to the next
         id - `search.pipeline_depth` (the seed at least); None while one of them has not
         finished. So what is proposed never depends on which results happen to be in when
-        the proposal is made (worker timing), only on the config and the results."""
-        candidates = self.study.candidates()
-        next_id = max((c.id for c in candidates), default=0) + 1
-        bound = max(1, next_id - int(self.search.pipeline_depth))
-        read = [c for c in candidates if c.id <= bound]
-        if any(c.status not in FINISHED for c in read):
-            return None
-        return [c for c in read if c.status == "done"]
+        the proposal is made (worker timing), only on the config and the results.
+
+        They are `nas.search.population.Finished` rows (id, parent, accuracy, costs,
+        validation size; no graph), read once each: a proposal costs a few indexed
+        queries however large the study (`Study.get` gives a whole candidate)."""
+        bound = max(1, self.study.last_id() + 1 - int(self.search.pipeline_depth))
+        return self._done.population(bound)
 
     def propose(self) -> int | None:
         """Adds one mutated child of a selected parent; None if this proposal failed."""
@@ -578,7 +562,8 @@ class Driver:
                 self.study.release(cid, self.worker)
             keeper.close()
             bar.close()
-        if not self.study.candidates("done"):
+        self._done.refresh()
+        if not self._done.any_done():
             errors = [f"candidate {c.id}: {c.error}" for c in self.study.candidates()
                       if c.error][:1]
             raise SearchFailed("the search trained nothing"
@@ -628,7 +613,8 @@ class Driver:
                         executor.submit(candidate.id, task)
                     continue
                 total = sum(self.study.counts().values())
-                if total >= search.max_candidates or not self.study.candidates("done"):
+                self._done.refresh()
+                if total >= search.max_candidates or not self._done.any_done():
                     break
                 if self.population() is None:  # wait for the results it must read
                     break
@@ -680,14 +666,15 @@ class Driver:
             return
         self._shown = shown
         bar.n = finished
-        best = self.study.best(1)
+        self._done.refresh()
+        best = self._done.best()
         extra = {}
         if self.rungs.epochs:  # results per rung, e.g. "0.25ep:6 1ep:3", and stopped ones
             extra = {"rungs": rung_text(self.rungs.epochs, rungs),
                      "stopped": counts.get("stopped", 0)}
         bar.set_postfix(done=counts.get("done", 0), failed=counts.get("failed", 0), **extra,
-                        best_acc=f"{best[0].accuracy:.3f}" if best else "-",
-                        front=len(self.study.pareto_front("flops")) if best else 0)
+                        best_acc=f"{best.accuracy:.3f}" if best else "-",
+                        front=self._done.front_size("flops") if best else 0)
         bar.refresh()
 
 
