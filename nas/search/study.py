@@ -50,6 +50,10 @@ DB_NAME = "study.db"
 DEFAULT_MAX_ATTEMPTS = 3
 DEFAULT_LEASE_S = 60.0
 _SELECT = f"SELECT {', '.join(COLUMNS)} FROM candidates"
+_LARGE = {"graph_json": "''", "spec_json": "NULL", "properties_json": "NULL",
+          "inheritance_json": "NULL", "blocks_json": "NULL"}
+_SELECT_METRICS = (f"SELECT {', '.join(_LARGE.get(c, c) for c in COLUMNS)} "
+                   f"FROM candidates")
 _SELECT_RUNGS = f"SELECT {', '.join(RUNG_COLUMNS)} FROM rungs"
 # decide(result, peers at the same rung, parent's accuracy) -> (promoted, reason)
 Decide = Callable[[RungResult, list[RungResult], float | None], tuple[bool, str]]
@@ -102,12 +106,13 @@ def _is_zombie(pid: int) -> bool:
 class Study:
     """A search's candidates and state in `<workdir>/study.db`. Use create/load/open."""
 
-    def __init__(self, workdir: str | os.PathLike, *, _token: object = None):
+    def __init__(self, workdir: str | os.PathLike, *, _token: object = None,
+                 read_only: bool = False):
         if _token is not _PRIVATE:
             raise TypeError("use Study.create, Study.load or Study.open")
         self.workdir = Path(workdir)
         self.path = self.workdir / DB_NAME
-        self._db = Database(self.path)
+        self._db = Database(self.path, read_only=read_only)
         self.config: dict[str, Any] = {}
 
     # ----------------------------------------------------------------- opening
@@ -146,9 +151,12 @@ class Study:
         return study
 
     @classmethod
-    def load(cls, workdir: str | os.PathLike) -> Study:
-        """Open an existing study; ValueError if missing, corrupt, foreign or too new."""
-        study = cls(workdir, _token=_PRIVATE)
+    def load(cls, workdir: str | os.PathLike, read_only: bool = False) -> Study:
+        """Open an existing study; ValueError if missing, corrupt, foreign or too new.
+
+        `read_only` opens it for a reader beside a running search (the dashboard): SQLite
+        refuses every write, and in WAL mode its reads never block the search's writes."""
+        study = cls(workdir, _token=_PRIVATE, read_only=read_only)
         if not study.path.is_file():
             raise StudyNotFoundError(f"{study.path}: no study here")
         conn = study._db.connect()
@@ -546,9 +554,13 @@ class Study:
         with self._db.read() as c:
             return self._get(c, candidate_id)
 
-    def candidates(self, status: str | Iterable[str] | None = None) -> list[Candidate]:
-        """All candidates (or those with the given status/statuses), by id."""
-        query, args = _SELECT, []
+    def candidates(self, status: str | Iterable[str] | None = None, *,
+                   with_graphs: bool = True) -> list[Candidate]:
+        """All candidates (or those with the given status/statuses), by id.
+
+        `with_graphs=False` leaves out the large fields (graph, spec, properties,
+        inheritance, blocks: empty or None), for listings of metrics over a large study."""
+        query, args = (_SELECT if with_graphs else _SELECT_METRICS), []
         if status is not None:
             statuses = [status] if isinstance(status, str) else list(status)
             for s in statuses:
