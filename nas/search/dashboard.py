@@ -33,8 +33,8 @@ from nas.search.report import (
     to_csv,
     val_accuracy_text,
 )
-from nas.search.svg import esc
 from nas.search.study import Study
+from nas.search.svg import esc
 
 POLL_MS = 2000  # how often the overview asks for news
 
