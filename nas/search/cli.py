@@ -16,6 +16,9 @@ usage:
   nas-search export --format=flax --workdir=DIR --id=N --out=DIRECTORY
       write candidate N as plain Flax code: DIRECTORY/model.py (a flax.linen module
       `Model`) and DIRECTORY/variables.msgpack (its trained variables), runnable without nas
+  nas-search dashboard --workdir=DIR [--port=8080] [--host=127.0.0.1]
+      serve the study read-only over HTTP while the search runs: the overview updates as
+      candidates finish, /candidates/N shows any candidate, /report.csv downloads
 
 main flags:
   --config=FILE[:arg]   search config (train and search sections); --config.F=V overrides
@@ -24,6 +27,7 @@ main flags:
   --wait_s=S            worker: wait this long for a study to appear or for work (600)
   --id=N --out=FILE     export: which candidate, and where
   --format=zip|flax     export: one file (zip, the default) or a directory of Flax code
+  --port=P --host=H     dashboard: where to listen (8080 on 127.0.0.1; 0 picks a port)
   --noprogress          no progress bar
   --helpfull            every flag, absl's included
 
@@ -64,11 +68,14 @@ _PROGRESS = flags.DEFINE_bool("progress", True, "Show a progress bar.")
 _SEED_GRAPH = flags.DEFINE_string(
     "seed_graph", None, "Start the population from this graph JSON or `nas-search export` "
     "file (with its weights when it has them); same as --config.search.seed_graph.")
+_PORT = flags.DEFINE_integer("port", 8080, "dashboard: the port to listen on (0: any free "
+                             "one).", lower_bound=0, upper_bound=65535)
+_HOST = flags.DEFINE_string("host", "127.0.0.1", "dashboard: the address to listen on.")
 _CSV = flags.DEFINE_bool("csv", False, "report: print every candidate as CSV on stdout "
                          "(the HTML report and report.csv are written too).")
 
 PROG = "nas-search"
-COMMANDS = ("search", "worker", "report", "export")
+COMMANDS = ("search", "worker", "report", "export", "dashboard")
 EXPORT_FORMATS = ("zip", "flax")
 INTERRUPTED = 130
 
@@ -237,6 +244,23 @@ def _export(workdir: str) -> None:
     print(path)
 
 
+def _dashboard(workdir: str) -> None:
+    import asyncio
+
+    from nas.search._db import close_all
+    from nas.search.dashboard import Dashboard, serve
+    from nas.search.study import Study
+
+    check_workdir(workdir, create=False)
+    dashboard = Dashboard(Study.load(workdir, read_only=True))
+    try:
+        asyncio.run(serve(dashboard, _HOST.value, _PORT.value))
+    except KeyboardInterrupt:  # the way to stop it: no traceback, no line, exit 130
+        sys.stdout.flush()
+        close_all()
+        os._exit(INTERRUPTED)
+
+
 def naming_flag(e: ValueError, flag: str) -> ValueError:
     """The study's "candidate_id: no candidate N" as the flag that gave N."""
     text = first_line(e)
@@ -248,7 +272,8 @@ def _main(argv: Sequence[str]) -> None:
     if not FLAGS["verbosity"].present:  # orbax logs every save at INFO; --verbosity=0 shows it
         logging.set_verbosity(logging.WARNING)
     command = argv[1] if len(argv) > 1 else "search"
-    actions = {"search": _search, "worker": _worker, "report": _report, "export": _export}
+    actions = {"search": _search, "worker": _worker, "report": _report, "export": _export,
+               "dashboard": _dashboard}
     if command not in actions or len(argv) > 2:
         fail(f"unknown command {' '.join(argv[1:])!r}; expected one of {', '.join(COMMANDS)} "
              f"(search is the default)")

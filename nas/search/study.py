@@ -51,6 +51,10 @@ DB_NAME = "study.db"
 DEFAULT_MAX_ATTEMPTS = 3
 DEFAULT_LEASE_S = 60.0
 _SELECT = f"SELECT {', '.join(COLUMNS)} FROM candidates"
+_LARGE = {"graph_json": "''", "spec_json": "NULL", "properties_json": "NULL",
+          "inheritance_json": "NULL", "blocks_json": "NULL"}
+_SELECT_METRICS = (f"SELECT {', '.join(_LARGE.get(c, c) for c in COLUMNS)} "
+                   f"FROM candidates")
 _SELECT_RUNGS = f"SELECT {', '.join(RUNG_COLUMNS)} FROM rungs"
 # decide(result, peers at the same rung, parent's accuracy) -> (promoted, reason)
 Decide = Callable[[RungResult, list[RungResult], float | None], tuple[bool, str]]
@@ -107,12 +111,13 @@ def _is_zombie(pid: int) -> bool:
 class Study:
     """A search's candidates and state in `<workdir>/study.db`. Use create/load/open."""
 
-    def __init__(self, workdir: str | os.PathLike, *, _token: object = None):
+    def __init__(self, workdir: str | os.PathLike, *, _token: object = None,
+                 read_only: bool = False):
         if _token is not _PRIVATE:
             raise TypeError("use Study.create, Study.load or Study.open")
         self.workdir = Path(workdir)
         self.path = self.workdir / DB_NAME
-        self._db = Database(self.path)
+        self._db = Database(self.path, read_only=read_only)
         self.config: dict[str, Any] = {}
         self._counted = True  # the file keeps its status counts (`_schema.STATUS_COUNTS`)
 
@@ -153,9 +158,12 @@ class Study:
         return study
 
     @classmethod
-    def load(cls, workdir: str | os.PathLike) -> Study:
-        """Open an existing study; ValueError if missing, corrupt, foreign or too new."""
-        study = cls(workdir, _token=_PRIVATE)
+    def load(cls, workdir: str | os.PathLike, read_only: bool = False) -> Study:
+        """Open an existing study; ValueError if missing, corrupt, foreign or too new.
+
+        `read_only` opens it for a reader beside a running search (the dashboard): SQLite
+        refuses every write, and in WAL mode its reads never block the search's writes."""
+        study = cls(workdir, _token=_PRIVATE, read_only=read_only)
         if not study.path.is_file():
             raise StudyNotFoundError(f"{study.path}: no study here")
         conn = study._db.connect()
@@ -554,9 +562,13 @@ class Study:
         with self._db.read() as c:
             return self._get(c, candidate_id)
 
-    def candidates(self, status: str | Iterable[str] | None = None) -> list[Candidate]:
-        """All candidates (or those with the given status/statuses), by id."""
-        query, args, where = _SELECT, [], ""
+    def candidates(self, status: str | Iterable[str] | None = None, *,
+                   with_graphs: bool = True) -> list[Candidate]:
+        """All candidates (or those with the given status/statuses), by id.
+
+        `with_graphs=False` leaves out the large fields (graph, spec, properties,
+        inheritance, blocks: empty or None), for listings of metrics over a large study."""
+        query, args, where = (_SELECT if with_graphs else _SELECT_METRICS), [], ""
         if status is not None:
             statuses = [status] if isinstance(status, str) else list(status)
             for s in statuses:
@@ -567,6 +579,18 @@ class Study:
             rows = c.execute(query + " ORDER BY id", args).fetchall()
             rungs = self._rungs(c, None, where and (f"SELECT id FROM candidates{where}", args))
         return [self._with_rungs(candidate_from_row(r, self.path), rungs) for r in rows]
+
+    def latest(self, k: int, status: str | Iterable[str]) -> list[Candidate]:
+        """The `k` newest candidates with the given status(es), newest first: ids from the
+        status index, then only those rows."""
+        statuses = [status] if isinstance(status, str) else list(status)
+        for s in statuses:
+            _check_status(s)
+        with self._db.read() as c:
+            ids = sorted((i for s in statuses for (i,) in c.execute(
+                "SELECT id FROM candidates WHERE status=? ORDER BY id DESC LIMIT ?", (s, k))),
+                reverse=True)[:k]
+            return [self._get(c, i) for i in ids]
 
     def last_id(self) -> int:
         """The newest candidate's id, 0 in an empty study (one primary-key lookup)."""
