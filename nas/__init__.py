@@ -1,14 +1,16 @@
 """Neural architecture search by subgraph mutation, on JAX, Flax and optax.
 
 `nas.load_candidate(path)` loads a candidate exported by `nas-search export` (see
-`nas.io.candidate`), `nas.save_candidate(candidate, path)` writes one, and
+`nas.io.candidate`), `nas.save_candidate(candidate, path)` writes one,
 `nas.from_flax(module, x, variables=..., **call_kwargs)` imports a Flax model as one
-(`nas.interop`); each is imported on first use so that `import nas` stays cheap.
+(`nas.interop.importer`) and `nas.export_flax(candidate_or_path, directory)` writes one as
+plain Flax code (`nas.interop.flax_code`). Each is imported on first use so that
+`import nas` stays cheap.
 """
 
 from typing import Any
 
-__all__ = ["from_flax", "load_candidate", "save_candidate"]
+__all__ = ["export_flax", "from_flax", "load_candidate", "save_candidate"]
 
 
 def __getattr__(name: str) -> Any:
@@ -21,7 +23,11 @@ def __getattr__(name: str) -> Any:
 
         return save_candidate
     if name == "from_flax":
-        from nas.interop import from_flax
+        from nas.interop.importer import from_flax
 
         return from_flax
+    if name == "export_flax":
+        from nas.interop.flax_code import export_flax
+
+        return export_flax
     raise AttributeError(f"module 'nas' has no attribute {name!r}")

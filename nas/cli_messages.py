@@ -57,3 +57,17 @@ def os_error_line(e: OSError, workdir: str | None = None) -> str:
         if where == top or where.startswith(top + os.sep):
             return f"--workdir: cannot use {workdir}: {reason}"
     return f"{os.fsdecode(e.filename)}: {reason}"
+
+
+def flag_error_line(e: BaseException) -> str:
+    """absl's flag error as one line. A config file that raises while it is loaded comes
+    as "flag --config=F: Error whilst parsing config file:" with the reason only at the
+    end of a traceback: that case reads `--config: F: <reason>`."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    if not lines:
+        return type(e).__name__
+    found = re.match(r"flag --config=([^:]*)(?::\S*)?: Error whilst parsing config file:$",
+                     lines[0])
+    if found and len(lines) > 1:
+        return f"--config: {found.group(1)}: {lines[-1]}"
+    return lines[0]

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from nas.graph import grouped_conv, pooling
+from nas.graph import grouped_conv, pooling, stall
 from nas.graph.ops import Graph, Op, OpType, canonical_name
 from nas.graph.symbolic import resolve
 from nas.graph.validate import INPUT_KWARG_DEFAULTS, MODULE_TYPES, check_const_kwarg
@@ -37,6 +37,10 @@ class OpError(ValueError):
     def __init__(self, message: str, reason: str) -> None:
         super().__init__(message)
         self.reason = reason
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Rebuilt from both arguments, so it crosses a process pool intact."""
+        return type(self), (str(self), self.reason), self.__dict__
 
 
 def op_failure(op: Op, shapes: Sequence[Sequence[int]], error: Exception,
@@ -309,6 +313,7 @@ class Model(nn.Module):
         constants = dict(self.constants or {})
         tensors = _input_table(graph, inp)
         fed = set(tensors)
+        stalling = stall.stall_op() if training else None  # a test hook, see nas.graph.stall
         for op in graph.ops:
             try:
                 inputs = [tensors[n] for n in op.input_names]
@@ -324,6 +329,8 @@ class Model(nn.Module):
             if len(outputs) != op.num_outputs:
                 raise ValueError(f"op {op.name!r} produced {len(outputs)} outputs, "
                                  f"declared num_outputs={op.num_outputs}")
+            if op.name == stalling:
+                outputs = [stall.stalled(v) for v in outputs]
             tensors.update(zip(op.output_names, outputs, strict=True))
         if not graph.output_names:
             return {k: v for k, v in tensors.items() if k not in fed}

@@ -1,10 +1,8 @@
-"""The way in: Flax models (linen or NNX) with their weights, as IR candidates.
+"""Candidates to and from other code, below the search (DESIGN.md layers).
 
-Above `nas.graph` and beside `nas.io`, below `nas.search`: `from_flax` returns the
-`nas.io.candidate.ExportedCandidate` that `nas.load_candidate` returns, so an imported model
-is saved, loaded and searched like any exported candidate.
+The way in: `importer.from_flax` traces a user's Flax model (linen or NNX) with its weights
+into the `nas.io.candidate.ExportedCandidate` that `nas.load_candidate` returns, so an
+imported model is saved, loaded and searched like any exported candidate. The way out:
+`flax_code.export_flax` writes a candidate as plain `flax.linen` source and its variables,
+for users who train it without `nas`. Nothing is imported here, so that each stays cheap.
 """
-
-from nas.interop.importer import from_flax
-
-__all__ = ["from_flax"]

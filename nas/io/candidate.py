@@ -17,6 +17,7 @@ import dataclasses
 import json
 import os
 import zipfile
+import zlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -132,7 +133,25 @@ def load_candidate(path: str | os.PathLike) -> ExportedCandidate:
         raise ValueError(f"{path}: cannot read an exported candidate ({what})")
     if zipfile.is_zipfile(path):
         return _read_archive(path)
+    if starts_as_zip(path):
+        raise ValueError(f"{path}: not a candidate archive (a truncated or damaged zip "
+                         f"archive: its central directory cannot be read)")
     return _read_version_1(path)
+
+
+# The first bytes of a zip archive (a local file header, or the end record of an empty one).
+_ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
+
+
+def starts_as_zip(path: str | os.PathLike) -> bool:
+    """Whether the file begins like a zip archive. Why: `zipfile.is_zipfile` looks only at
+    the end, so a truncated export would otherwise be read as JSON and reported as a
+    JSON or UTF-8 error instead of a damaged archive."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) in _ZIP_MAGIC
+    except OSError:
+        return False
 
 
 def _read_archive(path: str) -> ExportedCandidate:
@@ -142,9 +161,9 @@ def _read_archive(path: str) -> ExportedCandidate:
             graph, constants = _graph(doc, path)
             manifest = doc.get("weights")
             variables = None if manifest is None else arrays.read_arrays(archive, manifest, path)
-    except (zipfile.BadZipFile, EOFError, OSError) as e:
+    except (zipfile.BadZipFile, EOFError, OSError, zlib.error) as e:
         raise ValueError(
-            f"{path}: not a readable exported candidate (damaged zip archive: {e})"
+            f"{path}: not a candidate archive (damaged zip archive: {e})"
         ) from None
     input_shape = doc.get("input_shape")
     if input_shape is not None and not (

@@ -28,8 +28,9 @@ class Database:
     processes. Corruption surfaces as ValueError naming the file.
     """
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, read_only: bool = False):
         self.path = path
+        self.read_only = read_only  # a reader beside the search (the dashboard): never writes
         self._lock = threading.RLock()
         self._conn: sqlite3.Connection | None = None
         self._pid = -1
@@ -37,13 +38,15 @@ class Database:
 
     def connect(self, create: bool = False) -> sqlite3.Connection:
         """(Re)open; `create=False` never makes a new file."""
-        uri = f"file:{self.path.resolve()}?mode={'rwc' if create else 'rw'}"
+        mode = "ro" if self.read_only else "rwc" if create else "rw"
+        uri = f"file:{self.path.resolve()}?mode={mode}"
         try:
             conn = sqlite3.connect(
                 uri, uri=True, timeout=60.0, isolation_level=None, check_same_thread=False
             )
-            conn.execute("PRAGMA foreign_keys=ON")
-            conn.execute("PRAGMA synchronous=FULL")
+            if not self.read_only:
+                conn.execute("PRAGMA foreign_keys=ON")
+                conn.execute("PRAGMA synchronous=FULL")
         except sqlite3.DatabaseError as e:
             raise ValueError(
                 f"{self.path}: not a readable SQLite database (corrupt or foreign file): {e}"

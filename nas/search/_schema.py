@@ -21,6 +21,40 @@ class StudyNotFoundError(ValueError, FileNotFoundError):
 # when opened, so its candidates read as before.
 ADDED_COLUMNS = {"lease_until": "REAL", "blocks_json": "TEXT"}
 
+# Indexes added after a schema version was first written: created when a study is opened
+# (`check_study`), so an older file gets them without a version bump. `candidates_selection`
+# covers what parent selection and the progress line read (no graph, no JSON beyond the
+# sample size), so a proposal's queries never touch the rows' large columns.
+SELECTION_COLUMNS = ("id", "status", "parent_id", "accuracy", "flops", "params",
+                     "im_sec_core_train", "im_sec_core_infer")
+VAL_EXAMPLES = "json_extract(metrics_json, '$.val_examples')"
+ADDED_INDEXES = {
+    "candidates_selection": "candidates(status, "
+    + ", ".join(c for c in SELECTION_COLUMNS if c != "status") + f", {VAL_EXAMPLES})",
+}
+
+# The number of candidates per status, kept by triggers in the transaction that changes a
+# status, so `Study.counts` (read several times per proposal) is six rows, not a count of
+# the whole table. Created (and filled from the table) when a study lacks it or its
+# triggers (a migration rebuilds the candidates table, which drops them).
+STATUS_COUNTS = """
+CREATE TABLE IF NOT EXISTS status_counts (status TEXT PRIMARY KEY, n INTEGER NOT NULL)
+;CREATE TRIGGER status_counts_insert AFTER INSERT ON candidates BEGIN
+    INSERT INTO status_counts(status, n) VALUES (NEW.status, 1)
+        ON CONFLICT(status) DO UPDATE SET n = n + 1;
+END
+;CREATE TRIGGER status_counts_update AFTER UPDATE OF status ON candidates
+        WHEN OLD.status IS NOT NEW.status BEGIN
+    UPDATE status_counts SET n = n - 1 WHERE status = OLD.status;
+    INSERT INTO status_counts(status, n) VALUES (NEW.status, 1)
+        ON CONFLICT(status) DO UPDATE SET n = n + 1;
+END
+;CREATE TRIGGER status_counts_delete AFTER DELETE ON candidates BEGIN
+    UPDATE status_counts SET n = n - 1 WHERE status = OLD.status;
+END
+"""
+COUNT_TRIGGERS = ("status_counts_insert", "status_counts_update", "status_counts_delete")
+
 _status_list = ", ".join(f"'{s}'" for s in STATUSES)
 _metric_cols = "\n".join(f"    {m} REAL," for m in METRICS)
 
@@ -80,7 +114,8 @@ CREATE TABLE meta (
     key TEXT PRIMARY KEY,
     value TEXT NOT NULL
 );
-""" + CANDIDATES + RUNGS
+""" + CANDIDATES + RUNGS + "".join(
+    f"CREATE INDEX {name} ON {target};\n" for name, target in ADDED_INDEXES.items())
 
 
 def statements(script: str) -> list[str]:
@@ -187,3 +222,60 @@ def check_study(conn: sqlite3.Connection, path: Path) -> None:
                     raise ValueError(f"{path}: cannot add the column {column!r}: {e}") from e
     if missing:
         raise ValueError(f"{path}: table 'candidates' lacks column(s) {missing}; damaged file")
+    add_indexes(conn, path)
+
+
+def add_status_counts(conn: sqlite3.Connection) -> None:
+    """Create the status counts and their triggers, counted from the table (inside the
+    caller's write transaction)."""
+    for name in COUNT_TRIGGERS:
+        conn.execute(f"DROP TRIGGER IF EXISTS {name}")
+    for statement in STATUS_COUNTS.split("\n;"):
+        conn.execute(statement)
+    conn.execute("DELETE FROM status_counts")
+    conn.execute("INSERT INTO status_counts(status, n) SELECT status, COUNT(*) FROM candidates"
+                 " GROUP BY status")
+
+
+def has_status_counts(conn: sqlite3.Connection) -> bool:
+    """Whether the counts table and all its triggers are there."""
+    names = {r[0] for r in conn.execute(
+        "SELECT name FROM sqlite_master WHERE name='status_counts' OR type='trigger'")}
+    return {"status_counts", *COUNT_TRIGGERS} <= names
+
+
+def ensure_status_counts(conn: sqlite3.Connection, path: Path) -> bool:
+    """Add the status counts to a study that lacks them, in one transaction (a concurrent
+    opener waits, then finds them). False for a file this process may not write: counts
+    are then counted from the table."""
+    if has_status_counts(conn):
+        return True
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            if not has_status_counts(conn):
+                add_status_counts(conn)
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+    except sqlite3.OperationalError as e:
+        if "readonly" in str(e):
+            return False
+        raise ValueError(f"{path}: cannot add the status counts: {e}") from e
+    return True
+
+
+def add_indexes(conn: sqlite3.Connection, path: Path) -> None:
+    """Create the `ADDED_INDEXES` a study lacks (each in its own statement; a concurrent
+    opener creating the same one first is fine). A read-only file keeps working without
+    them (queries are then slower, not wrong)."""
+    have = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='index'")}
+    for name, target in ADDED_INDEXES.items():
+        if name in have:
+            continue
+        try:
+            conn.execute(f"CREATE INDEX IF NOT EXISTS {name} ON {target}")
+        except sqlite3.OperationalError as e:
+            if "readonly" not in str(e):
+                raise ValueError(f"{path}: cannot add the index {name!r}: {e}") from e

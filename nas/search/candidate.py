@@ -75,8 +75,14 @@ class Candidate:
 
     @property
     def graph(self) -> Any:
-        """`graph_json` decoded (the structure is `nas.graph.serialize`'s business)."""
-        return json.loads(self.graph_json)
+        """`graph_json` decoded (the structure is `nas.graph.serialize`'s business); damaged
+        JSON is a ValueError naming the candidate and the field."""
+        try:
+            return json.loads(self.graph_json)
+        except (ValueError, TypeError, RecursionError) as e:
+            detail = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise ValueError(f"candidate {self.id}: field 'graph_json' holds damaged JSON "
+                             f"({detail})") from None
 
 
 # Column order shared by the schema, SELECTs and `Candidate` construction.

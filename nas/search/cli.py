@@ -13,6 +13,12 @@ usage:
   nas-search export --workdir=DIR --id=N --out=FILE.zip
       write candidate N as one file (graph, weights, training settings, metrics) that
       `nas.load_candidate` loads and `nas-train --graph=FILE.zip` trains on
+  nas-search export --format=flax --workdir=DIR --id=N --out=DIRECTORY
+      write candidate N as plain Flax code: DIRECTORY/model.py (a flax.linen module
+      `Model`) and DIRECTORY/variables.msgpack (its trained variables), runnable without nas
+  nas-search dashboard --workdir=DIR [--port=8080] [--host=127.0.0.1]
+      serve the study read-only over HTTP while the search runs: the overview updates as
+      candidates finish, /candidates/N shows any candidate, /report.csv downloads
   nas-search import --flax=package.module:factory --input_shape=32,32,3
       [--variables=FILE] --out=seed.zip
       import a Flax (linen or NNX) model, with its weights, as a file that --seed_graph
@@ -26,13 +32,17 @@ main flags:
   --candidate=N         worker: train only candidate N
   --wait_s=S            worker: wait this long for a study to appear or for work (600)
   --id=N --out=FILE     export: which candidate, and where
+  --format=zip|flax     export: one file (zip, the default) or a directory of Flax code
+  --port=P --host=H     dashboard: where to listen (8080 on 127.0.0.1; 0 picks a port)
   --flax=M:F --input_shape=H,W,C [--variables=FILE] --out=FILE   import (no --workdir)
   --noprogress          no progress bar
   --helpfull            every flag, absl's included
 
 Bad input prints one line (`nas-search: error: ...`) and exits 1; Ctrl-C prints one line,
 leaves the study resumable and exits 130; resuming a finished search prints one line (its
-counts and the report's path) and trains nothing.
+counts and the report's path) and trains nothing. A resumed search keeps the budget it
+last ran to (`search.max_candidates`) unless the command line names another; a larger one
+prints "extending the search in DIR from N to M candidates" and trains the rest.
 """
 
 from __future__ import annotations
@@ -47,14 +57,16 @@ from collections.abc import Sequence
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from nas.cli_messages import check_workdir, os_error_line, unknown_field_line
+from nas.cli_messages import check_workdir, flag_error_line, os_error_line, unknown_field_line
 
 FLAGS = flags.FLAGS
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Search config file.",
                                           lock_config=False)
 _WORKDIR = flags.DEFINE_string("workdir", None, "The study directory (created or resumed).")
 _ID = flags.DEFINE_integer("id", None, "Candidate id (export).")
-_OUT = flags.DEFINE_string("out", None, "Output file (export).")
+_OUT = flags.DEFINE_string("out", None, "Output file (export), or directory (--format=flax).")
+_FORMAT = flags.DEFINE_string("format", "zip", "export: zip (one file that nas loads) or flax "
+                              "(a new directory with model.py and variables.msgpack).")
 _CANDIDATE = flags.DEFINE_integer("candidate", None, "worker: train only this candidate.",
                                   lower_bound=1)
 _WAIT = flags.DEFINE_float("wait_s", 600.0, "worker: how long to wait for a study or work.",
@@ -63,6 +75,9 @@ _PROGRESS = flags.DEFINE_bool("progress", True, "Show a progress bar.")
 _SEED_GRAPH = flags.DEFINE_string(
     "seed_graph", None, "Start the population from this graph JSON or `nas-search export` "
     "file (with its weights when it has them); same as --config.search.seed_graph.")
+_PORT = flags.DEFINE_integer("port", 8080, "dashboard: the port to listen on (0: any free "
+                             "one).", lower_bound=0, upper_bound=65535)
+_HOST = flags.DEFINE_string("host", "127.0.0.1", "dashboard: the address to listen on.")
 _FLAX = flags.DEFINE_string("flax", None, "import: package.module:factory returning the "
                             "Flax module.")
 _INPUT_SHAPE = flags.DEFINE_string("input_shape", None, "import: one example's shape, "
@@ -73,7 +88,8 @@ _CSV = flags.DEFINE_bool("csv", False, "report: print every candidate as CSV on 
                          "(the HTML report and report.csv are written too).")
 
 PROG = "nas-search"
-COMMANDS = ("search", "worker", "report", "export", "import")
+COMMANDS = ("search", "worker", "report", "export", "dashboard", "import")
+EXPORT_FORMATS = ("zip", "flax")
 INTERRUPTED = 130
 
 
@@ -107,7 +123,7 @@ def _parse(argv: Sequence[str]) -> list[str]:
             FLAGS.config.keys()
         return rest
     except flags.Error as e:
-        fail(first_line(e))
+        fail(flag_error_line(e))
     except (AttributeError, KeyError) as e:  # an override of a field the config lacks
         fail(unknown_field_line(e, argv))
     except Exception as e:  # noqa: BLE001 - a config file that fails to load
@@ -127,8 +143,8 @@ def config_file_error(e: BaseException, argv: Sequence[str]) -> str:
 
 
 def _search(workdir: str) -> None:
-    from nas.search.driver import Driver
-    from nas.search.report import summary, write_report
+    from nas.search.report_state import write_if_stale
+    from nas.search.rerun import finished_line, stored_budget
     from nas.search.settings import validate_search
 
     if _CONFIG.value is None:
@@ -138,15 +154,31 @@ def _search(workdir: str) -> None:
         config.search.seed_graph = _SEED_GRAPH.value
     validate_search(config)  # the whole config, before the workdir exists
     check_workdir(workdir, create=True)
+    before = stored_budget(workdir)
+    given = "search.max_candidates" in config_flags.get_override_values(FLAGS["config"])
+    if before is not None and not given:  # a resumed study keeps its budget
+        config.search.max_candidates = before
+    line = finished_line(workdir, config)  # a finished search, without the driver's set-up
+    if line is not None:
+        print(line)
+        return
+    from nas.search.driver import Driver
+    from nas.search.report import summary
+
     driver = Driver(config, workdir)
     if driver.finished():  # resumed with nothing left to do: say so in one line
         counts = ", ".join(f"{s} {n}" for s, n in driver.study.counts().items() if n)
         print(f"the search in {workdir} is finished ({counts}; max_candidates "
-              f"{int(driver.search.max_candidates)}); report: {write_report(driver.study)}")
+              f"{int(driver.search.max_candidates)}); report: {write_if_stale(driver.study)}")
         return
+    driver.check_seed_weights()  # before a line is printed or the study is written
+    after = int(driver.search.max_candidates)
+    if before is not None and after > before:
+        print(f"extending the search in {workdir} from {before} to {after} candidates",
+              flush=True)
     study = driver.run(progress=_PROGRESS.value)
     print(summary(study))
-    print(f"report: {write_report(study)}")
+    print(f"report: {write_if_stale(study)}")
 
 
 def _worker(workdir: str) -> None:
@@ -155,7 +187,8 @@ def _worker(workdir: str) -> None:
 
     check_workdir(workdir, create=False)
     try:
-        trained = run_worker(workdir, _CANDIDATE.value, wait_s=_WAIT.value)
+        trained = run_worker(workdir, _CANDIDATE.value, wait_s=_WAIT.value,
+                             say=lambda line: print(f"{PROG} worker: {line}", flush=True))
     except ValueError as e:
         raise naming_flag(e, f"--candidate={_CANDIDATE.value}") from None
     for c in trained:
@@ -178,10 +211,13 @@ def _worker(workdir: str) -> None:
 
 def _report(workdir: str) -> None:
     from nas.search.report import summary, to_csv, write_report
+    from nas.search.report_state import mark_current, study_state
     from nas.search.study import Study
 
     study = Study.load(workdir)
+    state = study_state(study)
     path = write_report(study)
+    mark_current(study, state)
     if _CSV.value:
         sys.stdout.write(to_csv(study))
         return
@@ -194,9 +230,26 @@ def _export(workdir: str) -> None:
 
     if _ID.value is None or not _OUT.value:
         raise ValueError("export needs --id and --out")
+    if _FORMAT.value not in EXPORT_FORMATS:
+        raise ValueError(f"--format: unknown format {_FORMAT.value!r}; expected one of "
+                         f"{', '.join(EXPORT_FORMATS)}")
+    if _FORMAT.value == "flax":
+        from pathlib import Path
+
+        from nas.interop.flax_code import check_out_dir
+
+        try:
+            check_out_dir(Path(_OUT.value))
+        except ValueError as e:
+            raise ValueError(f"--out: {e}") from None
     study = Study.load(workdir)
     try:
-        path = study.export(_ID.value, _OUT.value)
+        if _FORMAT.value == "flax":
+            from nas.search.export import export_flax_code
+
+            path = export_flax_code(study, _ID.value, _OUT.value)
+        else:
+            path = study.export(_ID.value, _OUT.value)
     except OSError as e:
         raise ValueError(f"--out: {os_error_line(e)}") from None
     except ValueError as e:
@@ -212,6 +265,23 @@ def _import() -> None:
     print(import_flax(_FLAX.value, _INPUT_SHAPE.value, _VARIABLES.value, _OUT.value))
 
 
+def _dashboard(workdir: str) -> None:
+    import asyncio
+
+    from nas.search._db import close_all
+    from nas.search.dashboard import Dashboard, serve
+    from nas.search.study import Study
+
+    check_workdir(workdir, create=False)
+    dashboard = Dashboard(Study.load(workdir, read_only=True))
+    try:
+        asyncio.run(serve(dashboard, _HOST.value, _PORT.value))
+    except KeyboardInterrupt:  # the way to stop it: no traceback, no line, exit 130
+        sys.stdout.flush()
+        close_all()
+        os._exit(INTERRUPTED)
+
+
 def naming_flag(e: ValueError, flag: str) -> ValueError:
     """The study's "candidate_id: no candidate N" as the flag that gave N."""
     text = first_line(e)
@@ -223,7 +293,8 @@ def _main(argv: Sequence[str]) -> None:
     if not FLAGS["verbosity"].present:  # orbax logs every save at INFO; --verbosity=0 shows it
         logging.set_verbosity(logging.WARNING)
     command = argv[1] if len(argv) > 1 else "search"
-    actions = {"search": _search, "worker": _worker, "report": _report, "export": _export}
+    actions = {"search": _search, "worker": _worker, "report": _report, "export": _export,
+               "dashboard": _dashboard}
     if command not in (*actions, "import") or len(argv) > 2:
         fail(f"unknown command {' '.join(argv[1:])!r}; expected one of {', '.join(COMMANDS)} "
              f"(search is the default)")

@@ -35,6 +35,7 @@ from nas.search.executors import Outcome, make_executor
 from nas.search.fidelity import RungPlan
 from nas.search.fit import FitConfig
 from nas.search.lease import LeaseKeeper
+from nas.search.population import DoneCache, Population
 from nas.search.selection import Individual, SelectionConfig, select_parents
 from nas.search.settings import OPERATIONAL, candidate_train_config, validate_search
 from nas.search.study import DuplicateCandidateError, Study, StudyNotFoundError, default_worker
@@ -52,6 +53,16 @@ class ChildTooLargeError(Exception):
 
 class SearchFailed(ValueError):
     """The search could not train anything (e.g. its seed model fails): exit non-zero."""
+
+
+# Study state: {candidate id: why its weights cannot be read}. Such a candidate is no
+# longer chosen as a parent (its children could not inherit), and the search goes on.
+UNUSABLE_PARENTS = "unusable_parents"
+
+
+def unusable_parents(study: Study) -> dict[int, str]:
+    """The candidates marked unusable as parents, with the reason recorded for each."""
+    return {int(k): str(v) for k, v in (study.get_state(UNUSABLE_PARENTS, {}) or {}).items()}
 
 
 def init_path(workdir: str | Path, proposal: int) -> str:
@@ -120,10 +131,16 @@ def candidate_task(study: Study, train: ml_collections.ConfigDict,
         from nas.search import fit as fit_lib
 
         parent = study.get(candidate.parent_id)
-        fit = fit_lib.task(parent.graph_json,
-                           load_variables(parent.checkpoint_path, shared=True),
-                           candidate.inheritance["new"], pairs, train.input,
-                           fit_lib.FitConfig.from_dict(dict(search.fit)), int(search.seed))
+        try:
+            parent_variables = load_variables(parent.checkpoint_path, shared=True)
+        except ValueError as e:  # damaged since the child was proposed: train it unfitted
+            logging.warning("candidate %d: not fitted, its parent's weights cannot be read: %s",
+                            candidate_id, str(e).splitlines()[0])
+            pairs = None
+        if pairs:
+            fit = fit_lib.task(parent.graph_json, parent_variables,
+                               candidate.inheritance["new"], pairs, train.input,
+                               fit_lib.FitConfig.from_dict(dict(search.fit)), int(search.seed))
     return {
         "train_config": train_config,
         "graph_json": candidate.graph_json,
@@ -288,11 +305,12 @@ class Driver:
                             int(self.search.pipeline_depth), int(self.search.pipeline_depth))
         op_cache.enable(str(self.search.property_cache))
         self._shown: dict[str, int] | None = None  # counts last drawn on the progress bar
+        self._done = DoneCache(self.study)  # finished rows read once each (per proposal)
         self._told_no_blocks = False  # "block-level mutation does not apply" logged once
 
     # ------------------------------------------------------------------ proposing
     def seed_population(self) -> None:
-        if self.study.candidates():
+        if self.study.last_id():
             return
         from nas.mutation import fingerprint_at
 
@@ -320,6 +338,8 @@ class Driver:
     def choose_parent(self, done: list[Any], rng: np.random.Generator) -> int:
         """The parent of the next child: selection from the Pareto fronts (a subclass may
         choose otherwise, e.g. a random-search baseline that always mutates the seed)."""
+        if isinstance(done, Population):  # the driver's own: its columns are kept
+            return select_parents(done.columns, self.selection, rng, num=1)[0]
         return select_parents([Individual.from_candidate(c) for c in done], self.selection,
                               rng, num=1)[0]
 
@@ -327,14 +347,13 @@ class Driver:
         """The done candidates the next proposal reads: those with an id up to the next
         id - `search.pipeline_depth` (the seed at least); None while one of them has not
         finished. So what is proposed never depends on which results happen to be in when
-        the proposal is made (worker timing), only on the config and the results."""
-        candidates = self.study.candidates()
-        next_id = max((c.id for c in candidates), default=0) + 1
-        bound = max(1, next_id - int(self.search.pipeline_depth))
-        read = [c for c in candidates if c.id <= bound]
-        if any(c.status not in FINISHED for c in read):
-            return None
-        return [c for c in read if c.status == "done"]
+        the proposal is made (worker timing), only on the config and the results.
+
+        They are `nas.search.population.Finished` rows (id, parent, accuracy, costs,
+        validation size; no graph), read once each: a proposal costs a few indexed
+        queries however large the study (`Study.get` gives a whole candidate)."""
+        bound = max(1, self.study.last_id() + 1 - int(self.search.pipeline_depth))
+        return self._done.population(bound)
 
     def propose(self) -> int | None:
         """Adds one mutated child of a selected parent; None if this proposal failed."""
@@ -344,6 +363,8 @@ class Driver:
         done = self.population()
         if not done:
             return None
+        unusable = unusable_parents(self.study)
+        done = [c for c in done if c.id not in unusable]
         k = int(self.study.get_state("proposals", 0))
         rng = np.random.default_rng([self.search.seed, k])
         try:
@@ -355,7 +376,9 @@ class Driver:
         parent = self.study.get(parent_id)
         child_seed = int(rng.integers(2**31 - 1))
         graph, constants = load(parent.graph_json)
-        variables = load_variables(parent.checkpoint_path, shared=True)
+        variables = self.parent_variables(parent)
+        if variables is None:  # just marked unusable: the same proposal from the others
+            return self.propose()
         blocks, builder, args = self.parent_blocks(parent)
         try:
             child = propose_child(graph, constants, variables, seed=child_seed,
@@ -389,6 +412,31 @@ class Driver:
             self.study.set_state("proposals", k + 1)
             return None
         return child_id
+
+    def parent_variables(self, parent: Any) -> dict[str, Any] | None:
+        """The weights of `parent`, or None when they cannot be read: it is then marked
+        unusable as a parent (recorded in the study, one warning naming the file) and the
+        search goes on with the others. The seed's are needed: SearchFailed."""
+        try:
+            return load_variables(parent.checkpoint_path, shared=True)
+        except ValueError as e:
+            reason = str(e).splitlines()[0]
+            if parent.parent_id is None:
+                raise SearchFailed(f"the seed (candidate {parent.id}) cannot be a parent: "
+                                   f"{reason}") from None
+            marked = {str(k): v for k, v in unusable_parents(self.study).items()}
+            self.study.set_state(UNUSABLE_PARENTS, {**marked, str(parent.id): reason})
+            logging.warning("candidate %d is no longer used as a parent: %s", parent.id,
+                            reason)
+            return None
+
+    def check_seed_weights(self) -> None:
+        """Reads the finished seed's weights before the search writes anything: every
+        proposal may need them, so damaged or missing ones end the command here, with one
+        line and the study unchanged (`parent_variables`)."""
+        seed = next((c for c in self.study.candidates("done") if c.parent_id is None), None)
+        if seed is not None and seed.checkpoint_path:
+            self.parent_variables(seed)
 
     def check_size(self, child: Any, done: list[Any]) -> None:
         """Refuses a child over `search.max_params_ratio` times the seed's parameters.
@@ -465,6 +513,18 @@ class Driver:
     def task(self, candidate_id: int) -> dict[str, Any]:
         return candidate_task(self.study, self.train, self.search, candidate_id)
 
+    def startable(self, candidate_id: int) -> dict[str, Any] | None:
+        """The task of a claimed candidate, or None when it cannot start (e.g. its starting
+        weights on disk are damaged): it is then recorded as failed with that cause, and
+        the search goes on (one candidate's damaged files end nothing else)."""
+        from nas.search.worker import describe_failure
+
+        try:
+            return self.task(candidate_id)
+        except ValueError as e:
+            self.record(Outcome(candidate_id, error=describe_failure(e)[0]))
+            return None
+
     def record(self, outcome: Outcome) -> None:
         record_outcome(self.study, outcome, worker=self.worker, rungs=self.rungs)
 
@@ -479,6 +539,7 @@ class Driver:
         """Runs to `max_candidates` finished candidates. Raises SearchFailed when nothing
         could be trained; on Ctrl-C gives its claims back (the study stays resumable)."""
         search = self.search
+        self.check_seed_weights()  # before the first write: a failed command changes nothing
         remove_partial_saves(self.study)
         self.study.set_state("max_candidates", int(search.max_candidates))
         self.study.set_state("stopped", False)
@@ -501,7 +562,8 @@ class Driver:
                 self.study.release(cid, self.worker)
             keeper.close()
             bar.close()
-        if not self.study.candidates("done"):
+        self._done.refresh()
+        if not self._done.any_done():
             errors = [f"candidate {c.id}: {c.error}" for c in self.study.candidates()
                       if c.error][:1]
             raise SearchFailed("the search trained nothing"
@@ -544,12 +606,15 @@ class Driver:
             while executor.running() < executor.capacity:
                 candidate = self.study.claim(worker=self.worker)
                 if candidate is not None:
-                    keeper.hold(candidate.id)
-                    inflight.add(candidate.id)
-                    executor.submit(candidate.id, self.task(candidate.id))
+                    task = self.startable(candidate.id)
+                    if task is not None:
+                        keeper.hold(candidate.id)
+                        inflight.add(candidate.id)
+                        executor.submit(candidate.id, task)
                     continue
                 total = sum(self.study.counts().values())
-                if total >= search.max_candidates or not self.study.candidates("done"):
+                self._done.refresh()
+                if total >= search.max_candidates or not self._done.any_done():
                     break
                 if self.population() is None:  # wait for the results it must read
                     break
@@ -601,14 +666,15 @@ class Driver:
             return
         self._shown = shown
         bar.n = finished
-        best = self.study.best(1)
+        self._done.refresh()
+        best = self._done.best()
         extra = {}
         if self.rungs.epochs:  # results per rung, e.g. "0.25ep:6 1ep:3", and stopped ones
             extra = {"rungs": rung_text(self.rungs.epochs, rungs),
                      "stopped": counts.get("stopped", 0)}
         bar.set_postfix(done=counts.get("done", 0), failed=counts.get("failed", 0), **extra,
-                        best_acc=f"{best[0].accuracy:.3f}" if best else "-",
-                        front=len(self.study.pareto_front("flops")) if best else 0)
+                        best_acc=f"{best.accuracy:.3f}" if best else "-",
+                        front=self._done.front_size("flops") if best else 0)
         bar.refresh()
 
 

@@ -125,6 +125,32 @@ def _failed(candidate_id: int, e: BaseException) -> Outcome:
     return Outcome(candidate_id, error=message, infeasible=infeasible)
 
 
+@dataclass(frozen=True)
+class Failure:
+    """A candidate's failure as plain data: what a worker process sends back instead of its
+    exception, which the parent would have to rebuild (a class pickle cannot rebuild broke
+    the whole pool, and every candidate in it lost its own cause)."""
+
+    error: str  # "TypeName: first line", as `describe_failure` words it
+    infeasible: bool = False
+
+
+def train_or_failure(**kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]] | Failure:
+    """`train_candidate` in a worker process: its result, or its failure as data."""
+    try:
+        return train_candidate(**kwargs)
+    except (Exception, MemoryError) as e:  # noqa: BLE001 - the cause is sent back, named
+        return Failure(*describe_failure(e))
+
+
+def _outcome(candidate_id: int, result: Any) -> Outcome:
+    """The Outcome of what a worker process sent back (a result or a `Failure`)."""
+    if isinstance(result, Failure):
+        return Outcome(candidate_id, error=result.error, infeasible=result.infeasible)
+    metrics, variables = result
+    return Outcome(candidate_id, metrics, variables)
+
+
 class InlineExecutor:
     """Runs each candidate to completion in this process (debugging, tests)."""
 
@@ -181,6 +207,10 @@ class LocalExecutor:
         self._gpus = visible_gpus()
         self._pool = self._new_pool()
         self._inflight: dict[cf.Future, tuple[int, dict[str, Any], float]] = {}
+        # In flight when a worker process died: which one died is unknown, so each runs
+        # again alone; one that dies alone is the one recorded as died (`_after_death`).
+        self._suspects: list[tuple[int, dict[str, Any]]] = []
+        self._alone: cf.Future | None = None
 
     def _new_pool(self) -> cf.ProcessPoolExecutor:
         with self._counter.get_lock():  # a replaced pool hands out the same devices again
@@ -191,33 +221,66 @@ class LocalExecutor:
 
     def submit(self, candidate_id: int, kwargs: dict[str, Any]) -> None:
         # owner_pid: an orphaned worker (its driver was killed) stops instead of training on.
-        future = self._pool.submit(train_candidate, **kwargs, **self._share,
+        future = self._pool.submit(train_or_failure, **kwargs, **self._share,
                                    owner_pid=os.getpid())
         self._inflight[future] = (candidate_id, kwargs, time.monotonic())
 
     def running(self) -> int:
+        if self._suspects or self._alone in self._inflight:  # no neighbour while isolating
+            return max(self.capacity, len(self._inflight) + len(self._suspects))
         return len(self._inflight)
 
     def poll(self, timeout: float) -> list[Outcome]:
+        self._next_suspect()
         if not self._inflight:
             return []
         done, _ = cf.wait(list(self._inflight), timeout=timeout,
                           return_when=cf.FIRST_COMPLETED)
-        outcomes = []
+        outcomes, broken = [], []
         for future in done:
             candidate_id, kwargs, _ = self._inflight.pop(future)
             try:
-                metrics, variables = future.result()
-                outcomes.append(Outcome(candidate_id, metrics, variables))
+                outcomes.append(_outcome(candidate_id, future.result()))
             except cf.process.BrokenProcessPool:
-                outcomes.append(Outcome(candidate_id, error="worker process died (killed or "
-                                                           "out of memory)"))
+                broken.append((candidate_id, kwargs))
             except Exception as e:  # noqa: BLE001
                 outcomes.append(_failed(candidate_id, e))
-        if any(o.error and o.error.startswith("worker process died") for o in outcomes):
-            self._restart()
+        if broken:
+            outcomes += self._after_death(broken)
         outcomes += self._enforce_hard_timeout()
+        self._next_suspect()
         return outcomes
+
+    def _after_death(self, broken: list[tuple[int, dict[str, Any]]]) -> list[Outcome]:
+        """A worker process died (killed, out of memory, a crash in native code) and broke
+        the pool. The candidate that ran alone is recorded as died; of several in flight,
+        which one died is unknown, so none is blamed: each runs again alone, first to last
+        (its neighbours' results and messages are never its own)."""
+        outcomes, suspects = [], list(broken)
+        for future, (cid, kwargs, _) in self._inflight.items():  # a result may be in already
+            if future.done() and not future.cancelled() and future.exception() is None:
+                outcomes.append(_outcome(cid, future.result()))
+            else:
+                suspects.append((cid, kwargs))
+        self._inflight.clear()
+        for process in list(getattr(self._pool, "_processes", {}).values()):
+            process.kill()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._pool = self._new_pool()
+        if len(suspects) == 1:
+            return outcomes + [Outcome(suspects[0][0], error="worker process died (killed "
+                                                             "or out of memory)")]
+        logging.warning("a worker process died with candidates %s in flight; each runs again "
+                        "alone", ", ".join(str(cid) for cid, _ in suspects))
+        self._suspects += suspects
+        return outcomes
+
+    def _next_suspect(self) -> None:
+        """Starts the next candidate to run alone once nothing else is in flight."""
+        if self._suspects and not self._inflight:
+            candidate_id, kwargs = self._suspects.pop(0)
+            self.submit(candidate_id, kwargs)
+            self._alone = next(iter(self._inflight))
 
     def _enforce_hard_timeout(self) -> list[Outcome]:
         if not self.hard_timeout_s:
@@ -256,6 +319,7 @@ class LocalExecutor:
                 process.kill()
         self._pool.shutdown(wait=True, cancel_futures=True)
         self._inflight.clear()
+        self._suspects.clear()
         del self._pool, self._counter  # the last references: semaphores go now
 
 
@@ -309,7 +373,7 @@ class RayExecutor:
         options: dict[str, Any] = {"num_cpus": num_cpus, "num_gpus": num_gpus, "max_retries": 0}
         if num_gpus:
             options["runtime_env"] = {"env_vars": env}
-        self._remote = ray.remote(**options)(train_candidate)
+        self._remote = ray.remote(**options)(train_or_failure)
         self._inflight: dict[Any, tuple[int, float]] = {}
 
     def submit(self, candidate_id: int, kwargs: dict[str, Any]) -> None:
@@ -327,8 +391,7 @@ class RayExecutor:
         for ref in ready:
             candidate_id, _ = self._inflight.pop(ref)
             try:
-                metrics, variables = self._ray.get(ref)
-                outcomes.append(Outcome(candidate_id, metrics, variables))
+                outcomes.append(_outcome(candidate_id, self._ray.get(ref)))
             except Exception as e:  # noqa: BLE001
                 cause = getattr(e, "cause", None) or e
                 outcomes.append(_failed(candidate_id, cause))

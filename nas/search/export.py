@@ -1,7 +1,9 @@
-"""`nas-search export`: one study candidate as a self-contained file (`nas.io.candidate`).
+"""`nas-search export`: one study candidate as a self-contained file (`nas.io.candidate`),
+or (`--format=flax`) as plain Flax code and its variables (`nas.interop.flax_code`).
 
 Why: a user leaves with the architecture, its trained weights, the training settings it was
-trained with and its metrics, in one file that still loads after the study is deleted.
+trained with and its metrics, in one file that still loads after the study is deleted; or
+with code their own training pipeline runs without `nas`.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from nas.io.candidate import write_candidate
+from nas.io.candidate import ExportedCandidate, write_candidate
 
 
 def export_candidate(study: Any, candidate_id: int, path: str | os.PathLike) -> Path:
@@ -61,3 +63,28 @@ def export_candidate(study: Any, candidate_id: int, path: str | os.PathLike) -> 
         metrics=cand.metrics,
         info=info,
     )
+
+
+def export_flax_code(study: Any, candidate_id: int, directory: str | os.PathLike) -> Path:
+    """Write candidate `candidate_id` of `study` as `model.py` and `variables.msgpack` into
+    `directory` (new or empty), from its final checkpoint and the image size it trained on.
+    A candidate without trained weights (failed, pending) is refused in one line."""
+    from nas.graph.serialize import graph_from_dict
+    from nas.interop.flax_code import check_out_dir, export_flax
+    from nas.train.checkpoint import load_variables
+    from nas.train.config import with_defaults
+
+    check_out_dir(Path(directory))
+    cand = study.get(candidate_id)
+    if not cand.checkpoint_path:
+        raise ValueError(f"candidate {cand.id} ({cand.status}) has no trained weights to "
+                         f"export")
+    if "train" not in study.config:
+        raise ValueError(f"{study.path}: the study has no train section, so the candidate's "
+                         f"input shape is unknown")
+    size = int(with_defaults(study.config["train"]).to_dict()["input"]["image_size"])
+    graph, constants = graph_from_dict(cand.graph)
+    candidate = ExportedCandidate(
+        path=f"candidate {cand.id}", graph=graph, constants=dict(constants or {}),
+        variables=load_variables(cand.checkpoint_path), input_shape=(size, size, 3))
+    return export_flax(candidate, directory)

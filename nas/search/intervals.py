@@ -7,22 +7,11 @@ Wilson score interval is used because it stays inside [0, 1] and behaves near 10
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
-Z95 = 1.959963984540054  # two-sided 95 % normal quantile
+import numpy as np
 
-
-def wilson(accuracy: float, n: int, z: float = Z95) -> tuple[float, float]:
-    """(low, high) of the Wilson score interval of `accuracy` measured on `n` examples."""
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"wilson: n must be an integer >= 1 (examples measured), got {n!r}")
-    if not 0.0 <= accuracy <= 1.0:
-        raise ValueError(f"wilson: accuracy must be a fraction in [0, 1], got {accuracy!r}")
-    z2 = z * z
-    center = (accuracy + z2 / (2 * n)) / (1 + z2 / n)
-    half = z / (1 + z2 / n) * math.sqrt(accuracy * (1 - accuracy) / n + z2 / (4 * n * n))
-    return max(0.0, center - half), min(1.0, center + half)
+from nas.train.intervals import Z95, wilson  # noqa: F401 - public here as before
 
 
 def overlap(a: tuple[float, float], b: tuple[float, float]) -> bool:
@@ -77,4 +66,55 @@ def tied_accuracies(accuracies: Sequence[float], sizes: Sequence[int | None]) ->
             if tied(accuracies[head], int(sizes[head]), accuracies[other], int(sizes[other])):
                 out[other] = out[head]
                 grouped.add(other)
+    return out
+
+
+def wilson_arrays(accuracies: np.ndarray, sizes: np.ndarray, z: float = Z95
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """`wilson` of many accuracies at once, with the same arithmetic in the same order (so
+    the same bits): selection computes it for a whole population per proposal."""
+    a = np.asarray(accuracies, dtype=float)
+    n = np.asarray(sizes, dtype=float)
+    bad_n = ~((n >= 1) & (n == np.floor(n)))
+    if bad_n.any():
+        raise ValueError(f"wilson: n must be an integer >= 1 (examples measured), got "
+                         f"{n[np.argmax(bad_n)]!r}")
+    bad_a = ~((a >= 0.0) & (a <= 1.0))
+    if bad_a.any():
+        raise ValueError(f"wilson: accuracy must be a fraction in [0, 1], got "
+                         f"{float(a[np.argmax(bad_a)])!r}")
+    z2 = z * z
+    center = (a + z2 / (2 * n)) / (1 + z2 / n)
+    half = z / (1 + z2 / n) * np.sqrt(a * (1 - a) / n + z2 / (4 * n * n))
+    return np.maximum(0.0, center - half), np.minimum(1.0, center + half)
+
+
+def tied_accuracy_array(accuracies: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """`tied_accuracies` on arrays (a size of NaN or 0 is unknown): the same groups, found
+    with one vector step per group instead of a Python step per pair, so a proposal over
+    100,000 candidates stays in milliseconds."""
+    acc = np.asarray(accuracies, dtype=float)
+    sizes = np.trunc(np.asarray(sizes, dtype=float))  # int(n), as `tied_accuracies` reads n
+    out = acc.copy()
+    sized = np.flatnonzero(~np.isnan(sizes) & (sizes != 0))
+    if len(sized) < 2:  # no pair to compare
+        return out
+    order = sized[np.lexsort((sized, -acc[sized]))]  # most accurate first, then by index
+    a = acc[order]
+    low, high = wilson_arrays(a, sizes[order])
+    open_ = np.ones(len(order), dtype=bool)  # not in a group yet
+    head = 0
+    while head < len(order):
+        open_[head] = False
+        # Only the open ones down to the head's lower bound can lie inside its interval
+        # (none is above the head), so one group reads a prefix, not the whole population.
+        end = int(np.searchsorted(-a, -low[head], side="right"))
+        rest = head + 1 + np.flatnonzero(open_[head + 1:end])
+        hit = (a[rest] <= high[head]) & (low[rest] <= a[head]) & (a[head] <= high[rest])
+        members = rest[hit]
+        out[order[members]] = out[order[head]]
+        open_[members] = False
+        step = int(np.argmax(open_[head + 1:])) if head + 1 < len(order) else 0
+        head = head + 1 + step if head + 1 < len(order) and open_[head + 1 + step] \
+            else len(order)
     return out

@@ -46,15 +46,8 @@ class ParetoCurve:
         self.higher_better = (bool(higher_better[0]), bool(higher_better[1]))
         self._signs = np.array([1.0 if hb else -1.0 for hb in self.higher_better])
         std = pts * self._signs
-        # Descending by first objective, ties broken by descending second.
-        order = np.lexsort((-std[:, 1], -std[:, 0]))
-        keep: list[int] = []
-        best_second = -np.inf
-        for i in order:
-            if std[i, 1] > best_second:
-                keep.append(int(i))
-                best_second = std[i, 1]
-        self.indices = np.array(keep, dtype=np.int64)
+        keep = _on_curve(std, _may_be_on_curve(std))
+        self.indices = keep.astype(np.int64)
         """Indices (into the input) of the points on the curve, in curve order."""
         self.curve = std[keep]
         """Curve points, standardized (higher is better in both coordinates)."""
@@ -83,8 +76,10 @@ class ParetoCurve:
     def dominated(self, points: ArrayLike) -> np.ndarray:
         """Whether each point is weakly dominated by some curve point (not beyond the front)."""
         std = self.standardize(points)
-        ge = self.curve[None, :, :] >= std[:, None, :]
-        return np.any(np.all(ge, axis=2), axis=1)
+        # The curve descends in the first objective and ascends in the second, so the
+        # curve points at least as good in the first are a prefix, best in the second last.
+        reach = np.searchsorted(-self.curve[:, 0], -std[:, 0], side="right")
+        return (reach > 0) & (self.curve[np.maximum(reach - 1, 0), 1] >= std[:, 1])
 
     def weights(
         self, points: ArrayLike, normalize: bool = True, anchor: Sequence[float] | None = None
@@ -123,6 +118,40 @@ class ParetoCurve:
         t = float(rng.random())
         std = self.curve[i] + t * (self.curve[i + 1] - self.curve[i])
         return std * self._signs
+
+
+def _on_curve(std: np.ndarray, among: np.ndarray) -> np.ndarray:
+    """Indices of the curve's points in curve order: descending by the first objective
+    (ties: descending second, then by index), each kept when its second beats every one
+    before it. `among` (ascending indices) must hold every point that can be kept."""
+    sub = std[among]
+    order = among[np.lexsort((-sub[:, 1], -sub[:, 0]))]
+    second = std[order, 1]
+    before = np.maximum.accumulate(np.concatenate([[-np.inf], second[:-1]]))
+    return order[second > before]
+
+
+def _may_be_on_curve(std: np.ndarray) -> np.ndarray:
+    """Ascending indices of the points that no probe point comes before and weakly
+    dominates (such a point is never kept). Why: sorting all n points per proposal costs
+    n log n; a few linear passes against likely front points (those of an even sample)
+    leave few to sort, and the curve they give is the same."""
+    rest = np.arange(len(std))
+    if len(rest) <= 512:
+        return rest
+    probes = [int(np.argmax(std[:, 0])), int(np.argmax(std[:, 1]))]
+    for round_ in range(2):
+        for j in probes:
+            s = std[rest]
+            better = (s[:, 0] <= std[j, 0]) & (s[:, 1] <= std[j, 1])
+            # j comes first in the curve order unless it equals the point and has a larger
+            # index
+            same = (s[:, 0] == std[j, 0]) & (s[:, 1] == std[j, 1]) & (rest <= j)
+            rest = rest[~(better & ~same)]
+        if round_ or len(rest) <= 512:
+            return rest
+        probes = [int(i) for i in _on_curve(std, rest[:: len(rest) // 256])]
+    return rest
 
 
 def _distance_to_polyline(p: np.ndarray, curve: np.ndarray) -> np.ndarray:

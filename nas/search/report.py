@@ -147,7 +147,8 @@ def summary(study: Study, k: int = 5) -> str:
         return "\n".join(lines)
     header = ("id", "parent", "gen", "val accuracy [95%]", "test accuracy [95%]",
               "test vs seed", "val loss", "flops", "params", "im/s/core")
-    seed = next((c for c in study.candidates("done") if c.parent_id is None), None)
+    done = study.done_rows()  # no graphs: the seed and the cheapest match are read whole
+    seed = next((study.get(c.id) for c in done if c.parent_id is None), None)
     rows = [
         (c.id, c.parent_id, c.generation, val_accuracy_text(c), reported_test_text(c),
          versus_seed(c, seed), c.loss, c.flops, c.params, c.im_sec_core_train)
@@ -160,8 +161,9 @@ def summary(study: Study, k: int = 5) -> str:
                  "interval] n=examples):")
     for r in table:
         lines.append("  ".join(cell.rjust(w) for cell, w in zip(r, widths, strict=True)))
-    cheap = cheapest_matching_seed(study.candidates("done"), seed)
+    cheap = cheapest_matching_seed(done, seed)
     if cheap is not None:
+        cheap = study.get(cheap.id)
         lines.append(f"cheapest child tied with the seed on validation: candidate "
                      f"{cheap.id} at {cheap.flops / seed.flops:.3f} of the seed's FLOPs; on "
                      f"test: {versus_seed(cheap, seed) or 'not measured'}")

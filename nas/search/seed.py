@@ -20,9 +20,10 @@ def read_seed_graph(path: str) -> tuple[Any, dict[str, Any], dict[str, Any] | No
     `checkpoint_path`, which must still exist); a plain graph JSON brings none."""
     from nas.graph import serialize
     from nas.io import load_candidate
+    from nas.io.candidate import starts_as_zip
 
     try:
-        export = zipfile.is_zipfile(path)
+        export = zipfile.is_zipfile(path) or starts_as_zip(path)
         text, doc = (b"", None) if export else serialize.read_json_file(path)
     except OSError as e:
         raise ValueError(f"{FIELD}: cannot read {path}: {e.strerror}") from None

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from nas.search.intervals import tied_accuracies
+from nas.search.intervals import tied_accuracy_array
 from nas.search.pareto import ParetoCurve
 
 # Objective name -> whether higher is better.
@@ -66,6 +66,42 @@ class Individual:
             **{k: getattr(candidate, k, None) for k in COSTS},
             examples=(getattr(candidate, "extra_metrics", None) or {}).get("val_examples"),
         )
+
+
+@dataclasses.dataclass(frozen=True)
+class Columns:
+    """A population as arrays ordered by id, what `select_parents` computes on: a cost
+    or sample size that is unknown is NaN. Why: the driver appends to these as results
+    come in, so a proposal over 100,000 candidates makes no pass over Python objects."""
+
+    ids: np.ndarray
+    accuracy: np.ndarray
+    costs: Mapping[str, np.ndarray]
+    examples: np.ndarray
+
+    @classmethod
+    def of(cls, population: Sequence[Individual]) -> Columns:
+        """From individuals in any order."""
+        pool = sorted(population, key=lambda ind: ind.id)
+        return cls(
+            np.array([ind.id for ind in pool], dtype=np.int64),
+            np.array([ind.accuracy for ind in pool], dtype=float),
+            {c: np.array([_number(getattr(ind, c)) for ind in pool], dtype=float)
+             for c in COSTS},
+            np.array([float(int(ind.examples)) if ind.examples else math.nan
+                      for ind in pool], dtype=float))
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def take(self, keep: np.ndarray) -> Columns:
+        """The rows where `keep` is true."""
+        return Columns(self.ids[keep], self.accuracy[keep],
+                       {c: v[keep] for c, v in self.costs.items()}, self.examples[keep])
+
+
+def _number(value: float | None) -> float:
+    return math.nan if value is None else float(value)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,14 +184,34 @@ def age(accuracy: float, alive: int, config: SelectionConfig) -> float:
     return 0.1 * accuracy + 0.9 * aged
 
 
-def aged_accuracies(population: Sequence[Individual], config: SelectionConfig) -> np.ndarray:
+def aged_accuracies(population: Sequence[Individual] | Columns, config: SelectionConfig
+                    ) -> np.ndarray:
     """Accuracy after aging; age = individuals with a larger id (created later) - warm_up."""
-    ids = np.array([ind.id for ind in population])
-    out = np.empty(len(population))
-    for i, ind in enumerate(population):
-        alive = max(int(np.sum(ids > ind.id)) - config.warm_up, 0)
-        out[i] = age(ind.accuracy, alive, config)
-    return out
+    if isinstance(population, Columns):
+        ids, accuracy = population.ids, population.accuracy
+    else:
+        ids = np.array([ind.id for ind in population], dtype=np.int64)
+        accuracy = np.array([ind.accuracy for ind in population], dtype=float)
+    return _aged(ids, accuracy, config)
+
+
+def _aged(ids: np.ndarray, accuracy: np.ndarray, config: SelectionConfig) -> np.ndarray:
+    """`age` of every individual, in vector steps with `age`'s arithmetic (same bits)."""
+    out = np.array(accuracy, dtype=float)
+    gtl = config.generations_to_live
+    if gtl <= 0 or not len(out):
+        return out
+    later = len(ids) - np.searchsorted(np.sort(ids), ids, side="right")
+    alive = np.maximum(later - config.warm_up, 0)
+    if config.aging == "step":
+        aged = np.where(alive >= gtl, 0.0, out)
+    else:
+        progress = np.clip(alive / gtl - 1.0, 0.0, 1.0)
+        cos = np.where(progress >= 1.0, math.cos(math.pi), 1.0)
+        for i in np.flatnonzero((progress > 0.0) & (progress < 1.0)):  # at most gtl
+            cos[i] = math.cos(math.pi * float(progress[i]))
+        aged = out * 0.5 * (1.0 + cos)
+    return 0.1 * out + 0.9 * aged
 
 
 def sample_from_weights(
@@ -167,7 +223,7 @@ def sample_from_weights(
         raise ValueError("population: nothing to select from")
     k = config.top_n if config.top_n > 0 else int(n * config.top_perc)
     k = min(max(k, config.min_to_select, 1), n)
-    top = np.argsort(weights, kind="stable")[:k]
+    top = _lowest(np.asarray(weights), k)
     w = weights[top]
     span = float(w.max() - w.min())
     w = (w - w.min()) / span if span > 0 else np.zeros_like(w)
@@ -175,22 +231,44 @@ def sample_from_weights(
     return int(rng.choice(top, p=p / p.sum()))
 
 
-def behind_tied_cheaper(weights: np.ndarray, points: Sequence[tuple[float, float]],
-                        higher_better: bool) -> np.ndarray:
+def _lowest(weights: np.ndarray, k: int) -> np.ndarray:
+    """`np.argsort(weights, kind="stable")[:k]` without sorting all n: the k-th value by
+    partition, then a stable sort of those at or below it."""
+    if k >= len(weights):
+        return np.argsort(weights, kind="stable")
+    kth = np.partition(weights, k - 1)[k - 1]
+    below = np.flatnonzero(weights < kth)
+    at = np.flatnonzero(weights == kth)[: k - len(below)]
+    chosen = np.sort(np.concatenate([below, at]))
+    return chosen[np.argsort(weights[chosen], kind="stable")]
+
+
+def behind_tied_cheaper(weights: np.ndarray, points: Sequence[tuple[float, float]] | np.ndarray,
+                        higher_better: bool, curve: ParetoCurve | None = None) -> np.ndarray:
     """`weights` with every point that a tied-or-better, strictly cheaper point dominates
     ranked after all others (still drawable). Why: the front's distance is 0 along its
-    flat end, so without this a costlier twin of equal (tied) accuracy ranks as well."""
-    acc = np.array([p[0] for p in points], dtype=float)
-    cost = np.array([p[1] for p in points], dtype=float) * (-1.0 if higher_better else 1.0)
-    beaten = np.array([bool(np.any((acc >= a) & (cost < c))) for a, c in zip(acc, cost,
-                                                                             strict=True)])
+    flat end, so without this a costlier twin of equal (tied) accuracy ranks as well.
+    `curve`: the points' `ParetoCurve(points, (True, higher_better))`, if already made."""
+    pts = np.asarray(points, dtype=float).reshape(-1, 2)
+    acc = pts[:, 0]
+    sign = -1.0 if higher_better else 1.0
+    cost = pts[:, 1] * sign
+    if not len(acc):
+        return weights
+    # The cheapest point at least as accurate as each is on the (accuracy, cost) front:
+    # the last front point whose accuracy reaches it.
+    if curve is None:
+        curve = ParetoCurve(pts, (True, higher_better))
+    front = curve.points * np.array([1.0, sign])
+    reach = np.searchsorted(-front[:, 0], -acc, side="right")
+    beaten = front[reach - 1, 1] < cost
     if not beaten.any() or beaten.all():
         return weights
     return np.where(beaten, weights.max() + 1.0 + weights - weights.min(), weights)
 
 
 def select_parents(
-    population: Sequence[Individual],
+    population: Sequence[Individual] | Columns,
     config: SelectionConfig | None = None,
     rng: np.random.Generator | None = None,
     num: int = 1,
@@ -198,42 +276,44 @@ def select_parents(
     """Choose `num` distinct parent ids from the trained population.
 
     The result depends only on the population (as a set, it is ordered by id here),
-    the config and the generator state.
+    the config and the generator state. `population` may be given as `Columns` (the
+    driver keeps them as results come in), so a proposal makes no pass over objects.
     """
     config = config or SelectionConfig()
     if rng is None:
         raise ValueError("rng: pass a numpy.random.Generator so selection is reproducible")
-    if not population:
+    if not len(population):
         raise ValueError("population: empty; at least one trained candidate is needed")
-    pool = sorted(population, key=lambda ind: ind.id)
+    pool = population if isinstance(population, Columns) else Columns.of(population)
     if config.min_acc is not None:
-        pool = [ind for ind in pool if ind.accuracy >= config.min_acc]
-        if not pool:
+        pool = pool.take(pool.accuracy >= config.min_acc)
+        if not len(pool):
             raise ValueError(f"population: no individual reaches min_acc={config.min_acc}")
     if isinstance(num, bool) or not isinstance(num, int) or not 1 <= num <= len(pool):
         raise ValueError(f"num: must be an integer in [1, {len(pool)}], got {num!r}")
-    acc = aged_accuracies(pool, config)
+    acc = _aged(pool.ids, pool.accuracy, config)
     if config.noise_ties:
-        acc = np.asarray(tied_accuracies(acc, [ind.examples for ind in pool]))
+        acc = tied_accuracy_array(acc, pool.examples)
     chosen: list[int] = []
-    alive = list(range(len(pool)))
+    alive = np.ones(len(pool), dtype=bool)
     for _ in range(num):
         if rng.random() < config.p_accuracy_only:
-            idx = alive
+            idx = np.flatnonzero(alive)
             weights = acc.max() - acc[idx]
         else:
             cost = config.costs[int(rng.integers(len(config.costs)))]
-            idx = [i for i in alive if getattr(pool[i], cost) is not None]
-            if not idx:
+            values = pool.costs[cost]
+            idx = np.flatnonzero(alive & ~np.isnan(values))
+            if not len(idx):
                 raise ValueError(f"population: no individual has a value for cost {cost!r}")
-            points = [(acc[i], float(getattr(pool[i], cost))) for i in idx]
+            points = np.stack([acc[idx], values[idx]], axis=1)
             curve = ParetoCurve(points, (True, OBJECTIVES[cost]))
             anchor = curve.sample_point(rng) if config.balanced else None
             weights = curve.weights(points, normalize=config.normalize, anchor=anchor)
             if config.noise_ties:
                 weights = behind_tied_cheaper(np.asarray(weights, dtype=float), points,
-                                              OBJECTIVES[cost])
-        pick = idx[sample_from_weights(np.asarray(weights, dtype=float), config, rng)]
-        chosen.append(pool[pick].id)
-        alive.remove(pick)
+                                              OBJECTIVES[cost], curve)
+        pick = int(idx[sample_from_weights(np.asarray(weights, dtype=float), config, rng)])
+        chosen.append(int(pool.ids[pick]))
+        alive[pick] = False
     return chosen

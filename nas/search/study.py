@@ -44,12 +44,17 @@ from nas.search.candidate import (
 )
 from nas.search.fidelity import RungResult
 from nas.search.pareto import ParetoCurve
+from nas.search.population import Finished
 from nas.search.selection import OBJECTIVES, check_cost
 
 DB_NAME = "study.db"
 DEFAULT_MAX_ATTEMPTS = 3
 DEFAULT_LEASE_S = 60.0
 _SELECT = f"SELECT {', '.join(COLUMNS)} FROM candidates"
+_LARGE = {"graph_json": "''", "spec_json": "NULL", "properties_json": "NULL",
+          "inheritance_json": "NULL", "blocks_json": "NULL"}
+_SELECT_METRICS = (f"SELECT {', '.join(_LARGE.get(c, c) for c in COLUMNS)} "
+                   f"FROM candidates")
 _SELECT_RUNGS = f"SELECT {', '.join(RUNG_COLUMNS)} FROM rungs"
 # decide(result, peers at the same rung, parent's accuracy) -> (promoted, reason)
 Decide = Callable[[RungResult, list[RungResult], float | None], tuple[bool, str]]
@@ -66,6 +71,10 @@ class DuplicateCandidateError(ValueError):
         )
         self.fingerprint = fingerprint
         self.existing_id = existing_id
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Rebuilt from its own arguments, so it crosses a process pool intact."""
+        return type(self), (self.fingerprint, self.existing_id)
 
 
 def default_worker(role: str = "") -> str:
@@ -102,13 +111,15 @@ def _is_zombie(pid: int) -> bool:
 class Study:
     """A search's candidates and state in `<workdir>/study.db`. Use create/load/open."""
 
-    def __init__(self, workdir: str | os.PathLike, *, _token: object = None):
+    def __init__(self, workdir: str | os.PathLike, *, _token: object = None,
+                 read_only: bool = False):
         if _token is not _PRIVATE:
             raise TypeError("use Study.create, Study.load or Study.open")
         self.workdir = Path(workdir)
         self.path = self.workdir / DB_NAME
-        self._db = Database(self.path)
+        self._db = Database(self.path, read_only=read_only)
         self.config: dict[str, Any] = {}
+        self._counted = True  # the file keeps its status counts (`_schema.STATUS_COUNTS`)
 
     # ----------------------------------------------------------------- opening
 
@@ -132,6 +143,7 @@ class Study:
             for statement in _schema.SCHEMA.split(";"):
                 if statement.strip():
                     c.execute(statement)  # not executescript: it would commit early
+            _schema.add_status_counts(c)
             now = time.time()
             c.executemany(
                 "INSERT INTO meta(key, value) VALUES (?, ?)",
@@ -146,14 +158,18 @@ class Study:
         return study
 
     @classmethod
-    def load(cls, workdir: str | os.PathLike) -> Study:
-        """Open an existing study; ValueError if missing, corrupt, foreign or too new."""
-        study = cls(workdir, _token=_PRIVATE)
+    def load(cls, workdir: str | os.PathLike, read_only: bool = False) -> Study:
+        """Open an existing study; ValueError if missing, corrupt, foreign or too new.
+
+        `read_only` opens it for a reader beside a running search (the dashboard): SQLite
+        refuses every write, and in WAL mode its reads never block the search's writes."""
+        study = cls(workdir, _token=_PRIVATE, read_only=read_only)
         if not study.path.is_file():
             raise StudyNotFoundError(f"{study.path}: no study here")
         conn = study._db.connect()
         try:
             _schema.check_study(conn, study.path)
+            study._counted = _schema.ensure_status_counts(conn, study.path)
             row = conn.execute("SELECT value FROM meta WHERE key='config'").fetchone()
             try:
                 study.config = json.loads(row[0]) if row else {}
@@ -546,19 +562,62 @@ class Study:
         with self._db.read() as c:
             return self._get(c, candidate_id)
 
-    def candidates(self, status: str | Iterable[str] | None = None) -> list[Candidate]:
-        """All candidates (or those with the given status/statuses), by id."""
-        query, args = _SELECT, []
+    def candidates(self, status: str | Iterable[str] | None = None, *,
+                   with_graphs: bool = True) -> list[Candidate]:
+        """All candidates (or those with the given status/statuses), by id.
+
+        `with_graphs=False` leaves out the large fields (graph, spec, properties,
+        inheritance, blocks: empty or None), for listings of metrics over a large study."""
+        query, args, where = (_SELECT if with_graphs else _SELECT_METRICS), [], ""
         if status is not None:
             statuses = [status] if isinstance(status, str) else list(status)
             for s in statuses:
                 _check_status(s)
-            query += f" WHERE status IN ({', '.join('?' * len(statuses))})"
-            args = statuses
+            where = f" WHERE status IN ({', '.join('?' * len(statuses))})"
+            query, args = query + where, statuses
         with self._db.read() as c:
             rows = c.execute(query + " ORDER BY id", args).fetchall()
-            rungs = self._rungs(c, None)
+            rungs = self._rungs(c, None, where and (f"SELECT id FROM candidates{where}", args))
         return [self._with_rungs(candidate_from_row(r, self.path), rungs) for r in rows]
+
+    def latest(self, k: int, status: str | Iterable[str]) -> list[Candidate]:
+        """The `k` newest candidates with the given status(es), newest first: ids from the
+        status index, then only those rows."""
+        statuses = [status] if isinstance(status, str) else list(status)
+        for s in statuses:
+            _check_status(s)
+        with self._db.read() as c:
+            ids = sorted((i for s in statuses for (i,) in c.execute(
+                "SELECT id FROM candidates WHERE status=? ORDER BY id DESC LIMIT ?", (s, k))),
+                reverse=True)[:k]
+            return [self._get(c, i) for i in ids]
+
+    def last_id(self) -> int:
+        """The newest candidate's id, 0 in an empty study (one primary-key lookup)."""
+        with self._db.read() as c:
+            return int(c.execute("SELECT MAX(id) FROM candidates").fetchone()[0] or 0)
+
+    def first_unfinished_id(self) -> int | None:
+        """The oldest pending or running candidate's id; None when every one is finished.
+        Two lookups in the status index, whatever the study's size."""
+        with self._db.read() as c:
+            ids = [row[0] for status in ("pending", "running") for row in c.execute(
+                "SELECT id FROM candidates WHERE status=? ORDER BY id LIMIT 1", (status,))]
+        return min(ids, default=None)
+
+    def done_rows(self, after: int = 0, through: int | None = None) -> list[Finished]:
+        """Done candidates with `after` < id <= `through` (no bound: every later one), by
+        id, with only what selection reads (no graph): a primary-key range read, so the
+        driver reads each finished candidate once (`nas.search.population`)."""
+        query = (f"SELECT id, parent_id, accuracy, {', '.join(_LIGHT_COSTS)}, "
+                 f"{_schema.VAL_EXAMPLES} FROM candidates WHERE id > ?")
+        args: list[int] = [int(after)]
+        if through is not None:
+            query += " AND id <= ?"
+            args.append(int(through))
+        with self._db.read() as c:
+            rows = c.execute(query + " AND status='done' ORDER BY id", args).fetchall()
+        return [Finished(*row) for row in rows]
 
     def find(self, fingerprint: str) -> list[int]:
         """Ids of candidates with this fingerprint."""
@@ -570,8 +629,10 @@ class Study:
 
     def counts(self) -> dict[str, int]:
         """Number of candidates per status (every status present, zeros included)."""
+        query = ("SELECT status, n FROM status_counts" if self._counted else
+                 "SELECT status, COUNT(*) FROM candidates GROUP BY status")
         with self._db.read() as c:
-            rows = c.execute("SELECT status, COUNT(*) FROM candidates GROUP BY status").fetchall()
+            rows = c.execute(query).fetchall()
         out = dict.fromkeys(STATUSES, 0)
         out.update(rows)
         return out
@@ -580,27 +641,29 @@ class Study:
         """Done candidates on the accuracy/`cost` front, from most accurate to cheapest.
 
         Candidates tied with a front point (same accuracy and cost) are all included.
+        Only the front's rows are read whole; the rest is one pass over an index.
         """
         check_cost(cost)
-        done = [c for c in self.candidates("done") if c.accuracy is not None]
-        done = [c for c in done if getattr(c, cost) is not None]
+        with self._db.read() as c:
+            done = c.execute(f"SELECT id, accuracy, {cost} FROM candidates WHERE "
+                             f"status='done' AND accuracy IS NOT NULL AND {cost} IS NOT NULL"
+                             " ORDER BY id").fetchall()
         if not done:
             return []
-        curve = ParetoCurve(
-            [(c.accuracy, getattr(c, cost)) for c in done], (True, OBJECTIVES[cost])
-        )
+        curve = ParetoCurve([(a, v) for _, a, v in done], (True, OBJECTIVES[cost]))
         order = {tuple(p): i for i, p in enumerate(curve.points.tolist())}
-        front = [c for c in done if (c.accuracy, float(getattr(c, cost))) in order]
-        return sorted(front, key=lambda c: (order[(c.accuracy, float(getattr(c, cost)))], c.id))
+        front = [(order[(a, float(v))], i) for i, a, v in done if (a, float(v)) in order]
+        with self._db.read() as c:
+            return [self._get(c, i) for _, i in sorted(front)]
 
     def best(self, k: int = 5) -> list[Candidate]:
         """The `k` most accurate done candidates (ties: fewer FLOPs, then older)."""
         if isinstance(k, bool) or not isinstance(k, int) or k < 0:
             raise ValueError(f"k: must be an integer >= 0, got {k!r}")
-        done = self.candidates("done")
-        inf = float("inf")
-        done.sort(key=lambda c: (-c.accuracy, c.flops if c.flops is not None else inf, c.id))
-        return done[:k]
+        with self._db.read() as c:
+            ids = c.execute("SELECT id FROM candidates WHERE status='done' ORDER BY accuracy"
+                            " DESC, flops IS NULL, flops, id LIMIT ?", (k,)).fetchall()
+            return [self._get(c, i) for (i,) in ids]
 
     def export(self, candidate_id: int, path: str | os.PathLike) -> Path:
         """Write one candidate as a self-contained file, atomically: its graph, trained
@@ -620,11 +683,14 @@ class Study:
                                 self._rungs(c, candidate_id))
 
     @staticmethod
-    def _rungs(c: sqlite3.Connection, candidate_id: int | None
-               ) -> dict[int, list[dict[str, Any]]]:
-        """Recorded rung results by candidate id (of one candidate, or all)."""
+    def _rungs(c: sqlite3.Connection, candidate_id: int | None,
+               among: tuple[str, list[Any]] | str = "") -> dict[int, list[dict[str, Any]]]:
+        """Recorded rung results by candidate id (of one candidate, of those the `among`
+        query (SQL, arguments) selects, or all)."""
         where, args = ("", ()) if candidate_id is None else (" WHERE candidate_id=?",
                                                              (candidate_id,))
+        if among:
+            where, args = f" WHERE candidate_id IN ({among[0]})", tuple(among[1])
         out: dict[int, list[dict[str, Any]]] = {}
         for row in c.execute(_SELECT_RUNGS + where + " ORDER BY candidate_id, rung", args):
             entry = dict(zip(RUNG_COLUMNS, row, strict=True))
@@ -730,6 +796,7 @@ class Study:
 
 
 _PRIVATE = object()
+_LIGHT_COSTS = ("flops", "params", "im_sec_core_train", "im_sec_core_infer")
 
 
 def _rung_cost(cost: str) -> str:

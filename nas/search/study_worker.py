@@ -9,6 +9,7 @@ the search is finished, or trains exactly one given candidate.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,14 +21,20 @@ from nas.search.driver import candidate_task, record_outcome, rung_plan
 from nas.search.executors import Outcome
 from nas.search.lease import LeaseKeeper
 from nas.search.settings import validate_search
-from nas.search.study import DB_NAME, Candidate, Study, default_worker
+from nas.search.study import DB_NAME, Candidate, Study, StudyNotFoundError, default_worker
 from nas.search.worker import ClaimLost, describe_failure, train_candidate
 
 
-def wait_for_study(workdir: str | Path, wait_s: float, poll_s: float = 0.5) -> Study:
-    """The study in `workdir`, waiting up to `wait_s` for a driver to create it."""
+def wait_for_study(workdir: str | Path, wait_s: float, poll_s: float = 0.5,
+                   say: Callable[[str], None] | None = None) -> Study:
+    """The study in `workdir`, waiting up to `wait_s` for a driver to create it.
+
+    A file there that is not a study (damaged, foreign) is a ValueError at once: no driver
+    will turn it into one. Before it waits, `say` (else the log) is told once what for and
+    how long, so a worker started early does not sit silent for minutes."""
     deadline = time.monotonic() + wait_s
     path = Path(workdir) / DB_NAME
+    told = False
     while True:
         if path.is_file() and path.stat().st_size > 0:
             try:
@@ -35,9 +42,18 @@ def wait_for_study(workdir: str | Path, wait_s: float, poll_s: float = 0.5) -> S
                 if study.config:  # created and committed
                     return study
                 study.close()
-            except ValueError:
+            except StudyNotFoundError:  # an empty file: a creation not yet committed
                 if time.monotonic() > deadline:
                     raise
+            except ValueError as e:
+                if "locked" not in str(e):  # damaged or foreign: waiting cannot help
+                    raise
+                if time.monotonic() > deadline:
+                    raise
+        if not told and wait_s > 0:
+            (say or logging.info)(f"waiting up to {wait_s:g} s for a study to appear in "
+                                  f"{path} (start the driver with --workdir={workdir})")
+            told = True
         if time.monotonic() > deadline:
             raise ValueError(f"{path}: no study appeared within {wait_s:g} s (start the "
                              f"driver with --workdir={workdir})")
@@ -83,11 +99,12 @@ def train_claimed(study: Study, config: ml_collections.ConfigDict,
 
 
 def run_worker(workdir: str | Path, candidate_id: int | None = None, *, wait_s: float = 600.0,
-               poll_s: float = 1.0, worker: str | None = None) -> list[Candidate]:
+               poll_s: float = 1.0, worker: str | None = None,
+               say: Callable[[str], None] | None = None) -> list[Candidate]:
     """Claim and train candidates of the study in `workdir` until the search is finished
     (or nothing was claimable for `wait_s`); with `candidate_id`, train just that one.
-    Returns the candidates this worker trained, as recorded."""
-    study = wait_for_study(workdir, wait_s)
+    Returns the candidates this worker trained, as recorded. `say`: see `wait_for_study`."""
+    study = wait_for_study(workdir, wait_s, say=say)
     config = ml_collections.ConfigDict(study.config)
     search = validate_search(config)
     worker = worker or default_worker("worker")

@@ -14,8 +14,12 @@ measurements, epoch).
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
+import re
+import sys
 import zlib
+from types import TracebackType
 from typing import Any
 
 import jax
@@ -58,8 +62,18 @@ class Checkpointer:
         """Restore the latest (or given) step into the structure of `target`.
 
         A missing, truncated or mismatched checkpoint raises ValueError naming the
-        directory, never a silent partial state.
+        directory, never a silent partial state. On any failure orbax's background
+        machinery is shut down first: a CLI prints its error line and exits, and no orbax
+        thread may print after it (e.g. "Event loop is closed" from its async loop).
         """
+        drop_closed_loop_callbacks()
+        try:
+            return self._restore(target, step)
+        except BaseException:
+            self.close_quietly()
+            raise
+
+    def _restore(self, target: Any, step: int | None) -> tuple[Any, dict[str, Any]]:
         step = self.latest_step() if step is None else step
         if step is None:
             raise ValueError(f"checkpoint: no checkpoint in {self.directory}")
@@ -73,9 +87,11 @@ class Checkpointer:
             )
             state, meta = out["state"], out["meta"]
         except Exception as e:  # orbax/tensorstore raise many types for a damaged file
+            first = str(e).splitlines()[0] if str(e) else ""
+            first = re.sub(r"\s*\[[^\]]*$", "", first)[:300]  # an unclosed "[tensorstore_spec"
             raise ValueError(
                 f"checkpoint: step {step} in {self.directory} is corrupt or does not match "
-                f"this model: {type(e).__name__}: {str(e).splitlines()[0][:300]}"
+                f"this model: {type(e).__name__}: {first}"
             ) from e
         if meta is None or not isinstance(meta, dict):
             raise ValueError(f"checkpoint: step {step} in {self.directory} has no metadata")
@@ -87,6 +103,11 @@ class Checkpointer:
 
     def close(self) -> None:
         self._manager.close()
+
+    def close_quietly(self) -> None:
+        """`close` on an error path: the error being raised is the one to report."""
+        with contextlib.suppress(Exception):
+            self._manager.close()
 
 
 def _check_like(target: Any, state: Any, directory: str) -> None:
@@ -132,6 +153,7 @@ def load_variables(path: str, *, shared: bool = False) -> dict[str, Any]:
         kept = _SHARED.get(path)
         if kept is not None:
             return jax.tree.map(lambda a: a, kept)  # the caller's own dicts
+    drop_closed_loop_callbacks()
     try:
         with ocp.StandardCheckpointer() as ckpt:
             restored = ckpt.restore(path)
@@ -142,6 +164,38 @@ def load_variables(path: str, *, shared: bool = False) -> dict[str, Any]:
         _SHARED.put(path, host)
         return jax.tree.map(lambda a: a, host)
     return host
+
+
+def _closed_loop_callback(e: BaseException | None, tb: TracebackType | None) -> bool:
+    """Whether `e` is "Event loop is closed" raised by asyncio's `call_soon_threadsafe`."""
+    if not (isinstance(e, RuntimeError) and str(e) == "Event loop is closed"):
+        return False
+    while tb is not None:
+        if tb.tb_frame.f_code.co_name == "call_soon_threadsafe":
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def drop_closed_loop_callbacks() -> None:
+    """Silences one harmless report that follows a failed orbax read, for this process.
+
+    Why: orbax awaits a checkpoint's reads in an event loop of its own and closes that loop
+    as soon as one read fails (a deleted or damaged array file); tensorstore's threads then
+    finish the other reads and hand each result to the closed loop, and every such hand-off
+    printed "RuntimeError: Event loop is closed" as an unraisable exception, before, inside
+    or after the CLI's one error line. Those results have nobody waiting for them. Only
+    exactly that exception is dropped; every other goes to the previous hook."""
+    previous = sys.unraisablehook
+    if getattr(previous, "nas_drops_closed_loop_callbacks", False):
+        return
+
+    def hook(unraisable: Any) -> None:
+        if not _closed_loop_callback(unraisable.exc_value, unraisable.exc_traceback):
+            previous(unraisable)
+
+    hook.nas_drops_closed_loop_callbacks = True  # type: ignore[attr-defined]
+    sys.unraisablehook = hook
 
 
 class _SharedVariables:

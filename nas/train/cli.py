@@ -13,9 +13,15 @@ main flags:
                         `nas-search export`, which starts from its trained weights and
                         trains with its own settings (then only --config.F=V overrides
                         are taken from --config, which is optional)
+  --noprogress          no progress bar of the training steps
   --helpfull            every flag, absl's included
 
-The settings a run uses are printed before it starts.
+The settings a run uses are printed before it starts, once every mistake that can be found
+without training has been looked for. At the end it prints each accuracy with the split it
+was measured on, its 95 % Wilson interval and the number of examples n: the config's
+`eval.data.split` (a candidate exported by a search evaluates on its validation split,
+`holdout`, and then also on its test split, `eval.test_split`), the loss there, and the
+cost (parameters, FLOPs, images/sec/core).
 
 Training knows nothing of searches: study workers are `nas-search worker`. A bad config,
 graph or file prints one line (`nas-train: error: ...`) and exits 1; Ctrl-C exits 130.
@@ -34,7 +40,7 @@ import ml_collections
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from nas.cli_messages import check_workdir, os_error_line, unknown_field_line
+from nas.cli_messages import check_workdir, flag_error_line, os_error_line, unknown_field_line
 
 FLAGS = flags.FLAGS
 _CONFIG = config_flags.DEFINE_config_file(
@@ -42,6 +48,7 @@ _CONFIG = config_flags.DEFINE_config_file(
 )
 _WORKDIR = flags.DEFINE_string("workdir", None, "Where checkpoints and metrics go.")
 _GRAPH = flags.DEFINE_string("graph", None, "Graph JSON to train instead of the config's model.")
+_PROGRESS = flags.DEFINE_bool("progress", True, "Show a progress bar of the training steps.")
 
 
 class UserError(Exception):
@@ -69,7 +76,7 @@ def _parse(argv: Sequence[str]) -> list[str]:
             FLAGS.config.keys()  # a config file that failed to load raises only when used
         return rest
     except flags.Error as e:
-        _fail(_first_line(e))
+        _fail(flag_error_line(e))
     except (AttributeError, KeyError) as e:  # an override of a field the config lacks
         _fail(unknown_field_line(e, argv))
     except Exception as e:  # a config file missing, or raising while it is executed
@@ -90,11 +97,58 @@ def _last_line(e: BaseException) -> str:
     return lines[-1] if lines else type(e).__name__
 
 
-def format_table(metrics: dict, epochs: int) -> str:
-    """A two-column table of the final metrics, for humans."""
+def split_kind(config: ml_collections.ConfigDict) -> str:
+    """What the eval split (`eval.data.split`) is to a reader: "validation" when it is
+    carved out of the training split or a test split is evaluated beside it (a search's
+    candidates), "test" for a split named so, else "eval"."""
+    from nas.train.data import HOLDOUT
+
+    split = str(config.eval.data.split)
+    if split == HOLDOUT or config.eval.test_split or split.startswith("validation"):
+        return "validation"
+    return "test" if split.startswith("test") else "eval"
+
+
+def split_text(config: ml_collections.ConfigDict, split: str) -> str:
+    """Which examples a split is, e.g. `split 'holdout': 0.1 of 'train', never trained on`."""
+    from nas.train.data import HOLDOUT
+
+    if split == HOLDOUT:
+        return (f"split {split!r}: {float(config.input.data.validation_fraction):g} of "
+                f"{config.input.data.split!r}, never trained on")
+    return f"split {split!r}"
+
+
+def accuracy_rows(metrics: dict, config: ml_collections.ConfigDict | None
+                  ) -> list[tuple[str, str]]:
+    """(name, value) rows of every accuracy and loss measured, each accuracy naming its
+    split, with its 95 % Wilson interval and n."""
+    from nas.train.intervals import percent_text
+
+    def accuracy(acc: float, n: int, where: str) -> str:
+        return percent_text(acc, n, where) if n else f"{acc * 100:.2f} % ({where})"
+
+    if config is None:
+        kind, where = "eval", "the config's eval.data.split"
+    else:
+        kind, where = split_kind(config), split_text(config, str(config.eval.data.split))
+    rows = [(f"{kind} accuracy", accuracy(metrics["acc"], int(metrics.get("eval_examples", 0)),
+                                          where)),
+            (f"{kind} loss", f"{metrics['loss']:.4f}")]
+    if metrics.get("test_examples"):
+        test = split_text(config, str(config.eval.test_split)) if config else "eval.test_split"
+        rows += [("test accuracy", accuracy(metrics["test_acc"], int(metrics["test_examples"]),
+                                            test)),
+                 ("test loss", f"{metrics['test_loss']:.4f}")]
+    return rows
+
+
+def format_table(metrics: dict, epochs: int,
+                 config: ml_collections.ConfigDict | None = None) -> str:
+    """A two-column table of the final metrics, for humans: every accuracy names its split
+    (from `config`, the training config the run used), interval and size."""
     rows = [
-        ("accuracy", f"{metrics['acc'] * 100:.2f} %"),
-        ("eval loss", f"{metrics['loss']:.4f}"),
+        *accuracy_rows(metrics, config),
         ("parameters", f"{metrics['num_params']:,}"),
         ("FLOPs / example", f"{metrics['flops']:,}"),
         ("train images/sec/core", f"{metrics['im_sec_core_train']:.1f}"),
@@ -115,9 +169,10 @@ def read_graph_file(path: str) -> tuple[Any, dict[str, Any], dict[str, Any] | No
     trained with; a plain serialized graph brings neither (None, None)."""
     from nas.graph import serialize
     from nas.io import load_candidate
+    from nas.io.candidate import starts_as_zip
 
     try:
-        export = zipfile.is_zipfile(path)
+        export = zipfile.is_zipfile(path) or starts_as_zip(path)
         text, doc = (b"", None) if export else serialize.read_json_file(path)
     except OSError as e:
         raise UserError(f"--graph: cannot read {path}: {e.strerror}") from None
@@ -207,22 +262,27 @@ def training_settings(config: Any, exported: dict[str, Any] | None
 
 
 # The settings that decide how a run trains, as printed before it starts (all of them go to
-# the workdir's config.json).
-SHOWN = ("input.data.name", "input.data.split", "eval.data.split", "input.image_size",
+# the workdir's config.json once training starts).
+SHOWN = ("input.data.name", "input.data.split", "eval.data.split", "eval.test_split",
+         "input.image_size",
          "input.batch_size", "input.augment", "num_classes", "total_epochs", "optax_name",
          "optax", "lr", "schedule", "wd", "wd_pattern", "grad_clip_norm", "frozen_pattern",
          "ema_decay", "precise_bn_batches", "seed", "trainer", "compute_dtype")
 
 
 def format_settings(train: ml_collections.ConfigDict, source: str, overridden: list[str],
-                    workdir: str | None) -> str:
-    """One block naming where the settings come from and what they are."""
+                    workdir: str | None = None) -> str:
+    """One block naming where the settings come from and what they are. (`workdir` is
+    not named here: its config.json is written only once training starts, and the run
+    names it at the end.)"""
     lines = [f"training settings ({source}):"]
     width = max(len(k) for k in SHOWN)
     for key in SHOWN:
         value = train
         for name in key.split("."):
             value = value[name]
+        if key == "eval.test_split" and not value:
+            continue  # shown where a test split is evaluated too (a search's candidates)
         if isinstance(value, ml_collections.ConfigDict):
             value = value.to_dict()
         mark = "  (command line)" if key in overridden else ""
@@ -230,14 +290,14 @@ def format_settings(train: ml_collections.ConfigDict, source: str, overridden: l
     others = [k for k in overridden if k not in SHOWN]
     if others:
         lines.append(f"  also set on the command line: {', '.join(others)}")
-    if workdir:
-        lines.append(f"  (every field: {os.path.join(workdir, 'config.json')})")
+    del workdir
     return "\n".join(lines)
 
 
 def run() -> None:
-    """The default action: train the config's model (or --graph) and print the table."""
-    from nas.train import train_and_eval
+    """The default action: train the config's model (or --graph) and print the table.
+    Every check that needs no training runs before the first line is printed."""
+    from nas.train import preflight, train_and_eval
 
     graph = constants = init = exported = None
     if _GRAPH.value:
@@ -245,14 +305,20 @@ def run() -> None:
     train, source, overridden = training_settings(_CONFIG.value, exported)
     if graph is not None:
         check_logits(graph, constants, train)
+    graph, constants = preflight.check(train, graph, constants)
     if _WORKDIR.value:
         check_workdir(_WORKDIR.value, create=True)
-    print(format_settings(train, source, overridden, _WORKDIR.value))
+    print(format_settings(train, source, overridden))
     if init is not None:
         print("starting from the exported candidate's trained weights", flush=True)
+    sys.stdout.flush()
     metrics, epochs, _ = train_and_eval(train, graph=graph, constants=constants,
-                                        workdir=_WORKDIR.value, init_variables=init)
-    print(format_table(metrics.to_dict(), epochs))
+                                        workdir=_WORKDIR.value, init_variables=init,
+                                        progress=_PROGRESS.value)
+    print(format_table(metrics.to_dict(), epochs, train))
+    settings = os.path.join(_WORKDIR.value or "", "config.json")
+    if _WORKDIR.value and os.path.isfile(settings):
+        print(f"every setting of this run: {settings}")
 
 
 def _main(argv: Sequence[str]) -> None:

@@ -102,7 +102,8 @@ RULES: dict[str, schema.Field] = {
     "optax": schema.Field(dict),  # free-form kwargs of the optax transform
     "num_classes": schema.at_least(2),
     "loss": schema.one_of("softmax_xent"),
-    "input.data.name": schema.Field(str, check=bool, expected="(a tfds dataset name)"),
+    "input.data.name": schema.Field(str, check=bool, expected="(a tfds dataset name, "
+                                                                "'folder:DIR' or 'npz:FILE')"),
     "input.data.split": schema.Field(str, check=bool, expected="(non-empty)"),
     "input.batch_size": schema.positive(),
     "input.shuffle_buffer_size": schema.at_least(0),

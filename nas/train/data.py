@@ -8,6 +8,10 @@ following big_vision's recipes:
 * digits: value range to [-1, 1]; train augmentation is a random shift (pad 2, crop).
 * cifar10: value range to [0, 1]; train: pad-4 random crop + horizontal flip; then
   normalize with the CIFAR-10 mean/std.
+* folder:DIR, npz:FILE (users' own images, `nas.train.userdata`): resized to
+  `image_size` (bilinear), grey to RGB, value range to [-1, 1]; train augmentation is the
+  digits' random shift (pad 2, crop): no flip, which would change what a digit or a letter
+  means.
 * imagenet2012 (and any other dataset with images of varying size): train: inception crop
   to `image_size` + flip; eval: resize the short side to image_size*256/224, center crop;
   value range to [-1, 1].
@@ -35,6 +39,7 @@ import numpy as np
 import tensorflow_datasets as tfds
 
 from nas.train import digits as digits_lib
+from nas.train import userdata
 
 CIFAR_MEAN = np.array([0.4914, 0.4822, 0.4465], np.float32)
 CIFAR_STD = np.array([0.2470, 0.2435, 0.2616], np.float32)
@@ -113,6 +118,14 @@ def make_preprocess(
                 image = _pad_crop(image, 2, rng)
             return finish(image / 127.5 - 1.0, ex["label"])
 
+    elif base in userdata.KINDS:
+
+        def pp(ex: Example, rng: np.random.Generator | None) -> Example:
+            image = _resize(_rgb(ex["image"]), (image_size, image_size))
+            if train and augment and rng is not None:
+                image = _pad_crop(image, 2, rng)
+            return finish(image / 127.5 - 1.0, ex["label"])
+
     elif base == "cifar10" or base == "cifar100":
 
         def pp(ex: Example, rng: np.random.Generator | None) -> Example:
@@ -176,6 +189,8 @@ def open_source(name: str, split: str, data_dir: str | None) -> Any:
 
 
 def _open_source(name: str, split: str, data_dir: str) -> Any:
+    if userdata.kind_of(name):
+        return userdata.open_split(name, split, data_dir)
     if name == "digits":
         digits_lib.ensure_built(data_dir)
     try:
@@ -273,6 +288,14 @@ def check_dataset(config: Any) -> None:
         raise ValueError(f"config field 'input.batch_size' must be <= the {len(source)} "
                          f"examples of {inp.data.name!r} split {inp.data.split!r}, got "
                          f"{inp.batch_size}")
+    kind = userdata.kind_of(inp.data.name)
+    if labels is not None and config.num_classes < labels and kind:
+        path, n = userdata.path_of(inp.data.name), config.num_classes
+        if kind == "folder":
+            raise ValueError(f"{path}: {labels} class folders, more than config field "
+                             f"'num_classes' = {n}")
+        raise ValueError(f"{path}: labels up to {labels - 1}, outside config field "
+                         f"'num_classes' = {n} (labels must be 0..{n - 1})")
     if labels is not None and config.num_classes < labels:
         raise ValueError(f"config field 'num_classes' must be >= {labels}, the number of "
                          f"classes of dataset {inp.data.name!r}, got {config.num_classes}")

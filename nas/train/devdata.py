@@ -11,8 +11,9 @@ examples and walks through a fresh permutation of its share every epoch (numpy, 
 only the `batch / devices` indices of a step travel to the device). So the same seed gives
 the same batches, and a resumed run needs no iterator state.
 
-Augmentation, as the grain path's: digits pad 2 + random crop; CIFAR-10/100 pad 4 + random
-crop + horizontal flip; the padding value is what a zero pixel becomes after normalization.
+Augmentation, as the grain path's: digits, folder: and npz: pad 2 + random crop;
+CIFAR-10/100 pad 4 + random crop + horizontal flip; the padding value is what a zero pixel
+becomes after normalization.
 Other datasets (variable-size images, inception crops) stay on the grain path.
 """
 
@@ -33,6 +34,8 @@ _AUGMENT: dict[str, tuple[int, bool, Any]] = {
     "digits": (2, False, -1.0),
     "cifar10": (4, True, -data_lib.CIFAR_MEAN / data_lib.CIFAR_STD),
     "cifar100": (4, True, -data_lib.CIFAR_MEAN / data_lib.CIFAR_STD),
+    "folder": (2, False, -1.0),  # users' own images (nas.train.userdata): as digits
+    "npz": (2, False, -1.0),
 }
 
 

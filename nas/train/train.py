@@ -397,10 +397,12 @@ def refit_while_compiling(trainer: Any, data: Data, end: int, refit: Refit | Non
 def run_loop(config: ml_collections.ConfigDict, trainer: Any, data: Data, meta: dict,
              ckpt: Checkpointer | None, writer: JsonlWriter, timings: Timings,
              callback: Callback | None, should_stop: ShouldStop | None, end: int,
-             pending: Any) -> tuple[int, int, float | None, float | None]:
+             pending: Any, progress: bool | None = None
+             ) -> tuple[int, int, float | None, float | None]:
     """Step from `pending` (the first batch, None when no step is left) until `end` or a
     stop; returns (step, epoch, acc, loss). The schedule always spans total_steps, so a run
-    stopped before it and resumed later continues exactly where an unbroken run would be."""
+    stopped before it and resumed later continues exactly where an unbroken run would be.
+    progress: show the step bar (None: only when stderr is a terminal)."""
     step = int(np.asarray(trainer.state()["step"]))
     epoch = int(meta["epoch"])
     feed = data.feed
@@ -411,8 +413,9 @@ def run_loop(config: ml_collections.ConfigDict, trainer: Any, data: Data, meta: 
             ckpt.save(step, trainer.state(), dict(meta, data=feed.get_state()), force=force)
             timings.checkpoint += time.perf_counter() - t
 
+    shown = sys.stderr.isatty() if progress is None else progress
     bar = tqdm(total=data.total_steps, initial=step, unit="step", dynamic_ncols=True,
-               disable=not (jax.process_index() == 0 and sys.stderr.isatty()))
+               disable=not (jax.process_index() == 0 and shown))
     acc = loss = None
     stopped = False
     segment_start, segment_steps, waited = time.perf_counter(), 0, 0.0
@@ -501,6 +504,7 @@ def train_and_eval(
     stop_epochs: float | None = None,
     refit: Refit | None = None,
     device_stage: contextlib.AbstractContextManager | None = None,
+    progress: bool | None = None,
 ) -> tuple[Metrics, int, dict[str, Any]]:
     """Train `graph` (or the config's zoo model); return (metrics, epochs, state).
 
@@ -522,6 +526,8 @@ def train_and_eval(
     device_stage: held while the steps and evaluations run, entered once setup, fitting and
       compilation are done (a search worker's lock on its device, shared with the worker
       processes preparing the next candidates for that device while this one trains).
+    progress: show a bar of the training steps on stderr (None: only when stderr is a
+      terminal; `nas-train` shows it unless --noprogress, as `nas-search` does).
     state: {"params", "batch_stats"} (the EMA of them when ema_decay > 0).
     """
     if "train" in config:  # a search config: its `train` part trains one candidate
@@ -536,7 +542,7 @@ def train_and_eval(
         metrics, epoch, state = _train_and_eval(
             config, eval_perf, callback, graph, constants, workdir, init_variables, freeze,
             freeze_inherited, should_stop, device_data_cache, stop_epochs, refit,
-            device_stage)
+            device_stage, progress)
     metrics.compilations, metrics.compile_cache_hits = counter.compiles, counter.cache_hits
     logging.info("%d compilations, %d persistent cache hits; compiled: %s", counter.compiles,
                  counter.cache_hits, ", ".join(counter.compiled) or "nothing")
@@ -551,6 +557,7 @@ def _train_and_eval(config: ml_collections.ConfigDict, eval_perf: bool,
                     device_data_cache: DeviceDataCache | None,
                     stop_epochs: float | None, refit: Refit | None,
                     device_stage: contextlib.AbstractContextManager | None,
+                    progress: bool | None = None,
                     ) -> tuple[Metrics, int, dict[str, Any]]:
     """The stages, top to bottom (see the module docstring)."""
     start = time.perf_counter()
@@ -581,7 +588,7 @@ def _train_and_eval(config: ml_collections.ConfigDict, eval_perf: bool,
     with device_stage or contextlib.nullcontext():
         started = time.time()
         step, epoch, acc, loss = run_loop(config, trainer, data, meta, ckpt, writer, timings,
-                                          callback, should_stop, end, pending)
+                                          callback, should_stop, end, pending, progress)
         if acc is None:  # resumed after the last step: evaluate the restored weights
             t = time.perf_counter()
             acc, loss, rate = evaluate(trainer, data.eval_data)

@@ -138,7 +138,7 @@ BAD_FILES = {
     ),
     "truncated zip": (
         lambda src, dst: (dst.write_bytes(src.read_bytes()[:-100]), dst)[1],
-        ["expected a zip archive"],
+        ["not a candidate archive", "truncated or damaged zip"],
     ),
     "damaged member": (lambda src, dst: _flip_byte(src, dst), ["damaged zip archive"]),
     "foreign zip": (

@@ -2,6 +2,7 @@
 training in its worker pool is exit 130 and one line (no resource-tracker warning of leaked
 semaphores), and resuming a finished search is one line with its counts and report."""
 
+import json
 import os
 import runpy
 import signal
@@ -85,3 +86,65 @@ def test_resuming_a_finished_search_says_so_in_one_line(tmp_path):
         f"the search in {workdir} is finished (done 1, failed 1; max_candidates 2); "
         f"report: {report}"], out.stdout
     assert out.stderr == "" and report.exists()
+
+
+def _finished_study(workdir, budget, done):
+    """A study whose last run had `budget` candidates, `done` of them finished."""
+    config = runpy.run_path(SEARCH_CONFIG)["get_config"]()
+    config.search.max_candidates = budget
+    validate_search(config)
+    study = Study.create(workdir, config=config.to_dict())
+    study.set_state("max_candidates", budget)
+    for i in range(done):
+        cid = study.add(json.dumps({"candidate": i + 1}))
+        study.claim("w", cid)
+        study.tell(cid, {"accuracy": 0.9, "flops": 1e6 + i, "params": 1e4})
+    study.close()
+
+
+def _search(workdir, *flags):
+    return subprocess.run(
+        [sys.executable, "-m", "nas.search.cli", f"--config={SEARCH_CONFIG}",
+         f"--workdir={workdir}", "--noprogress", *flags],
+        capture_output=True, text=True, timeout=300, env=_env())
+
+
+@pytest.mark.parametrize("flags, budget", [((), 4), (("--config.search.max_candidates=3",), 3)])
+def test_a_finished_search_keeps_its_budget_unless_a_larger_one_is_given(tmp_path, flags,
+                                                                         budget):
+    # run with --config.search.max_candidates=4; the config file says 8: rerunning it
+    # without the flag (or with a budget that is not larger) trains nothing
+    workdir = tmp_path / "study"
+    _finished_study(workdir, budget=4, done=4)
+    out = _search(workdir, *flags)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [
+        f"the search in {workdir} is finished (done 4; max_candidates {budget}); report: "
+        f"{workdir / 'report' / 'report.html'}"], out.stdout
+    with Study.load(workdir) as study:
+        assert sum(study.counts().values()) == 4
+
+
+@pytest.mark.slow  # trains a seed and a child through the CLI: ~1 min on 2 loaded cores
+def test_a_larger_budget_extends_a_finished_search_and_says_so(tmp_path):
+    from nas.search.driver import run_search
+    from tests.search.conftest import tiny_search_config
+
+    workdir = tmp_path / "study"
+    run_search(tiny_search_config(max_candidates=1), str(workdir), progress=False)
+    config = tmp_path / "tiny.py"  # the same search, whose file asks for 3 candidates
+    config.write_text("from tests.search.conftest import tiny_search_config\n\n\n"
+                      "def get_config(arg=None):\n    return tiny_search_config()\n")
+    run = ([sys.executable, "-m", "nas.search.cli", f"--config={config}",
+            f"--workdir={workdir}", "--noprogress"])
+    again = subprocess.run(run, capture_output=True, text=True, timeout=300, env=_env())
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.startswith(f"the search in {workdir} is finished (done 1; "
+                                   f"max_candidates 1)"), again.stdout
+    more = subprocess.run([*run, "--config.search.max_candidates=2"], capture_output=True,
+                          text=True, timeout=600, env=_env())
+    assert more.returncode == 0, more.stderr[-3000:]
+    assert more.stdout.splitlines()[0] == (f"extending the search in {workdir} from 1 to 2 "
+                                           f"candidates"), more.stdout
+    with Study.load(workdir) as study:
+        assert sum(study.counts().values()) == 2 and study.counts()["done"] >= 1

@@ -44,6 +44,8 @@ def place(tmp_path):
     (tmp_path / "afile").write_text("x")
     (tmp_path / "noget.py").write_text("x = 1\n")
     (tmp_path / "dict.py").write_text("def get_config():\n    return {'lr': 1.0}\n")
+    (tmp_path / "raises.py").write_text("def get_config(arg=None):\n"
+                                        "    raise TypeError('no such preset')\n")
     return tmp_path
 
 
@@ -71,6 +73,8 @@ SEARCH_CASES = [
     (["--workdir={t}/new", "--config.search.seed=99999999999999999999"], ["search.seed"]),
     (["--workdir={t}/new", "--config.train.num_classes=5"], ["train.num_classes", "10"]),
     (["--workdir={t}/new", "--config={t}/noget.py"], ["noget.py", "get_config()"]),
+    (["--workdir={t}/new", "--config={t}/raises.py:x"],
+     ["--config: ", "raises.py: TypeError: no such preset"]),
     # a search that would select on its test split
     (["--workdir={t}/new", "--config.search.validation_fraction=0.0"],
      ["search.validation_fraction", "select on the test split 'test'"]),
@@ -181,6 +185,7 @@ TRAIN_CASES = [
     (["--config.num_classes=5"], ["'num_classes' must be >= 10", "digits"]),
     (["--config={t}/dict.py"], ["--config", "ConfigDict", "dict"]),
     (["--config={t}/noget.py"], ["noget.py", "get_config()"]),
+    (["--config={t}/raises.py"], ["--config: ", "raises.py: TypeError: no such preset"]),
     (["--workdir={t}/afile"], ["--workdir", "afile", "not a directory"]),
     (["--graph={t}/cnn.json", "--config.num_classes=12"], ["--graph", "10 logits", "12"]),
     (["--graph={t}/gone.json"], ["--graph", "gone.json", "'checkpoint_path'",
@@ -216,6 +221,32 @@ def test_nas_train_values_that_pass_the_schema_are_one_line(place, args, needles
     before = _snapshot(place)
     proc = _run("nas.train.cli", *args, cwd=place)
     _assert_one_line(proc, "nas-train", *needles)
+    assert _snapshot(place) == before
+
+
+LATE_CASES = [  # found by building the model or the optimizer: refused before any output
+    (["--config.model_name=nope"], ["config field 'model_name'", "'nope'"]),
+    (["--config.schedule.warmup_steps=1000"], ["config field 'schedule'", "warmup (1000)",
+                                               "total_steps (112)"]),
+    (["--config={t}/listed.py"], ["config field 'schedule[0]'", "cooldown (500)"]),
+]
+
+
+@pytest.mark.parametrize("args, needles", LATE_CASES)
+def test_nas_train_config_mistakes_come_before_anything_is_printed(place, args, needles):
+    (place / "listed.py").write_text(
+        f"import runpy\n\n\ndef get_config(arg=None):\n"
+        f"    c = runpy.run_path({TRAIN_CONFIG!r})['get_config']()\n"
+        f"    with c.ignore_type():\n"
+        f"        c.schedule = [('^conv', {{'cooldown_steps': 500}}), ('.*', None)]\n"
+        f"    return c\n")
+    args = [a.format(t=place) for a in args]
+    if not any(a.startswith("--config=") for a in args):
+        args.insert(0, f"--config={TRAIN_CONFIG}")
+    before = _snapshot(place)
+    proc = _run("nas.train.cli", *args, f"--workdir={place}/w", cwd=place)
+    _assert_one_line(proc, "nas-train", *needles)
+    assert proc.stdout == ""
     assert _snapshot(place) == before
 
 

@@ -77,7 +77,7 @@ def test_the_export_holds_settings_and_metrics(exported):
 def _readme_example() -> str:
     with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
         text = f.read()
-    section = text[text.index("## An exported candidate") :]
+    section = text[text.index("## The exported candidate") :]
     return re.search(r"```python\n(.*?)```", section, re.S).group(1)
 
 
@@ -116,6 +116,14 @@ def test_nas_train_prints_and_uses_the_candidate_settings(exported):
     assert re.search(r"^  lr +0\.0007$", out, re.M), out
     assert re.search(r"^  total_epochs +0\.25$", out, re.M), out
     assert re.search(r"^  seed +3  \(command line\)$", out, re.M), out
+    # trained and evaluated as in the search: the validation split it was chosen on, then
+    # the test split; each with its interval and size
+    assert re.search(r"^validation accuracy +\d+\.\d\d % \(95 % interval [0-9.]+-[0-9.]+ %, "
+                     r"n=\d+; split 'holdout': 0\.1 of 'train', never trained on\)$", out,
+                     re.M), out
+    assert re.search(r"^test accuracy +\d+\.\d\d % \(95 % interval [0-9.]+-[0-9.]+ %, n=360; "
+                     r"split 'test'\)$", out, re.M), out
+    assert re.search(r"\d+/\d+ \[.*(step/s|s/step)", proc.stderr), proc.stderr[-2000:]  # bar
     used = json.loads((workdir / "config.json").read_text())
     assert (used["lr"], used["total_epochs"], used["seed"]) == (LR, SEED_EPOCHS, 3)
 

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -140,7 +141,13 @@ def test_cli_trains_a_graph_file_and_prints_table(data_dir, tmp_path):
     path.write_text(graph_to_json(graph, constants))
     proc = _cli("--config=configs/digits_cnn.py", f"--graph={path}",
                 f"--workdir={tmp_path / 'w'}", f"--config.input.data_dir={data_dir}",
-                "--config.total_epochs=0.3", "--config.schedule.warmup_steps=0")
+                "--config.total_epochs=0.3", "--config.schedule.warmup_steps=0",
+                "--noprogress")
     assert proc.returncode == 0, proc.stderr[-3000:]
     for key in ("accuracy", "FLOPs / example", "parameters", "train images/sec/core"):
         assert key in proc.stdout
+    # the config evaluates on its test split, all 360 digits: the line says so
+    assert re.search(r"^test accuracy +\d+\.\d\d % \(95 % interval \d+\.\d\d-\d+\.\d\d %, "
+                     r"n=360; split 'test'\)$", proc.stdout, re.M), proc.stdout
+    assert "step/s" not in proc.stderr and "s/step" not in proc.stderr  # --noprogress
+    assert proc.stdout.splitlines()[-1] == f"every setting of this run: {tmp_path}/w/config.json"

@@ -1,0 +1,242 @@
+"""`nas-search dashboard`: the study served read-only over HTTP while the search runs.
+
+Why: a long search is watched, not re-reported by hand. The overview page polls a JSON
+summary and updates in place as candidates finish; a candidate's page (its mutation,
+training curve and architecture, as in the static report) is rendered when asked for, for
+any candidate; the CSV downloads. The study is opened read-only (SQLite `mode=ro`): in WAL
+mode a reader never blocks the driver's or the workers' writes, and no route writes.
+The overview is recomputed only when the database changed (`PRAGMA data_version`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from aiohttp import web
+
+from nas.search.candidate import FINISHED, Candidate
+from nas.search.report import (
+    _CSS,
+    COST_LABELS,
+    _candidate_section,
+    _fmt,
+    _input_shape,
+    front_label,
+    lineage,
+    ranked_costs,
+    reported_test_text,
+    to_csv,
+    val_accuracy_text,
+)
+from nas.search.study import Study
+from nas.search.svg import esc
+
+POLL_MS = 2000  # how often the overview asks for news
+
+
+def _row(c: Candidate) -> dict[str, Any]:
+    """What the overview shows of one candidate."""
+    return {"id": c.id, "parent": c.parent_id, "gen": c.generation, "status": c.status,
+            "val": val_accuracy_text(c), "test": reported_test_text(c),
+            "flops": _fmt(c.flops), "params": _fmt(c.params),
+            "ims": _fmt(c.im_sec_core_train), "error": (c.error or "")[:200]}
+
+
+def overview(study: Study, k: int = 10, recent: int = 10) -> dict[str, Any]:
+    """Counts, progress, the fronts the search ranks by, the best k and the latest finished
+    candidates: indexed reads, whose rows are read whole only for what is shown."""
+    counts = study.counts()
+    fronts = [{"cost": cost, "label": front_label(cost),
+               "rows": [_row(c) for c in study.pareto_front(cost)]}
+              for cost in ranked_costs(study)]
+    return {"workdir": str(study.workdir.resolve()), "counts": counts,
+            "finished": sum(counts[s] for s in FINISHED),
+            "max_candidates": study.get_state("max_candidates"),
+            "best": [_row(c) for c in study.best(k)],
+            "recent": [_row(c) for c in study.latest(recent, FINISHED)],
+            "fronts": fronts, "k": k}
+
+
+class Dashboard:
+    """The read-only views of one study, with the overview cached until the file changes."""
+
+    def __init__(self, study: Study, k: int = 10):
+        self.study = study
+        self.k = k
+        self._lock = threading.Lock()
+        self._cached: tuple[int, bytes] | None = None
+
+    def _version(self) -> int:
+        with self.study._db.read() as c:
+            return int(c.execute("PRAGMA data_version").fetchone()[0])
+
+    def overview_json(self) -> bytes:
+        with self._lock:
+            version = self._version()
+            if self._cached is None or self._cached[0] != version:
+                body = json.dumps(overview(self.study, self.k)).encode()
+                self._cached = (version, body)
+            return self._cached[1]
+
+    def candidate_html(self, cid: int) -> str:
+        """One candidate's page: what its mutation changed, its training, its architecture."""
+        c = self.study.get(cid)  # ValueError when there is none
+        by_id = {c.id: c}
+        parent = c.parent_id
+        while parent is not None and parent not in by_id:
+            by_id[parent] = self.study.get(parent)
+            parent = by_id[parent].parent_id
+        on = [cost for cost in ranked_costs(self.study)
+              if any(f.id == cid for f in self.study.pareto_front(cost))]
+        costs = [cost for cost, _ in COST_LABELS if getattr(c, cost)]
+        section = _candidate_section(self.study, c, by_id, _input_shape(self.study), costs,
+                                     on, {})
+        section = section.replace('href="#cand-', 'href="/candidates/').replace(
+            'href="#c', 'href="/candidates/')
+        chain = " → ".join(f'<a href="/candidates/{i}">{i}</a>' for i in lineage(cid, by_id))
+        return (f"<!doctype html>\n<html><head><meta charset='utf-8'><title>candidate {cid}"
+                f"</title><style>{_CSS}</style></head><body><p><a href='/'>overview</a> · "
+                f"status {esc(c.status)} · lineage {chain}</p>"
+                f"{_status_line(c)}{section}</body></html>\n")
+
+    def csv(self) -> str:
+        return to_csv(self.study, self.study.candidates(with_graphs=False))
+
+
+def _status_line(c: Candidate) -> str:
+    if c.status == "done":
+        return (f"<p>validation accuracy {esc(val_accuracy_text(c))}; test accuracy "
+                f"{esc(reported_test_text(c) or '-')} (reported only)</p>")
+    return f"<p>{esc(c.status)}{': ' + esc(c.error) if c.error else ''}</p>"
+
+
+def make_app(dashboard: Dashboard) -> web.Application:
+    """GET-only routes; aiohttp answers any other method with 405."""
+
+    async def index(request: web.Request) -> web.Response:
+        return web.Response(text=_OVERVIEW_HTML, content_type="text/html")
+
+    async def api_overview(request: web.Request) -> web.Response:
+        body = await asyncio.to_thread(dashboard.overview_json)
+        return web.Response(body=body, content_type="application/json",
+                            headers={"Cache-Control": "no-store"})
+
+    async def candidate(request: web.Request) -> web.Response:
+        try:
+            cid = int(request.match_info["cid"])
+            html = await asyncio.to_thread(dashboard.candidate_html, cid)
+        except ValueError as e:
+            raise web.HTTPNotFound(text=str(e).splitlines()[0]) from None
+        return web.Response(text=html, content_type="text/html")
+
+    async def csv(request: web.Request) -> web.Response:
+        text = await asyncio.to_thread(dashboard.csv)
+        return web.Response(text=text, content_type="text/csv", headers={
+            "Content-Disposition": 'attachment; filename="report.csv"'})
+
+    app = web.Application()
+    app.add_routes([web.get("/", index), web.get("/api/overview", api_overview),
+                    web.get(r"/candidates/{cid:\d+}", candidate),
+                    web.get("/report.csv", csv)])
+    return app
+
+
+async def serve(dashboard: Dashboard, host: str, port: int,
+                started: Sequence[Any] = ()) -> None:
+    """Serve until cancelled (Ctrl-C). A port that cannot be bound is one ValueError line."""
+    runner = web.AppRunner(make_app(dashboard), handle_signals=False, access_log=None)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, port)
+        try:
+            await site.start()
+        except OSError as e:
+            raise ValueError(f"--port={port}: cannot listen on {host}:{port}: "
+                             f"{e.strerror or e}") from None
+        bound = runner.addresses[0][1] if runner.addresses else port
+        print(f"dashboard of {dashboard.study.workdir}: http://{host}:{bound}/ (read-only; "
+              f"Ctrl-C stops it)", flush=True)
+        for callback in started:
+            callback(bound)
+        await asyncio.Event().wait()
+    finally:
+        await runner.cleanup()
+
+
+_OVERVIEW_HTML = f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>nas dashboard</title><style>{_CSS}
+#bar {{ width: 30em; height: 1em; border: 1px solid #888; display: inline-block; }}
+#bar > span {{ display: block; height: 100%; background: #2ca02c; width: 0; }}
+</style></head><body>
+<h1>nas study <small id="workdir"></small></h1>
+<p><span id="bar"><span></span></span> <span id="progress">loading…</span></p>
+<p id="counts"></p>
+<p><a id="csv-link" href="/report.csv" download>download CSV</a> ·
+updates every {POLL_MS / 1000:g} s without a reload · <span id="updated"></span></p>
+<section id="recent"><h2>Latest finished</h2><table id="recent-table"></table></section>
+<section id="best"><h2 id="best-head">Best by validation accuracy</h2>
+<table id="best-table"></table></section>
+<section id="fronts"><h2>Fronts the search ranks parents by</h2><div id="front-tables">
+</div></section>
+<script>
+const COLS = [["id", "id"], ["parent", "parent"], ["gen", "gen"], ["status", "status"],
+  ["val", "val accuracy [95%]"], ["test", "test accuracy [95%] (reported only)"],
+  ["flops", "FLOPs"], ["params", "params"], ["ims", "train im/s/core"], ["error", "error"]];
+function link(id) {{
+  const a = document.createElement("a"); a.href = "/candidates/" + id; a.textContent = id;
+  return a;
+}}
+function fill(table, rows) {{
+  table.replaceChildren();
+  const head = table.createTHead().insertRow();
+  for (const [, label] of COLS) {{
+    const th = document.createElement("th"); th.textContent = label; head.appendChild(th);
+  }}
+  const body = table.createTBody();
+  for (const r of rows) {{
+    const tr = body.insertRow(); tr.dataset.id = r.id; tr.className = r.status;
+    for (const [key] of COLS) {{
+      const td = tr.insertCell();
+      if ((key === "id" || key === "parent") && r[key] !== null) td.appendChild(link(r[key]));
+      else td.textContent = r[key] === null ? "" : r[key];
+    }}
+  }}
+}}
+async function refresh() {{
+  try {{
+    const response = await fetch("/api/overview", {{cache: "no-store"}});
+    const o = await response.json();
+    document.getElementById("workdir").textContent = o.workdir;
+    const total = o.max_candidates || o.finished || 1;
+    document.getElementById("progress").textContent =
+      o.finished + " of " + (o.max_candidates === null ? "?" : o.max_candidates) +
+      " candidates finished";
+    document.querySelector("#bar > span").style.width =
+      Math.min(100, 100 * o.finished / total) + "%";
+    document.getElementById("counts").textContent =
+      Object.entries(o.counts).map(([s, n]) => s + " " + n).join(", ");
+    document.getElementById("best-head").textContent =
+      "Best " + o.k + " by validation accuracy (it decides; test is only reported)";
+    fill(document.getElementById("recent-table"), o.recent);
+    fill(document.getElementById("best-table"), o.best);
+    const fronts = document.getElementById("front-tables");
+    fronts.replaceChildren();
+    for (const f of o.fronts) {{
+      const h = document.createElement("h3"); h.textContent = f.label; fronts.appendChild(h);
+      const t = document.createElement("table"); t.className = "front";
+      t.dataset.cost = f.cost; fronts.appendChild(t); fill(t, f.rows);
+    }}
+    document.getElementById("updated").textContent =
+      "updated " + new Date().toLocaleTimeString();
+  }} catch (e) {{
+    document.getElementById("updated").textContent = "cannot reach the dashboard: " + e;
+  }}
+}}
+refresh();
+setInterval(refresh, {POLL_MS});
+</script></body></html>
+"""

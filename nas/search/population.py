@@ -1,0 +1,169 @@
+"""What the driver reads per proposal, kept incrementally: finished rows' selection fields.
+
+Why: a finished candidate never changes (the first result wins, see `Study.tell`), so the
+driver reads each one once, without its graph, and keeps the done ones as arrays that
+parent selection uses directly (`selection.Columns`). Per proposal it then runs a few
+indexed queries (the first unfinished id, the newest id, the rows finished since) instead
+of listing the study, so a proposal's bookkeeping stays flat as the study grows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from nas.search.pareto import ParetoCurve
+from nas.search.selection import COSTS, OBJECTIVES, Columns, check_cost
+
+
+@dataclasses.dataclass(frozen=True)
+class Finished:
+    """A done candidate as selection and the progress line see it (no graph, no JSON):
+    the attributes `Individual.from_candidate` and `Driver.check_size` read."""
+
+    id: int
+    parent_id: int | None
+    accuracy: float
+    flops: float | None = None
+    params: float | None = None
+    im_sec_core_train: float | None = None
+    im_sec_core_infer: float | None = None
+    val_examples: Any = None  # as stored in the metrics' JSON (a count, normally)
+    status: str = "done"  # only done candidates are read this way
+
+    @property
+    def extra_metrics(self) -> dict[str, Any]:
+        return {} if self.val_examples is None else {"val_examples": self.val_examples}
+
+
+class Population(list):
+    """The done candidates a proposal reads, by id, with their selection columns attached
+    (`columns`), so selection needs no pass over Python objects."""
+
+    columns: Columns
+
+
+class DoneCache:
+    """The done candidates of a study, read once each with indexed queries.
+
+    `prefix` rows (ids up to the first unfinished one) are final and kept; done rows past
+    it (few: at most the pipeline's depth in a driver's search) are read again each time.
+    """
+
+    def __init__(self, study: Any) -> None:
+        self.study = study
+        self._through = 0  # every id <= this is finished and read
+        self._rows: list[Finished] = []
+        self._columns: list[np.ndarray] = []  # per column, growing by concatenation
+        self._tail: list[Finished] = []
+        self._best: Finished | None = None  # of `_rows`
+        self._fronts: dict[str, tuple[int, dict[tuple[float, float], int]]] = {}
+
+    def refresh(self) -> int | None:
+        """Read what finished since the last call; returns the first unfinished id (None
+        when every candidate is finished)."""
+        first_open = self.study.first_unfinished_id()
+        end = self.study.last_id() if first_open is None else first_open - 1
+        if end > self._through:
+            self._append(self.study.done_rows(self._through, end))
+            self._through = end
+        self._tail = self.study.done_rows(self._through)
+        return first_open
+
+    def population(self, bound: int) -> Population | None:
+        """Done candidates with id <= `bound`; None while one of them is unfinished."""
+        first_open = self.refresh()
+        if first_open is not None and first_open <= bound:
+            return None
+        m = int(np.searchsorted(self._columns_id(), bound, side="right"))
+        out = Population(self._rows[:m])
+        out.columns = self._slice(m)
+        return out
+
+    def done(self) -> list[Finished]:
+        """Every done candidate read by the last `refresh`, by id."""
+        return self._rows + self._tail
+
+    def any_done(self) -> bool:
+        """Whether the last `refresh` found a done candidate (no copy of the rows)."""
+        return bool(self._rows or self._tail)
+
+    def best(self) -> Finished | None:
+        """The most accurate done candidate (ties: fewer FLOPs, then older), as `Study.best`:
+        the kept rows' best, updated as rows come, against the few rows past them."""
+        return min([*([self._best] if self._best else []), *self._tail], key=_rank,
+                   default=None)
+
+    def front_size(self, cost: str = "flops") -> int:
+        """How many done candidates `Study.pareto_front(cost)` lists (ties included).
+
+        The kept rows' front is kept as its points and how many rows equal each (a row
+        off the front never returns to it: the front only improves), so each call folds
+        in the rows read since the last one and the rows past them."""
+        check_cost(cost)
+        counted, front = self._fronts.get(cost, (0, {}))
+        front = _fold(front, self._rows[counted:], cost)
+        self._fronts[cost] = (len(self._rows), front)
+        return sum(_fold(front, self._tail, cost).values())
+
+    # ---------------------------------------------------------------- internals
+
+    def _append(self, rows: Sequence[Finished]) -> None:
+        if not rows:
+            return
+        self._rows.extend(rows)
+        self._best = min([*([self._best] if self._best else []), *rows], key=_rank)
+        new = [np.array([f.id for f in rows], dtype=np.int64),
+               np.array([f.accuracy for f in rows], dtype=float),
+               *[np.array([_nan(getattr(f, c)) for f in rows], dtype=float) for c in COSTS],
+               np.array([_size(f.val_examples) for f in rows], dtype=float)]
+        self._columns = new if not self._columns else [
+            np.concatenate([old, add]) for old, add in zip(self._columns, new, strict=True)]
+
+    def _columns_id(self) -> np.ndarray:
+        return self._columns[0] if self._columns else np.zeros(0, dtype=np.int64)
+
+    def _slice(self, m: int) -> Columns:
+        if not self._columns:
+            empty = np.zeros(0)
+            return Columns(np.zeros(0, dtype=np.int64), empty, dict.fromkeys(COSTS, empty),
+                           empty)
+        ids, acc, *costs, examples = (c[:m] for c in self._columns)
+        return Columns(ids, acc, dict(zip(COSTS, costs, strict=True)), examples)
+
+
+def _rank(c: Finished) -> tuple[float, float, int]:
+    return (-c.accuracy, _inf(c.flops), c.id)
+
+
+def _fold(front: dict[tuple[float, float], int], rows: Sequence[Finished], cost: str
+          ) -> dict[tuple[float, float], int]:
+    """The accuracy/`cost` front of `front`'s points and `rows`, each point with how many
+    rows equal it."""
+    new = [(float(r.accuracy), float(getattr(r, cost))) for r in rows
+           if getattr(r, cost) is not None]
+    if not new:
+        return front
+    points = list(front) + new
+    curve = ParetoCurve(points, (True, OBJECTIVES[cost]))
+    out = {tuple(p): front.get(tuple(p), 0) for p in curve.points.tolist()}
+    for p in new:
+        if p in out:
+            out[p] += 1
+    return out
+
+
+def _nan(value: float | None) -> float:
+    return float("nan") if value is None else float(value)
+
+
+def _inf(value: float | None) -> float:
+    return float("inf") if value is None else value
+
+
+def _size(value: Any) -> float:
+    """A sample size as selection reads it (`int(n)`), NaN when unknown (falsy)."""
+    return float(int(value)) if value else float("nan")

@@ -1,0 +1,132 @@
+"""`input.data.name = "folder:DIR"` or `"npz:FILE"`: users' own images as a tfds dataset.
+
+Why: every dataset takes one path (`tfds` array_record source -> grain or the devices), so
+the validation split, resizing, augmentation and device-resident training need nothing new
+for a user's data. Their files (`nas.train.userfiles` reads and checks them) are written
+once, by a tfds builder, into array_record under the data dir, in a folder named by a digest
+of their content: the next run, and every worker of a search, opens that folder and
+converts nothing. A changed file (new size or modification time, other npz bytes) makes a
+new digest and a new conversion.
+
+Safe when several processes convert the same data at once, and never half-written: one
+process converts (a file lock) into a temp folder next to the final one and renames it into
+place; any failure removes the temp folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import io
+import os
+import shutil
+import tempfile
+from typing import Any
+
+import numpy as np
+import tensorflow_datasets as tfds
+from absl import logging
+
+from nas.train import userfiles
+
+KINDS = ("folder", "npz")
+SUBDIR = "nas_user_data"  # under the tfds data dir
+FORMAT = "1"  # part of the digest: a new layout of the converted data converts again
+
+
+def kind_of(name: str) -> str | None:
+    """"folder" or "npz" for a user dataset name, else None (a tfds name)."""
+    kind, sep, _ = name.partition(":")
+    return kind if sep and kind in KINDS else None
+
+
+def path_of(name: str) -> str:
+    """The user's folder or file named by `name`, as an absolute path."""
+    kind = kind_of(name)
+    path = name[len(kind) + 1:] if kind else ""
+    if not path:
+        raise ValueError(f"config field 'input.data.name': {name!r} names no path (expected "
+                         f"'folder:DIR' or 'npz:FILE')")
+    return os.path.abspath(os.path.expanduser(path))
+
+
+class UserImages(tfds.core.GeneratorBasedBuilder):
+    """A user's images and labels as tfds writes them: array_record, splits train and test."""
+
+    VERSION = tfds.core.Version("1.0.0")
+    RELEASE_NOTES = {"1.0.0": "a folder:DIR or npz:FILE dataset, converted once."}
+
+    def __init__(self, *, content: userfiles.Content, **kwargs: Any) -> None:
+        self._content = content
+        super().__init__(**kwargs)
+
+    def _info(self) -> tfds.core.DatasetInfo:
+        c = self._content
+        varying = c.shape[0] is None  # images of several sizes: stored with their shapes
+        image = tfds.features.Tensor(shape=c.shape, dtype=np.uint8,
+                                     encoding="bytes" if varying else "none")
+        label = (tfds.features.ClassLabel(names=list(c.classes)) if c.classes
+                 else tfds.features.ClassLabel(num_classes=c.num_classes))
+        return tfds.core.DatasetInfo(
+            builder=self,
+            description=f"{c.kind}:{c.path}, converted by nas",
+            features=tfds.features.FeaturesDict({"image": image, "label": label}),
+            supervised_keys=("image", "label"),
+        )
+
+    def _split_generators(self, dl_manager: Any) -> dict[str, Any]:  # noqa: ARG002
+        return {split: self._generate_examples(split) for split in userfiles.SPLITS}
+
+    def _generate_examples(self, split: str) -> Any:
+        yield from self._content.examples(split)
+
+
+def converted_dir(name: str, data_dir: str) -> str:
+    """The folder holding `name`'s array_record files, converting it first if it is not
+    there yet (checks the files and raises one ValueError line naming the one at fault)."""
+    kind = kind_of(name)
+    if kind is None:
+        raise ValueError(f"config field 'input.data.name': {name!r} is not a user dataset "
+                         f"(expected 'folder:DIR' or 'npz:FILE')")
+    path = path_of(name)
+    key = userfiles.content_key(kind, path)
+    root = os.path.join(data_dir, SUBDIR)
+    final = os.path.join(root, f"{kind}-{key[:20]}-v{FORMAT}")
+    if os.path.isdir(final):
+        return final
+    os.makedirs(root, exist_ok=True)
+    with open(os.path.join(root, f".{kind}-{key[:20]}.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one process converts, the others wait for it
+        if not os.path.isdir(final):
+            _convert(userfiles.read(kind, path), root, final)
+    return final
+
+
+def _convert(content: userfiles.Content, root: str, final: str) -> None:
+    """Write `content` with the tfds builder into a temp folder, then rename it to `final`."""
+    tmp = tempfile.mkdtemp(prefix=".converting-", dir=root)
+    try:
+        print(f"converting {content.kind}:{content.path} ({content.sizes['train']} train, "
+              f"{content.sizes['test']} test images) to array_record in {final} (once)",
+              flush=True)
+        tfds.disable_progress_bar()
+        builder = UserImages(content=content, data_dir=tmp, file_format="array_record")
+        with contextlib.redirect_stdout(io.StringIO()):  # tfds names the temp folder
+            builder.download_and_prepare()
+        os.rename(builder.data_dir, final)  # atomic: readers see all of it or none
+        logging.info("converted %s:%s to %s", content.kind, content.path, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def open_split(name: str, split: str, data_dir: str) -> Any:
+    """A random-access source of `split` ("train", "test", or a slice such as
+    "train[:50%]") of the user dataset `name`."""
+    folder = converted_dir(name, data_dir)
+    builder = tfds.builder_from_directory(folder)
+    try:
+        return builder.as_data_source(split=split)
+    except Exception as e:  # tfds raises several types for an unknown split
+        raise ValueError(f"config field 'input.data.name': {name!r} has splits "
+                         f"{list(userfiles.SPLITS)}, cannot read split {split!r} "
+                         f"({type(e).__name__}: {str(e).splitlines()[0][:200]})") from None

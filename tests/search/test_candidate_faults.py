@@ -1,0 +1,99 @@
+"""Faults stay with the candidate that has them: each failure is recorded with its own cause
+and the next candidate trains (the faults are real: a graph that fails when it runs, a
+learning rate that diverges), in worker processes that send the cause back as data."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from nas import zoo
+from nas.graph import OpType, new_graph, new_op
+from nas.graph.serialize import graph_to_json
+from nas.search.executors import LocalExecutor
+from tests.search.conftest import tiny_search_config
+
+
+def small_train_config(**changes) -> dict:
+    train = tiny_search_config().train
+    train.total_epochs = 0.2
+    train.update(changes)
+    return train.to_dict()
+
+
+def digits_graph_json() -> str:
+    train = tiny_search_config().train
+    graph, constants, _ = zoo.build(train.model_name, int(train.num_classes),
+                                    int(train.input.image_size))
+    return graph_to_json(graph, constants)
+
+
+def misfit_reshape_json() -> str:
+    """A graph whose reshape cannot hold its input (32*32*3 values into 7*7): it fails only
+    when it runs."""
+    ops = [new_op("fold", OpType.RESHAPE, ["input"], input_kwargs={"new_shape": ["B", 7, 7]}),
+           new_op("flatten", OpType.FLATTEN, ["fold"]),
+           new_op("logits", OpType.DENSE, ["flatten"], op_kwargs={"features": 10})]
+    return graph_to_json(new_graph(["input"], ["logits"], ops), {})
+
+
+def run_all(executor, tasks: dict[int, dict]) -> dict[int, object]:
+    for cid, kwargs in tasks.items():
+        executor.submit(cid, kwargs)
+    outcomes = {}
+    while executor.running():
+        outcomes.update({o.candidate_id: o for o in executor.poll(timeout=5.0)})
+    return outcomes
+
+
+@pytest.mark.slow  # two spawned workers import jax and compile: about a minute on 2 cores
+def test_graph_error_and_divergence_side_by_side_keep_their_causes():
+    good = digits_graph_json()
+    executor = LocalExecutor(workers=2)
+    try:
+        first = run_all(executor, {
+            1: {"train_config": small_train_config(), "graph_json": misfit_reshape_json(),
+                "init_variables": None},
+            2: {"train_config": small_train_config(lr=1e30), "graph_json": good,
+                "init_variables": None}})
+        assert first[1].error.startswith("OpError: op 'fold' (RESHAPE)"), first[1].error
+        assert "training diverged" in first[2].error, first[2].error
+        assert not first[1].infeasible and not first[2].infeasible
+        after = run_all(executor, {3: {"train_config": small_train_config(),
+                                       "graph_json": good, "init_variables": None}})
+    finally:
+        executor.close()
+    assert after[3].error is None and after[3].metrics["accuracy"] >= 0.0
+
+
+def dying_graph_json() -> str:
+    """A small graph whose op "stall" (with NAS_TEST_STALL_OP=stall, NAS_TEST_STALL_DIE=1)
+    kills its worker process inside the first training step (`nas.graph.stall`)."""
+    ops = [new_op("flatten", OpType.FLATTEN, ["input"]),
+           new_op("stall", OpType.DENSE, ["flatten"], op_kwargs={"features": 10})]
+    return graph_to_json(new_graph(["input"], ["stall"], ops), {})
+
+
+@pytest.mark.slow  # two spawned workers, one killed and the pool started again: ~2 minutes
+def test_a_worker_process_that_dies_takes_no_neighbour_with_it(monkeypatch, caplog):
+    monkeypatch.setenv("NAS_TEST_STALL_OP", "stall")  # inherited by the spawned workers
+    monkeypatch.setenv("NAS_TEST_STALL_DIE", "1")
+    good = digits_graph_json()
+    executor = LocalExecutor(workers=2)
+    try:
+        with caplog.at_level(logging.WARNING):
+            first = run_all(executor, {
+                1: {"train_config": small_train_config(total_epochs=1.0), "graph_json": good,
+                    "init_variables": None},
+                2: {"train_config": small_train_config(), "graph_json": dying_graph_json(),
+                    "init_variables": None}})
+        after = run_all(executor, {3: {"train_config": small_train_config(),
+                                       "graph_json": good, "init_variables": None}})
+    finally:
+        executor.close()
+    # candidate 1 was in flight when 2's process died (it trains far longer): it ran again
+    assert any("each runs again alone" in r.getMessage() for r in caplog.records)
+    assert first[2].error == "worker process died (killed or out of memory)"
+    assert first[1].error is None and first[1].metrics["accuracy"] >= 0.0
+    assert after[3].error is None

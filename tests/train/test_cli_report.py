@@ -1,0 +1,105 @@
+"""What `nas-train` prints: each accuracy names its split, with its 95 % Wilson interval
+and n, and the checks it makes before printing anything (`nas.train.preflight`)."""
+
+import pytest
+from helpers import tiny_config
+
+from nas.train import intervals
+from nas.train.cli import format_settings, format_table
+from nas.train.config import with_defaults
+
+
+def _metrics(**extra):
+    return {"acc": 351 / 360, "loss": 0.1, "num_params": 1000, "flops": 2000,
+            "im_sec_core_train": 1.0, "im_sec_core_infer": 2.0, "compile_seconds": 1.0,
+            "train_peak_bytes": 2**20, "train_seconds": 3.0, "steps": 11,
+            "eval_examples": 360, **extra}
+
+
+def test_wilson_matches_the_roots_of_the_score_equation():
+    # (p - x)^2 n = z^2 x (1 - x), solved by hand for p = 351/360, n = 360 and p = 1, n = 10
+    low, high = intervals.wilson(351 / 360, 360)
+    assert low == pytest.approx(0.9531770785533203) and high == pytest.approx(0.9867927674024)
+    low, high = intervals.wilson(1.0, 10)
+    assert low == pytest.approx(0.7224672001371111) and high == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="wilson: n"):
+        intervals.wilson(0.5, 0)
+
+
+def test_the_search_keeps_its_interval_names():
+    from nas.search import intervals as search_intervals
+
+    assert search_intervals.wilson is intervals.wilson
+    assert search_intervals.Z95 == intervals.Z95
+    assert search_intervals.text(0.975, 360) == "0.9750 [0.953, 0.987] n=360"
+
+
+def test_a_config_evaluating_on_test_says_test_with_interval_and_n():
+    config = with_defaults(tiny_config("/nowhere"))
+    table = format_table(_metrics(), 1, config)
+    assert ("test accuracy          97.50 % (95 % interval 95.32-98.68 %, n=360; "
+            "split 'test')") in table.splitlines()
+    assert "test loss              0.1000" in table.splitlines()
+    assert "validation" not in table
+
+
+def test_an_export_says_validation_and_reports_test_too():
+    # a search's candidate: evaluated on the carved validation split, tested once at the end
+    config = with_defaults(tiny_config("/nowhere", **{
+        "eval.data.split": "holdout", "eval.test_split": "test",
+        "input.data.validation_fraction": 0.1}))
+    lines = format_table(_metrics(acc=142 / 143, eval_examples=143, test_acc=351 / 360,
+                                  test_loss=0.2, test_examples=360), 1, config).splitlines()
+    assert lines[0] == ("validation accuracy    99.30 % (95 % interval 96.15-99.88 %, n=143; "
+                        "split 'holdout': 0.1 of 'train', never trained on)")
+    assert lines[2] == ("test accuracy          97.50 % (95 % interval 95.32-98.68 %, n=360; "
+                        "split 'test')")
+
+
+def test_the_settings_block_names_no_file_that_is_not_written_yet():
+    config = with_defaults(tiny_config("/nowhere"))
+    block = format_settings(config, "--config=x.py", ["lr"], "/tmp/run")
+    assert "config.json" not in block and "/tmp/run" not in block
+    assert "  lr                  0.003  (command line)" in block.splitlines()
+    assert "eval.test_split" not in block  # none: nothing to show
+    config.eval.test_split = "test"
+    assert "  eval.test_split     'test'" in format_settings(config, "x", []).splitlines()
+
+
+@pytest.mark.parametrize("overrides, needles", [
+    ({"model_name": "nope"}, ["config field 'model_name'", "'nope'", "cnn"]),
+    ({"schedule.warmup_steps": 100}, ["config field 'schedule'", "warmup (100)",
+                                      "total_steps (22)", "batch size 64"]),
+    ({"schedule": [("^conv", {"cooldown_steps": 30}), (".*", None)]},
+     ["config field 'schedule[0]'", "cooldown (30)", "total_steps (22)"]),
+    ({"compute_dtype": "float16"}, ["'compute_dtype'", "float16"]),
+    ({"trainer": "reversible"}, ["config field 'trainer'", "not a reversible network"]),
+])
+def test_preflight_refuses_what_training_would_refuse_later(data_dir, overrides, needles):
+    from nas.train import preflight
+
+    config = tiny_config(data_dir)
+    config.unlock()
+    for key, value in overrides.items():
+        if key == "schedule":
+            with config.ignore_type():
+                config.schedule = value
+        else:
+            node, *rest = key.split(".")
+            if rest:
+                config[node][rest[0]] = value
+            else:
+                config[key] = value
+    with pytest.raises(ValueError) as e:
+        preflight.check(with_defaults(config) if "compute_dtype" not in overrides else config)
+    for needle in needles:
+        assert needle in str(e.value), str(e.value)
+
+
+def test_preflight_builds_the_zoo_model_and_counts_the_steps(data_dir):
+    from nas.train import preflight
+
+    config = with_defaults(tiny_config(data_dir))
+    graph, constants = preflight.check(config)
+    assert graph.ops and constants is not None
+    assert preflight.training_steps(config) == (22, 1437 / 64)
