@@ -119,3 +119,19 @@ def test_seeded_digits_search_finishes(tmp_path, factory):
     done = [c for c in children if c.status == "done"]
     assert len(done) >= 2, [(c.id, c.status, c.error) for c in children]
     assert all(c.inheritance for c in done)
+
+
+@pytest.mark.slow  # a second import of the ResNet, from an orbax checkpoint directory
+def test_import_reads_an_orbax_checkpoint(tmp_path, monkeypatch):
+    from nas.train.checkpoint import save_variables
+
+    monkeypatch.chdir(ROOT)
+    model = models.LinenResNet()
+    x = jax.random.normal(jax.random.PRNGKey(0), (2, 16, 16, 3))
+    variables = model.init(jax.random.PRNGKey(6), x)
+    checkpoint = save_variables(str(tmp_path / "ckpt"), jax.tree.map(np.asarray, variables))
+    out = tmp_path / "seed.zip"
+    import_flax(FACTORY, "16,16,3", checkpoint, str(out))
+    want = np.asarray(model.apply(variables, x))
+    np.testing.assert_allclose(np.asarray(nas.load_candidate(out)(x)), want, rtol=0,
+                               atol=1e-4 * float(np.abs(want).max()))
