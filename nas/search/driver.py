@@ -320,8 +320,10 @@ class Driver:
     def choose_parent(self, done: list[Any], rng: np.random.Generator) -> int:
         """The parent of the next child: selection from the Pareto fronts (a subclass may
         choose otherwise, e.g. a random-search baseline that always mutates the seed)."""
-        return select_parents([Individual.from_candidate(c) for c in done], self.selection,
-                              rng, num=1)[0]
+        correct = (self.study.correctness([c.id for c in done])
+                   if self.selection.noise_ties else {})
+        return select_parents([Individual.from_candidate(c, correct.get(c.id)) for c in done],
+                              self.selection, rng, num=1)[0]
 
     def population(self) -> list[Any] | None:
         """The done candidates the next proposal reads: those with an id up to the next

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 Z95 = 1.959963984540054  # two-sided 95 % normal quantile
 
@@ -57,11 +58,18 @@ def tied(a: float, n: int, b: float, m: int) -> bool:
     return a_low <= b <= a_high and b_low <= a <= b_high
 
 
-def tied_accuracies(accuracies: Sequence[float], sizes: Sequence[int | None]) -> list[float]:
+def tied_accuracies(accuracies: Sequence[float], sizes: Sequence[int | None],
+                    correct: Sequence[Any] | None = None) -> list[float]:
     """Each accuracy replaced by the best of its tie group: from the most accurate down,
     a group takes every remaining accuracy whose interval and the head's contain each
     other's value. So a ranking that reads these values sees a tie where noise cannot tell
-    the accuracies apart (and a cost objective then decides)."""
+    the accuracies apart (and a cost objective then decides).
+
+    `correct` (optional, one per accuracy): which examples each got right. Where both the
+    head and another have them on the same examples, they tie when the paired comparison
+    (`nas.search.paired`) finds them within noise; otherwise the Wilson rule above."""
+    from nas.search import paired  # it imports this module's Z95
+
     order = sorted(range(len(accuracies)), key=lambda i: (-accuracies[i], i))
     out = list(map(float, accuracies))
     grouped: set[int] = set()
@@ -74,7 +82,13 @@ def tied_accuracies(accuracies: Sequence[float], sizes: Sequence[int | None]) ->
         for other in order:
             if other in grouped or not sizes[other]:
                 continue
-            if tied(accuracies[head], int(sizes[head]), accuracies[other], int(sizes[other])):
+            if correct is not None and paired.comparable(correct[head], correct[other]):
+                same = paired.compare(correct[head], correct[other]).decision == \
+                    "within noise"
+            else:
+                same = tied(accuracies[head], int(sizes[head]), accuracies[other],
+                            int(sizes[other]))
+            if same:
                 out[other] = out[head]
                 grouped.add(other)
     return out

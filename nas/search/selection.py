@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from nas.io import examples
 from nas.search.intervals import tied_accuracies
 from nas.search.pareto import ParetoCurve
 
@@ -51,10 +52,13 @@ class Individual:
     im_sec_core_train: float | None = None
     im_sec_core_infer: float | None = None
     examples: int | None = None  # the accuracy's sample size (validation examples)
+    # which validation examples it got right (`nas.io.examples.pack`), for paired ties
+    correct: bytes | None = dataclasses.field(default=None, repr=False)
 
     @classmethod
-    def from_candidate(cls, candidate: Any) -> Individual:
-        """Build from a `nas.search.Candidate` (or anything with the same attributes)."""
+    def from_candidate(cls, candidate: Any, correct: np.ndarray | None = None) -> Individual:
+        """Build from a `nas.search.Candidate` (or anything with the same attributes);
+        `correct`: its validation correctness (`Study.correctness`), when recorded."""
         if candidate.accuracy is None:
             raise ValueError(
                 f"candidate {candidate.id}: has no accuracy (status "
@@ -65,7 +69,14 @@ class Individual:
             accuracy=float(candidate.accuracy),
             **{k: getattr(candidate, k, None) for k in COSTS},
             examples=(getattr(candidate, "extra_metrics", None) or {}).get("val_examples"),
+            correct=None if correct is None else examples.pack(correct),
         )
+
+    def correctness(self) -> np.ndarray | None:
+        """`correct` unpacked (None when not recorded or its size is unknown)."""
+        if self.correct is None or not self.examples:
+            return None
+        return examples.unpack(self.correct, int(self.examples))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,7 +95,12 @@ class SelectionConfig:
     warm_up: later individuals that do not count toward age.
     aging: "cosine" (smooth decay between 1x and 2x the horizon) or "step" (drop at it).
     noise_ties: accuracies inside one another's 95 % interval (`nas.search.intervals`) rank
-        as ties, so the cost objective prefers the cheaper once accuracy is matched.
+        as ties, so the cost objective prefers the cheaper once accuracy is matched; two
+        candidates with per-example results on the same examples tie when their paired
+        comparison is within noise (`nas.search.paired`).
+    noninferiority_pt: the summary's recommendation (not parent selection): a child
+        counts as good as the seed when the lower end of its paired 95 % interval of
+        child - seed validation accuracy is at least minus this many accuracy points.
     """
 
     costs: tuple[str, ...] = ("flops", "params")
@@ -99,6 +115,7 @@ class SelectionConfig:
     warm_up: int = 0
     aging: str = "cosine"
     noise_ties: bool = True
+    noninferiority_pt: float = 1.0
 
     def __post_init__(self) -> None:
         costs = (self.costs,) if isinstance(self.costs, str) else tuple(self.costs)
@@ -119,6 +136,11 @@ class SelectionConfig:
             raise ValueError(f"min_acc: must be finite or None, got {self.min_acc}")
         if not isinstance(self.noise_ties, bool):
             raise ValueError(f"noise_ties: must be true or false, got {self.noise_ties!r}")
+        margin = self.noninferiority_pt
+        if isinstance(margin, bool) or not isinstance(margin, int | float) or not (
+                math.isfinite(margin) and 0.0 <= margin <= 100.0):
+            raise ValueError(f"noninferiority_pt: must be a number of accuracy points in "
+                             f"[0, 100], got {margin!r}")
         if self.aging not in AGING_MODES:
             raise ValueError(f"aging: expected one of {AGING_MODES}, got {self.aging!r}")
 
@@ -214,7 +236,8 @@ def select_parents(
         raise ValueError(f"num: must be an integer in [1, {len(pool)}], got {num!r}")
     acc = aged_accuracies(pool, config)
     if config.noise_ties:
-        acc = np.asarray(tied_accuracies(acc, [ind.examples for ind in pool]))
+        acc = np.asarray(tied_accuracies(acc, [ind.examples for ind in pool],
+                                         [ind.correctness() for ind in pool]))
     chosen: list[int] = []
     alive = list(range(len(pool)))
     for _ in range(num):
