@@ -10,8 +10,9 @@ usage:
       workers, started before or after the driver), or train exactly candidate N
   nas-search report --workdir=DIR [--csv]
       print the best candidates (every candidate as CSV with --csv) and write DIR/report/
-  nas-search export --workdir=DIR --id=N --out=FILE.zip
-      write candidate N as one file (graph, weights, training settings, metrics) that
+  nas-search export --workdir=DIR --id=N|recommended|best --out=FILE.zip
+      write candidate N (or the summary's recommendation, or the most accurate on
+      validation) as one file (graph, weights, training settings, metrics) that
       `nas.load_candidate` loads and `nas-train --graph=FILE.zip` trains on
 
 main flags:
@@ -19,7 +20,7 @@ main flags:
   --workdir=DIR         the study directory
   --candidate=N         worker: train only candidate N
   --wait_s=S            worker: wait this long for a study to appear or for work (600)
-  --id=N --out=FILE     export: which candidate, and where
+  --id=N --out=FILE     export: which candidate (N, recommended or best), and where
   --noprogress          no progress bar
   --helpfull            every flag, absl's included
 
@@ -36,6 +37,7 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
+from typing import Any
 
 from absl import app, flags, logging
 from ml_collections import config_flags
@@ -46,7 +48,8 @@ FLAGS = flags.FLAGS
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Search config file.",
                                           lock_config=False)
 _WORKDIR = flags.DEFINE_string("workdir", None, "The study directory (created or resumed).")
-_ID = flags.DEFINE_integer("id", None, "Candidate id (export).")
+_ID = flags.DEFINE_string("id", None, "export: a candidate id, 'recommended' (the summary's "
+                          "recommendation) or 'best' (highest validation accuracy).")
 _OUT = flags.DEFINE_string("out", None, "Output file (export).")
 _CANDIDATE = flags.DEFINE_integer("candidate", None, "worker: train only this candidate.",
                                   lower_bound=1)
@@ -182,13 +185,45 @@ def _export(workdir: str) -> None:
     if _ID.value is None or not _OUT.value:
         raise ValueError("export needs --id and --out")
     study = Study.load(workdir)
+    cid, why = export_id(study, _ID.value)
     try:
-        path = study.export(_ID.value, _OUT.value)
+        path = study.export(cid, _OUT.value)
     except OSError as e:
         raise ValueError(f"--out: {os_error_line(e)}") from None
     except ValueError as e:
         raise naming_flag(e, f"--id={_ID.value}") from None
-    print(path)
+    cand = study.get(cid)
+    weights = "trained weights" if cand.checkpoint_path else "no weights (none were saved)"
+    print(f"wrote {path}: candidate {cid}{why} (graph, {weights}, training settings, "
+          f"metrics with per-example results); load it in Python with:")
+    print("  import nas")
+    print(f"  candidate = nas.load_candidate({str(path)!r})")
+    print("  logits = candidate(images)  # images: (batch, *candidate.input_shape) float32")
+
+
+def export_id(study: Any, value: str) -> tuple[int, str]:
+    """(candidate id, a note for the output) of --id: a number, 'recommended' or 'best'."""
+    from nas.search import recommend
+
+    text = value.strip().lower()
+    if text in ("recommended", "best"):
+        done = study.candidates("done")
+        if text == "best":
+            chosen = recommend.best_by_validation(done)
+        else:
+            pairs = recommend.Comparisons.of(study)
+            margin = recommend.margin_pt(study.config)
+            chosen = recommend.recommend(done, pairs, margin).candidate
+        if chosen is None:
+            raise ValueError(f"--id={value}: no finished candidate in the study yet")
+        return chosen.id, (" (recommended)" if text == "recommended"
+                           else " (best validation accuracy)")
+    try:
+        cid = int(text)
+    except ValueError:
+        raise ValueError(f"--id: expected a candidate id, 'recommended' or 'best', got "
+                         f"{value!r}") from None
+    return cid, ""
 
 
 def naming_flag(e: ValueError, flag: str) -> ValueError:
