@@ -37,6 +37,7 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from absl import app, flags, logging
@@ -193,9 +194,10 @@ def _export(workdir: str) -> None:
     except ValueError as e:
         raise naming_flag(e, f"--id={_ID.value}") from None
     cand = study.get(cid)
-    weights = "trained weights" if cand.checkpoint_path else "no weights (none were saved)"
-    print(f"wrote {path}: candidate {cid}{why} (graph, {weights}, training settings, "
-          f"metrics with per-example results); load it in Python with:")
+    held = ["graph", "trained weights" if cand.checkpoint_path else "no weights (none saved)",
+            *(["training settings"] if "train" in study.config else []), "metrics"]
+    path = Path(path).resolve()
+    print(f"wrote {path}: candidate {cid}{why} ({', '.join(held)}); load it in Python with:")
     print("  import nas")
     print(f"  candidate = nas.load_candidate({str(path)!r})")
     print("  logits = candidate(images)  # images: (batch, *candidate.input_shape) float32")
