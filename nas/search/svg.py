@@ -153,8 +153,8 @@ def scatter(points: Sequence[Point], xlabel: str, ylabel: str, css_class: str,
                          f'stroke="#888" stroke-width="1" fill="none"/>')
     # the seed last, so no child's point hides it
     for p in sorted(points, key=lambda p: p.mark == "seed"):
-        cls = "point" + (f" {p.mark}" if p.mark else "")
-        circle = (f'<circle class="{cls}" data-id="{esc(p.ident)}" cx="{ax.px(p.x):.1f}" '
+        mark = f' data-mark="{esc(p.mark)}"' if p.mark else ""
+        circle = (f'<circle class="point" data-id="{esc(p.ident)}"{mark} cx="{ax.px(p.x):.1f}" '
                   f'cy="{ax.py(p.y):.1f}" r="{6 if p.ring or p.mark == "seed" else 4}" '
                   f'fill="{"#000" if p.mark == "seed" else p.colour}" '
                   + ('stroke="#d62728" stroke-width="2"' if p.ring else 'stroke="none"')
