@@ -562,16 +562,18 @@ class Study:
             raise ValueError(f"split: expected one of {sorted(EXAMPLE_SPLITS.values())}, "
                              f"got {split!r}")
         query, args = "SELECT candidate_id, count, bits FROM examples WHERE split=?", [split]
-        if candidate_ids is not None:
-            ids = [int(i) for i in candidate_ids]
-            if not ids:
+        ids = None if candidate_ids is None else {int(i) for i in candidate_ids}
+        if ids is not None and len(ids) <= 500:  # else all rows, filtered below: SQLite
+            if not ids:                          # caps the parameters of one statement
                 return {}
             query += f" AND candidate_id IN ({', '.join('?' * len(ids))})"
-            args += ids
+            args += sorted(ids)
         with self._db.read() as c:
             rows = c.execute(query + " ORDER BY candidate_id", args).fetchall()
         out = {}
         for cid, count, bits in rows:
+            if ids is not None and cid not in ids:
+                continue
             try:
                 out[int(cid)] = examples.unpack(bytes(bits), int(count))
             except ValueError as e:

@@ -150,6 +150,7 @@ def test_study_keeps_per_example_results_out_of_the_metrics(tmp_path):
     val = study.correctness()
     assert sorted(val) == [1, 2, 3, 4] and val[3].sum() == N - 17
     assert study.correctness([2], "test")[2].size == 360
+    assert sorted(study.correctness(range(1, 2001))) == [1, 2, 3, 4]  # past SQLite's cap
     with pytest.raises(ValueError, match="split: expected one of"):
         study.correctness(split="train")
     cid = study.add('{"x": 5}', parent_id=1)
