@@ -43,15 +43,16 @@ def run_search(workdir: str, seed: int, candidates: int) -> tuple[float, float]:
     return cpu / 60.0, (time.monotonic() - start) / 60.0
 
 
-def measure(workdir: str) -> dict:
-    """The recommendation of the study in `workdir`, and how it does on test."""
+def measure(workdir: str, margin: float | None = None) -> dict:
+    """The recommendation of the study in `workdir` (at its configured margin, or
+    `margin` points), and how it does on test."""
     from nas.search import intervals, recommend
     from nas.search.study import Study
 
     study = Study.load(workdir)
     done = study.candidates("done")
     pairs = recommend.Comparisons.of(study)
-    margin = recommend.margin_pt(study.config)
+    margin = recommend.margin_pt(study.config) if margin is None else margin
     rec = recommend.recommend(done, pairs, margin)
     seed, chosen = rec.seed, rec.candidate
     seed_test = seed.extra_metrics["test_accuracy"]
@@ -80,6 +81,9 @@ def main() -> None:
     parser.add_argument("--candidates", type=int, default=24)
     parser.add_argument("--report-only", action="store_true",
                         help="only read the studies already in --workdir")
+    parser.add_argument("--margins", type=float, nargs="*", default=[],
+                        help="also recommend at these margins (points; default: the "
+                             "studies' search.selection.noninferiority_pt)")
     args = parser.parse_args()
     times = {}
     for seed in args.seeds:
@@ -88,7 +92,14 @@ def main() -> None:
             times[seed] = run_search(path, seed, args.candidates)
             print(f"seed {seed}: {times[seed][0]:.1f} CPU min, {times[seed][1]:.1f} min wall",
                   flush=True)
-    rows = [(seed, measure(os.path.join(args.workdir, f"seed_{seed}"))) for seed in args.seeds]
+    for margin in args.margins or [None]:
+        table(args, times, margin)
+
+
+def table(args: argparse.Namespace, times: dict, margin: float | None) -> None:
+    rows = [(seed, measure(os.path.join(args.workdir, f"seed_{seed}"), margin))
+            for seed in args.seeds]
+    print(f"\nmargin {rows[0][1]['margin']:g} pt:\n")
     print("| search seed | done | CPU min | recommended | FLOPs / seed | val paired pt "
           "[95%] | seed test [95% Wilson] | its test | inside | test paired pt [95%] | "
           ">= -margin |")
