@@ -35,7 +35,8 @@ def get_config(arg=None):
     # children (on 2 CPU cores a wash in candidates/hour, the stages share the cores:
     # docs/benchmarks.md). Same candidates at any speed; 1 turns it off.
     config.search.pipeline_depth = 2
-    config.search.selection = {"costs": ("flops", "params"), "min_acc": 0.5}
+    config.search.selection = {"costs": ("flops", "params"), "min_acc": 0.5,
+                               "noninferiority_pt": 1.0}
     # nas.mutation.MutationConfig fields. Limits are counts (retries, max_steps), so a proposal
     # is the same for its seed on any machine; time_limit_s is only a safety net.
     config.search.mutation = {

@@ -58,6 +58,17 @@ class ExportedCandidate:
 
         return Model(self.graph, self.constants)
 
+    def correctness(self, split: str = "validation") -> Any:
+        """Which examples of `split` ("validation" or "test") it got right in the study,
+        as a boolean numpy vector in the split's order; None when not recorded (an older
+        export, or a study written before per-example results were kept)."""
+        from nas.io import examples
+
+        if split not in ("validation", "test"):
+            raise ValueError(f"split: expected 'validation' or 'test', got {split!r}")
+        text = self.metrics.get("val_correct" if split == "validation" else "test_correct")
+        return None if not text else examples.from_text(text, f"{self.path}: metrics")
+
     def __call__(self, batch: Any) -> Any:
         """The model's inference output (logits) on `batch`."""
         if self.variables is None:

@@ -109,12 +109,28 @@ CREATE TABLE rungs (
 CREATE INDEX rungs_rung ON rungs(rung, epochs);
 """
 
+# Which validation and test examples each candidate got right (`nas.io.examples.pack`:
+# bit i of `bits` is example i of the split, in its fixed order), so two candidates are
+# compared example by example (`nas.search.paired`). Added after schema version 2 was
+# first written: an older study gets the (empty) table when opened (`ADDED_TABLES`), and
+# its candidates fall back to unpaired comparisons; older code ignores the table.
+EXAMPLES = """
+CREATE TABLE IF NOT EXISTS examples (
+    candidate_id INTEGER NOT NULL REFERENCES candidates(id),
+    split TEXT NOT NULL CHECK (split IN ('validation', 'test')),
+    count INTEGER NOT NULL,
+    bits BLOB NOT NULL,
+    PRIMARY KEY (candidate_id, split)
+);
+"""
+ADDED_TABLES = {"examples": EXAMPLES}
+
 SCHEMA = """
 CREATE TABLE meta (
     key TEXT PRIMARY KEY,
     value TEXT NOT NULL
 );
-""" + CANDIDATES + RUNGS + "".join(
+""" + CANDIDATES + RUNGS + EXAMPLES + "".join(
     f"CREATE INDEX {name} ON {target};\n" for name, target in ADDED_INDEXES.items())
 
 
@@ -223,6 +239,7 @@ def check_study(conn: sqlite3.Connection, path: Path) -> None:
     if missing:
         raise ValueError(f"{path}: table 'candidates' lacks column(s) {missing}; damaged file")
     add_indexes(conn, path)
+    add_tables(conn, path, tables)
 
 
 def add_status_counts(conn: sqlite3.Connection) -> None:
@@ -279,3 +296,17 @@ def add_indexes(conn: sqlite3.Connection, path: Path) -> None:
         except sqlite3.OperationalError as e:
             if "readonly" not in str(e):
                 raise ValueError(f"{path}: cannot add the index {name!r}: {e}") from e
+
+
+def add_tables(conn: sqlite3.Connection, path: Path, tables: set[str]) -> None:
+    """Create the tables added since a study was written (`ADDED_TABLES`), if missing; a
+    read-only opener (the dashboard) goes on without them."""
+    for table, script in ADDED_TABLES.items():
+        if table in tables:
+            continue
+        try:
+            for statement in statements(script):
+                conn.execute(statement)  # IF NOT EXISTS: a concurrent opener is harmless
+        except sqlite3.OperationalError as e:
+            if "readonly" not in str(e):
+                raise ValueError(f"{path}: cannot add the table {table!r}: {e}") from e

@@ -10,8 +10,9 @@ usage:
       workers, started before or after the driver), or train exactly candidate N
   nas-search report --workdir=DIR [--csv]
       print the best candidates (every candidate as CSV with --csv) and write DIR/report/
-  nas-search export --workdir=DIR --id=N --out=FILE.zip
-      write candidate N as one file (graph, weights, training settings, metrics) that
+  nas-search export --workdir=DIR --id=N|recommended|best --out=FILE.zip
+      write candidate N (or the summary's recommendation, or the most accurate on
+      validation) as one file (graph, weights, training settings, metrics) that
       `nas.load_candidate` loads and `nas-train --graph=FILE.zip` trains on
   nas-search export --format=flax --workdir=DIR --id=N --out=DIRECTORY
       write candidate N as plain Flax code: DIRECTORY/model.py (a flax.linen module
@@ -31,7 +32,7 @@ main flags:
   --workdir=DIR         the study directory
   --candidate=N         worker: train only candidate N
   --wait_s=S            worker: wait this long for a study to appear or for work (600)
-  --id=N --out=FILE     export: which candidate, and where
+  --id=N --out=FILE     export: which candidate (N, recommended or best), and where
   --format=zip|flax     export: one file (zip, the default) or a directory of Flax code
   --port=P --host=H     dashboard: where to listen (8080 on 127.0.0.1; 0 picks a port)
   --flax=M:F --input_shape=H,W,C [--variables=FILE] --out=FILE   import (no --workdir)
@@ -53,6 +54,8 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 from absl import app, flags, logging
 from ml_collections import config_flags
@@ -63,7 +66,8 @@ FLAGS = flags.FLAGS
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Search config file.",
                                           lock_config=False)
 _WORKDIR = flags.DEFINE_string("workdir", None, "The study directory (created or resumed).")
-_ID = flags.DEFINE_integer("id", None, "Candidate id (export).")
+_ID = flags.DEFINE_string("id", None, "export: a candidate id, 'recommended' (the summary's "
+                          "recommendation) or 'best' (highest validation accuracy).")
 _OUT = flags.DEFINE_string("out", None, "Output file (export), or directory (--format=flax).")
 _FORMAT = flags.DEFINE_string("format", "zip", "export: zip (one file that nas loads) or flax "
                               "(a new directory with model.py and variables.msgpack).")
@@ -234,8 +238,6 @@ def _export(workdir: str) -> None:
         raise ValueError(f"--format: unknown format {_FORMAT.value!r}; expected one of "
                          f"{', '.join(EXPORT_FORMATS)}")
     if _FORMAT.value == "flax":
-        from pathlib import Path
-
         from nas.interop.flax_code import check_out_dir
 
         try:
@@ -243,18 +245,59 @@ def _export(workdir: str) -> None:
         except ValueError as e:
             raise ValueError(f"--out: {e}") from None
     study = Study.load(workdir)
+    cid, why = export_id(study, _ID.value)
     try:
         if _FORMAT.value == "flax":
             from nas.search.export import export_flax_code
 
-            path = export_flax_code(study, _ID.value, _OUT.value)
+            path = export_flax_code(study, cid, _OUT.value)
         else:
-            path = study.export(_ID.value, _OUT.value)
+            path = study.export(cid, _OUT.value)
     except OSError as e:
         raise ValueError(f"--out: {os_error_line(e)}") from None
     except ValueError as e:
         raise naming_flag(e, f"--id={_ID.value}") from None
-    print(path)
+    path = Path(path).resolve()
+    if _FORMAT.value == "flax":
+        print(f"wrote {path}: candidate {cid}{why} as plain Flax code (model.py, "
+              f"variables.msgpack); load it without nas with:")
+        print(f"  import sys; sys.path.insert(0, {str(path)!r}); from model import Model")
+        print(f"  variables = flax.serialization.msgpack_restore(open("
+              f"{str(path / 'variables.msgpack')!r}, 'rb').read())")
+        print("  logits = Model().apply(variables, images)")
+        return
+    cand = study.get(cid)
+    held = ["graph", "trained weights" if cand.checkpoint_path else "no weights (none saved)",
+            *(["training settings"] if "train" in study.config else []), "metrics"]
+    print(f"wrote {path}: candidate {cid}{why} ({', '.join(held)}); load it in Python with:")
+    print("  import nas")
+    print(f"  candidate = nas.load_candidate({str(path)!r})")
+    print("  logits = candidate(images)  # images: (batch, *candidate.input_shape) float32")
+
+
+def export_id(study: Any, value: str) -> tuple[int, str]:
+    """(candidate id, a note for the output) of --id: a number, 'recommended' or 'best'."""
+    from nas.search import recommend
+
+    text = value.strip().lower()
+    if text in ("recommended", "best"):
+        done = study.candidates("done")
+        if text == "best":
+            chosen = recommend.best_by_validation(done)
+        else:
+            pairs = recommend.Comparisons.of(study)
+            margin = recommend.margin_pt(study.config)
+            chosen = recommend.recommend(done, pairs, margin).candidate
+        if chosen is None:
+            raise ValueError(f"--id={value}: no finished candidate in the study yet")
+        return chosen.id, (" (recommended)" if text == "recommended"
+                           else " (best validation accuracy)")
+    try:
+        cid = int(text)
+    except ValueError:
+        raise ValueError(f"--id: expected a candidate id, 'recommended' or 'best', got "
+                         f"{value!r}") from None
+    return cid, ""
 
 
 def _import() -> None:

@@ -60,7 +60,7 @@ def export_candidate(study: Any, candidate_id: int, path: str | os.PathLike) -> 
         variables,
         input_shape=input_shape,
         train_config=train_config,
-        metrics=cand.metrics,
+        metrics={**cand.metrics, **paired_metrics(study, cand)},
         info=info,
     )
 
@@ -88,3 +88,25 @@ def export_flax_code(study: Any, candidate_id: int, directory: str | os.PathLike
         path=f"candidate {cand.id}", graph=graph, constants=dict(constants or {}),
         variables=load_variables(cand.checkpoint_path), input_shape=(size, size, 3))
     return export_flax(candidate, directory)
+
+
+def paired_metrics(study: Any, cand: Any) -> dict[str, Any]:
+    """Its per-example results ("val_correct", "test_correct": `nas.io.examples.to_text`)
+    and its paired comparison with the seed on each split ("vs_seed": {split: difference,
+    95 % interval, decision}), where the study has them: the file then still tells how
+    the candidate compares after the study is gone."""
+    from nas.io import examples
+    from nas.search import recommend
+
+    out: dict[str, Any] = {}
+    pairs = recommend.Comparisons.of(study)
+    for name, bits in (("val_correct", pairs.validation), ("test_correct", pairs.test)):
+        if cand.id in bits:
+            out[name] = examples.to_text(bits[cand.id])
+    seed = recommend.seed_of(study.candidates("done"))
+    if seed is not None and seed.id != cand.id:
+        versus = {split: found.to_dict() for split in ("validation", "test")
+                  if (found := pairs.pair(cand, seed, split)) is not None}
+        if versus:
+            out["vs_seed"] = {"seed_id": seed.id, **versus}
+    return out

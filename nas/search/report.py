@@ -12,7 +12,6 @@ has it open is never half a file. Uses matplotlib's object API with the Agg canv
 
 from __future__ import annotations
 
-import base64
 import csv
 import io
 import os
@@ -20,7 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from nas.search import intervals
+from nas.search import intervals, recommend
 from nas.search._atomic import atomic_write_bytes, atomic_write_text
 from nas.search.candidate import STATUSES, Candidate
 from nas.search.pareto import ParetoCurve
@@ -88,6 +87,20 @@ def plot_png(study: Study, candidates: Sequence[Candidate] | None = None) -> byt
             c=[c.generation for c in done],
             cmap="viridis", s=18, zorder=2,
         )  # fmt: skip
+        bars = [(c, _error_bar(c)) for c in done]
+        bars = [(c, e) for c, e in bars if e is not None]
+        if bars:  # 95 % Wilson intervals of the validation accuracies
+            ax.errorbar([getattr(c, cost) for c, _ in bars], [c.accuracy for c, _ in bars],
+                        yerr=[[c.accuracy - e[0] for c, e in bars],
+                              [e[1] - c.accuracy for c, e in bars]],
+                        fmt="none", ecolor="0.6", elinewidth=0.8, capsize=2, zorder=1.5)
+        for c in done:  # the seed on top of everything, labelled
+            if c.parent_id is None:
+                ax.scatter([getattr(c, cost)], [c.accuracy], marker="s", s=40, color="black",
+                           zorder=6)
+                ax.annotate(f"seed {c.id}", (getattr(c, cost), c.accuracy), fontsize=8,
+                            fontweight="bold", xytext=(4, -10), textcoords="offset points",
+                            zorder=6)
         front = sorted(study.pareto_front(cost), key=lambda c: getattr(c, cost))
         ax.step(
             [getattr(c, cost) for c in front],
@@ -106,8 +119,8 @@ def plot_png(study: Study, candidates: Sequence[Candidate] | None = None) -> byt
         if min(values) > 0 and max(values) / min(values) > 20:
             ax.set_xscale("log")
         ax.set_xlabel(label)
-        ax.set_ylabel("accuracy")
-        ax.set_title(f"accuracy vs {label} (red: Pareto front)")  # no legend over data
+        ax.set_ylabel("validation accuracy")
+        ax.set_title(f"validation accuracy vs {label} (red: Pareto front)")  # no legend over data
         ax.grid(alpha=0.3)
         bar = fig.colorbar(sc, ax=ax, label="generation")
         bar.locator = MaxNLocator(integer=True)  # generations are whole numbers
@@ -146,27 +159,37 @@ def summary(study: Study, k: int = 5) -> str:
         lines.append("no finished candidates yet")
         return "\n".join(lines)
     header = ("id", "parent", "gen", "val accuracy [95%]", "test accuracy [95%]",
-              "test vs seed", "val loss", "flops", "params", "im/s/core")
-    done = study.done_rows()  # no graphs: the seed and the cheapest match are read whole
-    seed = next((study.get(c.id) for c in done if c.parent_id is None), None)
+              "val vs seed", "test vs seed", "val loss", "flops", "params", "im/s/core")
+    done = study.candidates("done", with_graphs=False)  # metrics only: a large study
+    seed = next((c for c in done if c.parent_id is None), None)
+    pairs = recommend.Comparisons.of(study)
+    shown = list(best) + ([seed] if seed is not None and seed not in best else [])
     rows = [
-        (c.id, c.parent_id, c.generation, val_accuracy_text(c), reported_test_text(c),
-         versus_seed(c, seed), c.loss, c.flops, c.params, c.im_sec_core_train)
-        for c in best
+        (f"{c.id} (seed)" if seed is not None and c.id == seed.id else c.id, c.parent_id,
+         c.generation, val_accuracy_text(c), reported_test_text(c),
+         "seed" if seed is not None and c.id == seed.id else
+         recommend.versus(c, seed, pairs, "validation"),
+         versus_seed(c, seed, pairs), c.loss, c.flops, c.params, c.im_sec_core_train)
+        for c in shown
     ]  # fmt: skip
     table = [header] + [tuple(_fmt(v) for v in r) for r in rows]
     widths = [max(len(r[i]) for r in table) for i in range(len(header))]
     lines.append(f"best {k} by validation accuracy" + (f" (only {len(best)} done)" if len(best) < k
-                 else "") + " (it decides; the test split is only reported; [95% Wilson "
-                 "interval] n=examples):")
+                 else "") + " (it decides; the test split is only reported; "
+                 + ("the last row is the seed; " if len(shown) > len(best) else "")
+                 + "[95% Wilson "
+                 "interval] n=examples; vs seed: difference in accuracy points [95% paired "
+                 "interval] on the same examples, where both have per-example results):")
     for r in table:
         lines.append("  ".join(cell.rjust(w) for cell, w in zip(r, widths, strict=True)))
-    cheap = cheapest_matching_seed(done, seed)
-    if cheap is not None:
-        cheap = study.get(cheap.id)
-        lines.append(f"cheapest child tied with the seed on validation: candidate "
-                     f"{cheap.id} at {cheap.flops / seed.flops:.3f} of the seed's FLOPs; on "
-                     f"test: {versus_seed(cheap, seed) or 'not measured'}")
+    if seed is not None and seed.id not in pairs.validation:  # an older study: Wilson
+        cheap = cheapest_matching_seed(done, seed)
+        if cheap is not None:
+            lines.append(f"cheapest child tied with the seed on validation: candidate "
+                         f"{cheap.id} at {cheap.flops / seed.flops:.3f} of the seed's FLOPs; "
+                         f"on test: {versus_seed(cheap, seed) or 'not measured'}")
+    rec = recommend.recommend(done, pairs, recommend.margin_pt(study.config))
+    lines += recommend.recommendation_lines(rec, study.workdir)
     return "\n".join(lines)
 
 
@@ -182,11 +205,16 @@ def reported_test_text(c: Candidate) -> str:
     return "" if acc is None else intervals.text(acc, c.extra_metrics.get("test_examples"))
 
 
-def versus_seed(c: Candidate, seed: Candidate | None) -> str:
+def versus_seed(c: Candidate, seed: Candidate | None,
+                pairs: recommend.Comparisons | None = None) -> str:
     """"within noise" where the child's and the seed's test intervals overlap, else
-    "better" / "worse"; "seed" for the seed; empty without test accuracies."""
+    "better" / "worse"; "seed" for the seed; empty without test accuracies. With `pairs`
+    holding both candidates' test examples: the paired difference and its decision
+    (`nas.search.paired`) instead."""
     if seed is None or c.id == seed.id:
         return "seed" if seed is not None else ""
+    if pairs is not None and pairs.pair(c, seed, "test") is not None:
+        return recommend.versus(c, seed, pairs, "test")
     mine, theirs = c.extra_metrics, seed.extra_metrics
     if mine.get("test_accuracy") is None or theirs.get("test_accuracy") is None:
         return ""
@@ -263,20 +291,46 @@ def progress_series(candidates: Sequence[Candidate], cost: str = "flops"
 CSV_COLUMNS = ("id", "parent_id", "generation", "status", "accuracy", "val_examples",
                "test_accuracy", "test_examples", "loss", "flops",
                "params", "im_sec_core_train", "im_sec_core_infer", "epochs", "attempts",
-               "on_front", "rungs", "fingerprint", "worker", "error")
+               "on_front", "rungs", "fingerprint", "worker", "error",
+               # against the seed on the same examples (nas.search.paired), in accuracy
+               # points; empty without per-example results; recommended: 1 for the
+               # summary's recommendation
+               "val_vs_seed_pt", "val_vs_seed_low_pt", "val_vs_seed_high_pt", "val_vs_seed",
+               "test_vs_seed_pt", "test_vs_seed_low_pt", "test_vs_seed_high_pt",
+               "test_vs_seed", "recommended")
+
+
+def paired_columns(c: Candidate, seed: Candidate | None, pairs: recommend.Comparisons
+                   ) -> dict[str, object]:
+    """The CSV's `*_vs_seed*` cells of one candidate."""
+    out: dict[str, object] = {}
+    for split, prefix in (("validation", "val"), ("test", "test")):
+        found = pairs.pair(c, seed, split) if seed is not None and c.id != seed.id else None
+        if found is not None:
+            out |= {f"{prefix}_vs_seed_pt": round(100 * found.difference, 4),
+                    f"{prefix}_vs_seed_low_pt": round(100 * found.low, 4),
+                    f"{prefix}_vs_seed_high_pt": round(100 * found.high, 4),
+                    f"{prefix}_vs_seed": found.decision}
+    return out
 
 
 def to_csv(study: Study, candidates: Sequence[Candidate] | None = None) -> str:
     """Every candidate as one CSV row (`on_front`: 1 if on a front the search ranked by)."""
     cands = list(study.candidates() if candidates is None else candidates)
     front = {c.id for cost in ranked_costs(study) for c in front_of(cands, cost)}
+    pairs = recommend.Comparisons.of(study)
+    seed = recommend.seed_of(cands)
+    chosen = recommend.recommend(cands, pairs, recommend.margin_pt(study.config)).candidate
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
     for c in cands:
         special = {"on_front": int(c.id in front), "rungs": rung_summary(c),
                    **{k: c.extra_metrics.get(k) for k in ("val_examples", "test_accuracy",
-                                                          "test_examples")}}
+                                                          "test_examples")},
+                   **{k: None for k in CSV_COLUMNS if "_vs_seed" in k},
+                   **paired_columns(c, seed, pairs),
+                   "recommended": int(chosen is not None and c.id == chosen.id)}
         row = [special[k] if k in special else getattr(c, k) for k in CSV_COLUMNS]
         writer.writerow(["" if v is None else v for v in row])
     return buf.getvalue()
@@ -329,8 +383,20 @@ def _input_shape(study: Study) -> tuple[int, ...]:
     return (1, size, size, 3)
 
 
+def _error_bar(c: Candidate) -> tuple[float, float] | None:
+    """The 95 % Wilson interval of its validation accuracy (None when n is unknown)."""
+    n = c.extra_metrics.get("val_examples")
+    return intervals.wilson(float(c.accuracy), int(n)) if n and c.accuracy is not None \
+        else None
+
+
 def _scatters(candidates: Sequence[Candidate], by_id: dict[int, Candidate],
-              front_ids: set[int], ranked: Sequence[str]) -> str:
+              front_ids: set[int], ranked: Sequence[str],
+              marks: dict[int, str] | None = None,
+              notes: dict[int, str] | None = None) -> str:
+    """The fronts; `marks` ("seed", "recommended" by id) and `notes` (each candidate
+    against the seed) come from the recommendation."""
+    marks, notes = marks or {}, notes or {}
     done = [c for c in candidates if c.status == "done" and c.accuracy is not None]
     top = max((c.generation for c in done), default=0)
     charts = []
@@ -338,10 +404,13 @@ def _scatters(candidates: Sequence[Candidate], by_id: dict[int, Candidate],
         have = [c for c in done if getattr(c, cost)]
         points = {c.id: Point(
             float(getattr(c, cost)), float(c.accuracy),
-            f"candidate {c.id} (generation {c.generation}, parent {c.parent_id}): accuracy "
-            f"{c.accuracy:.4f}, {label} {getattr(c, cost):.4g}",
+            f"candidate {c.id} (generation {c.generation}, parent {c.parent_id}"
+            + (f", {marks[c.id]}" if c.id in marks else "") + "): validation accuracy "
+            f"{val_accuracy_text(c)}, {label} {getattr(c, cost):.4g}"
+            + (f"; vs the seed: {notes[c.id]}" if c.id in notes else ""),
             href=f"#cand-{c.id}" if c.id in front_ids else f"#c{c.id}",
-            colour=generation_colour(c.generation, top), ident=str(c.id)) for c in have}
+            colour=generation_colour(c.generation, top), ident=str(c.id),
+            err=_error_bar(c), mark=marks.get(c.id, "")) for c in have}
         front = front_of(have, cost) if cost in ranked else []
         for c in front:
             points[c.id].ring = True
@@ -351,22 +420,25 @@ def _scatters(candidates: Sequence[Candidate], by_id: dict[int, Candidate],
                  else "measured, not ranked by the search")
         charts.append(f'<figure class="front" data-cost="{esc(cost)}"><figcaption>'
                       f"{esc(front_label(cost))} ({title})</figcaption>"
-                      + scatter(list(points.values()), label, "accuracy",
+                      + scatter(list(points.values()), label, "validation accuracy",
                                 f"scatter scatter-{cost}", [points[c.id] for c in front],
                                 edges=edges) + "</figure>")
     legend = " ".join(f'<span style="color:{generation_colour(g, top)}">&#9679;</span> {g}'
                       for g in range(top + 1)) if done else ""
     return (f'<div class="plots">{"".join(charts)}</div><p class="note">colour: generation '
-            f"{legend}; red rings: on that Pareto front; grey lines: parent → child; every point "
-            f"links to its candidate</p>")
+            f"{legend}; red rings: on that Pareto front; grey lines: parent → child; bars: "
+            f"95 % Wilson interval of each validation accuracy; black: the seed (drawn on "
+            f"top); orange star: the recommended candidate; every point links to its "
+            f"candidate</p>")
 
 
 def _progress(candidates: Sequence[Candidate]) -> str:
     series = progress_series(candidates)
     if not series:
         return '<p class="note">no finished candidates yet</p>'
-    acc = line_chart([("best accuracy", "#2ca02c", [(n, a) for n, a, _ in series])],
-                     "candidates finished", "accuracy", "progress progress-accuracy",
+    acc = line_chart([("best validation accuracy", "#2ca02c",
+                       [(n, a) for n, a, _ in series])],
+                     "candidates finished", "validation accuracy", "progress progress-accuracy",
                      integer_x=True, steps=True)
     size = line_chart([("front size (FLOPs)", "#d62728",
                         [(n, float(f)) for n, _, f in series])],
@@ -377,7 +449,8 @@ def _progress(candidates: Sequence[Candidate]) -> str:
 
 def _candidate_section(study: Study, c: Candidate, by_id: dict[int, Candidate],
                        shape: tuple[int, ...], costs: Sequence[str], on: Sequence[str],
-                       archs: dict[int, Architecture]) -> str:
+                       archs: dict[int, Architecture],
+                       pairs: recommend.Comparisons | None = None) -> str:
     def arch_of(cid: int) -> Architecture:
         if cid not in archs:
             archs[cid] = architecture(by_id[cid].graph_json, shape)
@@ -403,12 +476,33 @@ def _candidate_section(study: Study, c: Candidate, by_id: dict[int, Candidate],
     return (f'<section class="candidate" id="cand-{c.id}"><h3>candidate {c.id} '
             f"(generation {c.generation}){up}</h3>"
             f'<p class="on-fronts"><b>on the fronts</b>: {esc(fronts)}</p>'
+            f"{_versus_html(c, by_id, pairs)}"
             f'<p>{esc(metrics)} — row <a href="#c{c.id}">{c.id}</a></p>'
             f'<h4>what the mutation changed</h4>{change}'
             f'<h4>training</h4><div class="row">'
             f"{training_curve(read_metrics(metrics_path(str(study.workdir), c)))}</div>"
             f'<h4>architecture</h4><div class="row"><div>{op_table(arch, added | fresh, made)}'
             f"</div><div>{diagram(arch, added | fresh)}</div></div></section>")
+
+
+def _versus_html(c: Candidate, by_id: dict[int, Candidate],
+                 pairs: recommend.Comparisons | None) -> str:
+    """"within noise / better / worse" against the seed (and the parent), per split."""
+    seed = recommend.seed_of(list(by_id.values()))
+    if seed is None:
+        return ""
+    if c.id == seed.id:
+        return '<p class="vs-seed"><b>the seed</b>: every other candidate is compared to it</p>'
+    parts = []
+    for name, other in (("vs the seed", seed), ("vs its parent", by_id.get(c.parent_id))):
+        if other is None or (name == "vs its parent" and other.id == seed.id):
+            continue
+        cells = [f"{split} accuracy {text}" for split in ("validation", "test")
+                 if (text := recommend.versus(c, other, pairs, split))]
+        if cells:
+            parts.append(f'<p class="{"vs-seed" if other is seed else "vs-parent"}"><b>'
+                         f"{name}</b> (candidate {other.id}): {esc('; '.join(cells))}</p>")
+    return "".join(parts)
 
 
 BEST_COLUMNS: tuple[tuple[str, Callable[[Candidate], str]], ...] = (
@@ -450,6 +544,14 @@ def render_html(study: Study, png: bytes, candidates: Sequence[Candidate], k: in
     fronts = {cost: front_of(candidates, cost) for cost in ranked}
     front_ids = {c.id for front in fronts.values() for c in front}
     counts = study.counts()
+    pairs = recommend.Comparisons.of(study)
+    seed = recommend.seed_of(candidates)
+    rec = recommend.recommend(candidates, pairs, recommend.margin_pt(study.config))
+    marks = {seed.id: "seed"} if seed is not None else {}
+    if rec.candidate is not None and seed is not None and rec.candidate.id != seed.id:
+        marks[rec.candidate.id] = "recommended"
+    notes = {c.id: text for c in candidates if c.accuracy is not None and seed is not None
+             and c.id != seed.id and (text := recommend.versus(c, seed, pairs))}
     cols = ("id", "parent", "gen", "status", "val accuracy [95%]", "test accuracy [95%]",
             "loss", "flops", "params",
             "im/s/core train", "im/s/core infer", "epochs", "attempts", "rungs", "worker",
@@ -474,14 +576,14 @@ def render_html(study: Study, png: bytes, candidates: Sequence[Candidate], k: in
         ]  # fmt: skip
         cls = f"{c.status} front" if c.id in front_ids else c.status
         rows.append(f'<tr class="{cls}">' + "".join(cells) + "</tr>")
-    img = base64.b64encode(png).decode("ascii")
+    del png  # written beside the page (pareto.png); the SVG fronts above show the same
     count_text = ", ".join(f"{s}: {n}" for s, n in counts.items())
     shape = _input_shape(study)
     order = sorted(front_ids, key=lambda i: (-by_id[i].accuracy, i))
     archs: dict[int, Architecture] = {}
     sections = "".join(_candidate_section(
         study, by_id[i], by_id, shape, costs,
-        [cost for cost in ranked if any(c.id == i for c in fronts[cost])], archs)
+        [cost for cost in ranked if any(c.id == i for c in fronts[cost])], archs, pairs)
         for i in order)
     ranked_text = ", ".join(front_label(cost) for cost in ranked)
     toc = " ".join(f'<a href="#cand-{i}">{i}</a>' for i in order) or "none yet"
@@ -491,7 +593,8 @@ def render_html(study: Study, png: bytes, candidates: Sequence[Candidate], k: in
         f"<body><h1>nas study</h1><p>{esc(str(study.workdir.resolve()))}<br>"
         f"{esc(count_text)}<br>generated {esc(time.strftime('%Y-%m-%d %H:%M:%S'))}</p>"
         f'<section id="fronts"><h2>Accuracy against cost</h2>'
-        f"{_scatters(candidates, by_id, front_ids, ranked)}</section>"
+        f"{_recommendation_html(rec, study)}"
+        f"{_scatters(candidates, by_id, front_ids, ranked, marks, notes)}</section>"
         f'<section id="progress"><h2>Search progress</h2>{_progress(candidates)}</section>'
         f"{best_table(study, k)}"
         f'<section id="candidates"><h2>Candidates</h2><p>highlighted rows are on a Pareto '
@@ -502,9 +605,16 @@ def render_html(study: Study, png: bytes, candidates: Sequence[Candidate], k: in
         f'<section id="front"><h2>Candidates on a front</h2><p>the fronts the search ranked '
         f"parents by (<code>search.selection.costs</code>): {esc(ranked_text)}</p>"
         f"<p>{toc}</p>{sections}</section>"
-        f'<h2>Static plot</h2><img alt="Pareto front" src="data:image/png;base64,{img}">'
-        f"<script>{_SORT_JS}</script></body></html>\n"
+        f'<p class="note">the same fronts as a static image: <a href="pareto.png">'
+        f"pareto.png</a></p><script>{_SORT_JS}</script></body></html>\n"
     )  # fmt: skip
+
+
+def _recommendation_html(rec: recommend.Recommendation, study: Study) -> str:
+    """The summary's recommendation line and export command, on the page."""
+    lines = recommend.recommendation_lines(rec, study.workdir)
+    command = f"<pre>{esc(lines[1].strip())}</pre>" if len(lines) > 1 else ""
+    return f'<div id="recommended"><p><b>{esc(lines[0])}</b></p>{command}</div>'
 
 
 def write_report(study: Study, out_dir: str | os.PathLike | None = None, k: int = 10

@@ -120,7 +120,12 @@ class SelectionConfig:
     warm_up: later individuals that do not count toward age.
     aging: "cosine" (smooth decay between 1x and 2x the horizon) or "step" (drop at it).
     noise_ties: accuracies inside one another's 95 % interval (`nas.search.intervals`) rank
-        as ties, so the cost objective prefers the cheaper once accuracy is matched.
+        as ties, so the cost objective prefers the cheaper once accuracy is matched; two
+        candidates with per-example results on the same examples tie when their paired
+        comparison is within noise (`nas.search.paired`).
+    noninferiority_pt: the summary's recommendation (not parent selection): a child
+        counts as good as the seed when the lower end of its paired 95 % interval of
+        child - seed validation accuracy is at least minus this many accuracy points.
     """
 
     costs: tuple[str, ...] = ("flops", "params")
@@ -135,6 +140,7 @@ class SelectionConfig:
     warm_up: int = 0
     aging: str = "cosine"
     noise_ties: bool = True
+    noninferiority_pt: float = 1.0
 
     def __post_init__(self) -> None:
         costs = (self.costs,) if isinstance(self.costs, str) else tuple(self.costs)
@@ -155,6 +161,11 @@ class SelectionConfig:
             raise ValueError(f"min_acc: must be finite or None, got {self.min_acc}")
         if not isinstance(self.noise_ties, bool):
             raise ValueError(f"noise_ties: must be true or false, got {self.noise_ties!r}")
+        margin = self.noninferiority_pt
+        if isinstance(margin, bool) or not isinstance(margin, int | float) or not (
+                math.isfinite(margin) and 0.0 <= margin <= 100.0):
+            raise ValueError(f"noninferiority_pt: must be a number of accuracy points in "
+                             f"[0, 100], got {margin!r}")
         if self.aging not in AGING_MODES:
             raise ValueError(f"aging: expected one of {AGING_MODES}, got {self.aging!r}")
 

@@ -64,7 +64,7 @@ def search_defaults() -> ml_collections.ConfigDict:
         # training); external `nas-search worker`s on one device take turns when it is > 0;
         # 0: one process per device
         "prepare_ahead": 1,
-        "selection": {"costs": ("flops", "params"), "min_acc": 0.0},
+        "selection": {"costs": ("flops", "params"), "min_acc": 0.0, "noninferiority_pt": 1.0},
         "mutation": {},  # passed to nas.mutation.propose_child as its config
         # nas.search.fit.FitConfig: a child's new ops are fitted to the parent's tensors
         # they replace before it trains ({"steps": 0} disables)

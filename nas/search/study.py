@@ -28,6 +28,9 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from nas.io import examples
 from nas.search import _schema
 from nas.search._db import Database
 from nas.search._schema import StudyNotFoundError
@@ -396,11 +399,13 @@ class Study:
         recorded as that rung's, decision "final".
         """
         known, extra = split_metrics(metrics)
+        extra, bits = split_examples(extra)
         cols = ", ".join(f"{k}=?" for k in METRICS)
         values = [known.get(k) for k in METRICS]
         with self._db.write() as c:
             if not self._may_record(c, candidate_id, "result", worker):
                 return self._get(c, candidate_id)
+            _insert_examples(c, candidate_id, bits)
             if rung_epochs is not None:
                 rung = c.execute("SELECT rung FROM candidates WHERE id=?",
                                  (candidate_id,)).fetchone()[0]
@@ -427,6 +432,7 @@ class Study:
         `worker` no longer holds, or one not at `rung`.
         """
         known, extra = split_metrics(metrics)
+        extra, bits = split_examples(extra)
         with self._db.write() as c:
             if not self._may_record(c, candidate_id, "rung result", worker):
                 return self._get(c, candidate_id)
@@ -456,6 +462,7 @@ class Study:
                     " started_at=NULL, lease_until=NULL, attempts=0 WHERE id=?",
                     (rung + 1, candidate_id))
             else:  # its metrics are this rung's, epochs included
+                _insert_examples(c, candidate_id, bits)
                 known = {**known, "epochs": float(epochs)}
                 cols = ", ".join(f"{k}=?" for k in METRICS)
                 c.execute(
@@ -561,6 +568,34 @@ class Study:
         """The candidate with this id; ValueError if there is none."""
         with self._db.read() as c:
             return self._get(c, candidate_id)
+
+    def correctness(self, candidate_ids: Iterable[int] | None = None,
+                    split: str = "validation") -> dict[int, np.ndarray]:
+        """candidate id -> which examples of `split` ("validation" or "test") it got
+        right, in the split's order (boolean vector); candidates without a record (an
+        older study, a failed run) are absent. Read in one query."""
+        if split not in EXAMPLE_SPLITS.values():
+            raise ValueError(f"split: expected one of {sorted(EXAMPLE_SPLITS.values())}, "
+                             f"got {split!r}")
+        query, args = "SELECT candidate_id, count, bits FROM examples WHERE split=?", [split]
+        ids = None if candidate_ids is None else {int(i) for i in candidate_ids}
+        if ids is not None and len(ids) <= 500:  # else all rows, filtered below: SQLite
+            if not ids:                          # caps the parameters of one statement
+                return {}
+            query += f" AND candidate_id IN ({', '.join('?' * len(ids))})"
+            args += sorted(ids)
+        with self._db.read() as c:
+            rows = c.execute(query + " ORDER BY candidate_id", args).fetchall()
+        out = {}
+        for cid, count, bits in rows:
+            if ids is not None and cid not in ids:
+                continue
+            try:
+                out[int(cid)] = examples.unpack(bytes(bits), int(count))
+            except ValueError as e:
+                raise ValueError(f"{self.path}: candidate {cid}: {split} examples are "
+                                 f"damaged ({e})") from None
+        return out
 
     def candidates(self, status: str | Iterable[str] | None = None, *,
                    with_graphs: bool = True) -> list[Candidate]:
@@ -797,6 +832,27 @@ class Study:
 
 _PRIVATE = object()
 _LIGHT_COSTS = ("flops", "params", "im_sec_core_train", "im_sec_core_infer")
+
+
+# Metric names that carry per-example correctness (`nas.io.examples.to_text`) -> the split
+# stored in the `examples` table.
+EXAMPLE_SPLITS = {"val_correct": "validation", "test_correct": "test"}
+
+
+def split_examples(extra: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """(metrics without the per-example fields, {split: boolean vector}); a malformed
+    field is a ValueError naming it."""
+    rest = {k: v for k, v in extra.items() if k not in EXAMPLE_SPLITS}
+    bits = {EXAMPLE_SPLITS[k]: examples.from_text(v, f"metrics.{k}")
+            for k, v in extra.items() if k in EXAMPLE_SPLITS and v}
+    return rest, bits
+
+
+def _insert_examples(c: sqlite3.Connection, candidate_id: int,
+                     bits: Mapping[str, np.ndarray]) -> None:
+    c.executemany(
+        "INSERT OR REPLACE INTO examples(candidate_id, split, count, bits) VALUES (?, ?, ?, ?)",
+        [(candidate_id, split, int(v.size), examples.pack(v)) for split, v in bits.items()])
 
 
 def _rung_cost(cost: str) -> str:

@@ -59,6 +59,8 @@ class Point:
     colour: str = "#3b528b"
     ring: bool = False  # drawn with a red ring (on the Pareto front)
     ident: str = ""  # data-id attribute
+    err: tuple[float, float] | None = None  # (low, high) of y: drawn as an error bar
+    mark: str = ""  # "seed": drawn last, on top, labelled; "recommended": a labelled star
 
 
 class Axes:
@@ -127,7 +129,8 @@ def scatter(points: Sequence[Point], xlabel: str, ylabel: str, css_class: str,
     """A scatter plot; each point a link with a tooltip; the front joined by a red step."""
     xs = [p.x for p in points]
     log_x = bool(xs) and min(xs) > 0 and max(xs) / min(xs) > 20
-    ax = Axes(xs, [p.y for p in points], width, height, log_x=log_x)
+    ys = [p.y for p in points] + [v for p in points if p.err for v in p.err]
+    ax = Axes(xs, ys, width, height, log_x=log_x)
     parts = [f'<svg class="{esc(css_class)}" xmlns="http://www.w3.org/2000/svg" '
              f'width="{width}" height="{height}" viewBox="0 0 {width} {height}">']
     parts += ax.frame(xlabel + (" (log)" if log_x else ""), ylabel)
@@ -142,13 +145,36 @@ def scatter(points: Sequence[Point], xlabel: str, ylabel: str, css_class: str,
         path = " ".join(f"{x:.1f},{y:.1f}" for x, y in pts)
         parts.append(f'<polyline points="{path}" fill="none" stroke="#d62728" '
                      f'stroke-width="1.2"/>')
-    for p in points:
-        circle = (f'<circle class="point" data-id="{esc(p.ident)}" cx="{ax.px(p.x):.1f}" '
-                  f'cy="{ax.py(p.y):.1f}" r="{6 if p.ring else 4}" fill="{p.colour}" '
+    for p in points:  # error bars under every point
+        if p.err is not None:
+            x, lo, hi = ax.px(p.x), ax.py(p.err[0]), ax.py(p.err[1])
+            parts.append(f'<path class="errorbar" data-id="{esc(p.ident)}" d="M{x:.1f},'
+                         f'{lo:.1f}V{hi:.1f}M{x - 3:.1f},{lo:.1f}h6M{x - 3:.1f},{hi:.1f}h6" '
+                         f'stroke="#888" stroke-width="1" fill="none"/>')
+    # the seed last, so no child's point hides it
+    for p in sorted(points, key=lambda p: p.mark == "seed"):
+        mark = f' data-mark="{esc(p.mark)}"' if p.mark else ""
+        circle = (f'<circle class="point" data-id="{esc(p.ident)}"{mark} cx="{ax.px(p.x):.1f}" '
+                  f'cy="{ax.py(p.y):.1f}" r="{6 if p.ring or p.mark == "seed" else 4}" '
+                  f'fill="{"#000" if p.mark == "seed" else p.colour}" '
                   + ('stroke="#d62728" stroke-width="2"' if p.ring else 'stroke="none"')
                   + f"><title>{esc(p.label)}</title></circle>")
         parts.append(f'<a href="{esc(p.href)}">{circle}</a>' if p.href else circle)
-        if p.ring:
+        if p.mark == "recommended":
+            x, y = ax.px(p.x), ax.py(p.y)
+            star = " ".join(
+                f"{x + r * math.sin(k * math.pi / 5):.1f},{y - r * math.cos(k * math.pi / 5):.1f}"
+                for k, r in zip(range(10), [10, 4] * 5, strict=True))
+            parts.append(f'<polygon class="mark recommended" data-id="{esc(p.ident)}" '
+                         f'points="{star}" fill="none" stroke="#ff7f0e" stroke-width="1.5">'
+                         f"<title>recommended: {esc(p.label)}</title></polygon>"
+                         f'<text class="mark-label" x="{x + 9:.1f}" y="{y + 14:.1f}" '
+                         f'font-size="10" fill="#ff7f0e">recommended {esc(p.ident)}</text>')
+        elif p.mark == "seed":
+            parts.append(f'<text class="mark-label seed-label" x="{ax.px(p.x) + 8:.1f}" '
+                         f'y="{ax.py(p.y) + 14:.1f}" font-size="10" font-weight="bold">'
+                         f"seed {esc(p.ident)}</text>")
+        elif p.ring:
             parts.append(f'<text x="{ax.px(p.x) + 7:.1f}" y="{ax.py(p.y) - 5:.1f}" '
                          f'font-size="10">{esc(p.ident)}</text>')
     return _close(parts, width, height, "" if points else "no finished candidates yet")

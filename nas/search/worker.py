@@ -113,10 +113,14 @@ def metrics_dict(metrics: Any) -> dict[str, Any]:
     """The study's metric names (accuracy: on the validation split, which decides;
     test_accuracy: reported only; params, ...) plus every other measured field."""
     names = {"acc": "accuracy", "num_params": "params", "eval_examples": "val_examples",
-             "test_acc": "test_accuracy"}
+             "test_acc": "test_accuracy", "eval_correct": "val_correct"}
     values = metrics.to_dict()
     if not values.get("test_examples"):  # no test split was evaluated
         values = {k: v for k, v in values.items() if not k.startswith("test_")}
+    if not values.get("eval_correct"):  # not recorded (several hosts)
+        values.pop("eval_correct", None)
+    if not values.get("test_correct"):
+        values.pop("test_correct", None)
     return {names.get(k, k): v for k, v in values.items()}
 
 

@@ -41,6 +41,10 @@ class Metrics:
     test_acc: float = -1.0
     test_loss: float = -1.0
     test_examples: int = 0
+    # Which eval (validation) and test examples were right, in the split's order, as
+    # `nas.io.examples.to_text` ("N:base64 bits"; "": not recorded): paired comparisons.
+    eval_correct: str = ""
+    test_correct: str = ""
     num_params: int = 0
     flops: int = 0  # forward FLOPs per example (nas.train.flops; multiply-add = 2)
     im_sec_core_train: float = 0.0  # median over epochs, after compilation

@@ -121,7 +121,9 @@ def make_train_step(
 def make_eval_step(model: Any, num_classes: int, compute_dtype: Any = None,
                    statistics_rows: int = 0) -> Callable[..., dict[str, jax.Array]]:
     """(variables, batch, use_batch_statistics) -> summed correct / loss / count over
-    devices, mask-aware, and "batch_statistics" per device.
+    devices, mask-aware, "batch_statistics" per device, and "per_example": each of this
+    device's rows right (1) or wrong (0), padding rows 0 (the caller drops them by the
+    batch's mask), so a search can compare two candidates example by example.
 
     With `statistics_rows`, a true `use_batch_statistics` (a boolean per device) makes the
     step compute instead the batch-norm statistics of the first `statistics_rows` images of
@@ -148,21 +150,25 @@ def make_eval_step(model: Any, num_classes: int, compute_dtype: Any = None,
         labels = jax.nn.one_hot(batch["label"], num_classes)
         loss = softmax_xent(logits, labels) * mask
         correct = (jnp.argmax(logits, axis=-1) == batch["label"]).astype(jnp.float32) * mask
-        return (jnp.sum(correct), jnp.sum(loss), jnp.sum(mask)), running(variables)
+        return (jnp.sum(correct), jnp.sum(loss), jnp.sum(mask)), correct.astype(jnp.uint8), \
+            running(variables)
 
     def of_the_batch(variables: dict[str, Any], batch: dict[str, jax.Array]):
         zero = jnp.zeros((), jnp.float32)
-        return (zero, zero, zero), statistics(variables, batch["image"][:statistics_rows])
+        rows = jnp.zeros(batch["label"].shape, jnp.uint8)
+        return (zero, zero, zero), rows, statistics(variables,
+                                                    batch["image"][:statistics_rows])
 
     def eval_fn(variables: dict[str, Any], batch: dict[str, jax.Array],
                 use_batch_statistics: jax.Array):
         if statistics is None:
-            sums, stats = evaluation(variables, batch)
+            sums, rows, stats = evaluation(variables, batch)
         else:
-            sums, stats = jax.lax.cond(use_batch_statistics, of_the_batch, evaluation,
-                                       variables, batch)
+            sums, rows, stats = jax.lax.cond(use_batch_statistics, of_the_batch, evaluation,
+                                             variables, batch)
         correct, loss, count = jax.lax.psum(sums, AXIS)
-        return {"correct": correct, "loss": loss, "count": count, "batch_statistics": stats}
+        return {"correct": correct, "loss": loss, "count": count, "batch_statistics": stats,
+                "per_example": rows}
 
     return eval_fn
 

@@ -36,6 +36,7 @@ import numpy as np
 from absl import logging
 from tqdm import tqdm
 
+from nas.io import examples
 from nas.train import compilation, devdata, memory, perf, trainers
 from nas.train import config as config_lib
 from nas.train import data as data_lib
@@ -315,18 +316,29 @@ class Timings:
 
 def evaluate(trainer: Any, eval_data: data_lib.EvalData) -> tuple[float, float, float]:
     """(accuracy, mean loss, images/sec/device of the eval steps alone)."""
+    return evaluate_examples(trainer, eval_data)[:3]
+
+
+def evaluate_examples(trainer: Any, eval_data: data_lib.EvalData
+                      ) -> tuple[float, float, float, np.ndarray | None]:
+    """`evaluate`, and which examples were right, in the split's order (the same for
+    every candidate: eval data is read unshuffled, padding rows dropped); None with
+    several hosts, where each host sees only its share."""
     run = trainer.eval_fn()
     correct = loss = count = busy = 0.0
+    rows: list[np.ndarray] = []
     for batch in eval_data:
         t = time.perf_counter()
-        c, s, n = run(batch)
+        c, s, n, bits = run(batch)
         busy += time.perf_counter() - t
         correct, loss, count = correct + c, loss + s, count + n
+        rows.append(bits)
     if jax.process_count() == 1 and int(count) != eval_data.num_examples:
         raise RuntimeError(f"eval saw {count} examples, expected {eval_data.num_examples}")
     rate = (eval_data.batch_size * eval_data.num_batches / max(busy, 1e-9)
             / jax.local_device_count())
-    return correct / max(count, 1.0), loss / max(count, 1.0), rate
+    per_example = np.concatenate(rows) if jax.process_count() == 1 and rows else None
+    return correct / max(count, 1.0), loss / max(count, 1.0), rate, per_example
 
 
 def _median(xs: list[float]) -> float:
@@ -398,11 +410,12 @@ def run_loop(config: ml_collections.ConfigDict, trainer: Any, data: Data, meta: 
              ckpt: Checkpointer | None, writer: JsonlWriter, timings: Timings,
              callback: Callback | None, should_stop: ShouldStop | None, end: int,
              pending: Any, progress: bool | None = None
-             ) -> tuple[int, int, float | None, float | None]:
+             ) -> tuple[int, int, float | None, float | None, np.ndarray | None]:
     """Step from `pending` (the first batch, None when no step is left) until `end` or a
-    stop; returns (step, epoch, acc, loss). The schedule always spans total_steps, so a run
-    stopped before it and resumed later continues exactly where an unbroken run would be.
-    progress: show the step bar (None: only when stderr is a terminal)."""
+    stop; returns (step, epoch, acc, loss, the last evaluation's per-example bits). The
+    schedule always spans total_steps, so a run stopped before it and resumed later
+    continues exactly where an unbroken run would be. progress: show the step bar (None:
+    only when stderr is a terminal)."""
     step = int(np.asarray(trainer.state()["step"]))
     epoch = int(meta["epoch"])
     feed = data.feed
@@ -416,7 +429,7 @@ def run_loop(config: ml_collections.ConfigDict, trainer: Any, data: Data, meta: 
     shown = sys.stderr.isatty() if progress is None else progress
     bar = tqdm(total=data.total_steps, initial=step, unit="step", dynamic_ncols=True,
                disable=not (jax.process_index() == 0 and shown))
-    acc = loss = None
+    acc = loss = per_example = None
     stopped = False
     segment_start, segment_steps, waited = time.perf_counter(), 0, 0.0
     while step < end and not stopped:
@@ -454,7 +467,7 @@ def run_loop(config: ml_collections.ConfigDict, trainer: Any, data: Data, meta: 
             meta["epoch"] = epoch
             if epoch % config.eval.every_epochs == 0 or last:
                 t = time.perf_counter()
-                acc, loss, rate = evaluate(trainer, data.eval_data)
+                acc, loss, rate, per_example = evaluate_examples(trainer, data.eval_data)
                 timings.eval += time.perf_counter() - t
                 meta["infer_rates"].append(rate)
                 writer.write({"step": step, "epoch": epoch, "eval_acc": acc, "eval_loss": loss,
@@ -473,7 +486,7 @@ def run_loop(config: ml_collections.ConfigDict, trainer: Any, data: Data, meta: 
     bar.close()
     if ckpt is not None and ckpt.latest_step() != step:  # resumed after the last step: saved
         save(force=True)  # written in the background: `finish_checkpoints` waits for it
-    return step, epoch, acc, loss
+    return step, epoch, acc, loss, per_example
 
 
 def finish_checkpoints(ckpt: Checkpointer | None, timings: Timings) -> None:
@@ -587,17 +600,18 @@ def _train_and_eval(config: ml_collections.ConfigDict, eval_perf: bool,
     waiting = time.time()
     with device_stage or contextlib.nullcontext():
         started = time.time()
-        step, epoch, acc, loss = run_loop(config, trainer, data, meta, ckpt, writer, timings,
-                                          callback, should_stop, end, pending, progress)
+        step, epoch, acc, loss, per_example = run_loop(
+            config, trainer, data, meta, ckpt, writer, timings, callback, should_stop, end,
+            pending, progress)
         if acc is None:  # resumed after the last step: evaluate the restored weights
             t = time.perf_counter()
-            acc, loss, rate = evaluate(trainer, data.eval_data)
+            acc, loss, rate, per_example = evaluate_examples(trainer, data.eval_data)
             timings.eval += time.perf_counter() - t
             meta["infer_rates"].append(rate)
         test = None
         if data.test_data is not None:  # once, at the end: for the report only
             t = time.perf_counter()
-            test = evaluate(trainer, data.test_data)
+            test = evaluate_examples(trainer, data.test_data)
             timings.eval += time.perf_counter() - t
         out_vars = jax.block_until_ready(trainer.variables())
         finished = time.time()
@@ -608,9 +622,13 @@ def _train_and_eval(config: ml_collections.ConfigDict, eval_perf: bool,
     metrics.eval_examples = data.eval_data.num_examples
     metrics.device_wait_seconds = started - waiting
     metrics.device_started_at, metrics.device_finished_at = started, finished
+    if per_example is not None:
+        metrics.eval_correct = examples.to_text(per_example)
     if test is not None:
-        metrics.test_acc, metrics.test_loss, _ = test
+        metrics.test_acc, metrics.test_loss, _, test_bits = test
         metrics.test_examples = data.test_data.num_examples
+        if test_bits is not None:
+            metrics.test_correct = examples.to_text(test_bits)
     if eval_perf:
         t = time.perf_counter()
         metrics.num_params = perf.count_params(out_vars["params"])

@@ -10,7 +10,8 @@ Both strategies answer the same small protocol, so the loop in `train.py` is the
     memory() -> (temp bytes, peak bytes)       of one train step, per device
     train_step(batch) -> metrics               may return device values (not synced)
     host_metrics(metrics) -> {name: float}
-    eval_fn() -> (batch -> correct, loss, count sums)   for the current weights
+    eval_fn() -> (batch -> correct, loss, count sums, per-example right/wrong bits of
+                 the batch's real rows in order)    for the current weights
     variables() -> {"params", "batch_stats"}   numpy, what is evaluated and returned
                                                (batch-norm statistics recomputed for the
                                                current weights when given batches)
@@ -41,7 +42,13 @@ import numpy as np
 
 from nas.train import compilation, optim, perf, precise_bn, steps
 
-EvalFn = Callable[[Mapping[str, np.ndarray]], tuple[float, float, float]]
+EvalFn = Callable[[Mapping[str, np.ndarray]], tuple[float, float, float, np.ndarray]]
+
+
+def real_rows(bits: np.ndarray, batch: Mapping[str, np.ndarray]) -> np.ndarray:
+    """The per-example bits of a batch's real rows (its `mask`), padding dropped."""
+    mask = np.asarray(batch["mask"]).reshape(-1) > 0
+    return np.asarray(bits).reshape(-1)[mask].astype(bool)
 
 
 def compute_dtype(config: Any) -> Any:
@@ -184,9 +191,10 @@ class StandardTrainer:
     def eval_fn(self) -> EvalFn:
         variables_r = steps.replicate(self.variables(), self.ndev)
 
-        def run(batch: Mapping[str, np.ndarray]) -> tuple[float, float, float]:
+        def run(batch: Mapping[str, np.ndarray]) -> tuple[float, float, float, np.ndarray]:
             out = self._evaluate(variables_r, batch, False)
-            return float(out["correct"][0]), float(out["loss"][0]), float(out["count"][0])
+            return (float(out["correct"][0]), float(out["loss"][0]), float(out["count"][0]),
+                    real_rows(out["per_example"], batch))
 
         return run
 
@@ -267,7 +275,7 @@ class ReversibleStrategy:
         pass  # train_step returns host values
 
     def eval_fn(self) -> EvalFn:
-        def run(batch: Mapping[str, np.ndarray]) -> tuple[float, float, float]:
+        def run(batch: Mapping[str, np.ndarray]) -> tuple[float, float, float, np.ndarray]:
             images = np.asarray(batch["image"])
             logits = np.asarray(self.trainer.predict(images), np.float32)
             labels = np.asarray(batch["label"]).reshape(-1)
@@ -276,7 +284,7 @@ class ReversibleStrategy:
             loss = -np.take_along_axis(logp, labels[:, None], axis=-1)[:, 0]
             correct = (np.argmax(logits, -1) == labels).astype(np.float32)
             return (float(np.sum(correct * mask)), float(np.sum(loss * mask)),
-                    float(np.sum(mask)))
+                    float(np.sum(mask)), real_rows(correct, batch))
 
         return run
 

@@ -63,7 +63,8 @@ def test_export_format_flax_writes_code_and_variables(study):
     proc = _run(f"--workdir={root / 's'}", f"--id={done}", "--format=flax", "--out=code",
                 cwd=root)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.strip() == "code"
+    assert proc.stdout.startswith(f"wrote {(root / 'code').resolve()}: candidate {done} as "
+                                  "plain Flax code")
     assert sorted(os.listdir(root / "code")) == ["model.py", "variables.msgpack"]
     source = (root / "code" / "model.py").read_text()
     assert "INPUT_SHAPE = (32, 32, 3)" in source and "class Model(nn.Module):" in source

@@ -60,7 +60,11 @@ def exported(tmp_path_factory):
         cwd=root,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.strip().endswith("candidate.zip")
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith(f"wrote {root / 'candidate.zip'}: candidate {seed.id} (graph, "
+                               "trained weights, training settings, metrics)")
+    assert lines[1:3] == ["  import nas",
+                          f"  candidate = nas.load_candidate('{root / 'candidate.zip'}')"]
     shutil.rmtree(workdir)
     return root, seed
 
@@ -68,7 +72,11 @@ def exported(tmp_path_factory):
 def test_the_export_holds_settings_and_metrics(exported):
     root, seed = exported
     cand = nas.load_candidate(root / "candidate.zip")
-    assert cand.metrics == seed.metrics and cand.info["id"] == seed.id
+    # the study's metrics, and its per-example results (a seed has no "vs_seed")
+    assert {k: v for k, v in cand.metrics.items()
+            if k not in ("val_correct", "test_correct")} == seed.metrics
+    assert cand.correctness().size == seed.extra_metrics["val_examples"]
+    assert cand.info["id"] == seed.id
     assert cand.train_config["lr"] == LR
     assert cand.train_config["total_epochs"] == SEED_EPOCHS  # the seed's own budget
     assert cand.input_shape == (32, 32, 3)

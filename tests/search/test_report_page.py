@@ -10,9 +10,11 @@ import shutil
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from nas.graph.serialize import graph_to_json
+from nas.io import examples
 from nas.mutation import propose_child
 from nas.search import Study
 from nas.search.report import CSV_COLUMNS, progress_series, to_csv, write_report
@@ -37,6 +39,14 @@ def _curve(workdir, cid, accs):
         f.write('{"step": 99, "training_lo')  # a torn last line, as after a kill
 
 
+def _validation(wrong: int) -> dict:
+    """Per-example validation results: the first `wrong` of 143 images wrong (so the kid,
+    4 wrong, is the seed's 7 minus three: cheaper and non-inferior, the recommendation)."""
+    bits = np.ones(143, dtype=bool)
+    bits[:wrong] = False
+    return {"val_examples": 143, "val_correct": examples.to_text(bits)}
+
+
 @pytest.fixture(scope="module")
 def study_dir(tmp_path_factory):
     """A study of CifarNet and a real child, with made-up metrics (training is not tested
@@ -51,7 +61,7 @@ def study_dir(tmp_path_factory):
     seed = study.add(graph_to_json(graph, constants), generation=0)
     study.claim("w", seed)
     study.tell(seed, {"accuracy": 0.95, "flops": 7.5e7, "params": 2.2e6,
-                      "im_sec_core_train": 200.0})
+                      "im_sec_core_train": 200.0, **_validation(7)})
     kid = study.add(graph_to_json(child.graph, child.constants), parent_id=seed,
                     spec=child.spec_json(),
                     inheritance={"kind": child.kind, "inherited": sorted(child.inherited),
@@ -59,12 +69,13 @@ def study_dir(tmp_path_factory):
                                  "fit_pairs": [["a:0", "b:0"]]})
     study.claim("w", kid)
     study.tell(kid, {"accuracy": 0.97, "flops": 4.0e7, "params": 2.1e6,
-                     "im_sec_core_train": 50.0, "fit_mse_before": 1.0, "fit_mse_after": 0.01})
+                     "im_sec_core_train": 50.0, "fit_mse_before": 1.0, "fit_mse_after": 0.01,
+                     **_validation(4)})
     _curve(str(workdir), kid, [(1.2, 0.8), (0.9, 0.85), (0.6, 0.9), (0.5, 0.93), (0.4, 0.95),
                                (0.3, 0.97)])
     worse = study.add('{"not": "a graph"}', parent_id=seed)
     study.claim("w", worse)
-    study.tell(worse, {"accuracy": 0.5, "flops": 9e7, "params": 3e6})
+    study.tell(worse, {"accuracy": 0.5, "flops": 9e7, "params": 3e6, **_validation(71)})
     study.add("{}", parent_id=kid)  # pending
     write_report(study, k=BEST_K)
     return workdir, seed, kid, child
@@ -238,3 +249,63 @@ def test_cli_report_csv(study_dir):
                          timeout=300, env=env, check=True)
     assert out.stdout == (workdir / "report" / "report.csv").read_text()
     assert out.stdout.splitlines()[0].startswith("id,parent_id,generation,status,accuracy")
+
+
+_NOISE_PROBE = """<script>
+  var out = {charts: []};
+  document.querySelectorAll('svg.scatter').forEach(function(svg){
+    var points = Array.from(svg.querySelectorAll('circle.point'));
+    var seed = svg.querySelector('circle.point[data-mark="seed"]');
+    seed.scrollIntoView({block: 'center', inline: 'center'});  // hit-testing needs it shown
+    var r = seed.getBoundingClientRect();
+    var hit = document.elementFromPoint(r.left + r.width / 2, r.top + r.height / 2);
+    var bars = Array.from(svg.querySelectorAll('path.errorbar')).filter(function(b){
+      return b.getBBox().height > 0; }).length;
+    var star = svg.querySelector('polygon.mark.recommended');
+    out.charts.push({bars: bars, points: points.length,
+      seed_last: points[points.length - 1] === seed, seed_hit: hit === seed,
+      seed_label: (svg.querySelector('.seed-label') || {}).textContent || '',
+      star: star ? star.getAttribute('data-id') : '',
+      texts: Array.from(svg.querySelectorAll('text')).map(function(t){
+        return t.textContent; })});
+  });
+  out.vs_seed = Array.from(document.querySelectorAll('.vs-seed')).map(function(e){
+    return e.closest('section').id + '=' + e.textContent; });
+  out.recommended = (document.getElementById('recommended') || {}).textContent || '';
+  out.progress = Array.from(document.querySelectorAll('svg.progress text')).map(
+    function(t){ return t.textContent; });
+  out.images = document.querySelectorAll('img').length;
+  document.body.setAttribute('data-probe', btoa(unescape(encodeURIComponent(
+      JSON.stringify(out)))));
+</script></body>"""
+
+
+@pytest.mark.skipif(_browser() is None, reason="no headless browser (chromium) installed; "
+                    ".ci/run installs one")
+def test_page_shows_noise_the_seed_and_the_recommendation(study_dir, tmp_path):
+    """Rendered: every point has its 95 % error bar, the seed is drawn on top of every
+    child and labelled, the recommended child is marked, the axes name the validation
+    accuracy, each candidate on a front says how it compares with the seed, and the fronts
+    are not shown a second time as an image."""
+    import base64
+
+    workdir, seed, kid, _ = study_dir
+    page = (workdir / "report" / "report.html").read_text()
+    path = tmp_path / "probe.html"
+    path.write_text(page.replace("</body>", _NOISE_PROBE))
+    dom = _dump_dom(_browser(), path)
+    probe = json.loads(base64.b64decode(re.search(r'data-probe="([^"]*)"', dom).group(1)))
+    assert probe["charts"], probe
+    for chart in probe["charts"]:
+        assert chart["bars"] == chart["points"] >= 2, chart
+        assert chart["seed_last"] and chart["seed_hit"], chart
+        assert chart["seed_label"] == f"seed {seed}" and chart["star"] == str(kid), chart
+        assert "validation accuracy" in chart["texts"], chart["texts"]
+        assert f"recommended {kid}" in chart["texts"]
+    assert "validation accuracy" in probe["progress"]
+    assert probe["recommended"].startswith(f"recommended: candidate {kid}, ")
+    assert f"nas-search export --workdir={workdir} --id={kid}" in probe["recommended"]
+    assert any(v.startswith(f"cand-{kid}=vs the seed (candidate {seed}): validation "
+                            "accuracy +2.10 pt [") and "paired, within noise" in v
+               for v in probe["vs_seed"]), probe["vs_seed"]
+    assert probe["images"] == 0  # the PNG is linked, not a duplicate of the SVG fronts

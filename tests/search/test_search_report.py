@@ -31,7 +31,9 @@ def test_write_report(tmp_path):
     png = (tmp_path / "report" / "pareto.png").read_bytes()
     assert png.startswith(PNG_MAGIC) and len(png) > 5000
     page = html_path.read_text()
-    assert base64.b64encode(png).decode() in page  # self-contained
+    # the SVG fronts are inline; the PNG (the same fronts) is linked, not shown twice
+    assert base64.b64encode(png).decode() not in page and 'href="pareto.png"' in page
+    assert page.count('<svg class="scatter') == 2
     assert page.count("<tr class=") == 5
     assert "&lt;boom&gt; &amp; NaN" in page and "<boom>" not in page
     assert 'href="#c1">1</a> → <a href="#c2">2</a> → <a href="#c3">3</a>' in page
@@ -51,6 +53,12 @@ def test_report_of_empty_study_and_summary(tmp_path):
     assert "done 3" in lines[0] and "failed 1" in lines[0] and "pending 1" in lines[0]
     assert lines[1].startswith("best 2 by validation accuracy (it decides")
     assert lines[2].split()[0] == "id"
-    assert [line.split()[0] for line in lines[3:]] == ["3", "2"]
+    assert [line.split()[0] for line in lines[3:6]] == ["3", "2", "1"]
+    assert lines[5].split()[:2] == ["1", "(seed)"] and "the last row is the seed" in lines[1]
+    # no per-example results nor sample sizes (made-up metrics): nothing shows a cheaper
+    # child as good, so the seed is recommended, and the line says why
+    assert lines[-2].startswith("recommended: the seed, candidate 1 (no per-example results")
+    assert lines[-1] == f"  nas-search export --workdir={study.workdir} --id=1 " \
+        "--out=candidate_1.zip"
     by_id = {c.id: c for c in study.candidates()}
     assert lineage(4, by_id) == [1, 2, 3, 4]

@@ -5,6 +5,7 @@ grain pipeline alike, no step reads the held-out examples, `acc` is measured on 
 import pytest
 from helpers import tiny_config, tiny_graph
 
+from nas.io import examples
 from nas.train import train_and_eval
 
 
@@ -20,3 +21,11 @@ def test_validation_is_held_out_and_test_is_reported(data_dir, device_data_bytes
     assert metrics.eval_examples == 143 and metrics.test_examples == 360
     assert metrics.steps == int(1294 / 64 * 0.25)  # 1437 - 143 training examples
     assert 0.0 <= metrics.acc <= 1.0 and 0.0 <= metrics.test_acc <= 1.0
+    # which examples were right, one bit each in the split's order: the last eval batch's
+    # padding (143 and 360 do not fill batches of 128) is not counted
+    assert 143 % config.eval.batch_size and 360 % config.eval.batch_size
+    for text, n, acc in ((metrics.eval_correct, 143, metrics.acc),
+                         (metrics.test_correct, 360, metrics.test_acc)):
+        bits = examples.from_text(text)
+        assert bits.dtype == bool and bits.size == n
+        assert int(bits.sum()) == round(acc * n)

@@ -1,0 +1,172 @@
+"""Each candidate against the seed (paired), and the one candidate the summary recommends.
+
+Why: what a user takes from a search is one answer, which candidate to use. The seed is
+what they would have used anyway, so every child is compared to it on the same validation
+(and test) examples, paired example by example (`nas.search.paired`), and the answer is
+the cheapest candidate that is not worse than the seed by more than a margin the user
+sets (`search.selection.noninferiority_pt`), with the command that exports it.
+A study written before per-example results were kept falls back to the Wilson rule
+(`report.cheapest_matching_seed`) and says so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from nas.search import intervals, paired
+from nas.search.candidate import Candidate
+from nas.search.selection import SelectionConfig
+
+DEFAULT_MARGIN_PT = SelectionConfig.noninferiority_pt
+
+
+def margin_pt(config: dict[str, Any] | None) -> float:
+    """`search.selection.noninferiority_pt` of a study's config (its default when unset)."""
+    selection = ((config or {}).get("search") or {}).get("selection") or {}
+    return float(selection.get("noninferiority_pt", DEFAULT_MARGIN_PT))
+
+
+def seed_of(candidates: Sequence[Candidate]) -> Candidate | None:
+    """The done candidate without a parent (the search's starting model)."""
+    return next((c for c in candidates if c.parent_id is None and c.status == "done"), None)
+
+
+@dataclasses.dataclass
+class Comparisons:
+    """Per-example correctness of a study's candidates, and paired comparisons of them."""
+
+    validation: dict[int, np.ndarray]
+    test: dict[int, np.ndarray]
+
+    @classmethod
+    def of(cls, study: Any, ids: Sequence[int] | None = None) -> Comparisons:
+        return cls(study.correctness(ids, "validation"), study.correctness(ids, "test"))
+
+    def pair(self, a: Candidate | None, b: Candidate | None, split: str = "validation"
+             ) -> paired.Paired | None:
+        """a against b on `split`; None unless both have results on the same examples."""
+        if a is None or b is None:
+            return None
+        bits = self.validation if split == "validation" else self.test
+        x, y = bits.get(a.id), bits.get(b.id)
+        return paired.compare(x, y) if paired.comparable(x, y) else None
+
+
+def versus(c: Candidate, other: Candidate | None, pairs: Comparisons | None,
+           split: str = "validation") -> str:
+    """c against `other` on `split`: the paired difference and decision (e.g. "-0.70 pt
+    [-2.10, +0.00] paired, within noise"), else the Wilson decision of overlapping
+    intervals ("within noise (Wilson)"); "" without accuracies on that split."""
+    if other is None:
+        return ""
+    found = pairs.pair(c, other, split) if pairs is not None else None
+    if found is not None:
+        return found.text()
+    key, size = (("accuracy", "val_examples") if split == "validation"
+                 else ("test_accuracy", "test_examples"))
+    mine = c.accuracy if key == "accuracy" else c.extra_metrics.get(key)
+    theirs = other.accuracy if key == "accuracy" else other.extra_metrics.get(key)
+    if mine is None or theirs is None:
+        return ""
+    return intervals.compare((mine, c.extra_metrics.get(size)),
+                             (theirs, other.extra_metrics.get(size))) + " (Wilson)"
+
+
+@dataclasses.dataclass(frozen=True)
+class Recommendation:
+    """The candidate to use (None: nothing done yet), how it compares, and why."""
+
+    candidate: Candidate | None
+    seed: Candidate | None
+    validation: paired.Paired | None  # candidate - seed, paired; None for the seed itself
+    test: paired.Paired | None
+    margin_pt: float
+    reason: str  # why this one (or why none)
+
+    @property
+    def flops_ratio(self) -> float | None:
+        c, s = self.candidate, self.seed
+        if c is None or s is None or not c.flops or not s.flops:
+            return None
+        return float(c.flops) / float(s.flops)
+
+
+def recommend(candidates: Sequence[Candidate], pairs: Comparisons, margin: float
+              ) -> Recommendation:
+    """The cheapest (FLOPs, then id) of the seed and the done children whose paired
+    validation interval of child - seed has its lower end at or above -`margin` points.
+    The seed counts (it is never worse than itself), so a child is recommended only when
+    it is cheaper than the seed and as good within the margin."""
+    seed = seed_of(candidates)
+    if seed is None:
+        return Recommendation(None, None, None, None, margin, "the seed has not finished")
+    children = [c for c in candidates if c.status == "done" and c.id != seed.id
+                and c.flops is not None and c.accuracy is not None]
+    tests = [(c, pairs.pair(c, seed)) for c in children]
+    unpaired = [c for c, p in tests if p is None]
+    good = [(c, p) for c, p in tests if p is not None and p.noninferior(margin)]
+    if seed.id not in pairs.validation:
+        return _wilson_fallback(candidates, seed, margin)
+    cheaper = [(c, p) for c, p in good if seed.flops and c.flops < seed.flops]
+    if not cheaper:
+        why = (f"no child is cheaper than the seed and non-inferior to it at "
+               f"{margin:g} pt on validation (paired) ({len(children)} done"
+               + (f", {len(unpaired)} without per-example results" if unpaired else "")
+               + ")")
+        return Recommendation(seed, seed, None, None, margin, why)
+    best, p = min(cheaper, key=lambda cp: (float(cp[0].flops), cp[0].id))
+    why = (f"the cheapest child non-inferior to the seed at {margin:g} pt on validation "
+           f"(paired): {len(good)} of {len(children)} done children are")
+    return Recommendation(best, seed, p, pairs.pair(best, seed, "test"), margin, why)
+
+
+def _wilson_fallback(candidates: Sequence[Candidate], seed: Candidate, margin: float
+                     ) -> Recommendation:
+    from nas.search.report import cheapest_matching_seed
+
+    cheap = cheapest_matching_seed([c for c in candidates if c.status == "done"], seed)
+    if cheap is None or not seed.flops or not cheap.flops or cheap.flops >= seed.flops:
+        return Recommendation(seed, seed, None, None, margin,
+                              "no per-example results in this study (written by an older "
+                              "nas) and no cheaper child tied with the seed (Wilson)")
+    return Recommendation(cheap, seed, None, None, margin,
+                          "no per-example results in this study (written by an older nas): "
+                          "the cheapest child tied with the seed by Wilson intervals")
+
+
+def best_by_validation(candidates: Sequence[Candidate]) -> Candidate | None:
+    """The done candidate of highest validation accuracy (ties: fewer FLOPs, then older),
+    as `Study.best` orders them."""
+    done = [c for c in candidates if c.status == "done" and c.accuracy is not None]
+    inf = float("inf")
+    return min(done, key=lambda c: (-c.accuracy, c.flops if c.flops is not None else inf,
+                                    c.id), default=None)
+
+
+def export_command(workdir: Any, candidate_id: int) -> str:
+    """The exact command that exports a candidate."""
+    return (f"nas-search export --workdir={workdir} --id={candidate_id} "
+            f"--out=candidate_{candidate_id}.zip")
+
+
+def recommendation_lines(rec: Recommendation, workdir: Any) -> list[str]:
+    """The summary's last lines: `recommended: ...` and the export command."""
+    c, seed = rec.candidate, rec.seed
+    if c is None or seed is None:
+        return [f"recommended: none yet ({rec.reason})"]
+    if c.id == seed.id:
+        line = f"recommended: the seed, candidate {c.id} ({rec.reason})"
+    elif rec.validation is not None:
+        v = rec.validation
+        line = (f"recommended: candidate {c.id}, {rec.flops_ratio:.3f} of the seed's FLOPs, "
+                f"validation {100 * v.difference:+.2f} pt [{100 * v.low:+.2f}, "
+                f"{100 * v.high:+.2f}] paired vs the seed ({rec.reason}"
+                + (f"; test {rec.test.text()}" if rec.test is not None else "") + ")")
+    else:
+        line = (f"recommended: candidate {c.id}, {rec.flops_ratio:.3f} of the seed's FLOPs "
+                f"({rec.reason})")
+    return [line, "  " + export_command(workdir, c.id)]

@@ -1,0 +1,221 @@
+"""Paired comparisons of two models on the same examples, against hand-computed cases, and
+how per-example results reach selection, the study and its summary."""
+
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import nas
+from nas.graph.serialize import graph_to_json
+from nas.io import examples
+from nas.search import Study, intervals, paired
+from nas.search.selection import SelectionConfig
+from nas.zoo import cnn
+
+N = 143  # the digits validation split
+
+
+def _vector(wrong: range | list[int], n: int = N) -> np.ndarray:
+    bits = np.ones(n, dtype=bool)
+    bits[list(wrong)] = False
+    return bits
+
+
+def test_identical_models_differ_by_zero_and_are_within_noise():
+    a = _vector(range(3))
+    p = paired.compare(a, a.copy())
+    assert (p.difference, p.low, p.high, p.only_a, p.only_b) == (0.0, 0.0, 0.0, 0, 0)
+    assert p.decision == "within noise" and p.noninferior(0.0)
+    assert p.text() == "+0.00 pt [+0.00, +0.00] paired, within noise"
+
+
+def test_better_on_a_handful_of_images():
+    """5 images right only for `a`, none the other way: McNemar's exact two-sided p is
+    2 * 0.5**5 = 0.0625, not yet evidence; 6 to 0 (p = 0.03125) is."""
+    seed = _vector(range(8))
+    five = _vector(range(3))
+    p = paired.compare(five, seed)
+    # Clopper-Pearson lower end for 5 of 5 is 0.025 ** (1/5); the upper end is 1
+    low = 5 / N * (2 * 0.025 ** (1 / 5) - 1)
+    assert p.difference == pytest.approx(5 / N) and p.low == pytest.approx(low, abs=1e-12)
+    assert p.high == pytest.approx(5 / N) and low < 0 < p.difference
+    assert p.decision == "within noise"
+    six = _vector(range(2))
+    q = paired.compare(six, seed)
+    assert q.low == pytest.approx(6 / N * (2 * 0.025 ** (1 / 6) - 1), abs=1e-12) and q.low > 0
+    assert q.decision == "better" and paired.compare(seed, six).decision == "worse"
+    # Wilson intervals of 137/143 and 143-8=135/143 overlap: unpaired, this is "noise"
+    assert intervals.compare((137 / N, N), (135 / N, N)) == "within noise"
+
+
+def test_mixed_disagreements_match_the_exact_binomial_interval():
+    """3 of the 10 disagreements go to `a` on 100 examples: the 95 % Clopper-Pearson
+    interval of 3/10 is [0.0667, 0.6525] (tables), so the difference -0.04 has
+    [10/100 * (2 * 0.0667 - 1), 10/100 * (2 * 0.6525 - 1)]."""
+    a = np.array([True] * 80 + [True] * 3 + [False] * 7 + [False] * 10)
+    b = np.array([True] * 80 + [False] * 3 + [True] * 7 + [False] * 10)
+    p = paired.compare(a, b)
+    assert (p.only_a, p.only_b, p.n) == (3, 7, 100) and p.difference == pytest.approx(-0.04)
+    assert p.low == pytest.approx(0.1 * (2 * 0.066739 - 1), abs=1e-5)
+    assert p.high == pytest.approx(0.1 * (2 * 0.652453 - 1), abs=1e-5)
+    assert p.decision == "within noise"
+    # non-inferiority at a margin: the lower end -8.67 pt against -margin
+    assert not p.noninferior(1.0) and p.noninferior(9.0)
+    assert paired.clopper_pearson(0, 10, 0.05) == (0.0, pytest.approx(1 - 0.025 ** 0.1))
+
+
+def test_clearly_better_and_worse():
+    a = _vector(range(2))
+    b = _vector(range(30))
+    assert paired.compare(a, b).decision == "better"
+    assert paired.compare(b, a).decision == "worse"
+    assert paired.compare(b, a).high < 0
+
+
+def test_bad_input_is_one_clear_error():
+    with pytest.raises(ValueError, match="paired comparison: .* 143 and 100"):
+        paired.compare(_vector([]), np.ones(100, bool))
+    with pytest.raises(ValueError, match="paired comparison"):
+        paired.compare(np.zeros(0, bool), np.zeros(0, bool))
+    assert not paired.comparable(None, _vector([]))
+
+
+def test_packed_bits_round_trip_and_refuse_damage():
+    bits = _vector([0, 7, 8, 142])
+    assert len(examples.pack(bits)) == 18  # 143 bits in 18 bytes
+    assert np.array_equal(examples.unpack(examples.pack(bits), N), bits)
+    assert np.array_equal(examples.from_text(examples.to_text(bits)), bits)
+    with pytest.raises(ValueError, match="metrics.val_correct: expected 'N:base64 bits'"):
+        examples.from_text("not bits", "metrics.val_correct")
+    with pytest.raises(ValueError, match="cannot hold exactly 9 examples"):
+        examples.from_text("9:AA==")
+
+
+def test_a_negative_noninferiority_margin_is_refused():
+    with pytest.raises(ValueError, match="noninferiority_pt"):
+        SelectionConfig(noninferiority_pt=-1.0)
+
+
+def _study(tmp_path, with_bits=True):
+    """Seed 1 (FLOPs 100), children: 2 right on one more validation image and cheap (40),
+    3 cheaper but worse on 12 validation images (10), 4 better and costlier (120)."""
+    study = Study.create(tmp_path, {"search": {"selection": {"noninferiority_pt": 1.0}}})
+    seed_val, seed_test = _vector(range(5)), _vector(range(10), 360)
+    rows = [(None, seed_val, seed_test, 100.0),
+            (1, _vector(range(1, 5)), _vector(range(1, 11), 360), 40.0),
+            (1, _vector(range(17)), _vector(range(30), 360), 10.0),
+            (1, _vector(range(1)), _vector(range(2), 360), 120.0)]
+    graph = graph_to_json(*cnn.CifarNet()[:2])  # a real graph, so exports load
+    for parent, val, test, flops in rows:
+        cid = study.add(graph, parent_id=parent)
+        study.claim("w", cid)
+        metrics = {"accuracy": float(val.mean()), "flops": flops, "params": flops,
+                   "val_examples": N, "test_accuracy": float(test.mean()),
+                   "test_examples": 360}
+        if with_bits:
+            metrics |= {"val_correct": examples.to_text(val),
+                        "test_correct": examples.to_text(test)}
+        study.tell(cid, metrics, worker="w")
+    return study
+
+
+def test_study_keeps_per_example_results_out_of_the_metrics(tmp_path):
+    study = _study(tmp_path)
+    assert "val_correct" not in study.get(2).metrics
+    val = study.correctness()
+    assert sorted(val) == [1, 2, 3, 4] and val[3].sum() == N - 17
+    assert study.correctness([2], "test")[2].size == 360
+    assert sorted(study.correctness(range(1, 2001))) == [1, 2, 3, 4]  # past SQLite's cap
+    with pytest.raises(ValueError, match="split: expected one of"):
+        study.correctness(split="train")
+    cid = study.add('{"x": 5}', parent_id=1)
+    study.claim("w", cid)
+    with pytest.raises(ValueError, match="metrics.val_correct"):
+        study.tell(cid, {"accuracy": 0.5, "val_correct": "143:###"}, worker="w")
+    assert cid not in study.correctness()  # nothing half-written
+
+
+def test_an_older_study_without_the_table_opens_and_falls_back(tmp_path):
+    import sqlite3
+
+    study = _study(tmp_path / "s", with_bits=False)
+    study.close()
+    conn = sqlite3.connect(tmp_path / "s" / "study.db")
+    conn.execute("DROP TABLE examples")
+    conn.commit()
+    conn.close()
+    again = Study.load(tmp_path / "s")
+    assert again.correctness() == {}
+    from nas.search.report import summary
+
+    text = summary(again)
+    assert "(Wilson)" in text and "recommended: candidate 2" in text
+
+
+def test_summary_recommends_the_cheapest_non_inferior_child(tmp_path):
+    from nas.search.report import summary, to_csv
+
+    study = _study(tmp_path)
+    text = summary(study, k=2)
+    lines = text.splitlines()
+    table = {line.split()[0]: line for line in lines[3:6]}
+    assert sorted(table) == ["1", "2", "4"]  # best 2, then the seed's own row
+    assert table["1"].split()[:2] == ["1", "(seed)"]
+    assert "+0.70 pt [-0.66, +0.70] paired, within noise" in table["2"]
+    assert lines[-2].startswith("recommended: candidate 2, 0.400 of the seed's FLOPs, "
+                                "validation +0.70 pt [-0.66, +0.70] paired vs the seed")
+    assert "paired vs the seed" in lines[-2]
+    assert lines[-1] == f"  nas-search export --workdir={tmp_path} --id=2 --out=candidate_2.zip"
+    rows = [r.split(",") for r in to_csv(study).splitlines()]
+    head = rows[0]
+    by_id = {r[0]: dict(zip(head, r, strict=True)) for r in rows[1:]}
+    assert by_id["3"]["val_vs_seed"] == "worse" and by_id["2"]["recommended"] == "1"
+    assert float(by_id["3"]["val_vs_seed_pt"]) == pytest.approx(-100 * 12 / N, abs=1e-3)
+    assert by_id["1"]["val_vs_seed"] == ""
+
+
+def test_no_child_good_enough_recommends_the_seed_and_says_why(tmp_path):
+    from nas.search import recommend
+
+    study = _study(tmp_path)
+    done = [c for c in study.candidates("done") if c.id in (1, 3)]
+    rec = recommend.recommend(done, recommend.Comparisons.of(study), 1.0)
+    assert rec.candidate.id == 1
+    lines = recommend.recommendation_lines(rec, tmp_path)
+    assert lines[0].startswith("recommended: the seed, candidate 1 (no child is cheaper")
+    assert lines[1].strip().startswith("nas-search export")
+
+
+def _cli(*args, cwd):
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return subprocess.run([sys.executable, "-m", "nas.search.cli", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": root})
+
+
+def test_export_recommended_and_best(tmp_path):
+    _study(tmp_path / "s").close()
+    proc = _cli("export", f"--workdir={tmp_path}/s", "--id=recommended", "--out=rec.zip",
+                cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith(f"wrote {tmp_path}/rec.zip: candidate 2 (recommended)")
+    assert lines[1:3] == ["  import nas", f"  candidate = nas.load_candidate('{tmp_path}/rec.zip')"]
+    cand = nas.load_candidate(tmp_path / "rec.zip")
+    assert cand.info["id"] == 2 and cand.correctness().size == N
+    assert cand.metrics["vs_seed"]["validation"]["decision"] == "within noise"
+    assert cand.correctness("test").size == 360
+    proc = _cli("export", f"--workdir={tmp_path}/s", "--id=best", "--out=best.zip",
+                cwd=tmp_path)
+    assert proc.returncode == 0 and "candidate 4 (best validation accuracy)" in proc.stdout
+    proc = _cli("export", f"--workdir={tmp_path}/s", "--id=cheapest", "--out=x.zip",
+                cwd=tmp_path)
+    assert proc.returncode == 1 and proc.stderr.strip().splitlines() == [
+        "nas-search: error: --id: expected a candidate id, 'recommended' or 'best', got "
+        "'cheapest'"]
+    assert not (tmp_path / "x.zip").exists()
+    assert math.isclose(cand.metrics["accuracy"], 139 / N)
