@@ -6,7 +6,7 @@ what they would have used anyway, so every child is compared to it on the same v
 the cheapest candidate that is not worse than the seed by more than a margin the user
 sets (`search.selection.noninferiority_pt`), with the command that exports it.
 A study written before per-example results were kept falls back to the Wilson rule
-(`report.cheapest_matching_seed`) and says so.
+(`cheapest_matching_seed`) and says so.
 """
 
 from __future__ import annotations
@@ -126,8 +126,6 @@ def recommend(candidates: Sequence[Candidate], pairs: Comparisons, margin: float
 
 def _wilson_fallback(candidates: Sequence[Candidate], seed: Candidate, margin: float
                      ) -> Recommendation:
-    from nas.search.report import cheapest_matching_seed
-
     cheap = cheapest_matching_seed([c for c in candidates if c.status == "done"], seed)
     if cheap is None or not seed.flops or not cheap.flops or cheap.flops >= seed.flops:
         return Recommendation(seed, seed, None, None, margin,
@@ -170,3 +168,18 @@ def recommendation_lines(rec: Recommendation, workdir: Any) -> list[str]:
         line = (f"recommended: candidate {c.id}, {rec.flops_ratio:.3f} of the seed's FLOPs "
                 f"({rec.reason})")
     return [line, "  " + export_command(workdir, c.id)]
+
+
+def cheapest_matching_seed(done: Sequence[Candidate], seed: Candidate | None
+                           ) -> Candidate | None:
+    """The child with the fewest FLOPs whose validation accuracy ties the seed's (each
+    inside the other's interval, as selection ranks them) or is above it: chosen on
+    validation, so its test accuracy is an honest report (None when there is none)."""
+    n = seed.extra_metrics.get("val_examples") if seed is not None else None
+    if seed is None or not seed.flops or seed.accuracy is None or not n:
+        return None
+    matched = [c for c in done if c.id != seed.id and c.flops is not None
+               and c.accuracy is not None and c.extra_metrics.get("val_examples")
+               and (c.accuracy >= seed.accuracy or intervals.tied(
+                   c.accuracy, int(c.extra_metrics["val_examples"]), seed.accuracy, int(n)))]
+    return min(matched, key=lambda c: (c.flops, c.id), default=None)

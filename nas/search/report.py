@@ -23,6 +23,7 @@ from nas.search import intervals, recommend
 from nas.search._atomic import atomic_write_bytes, atomic_write_text
 from nas.search.candidate import STATUSES, Candidate
 from nas.search.pareto import ParetoCurve
+from nas.search.recommend import cheapest_matching_seed  # noqa: F401 - public here too
 from nas.search.report_candidate import (
     Architecture,
     architecture,
@@ -220,21 +221,6 @@ def versus_seed(c: Candidate, seed: Candidate | None,
         return ""
     return intervals.compare((mine["test_accuracy"], mine.get("test_examples")),
                              (theirs["test_accuracy"], theirs.get("test_examples")))
-
-
-def cheapest_matching_seed(done: Sequence[Candidate], seed: Candidate | None
-                           ) -> Candidate | None:
-    """The child with the fewest FLOPs whose validation accuracy ties the seed's (each
-    inside the other's interval, as selection ranks them) or is above it: chosen on
-    validation, so its test accuracy is an honest report (None when there is none)."""
-    n = seed.extra_metrics.get("val_examples") if seed is not None else None
-    if seed is None or not seed.flops or seed.accuracy is None or not n:
-        return None
-    matched = [c for c in done if c.id != seed.id and c.flops is not None
-               and c.accuracy is not None and c.extra_metrics.get("val_examples")
-               and (c.accuracy >= seed.accuracy or intervals.tied(
-                   c.accuracy, int(c.extra_metrics["val_examples"]), seed.accuracy, int(n)))]
-    return min(matched, key=lambda c: (c.flops, c.id), default=None)
 
 
 def rung_summary(c: Candidate) -> str:
