@@ -24,8 +24,8 @@ import numpy as np
 
 from nas.graph import Model
 from nas.graph.serialize import load
-from nas.search.study import Study
-from nas.search.worker import train_candidate
+from nas.search.execution.worker import train_candidate
+from nas.search.store.study import Study
 from nas.train import data as data_lib
 from nas.train.checkpoint import load_variables
 

@@ -21,7 +21,7 @@ import time
 
 import numpy as np
 
-from nas.search.driver import Driver
+from nas.search.execution.driver import Driver
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -124,7 +124,7 @@ def time_split(max_candidates: int, workdir: str, executor: str = "inline",
     """
     from search_arms import apply_settings
 
-    from nas.search import driver as driver_lib
+    from nas.search.execution import driver as driver_lib
 
     shutil.rmtree(workdir, ignore_errors=True)
     config = runpy.run_path(os.path.join(ROOT, "configs", "digits_cnn_search.py"))["get_config"]()

@@ -31,10 +31,10 @@ from typing import Any
 
 import numpy as np
 
-from nas.search import intervals
-from nas.search.driver import Driver
-from nas.search.pareto import hypervolume
-from nas.search.report import cheapest_matching_seed, front_of
+from nas.search.execution.driver import Driver
+from nas.search.reporting.report import cheapest_matching_seed, front_of
+from nas.search.strategy import intervals
+from nas.search.strategy.pareto import hypervolume
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -102,7 +102,7 @@ def cached(n: int, cache: str) -> str:
 
 def one_proposal(driver: Any, bar: Any, graph_json: str, fingerprint: str) -> int:
     """The loop's bookkeeping for one proposal, the child standing in for a mutation."""
-    from nas.search.candidate import FINISHED
+    from nas.search.store.candidate import FINISHED
 
     study = driver.study
     counts = study.counts()
@@ -121,7 +121,7 @@ def one_proposal(driver: Any, bar: Any, graph_json: str, fingerprint: str) -> in
 def measure_driver(workdir: str, n: int, repeats: int) -> dict[str, float]:
     from tqdm import tqdm
 
-    from nas.search.driver import Driver
+    from nas.search.execution.driver import Driver
 
     graph_json = zoo_graphs()[0]
     start = time.perf_counter()
@@ -165,7 +165,7 @@ def measure(n: int, cache: str, repeats: int, timeout: float, parts: tuple[str, 
     """The figures of one study size. The report is written before the rerun, as the
     search that finished wrote it, so the rerun finds it (and says where it is)."""
     from nas.search import Study
-    from nas.search.report import summary
+    from nas.search.reporting.report import summary
 
     source = cached(n, cache)
     workdir = source + ".measure"
@@ -192,7 +192,7 @@ def measure(n: int, cache: str, repeats: int, timeout: float, parts: tuple[str, 
              f"--config.search.max_candidates={n}", f"--workdir={workdir}", "--noprogress"],
             timeout)
     if "finished-check" in parts:  # the rerun's reads of the study, without its imports
-        from nas.search import report_state
+        from nas.search.reporting import report_state
 
         start = time.perf_counter()
         study = Study.load(workdir)

@@ -15,7 +15,7 @@ import runpy
 
 import ml_collections
 
-from nas.search.settings import search_defaults
+from nas.search.strategy.settings import search_defaults
 
 
 def get_config(arg=None):

@@ -20,7 +20,7 @@ import nas
 # Classes whose constructor takes more than a message: how to build one of each.
 BUILDERS = {
     "nas.graph.model.OpError": lambda cls: cls("op 'x' (RESHAPE) failed", "cannot reshape"),
-    "nas.search.study.DuplicateCandidateError": lambda cls: cls("abc123", 7),
+    "nas.search.store.study.DuplicateCandidateError": lambda cls: cls("abc123", 7),
     "nas.train.memory.DeviceBudgetExceeded": lambda cls: cls(3 << 20, 1 << 20),
 }
 
@@ -48,7 +48,8 @@ CLASSES = project_exceptions()
 def test_the_known_ones_are_found():
     names = {f"{c.__module__}.{c.__qualname__}" for c in CLASSES}
     assert set(BUILDERS) <= names
-    assert {"nas.search.worker.CandidateTimeout", "nas.search._schema.StudyNotFoundError",
+    assert {"nas.search.execution.worker.CandidateTimeout",
+            "nas.search.store._schema.StudyNotFoundError",
             "nas.mutation.model_mutator.NoChildFound"} <= names
 
 

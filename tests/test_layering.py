@@ -85,7 +85,35 @@ def test_the_graph_package_imports_no_other_nas_package():
 def test_the_checker_sees_lazy_and_relative_imports(tmp_path):
     path = tmp_path / "mod.py"
     path.write_text(
-        "def f():\n    from nas.search.study import Study\n    from ..search import cli\n"
+        "def f():\n    from nas.search.store.study import Study\n    from ..search import cli\n"
     )
     names = imported("nas.train.mod", str(path))
-    assert {"nas.search.study", "nas.search", "nas.search.cli"} <= names
+    assert {"nas.search.store.study", "nas.search", "nas.search.cli"} <= names
+
+
+# The search's subpackages, lowest first: each may import those before it, never one after.
+SEARCH_LAYERS = ("strategy", "store", "execution", "reporting")
+
+
+def test_a_search_subpackage_never_imports_a_higher_one():
+    offenders = []
+    for rank, layer in enumerate(SEARCH_LAYERS):
+        higher = [f"nas.search.{above}" for above in SEARCH_LAYERS[rank + 1:]]
+        higher.append("nas.search.cli")
+        for module, path in modules(f"nas.search.{layer}"):
+            offenders += [f"{module} imports {name}" for name in sorted(imported(module, path))
+                          if any(_within(name, h) for h in higher)]
+    assert not offenders, offenders
+
+
+def test_moved_search_modules_answer_to_their_old_paths():
+    from nas.search.study import Study  # the path before the subpackages
+
+    import nas.search.execution.driver
+    import nas.search.store.study
+
+    assert Study is nas.search.store.study.Study
+    assert nas.search.store.study.__spec__.name == "nas.search.store.study"  # its own spec
+    import nas.search.driver
+
+    assert nas.search.driver is nas.search.execution.driver

@@ -22,8 +22,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from nas.atomic import atomic_write_with
 from nas.io import arrays
-from nas.io.atomic import atomic_write_with
 
 FORMAT = "nas-candidate"
 VERSION = 2

@@ -100,7 +100,7 @@ INTERRUPTED = 130
 def fail(message: str, code: int = 1) -> None:
     """One line on stderr, then exit without running anything else (no atexit tracebacks
     from background threads of libraries)."""
-    from nas.search._db import close_all
+    from nas.search.store._db import close_all
 
     message = re.sub(r"\s*\[tensorstore_spec=.*", "", message)  # orbax's internals
     if len(message) > 600:
@@ -147,9 +147,9 @@ def config_file_error(e: BaseException, argv: Sequence[str]) -> str:
 
 
 def _search(workdir: str) -> None:
-    from nas.search.report_state import write_if_stale
-    from nas.search.rerun import finished_line, stored_budget
-    from nas.search.settings import validate_search
+    from nas.search.reporting.report_state import write_if_stale
+    from nas.search.reporting.rerun import finished_line, stored_budget
+    from nas.search.strategy.settings import validate_search
 
     if _CONFIG.value is None:
         raise ValueError("--config is required to run a search")
@@ -166,8 +166,8 @@ def _search(workdir: str) -> None:
     if line is not None:
         print(line)
         return
-    from nas.search.driver import Driver
-    from nas.search.report import summary
+    from nas.search.execution.driver import Driver
+    from nas.search.reporting.report import summary
 
     driver = Driver(config, workdir)
     if driver.finished():  # resumed with nothing left to do: say so in one line
@@ -186,8 +186,8 @@ def _search(workdir: str) -> None:
 
 
 def _worker(workdir: str) -> None:
-    from nas.search.report import reported_test_text, val_accuracy_text
-    from nas.search.study_worker import run_worker
+    from nas.search.execution.study_worker import run_worker
+    from nas.search.reporting.report import reported_test_text, val_accuracy_text
 
     check_workdir(workdir, create=False)
     try:
@@ -214,9 +214,9 @@ def _worker(workdir: str) -> None:
 
 
 def _report(workdir: str) -> None:
-    from nas.search.report import summary, to_csv, write_report
-    from nas.search.report_state import mark_current, study_state
-    from nas.search.study import Study
+    from nas.search.reporting.report import summary, to_csv, write_report
+    from nas.search.reporting.report_state import mark_current, study_state
+    from nas.search.store.study import Study
 
     study = Study.load(workdir)
     state = study_state(study)
@@ -230,7 +230,7 @@ def _report(workdir: str) -> None:
 
 
 def _export(workdir: str) -> None:
-    from nas.search.study import Study
+    from nas.search.store.study import Study
 
     if _ID.value is None or not _OUT.value:
         raise ValueError("export needs --id and --out")
@@ -248,7 +248,7 @@ def _export(workdir: str) -> None:
     cid, why = export_id(study, _ID.value)
     try:
         if _FORMAT.value == "flax":
-            from nas.search.export import export_flax_code
+            from nas.search.store.export import export_flax_code
 
             path = export_flax_code(study, cid, _OUT.value)
         else:
@@ -277,7 +277,7 @@ def _export(workdir: str) -> None:
 
 def export_id(study: Any, value: str) -> tuple[int, str]:
     """(candidate id, a note for the output) of --id: a number, 'recommended' or 'best'."""
-    from nas.search import recommend
+    from nas.search.store import recommend
 
     text = value.strip().lower()
     if text in ("recommended", "best"):
@@ -301,7 +301,7 @@ def export_id(study: Any, value: str) -> tuple[int, str]:
 
 
 def _import() -> None:
-    from nas.search.import_flax import import_flax
+    from nas.search.strategy.import_flax import import_flax
 
     if not _FLAX.value:
         raise ValueError("import needs --flax=package.module:factory")
@@ -311,9 +311,9 @@ def _import() -> None:
 def _dashboard(workdir: str) -> None:
     import asyncio
 
-    from nas.search._db import close_all
-    from nas.search.dashboard import Dashboard, serve
-    from nas.search.study import Study
+    from nas.search.reporting.dashboard import Dashboard, serve
+    from nas.search.store._db import close_all
+    from nas.search.store.study import Study
 
     check_workdir(workdir, create=False)
     dashboard = Dashboard(Study.load(workdir, read_only=True))

@@ -1,7 +1,7 @@
 """The 95 % Wilson interval of one accuracy measured on n examples.
 
 Why here: `nas-train` reports single accuracies and must not import the search, while the
-search's comparisons (`nas.search.intervals`) build on the same interval; the math lives in
+search's comparisons (`nas.search.strategy.intervals`) build on the same interval; the math lives in
 this leaf, below both. The Wilson score interval stays inside [0, 1] and behaves near 100 %,
 where a plain normal interval would claim more than is known.
 """

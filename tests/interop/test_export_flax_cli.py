@@ -14,7 +14,7 @@ import pytest
 from flax import serialization
 
 from nas.graph.serialize import graph_to_json
-from nas.search.study import Study
+from nas.search.store.study import Study
 from nas.train.checkpoint import save_variables
 from nas.zoo import cnn
 from tests.interop.helpers import random_variables

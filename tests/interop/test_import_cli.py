@@ -13,8 +13,8 @@ import pytest
 from flax import serialization
 
 import nas
-from nas.search.driver import Driver
-from nas.search.import_flax import import_flax
+from nas.search.execution.driver import Driver
+from nas.search.strategy.import_flax import import_flax
 from nas.train.checkpoint import load_variables
 from tests.interop import models
 from tests.search.conftest import tiny_search_config
@@ -112,7 +112,7 @@ def test_seeded_digits_search_finishes(tmp_path, factory):
                      f"--seed_graph={seed}", "--config.search.max_candidates=4",
                      "--config.search.selection.min_acc=0.0", "--noprogress", timeout=3000)
     assert result.returncode == 0, result.stderr[-2000:]
-    from nas.search.study import Study
+    from nas.search.store.study import Study
 
     study = Study.load(str(workdir))
     children = [c for c in study.candidates() if c.parent_id is not None]

@@ -11,7 +11,7 @@ import sys
 import tempfile
 
 import nas.mutation.config  # noqa: F401 - imported before forking
-import nas.search.settings  # noqa: F401
+import nas.search.strategy.settings  # noqa: F401
 import nas.train.config  # noqa: F401
 from nas.search import cli
 

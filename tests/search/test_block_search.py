@@ -11,9 +11,9 @@ import pytest
 
 from nas import zoo
 from nas.graph.serialize import graph_to_json
-from nas.search import blocks as blocks_lib
-from nas.search.driver import Driver, run_search
-from nas.search.study import Study
+from nas.search.execution.driver import Driver, run_search
+from nas.search.store.study import Study
+from nas.search.strategy import blocks as blocks_lib
 from nas.train.checkpoint import save_variables
 from nas.zoo import cnn
 from tests.mutation.helpers import parent_variables

@@ -11,7 +11,7 @@ import pytest
 from nas import zoo
 from nas.graph import OpType, new_graph, new_op
 from nas.graph.serialize import graph_to_json
-from nas.search.executors import LocalExecutor
+from nas.search.execution.executors import LocalExecutor
 from tests.search.conftest import tiny_search_config
 
 

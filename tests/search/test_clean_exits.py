@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from nas.search.settings import validate_search
-from nas.search.study import Study
+from nas.search.store.study import Study
+from nas.search.strategy.settings import validate_search
 from tests.search.conftest import ROOT, SEARCH_CONFIG
 
 INTERRUPTED = "nas-search: error: interrupted; the study in {} is resumable (run the same " \
@@ -127,7 +127,7 @@ def test_a_finished_search_keeps_its_budget_unless_a_larger_one_is_given(tmp_pat
 
 @pytest.mark.slow  # trains a seed and a child through the CLI: ~1 min on 2 loaded cores
 def test_a_larger_budget_extends_a_finished_search_and_says_so(tmp_path):
-    from nas.search.driver import run_search
+    from nas.search.execution.driver import run_search
     from tests.search.conftest import tiny_search_config
 
     workdir = tmp_path / "study"

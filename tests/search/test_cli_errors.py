@@ -95,7 +95,7 @@ def test_nas_search_bad_input_is_one_line(place, args, needles):
 
 
 def test_export_under_a_file_and_damaged_study_json(tmp_path):
-    from nas.search.study import Study
+    from nas.search.store.study import Study
 
     study = Study.create(tmp_path / "s", {"search": {}})
     cid = study.add(json.dumps({"format": "nas.graph"}))
@@ -251,7 +251,7 @@ def test_nas_train_config_mistakes_come_before_anything_is_printed(place, args, 
 
 
 def test_export_errors_name_the_flags(tmp_path):
-    from nas.search.study import Study
+    from nas.search.store.study import Study
 
     study = Study.create(tmp_path / "s", {"search": {}})
     cid = study.add(json.dumps({"format": "nas.graph"}))

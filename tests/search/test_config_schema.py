@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nas.search.settings import OPERATIONAL, SEARCH_SCHEMA, validate_search
+from nas.search.strategy.settings import OPERATIONAL, SEARCH_SCHEMA, validate_search
 from tests.search.conftest import SEARCH_CONFIG
 
 BASE = runpy.run_path(SEARCH_CONFIG)["get_config"]()
@@ -115,8 +115,8 @@ def test_unknown_dataset_is_refused_at_the_edge(tmp_path):
 def test_resume_warns_only_about_fields_that_cannot_change(tmp_path, caplog):
     import logging
 
-    from nas.search.driver import open_study
-    from nas.search.study import Study
+    from nas.search.execution.driver import open_study
+    from nas.search.store.study import Study
 
     study = Study.create(tmp_path, BASE.to_dict())
     study.add('{"format": "nas.graph"}')  # started: the stored config wins
@@ -134,8 +134,8 @@ def test_resume_warns_only_about_fields_that_cannot_change(tmp_path, caplog):
 def test_resume_warning_names_every_ignored_field(tmp_path, caplog):
     import logging
 
-    from nas.search.driver import open_study
-    from nas.search.study import Study
+    from nas.search.execution.driver import open_study
+    from nas.search.store.study import Study
 
     study = Study.create(tmp_path, BASE.to_dict())
     study.add('{"format": "nas.graph"}')  # started: the stored config wins
@@ -153,8 +153,8 @@ def test_resume_warning_names_every_ignored_field(tmp_path, caplog):
 def test_a_study_without_candidates_takes_the_given_config(tmp_path, caplog):
     import logging
 
-    from nas.search.driver import check_seed, open_study
-    from nas.search.study import Study
+    from nas.search.execution.driver import check_seed, open_study
+    from nas.search.store.study import Study
 
     Study.create(tmp_path, _with("train.model_name", "bogus").to_dict()).close()
     caplog.set_level(logging.WARNING)

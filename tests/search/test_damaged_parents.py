@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from nas.search.driver import Driver, unusable_parents
-from nas.search.study import Study
+from nas.search.execution.driver import Driver, unusable_parents
+from nas.search.store.study import Study
 from tests.search.conftest import ROOT, SEARCH_CONFIG
 
 FLAGS = [

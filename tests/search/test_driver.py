@@ -6,10 +6,10 @@ import pytest
 
 from nas.graph import OpType, new_graph, new_op
 from nas.graph.serialize import graph_to_json, load
-from nas.search.driver import Driver, SearchFailed, run_search
-from nas.search.report import write_report
-from nas.search.study import Study
-from nas.search.study_worker import run_worker
+from nas.search.execution.driver import Driver, SearchFailed, run_search
+from nas.search.execution.study_worker import run_worker
+from nas.search.reporting.report import write_report
+from nas.search.store.study import Study
 
 
 def fingerprints(study):

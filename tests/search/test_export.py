@@ -15,7 +15,7 @@ import pytest
 import nas
 from nas.graph import Model
 from nas.graph.serialize import load
-from nas.search.driver import run_search
+from nas.search.execution.driver import run_search
 from nas.train.checkpoint import load_variables
 from tests.search.conftest import ROOT, tiny_search_config
 

@@ -9,8 +9,8 @@ import pytest
 
 from nas.graph import OpType, new_graph, new_op
 from nas.graph.serialize import graph_to_json
-from nas.search.executors import InlineExecutor
-from nas.search.worker import describe_failure
+from nas.search.execution.executors import InlineExecutor
+from nas.search.execution.worker import describe_failure
 from tests.search.conftest import tiny_search_config
 
 
@@ -62,7 +62,7 @@ def test_soft_time_limit_stops_a_one_epoch_child_within_steps(tmp_path):
 
 
 def test_exports_and_reports_are_world_readable(tmp_path):
-    from nas.search.study import Study
+    from nas.search.store.study import Study
 
     study = Study.create(tmp_path / "s")
     cid = study.add(json.dumps({"format": "nas.graph"}))
@@ -84,7 +84,7 @@ def test_over_budget_plain_candidate_is_recorded_infeasible_before_any_step(tmp_
     """A seed that is not reversible and whose standard step exceeds the device budget is
     stored `infeasible`, its message carrying the estimate and the budget, and nothing of
     it was trained (no metrics or checkpoint file was written)."""
-    from nas.search.driver import Driver, SearchFailed, candidate_dir
+    from nas.search.execution.driver import Driver, SearchFailed, candidate_dir
 
     config = tiny_search_config(max_candidates=1)
     config.train.trainer = "auto"

@@ -8,8 +8,8 @@ import time
 import pytest
 
 from nas.search import Study
-from nas.search.fidelity import FidelityConfig, RungPlan, RungResult, promotion, rung_order
-from nas.search.settings import validate_search
+from nas.search.strategy.fidelity import FidelityConfig, RungPlan, RungResult, promotion, rung_order
+from nas.search.strategy.settings import validate_search
 
 GRAPH = json.dumps({"graph": {"ops": ["conv"]}, "constants": {}})
 
@@ -201,7 +201,7 @@ def test_progress_bar_shows_results_per_rung_and_stopped(tmp_path, search_config
 
     from tqdm import tqdm
 
-    from nas.search.driver import Driver, rung_text
+    from nas.search.execution.driver import Driver, rung_text
 
     assert rung_text((0.25, 1.0), {0: (0.25, 6)}) == "0.25ep:6 1ep:0"
     driver = Driver(search_config(fidelity={"rungs": [0.25], "keep": 0.5}), str(tmp_path))

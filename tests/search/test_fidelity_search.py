@@ -13,10 +13,10 @@ import time
 
 import pytest
 
-from nas.search.driver import run_search
-from nas.search.fidelity import FidelityConfig, RungResult, promotion
-from nas.search.report import summary, to_csv, write_report
-from nas.search.study import Study
+from nas.search.execution.driver import run_search
+from nas.search.reporting.report import summary, to_csv, write_report
+from nas.search.store.study import Study
+from nas.search.strategy.fidelity import FidelityConfig, RungResult, promotion
 
 RUNGS = {"rungs": (0.25,), "keep": 0.5, "parent_ratio": 0.0}
 # digits: 1437 training images, 1294 once search.validation_fraction (0.1) holds 143 out;
@@ -164,8 +164,8 @@ def _kill_and_resume(workdir, drivers):
 
 @pytest.mark.slow  # trains a seed and one child in two rungs: 25-60 s on 2 shared cores
 def test_external_worker_trains_a_child_rung_by_rung(tmp_path, search_config):
-    from nas.search.driver import Driver
-    from nas.search.study_worker import run_worker
+    from nas.search.execution.driver import Driver
+    from nas.search.execution.study_worker import run_worker
 
     workdir = str(tmp_path / "w")
     config = search_config(max_candidates=2, seed_epochs=0.5, fidelity=RUNGS, fit={"steps": 0},

@@ -11,8 +11,8 @@ import pytest
 
 from nas.graph import OpType, new_graph, new_op
 from nas.graph.serialize import graph_to_json
-from nas.search.driver import Driver
-from nas.search.study import Study
+from nas.search.execution.driver import Driver
+from nas.search.store.study import Study
 
 HARD_LIMIT_S = 90.0  # above a normal candidate's time in a freshly started worker here
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from nas.search.pareto import hypervolume
+from nas.search.strategy.pareto import hypervolume
 
 
 def test_hypervolume_of_a_staircase():

@@ -6,7 +6,7 @@ import subprocess
 import sys
 import time
 
-from nas.search.study import Study, default_worker
+from nas.search.store.study import Study, default_worker
 
 GRAPH = json.dumps({"g": 0})
 

@@ -13,7 +13,7 @@ import nas
 from nas.graph.serialize import graph_to_json
 from nas.io import examples
 from nas.search import Study, intervals, paired
-from nas.search.selection import SelectionConfig
+from nas.search.strategy.selection import SelectionConfig
 from nas.zoo import cnn
 
 N = 143  # the digits validation split
@@ -150,14 +150,14 @@ def test_an_older_study_without_the_table_opens_and_falls_back(tmp_path):
     conn.close()
     again = Study.load(tmp_path / "s")
     assert again.correctness() == {}
-    from nas.search.report import summary
+    from nas.search.reporting.report import summary
 
     text = summary(again)
     assert "(Wilson)" in text and "recommended: candidate 2" in text
 
 
 def test_summary_recommends_the_cheapest_non_inferior_child(tmp_path):
-    from nas.search.report import summary, to_csv
+    from nas.search.reporting.report import summary, to_csv
 
     study = _study(tmp_path)
     text = summary(study, k=2)
@@ -179,7 +179,7 @@ def test_summary_recommends_the_cheapest_non_inferior_child(tmp_path):
 
 
 def test_no_child_good_enough_recommends_the_seed_and_says_why(tmp_path):
-    from nas.search import recommend
+    from nas.search.store import recommend
 
     study = _study(tmp_path)
     done = [c for c in study.candidates("done") if c.id in (1, 3)]

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from nas.search import Individual, ParetoCurve, SelectionConfig, select_parents
-from nas.search.selection import age
+from nas.search.strategy.selection import age
 
 POINTS = [(3, 1), (2, 2), (1, 3), (3, 3)]
 R2 = math.sqrt(2)

@@ -17,8 +17,8 @@ from nas.graph.serialize import graph_to_json
 from nas.io import examples
 from nas.mutation import propose_child
 from nas.search import Study
-from nas.search.report import CSV_COLUMNS, progress_series, to_csv, write_report
-from nas.search.svg import nice_ticks
+from nas.search.reporting.report import CSV_COLUMNS, progress_series, to_csv, write_report
+from nas.search.reporting.svg import nice_ticks
 from nas.zoo import cnn
 from tests.mutation.helpers import parent_variables
 
@@ -102,7 +102,7 @@ def test_page_shows_front_candidates_in_detail(study_dir):
 
 
 def test_ops_and_symbolic_sizes_read_for_people():
-    from nas.search.report_candidate import OpRow, explain_symbol, readable_op
+    from nas.search.reporting.report_candidate import OpRow, explain_symbol, readable_op
 
     conv = OpRow("gen1196444851/edge0/conv/0", "CONV", [], "", "")
     assert readable_op(conv, "new in candidate 7, generation 2") == \

@@ -3,7 +3,7 @@
 import json
 
 from nas.search import Study
-from nas.search.report_state import STAMP, is_current, write_if_stale
+from nas.search.reporting.report_state import STAMP, is_current, write_if_stale
 
 
 def _study(tmp_path):

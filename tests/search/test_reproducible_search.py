@@ -3,7 +3,7 @@ timing (`search.pipeline_depth`) and not on the test split."""
 
 import pytest
 
-from nas.search.driver import Driver, run_search
+from nas.search.execution.driver import Driver, run_search
 
 
 def test_a_proposal_reads_only_results_pipeline_depth_back(search_config, tmp_path):

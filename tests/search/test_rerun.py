@@ -4,8 +4,8 @@ only when nothing but operational fields differs from the stored config."""
 import runpy
 
 from nas.search import Study
-from nas.search.rerun import finished_line
-from nas.search.settings import validate_search
+from nas.search.reporting.rerun import finished_line
+from nas.search.strategy.settings import validate_search
 from tests.search.conftest import SEARCH_CONFIG
 
 

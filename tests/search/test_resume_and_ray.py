@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from nas.search.driver import run_search
-from nas.search.study import Study
+from nas.search.execution.driver import run_search
+from nas.search.store.study import Study
 
 SEARCH_CONFIG = os.path.join(os.path.dirname(__file__), "..", "..", "configs",
                              "digits_cnn_search.py")

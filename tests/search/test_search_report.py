@@ -4,7 +4,7 @@ import base64
 import json
 
 from nas.search import Study
-from nas.search.report import lineage, summary, write_report
+from nas.search.reporting.report import lineage, summary, write_report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

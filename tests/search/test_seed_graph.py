@@ -8,7 +8,7 @@ import pytest
 
 from nas.graph.serialize import graph_to_dict, graph_to_json
 from nas.io import write_candidate
-from nas.search.driver import Driver
+from nas.search.execution.driver import Driver
 from nas.train.checkpoint import load_variables, save_variables
 from nas.zoo import cnn
 from tests.mutation.helpers import parent_variables

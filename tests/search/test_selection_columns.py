@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from nas.search import Individual, ParetoCurve, SelectionConfig, select_parents
-from nas.search.intervals import tied, tied_accuracies, tied_accuracy_array
-from nas.search.selection import Columns, age, aged_accuracies, behind_tied_cheaper
+from nas.search.strategy.intervals import tied, tied_accuracies, tied_accuracy_array
+from nas.search.strategy.selection import Columns, age, aged_accuracies, behind_tied_cheaper
 
 
 def _pairwise_curve(points, higher_better):

@@ -6,8 +6,8 @@ import os
 
 import numpy as np
 
-from nas.search.driver import candidate_task, init_path, remove_partial_saves
-from nas.search.study import Study
+from nas.search.execution.driver import candidate_task, init_path, remove_partial_saves
+from nas.search.store.study import Study
 from nas.train.checkpoint import save_variables
 from tests.search.conftest import tiny_search_config
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from nas.search import Individual, Study, select_parents
-from nas.search.driver import Driver
+from nas.search.execution.driver import Driver
 from tests.search.conftest import tiny_search_config
 
 N = 120

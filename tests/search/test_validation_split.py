@@ -4,9 +4,9 @@ the test split with its 95 % interval."""
 import numpy as np
 import pytest
 
-from nas.search import intervals, splits
-from nas.search.selection import Individual, SelectionConfig, select_parents
-from nas.search.settings import validate_search
+from nas.search.strategy import intervals, splits
+from nas.search.strategy.selection import Individual, SelectionConfig, select_parents
+from nas.search.strategy.settings import validate_search
 from nas.train import data as data_lib
 from nas.train.config import base_config
 
@@ -98,8 +98,8 @@ def test_ties_inside_the_interval_prefer_the_cheaper():
 
 
 def test_summary_shows_both_accuracies_and_never_calls_noise_better(tmp_path):
-    from nas.search.report import summary, to_csv
-    from nas.search.study import Study
+    from nas.search.reporting.report import summary, to_csv
+    from nas.search.store.study import Study
 
     study = Study.open(tmp_path)
     sizes = {"val_examples": 143, "test_examples": 360}

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from nas.search.driver import Driver
-from nas.search.study import Study
+from nas.search.execution.driver import Driver
+from nas.search.store.study import Study
 from tests.search.conftest import ROOT, SEARCH_CONFIG
 
 OVERRIDES = [
@@ -135,7 +135,7 @@ def test_ctrl_c_is_one_line_exit_130_and_resumable(tmp_path):
 
 IDLE_POOL = """
 import os, time
-from nas.search.executors import LocalExecutor
+from nas.search.execution.executors import LocalExecutor
 if __name__ == "__main__":
     executor = LocalExecutor(1)
     print(executor._pool.submit(os.getpid).result(), flush=True)
@@ -144,7 +144,7 @@ if __name__ == "__main__":
 
 
 def test_idle_pool_worker_exits_when_its_driver_is_killed(tmp_path):
-    from nas.search.study import _is_zombie
+    from nas.search.store.study import _is_zombie
 
     (tmp_path / "idle_pool.py").write_text(IDLE_POOL)
     driver = subprocess.Popen([sys.executable, str(tmp_path / "idle_pool.py")],

@@ -27,7 +27,7 @@ def test_wilson_matches_the_roots_of_the_score_equation():
 
 
 def test_the_search_keeps_its_interval_names():
-    from nas.search import intervals as search_intervals
+    from nas.search.strategy import intervals as search_intervals
 
     assert search_intervals.wilson is intervals.wilson
     assert search_intervals.Z95 == intervals.Z95

@@ -302,7 +302,7 @@ def test_npz_digits_train_with_a_validation_split(tmp_path):
 
 
 def test_search_config_accepts_user_data(tmp_path):
-    from nas.search import settings, splits
+    from nas.search.strategy import settings, splits
 
     root = write_folder(str(tmp_path / "imgs"), digits_arrays(8))
     config = runpy.run_path(os.path.join(REPO, "configs", "digits_cnn_search.py"))[

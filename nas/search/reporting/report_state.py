@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from nas.search._atomic import atomic_write_text
+from nas.atomic import atomic_write_text
 
 STAMP = ".study_state.json"
 FILES = ("report.html", "report.csv", "pareto.png")
@@ -58,7 +58,7 @@ def mark_current(study: Any, state: dict[str, Any], out_dir: str | os.PathLike |
 
 def write_if_stale(study: Any) -> Path:
     """The report's path, writing it first unless it is current."""
-    from nas.search.report import write_report
+    from nas.search.reporting.report import write_report
 
     path = study.workdir / "report" / "report.html"
     if is_current(study):

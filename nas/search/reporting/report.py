@@ -19,12 +19,8 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from nas.search import intervals, recommend
-from nas.search._atomic import atomic_write_bytes, atomic_write_text
-from nas.search.candidate import STATUSES, Candidate
-from nas.search.pareto import ParetoCurve
-from nas.search.recommend import cheapest_matching_seed  # noqa: F401 - public here too
-from nas.search.report_candidate import (
+from nas.atomic import atomic_write_bytes, atomic_write_text
+from nas.search.reporting.report_candidate import (
     Architecture,
     architecture,
     diagram,
@@ -36,9 +32,14 @@ from nas.search.report_candidate import (
     read_metrics,
     training_curve,
 )
-from nas.search.selection import OBJECTIVES
-from nas.search.study import Study
-from nas.search.svg import Point, esc, generation_colour, line_chart, scatter
+from nas.search.reporting.svg import Point, esc, generation_colour, line_chart, scatter
+from nas.search.store import recommend
+from nas.search.store.candidate import STATUSES, Candidate
+from nas.search.store.recommend import cheapest_matching_seed  # noqa: F401 - public here too
+from nas.search.store.study import Study
+from nas.search.strategy import intervals
+from nas.search.strategy.pareto import ParetoCurve
+from nas.search.strategy.selection import OBJECTIVES
 
 _PLOTS = (("flops", "FLOPs"), ("params", "parameters"))
 # Every cost a candidate is measured by, in the order the report shows them.
@@ -211,7 +212,7 @@ def versus_seed(c: Candidate, seed: Candidate | None,
     """"within noise" where the child's and the seed's test intervals overlap, else
     "better" / "worse"; "seed" for the seed; empty without test accuracies. With `pairs`
     holding both candidates' test examples: the paired difference and its decision
-    (`nas.search.paired`) instead."""
+    (`nas.search.strategy.paired`) instead."""
     if seed is None or c.id == seed.id:
         return "seed" if seed is not None else ""
     if pairs is not None and pairs.pair(c, seed, "test") is not None:
@@ -243,7 +244,7 @@ def front_of(candidates: Sequence[Candidate], cost: str) -> list[Candidate]:
 
 def ranked_costs(study: Study) -> list[str]:
     """The costs the search ranked parents by (`search.selection.costs` of its config)."""
-    from nas.search.selection import SelectionConfig
+    from nas.search.strategy.selection import SelectionConfig
 
     selection = ((study.config or {}).get("search") or {}).get("selection") or {}
     costs = selection.get("costs", SelectionConfig.costs)
@@ -278,7 +279,7 @@ CSV_COLUMNS = ("id", "parent_id", "generation", "status", "accuracy", "val_examp
                "test_accuracy", "test_examples", "loss", "flops",
                "params", "im_sec_core_train", "im_sec_core_infer", "epochs", "attempts",
                "on_front", "rungs", "fingerprint", "worker", "error",
-               # against the seed on the same examples (nas.search.paired), in accuracy
+               # against the seed on the same examples (nas.search.strategy.paired), in accuracy
                # points; empty without per-example results; recommended: 1 for the
                # summary's recommendation
                "val_vs_seed_pt", "val_vs_seed_low_pt", "val_vs_seed_high_pt", "val_vs_seed",

@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from nas.search.intervals import tied_accuracy_array
-from nas.search.pareto import ParetoCurve
+from nas.search.strategy.intervals import tied_accuracy_array
+from nas.search.strategy.pareto import ParetoCurve
 
 # Objective name -> whether higher is better.
 OBJECTIVES: dict[str, bool] = {
@@ -119,10 +119,10 @@ class SelectionConfig:
     generations_to_live: aging horizon in individuals created later (0: no aging).
     warm_up: later individuals that do not count toward age.
     aging: "cosine" (smooth decay between 1x and 2x the horizon) or "step" (drop at it).
-    noise_ties: accuracies inside one another's 95 % interval (`nas.search.intervals`) rank
+    noise_ties: accuracies inside one another's 95 % interval (`nas.search.strategy.intervals`) rank
         as ties, so the cost objective prefers the cheaper once accuracy is matched; two
         candidates with per-example results on the same examples tie when their paired
-        comparison is within noise (`nas.search.paired`).
+        comparison is within noise (`nas.search.strategy.paired`).
     noninferiority_pt: the summary's recommendation (not parent selection): a child
         counts as good as the seed when the lower end of its paired 95 % interval of
         child - seed validation accuracy is at least minus this many accuracy points.

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from absl import logging
 
-from nas.search.study import Study
+from nas.search.store.study import Study
 
 
 class LeaseKeeper:

@@ -12,9 +12,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from nas.search.candidate import FINISHED
-from nas.search.settings import OPERATIONAL
-from nas.search.study import DB_NAME, Study, StudyNotFoundError
+from nas.search.store.candidate import FINISHED
+from nas.search.store.study import DB_NAME, Study, StudyNotFoundError
+from nas.search.strategy.settings import OPERATIONAL
 
 
 def finished_line(workdir: str, config: Any) -> str | None:
@@ -34,7 +34,7 @@ def finished_line(workdir: str, config: Any) -> str | None:
     max_candidates = int(config.search.max_candidates)
     if not any(counts.values()) or sum(counts[s] for s in FINISHED) < max_candidates:
         return None
-    from nas.search.report_state import write_if_stale
+    from nas.search.reporting.report_state import write_if_stale
 
     shown = ", ".join(f"{s} {n}" for s, n in counts.items() if n)
     return (f"the search in {workdir} is finished ({shown}; max_candidates "

@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from nas.search.candidate import Candidate
-from nas.search.svg import esc, line_chart
+from nas.search.reporting.svg import esc, line_chart
+from nas.search.store.candidate import Candidate
 
 
 @dataclass
@@ -265,7 +265,7 @@ class Mutation:
     added: list[OpRow]
     inherited: list[str]
     fresh: list[str]
-    fit: dict[str, float] = field(default_factory=dict)  # nas.search.fit errors, if fitted
+    fit: dict[str, float] = field(default_factory=dict)  # the fit's errors, if fitted
     kind: str = ""  # the mutation: "subgraph", "block_add", "block_delete", "block_mutate"...
 
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from nas.search.pareto import ParetoCurve
-from nas.search.selection import COSTS, OBJECTIVES, Columns, check_cost
+from nas.search.strategy.pareto import ParetoCurve
+from nas.search.strategy.selection import COSTS, OBJECTIVES, Columns, check_cost
 
 
 @dataclasses.dataclass(frozen=True)

@@ -46,23 +46,23 @@ def train_candidate(
 
     With `share_device` (a search's workdir) the candidate's steps and evaluations take
     their turn on this process's device with the other processes of that search on this
-    host (`nas.search.device_turns`): those prepare their candidates (inherited weights,
+    host (`nas.search.execution.device_turns`): those prepare their candidates (inherited weights,
     fitting, compilation) meanwhile. The soft `time_limit_s` is checked after every train
     step (CandidateTimeout); time spent waiting for the device does not count. With
     `owner_pid`, training stops as soon as this process is orphaned (its driver died, so
     nobody would record the result and a new claim may already train it). `should_stop()`
     (in-process callers only) True means the claim was lost (ClaimLost). `stop_epochs`
     stops at a multi-fidelity rung (see `train_and_eval`); `workdir` holds the checkpoint
-    that the next rung resumes from. `fit` (`nas.search.fit.task`): the child's new ops are
-    first fitted to the tensors they replace, on this worker's device while its steps
+    that the next rung resumes from. `fit` (`nas.search.execution.fit.task`): the child's new
+    ops are first fitted to the tensors they replace, on this worker's device while its steps
     compile, unless `workdir` already holds a checkpoint to resume; its errors and time
     join the metrics.
     """
     import jax
 
     from nas.graph.serialize import load
-    from nas.search.device_turns import DeviceTurn, lock_path
-    from nas.search.fit import fit_for_task
+    from nas.search.execution.device_turns import DeviceTurn, lock_path
+    from nas.search.execution.fit import fit_for_task
     from nas.train import train_and_eval
     from nas.train.train import DeviceDataCache
 

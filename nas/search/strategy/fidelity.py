@@ -27,7 +27,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from nas.search.selection import OBJECTIVES
+from nas.search.strategy.selection import OBJECTIVES
 
 RUNG_COSTS = ("", "flops", "params")  # what a rung ranks by: accuracy alone, or vs a cost
 

@@ -21,7 +21,7 @@ def export_candidate(study: Any, candidate_id: int, path: str | os.PathLike) -> 
     Its weights are copied from its final checkpoint (a candidate without one, e.g. a failed
     one, is exported without weights); its training settings are the study's `train` section
     as this candidate trained with it (`candidate_train_config`)."""
-    from nas.search.settings import candidate_train_config
+    from nas.search.strategy.settings import candidate_train_config
     from nas.train.checkpoint import load_variables
     from nas.train.config import with_defaults
 
@@ -48,7 +48,7 @@ def export_candidate(study: Any, candidate_id: int, path: str | os.PathLike) -> 
         "inheritance": cand.inheritance,
         "error": cand.error,
         "rungs": list(cand.rungs),
-        # which split each accuracy was measured on (nas.search.splits)
+        # which split each accuracy was measured on (nas.search.strategy.splits)
         "accuracy_splits": {
             "accuracy": "validation (the search decided on it)",
             "test_accuracy": "test (reported only)",
@@ -96,7 +96,7 @@ def paired_metrics(study: Any, cand: Any) -> dict[str, Any]:
     95 % interval, decision}), where the study has them: the file then still tells how
     the candidate compares after the study is gone."""
     from nas.io import examples
-    from nas.search import recommend
+    from nas.search.store import recommend
 
     out: dict[str, Any] = {}
     pairs = recommend.Comparisons.of(study)

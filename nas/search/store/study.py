@@ -31,10 +31,10 @@ from typing import Any
 import numpy as np
 
 from nas.io import examples
-from nas.search import _schema
-from nas.search._db import Database
-from nas.search._schema import StudyNotFoundError
-from nas.search.candidate import (
+from nas.search.store import _schema
+from nas.search.store._db import Database
+from nas.search.store._schema import StudyNotFoundError
+from nas.search.store.candidate import (
     COLUMNS,
     FINISHED,
     METRICS,
@@ -45,10 +45,10 @@ from nas.search.candidate import (
     dumps,
     split_metrics,
 )
-from nas.search.fidelity import RungResult
-from nas.search.pareto import ParetoCurve
-from nas.search.population import Finished
-from nas.search.selection import OBJECTIVES, check_cost
+from nas.search.strategy.fidelity import RungResult
+from nas.search.strategy.pareto import ParetoCurve
+from nas.search.strategy.population import Finished
+from nas.search.strategy.selection import OBJECTIVES, check_cost
 
 DB_NAME = "study.db"
 DEFAULT_MAX_ATTEMPTS = 3
@@ -643,7 +643,7 @@ class Study:
     def done_rows(self, after: int = 0, through: int | None = None) -> list[Finished]:
         """Done candidates with `after` < id <= `through` (no bound: every later one), by
         id, with only what selection reads (no graph): a primary-key range read, so the
-        driver reads each finished candidate once (`nas.search.population`)."""
+        driver reads each finished candidate once (`nas.search.strategy.population`)."""
         query = (f"SELECT id, parent_id, accuracy, {', '.join(_LIGHT_COSTS)}, "
                  f"{_schema.VAL_EXAMPLES} FROM candidates WHERE id > ?")
         args: list[int] = [int(after)]
@@ -702,9 +702,9 @@ class Study:
 
     def export(self, candidate_id: int, path: str | os.PathLike) -> Path:
         """Write one candidate as a self-contained file, atomically: its graph, trained
-        weights, training settings and metrics (`nas.search.export`); `nas.load_candidate`
+        weights, training settings and metrics (`nas.search.store.export`); `nas.load_candidate`
         and `nas-train --graph` read it."""
-        from nas.search.export import export_candidate
+        from nas.search.store.export import export_candidate
 
         return export_candidate(self, candidate_id, path)
 

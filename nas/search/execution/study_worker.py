@@ -16,13 +16,13 @@ from typing import Any
 import ml_collections
 from absl import logging
 
-from nas.search.candidate import FINISHED
-from nas.search.driver import candidate_task, record_outcome, rung_plan
-from nas.search.executors import Outcome
-from nas.search.lease import LeaseKeeper
-from nas.search.settings import validate_search
-from nas.search.study import DB_NAME, Candidate, Study, StudyNotFoundError, default_worker
-from nas.search.worker import ClaimLost, describe_failure, train_candidate
+from nas.search.execution.driver import candidate_task, record_outcome, rung_plan
+from nas.search.execution.executors import Outcome
+from nas.search.execution.worker import ClaimLost, describe_failure, train_candidate
+from nas.search.store.candidate import FINISHED
+from nas.search.store.lease import LeaseKeeper
+from nas.search.store.study import DB_NAME, Candidate, Study, StudyNotFoundError, default_worker
+from nas.search.strategy.settings import validate_search
 
 
 def wait_for_study(workdir: str | Path, wait_s: float, poll_s: float = 0.5,

@@ -1,6 +1,6 @@
 """Where candidates train: in this process, in local worker processes, or on a Ray cluster.
 
-Every executor runs `nas.search.worker.train_candidate` on plain-data arguments and hands
+Every executor runs `nas.search.execution.worker.train_candidate` on plain-data arguments and hands
 back `Outcome`s; only the driver writes to the study. A candidate that raises, dies with its
 worker process or runs past its hard time limit comes back as an Outcome with an error.
 """
@@ -24,7 +24,7 @@ from typing import Any
 
 from absl import logging
 
-from nas.search.worker import describe_failure, train_candidate
+from nas.search.execution.worker import describe_failure, train_candidate
 
 
 @dataclass
@@ -189,7 +189,7 @@ class LocalExecutor:
 
     With `prepare_ahead` > 0, each of the `workers` devices is served by 1 + prepare_ahead
     processes that take turns on it (`share_device`: the search's workdir, see
-    `nas.search.device_turns`): while one trains and evaluates, the others set up, fit and
+    `nas.search.execution.device_turns`): while one trains and evaluates, the others set up, fit and
     compile their candidates, so the device starts the next one as soon as it is free. A
     candidate may then wait for the device through the training of those ahead of it, so
     its hard time limit counts (1 + prepare_ahead) times `hard_timeout_s` from its

@@ -2,7 +2,7 @@
 
 Why: what a user takes from a search is one answer, which candidate to use. The seed is
 what they would have used anyway, so every child is compared to it on the same validation
-(and test) examples, paired example by example (`nas.search.paired`), and the answer is
+(and test) examples, paired example by example (`nas.search.strategy.paired`), and the answer is
 the cheapest candidate that is not worse than the seed by more than a margin the user
 sets (`search.selection.noninferiority_pt`), with the command that exports it.
 A study written before per-example results were kept falls back to the Wilson rule
@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from nas.search import intervals, paired
-from nas.search.candidate import Candidate
-from nas.search.selection import SelectionConfig
+from nas.search.store.candidate import Candidate
+from nas.search.strategy import intervals, paired
+from nas.search.strategy.selection import SelectionConfig
 
 DEFAULT_MARGIN_PT = SelectionConfig.noninferiority_pt
 

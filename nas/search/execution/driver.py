@@ -28,17 +28,22 @@ from nas import zoo
 from nas.graph.reversible import is_reversible
 from nas.graph.serialize import graph_to_json, load
 from nas.properties import op_cache
-from nas.search import blocks as blocks_lib
-from nas.search import splits
-from nas.search.candidate import FINISHED
-from nas.search.executors import Outcome, make_executor
-from nas.search.fidelity import RungPlan
-from nas.search.fit import FitConfig
-from nas.search.lease import LeaseKeeper
-from nas.search.population import DoneCache, Population
-from nas.search.selection import Individual, SelectionConfig, select_parents
-from nas.search.settings import OPERATIONAL, candidate_train_config, validate_search
-from nas.search.study import DuplicateCandidateError, Study, StudyNotFoundError, default_worker
+from nas.search.execution.executors import Outcome, make_executor
+from nas.search.execution.fit import FitConfig
+from nas.search.store.candidate import FINISHED
+from nas.search.store.lease import LeaseKeeper
+from nas.search.store.study import (
+    DuplicateCandidateError,
+    Study,
+    StudyNotFoundError,
+    default_worker,
+)
+from nas.search.strategy import blocks as blocks_lib
+from nas.search.strategy import splits
+from nas.search.strategy.fidelity import RungPlan
+from nas.search.strategy.population import DoneCache, Population
+from nas.search.strategy.selection import Individual, SelectionConfig, select_parents
+from nas.search.strategy.settings import OPERATIONAL, candidate_train_config, validate_search
 from nas.train.checkpoint import load_variables, save_variables
 from nas.train.perf import count_params
 
@@ -110,7 +115,7 @@ def candidate_task(study: Study, train: ml_collections.ConfigDict,
     epochs than a seed model trained from scratch (`seed_epochs`) and at a lower rate.
     In a multi-fidelity search a child trains to its current rung (`stop_epochs`) in its
     own training directory, so its next rung resumes from that checkpoint. A child with
-    `fit_pairs` carries what its worker needs to fit its new ops first (`nas.search.fit`),
+    `fit_pairs` carries what its worker needs to fit its new ops first (`nas.search.execution.fit`),
     at its first rung only (later rungs resume trained weights)."""
     candidate = study.get(candidate_id)
     train_config = candidate_train_config(train.to_dict(), search,
@@ -128,7 +133,7 @@ def candidate_task(study: Study, train: ml_collections.ConfigDict,
     fit = None
     pairs = (candidate.inheritance or {}).get("fit_pairs")
     if pairs and candidate.rung == 0:
-        from nas.search import fit as fit_lib
+        from nas.search.execution import fit as fit_lib
 
         parent = study.get(candidate.parent_id)
         try:
@@ -250,7 +255,7 @@ def seed_parts(train: ml_collections.ConfigDict, search: ml_collections.ConfigDi
     the `search.seed_graph` file, else the zoo model of `train` (built without weights).
     ValueError naming the field when the file or the model's arguments are bad."""
     if search.seed_graph:  # the user's graph (and its weights, from an export)
-        from nas.search.seed import read_seed_graph
+        from nas.search.strategy.seed import read_seed_graph
 
         graph, constants, variables = read_seed_graph(search.seed_graph)
         return graph, constants, variables, None
@@ -349,7 +354,7 @@ class Driver:
         finished. So what is proposed never depends on which results happen to be in when
         the proposal is made (worker timing), only on the config and the results.
 
-        They are `nas.search.population.Finished` rows (id, parent, accuracy, costs,
+        They are `nas.search.strategy.population.Finished` rows (id, parent, accuracy, costs,
         validation size; no graph), read once each: a proposal costs a few indexed
         queries however large the study (`Study.get` gives a whole candidate)."""
         bound = max(1, self.study.last_id() + 1 - int(self.search.pipeline_depth))
@@ -358,7 +363,7 @@ class Driver:
     def propose(self) -> int | None:
         """Adds one mutated child of a selected parent; None if this proposal failed."""
         from nas.mutation import NoChildFound, propose_child
-        from nas.search.fit import ConstantOutputError
+        from nas.search.execution.fit import ConstantOutputError
 
         done = self.population()
         if not done:
@@ -483,8 +488,8 @@ class Driver:
 
     def fit_pairs(self, child: Any) -> list[tuple[str, str]]:
         """(child tensor, parent tensor) pairs the worker fits the child's new ops on before
-        it trains (see `nas.search.fit`); none where fitting does not apply."""
-        from nas.search import fit
+        it trains (see `nas.search.execution.fit`); none where fitting does not apply."""
+        from nas.search.execution import fit
 
         if (not self.fit.steps or not child.new
                 or child.kind != "subgraph" or child.function_preserving):
@@ -494,8 +499,8 @@ class Driver:
     def check_varies(self, child: Any, parent: tuple[Any, Any, Any],
                      pairs: list[tuple[str, str]]) -> None:
         """Raises `ConstantOutputError` for a child whose new outputs cannot depend on the
-        image (`nas.search.fit.check_varies`, on the first fitting batch)."""
-        from nas.search import fit
+        image (`nas.search.execution.fit.check_varies`, on the first fitting batch)."""
+        from nas.search.execution import fit
         from nas.train.data import plain_batches
 
         if not pairs:
@@ -517,7 +522,7 @@ class Driver:
         """The task of a claimed candidate, or None when it cannot start (e.g. its starting
         weights on disk are damaged): it is then recorded as failed with that cause, and
         the search goes on (one candidate's damaged files end nothing else)."""
-        from nas.search.worker import describe_failure
+        from nas.search.execution.worker import describe_failure
 
         try:
             return self.task(candidate_id)

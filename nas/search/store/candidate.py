@@ -10,7 +10,7 @@ from typing import Any
 
 STATUSES = ("pending", "running", "done", "failed", "infeasible", "stopped")
 # stopped: a child of a multi-fidelity search not promoted from a rung (its metrics are that
-# rung's); see nas.search.fidelity.
+# rung's); see nas.search.strategy.fidelity.
 FINISHED = ("done", "failed", "infeasible", "stopped")
 METRICS = (
     "accuracy",
@@ -31,7 +31,7 @@ class Candidate:
     kept verbatim. `spec`, `properties` and `inheritance` are decoded JSON values (the
     subgraph spec, mutated properties, and inherited/new parameter names; the driver adds
     the mutation's `kind` there). `blocks` is the decoded record a zoo builder rebuilds the
-    architecture from (see `nas.search.blocks`), None for graphs without blocks. Metric
+    architecture from (see `nas.search.strategy.blocks`), None for graphs without blocks. Metric
     fields are None until the candidate is done; `extra_metrics` holds any other reported
     values.
     Times are Unix seconds.

@@ -13,10 +13,10 @@ from typing import Any
 import ml_collections
 
 from nas import schema
-from nas.search import splits
-from nas.search.fidelity import FidelityConfig
-from nas.search.fit import FitConfig
-from nas.search.selection import SelectionConfig
+from nas.search.strategy import splits
+from nas.search.strategy.fidelity import FidelityConfig
+from nas.search.strategy.fit_config import FitConfig
+from nas.search.strategy.selection import SelectionConfig
 
 # Fields of the search section a resumed search takes from the command line rather than
 # from the stored config: how far and where to run, not what to search. Changing them on
@@ -66,13 +66,13 @@ def search_defaults() -> ml_collections.ConfigDict:
         "prepare_ahead": 1,
         "selection": {"costs": ("flops", "params"), "min_acc": 0.0, "noninferiority_pt": 1.0},
         "mutation": {},  # passed to nas.mutation.propose_child as its config
-        # nas.search.fit.FitConfig: a child's new ops are fitted to the parent's tensors
-        # they replace before it trains ({"steps": 0} disables)
+        # nas.search.strategy.fit_config.FitConfig: a child's new ops are fitted to the
+        # parent's tensors they replace before it trains ({"steps": 0} disables)
         "fit": {},
-        # nas.search.fidelity.FidelityConfig: children train to each of `rungs` (epochs)
+        # nas.search.strategy.fidelity.FidelityConfig: children train to each of `rungs` (epochs)
         # and go on only if promoted there ({}: off, every child trains its whole budget)
         "fidelity": {},
-        # nas.search.splits: decisions read a validation split, carved out of the training
+        # nas.search.strategy.splits: decisions read a validation split, carved out of the training
         # split (this fraction, never trained on) unless `validation_split` names one; the
         # test split (train.eval.data.split) is only reported
         "validation_fraction": 0.1,
@@ -158,8 +158,8 @@ def candidate_train_config(train: dict[str, Any], search: Any, is_seed: bool
     the seed's own epochs (`search.seed_epochs`) or the children's learning rate
     (`search.child_lr`: children start from inherited weights, so they fine-tune), logging
     every `search.log_every_steps` steps so each candidate has a curve, and evaluated on the
-    search's validation split with the test split once at the end (`nas.search.splits`)."""
-    from nas.search import splits
+    search's validation split with the test split once at the end (`nas.search.strategy.splits`)."""
+    from nas.search.strategy import splits
 
     if "validation_fraction" in search or "validation_split" in search:
         config = splits.decision_config(train, ml_collections.ConfigDict(dict(search))).to_dict()

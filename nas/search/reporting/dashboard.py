@@ -18,8 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
-from nas.search.candidate import FINISHED, Candidate
-from nas.search.report import (
+from nas.search.reporting.report import (
     _CSS,
     COST_LABELS,
     _candidate_section,
@@ -32,8 +31,9 @@ from nas.search.report import (
     to_csv,
     val_accuracy_text,
 )
-from nas.search.study import Study
-from nas.search.svg import esc
+from nas.search.reporting.svg import esc
+from nas.search.store.candidate import FINISHED, Candidate
+from nas.search.store.study import Study
 
 POLL_MS = 2000  # how often the overview asks for news
 

@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from nas.search.intervals import Z95
+from nas.search.strategy.intervals import Z95
 
 DECISIONS = ("better", "worse", "within noise")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from nas.search.candidate import COLUMNS, METRICS, STATUSES
+from nas.search.store.candidate import COLUMNS, METRICS, STATUSES
 
 FORMAT = "nas-study"
 # 2: status 'stopped', candidates.rung and the rungs table (multi-fidelity). Version 1
@@ -111,7 +111,7 @@ CREATE INDEX rungs_rung ON rungs(rung, epochs);
 
 # Which validation and test examples each candidate got right (`nas.io.examples.pack`:
 # bit i of `bits` is example i of the split, in its fixed order), so two candidates are
-# compared example by example (`nas.search.paired`). Added after schema version 2 was
+# compared example by example (`nas.search.strategy.paired`). Added after schema version 2 was
 # first written: an older study gets the (empty) table when opened (`ADDED_TABLES`), and
 # its candidates fall back to unpaired comparisons; older code ignores the table.
 EXAMPLES = """

@@ -1,0 +1,1 @@
+"""What users read: the summary, the HTML report and its pages, SVG plots."""

@@ -1,0 +1,1 @@
+"""The durable study: SQLite schema, candidate rows, leases, exports."""
