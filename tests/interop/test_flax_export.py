@@ -131,6 +131,12 @@ def _model(name):
     elif name in ("b0", "revnet"):  # depthwise convs and stochastic depth; reversible
         graph, constants, _ = build(name, 10, 32)
         shape = (32, 32, 3)
+    elif name == "imported":  # a linen ResNet (batch norm, residual adds) via nas.from_flax
+        from tests.interop import models
+
+        module, variables, kwargs = models.build("resnet")
+        cand = nas.from_flax(module, models.example(), variables=variables, **kwargs)
+        return cand.graph, cand.constants, cand.variables, tuple(cand.input_shape)
     else:
         graph, constants, variables = _child()
         return graph, constants, variables, (32, 32, 3)
@@ -173,7 +179,7 @@ def _export_and_run(root, names, grads):
 def exported(tmp_path_factory):
     """The default models, inference and training forward passes."""
     return _export_and_run(tmp_path_factory.mktemp("flax_export"),
-                           ["every_op", "cifarnet", "vit", "child"], grads=False)
+                           ["every_op", "cifarnet", "vit", "child", "imported"], grads=False)
 
 
 @pytest.fixture(scope="module")
@@ -211,7 +217,7 @@ def _check_same(entry, name, grads):
         assert any(k.startswith("['batch_stats']") for k in want)
 
 
-@pytest.mark.parametrize("name", ["every_op", "cifarnet", "vit", "child"])
+@pytest.mark.parametrize("name", ["every_op", "cifarnet", "vit", "child", "imported"])
 def test_exported_code_computes_what_the_interpreter_computes(exported, name):
     _check_same(exported[name], name, grads=False)
 
