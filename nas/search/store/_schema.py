@@ -238,8 +238,7 @@ def check_study(conn: sqlite3.Connection, path: Path) -> None:
                     raise ValueError(f"{path}: cannot add the column {column!r}: {e}") from e
     if missing:
         raise ValueError(f"{path}: table 'candidates' lacks column(s) {missing}; damaged file")
-    add_indexes(conn, path)
-    add_tables(conn, path, tables)
+    add_missing(conn, path)
 
 
 def add_status_counts(conn: sqlite3.Connection) -> None:
@@ -283,30 +282,21 @@ def ensure_status_counts(conn: sqlite3.Connection, path: Path) -> bool:
     return True
 
 
-def add_indexes(conn: sqlite3.Connection, path: Path) -> None:
-    """Create the `ADDED_INDEXES` a study lacks (each in its own statement; a concurrent
-    opener creating the same one first is fine). A read-only file keeps working without
-    them (queries are then slower, not wrong)."""
-    have = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='index'")}
-    for name, target in ADDED_INDEXES.items():
+def add_missing(conn: sqlite3.Connection, path: Path) -> None:
+    """Create the tables (`ADDED_TABLES`) and indexes (`ADDED_INDEXES`) added since a study
+    was written, those it lacks (IF NOT EXISTS: a concurrent opener creating one first is
+    fine). A read-only opener (the dashboard) goes on without them: queries are slower,
+    per-example results absent, nothing wrong."""
+    have = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+    added = {name: statements(script) for name, script in ADDED_TABLES.items()}
+    added.update({name: [f"CREATE INDEX IF NOT EXISTS {name} ON {target}"]
+                  for name, target in ADDED_INDEXES.items()})
+    for name, script in added.items():
         if name in have:
             continue
         try:
-            conn.execute(f"CREATE INDEX IF NOT EXISTS {name} ON {target}")
+            for statement in script:
+                conn.execute(statement)
         except sqlite3.OperationalError as e:
             if "readonly" not in str(e):
-                raise ValueError(f"{path}: cannot add the index {name!r}: {e}") from e
-
-
-def add_tables(conn: sqlite3.Connection, path: Path, tables: set[str]) -> None:
-    """Create the tables added since a study was written (`ADDED_TABLES`), if missing; a
-    read-only opener (the dashboard) goes on without them."""
-    for table, script in ADDED_TABLES.items():
-        if table in tables:
-            continue
-        try:
-            for statement in statements(script):
-                conn.execute(statement)  # IF NOT EXISTS: a concurrent opener is harmless
-        except sqlite3.OperationalError as e:
-            if "readonly" not in str(e):
-                raise ValueError(f"{path}: cannot add the table {table!r}: {e}") from e
+                raise ValueError(f"{path}: cannot add {name!r}: {e}") from e
