@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 from nas.search import Individual, ParetoCurve, SelectionConfig, select_parents
-from nas.search.strategy.intervals import tied, tied_accuracies, tied_accuracy_array
+from nas.search.strategy.intervals import tied, tied_accuracies
 from nas.search.strategy.selection import Columns, age, aged_accuracies, behind_tied_cheaper
+from nas.search.strategy.ties import NoiseTies
 
 
 def _pairwise_curve(points, higher_better):
@@ -67,8 +68,9 @@ def test_ties_and_aging_match_the_pairwise_rules():
     sizes = [p.examples for p in pop]
     expected = _pairwise_ties(acc, sizes)
     assert tied_accuracies(acc, sizes) == expected
-    as_array = np.array([float(s) if s else np.nan for s in sizes])
-    assert tied_accuracy_array(np.array(acc), as_array).tolist() == expected
+    ties = NoiseTies()
+    ties.extend(np.array(acc), np.array([float(s) if s else np.nan for s in sizes]))
+    assert ties.values().tolist() == expected
     ids = np.array([p.id for p in pop])
     for config in (SelectionConfig(generations_to_live=50, warm_up=3),
                    SelectionConfig(generations_to_live=40, aging="step"), SelectionConfig()):
@@ -115,5 +117,5 @@ def test_columns_refuse_what_individuals_refuse():
         select_parents(pop, SelectionConfig(costs=("params",), p_accuracy_only=0.0),
                        np.random.default_rng(0))
     with pytest.raises(ValueError, match="wilson: accuracy must be a fraction"):
-        tied_accuracy_array(np.array([1.5, 0.5]), np.array([10.0, 10.0]))
+        NoiseTies().extend(np.array([1.5, 0.5]), np.array([10.0, 10.0]))
     assert math.isnan(pop.costs["params"][0])

@@ -42,7 +42,12 @@ from nas.search.strategy import blocks as blocks_lib
 from nas.search.strategy import splits
 from nas.search.strategy.fidelity import RungPlan
 from nas.search.strategy.population import DoneCache, Population
-from nas.search.strategy.selection import Individual, SelectionConfig, select_parents
+from nas.search.strategy.selection import (
+    Individual,
+    SelectionConfig,
+    Selector,
+    select_parents,
+)
 from nas.search.strategy.settings import OPERATIONAL, candidate_train_config, validate_search
 from nas.train.checkpoint import load_variables, save_variables
 from nas.train.perf import count_params
@@ -311,6 +316,7 @@ class Driver:
         op_cache.enable(str(self.search.property_cache))
         self._shown: dict[str, int] | None = None  # counts last drawn on the progress bar
         self._done = DoneCache(self.study)  # finished rows read once each (per proposal)
+        self._selector = Selector(self.selection)  # keeps the pool and its ties
         self._told_no_blocks = False  # "block-level mutation does not apply" logged once
 
     # ------------------------------------------------------------------ proposing
@@ -344,11 +350,11 @@ class Driver:
         """The parent of the next child: selection from the Pareto fronts (a subclass may
         choose otherwise, e.g. a random-search baseline that always mutates the seed)."""
         if isinstance(done, Population):  # the driver's own: its columns are kept
-            return select_parents(done.columns, self.selection, rng, num=1)[0]
+            return self._selector.select(done.columns, rng, num=1)[0]
         return select_parents([Individual.from_candidate(c) for c in done], self.selection,
                               rng, num=1)[0]
 
-    def population(self) -> list[Any] | None:
+    def population(self) -> Population | None:
         """The done candidates the next proposal reads: those with an id up to the next
         id - `search.pipeline_depth` (the seed at least); None while one of them has not
         finished. So what is proposed never depends on which results happen to be in when
@@ -368,8 +374,7 @@ class Driver:
         done = self.population()
         if not done:
             return None
-        unusable = unusable_parents(self.study)
-        done = [c for c in done if c.id not in unusable]
+        done = done.without(unusable_parents(self.study))
         k = int(self.study.get_state("proposals", 0))
         rng = np.random.default_rng([self.search.seed, k])
         try:

@@ -642,17 +642,20 @@ class Study:
 
     def done_rows(self, after: int = 0, through: int | None = None) -> list[Finished]:
         """Done candidates with `after` < id <= `through` (no bound: every later one), by
-        id, with only what selection reads (no graph): a primary-key range read, so the
+        id, with only what selection reads (no graph; the packed validation results that
+        paired ties compare): a primary-key range read, so the
         driver reads each finished candidate once (`nas.search.strategy.population`)."""
         query = (f"SELECT id, parent_id, accuracy, {', '.join(_LIGHT_COSTS)}, "
-                 f"{_schema.VAL_EXAMPLES} FROM candidates WHERE id > ?")
+                 f"{_schema.VAL_EXAMPLES}, e.count, e.bits FROM candidates LEFT JOIN "
+                 "examples e ON e.candidate_id = id AND e.split = 'validation' WHERE id > ?")
         args: list[int] = [int(after)]
         if through is not None:
             query += " AND id <= ?"
             args.append(int(through))
         with self._db.read() as c:
             rows = c.execute(query + " AND status='done' ORDER BY id", args).fetchall()
-        return [Finished(*row) for row in rows]
+        return [Finished(*row[:8], val_count=row[8],
+                         val_bits=None if row[9] is None else bytes(row[9])) for row in rows]
 
     def find(self, fingerprint: str) -> list[int]:
         """Ids of candidates with this fingerprint."""

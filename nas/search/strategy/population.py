@@ -10,7 +10,7 @@ of listing the study, so a proposal's bookkeeping stays flat as the study grows.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import numpy as np
@@ -33,6 +33,8 @@ class Finished:
     im_sec_core_infer: float | None = None
     val_examples: Any = None  # as stored in the metrics' JSON (a count, normally)
     status: str = "done"  # only done candidates are read this way
+    val_count: int | None = None  # per-example validation results: how many examples
+    val_bits: bytes | None = None  # and which were right (`nas.io.examples.pack`)
 
     @property
     def extra_metrics(self) -> dict[str, Any]:
@@ -44,6 +46,14 @@ class Population(list):
     (`columns`), so selection needs no pass over Python objects."""
 
     columns: Columns
+
+    def without(self, ids: Collection[int]) -> Population:
+        """These candidates but those with the given ids (and their columns' rows)."""
+        if not ids:
+            return self
+        out = Population(c for c in self if c.id not in ids)
+        out.columns = self.columns.take(~np.isin(self.columns.ids, list(ids)))
+        return out
 
 
 class DoneCache:
@@ -119,7 +129,13 @@ class DoneCache:
         new = [np.array([f.id for f in rows], dtype=np.int64),
                np.array([f.accuracy for f in rows], dtype=float),
                *[np.array([_nan(getattr(f, c)) for f in rows], dtype=float) for c in COSTS],
-               np.array([_size(f.val_examples) for f in rows], dtype=float)]
+               np.array([_size(f.val_examples) for f in rows], dtype=float),
+               np.array([f.val_count or 0 for f in rows], dtype=np.int64),
+               _bit_rows([f.val_bits for f in rows])]
+        if self._columns and new[-1].shape[1] != self._columns[-1].shape[1]:
+            width = max(new[-1].shape[1], self._columns[-1].shape[1])
+            new[-1] = _widen(new[-1], width)
+            self._columns[-1] = _widen(self._columns[-1], width)
         self._columns = new if not self._columns else [
             np.concatenate([old, add]) for old, add in zip(self._columns, new, strict=True)]
 
@@ -131,8 +147,8 @@ class DoneCache:
             empty = np.zeros(0)
             return Columns(np.zeros(0, dtype=np.int64), empty, dict.fromkeys(COSTS, empty),
                            empty)
-        ids, acc, *costs, examples = (c[:m] for c in self._columns)
-        return Columns(ids, acc, dict(zip(COSTS, costs, strict=True)), examples)
+        ids, acc, *costs, examples, counts, bits = (c[:m] for c in self._columns)
+        return Columns(ids, acc, dict(zip(COSTS, costs, strict=True)), examples, counts, bits)
 
 
 def _rank(c: Finished) -> tuple[float, float, int]:
@@ -154,6 +170,20 @@ def _fold(front: dict[tuple[float, float], int], rows: Sequence[Finished], cost:
         if p in out:
             out[p] += 1
     return out
+
+
+def _bit_rows(packed: Sequence[bytes | None]) -> np.ndarray:
+    """Packed results as a (rows, bytes) array; rows without any are zeros."""
+    width = max((len(b) for b in packed if b), default=0)
+    out = np.zeros((len(packed), width), dtype=np.uint8)
+    for i, b in enumerate(packed):
+        if b:
+            out[i, : len(b)] = np.frombuffer(b, np.uint8)
+    return out
+
+
+def _widen(bits: np.ndarray, width: int) -> np.ndarray:
+    return np.pad(bits, ((0, 0), (0, width - bits.shape[1])))
 
 
 def _nan(value: float | None) -> float:

@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from nas.search.strategy.intervals import tied_accuracy_array
 from nas.search.strategy.pareto import ParetoCurve
+from nas.search.strategy.ties import NoiseTies
 
 # Objective name -> whether higher is better.
 OBJECTIVES: dict[str, bool] = {
@@ -78,6 +78,10 @@ class Columns:
     accuracy: np.ndarray
     costs: Mapping[str, np.ndarray]
     examples: np.ndarray
+    # Per-example validation results, where known: how many examples (0: none) and the
+    # packed bits (`nas.io.examples.pack`), one row each; paired noise ties read them.
+    correct_counts: np.ndarray | None = None
+    correct_bits: np.ndarray | None = None
 
     @classmethod
     def of(cls, population: Sequence[Individual]) -> Columns:
@@ -94,10 +98,27 @@ class Columns:
     def __len__(self) -> int:
         return len(self.ids)
 
-    def take(self, keep: np.ndarray) -> Columns:
-        """The rows where `keep` is true."""
+    def take(self, keep: np.ndarray | slice) -> Columns:
+        """The rows `keep` selects (a mask or a slice)."""
         return Columns(self.ids[keep], self.accuracy[keep],
-                       {c: v[keep] for c, v in self.costs.items()}, self.examples[keep])
+                       {c: v[keep] for c, v in self.costs.items()}, self.examples[keep],
+                       None if self.correct_counts is None else self.correct_counts[keep],
+                       None if self.correct_bits is None else self.correct_bits[keep])
+
+    def then(self, more: Columns) -> Columns:
+        """These rows followed by `more`'s."""
+        def join(a: np.ndarray | None, b: np.ndarray | None) -> np.ndarray | None:
+            return None if a is None or b is None else np.concatenate([a, b])
+
+        bits = (self.correct_bits, more.correct_bits)
+        if all(b is not None for b in bits) and bits[0].shape[1] != bits[1].shape[1]:
+            width = max(b.shape[1] for b in bits)
+            bits = tuple(np.pad(b, ((0, 0), (0, width - b.shape[1]))) for b in bits)
+        return Columns(np.concatenate([self.ids, more.ids]),
+                       np.concatenate([self.accuracy, more.accuracy]),
+                       {c: np.concatenate([v, more.costs[c]]) for c, v in self.costs.items()},
+                       np.concatenate([self.examples, more.examples]),
+                       join(self.correct_counts, more.correct_counts), join(*bits))
 
 
 def _number(value: float | None) -> float:
@@ -119,10 +140,11 @@ class SelectionConfig:
     generations_to_live: aging horizon in individuals created later (0: no aging).
     warm_up: later individuals that do not count toward age.
     aging: "cosine" (smooth decay between 1x and 2x the horizon) or "step" (drop at it).
-    noise_ties: accuracies inside one another's 95 % interval (`nas.search.strategy.intervals`) rank
-        as ties, so the cost objective prefers the cheaper once accuracy is matched; two
-        candidates with per-example results on the same examples tie when their paired
-        comparison is within noise (`nas.search.strategy.paired`).
+    noise_ties: accuracies noise cannot tell apart rank as ties, so the cost objective
+        prefers the cheaper once accuracy is matched: two candidates with per-example
+        results on the same validation examples tie when their paired comparison is within
+        noise (`nas.search.strategy.paired`), others when each accuracy is inside the
+        other's 95 % Wilson interval (`nas.search.strategy.ties`).
     noninferiority_pt: the summary's recommendation (not parent selection): a child
         counts as good as the seed when the lower end of its paired 95 % interval of
         child - seed validation accuracy is at least minus this many accuracy points.
@@ -290,21 +312,66 @@ def select_parents(
     the config and the generator state. `population` may be given as `Columns` (the
     driver keeps them as results come in), so a proposal makes no pass over objects.
     """
-    config = config or SelectionConfig()
-    if rng is None:
-        raise ValueError("rng: pass a numpy.random.Generator so selection is reproducible")
-    if not len(population):
-        raise ValueError("population: empty; at least one trained candidate is needed")
-    pool = population if isinstance(population, Columns) else Columns.of(population)
-    if config.min_acc is not None:
-        pool = pool.take(pool.accuracy >= config.min_acc)
+    return Selector(config).select(population, rng, num)
+
+
+class Selector:
+    """`select_parents` over a population that grows between calls (the driver's): the
+    rows reaching `min_acc` and their noise ties are kept, and a call with the same rows
+    plus new ones (by id) only adds those. Same parents as a fresh `select_parents`."""
+
+    def __init__(self, config: SelectionConfig | None = None) -> None:
+        self.config = config or SelectionConfig()
+        self._seen = np.zeros(0, dtype=np.int64)  # ids of the population last given
+        self._pool: Columns | None = None  # its rows reaching min_acc
+        self._ties = NoiseTies()  # of the pool's accuracies (when they do not age)
+
+    def select(self, population: Sequence[Individual] | Columns,
+               rng: np.random.Generator | None, num: int = 1) -> list[int]:
+        config = self.config
+        if rng is None:
+            raise ValueError("rng: pass a numpy.random.Generator so selection is reproducible")
+        if not len(population):
+            raise ValueError("population: empty; at least one trained candidate is needed")
+        pool = self._update(population if isinstance(population, Columns)
+                            else Columns.of(population))
         if not len(pool):
             raise ValueError(f"population: no individual reaches min_acc={config.min_acc}")
-    if isinstance(num, bool) or not isinstance(num, int) or not 1 <= num <= len(pool):
-        raise ValueError(f"num: must be an integer in [1, {len(pool)}], got {num!r}")
-    acc = _aged(pool.ids, pool.accuracy, config)
-    if config.noise_ties:
-        acc = tied_accuracy_array(acc, pool.examples)
+        if isinstance(num, bool) or not isinstance(num, int) or not 1 <= num <= len(pool):
+            raise ValueError(f"num: must be an integer in [1, {len(pool)}], got {num!r}")
+        return _draw(pool, self._accuracies(pool), config, rng, num)
+
+    def _update(self, columns: Columns) -> Columns:
+        """The pool of `columns`: the kept one plus the rows new since the last call."""
+        known = len(self._seen)
+        if (self._pool is None or len(columns) < known
+                or not np.array_equal(columns.ids[:known], self._seen)):
+            self._pool, self._ties, known = None, NoiseTies(), 0
+        new = columns.take(slice(known, None))
+        if self.config.min_acc is not None:
+            new = new.take(new.accuracy >= self.config.min_acc)
+        self._pool = new if self._pool is None else self._pool.then(new)
+        if self.config.noise_ties and self.config.generations_to_live <= 0:
+            self._ties.extend(new.accuracy, new.examples, new.correct_bits, new.correct_counts)
+        self._seen = columns.ids
+        return self._pool
+
+    def _accuracies(self, pool: Columns) -> np.ndarray:
+        """What the ranking reads: accuracy after aging, tie groups at their head's value."""
+        if not self.config.noise_ties:
+            return _aged(pool.ids, pool.accuracy, self.config)
+        if self.config.generations_to_live <= 0:
+            return self._ties.values()
+        ties = NoiseTies()  # aged accuracies change with every newer row: regrouped
+        ties.extend(_aged(pool.ids, pool.accuracy, self.config), pool.examples,
+                    pool.correct_bits, pool.correct_counts)
+        return ties.values()
+
+
+def _draw(pool: Columns, acc: np.ndarray, config: SelectionConfig,
+          rng: np.random.Generator, num: int) -> list[int]:
+    """`num` distinct parents, each from the front of accuracy against a cost drawn per
+    parent (or from accuracy alone)."""
     chosen: list[int] = []
     alive = np.ones(len(pool), dtype=bool)
     for _ in range(num):

@@ -1,0 +1,224 @@
+"""Tie groups of a growing population: accuracies that noise cannot tell apart.
+
+The rule: from the most accurate down (equal accuracies by row), each row not yet grouped
+heads a group and takes every ungrouped row below it that it ties with. Two rows tie when
+both have per-example validation results on the same examples and their paired comparison
+(`nas.search.strategy.paired`) is within noise; otherwise when both sizes are known and
+each accuracy lies inside the other's 95 % Wilson interval. A row of unknown size is never
+grouped. Selection then reads each row's accuracy as its head's, so a cost objective
+decides between candidates noise cannot separate.
+
+Why kept incrementally: the driver proposes once per finished candidate, and the study
+only grows. A new row joins the first head above it that it ties with, which changes
+nothing else; only a row that ties with no head above it starts a group and regroups the
+rows below it. So a proposal over 100,000 candidates costs a pass over the heads, not a
+regrouping of the population.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from nas.search.strategy import paired
+from nas.search.strategy.intervals import Z95, wilson_arrays
+
+# Rows inserted one by one up to this many at a time; a larger batch regroups all.
+_INCREMENTAL = 64
+
+
+class McNemarBounds:
+    """Which paired counts are within noise, per number of disagreements m: a has k of
+    them right, and the exact interval of `paired.compare` includes 0 exactly when
+    `worse_to[m] < k < better_from[m]`. Found by bisection over k with the same tail
+    functions `paired.interval` evaluates at 1/2, computed once per m that occurs."""
+
+    def __init__(self, z: float = Z95) -> None:
+        self.alpha = math.erfc(z / math.sqrt(2.0))
+        self._bounds: dict[int, tuple[int, int]] = {0: (-1, 1)}
+
+    def within(self, k: np.ndarray, m: np.ndarray) -> np.ndarray:
+        """Elementwise: is "k of m disagreements right" within noise?"""
+        k = np.asarray(k, dtype=np.int64)
+        m = np.asarray(m, dtype=np.int64)
+        unique = np.unique(m)
+        worse_to = np.empty(len(unique), dtype=np.int64)
+        better_from = np.empty(len(unique), dtype=np.int64)
+        for i, mi in enumerate(unique.tolist()):
+            worse_to[i], better_from[i] = self._of(mi)
+        at = np.searchsorted(unique, m)
+        return (worse_to[at] < k) & (k < better_from[at])
+
+    def _of(self, m: int) -> tuple[int, int]:
+        if m not in self._bounds:
+            half = self.alpha / 2.0
+            # "better": k > 0 and P(X >= k | 1/2) < alpha/2, true from some k up.
+            better_from = _first(1, m + 1, lambda k: paired._upper_tail(k, m, 0.5) < half)
+            # "worse": k < m and P(X <= k | 1/2) <= alpha/2, true up to some k.
+            worse_to = _first(0, m, lambda k: not paired._lower_tail(k, m, 0.5) <= half) - 1
+            self._bounds[m] = (worse_to, better_from)
+        return self._bounds[m]
+
+    def span(self, accuracy: float, count: int) -> float:
+        """An upper bound on how much less accurate than `accuracy` a row (on the same
+        `count` examples) can be and still be within noise of it. Hoeffding's bound on
+        the binomial tail: within noise needs (2k - m)^2 <= 2 m ln(2/alpha), and a row d
+        below has m <= count (2 - 2 accuracy + d) disagreements."""
+        log = math.log(2.0 / self.alpha)
+        worst = max(0.0, 2.0 - 2.0 * accuracy)
+        return log / count + math.sqrt((log / count) ** 2 + 2.0 * log * worst / count) + 1e-12
+
+
+def _first(lo: int, hi: int, predicate) -> int:
+    """The smallest k in [lo, hi) where a monotone (False..., True...) predicate holds;
+    hi if none."""
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if predicate(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+class NoiseTies:
+    """The tie groups of rows appended over time (row = index in append order).
+
+    `extend` adds rows; `values()` is each row's accuracy replaced by its head's."""
+
+    def __init__(self, z: float = Z95) -> None:
+        self.z = z
+        self.bounds = McNemarBounds(z)
+        self.acc = np.zeros(0)
+        self.sized = np.zeros(0, dtype=bool)
+        self.low = np.zeros(0)
+        self.high = np.zeros(0)
+        self.counts = np.zeros(0, dtype=np.int64)  # per-example results held (0: none)
+        self.bits = np.zeros((0, 0), dtype=np.uint8)
+        self.head = np.zeros(0, dtype=np.int64)
+        self.order = np.zeros(0, dtype=np.int64)  # rows, most accurate first, then by row
+        self.sorted_acc = np.zeros(0)  # acc[order]
+
+    def __len__(self) -> int:
+        return len(self.acc)
+
+    def values(self) -> np.ndarray:
+        return self.acc[self.head]
+
+    def extend(self, accuracies: np.ndarray, sizes: np.ndarray,
+               bits: np.ndarray | None = None, counts: np.ndarray | None = None) -> None:
+        """Append rows: accuracies (fractions), sizes (NaN or 0: unknown; read as int(n)),
+        and optionally each row's packed validation results (`bits`, one row of
+        `numpy.packbits` bytes each) with how many examples they hold (`counts`, 0: none)."""
+        acc = np.asarray(accuracies, dtype=float).reshape(-1)
+        if not len(acc):
+            return
+        sizes = np.trunc(np.asarray(sizes, dtype=float).reshape(-1))
+        sized = ~np.isnan(sizes) & (sizes != 0)
+        low, high = np.full(len(acc), np.nan), np.full(len(acc), np.nan)
+        if sized.any():
+            low[sized], high[sized] = wilson_arrays(acc[sized], sizes[sized], self.z)
+        if counts is None:
+            counts = np.zeros(len(acc), dtype=np.int64)
+        counts = np.asarray(counts, dtype=np.int64).reshape(-1)
+        width = max(self.bits.shape[1], 0 if bits is None else np.asarray(bits).shape[1])
+        new_bits = (np.zeros((len(acc), width), dtype=np.uint8) if bits is None
+                    else _pad(np.asarray(bits, dtype=np.uint8), width))
+        self.bits = _pad(self.bits, width)
+        first = len(self)
+        self.acc = np.concatenate([self.acc, acc])
+        self.sized = np.concatenate([self.sized, sized])
+        self.low = np.concatenate([self.low, low])
+        self.high = np.concatenate([self.high, high])
+        self.counts = np.concatenate([self.counts, counts])
+        self.bits = np.concatenate([self.bits, new_bits])
+        self.head = np.concatenate([self.head, np.arange(first, len(self.acc))])
+        if first == 0 or len(acc) > _INCREMENTAL:
+            self.order = np.lexsort((np.arange(len(self.acc)), -self.acc))
+            self.sorted_acc = self.acc[self.order]
+            self.head = np.arange(len(self.acc))
+            self._regroup(0)
+            return
+        for row in range(first, len(self.acc)):
+            self._insert(row)
+
+    # ---------------------------------------------------------------- internals
+
+    def _insert(self, row: int) -> None:
+        """Place the newest row: it sorts after every row at least as accurate."""
+        a = self.acc[row]
+        at = int(np.searchsorted(-self.sorted_acc, -a, side="right"))
+        self.order = np.insert(self.order, at, row)
+        self.sorted_acc = np.insert(self.sorted_acc, at, a)
+        if self.sized[row]:
+            above = self.order[:at]
+            heads = above[self.head[above] == above]
+            hit = self._ties(heads, np.int64(row))
+            if hit.any():
+                self.head[row] = heads[int(np.argmax(hit))]
+                return
+        self._regroup(at)
+
+    def _regroup(self, start: int) -> None:
+        """Redo the groups from sorted position `start` on; rows there that a head before
+        it took stay with it."""
+        order, n = self.order, len(self.order)
+        rest = order[start:]
+        if start:
+            h = self.head[rest]
+            r0 = order[start]
+            before = (self.acc[h] > self.acc[r0]) | ((self.acc[h] == self.acc[r0]) & (h < r0))
+            self.head[rest[~before]] = rest[~before]
+            open_ = np.zeros(n, dtype=bool)
+            open_[start:] = ~before
+        else:
+            self.head[rest] = rest
+            open_ = np.ones(n, dtype=bool)
+        neg_sorted = -self.sorted_acc
+        pos = start + int(np.argmax(open_[start:])) if open_[start:].any() else n
+        while pos < n:
+            open_[pos] = False
+            h = int(order[pos])
+            if self.sized[h]:
+                end = int(np.searchsorted(neg_sorted, -self._reach(h), side="right"))
+                among = pos + 1 + np.flatnonzero(open_[pos + 1:end])
+                if len(among):
+                    members = among[self._ties(np.int64(h), order[among])]
+                    self.head[order[members]] = h
+                    open_[members] = False
+            if pos + 1 >= n or not open_[pos + 1:].any():
+                break
+            pos = pos + 1 + int(np.argmax(open_[pos + 1:]))
+
+    def _reach(self, h: int) -> float:
+        """The lowest accuracy a row tied with head `h` can have."""
+        lowest = self.low[h]
+        if self.counts[h]:
+            lowest = min(lowest, self.acc[h] - self.bounds.span(self.acc[h], self.counts[h]))
+        return lowest
+
+    def _ties(self, heads: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Elementwise (broadcasting): does each row tie with its head (above it)?"""
+        heads, rows = np.broadcast_arrays(np.asarray(heads, np.int64), np.asarray(rows, np.int64))
+        out = np.zeros(heads.shape, dtype=bool)
+        sized = self.sized[heads] & self.sized[rows]
+        pairable = sized & (self.counts[heads] == self.counts[rows]) & (self.counts[heads] > 0)
+        wilson = sized & ~pairable
+        if wilson.any():
+            h, r = heads[wilson], rows[wilson]
+            a, b = self.acc[h], self.acc[r]
+            out[wilson] = ((self.low[h] <= b) & (b <= self.high[h])
+                           & (self.low[r] <= a) & (a <= self.high[r]))
+        if pairable.any():
+            h, r = self.bits[heads[pairable]], self.bits[rows[pairable]]
+            only_head = np.bitwise_count(h & ~r).sum(axis=1, dtype=np.int64)
+            only_row = np.bitwise_count(~h & r).sum(axis=1, dtype=np.int64)
+            out[pairable] = self.bounds.within(only_head, only_head + only_row)
+        return out
+
+
+def _pad(bits: np.ndarray, width: int) -> np.ndarray:
+    if bits.shape[1] >= width:
+        return bits
+    return np.concatenate([bits, np.zeros((len(bits), width - bits.shape[1]), np.uint8)], 1)
