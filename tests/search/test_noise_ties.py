@@ -125,9 +125,10 @@ def test_a_kept_selector_chooses_what_a_fresh_selection_chooses():
                        "im_sec_core_train": np.full(400, np.nan),
                        "im_sec_core_infer": np.full(400, np.nan)},
                       sizes, counts, _packed(correct, counts))
-    for config in (SelectionConfig(min_acc=0.6), SelectionConfig(generations_to_live=30)):
+    for config in (SelectionConfig(min_acc=0.6), SelectionConfig(generations_to_live=30),
+                   SelectionConfig(noise_ties=False, balanced=False, p_accuracy_only=0.0)):
         kept = Selector(config)
-        for n in (50, 51, 52, 60, 200, 201, 400):
+        for n in (50, 51, 52, 60, 200, 201, 202, 203, 260, 400):
             pool = columns.take(slice(0, n))
             for seed in range(3):
                 want = select_parents(pool, config, np.random.default_rng([n, seed]), num=2)

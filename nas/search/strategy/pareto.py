@@ -98,17 +98,28 @@ class ParetoCurve:
         std = self.standardize(points)
         if len(std) == 0:
             return np.zeros(0)
+        return self.column_weights(std[:, 0].copy(), std[:, 1].copy(), normalize, anchor)[0]
+
+    def column_weights(self, first: np.ndarray, second: np.ndarray, normalize: bool = True,
+                       anchor: Sequence[float] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """`weights` of points given as standardized, finite columns, and each point's
+        reach (how many curve points are at least as good in the first objective). Why:
+        selection ranks 100,000 points per proposal; columns (with `numpy.linalg.norm`'s
+        arithmetic, so the same bits) make fewer passes, and it reuses the reach."""
         scale = self.normalization() if normalize else np.ones(2)
-        p = std / scale
-        curve = self.curve / scale
-        beyond = ~self.dominated(points)
+        reach = np.searchsorted(-self.curve[:, 0], -first, side="right")
+        beyond = ~((reach > 0) & (self.curve[np.maximum(reach - 1, 0), 1] >= second))
         if anchor is not None:
             a = self.standardize([anchor])[0] / scale
-            dist = np.linalg.norm(p - a, axis=1)
-            return np.where(beyond, -dist, dist)
+            dx = first / scale[0] - a[0]
+            dy = second / scale[1] - a[1]
+            dist = np.sqrt(dx * dx + dy * dy)
+            return np.where(beyond, -dist, dist), reach
+        p = np.stack([first, second], axis=1) / scale
+        curve = self.curve / scale
         behind = _distance_to_polyline(p, curve)
         ahead = _distance_to_dominated_region(p, curve)
-        return np.where(beyond, -ahead, behind)
+        return np.where(beyond, -ahead, behind), reach
 
     def sample_point(self, rng: np.random.Generator) -> np.ndarray:
         """A uniformly random point on a uniformly chosen segment (caller's orientation)."""

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from nas.search.strategy.pareto import ParetoCurve
-from nas.search.strategy.selection import COSTS, OBJECTIVES, Columns, check_cost
+from nas.search.strategy.selection import COSTS, OBJECTIVES, Columns, GrowingColumns, check_cost
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,7 +67,7 @@ class DoneCache:
         self.study = study
         self._through = 0  # every id <= this is finished and read
         self._rows: list[Finished] = []
-        self._columns: list[np.ndarray] = []  # per column, growing by concatenation
+        self._columns = GrowingColumns()  # of `_rows`
         self._tail: list[Finished] = []
         self._best: Finished | None = None  # of `_rows`
         self._fronts: dict[str, tuple[int, dict[tuple[float, float], int]]] = {}
@@ -88,9 +88,10 @@ class DoneCache:
         first_open = self.refresh()
         if first_open is not None and first_open <= bound:
             return None
-        m = int(np.searchsorted(self._columns_id(), bound, side="right"))
+        columns = self._columns.columns
+        m = int(np.searchsorted(columns.ids, bound, side="right"))
         out = Population(self._rows[:m])
-        out.columns = self._slice(m)
+        out.columns = columns.take(slice(0, m))
         return out
 
     def done(self) -> list[Finished]:
@@ -126,29 +127,13 @@ class DoneCache:
             return
         self._rows.extend(rows)
         self._best = min([*([self._best] if self._best else []), *rows], key=_rank)
-        new = [np.array([f.id for f in rows], dtype=np.int64),
-               np.array([f.accuracy for f in rows], dtype=float),
-               *[np.array([_nan(getattr(f, c)) for f in rows], dtype=float) for c in COSTS],
-               np.array([_size(f.val_examples) for f in rows], dtype=float),
-               np.array([f.val_count or 0 for f in rows], dtype=np.int64),
-               _bit_rows([f.val_bits for f in rows])]
-        if self._columns and new[-1].shape[1] != self._columns[-1].shape[1]:
-            width = max(new[-1].shape[1], self._columns[-1].shape[1])
-            new[-1] = _widen(new[-1], width)
-            self._columns[-1] = _widen(self._columns[-1], width)
-        self._columns = new if not self._columns else [
-            np.concatenate([old, add]) for old, add in zip(self._columns, new, strict=True)]
-
-    def _columns_id(self) -> np.ndarray:
-        return self._columns[0] if self._columns else np.zeros(0, dtype=np.int64)
-
-    def _slice(self, m: int) -> Columns:
-        if not self._columns:
-            empty = np.zeros(0)
-            return Columns(np.zeros(0, dtype=np.int64), empty, dict.fromkeys(COSTS, empty),
-                           empty)
-        ids, acc, *costs, examples, counts, bits = (c[:m] for c in self._columns)
-        return Columns(ids, acc, dict(zip(COSTS, costs, strict=True)), examples, counts, bits)
+        self._columns.extend(Columns(
+            np.array([f.id for f in rows], dtype=np.int64),
+            np.array([f.accuracy for f in rows], dtype=float),
+            {c: np.array([_nan(getattr(f, c)) for f in rows], dtype=float) for c in COSTS},
+            np.array([_size(f.val_examples) for f in rows], dtype=float),
+            np.array([f.val_count or 0 for f in rows], dtype=np.int64),
+            _bit_rows([f.val_bits for f in rows])))
 
 
 def _rank(c: Finished) -> tuple[float, float, int]:
@@ -180,10 +165,6 @@ def _bit_rows(packed: Sequence[bytes | None]) -> np.ndarray:
         if b:
             out[i, : len(b)] = np.frombuffer(b, np.uint8)
     return out
-
-
-def _widen(bits: np.ndarray, width: int) -> np.ndarray:
-    return np.pad(bits, ((0, 0), (0, width - bits.shape[1])))
 
 
 def _nan(value: float | None) -> float:

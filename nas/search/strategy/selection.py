@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from nas.search.strategy.growing import Growing
 from nas.search.strategy.pareto import ParetoCurve
 from nas.search.strategy.ties import NoiseTies
 
@@ -105,20 +106,36 @@ class Columns:
                        None if self.correct_counts is None else self.correct_counts[keep],
                        None if self.correct_bits is None else self.correct_bits[keep])
 
-    def then(self, more: Columns) -> Columns:
-        """These rows followed by `more`'s."""
-        def join(a: np.ndarray | None, b: np.ndarray | None) -> np.ndarray | None:
-            return None if a is None or b is None else np.concatenate([a, b])
 
-        bits = (self.correct_bits, more.correct_bits)
-        if all(b is not None for b in bits) and bits[0].shape[1] != bits[1].shape[1]:
-            width = max(b.shape[1] for b in bits)
-            bits = tuple(np.pad(b, ((0, 0), (0, width - b.shape[1]))) for b in bits)
-        return Columns(np.concatenate([self.ids, more.ids]),
-                       np.concatenate([self.accuracy, more.accuracy]),
-                       {c: np.concatenate([v, more.costs[c]]) for c, v in self.costs.items()},
-                       np.concatenate([self.examples, more.examples]),
-                       join(self.correct_counts, more.correct_counts), join(*bits))
+class GrowingColumns:
+    """`Columns` that rows are appended to, in amortized constant time per row."""
+
+    def __init__(self) -> None:
+        self._ids = Growing(np.int64)
+        self._accuracy = Growing(float)
+        self._costs = {c: Growing(float) for c in COSTS}
+        self._examples = Growing(float)
+        self._counts = Growing(np.int64)
+        self._bits = Growing(np.uint8, width=0)
+
+    def extend(self, rows: Columns) -> None:
+        self._ids.extend(rows.ids)
+        self._accuracy.extend(rows.accuracy)
+        for c, column in self._costs.items():
+            column.extend(rows.costs[c])
+        self._examples.extend(rows.examples)
+        n = len(rows)
+        self._counts.extend(np.zeros(n, np.int64) if rows.correct_counts is None
+                            else rows.correct_counts)
+        self._bits.extend(np.zeros((n, 0), np.uint8) if rows.correct_bits is None
+                          else rows.correct_bits)
+
+    @property
+    def columns(self) -> Columns:
+        """The rows so far (views, no copy)."""
+        return Columns(self._ids.view, self._accuracy.view,
+                       {c: v.view for c, v in self._costs.items()}, self._examples.view,
+                       self._counts.view, self._bits.view)
 
 
 def _number(value: float | None) -> float:
@@ -295,6 +312,11 @@ def behind_tied_cheaper(weights: np.ndarray, points: Sequence[tuple[float, float
     front = curve.points * np.array([1.0, sign])
     reach = np.searchsorted(-front[:, 0], -acc, side="right")
     beaten = front[reach - 1, 1] < cost
+    return _behind(weights, beaten)
+
+
+def _behind(weights: np.ndarray, beaten: np.ndarray) -> np.ndarray:
+    """`weights` with the `beaten` ones ranked after all others, in their own order."""
     if not beaten.any() or beaten.all():
         return weights
     return np.where(beaten, weights.max() + 1.0 + weights - weights.min(), weights)
@@ -323,8 +345,11 @@ class Selector:
     def __init__(self, config: SelectionConfig | None = None) -> None:
         self.config = config or SelectionConfig()
         self._seen = np.zeros(0, dtype=np.int64)  # ids of the population last given
-        self._pool: Columns | None = None  # its rows reaching min_acc
+        self._pool: GrowingColumns | None = None  # its rows reaching min_acc
         self._ties = NoiseTies()  # of the pool's accuracies (when they do not age)
+        # cost -> the pool's front and how many of its rows it covers, while the ranked
+        # accuracies of covered rows stay as they were (no aging, no regrouping)
+        self._fronts: dict[str, tuple[ParetoCurve, int]] = {}
 
     def select(self, population: Sequence[Individual] | Columns,
                rng: np.random.Generator | None, num: int = 1) -> list[int]:
@@ -339,22 +364,45 @@ class Selector:
             raise ValueError(f"population: no individual reaches min_acc={config.min_acc}")
         if isinstance(num, bool) or not isinstance(num, int) or not 1 <= num <= len(pool):
             raise ValueError(f"num: must be an integer in [1, {len(pool)}], got {num!r}")
-        return _draw(pool, self._accuracies(pool), config, rng, num)
+        acc = self._accuracies(pool)
+        return _draw(pool, acc, config, rng, num, lambda cost: self._front(pool, acc, cost))
 
     def _update(self, columns: Columns) -> Columns:
         """The pool of `columns`: the kept one plus the rows new since the last call."""
         known = len(self._seen)
         if (self._pool is None or len(columns) < known
                 or not np.array_equal(columns.ids[:known], self._seen)):
-            self._pool, self._ties, known = None, NoiseTies(), 0
+            self._pool, self._ties, self._fronts, known = None, NoiseTies(), {}, 0
         new = columns.take(slice(known, None))
         if self.config.min_acc is not None:
             new = new.take(new.accuracy >= self.config.min_acc)
-        self._pool = new if self._pool is None else self._pool.then(new)
-        if self.config.noise_ties and self.config.generations_to_live <= 0:
-            self._ties.extend(new.accuracy, new.examples, new.correct_bits, new.correct_counts)
+        if self._pool is None:
+            self._pool = GrowingColumns()
+        self._pool.extend(new)
+        kept = self.config.generations_to_live <= 0
+        if self.config.noise_ties and kept:
+            kept = self._ties.extend(new.accuracy, new.examples, new.correct_bits,
+                                     new.correct_counts)
+        if not kept:
+            self._fronts = {}
         self._seen = columns.ids
-        return self._pool
+        return self._pool.columns
+
+    def _front(self, pool: Columns, acc: np.ndarray, cost: str) -> ParetoCurve:
+        """The front of (ranked accuracy, cost) over the whole pool: the kept front with the
+        rows added since (the same curve as from every point: dropped points stay
+        dominated)."""
+        values = pool.costs[cost]
+        curve, covered = self._fronts.get(cost, (None, 0))
+        rows = np.arange(covered, len(pool))
+        rows = rows[~np.isnan(values[rows])]
+        points = np.stack([acc[rows], values[rows]], axis=1)
+        if curve is not None:
+            points = np.concatenate([curve.points, points]) if len(rows) else curve.points
+        if curve is None or len(rows):
+            curve = ParetoCurve(points, (True, OBJECTIVES[cost]))
+        self._fronts[cost] = (curve, len(pool))
+        return curve
 
     def _accuracies(self, pool: Columns) -> np.ndarray:
         """What the ranking reads: accuracy after aging, tie groups at their head's value."""
@@ -369,9 +417,10 @@ class Selector:
 
 
 def _draw(pool: Columns, acc: np.ndarray, config: SelectionConfig,
-          rng: np.random.Generator, num: int) -> list[int]:
+          rng: np.random.Generator, num: int,
+          front: Callable[[str], ParetoCurve] | None = None) -> list[int]:
     """`num` distinct parents, each from the front of accuracy against a cost drawn per
-    parent (or from accuracy alone)."""
+    parent (or from accuracy alone). `front(cost)`: the whole pool's front, if kept."""
     chosen: list[int] = []
     alive = np.ones(len(pool), dtype=bool)
     for _ in range(num):
@@ -384,13 +433,18 @@ def _draw(pool: Columns, acc: np.ndarray, config: SelectionConfig,
             idx = np.flatnonzero(alive & ~np.isnan(values))
             if not len(idx):
                 raise ValueError(f"population: no individual has a value for cost {cost!r}")
-            points = np.stack([acc[idx], values[idx]], axis=1)
-            curve = ParetoCurve(points, (True, OBJECTIVES[cost]))
+            first, cost_values = acc[idx], values[idx]
+            if not np.isfinite(cost_values).all():
+                raise ValueError(f"population: cost {cost!r} must be finite, got "
+                                 f"{float(cost_values[~np.isfinite(cost_values)][0])}")
+            curve = (front(cost) if front is not None and alive.all() else ParetoCurve(
+                np.stack([first, cost_values], axis=1), (True, OBJECTIVES[cost])))
             anchor = curve.sample_point(rng) if config.balanced else None
-            weights = curve.weights(points, normalize=config.normalize, anchor=anchor)
-            if config.noise_ties:
-                weights = behind_tied_cheaper(np.asarray(weights, dtype=float), points,
-                                              OBJECTIVES[cost], curve)
+            # In the curve's frame (accuracy, cost negated when lower is better): exact.
+            second = cost_values * (1.0 if OBJECTIVES[cost] else -1.0)
+            weights, reach = curve.column_weights(first, second, config.normalize, anchor)
+            if config.noise_ties:  # `behind_tied_cheaper`, reusing the reach
+                weights = _behind(weights, curve.curve[reach - 1, 1] > second)
         pick = int(idx[sample_from_weights(np.asarray(weights, dtype=float), config, rng)])
         chosen.append(int(pool.ids[pick]))
         alive[pick] = False

@@ -22,6 +22,7 @@ import math
 import numpy as np
 
 from nas.search.strategy import paired
+from nas.search.strategy.growing import Growing
 from nas.search.strategy.intervals import Z95, wilson_arrays
 
 # Rows inserted one by one up to this many at a time; a larger batch regroups all.
@@ -60,14 +61,15 @@ class McNemarBounds:
             self._bounds[m] = (worse_to, better_from)
         return self._bounds[m]
 
-    def span(self, accuracy: float, count: int) -> float:
+    def span(self, accuracy: np.ndarray | float, count: np.ndarray | int) -> np.ndarray:
         """An upper bound on how much less accurate than `accuracy` a row (on the same
         `count` examples) can be and still be within noise of it. Hoeffding's bound on
         the binomial tail: within noise needs (2k - m)^2 <= 2 m ln(2/alpha), and a row d
         below has m <= count (2 - 2 accuracy + d) disagreements."""
         log = math.log(2.0 / self.alpha)
-        worst = max(0.0, 2.0 - 2.0 * accuracy)
-        return log / count + math.sqrt((log / count) ** 2 + 2.0 * log * worst / count) + 1e-12
+        worst = np.maximum(0.0, 2.0 - 2.0 * np.asarray(accuracy, dtype=float))
+        count = np.maximum(np.asarray(count, dtype=float), 1.0)
+        return log / count + np.sqrt((log / count) ** 2 + 2.0 * log * worst / count) + 1e-12
 
 
 def _first(lo: int, hi: int, predicate) -> int:
@@ -90,75 +92,87 @@ class NoiseTies:
     def __init__(self, z: float = Z95) -> None:
         self.z = z
         self.bounds = McNemarBounds(z)
-        self.acc = np.zeros(0)
-        self.sized = np.zeros(0, dtype=bool)
-        self.low = np.zeros(0)
-        self.high = np.zeros(0)
-        self.counts = np.zeros(0, dtype=np.int64)  # per-example results held (0: none)
-        self.bits = np.zeros((0, 0), dtype=np.uint8)
-        self.head = np.zeros(0, dtype=np.int64)
-        self.order = np.zeros(0, dtype=np.int64)  # rows, most accurate first, then by row
-        self.sorted_acc = np.zeros(0)  # acc[order]
+        self._columns = {
+            "acc": Growing(float), "sized": Growing(bool), "low": Growing(float),
+            "high": Growing(float),
+            "counts": Growing(np.int64),  # per-example results held (0: none)
+            "bits": Growing(np.uint8, width=0), "head": Growing(np.int64),
+            "order": Growing(np.int64),  # rows, most accurate first, then by row
+            "sorted_acc": Growing(float)}  # acc[order]
+        self._widest = 0.0  # how far below a head its ties can lie, at most
+
+    def __getattr__(self, name: str) -> np.ndarray:
+        columns = self.__dict__.get("_columns", {})
+        if name in columns:
+            return columns[name].view
+        raise AttributeError(name)
 
     def __len__(self) -> int:
-        return len(self.acc)
+        return len(self._columns["acc"])
 
     def values(self) -> np.ndarray:
         return self.acc[self.head]
 
     def extend(self, accuracies: np.ndarray, sizes: np.ndarray,
-               bits: np.ndarray | None = None, counts: np.ndarray | None = None) -> None:
+               bits: np.ndarray | None = None, counts: np.ndarray | None = None) -> bool:
         """Append rows: accuracies (fractions), sizes (NaN or 0: unknown; read as int(n)),
         and optionally each row's packed validation results (`bits`, one row of
-        `numpy.packbits` bytes each) with how many examples they hold (`counts`, 0: none)."""
+        `numpy.packbits` bytes each) with how many examples they hold (`counts`, 0: none).
+
+        Returns whether the rows before them kept their values (every new row joined a
+        group or started one at the bottom), so what was computed from them still holds."""
         acc = np.asarray(accuracies, dtype=float).reshape(-1)
         if not len(acc):
-            return
+            return True
         sizes = np.trunc(np.asarray(sizes, dtype=float).reshape(-1))
         sized = ~np.isnan(sizes) & (sizes != 0)
         low, high = np.full(len(acc), np.nan), np.full(len(acc), np.nan)
         if sized.any():
             low[sized], high[sized] = wilson_arrays(acc[sized], sizes[sized], self.z)
-        if counts is None:
-            counts = np.zeros(len(acc), dtype=np.int64)
-        counts = np.asarray(counts, dtype=np.int64).reshape(-1)
-        width = max(self.bits.shape[1], 0 if bits is None else np.asarray(bits).shape[1])
-        new_bits = (np.zeros((len(acc), width), dtype=np.uint8) if bits is None
-                    else _pad(np.asarray(bits, dtype=np.uint8), width))
-        self.bits = _pad(self.bits, width)
+        counts = np.zeros(len(acc), np.int64) if counts is None else np.asarray(counts)
+        reach = np.where(counts > 0, np.fmin(low, acc - self.bounds.span(acc, counts)), low)
+        self._widest = float(np.nanmax(np.append(acc - reach, self._widest)))
         first = len(self)
-        self.acc = np.concatenate([self.acc, acc])
-        self.sized = np.concatenate([self.sized, sized])
-        self.low = np.concatenate([self.low, low])
-        self.high = np.concatenate([self.high, high])
-        self.counts = np.concatenate([self.counts, counts])
-        self.bits = np.concatenate([self.bits, new_bits])
-        self.head = np.concatenate([self.head, np.arange(first, len(self.acc))])
+        columns = self._columns
+        for name, values in (("acc", acc), ("sized", sized), ("low", low), ("high", high),
+                             ("head", np.arange(first, first + len(acc)))):
+            columns[name].extend(values)
+        columns["counts"].extend(counts)
+        columns["bits"].extend(np.zeros((len(acc), 0), np.uint8) if bits is None else bits)
         if first == 0 or len(acc) > _INCREMENTAL:
-            self.order = np.lexsort((np.arange(len(self.acc)), -self.acc))
-            self.sorted_acc = self.acc[self.order]
-            self.head = np.arange(len(self.acc))
+            order = np.lexsort((np.arange(len(self)), -self.acc))
+            for name, values in (("order", order), ("sorted_acc", self.acc[order])):
+                columns[name] = Growing(columns[name].view.dtype)
+                columns[name].extend(values)
+            self.head[:] = np.arange(len(self))
             self._regroup(0)
-            return
-        for row in range(first, len(self.acc)):
-            self._insert(row)
+            return first == 0
+        kept = True
+        for row in range(first, len(self)):
+            kept &= self._insert(row)
+        return kept
 
     # ---------------------------------------------------------------- internals
 
-    def _insert(self, row: int) -> None:
-        """Place the newest row: it sorts after every row at least as accurate."""
+    def _insert(self, row: int) -> bool:
+        """Place the newest row (it sorts after every row at least as accurate); whether
+        every other row kept its group."""
         a = self.acc[row]
         at = int(np.searchsorted(-self.sorted_acc, -a, side="right"))
-        self.order = np.insert(self.order, at, row)
-        self.sorted_acc = np.insert(self.sorted_acc, at, a)
+        self._columns["order"].insert(at, row)
+        self._columns["sorted_acc"].insert(at, a)
         if self.sized[row]:
-            above = self.order[:at]
+            # Heads more than the widest reach above cannot tie with it.
+            top = int(np.searchsorted(-self.sorted_acc, -(a + self._widest + 1e-9)))
+            above = self.order[top:at]
             heads = above[self.head[above] == above]
             hit = self._ties(heads, np.int64(row))
             if hit.any():
                 self.head[row] = heads[int(np.argmax(hit))]
-                return
+                return True
+        before = self.head[self.order[at + 1:]]
         self._regroup(at)
+        return bool(np.array_equal(before, self.head[self.order[at + 1:]]))
 
     def _regroup(self, start: int) -> None:
         """Redo the groups from sorted position `start` on; rows there that a head before
@@ -195,7 +209,8 @@ class NoiseTies:
         """The lowest accuracy a row tied with head `h` can have."""
         lowest = self.low[h]
         if self.counts[h]:
-            lowest = min(lowest, self.acc[h] - self.bounds.span(self.acc[h], self.counts[h]))
+            lowest = min(lowest, self.acc[h] - float(self.bounds.span(self.acc[h],
+                                                                     self.counts[h])))
         return lowest
 
     def _ties(self, heads: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -216,9 +231,3 @@ class NoiseTies:
             only_row = np.bitwise_count(~h & r).sum(axis=1, dtype=np.int64)
             out[pairable] = self.bounds.within(only_head, only_head + only_row)
         return out
-
-
-def _pad(bits: np.ndarray, width: int) -> np.ndarray:
-    if bits.shape[1] >= width:
-        return bits
-    return np.concatenate([bits, np.zeros((len(bits), width - bits.shape[1]), np.uint8)], 1)
