@@ -1,7 +1,8 @@
 """How the search's bookkeeping scales with the study: 1,000 to 100,000 finished candidates.
 
 Builds studies of N finished candidates through the public `Study` API (no training: zoo
-graphs with varied, seeded metrics, each child's parent drawn from those before it) and
+graphs with varied, seeded metrics and per-example validation results, each child's
+parent drawn from those before it) and
 prints, side by side per N: the driver's bookkeeping for one proposal (everything the
 loop does for a proposal except mutation, fitting and training: counts, progress line,
 the population read, parent selection, the parent's row, the duplicate check, the size
@@ -12,7 +13,7 @@ start-up to exit, in a fresh process).
     python benchmarks/study_scale.py                       # 1,000 10,000 100,000
     python benchmarks/study_scale.py --sizes 1000 10000 --report-timeout 120
 
-Built studies are cached under --cache (default /tmp/nas_study_scale/N; 100,000 takes
+Built studies are cached under --cache (default /tmp/nas_study_scale_v2/N; 100,000 takes
 minutes to build) and measured on a copy, so the cache stays as built. Timings are
 medians of --repeats proposals (the first proposal of a driver, which reads the
 population once, is reported apart as "first proposal").
@@ -35,6 +36,7 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(ROOT, "configs", "digits_cnn_search.py")
 COMPLETE = "complete"
+VAL_EXAMPLES = 143  # the README search's validation split
 
 
 def search_config(n: int) -> Any:
@@ -56,6 +58,7 @@ def zoo_graphs() -> list[str]:
 def build(n: int, workdir: str) -> None:
     """A study of `n` done candidates in `workdir` (written to a temporary folder first,
     so an interrupted build leaves no cache behind)."""
+    from nas.io import examples
     from nas.search import Study
 
     tmp = workdir + ".building"
@@ -65,6 +68,9 @@ def build(n: int, workdir: str) -> None:
     graphs = zoo_graphs()
     rng = np.random.default_rng(n)
     seed_flops, seed_params = 1.52e7, 1.2e5
+    # Per-example validation results as a search stores them: candidates of one search
+    # agree on most images (an image's difficulty is shared), so paired ties apply.
+    difficulty = rng.random(VAL_EXAMPLES)
     start = time.monotonic()
     for i in range(1, n + 1):
         parent = None if i == 1 else int(rng.integers(1, i))
@@ -73,9 +79,11 @@ def build(n: int, workdir: str) -> None:
                         state={"proposals": i - 1})
         scale = 1.0 if i == 1 else float(rng.lognormal(0.0, 0.5))
         accuracy = 0.9 if i == 1 else float(np.clip(rng.normal(0.85, 0.06), 0.3, 0.99))
-        study.tell(cid, {"accuracy": round(accuracy * 143) / 143, "loss": 0.4,
+        correct = difficulty < accuracy + rng.normal(0.0, 0.05, VAL_EXAMPLES)
+        study.tell(cid, {"accuracy": float(correct.mean()), "loss": 0.4,
+                         "val_correct": examples.to_text(correct),
                          "flops": seed_flops * scale, "params": seed_params * scale,
-                         "epochs": 2.0, "val_examples": 143, "test_accuracy": accuracy,
+                         "epochs": 2.0, "val_examples": VAL_EXAMPLES, "test_accuracy": accuracy,
                          "test_examples": 360, "im_sec_core_train": 300.0 / scale,
                          "im_sec_core_infer": 900.0 / scale})
         if i % 10000 == 0:
@@ -209,7 +217,7 @@ def measure(n: int, cache: str, repeats: int, timeout: float, parts: tuple[str, 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000, 100000])
-    parser.add_argument("--cache", default="/tmp/nas_study_scale")
+    parser.add_argument("--cache", default="/tmp/nas_study_scale_v2")
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--report-timeout", type=float, default=900.0,
                         help="seconds before the report or the rerun is given up on")

@@ -219,3 +219,18 @@ def test_export_recommended_and_best(tmp_path):
         "'cheapest'"]
     assert not (tmp_path / "x.zip").exists()
     assert math.isclose(cand.metrics["accuracy"], 139 / N)
+
+
+def test_counted_noninferiority_is_the_paired_decision():
+    """What the summary computes for all children at once is each pair's own decision."""
+    from nas.search.strategy.paired import compare, noninferior_counts
+
+    rng = np.random.default_rng(0)
+    seed = rng.random(143) < 0.9
+    children = [seed ^ (rng.random(143) < rng.uniform(0.0, 0.2)) for _ in range(300)]
+    only_child = np.array([np.sum(c & ~seed) for c in children])
+    only_seed = np.array([np.sum(~c & seed) for c in children])
+    for margin in (0.0, 1.0, 3.0):
+        want = [compare(c, seed).noninferior(margin) for c in children]
+        got = noninferior_counts(only_child, only_seed, 143, margin)
+        assert got.tolist() == want and 0 < sum(want) < len(want)

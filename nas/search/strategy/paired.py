@@ -21,6 +21,7 @@ paired test does. The decision is "better" or "worse" when the interval excludes
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable
 
@@ -106,9 +107,47 @@ def interval(both: int, only_a: int, only_b: int, neither: int, z: float = Z95
 def clopper_pearson(k: int, m: int, alpha: float) -> tuple[float, float]:
     """Exact two-sided (1 - alpha) interval of a binomial probability, k successes of m:
     the lower end has P(X >= k) = alpha / 2, the upper P(X <= k) = alpha / 2."""
-    low = 0.0 if k == 0 else _bisect(lambda p: _upper_tail(k, m, p) - alpha / 2.0)
-    high = 1.0 if k == m else _bisect(lambda p: alpha / 2.0 - _lower_tail(k, m, p))
-    return low, high
+    return _lower_end(int(k), int(m), float(alpha)), _upper_end(int(k), int(m), float(alpha))
+
+
+@functools.lru_cache(maxsize=65536)
+def _lower_end(k: int, m: int, alpha: float) -> float:
+    """Why cached: a summary compares thousands of children with the seed, and their
+    tables repeat (on 143 images there are at most 143^2 / 2 of them)."""
+    return 0.0 if k == 0 else _bisect(lambda p: _upper_tail(k, m, p) - alpha / 2.0)
+
+
+@functools.lru_cache(maxsize=65536)
+def _upper_end(k: int, m: int, alpha: float) -> float:
+    return 1.0 if k == m else _bisect(lambda p: alpha / 2.0 - _lower_tail(k, m, p))
+
+
+def noninferior_counts(only_a: np.ndarray, only_b: np.ndarray, n: int, margin_pt: float,
+                       z: float = Z95) -> np.ndarray:
+    """`compare(a, b).noninferior(margin_pt)` for many a against one b, from the counts
+    of examples only a and only b got right (of n): the same decision, each distinct
+    table computed once, and none for a difference already below -margin (the interval's
+    lower end is never above the difference)."""
+    only_a = np.asarray(only_a, dtype=np.int64)
+    only_b = np.asarray(only_b, dtype=np.int64)
+    out = np.zeros(only_a.shape, dtype=bool)
+    bound = -float(margin_pt) / 100.0
+    maybe = (only_a - only_b) / n >= bound
+    alpha = math.erfc(z / math.sqrt(2.0))
+    tables = np.unique(np.stack([only_a[maybe], only_b[maybe]], axis=1), axis=0)
+    passing = {(int(a), int(b)) for a, b in tables
+               if _difference_low(int(a), int(b), n, alpha) >= bound}
+    out[maybe] = [(int(a), int(b)) in passing for a, b in zip(only_a[maybe], only_b[maybe],
+                                                              strict=True)]
+    return out
+
+
+def _difference_low(only_a: int, only_b: int, n: int, alpha: float) -> float:
+    """The lower end of `interval`, as it computes it."""
+    m = only_a + only_b
+    if m == 0:
+        return 0.0
+    return m * (2.0 * _lower_end(only_a, m, alpha) - 1.0) / n
 
 
 def _log_pmf(m: int, p: float) -> np.ndarray:
