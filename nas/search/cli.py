@@ -301,11 +301,13 @@ def export_id(study: Any, value: str) -> tuple[int, str]:
 
 
 def _import() -> None:
+    from nas.interop.check import checked_imports
     from nas.search.strategy.import_flax import import_flax
 
     if not _FLAX.value:
         raise ValueError("import needs --flax=package.module:factory")
-    print(import_flax(_FLAX.value, _INPUT_SHAPE.value, _VARIABLES.value, _OUT.value))
+    with checked_imports():  # a seed file is kept: its outputs must be the module's
+        print(import_flax(_FLAX.value, _INPUT_SHAPE.value, _VARIABLES.value, _OUT.value))
 
 
 def _dashboard(workdir: str) -> None:

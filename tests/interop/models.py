@@ -196,6 +196,22 @@ def raises():
     raise RuntimeError("no weights here")
 
 
+def _quarter_rounded_dot(x, kernel, *args, **kwargs):
+    """A fake-quantized matmul (inputs rounded to quarters), as quantization libraries
+    inject into `nn.Dense(dot_general=...)`: the IR's DENSE computes a plain matmul."""
+    return jax.lax.dot_general(jnp.round(x * 4) / 4, kernel, *args, **kwargs)
+
+
+class QuantizedHead(nn.Module):
+    """Imports without a refusal, but its graph computes something else: what
+    `nas.check_import` (and so `nas-search import`) must catch."""
+
+    @nn.compact
+    def __call__(self, x):
+        x = nn.relu(nn.Conv(8, (3, 3))(x))
+        return nn.Dense(10, dot_general=_quarter_rounded_dot)(jnp.mean(x, axis=(1, 2)))
+
+
 LINEN = {"resnet": LinenResNet, "mobile": LinenMobile, "branches": LinenBranches}
 NNX = {"vit": NnxViT, "mixer": NnxMixer, "cnn": NnxCNN}
 
