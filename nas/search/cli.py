@@ -261,10 +261,14 @@ def _export(workdir: str) -> None:
     if _FORMAT.value == "flax":
         print(f"wrote {path}: candidate {cid}{why} as plain Flax code (model.py, "
               f"variables.msgpack); load it without nas with:")
-        print(f"  import sys; sys.path.insert(0, {str(path)!r}); from model import Model")
-        print(f"  variables = flax.serialization.msgpack_restore(open("
-              f"{str(path / 'variables.msgpack')!r}, 'rb').read())")
-        print("  logits = Model().apply(variables, images)")
+        print("  import sys")
+        print("  import flax.serialization")
+        print(f"  sys.path.insert(0, {str(path)!r})")
+        print("  from model import INPUT_SHAPE, Model")
+        print(f"  with open({str(path / 'variables.msgpack')!r}, 'rb') as f:")
+        print("      variables = flax.serialization.msgpack_restore(f.read())")
+        print("  logits = Model().apply(variables, images)  # images: (batch, *INPUT_SHAPE) "
+              "float32")
         return
     cand = study.get(cid)
     held = ["graph", "trained weights" if cand.checkpoint_path else "no weights (none saved)",
