@@ -72,8 +72,8 @@ def check_import(candidate: Any, model: Any, example_input: Any, *,
     if not diff <= TOLERANCE:
         raise ValueError(f"{PREFIX}: {root}: the imported graph does not reproduce the "
                          f"module's output (largest difference {diff:.2g} of the largest "
-                         f"output, tolerance {TOLERANCE:g}); a part was misread, please "
-                         f"report it")
+                         f"output, tolerance {TOLERANCE:g}): a part was misread (please "
+                         f"report it), or the module computes differently at each call")
     return diff
 
 

@@ -9,7 +9,8 @@ linen's defaults) and its variables keeps its behaviour in inference and in trai
 Einsum layers become DENSE_GENERAL where they are one (`nas.interop.einsum`). A layer with
 no IR op of its own is either traced through into primitives where those express it
 (ConvTranspose: a convolution with input dilation, its bias fused by the translator; an
-Einsum or NNX LinearGeneral that is no DenseGeneral), or refused in one line naming it
+Einsum or NNX LinearGeneral that is no DenseGeneral, a layer given its own matmul or
+convolution function), or refused in one line naming it
 (Embed: a gather at integer indices, which the IR, computing on float tensors, lacks).
 """
 
@@ -175,6 +176,17 @@ def _spec(args: tuple, kwargs: Mapping[str, Any], default: str | None) -> str:
     return given or default or ""
 
 
+def _injected(layer: Any) -> bool:
+    """Whether the layer was given its own matmul or convolution function (quantization
+    libraries do): the IR op would compute the plain one, so such a call is traced through
+    and what the function computes is imported (or refused)."""
+    import jax
+
+    defaults = (None, jax.lax.dot_general, jax.lax.conv_general_dilated)
+    return any(getattr(layer, f, None) not in defaults for f in (
+        "dot_general", "dot_general_cls", "conv_general_dilated", "conv_general_dilated_cls"))
+
+
 def linen_call(module: Any, args: tuple, kwargs: Mapping[str, Any]) -> LayerCall | None:
     """The IR op for a call of a known linen layer (its variables are already bound), None
     for one traced through into primitives."""
@@ -183,6 +195,8 @@ def linen_call(module: Any, args: tuple, kwargs: Mapping[str, Any]) -> LayerCall
     others = _linen_others()
     if type(module) in others:
         _other(path, kind, others[type(module)], getattr(module, "padding", None))
+        return None
+    if _injected(module):
         return None
     op_type = _linen_types()[type(module)]
     if type(module).__name__ == "Einsum":
@@ -206,11 +220,6 @@ def _value(var: Any) -> np.ndarray:
 def _nnx_general(layer: Any, path: str, kind: str, args: tuple, kwargs: Mapping[str, Any]
                  ) -> LayerCall | None:
     """NNX LinearGeneral (without batch axes) or Einsum as DENSE_GENERAL, else None."""
-    import jax
-
-    if getattr(layer, "dot_general_cls", None) is not None or getattr(
-            layer, "dot_general", None) not in (None, jax.lax.dot_general):
-        return None  # a custom matmul: traced through, so what it computes is imported
     x = _input(path, kind, args, kwargs)
     params = {k: _value(getattr(layer, k)) for k in ("kernel", "bias")
               if getattr(layer, k, None) is not None}
@@ -233,6 +242,8 @@ def nnx_call(layer: Any, path: str, args: tuple, kwargs: Mapping[str, Any]
     others = _nnx_others()
     if type(layer) in others:
         _other(path, kind, others[type(layer)], getattr(layer, "padding", None))
+        return None
+    if _injected(layer):
         return None
     op_type = _nnx_types()[type(layer)]
     if op_type is OpType.DENSE_GENERAL:

@@ -5,10 +5,11 @@ Einsum, NNX LinearGeneral, ConvTranspose (imported whole as DENSE_GENERAL / CONV
 from __future__ import annotations
 
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from tests.interop.models import SHAPE
+from tests.interop.models import SHAPE, quarter_rounded_dot
 
 PATCH = 4
 TOKENS = (SHAPE[1] // PATCH) ** 2  # 16 tokens of 4x4 patches
@@ -92,3 +93,20 @@ class CircularConvTranspose(nn.Module):
     @nn.compact
     def __call__(self, x):
         return jnp.mean(nn.ConvTranspose(4, (3, 3), padding="CIRCULAR")(x), axis=(1, 2))
+
+
+def _halved_dot(x, kernel, *args, **kwargs):
+    return jax.lax.dot_general(x * 0.5, kernel, *args, **kwargs)
+
+
+class InjectedDots(nn.Module):
+    """Layers given their own matmul (`dot_general=`): traced through, not read as plain
+    Dense layers. `rounded` rounds, which the IR cannot: refused."""
+
+    rounded: bool = False
+
+    @nn.compact
+    def __call__(self, x):
+        x = nn.relu(nn.Conv(8, (3, 3))(x))
+        dot = quarter_rounded_dot if self.rounded else _halved_dot
+        return nn.Dense(10, dot_general=dot)(jnp.mean(x, axis=(1, 2)))

@@ -33,13 +33,13 @@ def test_a_faithful_import_passes_and_reports_its_difference(cnn):
 
 
 def test_a_linen_import_without_variables_is_checked_against_the_same_init():
-    model = models.QuantizedHead()
+    model = models.CountsItsCalls()
     x = models.example()
     cand = nas.from_flax(model, x)
     with pytest.raises(ValueError) as excinfo:
         nas.check_import(cand, model, x)
     text = str(excinfo.value)
-    assert text.startswith("nas.check_import: QuantizedHead: the imported graph does not "
+    assert text.startswith("nas.check_import: CountsItsCalls: the imported graph does not "
                            "reproduce the module's output (largest difference ")
     assert "\n" not in text
 
@@ -55,12 +55,12 @@ def test_changed_weights_are_caught(cnn):
         nas.check_import(other, model, x)
 
 
-def test_from_flax_inside_checked_imports_refuses_a_misread():
-    model = models.QuantizedHead()
+def test_from_flax_inside_checked_imports_refuses_a_graph_that_disagrees():
+    model = models.CountsItsCalls()
     x = models.example()
     nas.from_flax(model, x)  # unchecked: no compilation, no comparison
     with checked_imports(), pytest.raises(ValueError, match="^nas.check_import: "
-                                                            "QuantizedHead: "):
+                                                            "CountsItsCalls: "):
         nas.from_flax(model, x)
 
 
@@ -68,19 +68,19 @@ def test_bad_arguments_are_one_line():
     x = models.example()
     with pytest.raises(ValueError, match="^nas.check_import: expected the candidate "
                                          "nas.from_flax returned, got str$"):
-        nas.check_import("seed.zip", models.QuantizedHead(), x)
-    cand = nas.from_flax(models.QuantizedHead(), x)
+        nas.check_import("seed.zip", models.CountsItsCalls(), x)
+    cand = nas.from_flax(models.CountsItsCalls(), x)
     with pytest.raises(ValueError, match="^nas.check_import: example_input must be an array"):
-        nas.check_import(cand, models.QuantizedHead(), [1.0])
+        nas.check_import(cand, models.CountsItsCalls(), [1.0])
 
 
-def test_the_cli_import_refuses_a_misread_in_one_line_and_writes_nothing(tmp_path):
+def test_the_cli_import_refuses_a_graph_that_disagrees_in_one_line(tmp_path):
     out = tmp_path / "seed.zip"
-    result = run_cli("import", "--flax=tests.interop.models:QuantizedHead",
+    result = run_cli("import", "--flax=tests.interop.models:CountsItsCalls",
                      "--input_shape=8,8,3", f"--out={out}")
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(
-        "nas-search: error: nas.check_import: QuantizedHead: the imported graph does not "
+        "nas-search: error: nas.check_import: CountsItsCalls: the imported graph does not "
         "reproduce the module's output"), result.stderr[-2000:]
     assert not out.exists()

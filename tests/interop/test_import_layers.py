@@ -171,6 +171,19 @@ def test_layers_without_an_ir_op_are_refused_in_one_line(cls, message):
     assert "\n" not in str(excinfo.value)
 
 
+def test_a_layer_given_its_own_matmul_imports_what_that_computes():
+    model, x = layer_models.InjectedDots(), models.example()
+    variables = model.init(jax.random.PRNGKey(1), x)
+    cand = nas.from_flax(model, x, variables=variables)
+    assert OpType.SCALAR_MUL in [op.type for op in cand.graph.ops]
+    want = np.asarray(model.apply(variables, x))
+    assert np.max(np.abs(np.asarray(cand(x)) - want)) <= 1e-4 * np.max(np.abs(want))
+    with pytest.raises(ValueError, match=r"^nas.from_flax: InjectedDots/Dense_0 .*primitive "
+                                         r"'round' has no IR equivalent") as excinfo:
+        nas.from_flax(layer_models.InjectedDots(rounded=True), x)
+    assert "\n" not in str(excinfo.value)
+
+
 @pytest.mark.parametrize("spec, kernel_shape", [
     ("btd,td->btd", (16, 12)),  # t in input, kernel and output: a per-token weight
     ("btd,dk->bk", (12, 5)),  # t summed away without the kernel
