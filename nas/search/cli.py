@@ -25,7 +25,9 @@ usage:
       import a Flax (linen or NNX) model, with its weights, as a file that --seed_graph
       starts a search from (`factory()` returns the module; --variables: a
       flax.serialization msgpack file or an orbax checkpoint directory, else a linen
-      module is initialised from PRNGKey(0) and an NNX module keeps its own state)
+      module is initialised from PRNGKey(0) and an NNX module keeps its own state);
+      the imported graph must give the module's outputs on a random batch, else nothing
+      is written
 
 main flags:
   --config=FILE[:arg]   search config (train and search sections); --config.F=V overrides
