@@ -58,12 +58,16 @@ def check_import(candidate: Any, model: Any, example_input: Any, *,
     root = type(model).__name__
     if layers.is_linen(model) and variables is None:
         variables = importer.init_variables(model, x, call_kwargs)
-    try:
-        want = _original(model, x, variables, call_kwargs)
-    except Exception as e:  # noqa: BLE001 - flax and jax raise many types for a bad call
-        raise ValueError(f"{PREFIX}: {root}: calling the module on the example input "
-                         f"{x.dtype}{list(x.shape)} failed: {importer.first_line(e)}") from None
-    got = np.asarray(jax.jit(candidate.model.apply)(candidate.variables, x))
+    # Full float32 matmuls on both sides: a GPU's default (TF32) differs by more than the
+    # tolerance between two orders of the same contraction.
+    with jax.default_matmul_precision("float32"):
+        try:
+            want = _original(model, x, variables, call_kwargs)
+        except Exception as e:  # noqa: BLE001 - flax and jax raise many types for a bad call
+            raise ValueError(f"{PREFIX}: {root}: calling the module on the example input "
+                             f"{x.dtype}{list(x.shape)} failed: "
+                             f"{importer.first_line(e)}") from None
+        got = np.asarray(jax.jit(candidate.model.apply)(candidate.variables, x))
     if got.shape != want.shape:
         raise ValueError(f"{PREFIX}: {root}: the imported graph gives shape {list(got.shape)}, "
                          f"the module {list(want.shape)}")

@@ -50,8 +50,9 @@ def imported():
 def test_outputs_equal_the_original(imported, name):
     apply, _, cand = imported(name)
     x = models.example(seed=7)  # not the example it was imported with
-    want = np.asarray(jax.jit(apply)(x))  # jitted: one compilation, not one per primitive
-    got = np.asarray(jax.jit(cand.model.apply)(cand.variables, x))
+    with jax.default_matmul_precision("float32"):  # not TF32 on a GPU
+        want = np.asarray(jax.jit(apply)(x))  # jitted: one compilation, not one per primitive
+        got = np.asarray(jax.jit(cand.model.apply)(cand.variables, x))
     assert got.shape == want.shape == (models.SHAPE[0], 10)
     assert np.max(np.abs(got - want)) <= 1e-4 * np.max(np.abs(want))
 
