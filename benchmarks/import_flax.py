@@ -3,9 +3,10 @@ norm, 25.6 M parameters at 1000 classes) on this CPU.
 
     PYTHONPATH=. python benchmarks/import_flax.py [--image=224] [--repeats=3]
 
-Prints the import's wall time split into tracing + translation and the self-check (the
-module and the imported graph each compiled once and compared on the example), warm
-medians over `repeats` after one cold import, and the parameter count as a check of size.
+Prints the import's wall time (`from_flax`: tracing + translation), the first call in the
+process and warm medians over `repeats`, then `check_import` (the module and the imported
+graph each compiled once and compared on the example: what `nas-search import` adds), and
+the parameter count as a check of size.
 """
 
 from __future__ import annotations
@@ -20,9 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from nas.interop import importer
-from nas.interop.trace import trace
-from nas.interop.translate import INPUT, Translator, translate
+from nas.interop import check, importer
 
 
 class Bottleneck(nn.Module):
@@ -57,16 +56,6 @@ class ResNet50(nn.Module):
         return nn.Dense(self.num_classes)(jnp.mean(x, axis=(1, 2)))
 
 
-def translate_only(model, x, variables):
-    """Tracing and translation, without the self-check's two compilations."""
-    traced = trace(model, x, variables, {})
-    tr = Translator(traced, tuple(x.shape), type(model).__name__)
-    out = translate(tr)
-    from nas.graph import new_graph
-
-    return new_graph([INPUT], [out.name], tr.ops)
-
-
 def timed(fn) -> float:
     start = time.perf_counter()
     fn()
@@ -83,22 +72,23 @@ def main() -> None:
     variables = jax.jit(model.init)(jax.random.PRNGKey(1), x)
     params = sum(a.size for a in jax.tree.leaves(variables["params"]))
     cold = timed(lambda: importer.from_flax(model, x, variables=variables))
-    full = [timed(lambda: importer.from_flax(model, x, variables=variables))
+    warm = [timed(lambda: importer.from_flax(model, x, variables=variables))
             for _ in range(args.repeats)]
-    graph_only = [timed(lambda: translate_only(model, x, variables))
-                  for _ in range(args.repeats)]
-    graph = translate_only(model, x, variables)
+    candidate = importer.from_flax(model, x, variables=variables)
+    checks = [timed(lambda: check.check_import(candidate, model, x, variables=variables))
+              for _ in range(args.repeats)]
+    diff = check.check_import(candidate, model, x, variables=variables)
     load = os.getloadavg()
     print(f"ResNet-50 (linen), input (2, {args.image}, {args.image}, 3), "
-          f"{params / 1e6:.1f} M params, {len(graph.ops)} IR ops; load average "
+          f"{params / 1e6:.1f} M params, {len(candidate.graph.ops)} IR ops; load average "
           f"{load[0]:.1f} {load[1]:.1f} {load[2]:.1f}; {os.cpu_count()} CPUs")
     print("| step | seconds |")
     print("|---|---|")
-    print(f"| trace + translate (warm median) | {statistics.median(graph_only):.2f} |")
-    print(f"| from_flax incl. self-check (warm median) | {statistics.median(full):.2f} |")
-    print(f"| from_flax, first call in the process | {cold:.2f} |")
-    print(f"| ratio trace+translate / full | "
-          f"{statistics.median(graph_only) / statistics.median(full):.2f} |")
+    print(f"| from_flax: trace + translate, first call in the process | {cold:.2f} |")
+    print(f"| from_flax (warm median) | {statistics.median(warm):.2f} |")
+    print(f"| check_import: both compiled and compared (warm median) | "
+          f"{statistics.median(checks):.2f} |")
+    print(f"largest difference / largest output: {diff:.1e}")
     assert np.isfinite(params)
 
 

@@ -3,14 +3,15 @@
 `nas.load_candidate(path)` loads a candidate exported by `nas-search export` (see
 `nas.io.candidate`), `nas.save_candidate(candidate, path)` writes one,
 `nas.from_flax(module, x, variables=..., **call_kwargs)` imports a Flax model as one
-(`nas.interop.importer`) and `nas.export_flax(candidate_or_path, directory)` writes one as
-plain Flax code (`nas.interop.flax_code`). Each is imported on first use so that
-`import nas` stays cheap.
+(`nas.interop.importer`), `nas.check_import(candidate, module, x, variables=...,
+**call_kwargs)` compares an import's outputs with the module's (`nas.interop.check`) and
+`nas.export_flax(candidate_or_path, directory)` writes one as plain Flax code
+(`nas.interop.flax_code`). Each is imported on first use so that `import nas` stays cheap.
 """
 
 from typing import Any
 
-__all__ = ["export_flax", "from_flax", "load_candidate", "save_candidate"]
+__all__ = ["check_import", "export_flax", "from_flax", "load_candidate", "save_candidate"]
 
 
 def __getattr__(name: str) -> Any:
@@ -26,6 +27,10 @@ def __getattr__(name: str) -> Any:
         from nas.interop.importer import from_flax
 
         return from_flax
+    if name == "check_import":
+        from nas.interop.check import check_import
+
+        return check_import
     if name == "export_flax":
         from nas.interop.flax_code import export_flax
 

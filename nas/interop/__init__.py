@@ -2,7 +2,8 @@
 
 The way in: `importer.from_flax` traces a user's Flax model (linen or NNX) with its weights
 into the `nas.io.candidate.ExportedCandidate` that `nas.load_candidate` returns, so an
-imported model is saved, loaded and searched like any exported candidate. The way out:
+imported model is saved, loaded and searched like any exported candidate; `check` compares
+an import's outputs with the module's (`nas-search import` runs it). The way out:
 `flax_code.export_flax` writes a candidate as plain `flax.linen` source and its variables,
 for users who train it without `nas`. Nothing is imported here, so that each stays cheap.
 """

@@ -2,8 +2,9 @@
 
 Why: researchers arrive with a model already written (often trained) in Flax; importing it
 into the IR lets the search mutate it and lets children start from its weights. The import
-checks itself: the IR model must give the module's own outputs on the example, else it is
-refused, so nothing imported computes something else silently.
+only traces and translates (a ResNet-50 in well under 2 s); comparing the IR model's
+outputs with the module's compiles both, so it is `nas.interop.check.check_import`, which
+`nas-search import` and the tests run (and `from_flax` inside `checked_imports()`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from nas.interop.trace import trace
 from nas.interop.translate import INPUT, Translator, translate
 
 PREFIX = "nas.from_flax"
-TOLERANCE = 1e-4  # of the largest output, as the issue's acceptance asks
 
 
 def from_flax(model: Any, example_input: Any, *, variables: Mapping[str, Any] | None = None,
@@ -31,14 +31,19 @@ def from_flax(model: Any, example_input: Any, *, variables: Mapping[str, Any] | 
     without `variables` it is initialised from `jax.random.PRNGKey(0)`. NNX: called as
     `model(x, **call_kwargs)` with its own state, in the mode it is in (`model.eval()`).
     `example_input` is one batch (batch axis first). Anything the IR cannot express is one
-    ValueError line naming the primitive or layer and its module path."""
-    from nas.graph import Model, new_graph
+    ValueError line naming the primitive or layer and its module path.
+
+    The outputs are not compared here (that compiles the model twice): call
+    `nas.check_import(candidate, model, example_input, variables=..., **call_kwargs)`, or
+    import inside `nas.interop.check.checked_imports()`, as `nas-search import` does."""
+    from nas.graph import new_graph
+    from nas.interop import check
     from nas.io.candidate import ExportedCandidate
 
-    x = _example(example_input)
+    x = example(example_input, PREFIX)
     if layers.is_linen(model):
         if variables is None:
-            variables = _init(model, x, call_kwargs)
+            variables = init_variables(model, x, call_kwargs)
         variables = jax.tree.map(jnp.asarray, dict(variables))
     elif not _is_nnx(model):
         raise ValueError(f"{PREFIX}: expected a flax.linen or flax.nnx Module, got "
@@ -52,16 +57,16 @@ def from_flax(model: Any, example_input: Any, *, variables: Mapping[str, Any] | 
         out = translate(translator)
         graph = new_graph([INPUT], [out.name], translator.ops)
     except ValueError as e:
-        raise ValueError(f"{PREFIX}: {_line(e)}") from None
+        raise ValueError(f"{PREFIX}: {first_line(e)}") from None
     except (jax.errors.ConcretizationTypeError, jax.errors.TracerBoolConversionError,
             jax.errors.TracerIntegerConversionError,
             jax.errors.TracerArrayConversionError) as e:
         raise ValueError(f"{PREFIX}: {root}: the model's Python code depends on the values "
                          f"of its input (data-dependent control flow or shapes): "
-                         f"{_line(e)}") from None
+                         f"{first_line(e)}") from None
     except Exception as e:  # noqa: BLE001 - flax and jax raise many types for a bad call
         raise ValueError(f"{PREFIX}: {root}: calling the module on the example input "
-                         f"{x.dtype}{list(x.shape)} failed: {_line(e)}") from None
+                         f"{x.dtype}{list(x.shape)} failed: {first_line(e)}") from None
     if len(traced.output_ids) != 1:
         raise ValueError(f"{PREFIX}: {root} returns {len(traced.output_ids)} arrays; the IR "
                          f"imports a model with one output")
@@ -72,22 +77,19 @@ def from_flax(model: Any, example_input: Any, *, variables: Mapping[str, Any] | 
     candidate = ExportedCandidate(path=f"<{PREFIX}({root})>", graph=graph, constants={},
                                   variables=out_vars, input_shape=tuple(x.shape[1:]),
                                   info={"imported_from": f"{type(model).__module__}.{root}"})
-    want = _original(model, x, variables, call_kwargs)
-    got = np.asarray(jax.jit(Model(graph, {}).apply)(out_vars, x))
-    scale = max(float(np.max(np.abs(want))), 1e-6)
-    if got.shape != want.shape or float(np.max(np.abs(got - want))) > TOLERANCE * scale:
-        raise ValueError(f"{PREFIX}: {root}: the imported graph does not reproduce the "
-                         f"module's output (a part the importer misread); please report it")
+    if check.checking():
+        check.check_import(candidate, model, x, variables=variables, **call_kwargs)
     return candidate
 
 
-def _example(example_input: Any) -> jax.Array:
+def example(example_input: Any, prefix: str) -> jax.Array:
+    """The example batch as float32; anything else is one line starting with `prefix`."""
     if not hasattr(example_input, "shape") or not hasattr(example_input, "dtype"):
-        raise ValueError(f"{PREFIX}: example_input must be an array (one batch), got "
+        raise ValueError(f"{prefix}: example_input must be an array (one batch), got "
                          f"{type(example_input).__name__}")
     x = jnp.asarray(example_input)
     if x.ndim < 2 or not jnp.issubdtype(x.dtype, jnp.floating):
-        raise ValueError(f"{PREFIX}: example_input must be a float batch (batch, ...), got "
+        raise ValueError(f"{prefix}: example_input must be a float batch (batch, ...), got "
                          f"{x.dtype}{list(x.shape)}")
     return x.astype(jnp.float32)
 
@@ -98,23 +100,18 @@ def _is_nnx(model: Any) -> bool:
     return isinstance(model, nnx.Module)
 
 
-def _init(model: Any, x: jax.Array, call_kwargs: Mapping[str, Any]) -> Any:
+def init_variables(model: Any, x: jax.Array, call_kwargs: Mapping[str, Any]) -> Any:
+    """A linen module's variables from `PRNGKey(0)` (params and dropout), as documented."""
     rng = jax.random.PRNGKey(0)
     try:
         return model.init({"params": rng, "dropout": rng}, x, **call_kwargs)
     except Exception as e:  # noqa: BLE001 - flax and jax raise many types for a bad call
         raise ValueError(f"{PREFIX}: {type(model).__name__}: calling the module on the "
-                         f"example input {x.dtype}{list(x.shape)} failed: {_line(e)}") from None
+                         f"example input {x.dtype}{list(x.shape)} failed: "
+                         f"{first_line(e)}") from None
 
 
-def _original(model: Any, x: jax.Array, variables: Any, call_kwargs: Mapping[str, Any]
-              ) -> np.ndarray:
-    """The module's own output, compiled once (op by op, each primitive compiles alone)."""
-    if layers.is_linen(model):
-        return np.asarray(jax.jit(lambda v, x: model.apply(v, x, **call_kwargs))(variables, x))
-    return np.asarray(jax.jit(lambda x: model(x, **call_kwargs))(x))
-
-
-def _line(e: BaseException) -> str:
+def first_line(e: BaseException) -> str:
+    """An exception's first non-blank line (the one line a refusal shows)."""
     lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
     return lines[0] if lines else type(e).__name__

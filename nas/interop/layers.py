@@ -5,6 +5,13 @@ mutation could not replace it as a layer, and a batch norm would no longer train
 statistics). The IR runs these op types as the `flax.linen` modules themselves
 (`nas.graph.validate.MODULE_TYPES`), so carrying the module's fields (those that differ from
 linen's defaults) and its variables keeps its behaviour in inference and in training.
+
+Einsum layers become DENSE_GENERAL where they are one (`nas.interop.einsum`). A layer with
+no IR op of its own is either traced through into primitives where those express it
+(ConvTranspose: a convolution with input dilation, its bias fused by the translator; an
+Einsum or NNX LinearGeneral that is no DenseGeneral, a layer given its own matmul or
+convolution function), or refused in one line naming it
+(Embed: a gather at integer indices, which the IR, computing on float tensors, lacks).
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from nas.graph import OpType
+from nas.interop import einsum
 
 # Per op type: the linen fields carried (NNX layers are read into the same fields).
 FIELDS: dict[OpType, tuple[str, ...]] = {
@@ -54,10 +62,15 @@ def is_linen(model: Any) -> bool:
     return isinstance(model, nn.Module)
 
 
+EMBED = ("an embedding lookup (a gather at integer indices) has no IR op: the IR computes "
+         "on float tensors, with no gather or one-hot op")
+
+
 def _linen_types() -> dict[type, OpType]:
     import flax.linen as nn
 
     return {nn.Dense: OpType.DENSE, nn.DenseGeneral: OpType.DENSE_GENERAL,
+            nn.Einsum: OpType.DENSE_GENERAL,
             nn.Conv: OpType.CONV, nn.BatchNorm: OpType.BATCH_NORM,
             nn.LayerNorm: OpType.LAYER_NORM, nn.GroupNorm: OpType.GROUP_NORM,
             nn.Dropout: OpType.DROPOUT}
@@ -66,18 +79,32 @@ def _linen_types() -> dict[type, OpType]:
 def _nnx_types() -> dict[type, OpType]:
     from flax import nnx
 
-    return {nnx.Linear: OpType.DENSE, nnx.Conv: OpType.CONV,
+    return {nnx.Linear: OpType.DENSE, nnx.LinearGeneral: OpType.DENSE_GENERAL,
+            nnx.Einsum: OpType.DENSE_GENERAL, nnx.Conv: OpType.CONV,
             nnx.BatchNorm: OpType.BATCH_NORM, nnx.LayerNorm: OpType.LAYER_NORM,
             nnx.GroupNorm: OpType.GROUP_NORM, nnx.Dropout: OpType.DROPOUT}
 
 
+def _linen_others() -> dict[type, str]:
+    """Layers with no IR op: the reason a call is refused, or "" to trace it through."""
+    import flax.linen as nn
+
+    return {nn.Embed: EMBED, nn.ConvTranspose: ""}
+
+
+def _nnx_others() -> dict[type, str]:
+    from flax import nnx
+
+    return {nnx.Embed: EMBED, nnx.ConvTranspose: ""}
+
+
 def known_linen(module: Any) -> bool:
     """Exactly a known class: a subclass may compute something else in its `__call__`."""
-    return type(module) in _linen_types()
+    return type(module) in _linen_types() or type(module) in _linen_others()
 
 
 def nnx_classes() -> list[type]:
-    return list(_nnx_types())
+    return [*_nnx_types(), *_nnx_others()]
 
 
 def _defaults(op_type: OpType) -> dict[str, Any]:
@@ -122,11 +149,60 @@ def _arrays(tree: Mapping[str, Any] | None) -> dict[str, np.ndarray]:
     return {k: np.asarray(v) for k, v in (tree or {}).items()}
 
 
-def linen_call(module: Any, args: tuple, kwargs: Mapping[str, Any]) -> LayerCall:
-    """The IR op for a call of a known linen layer (its variables are already bound)."""
-    op_type = _linen_types()[type(module)]
+def _other(path: str, kind: str, reason: str | None, padding: Any = None) -> None:
+    """Refuse a layer with no IR op (None: it is traced through into primitives)."""
+    if reason:
+        raise ValueError(f"layer {path} ({kind}): {reason}")
+    if padding == "CIRCULAR":
+        raise ValueError(f"layer {path} ({kind}): circular padding has no IR op")
+
+
+def _einsum_call(path: str, kind: str, module_id: int, x: Any, spec: str,
+                 params: dict[str, np.ndarray]) -> LayerCall | None:
+    """An Einsum layer as DENSE_GENERAL, or None (traced through) where it is none."""
+    found = einsum.as_dense_general(spec, x.ndim, params["kernel"], params.get("bias"))
+    if found is None:
+        return None
+    values = {"features": found.features, "axis": found.axis, "use_bias": found.bias is not None}
+    weights = {"kernel": found.kernel, **({"bias": found.bias} if found.bias is not None
+                                          else {})}
+    return LayerCall(path, kind, module_id, x, OpType.DENSE_GENERAL,
+                     _op_kwargs(OpType.DENSE_GENERAL, values), weights, None)
+
+
+def _spec(args: tuple, kwargs: Mapping[str, Any], default: str | None) -> str:
+    """An Einsum's equation: the call's (second argument or keyword) over the layer's."""
+    given = args[1] if len(args) > 1 else kwargs.get("einsum_str")
+    return given or default or ""
+
+
+def _injected(layer: Any) -> bool:
+    """Whether the layer was given its own matmul or convolution function (quantization
+    libraries do): the IR op would compute the plain one, so such a call is traced through
+    and what the function computes is imported (or refused)."""
+    import jax
+
+    defaults = (None, jax.lax.dot_general, jax.lax.conv_general_dilated)
+    return any(getattr(layer, f, None) not in defaults for f in (
+        "dot_general", "dot_general_cls", "conv_general_dilated", "conv_general_dilated_cls"))
+
+
+def linen_call(module: Any, args: tuple, kwargs: Mapping[str, Any]) -> LayerCall | None:
+    """The IR op for a call of a known linen layer (its variables are already bound), None
+    for one traced through into primitives."""
     path = "/".join(module.path) or type(module).__name__
     kind = f"flax.linen.{type(module).__name__}"
+    others = _linen_others()
+    if type(module) in others:
+        _other(path, kind, others[type(module)], getattr(module, "padding", None))
+        return None
+    if _injected(module):
+        return None
+    op_type = _linen_types()[type(module)]
+    if type(module).__name__ == "Einsum":
+        return _einsum_call(path, kind, id(module.scope), _input(path, kind, args, kwargs),
+                            _spec(args, kwargs, module.einsum_str),
+                            _arrays(module.variables.get("params")))
     if op_type is OpType.CONV and module.mask is not None:
         raise ValueError(f"layer {path} ({kind}): a masked convolution has no IR op")
     values = {f: getattr(module, f) for f in FIELDS[op_type] if hasattr(module, f)}
@@ -141,10 +217,37 @@ def _value(var: Any) -> np.ndarray:
     return np.asarray(var.get_value() if hasattr(var, "get_value") else var)
 
 
-def nnx_call(layer: Any, path: str, args: tuple, kwargs: Mapping[str, Any]) -> LayerCall:
-    """The IR op for a call of a known NNX layer, read from the layer's own state."""
-    op_type = _nnx_types()[type(layer)]
+def _nnx_general(layer: Any, path: str, kind: str, args: tuple, kwargs: Mapping[str, Any]
+                 ) -> LayerCall | None:
+    """NNX LinearGeneral (without batch axes) or Einsum as DENSE_GENERAL, else None."""
+    x = _input(path, kind, args, kwargs)
+    params = {k: _value(getattr(layer, k)) for k in ("kernel", "bias")
+              if getattr(layer, k, None) is not None}
+    if type(layer).__name__ == "Einsum":
+        return _einsum_call(path, kind, id(layer), x, _spec(args, kwargs, layer.einsum_str),
+                            params)
+    if layer.batch_axis:
+        return None
+    values = {"features": layer.out_features, "axis": layer.axis,
+              "use_bias": layer.use_bias}
+    return LayerCall(path, kind, id(layer), x, OpType.DENSE_GENERAL,
+                     _op_kwargs(OpType.DENSE_GENERAL, values), params, None)
+
+
+def nnx_call(layer: Any, path: str, args: tuple, kwargs: Mapping[str, Any]
+             ) -> LayerCall | None:
+    """The IR op for a call of a known NNX layer, read from the layer's own state; None for
+    one traced through into primitives."""
     kind = f"flax.nnx.{type(layer).__name__}"
+    others = _nnx_others()
+    if type(layer) in others:
+        _other(path, kind, others[type(layer)], getattr(layer, "padding", None))
+        return None
+    if _injected(layer):
+        return None
+    op_type = _nnx_types()[type(layer)]
+    if op_type is OpType.DENSE_GENERAL:
+        return _nnx_general(layer, path, kind, args, kwargs)
     values = {f: getattr(layer, f) for f in FIELDS[op_type] if hasattr(layer, f)}
     if op_type in (OpType.DENSE, OpType.CONV):
         values["features"] = layer.out_features

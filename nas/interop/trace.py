@@ -112,6 +112,8 @@ def _linen_fn(model: Any, variables: Mapping[str, Any] | None, call_kwargs: Mapp
         if context.method_name != "__call__" or not layer_rules.known_linen(module):
             return next_fun(*args, **kwargs)
         call = layer_rules.linen_call(module, args, kwargs)
+        if call is None:  # traced through: its primitives are translated one by one
+            return next_fun(*args, **kwargs)
         return _record(calls, call, next_fun(*args, **kwargs))
 
     def fn(x: Any) -> Any:
@@ -144,7 +146,8 @@ def _patched_nnx(paths: dict[int, str], calls: list[layer_rules.LayerCall]) -> I
                 return original(self, *args, **kwargs)
             layer = layer_rules.nnx_call(self, paths[id(self)], args, kwargs)
             with jax.named_scope(paths[id(self)]):
-                return _record(calls, layer, original(self, *args, **kwargs))
+                out = original(self, *args, **kwargs)
+                return out if layer is None else _record(calls, layer, out)
         return call
 
     try:

@@ -84,6 +84,8 @@ class Translator:
         self.names: set[str] = {INPUT}
         self.env: dict[int, Any] = {i: Const(v) for i, v in traced.consts.items()}
         self.env[traced.input_id] = Tensor(INPUT, input_shape, 0)
+        # CONV / DENSE ops made from primitives, without a bias yet: tensor name -> op index.
+        self.biasable: dict[str, int] = {}
         self.uses: dict[int, set[int]] = {}
         for j, e in enumerate(traced.eqns):
             for a in e.inputs:
@@ -324,6 +326,10 @@ def _binary(tr: Translator, e: Any, vals: list[Any]) -> list[Any]:
         if kind == "sub":
             return [tr.scalar(e, tr.scalar(e, x, -1.0, "mul"), c, "add")]
         return [tr.scalar(e, x, c, kind)]
+    if kind == "add":
+        fused = _fuse_bias(tr, e, a, b)
+        if fused is not None:
+            return [fused]
     if kind not in ("add", "sub", "mul"):
         raise Unsupported(f"{tr.where(e)}: primitive {kind!r} (outside a known activation) "
                           f"has no IR equivalent")
@@ -333,6 +339,32 @@ def _binary(tr: Translator, e: Any, vals: list[Any]) -> list[Any]:
     batch = 0 if 0 in (x.batch_axis, y.batch_axis) else x.batch_axis
     t = OpType.MUL if kind == "mul" else OpType.ADD
     return [tr.emit(tr.fn_name(e, t.name.lower()), t, [x, y], tuple(e.shapes[0]), batch)]
+
+
+def _fuse_bias(tr: Translator, e: Any, a: Any, b: Any) -> Tensor | None:
+    """`conv(x) + bias` or `x @ w + bias` (the bias over the features, the sum the matmul's
+    only use) as the op's own bias: ConvTranspose and hand-written layers import whole."""
+    for t, c, j in ((a, b, 0), (b, a, 1)):
+        if not isinstance(t, Tensor) or t.name not in tr.biasable or not isinstance(c, Const):
+            continue
+        source = e.inputs[j]
+        if not isinstance(source, int) or len(tr.uses.get(source, ())) != 1 \
+                or source in tr.t.output_ids:
+            continue
+        index = tr.biasable[t.name]
+        op = tr.ops[index]
+        features = int(op.op_kwargs["features"])
+        shape = list(c.value.shape)
+        while shape and shape[0] == 1 and len(shape) > 1:
+            shape.pop(0)
+        if shape != [features]:
+            continue
+        kwargs = {k: v for k, v in op.op_kwargs.items() if k != "use_bias"}  # default True
+        tr.ops[index] = new_op(op.name, op.type, op.input_names, op.input_kwargs, kwargs)
+        tr.params[op.name]["bias"] = np.asarray(c.value, np.float32).reshape(features)
+        del tr.biasable[t.name]
+        return t
+    return None
 
 
 def _is_scalar(v: Any) -> bool:
@@ -427,17 +459,37 @@ def _dot_general(tr: Translator, e: Any, vals: list[Any]) -> list[Any]:
             tr.ops.append(new_op(name, OpType.DENSE, [x.name], None,
                                  {"features": int(b.value.shape[1]), "use_bias": False}))
             tr.params[name] = {"kernel": np.asarray(b.value, np.float32)}
+            tr.biasable[name] = len(tr.ops) - 1
             return [Tensor(name, tuple(e.shapes[0]), x.batch_axis)]
     x, y = tr.tensor(e, a), tr.tensor(e, b)
     numbers = [[list(map(int, lc)), list(map(int, rc))], [list(map(int, lb)),
                                                          list(map(int, rb))]]
-    batch = 0 if 0 in (x.batch_axis, y.batch_axis) and (0 in lb or x.batch_axis is None
-                                                         or y.batch_axis is None) else None
-    if batch is None and (x.batch_axis is not None or y.batch_axis is not None):
-        raise Unsupported(f"{tr.where(e)}: a dot_general that moves the batch axis has no IR "
-                          f"equivalent")
+    batch = _dot_batch_axis(tr, e, x, y, numbers)
     return [tr.emit(tr.fn_name(e, "dot_general"), OpType.DOT_GENERAL, [x, y],
                     tuple(e.shapes[0]), batch, {"dimension_numbers": numbers})]
+
+
+def _dot_batch_axis(tr: Translator, e: Any, x: Tensor, y: Tensor,
+                    numbers: list[list[list[int]]]) -> int | None:
+    """Where the batch lands in a dot_general's output (batch dims, then the left's free
+    dims, then the right's); refused where examples would be summed or mixed."""
+    (lc, rc), (lb, rb) = numbers
+    lfree = [d for d in range(len(x.shape)) if d not in lc and d not in lb]
+    rfree = [d for d in range(len(y.shape)) if d not in rc and d not in rb]
+    found = []
+    for t, contract, batch_dims, free, offset in ((x, lc, lb, lfree, len(lb)),
+                                                 (y, rc, rb, rfree, len(lb) + len(lfree))):
+        if t.batch_axis is None:
+            continue
+        if t.batch_axis in contract:
+            raise Unsupported(f"{tr.where(e)}: a dot_general summing over the batch axis has "
+                              f"no IR equivalent")
+        found.append(batch_dims.index(t.batch_axis) if t.batch_axis in batch_dims
+                     else offset + free.index(t.batch_axis))
+    if len(found) == 2 and found[0] != found[1]:
+        raise Unsupported(f"{tr.where(e)}: a dot_general mixing the examples of a batch has "
+                          f"no IR equivalent")
+    return found[0] if found else None
 
 
 def _conv(tr: Translator, e: Any, vals: list[Any]) -> list[Any]:
@@ -461,6 +513,7 @@ def _conv(tr: Translator, e: Any, vals: list[Any]) -> list[Any]:
     name = tr.unique(tr.fn_name(e, "conv"))
     tr.ops.append(new_op(name, OpType.CONV, [x.name], None, kw))
     tr.params[name] = {"kernel": kernel}
+    tr.biasable[name] = len(tr.ops) - 1
     return [Tensor(name, tuple(e.shapes[0]), x.batch_axis)]
 
 

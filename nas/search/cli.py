@@ -25,7 +25,9 @@ usage:
       import a Flax (linen or NNX) model, with its weights, as a file that --seed_graph
       starts a search from (`factory()` returns the module; --variables: a
       flax.serialization msgpack file or an orbax checkpoint directory, else a linen
-      module is initialised from PRNGKey(0) and an NNX module keeps its own state)
+      module is initialised from PRNGKey(0) and an NNX module keeps its own state);
+      the imported graph must give the module's outputs on a random batch, else nothing
+      is written
 
 main flags:
   --config=FILE[:arg]   search config (train and search sections); --config.F=V overrides
@@ -261,10 +263,14 @@ def _export(workdir: str) -> None:
     if _FORMAT.value == "flax":
         print(f"wrote {path}: candidate {cid}{why} as plain Flax code (model.py, "
               f"variables.msgpack); load it without nas with:")
-        print(f"  import sys; sys.path.insert(0, {str(path)!r}); from model import Model")
-        print(f"  variables = flax.serialization.msgpack_restore(open("
-              f"{str(path / 'variables.msgpack')!r}, 'rb').read())")
-        print("  logits = Model().apply(variables, images)")
+        print("  import sys")
+        print("  import flax.serialization")
+        print(f"  sys.path.insert(0, {str(path)!r})")
+        print("  from model import INPUT_SHAPE, Model")
+        print(f"  with open({str(path / 'variables.msgpack')!r}, 'rb') as f:")
+        print("      variables = flax.serialization.msgpack_restore(f.read())")
+        print("  logits = Model().apply(variables, images)  # images: (batch, *INPUT_SHAPE) "
+              "float32")
         return
     cand = study.get(cid)
     held = ["graph", "trained weights" if cand.checkpoint_path else "no weights (none saved)",
@@ -301,11 +307,13 @@ def export_id(study: Any, value: str) -> tuple[int, str]:
 
 
 def _import() -> None:
+    from nas.interop.check import checked_imports
     from nas.search.strategy.import_flax import import_flax
 
     if not _FLAX.value:
         raise ValueError("import needs --flax=package.module:factory")
-    print(import_flax(_FLAX.value, _INPUT_SHAPE.value, _VARIABLES.value, _OUT.value))
+    with checked_imports():  # a seed file is kept: its outputs must be the module's
+        print(import_flax(_FLAX.value, _INPUT_SHAPE.value, _VARIABLES.value, _OUT.value))
 
 
 def _dashboard(workdir: str) -> None:

@@ -6,6 +6,8 @@ activations (it needs the op types of the ops branch)."""
 
 from __future__ import annotations
 
+import itertools
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -194,6 +196,24 @@ def not_a_module():
 
 def raises():
     raise RuntimeError("no weights here")
+
+
+def quarter_rounded_dot(x, kernel, *args, **kwargs):
+    """A fake-quantized matmul (inputs rounded to quarters), as quantization libraries
+    inject into `nn.Dense(dot_general=...)`."""
+    return jax.lax.dot_general(jnp.round(x * 4) / 4, kernel, *args, **kwargs)
+
+
+class CountsItsCalls(nn.Module):
+    """Adds how often it was called before: a graph traced from one call computes another
+    call's output, what `nas.check_import` (and so `nas-search import`) must catch."""
+
+    calls = itertools.count()
+
+    @nn.compact
+    def __call__(self, x):
+        x = nn.relu(nn.Conv(8, (3, 3))(x))
+        return nn.Dense(10)(jnp.mean(x, axis=(1, 2))) + float(next(CountsItsCalls.calls))
 
 
 LINEN = {"resnet": LinenResNet, "mobile": LinenMobile, "branches": LinenBranches}

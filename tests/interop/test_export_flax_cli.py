@@ -71,6 +71,16 @@ def test_export_format_flax_writes_code_and_variables(study):
     stored = serialization.msgpack_restore((root / "code" / "variables.msgpack").read_bytes())
     for a, b in zip(jax.tree.leaves(stored), jax.tree.leaves(variables), strict=True):
         assert np.array_equal(a, b)
+    # The printed lines that load it run as written, in a fresh Python without nas.
+    shown = [ln[2:] for ln in proc.stdout.splitlines()[1:]]
+    assert any(ln == "import flax.serialization" for ln in shown), proc.stdout
+    script = "\n".join(["import numpy as np", "images = np.ones((2, 32, 32, 3), np.float32)",
+                        *shown, "np.save('logits.npy', np.asarray(logits))"])
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    run = subprocess.run([sys.executable, "-I", "-c", script], capture_output=True,
+                         text=True, cwd=root, env=env, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert np.load(root / "logits.npy").shape == (2, 10)
 
 
 @pytest.mark.parametrize("args,needles", [

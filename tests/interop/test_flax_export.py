@@ -137,6 +137,20 @@ def _model(name):
         module, variables, kwargs = models.build("resnet")
         cand = nas.from_flax(module, models.example(), variables=variables, **kwargs)
         return cand.graph, cand.constants, cand.variables, tuple(cand.input_shape)
+    elif name == "imported_layers":  # Einsums as DenseGeneral, transposed convolutions
+        from flax import linen as nn
+
+        from tests.interop import layer_models, models
+
+        class EinsumsThenUp(nn.Module):
+            @nn.compact
+            def __call__(self, x):
+                return layer_models.LinenEinsums()(x) + layer_models.LinenConvTranspose()(x)
+
+        module = EinsumsThenUp()
+        variables = module.init(jax.random.PRNGKey(1), models.example())
+        cand = nas.from_flax(module, models.example(), variables=variables)
+        return cand.graph, cand.constants, cand.variables, tuple(cand.input_shape)
     else:
         graph, constants, variables = _child()
         return graph, constants, variables, (32, 32, 3)
@@ -179,7 +193,8 @@ def _export_and_run(root, names, grads):
 def exported(tmp_path_factory):
     """The default models, inference and training forward passes."""
     return _export_and_run(tmp_path_factory.mktemp("flax_export"),
-                           ["every_op", "cifarnet", "vit", "child", "imported"], grads=False)
+                           ["every_op", "cifarnet", "vit", "child", "imported",
+                            "imported_layers"], grads=False)
 
 
 @pytest.fixture(scope="module")
@@ -217,7 +232,8 @@ def _check_same(entry, name, grads):
         assert any(k.startswith("['batch_stats']") for k in want)
 
 
-@pytest.mark.parametrize("name", ["every_op", "cifarnet", "vit", "child", "imported"])
+@pytest.mark.parametrize("name", ["every_op", "cifarnet", "vit", "child", "imported",
+                                  "imported_layers"])
 def test_exported_code_computes_what_the_interpreter_computes(exported, name):
     _check_same(exported[name], name, grads=False)
 

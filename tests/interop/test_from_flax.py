@@ -20,7 +20,7 @@ from tests.interop import models
 
 HAS_NEW_OPS = all(hasattr(OpType, n) for n in ("CONCAT", "RELU6", "HARD_SWISH", "TANH",
                                                 "LEAKY_RELU", "ELU"))
-SLOW = pytest.mark.slow  # each import compiles the module and its IR model once
+SLOW = pytest.mark.slow  # each comparison compiles the module and its IR model once
 # The default suite imports one model here (NNX; the linen ResNet in the training test);
 # the others run with -m slow.
 NAMES = [pytest.param("resnet", marks=SLOW), pytest.param("mobile", marks=SLOW),

@@ -1,0 +1,91 @@
+"""`check_import`: does an imported candidate compute what its Flax module computes?
+
+Why apart from `from_flax`: the comparison compiles the module and the imported graph, two
+XLA compilations that are most of a large model's import (a ResNet-50: ~90 %), so
+`from_flax` only traces and translates, and the places where an import is kept
+(`nas-search import`, the tests) run this check, or `from_flax` inside `checked_imports()`.
+Nothing a misread translation computes then goes unnoticed where users import for keeps.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import jax
+import numpy as np
+
+PREFIX = "nas.check_import"
+TOLERANCE = 1e-4  # of the largest output, as the issue's acceptance asks
+
+_CHECKED: contextvars.ContextVar[bool] = contextvars.ContextVar("nas_checked_imports",
+                                                                default=False)
+
+
+@contextlib.contextmanager
+def checked_imports() -> Iterator[None]:
+    """Within it, every `from_flax` also runs `check_import` on its example (the CLI's
+    `nas-search import` runs inside one)."""
+    token = _CHECKED.set(True)
+    try:
+        yield
+    finally:
+        _CHECKED.reset(token)
+
+
+def checking() -> bool:
+    """Whether `from_flax` runs inside `checked_imports()`."""
+    return _CHECKED.get()
+
+
+def check_import(candidate: Any, model: Any, example_input: Any, *,
+                 variables: Mapping[str, Any] | None = None, **call_kwargs: Any) -> float:
+    """Compare `candidate` (from `nas.from_flax`) with `model` on `example_input`.
+
+    `model`, `variables` and `call_kwargs` as given to `from_flax` (a linen module without
+    `variables` is initialised as `from_flax` does). Returns the largest difference
+    relative to the largest output; a difference above 1e-4 of it, or another output
+    shape, is one ValueError line."""
+    from nas.interop import importer, layers
+    from nas.io.candidate import ExportedCandidate
+
+    if not isinstance(candidate, ExportedCandidate) or candidate.variables is None:
+        raise ValueError(f"{PREFIX}: expected the candidate nas.from_flax returned, got "
+                         f"{type(candidate).__name__}")
+    x = importer.example(example_input, PREFIX)
+    root = type(model).__name__
+    if layers.is_linen(model) and variables is None:
+        variables = importer.init_variables(model, x, call_kwargs)
+    # Full float32 matmuls on both sides: a GPU's default (TF32) differs by more than the
+    # tolerance between two orders of the same contraction.
+    with jax.default_matmul_precision("float32"):
+        try:
+            want = _original(model, x, variables, call_kwargs)
+        except Exception as e:  # noqa: BLE001 - flax and jax raise many types for a bad call
+            raise ValueError(f"{PREFIX}: {root}: calling the module on the example input "
+                             f"{x.dtype}{list(x.shape)} failed: "
+                             f"{importer.first_line(e)}") from None
+        got = np.asarray(jax.jit(candidate.model.apply)(candidate.variables, x))
+    if got.shape != want.shape:
+        raise ValueError(f"{PREFIX}: {root}: the imported graph gives shape {list(got.shape)}, "
+                         f"the module {list(want.shape)}")
+    scale = max(float(np.max(np.abs(want))), 1e-6)
+    diff = float(np.max(np.abs(got - want))) / scale
+    if not diff <= TOLERANCE:
+        raise ValueError(f"{PREFIX}: {root}: the imported graph does not reproduce the "
+                         f"module's output (largest difference {diff:.2g} of the largest "
+                         f"output, tolerance {TOLERANCE:g}): a part was misread (please "
+                         f"report it), or the module computes differently at each call")
+    return diff
+
+
+def _original(model: Any, x: jax.Array, variables: Any, call_kwargs: Mapping[str, Any]
+              ) -> np.ndarray:
+    """The module's own output, jitted (one compilation, not one per primitive)."""
+    from nas.interop import layers
+
+    if layers.is_linen(model):
+        return np.asarray(jax.jit(lambda v, x: model.apply(v, x, **call_kwargs))(variables, x))
+    return np.asarray(jax.jit(lambda x: model(x, **call_kwargs))(x))
