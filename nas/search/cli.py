@@ -220,12 +220,13 @@ def _report(workdir: str) -> None:
 
     study = Study.load(workdir)
     state = study_state(study)
-    path = write_report(study)
+    candidates = study.candidates(with_graphs=False)  # read once, for all three
+    path = write_report(study, candidates=candidates)
     mark_current(study, state)
     if _CSV.value:
-        sys.stdout.write(to_csv(study))
+        sys.stdout.write(to_csv(study, candidates))
         return
-    print(summary(study))
+    print(summary(study, candidates=candidates))
     print(f"report: {path}")
 
 

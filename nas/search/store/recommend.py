@@ -178,8 +178,15 @@ def cheapest_matching_seed(done: Sequence[Candidate], seed: Candidate | None
     n = seed.extra_metrics.get("val_examples") if seed is not None else None
     if seed is None or not seed.flops or seed.accuracy is None or not n:
         return None
+    ties: dict[tuple[float, int], bool] = {}  # accuracies repeat (k of n): each once
+
+    def matches(accuracy: float, size: int) -> bool:
+        if (accuracy, size) not in ties:
+            ties[accuracy, size] = accuracy >= seed.accuracy or intervals.tied(
+                accuracy, size, seed.accuracy, int(n))
+        return ties[accuracy, size]
+
     matched = [c for c in done if c.id != seed.id and c.flops is not None
                and c.accuracy is not None and c.extra_metrics.get("val_examples")
-               and (c.accuracy >= seed.accuracy or intervals.tied(
-                   c.accuracy, int(c.extra_metrics["val_examples"]), seed.accuracy, int(n)))]
+               and matches(c.accuracy, int(c.extra_metrics["val_examples"]))]
     return min(matched, key=lambda c: (c.flops, c.id), default=None)
