@@ -52,6 +52,8 @@ class Comparisons:
         if a is None or b is None:
             return None
         bits = self.validation if split == "validation" else self.test
+        if not bits:  # a study without per-example results: nothing to pair
+            return None
         x, y = bits.get(a.id), bits.get(b.id)
         return paired.compare(x, y) if paired.comparable(x, y) else None
 
@@ -104,13 +106,13 @@ def recommend(candidates: Sequence[Candidate], pairs: Comparisons, margin: float
     seed = seed_of(candidates)
     if seed is None:
         return Recommendation(None, None, None, None, margin, "the seed has not finished")
+    if seed.id not in pairs.validation:
+        return _wilson_fallback(candidates, seed, margin)
     children = [c for c in candidates if c.status == "done" and c.id != seed.id
                 and c.flops is not None and c.accuracy is not None]
     tests = [(c, pairs.pair(c, seed)) for c in children]
     unpaired = [c for c, p in tests if p is None]
     good = [(c, p) for c, p in tests if p is not None and p.noninferior(margin)]
-    if seed.id not in pairs.validation:
-        return _wilson_fallback(candidates, seed, margin)
     cheaper = [(c, p) for c, p in good if seed.flops and c.flops < seed.flops]
     if not cheaper:
         why = (f"no child is cheaper than the seed and non-inferior to it at "
