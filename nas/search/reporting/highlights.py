@@ -19,7 +19,7 @@ from nas.search.strategy.pareto import ParetoCurve
 from nas.search.strategy.selection import OBJECTIVES
 
 # Finished candidates up to which the report draws every point and lists every row.
-SCALE_LIMIT = 500
+SCALE_LIMIT = 300
 
 
 def front_of(candidates: Sequence[Candidate], cost: str) -> list[Candidate]:

@@ -105,8 +105,8 @@ def plot_png(study: Study, candidates: Sequence[Candidate] | None = None) -> byt
         bars = [(c, e) for c, e in bars if e is not None]
         if bars:  # 95 % Wilson intervals of the validation accuracies
             ax.errorbar([getattr(c, cost) for c, _ in bars], [c.accuracy for c, _ in bars],
-                        yerr=[[c.accuracy - e[0] for c, e in bars],
-                              [e[1] - c.accuracy for c, e in bars]],
+                        yerr=[[max(c.accuracy - e[0], 0.0) for c, e in bars],  # rounding
+                              [max(e[1] - c.accuracy, 0.0) for c, e in bars]],  # at 0 / 1
                         fmt="none", ecolor="0.6", elinewidth=0.8, capsize=2, zorder=1.5)
         for c in done:  # the seed on top of everything, labelled
             if c.parent_id is None:

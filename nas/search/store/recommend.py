@@ -41,6 +41,10 @@ class Comparisons:
 
     validation: dict[int, np.ndarray]
     test: dict[int, np.ndarray]
+    # (split, n, only a right, only b right) -> its comparison: the exact interval is a
+    # few ms and depends on those counts alone, which repeat across a large study
+    _seen: dict[tuple[str, int, int, int], paired.Paired] = dataclasses.field(
+        default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def of(cls, study: Any, ids: Sequence[int] | None = None) -> Comparisons:
@@ -55,7 +59,13 @@ class Comparisons:
         if not bits:  # a study without per-example results: nothing to pair
             return None
         x, y = bits.get(a.id), bits.get(b.id)
-        return paired.compare(x, y) if paired.comparable(x, y) else None
+        if not paired.comparable(x, y):
+            return None
+        x, y = np.asarray(x, dtype=bool).reshape(-1), np.asarray(y, dtype=bool).reshape(-1)
+        key = (split, x.size, int(np.count_nonzero(x & ~y)), int(np.count_nonzero(~x & y)))
+        if key not in self._seen:
+            self._seen[key] = paired.compare(x, y)
+        return self._seen[key]
 
 
 def versus(c: Candidate, other: Candidate | None, pairs: Comparisons | None,
