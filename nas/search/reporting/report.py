@@ -2,8 +2,11 @@
 
 The page shows accuracy against every measured cost (SVG, each point a link to its
 candidate), best accuracy and front size as the search went on, a sortable candidate table,
-and for each candidate on a front its mutation, its training curve, its op list with shapes
-and a diagram of its graph (see `report_candidate`).
+and for each candidate on a front, in the best k, the seed and the recommended one its
+mutation, its training curve, its op list with shapes and a diagram of its graph (see
+`report_candidate`). Past `SCALE_LIMIT` finished candidates only those are points and
+rows, over the population drawn as density (`highlights`): the page stays a few hundred
+KB at 100,000 candidates, and report.csv, written row by row, keeps every candidate.
 
 Written to `<workdir>/report/` atomically, so a report being rewritten while someone
 has it open is never half a file. Uses matplotlib's object API with the Agg canvas
@@ -70,8 +73,11 @@ def lineage(cid: int, by_id: dict[int, Candidate]) -> list[int]:
     return chain[::-1]
 
 
-def plot_png(study: Study, candidates: Sequence[Candidate] | None = None) -> bytes:
-    """PNG of accuracy vs FLOPs and vs params: all done candidates, front, parent->child."""
+def plot_png(study: Study, candidates: Sequence[Candidate] | None = None, *,
+             fronts: dict[str, list[Candidate]] | None = None) -> bytes:
+    """PNG of accuracy vs FLOPs and vs params: all done candidates, front, parent->child
+    (past `SCALE_LIMIT`: the population as density, the front and the seed over it).
+    `fronts`: fronts already found, by cost (the others are found here)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
@@ -88,7 +94,8 @@ def plot_png(study: Study, candidates: Sequence[Candidate] | None = None) -> byt
             ax.text(0.5, 0.5, "no finished candidates yet", ha="center", va="center")
             ax.set_axis_off()
             continue
-        front = front_of(done, cost)
+        front = (fronts or {}).get(cost)
+        front = front_of(done, cost) if front is None else front
         values = [getattr(c, cost) for c in done]
         log_x = min(values) > 0 and max(values) / min(values) > 20
         if large:  # the population as density; the front and the seed drawn over it
@@ -114,7 +121,8 @@ def plot_png(study: Study, candidates: Sequence[Candidate] | None = None) -> byt
                            zorder=6)
                 ax.annotate(f"seed {c.id}", (getattr(c, cost), c.accuracy), fontsize=8,
                             fontweight="bold", xytext=(4, -10), textcoords="offset points",
-                            zorder=6)
+                            zorder=6, bbox={"boxstyle": "square,pad=0.1", "fc": "white",
+                                            "alpha": 0.8, "lw": 0})  # legible over density
         ax.step(
             [getattr(c, cost) for c in front],
             [c.accuracy for c in front],
@@ -140,7 +148,8 @@ def plot_png(study: Study, candidates: Sequence[Candidate] | None = None) -> byt
         bar = fig.colorbar(sc, ax=ax, label="generation")
         bar.locator = MaxNLocator(integer=True)  # generations are whole numbers
         bar.update_ticks()
-    fig.tight_layout()
+    # fixed margins: tight_layout measures every tick label, 0.6 s of a large report
+    fig.subplots_adjust(left=0.06, right=0.98, bottom=0.12, top=0.92, wspace=0.22)
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
     return buf.getvalue()
@@ -164,10 +173,12 @@ def _fmt(value: object) -> str:
     return str(value)
 
 
-def summary(study: Study, k: int = 5, *, candidates: Sequence[Candidate] | None = None
-            ) -> str:
+def summary(study: Study, k: int = 5, *, candidates: Sequence[Candidate] | None = None,
+            marks: Highlights | None = None) -> str:
     """Plain-text status counts and best-candidates table (for the CLI). `candidates`: a
-    listing of the study already read (graphs not needed), to read it once."""
+    listing of the study already read (graphs not needed), and `marks` its highlights
+    (comparisons with the seed, recommendation), so that a report and its summary find
+    each once."""
     counts = study.counts()
     lines = [
         f"study {study.workdir}: " + ", ".join(f"{s} {counts[s]}" for s in STATUSES),
@@ -191,7 +202,7 @@ def summary(study: Study, k: int = 5, *, candidates: Sequence[Candidate] | None 
     done = ([c for c in candidates if c.status == "done"] if candidates is not None
             else study.candidates("done", with_graphs=False))  # metrics only: a large study
     seed = next((c for c in done if c.parent_id is None), None)
-    pairs = recommend.Comparisons.of(study)
+    pairs = marks.pairs if marks is not None else recommend.Comparisons.of(study)
     shown = list(best) + ([seed] if seed is not None and seed not in best else [])
     rows = [
         (f"{c.id} (seed)" if seed is not None and c.id == seed.id else c.id, c.parent_id,
@@ -217,7 +228,8 @@ def summary(study: Study, k: int = 5, *, candidates: Sequence[Candidate] | None 
             lines.append(f"cheapest child tied with the seed on validation: candidate "
                          f"{cheap.id} at {cheap.flops / seed.flops:.3f} of the seed's FLOPs; "
                          f"on test: {versus_seed(cheap, seed) or 'not measured'}")
-    rec = recommend.recommend(done, pairs, recommend.margin_pt(study.config))
+    rec = (marks.recommendation if marks is not None
+           else recommend.recommend(done, pairs, recommend.margin_pt(study.config)))
     lines += recommend.recommendation_lines(rec, study.workdir)
     return "\n".join(lines)
 
@@ -628,15 +640,18 @@ def _recommendation_html(rec: recommend.Recommendation, study: Study) -> str:
 
 
 def write_report(study: Study, out_dir: str | os.PathLike | None = None, k: int = 10, *,
-                 candidates: Sequence[Candidate] | None = None) -> Path:
+                 candidates: Sequence[Candidate] | None = None,
+                 marks: Highlights | None = None) -> Path:
     """Write `pareto.png`, `report.csv` and `report.html` (default `<workdir>/report/`,
     the `k` most accurate in its best block); return the html path. `candidates`: the
-    study's listing when the caller has read it already (graphs not needed)."""
+    study's listing when the caller has read it already (graphs not needed); `marks`:
+    `Highlights.of(study, candidates, k)` when the caller has it."""
     out = Path(out_dir) if out_dir is not None else study.workdir / "report"
     if candidates is None:  # graphs: read only for those shown in detail
         candidates = study.candidates(with_graphs=False)
-    marks = Highlights.of(study, candidates, k)
-    png = plot_png(study, candidates)
+    if marks is None:
+        marks = Highlights.of(study, candidates, k)
+    png = plot_png(study, candidates, fronts=marks.fronts)
     atomic_write_bytes(out / "pareto.png", png)
     write_csv(out / "report.csv", candidates, marks)
     return atomic_write_text(out / "report.html",

@@ -72,10 +72,16 @@ class Axes:
                  log_x: bool = False, margin: tuple[int, int, int, int] = (12, 14, 42, 56)):
         self.width, self.height, self.log_x = width, height, log_x
         self.top, self.right, self.bottom, self.left = margin
-        tx = [self._tx(x) for x in xs] or [0.0, 1.0]
-        ys = list(ys) or [0.0, 1.0]
-        self.x0, self.x1 = _padded(min(tx), max(tx))
-        self.y0, self.y1 = _padded(min(ys), max(ys))
+        x = np.asarray(xs, dtype=float).reshape(-1)  # arrays: a density plot's
+        y = np.asarray(ys, dtype=float).reshape(-1)  # population is 100,000 points
+        if self.log_x:
+            x = np.where(x > 0, np.log10(np.where(x > 0, x, 1.0)), x)
+        if not x.size:
+            x = np.array([0.0, 1.0])
+        if not y.size:
+            y = np.array([0.0, 1.0])
+        self.x0, self.x1 = _padded(float(x.min()), float(x.max()))
+        self.y0, self.y1 = _padded(float(y.min()), float(y.max()))
 
     def _tx(self, x: float) -> float:
         return math.log10(x) if self.log_x and x > 0 else x
