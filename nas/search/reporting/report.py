@@ -601,7 +601,7 @@ def _table(study: Study, listed: Sequence[Candidate], by_id: dict[int, Candidate
         head = (f'<p class="table-scope" data-shown="{len(listed)}" data-total="{total}">'
                 f"{len(listed)} of {total:,} candidates: those shown in detail below (on a "
                 f"front, the best, the seed, the recommended one); every candidate is in "
-                f"report.csv ({csv_link}); {_dashboard_note(study)} Highlighted rows are on "
+                f"report.csv ({csv_link}). {_dashboard_note(study)} Highlighted rows are on "
                 f"a Pareto front; click a column to sort.</p>")
     else:
         head = (f"<p>highlighted rows are on a Pareto front; click a column to sort; "
