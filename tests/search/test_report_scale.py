@@ -75,6 +75,9 @@ def test_large_report_details_only_fronts_best_seed_and_recommended(large):
     shown_as = re.search(rf'id="cand-{rec.id}".*?class="shown-for"><b>shown as</b>: ([^<]*)',
                          page).group(1)
     assert "recommended" in shown_as
+    for cid in expected:  # each section links to its row, each row to its section
+        assert f'— row <a href="#c{cid}">{cid}</a>' in page
+        assert f'<td id="c{cid}"><a href="#cand-{cid}">{cid}</a></td>' in page
 
 
 def test_large_report_draws_the_population_as_density(large):
@@ -94,11 +97,14 @@ def test_large_report_draws_the_population_as_density(large):
     assert len(page.encode()) < 1_000_000, len(page.encode())
 
 
+def _missing_targets(page):
+    targets = set(re.findall(r'id="([^"]+)"', page))
+    return sorted({h for h in re.findall(r'href="#([^"]+)"', page) if h not in targets})
+
+
 def test_large_report_links_resolve_and_the_csv_keeps_every_candidate(large):
     study, page = large
-    targets = set(re.findall(r'id="([^"]+)"', page))
-    missing = {h for h in re.findall(r'href="#([^"]+)"', page) if h not in targets}
-    assert not missing, sorted(missing)[:10]
+    assert not _missing_targets(page), _missing_targets(page)[:10]
     with open(study.workdir / "report" / "report.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     assert [int(r["id"]) for r in rows] == list(range(1, LARGE + 1))
@@ -116,6 +122,7 @@ def test_small_report_keeps_every_point_and_row(tmp_path):
     expected, _ = _expected(study)
     assert set(map(int, re.findall(r'<section class="candidate" id="cand-(\d+)"', page))) \
         == expected
+    assert not _missing_targets(page)  # a parent without a section is named, not linked
 
 
 _DENSITY_PROBE = """<script>

@@ -407,11 +407,11 @@ def _candidate_section(study: Study, c: Candidate, by_id: dict[int, Candidate],
                        shape: tuple[int, ...], costs: Sequence[str], on: Sequence[str],
                        archs: dict[int, Architecture],
                        pairs: recommend.Comparisons | None = None,
-                       why: Sequence[str] = (), links: dict[int, str] | None = None
-                       ) -> str:
+                       why: Sequence[str] = (), sections: set[int] | None = None,
+                       rows: set[int] | None = None) -> str:
     """One candidate in detail. `by_id` holds it and its ancestors with their graphs;
-    `on`: the fronts it is on; `why`: why the report shows it; `links`: the in-page
-    target of each id that has one (None: every parent's section and every row)."""
+    `on`: the fronts it is on; `why`: why the report shows it; `sections` / `rows`: the
+    ids whose section / table row the page has, to link to (None: link to any)."""
     def arch_of(cid: int) -> Architecture:
         if cid not in archs:
             archs[cid] = architecture(by_id[cid].graph_json, shape)
@@ -431,7 +431,7 @@ def _candidate_section(study: Study, c: Candidate, by_id: dict[int, Candidate],
         change = '<p class="note">seed model: no parent</p>'
     metrics = ", ".join(f"{k} {_fmt(getattr(c, k))}" for k in ("accuracy", *costs)
                         if getattr(c, k) is not None)
-    up = "" if parent is None else f" from {_link(parent.id, links, f'#cand-{parent.id}')}"
+    up = "" if parent is None else f" from {_link(parent.id, sections, 'cand-')}"
     fronts = ", ".join(front_label(cost) for cost in on) or "none"
     shown = (f'<p class="shown-for"><b>shown as</b>: {esc(", ".join(why))}</p>'
              if why else "")
@@ -439,7 +439,7 @@ def _candidate_section(study: Study, c: Candidate, by_id: dict[int, Candidate],
             f"(generation {c.generation}){up}</h3>"
             f'<p class="on-fronts"><b>on the fronts</b>: {esc(fronts)}</p>{shown}'
             f"{_versus_html(c, by_id, pairs)}"
-            f"<p>{esc(metrics)} — row {_link(c.id, links, f'#c{c.id}')}</p>"
+            f"<p>{esc(metrics)} — row {_link(c.id, rows, 'c')}</p>"
             f'<h4>what the mutation changed</h4>{change}'
             f'<h4>training</h4><div class="row">'
             f"{training_curve(read_metrics(metrics_path(str(study.workdir), c)))}</div>"
@@ -447,11 +447,11 @@ def _candidate_section(study: Study, c: Candidate, by_id: dict[int, Candidate],
             f"</div><div>{diagram(arch, added | fresh)}</div></div></section>")
 
 
-def _link(cid: int, links: dict[int, str] | None, default: str) -> str:
-    """`cid` as a link to its in-page target (`default` when `links` is None), or as
-    plain text when the page has none."""
-    href = default if links is None else links.get(cid)
-    return f'<a href="{href}">{cid}</a>' if href else str(cid)
+def _link(cid: int, present: set[int] | None, prefix: str) -> str:
+    """`cid` as a link to `#<prefix><cid>` when the page has that target (`present` None:
+    assumed), else as plain text."""
+    return f'<a href="#{prefix}{cid}">{cid}</a>' if present is None or cid in present \
+        else str(cid)
 
 
 def _versus_html(c: Candidate, by_id: dict[int, Candidate],
@@ -527,7 +527,6 @@ def render_html(study: Study, png: bytes, candidates: Sequence[Candidate], k: in
              and (text := recommend.versus(c, seed, pairs))}
     listed = [c for c in candidates if c.id in shown] if hl.large else list(candidates)
     rows_at = {c.id for c in listed}
-    links = {i: f"#cand-{i}" for i in shown} if hl.large else None
     counts = study.counts()
     count_text = ", ".join(f"{s}: {n}" for s, n in counts.items())
     order = sorted(shown, key=lambda i: (-(by_id[i].accuracy or 0.0), i))
@@ -536,8 +535,7 @@ def render_html(study: Study, png: bytes, candidates: Sequence[Candidate], k: in
     sections = "".join(_candidate_section(
         study, full[i], full, _input_shape(study), costs,
         [cost for cost in ranked if any(c.id == i for c in hl.fronts[cost])], archs, pairs,
-        why=hl.reasons(i), links=None if links is None else {
-            **{j: f"#c{j}" for j in rows_at}, **links})
+        why=hl.reasons(i), sections=shown, rows=rows_at)
         for i in order)
     ranked_text = ", ".join(front_label(cost) for cost in ranked)
     toc = " ".join(f'<a href="#cand-{i}">{i}</a>' for i in order) or "none yet"
