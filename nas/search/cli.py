@@ -216,18 +216,21 @@ def _worker(workdir: str) -> None:
 
 
 def _report(workdir: str) -> None:
+    from nas.search.reporting.highlights import Highlights
     from nas.search.reporting.report import summary, to_csv, write_report
     from nas.search.reporting.report_state import mark_current, study_state
     from nas.search.store.study import Study
 
     study = Study.load(workdir)
     state = study_state(study)
-    path = write_report(study)
+    candidates = study.candidates(with_graphs=False)  # read once, for all three
+    marks = Highlights.of(study, candidates, k=10)
+    path = write_report(study, candidates=candidates, marks=marks)
     mark_current(study, state)
     if _CSV.value:
-        sys.stdout.write(to_csv(study))
+        sys.stdout.write(to_csv(study, candidates))
         return
-    print(summary(study))
+    print(summary(study, candidates=candidates, marks=marks))
     print(f"report: {path}")
 
 

@@ -2,8 +2,11 @@
 
 The page shows accuracy against every measured cost (SVG, each point a link to its
 candidate), best accuracy and front size as the search went on, a sortable candidate table,
-and for each candidate on a front its mutation, its training curve, its op list with shapes
-and a diagram of its graph (see `report_candidate`).
+and for each candidate on a front, in the best k, the seed and the recommended one its
+mutation, its training curve, its op list with shapes and a diagram of its graph (see
+`report_candidate`). Past `SCALE_LIMIT` finished candidates only those are points and
+rows, over the population drawn as density (`highlights`): the page stays a few hundred
+KB at 100,000 candidates, and report.csv, written row by row, keeps every candidate.
 
 Written to `<workdir>/report/` atomically, so a report being rewritten while someone
 has it open is never half a file. Uses matplotlib's object API with the Agg canvas
@@ -12,7 +15,6 @@ has it open is never half a file. Uses matplotlib's object API with the Agg canv
 
 from __future__ import annotations
 
-import csv
 import io
 import os
 import time
@@ -20,6 +22,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from nas.atomic import atomic_write_bytes, atomic_write_text
+from nas.search.reporting.highlights import (  # noqa: F401 - public here too
+    SCALE_LIMIT,
+    Highlights,
+    front_of,
+    ranked_costs,
+)
+from nas.search.reporting.progress import changes, progress_series
 from nas.search.reporting.report_candidate import (
     Architecture,
     architecture,
@@ -32,14 +41,19 @@ from nas.search.reporting.report_candidate import (
     read_metrics,
     training_curve,
 )
+from nas.search.reporting.report_csv import (  # noqa: F401 - public here too
+    CSV_COLUMNS,
+    paired_columns,
+    rung_summary,
+    to_csv,
+    write_csv,
+)
 from nas.search.reporting.svg import Point, esc, generation_colour, line_chart, scatter
 from nas.search.store import recommend
 from nas.search.store.candidate import STATUSES, Candidate
 from nas.search.store.recommend import cheapest_matching_seed  # noqa: F401 - public here too
 from nas.search.store.study import Study
 from nas.search.strategy import intervals
-from nas.search.strategy.pareto import ParetoCurve
-from nas.search.strategy.selection import OBJECTIVES
 
 _PLOTS = (("flops", "FLOPs"), ("params", "parameters"))
 # Every cost a candidate is measured by, in the order the report shows them.
@@ -59,42 +73,47 @@ def lineage(cid: int, by_id: dict[int, Candidate]) -> list[int]:
     return chain[::-1]
 
 
-def plot_png(study: Study, candidates: Sequence[Candidate] | None = None) -> bytes:
-    """PNG of accuracy vs FLOPs and vs params: all done candidates, front, parent->child."""
+def plot_png(study: Study, candidates: Sequence[Candidate] | None = None, *,
+             fronts: dict[str, list[Candidate]] | None = None) -> bytes:
+    """PNG of accuracy vs FLOPs and vs params: all done candidates, front, parent->child
+    (past `SCALE_LIMIT`: the population as density, the front and the seed over it).
+    `fronts`: fronts already found, by cost (the others are found here)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
 
-    cands = list(study.candidates() if candidates is None else candidates)
+    cands = list(study.candidates(with_graphs=False) if candidates is None else candidates)
     by_id = {c.id: c for c in cands}
+    large = sum(c.status == "done" for c in cands) > SCALE_LIMIT
     fig = Figure(figsize=(11, 4.5), dpi=100)
     FigureCanvasAgg(fig)
     for ax, (cost, label) in zip(fig.subplots(1, 2), _PLOTS, strict=True):
-        done = [c for c in cands if c.status == "done" and getattr(c, cost) is not None]
+        done = [c for c in cands if c.status == "done" and c.accuracy is not None
+                and getattr(c, cost) is not None]
         if not done:
             ax.text(0.5, 0.5, "no finished candidates yet", ha="center", va="center")
             ax.set_axis_off()
             continue
-        for c in done:  # lineage edges under the points
-            parent = by_id.get(c.parent_id) if c.parent_id is not None else None
-            if parent is not None and parent.status == "done" and getattr(parent, cost):
-                ax.plot(
-                    [getattr(parent, cost), getattr(c, cost)],
-                    [parent.accuracy, c.accuracy],
-                    color="0.75", linewidth=0.7, zorder=1,
-                )  # fmt: skip
-        sc = ax.scatter(
-            [getattr(c, cost) for c in done],
-            [c.accuracy for c in done],
-            c=[c.generation for c in done],
-            cmap="viridis", s=18, zorder=2,
-        )  # fmt: skip
-        bars = [(c, _error_bar(c)) for c in done]
+        front = (fronts or {}).get(cost)
+        front = front_of(done, cost) if front is None else front
+        values = [getattr(c, cost) for c in done]
+        log_x = min(values) > 0 and max(values) / min(values) > 20
+        if large:  # the population as density; the front and the seed drawn over it
+            sc = ax.hexbin(values, [c.accuracy for c in done], gridsize=48, bins="log",
+                           cmap="Greys", xscale="log" if log_x else "linear", mincnt=1,
+                           zorder=1)
+            shown = front
+        else:
+            _lineage_png(ax, done, by_id, cost)
+            sc = ax.scatter(values, [c.accuracy for c in done],
+                            c=[c.generation for c in done], cmap="viridis", s=18, zorder=2)
+            shown = done
+        bars = [(c, _error_bar(c)) for c in shown]
         bars = [(c, e) for c, e in bars if e is not None]
         if bars:  # 95 % Wilson intervals of the validation accuracies
             ax.errorbar([getattr(c, cost) for c, _ in bars], [c.accuracy for c, _ in bars],
-                        yerr=[[c.accuracy - e[0] for c, e in bars],
-                              [e[1] - c.accuracy for c, e in bars]],
+                        yerr=[[max(c.accuracy - e[0], 0.0) for c, e in bars],  # rounding
+                              [max(e[1] - c.accuracy, 0.0) for c, e in bars]],  # at 0 / 1
                         fmt="none", ecolor="0.6", elinewidth=0.8, capsize=2, zorder=1.5)
         for c in done:  # the seed on top of everything, labelled
             if c.parent_id is None:
@@ -102,8 +121,8 @@ def plot_png(study: Study, candidates: Sequence[Candidate] | None = None) -> byt
                            zorder=6)
                 ax.annotate(f"seed {c.id}", (getattr(c, cost), c.accuracy), fontsize=8,
                             fontweight="bold", xytext=(4, -10), textcoords="offset points",
-                            zorder=6)
-        front = sorted(study.pareto_front(cost), key=lambda c: getattr(c, cost))
+                            zorder=6, bbox={"boxstyle": "square,pad=0.1", "fc": "white",
+                                            "alpha": 0.8, "lw": 0})  # legible over density
         ax.step(
             [getattr(c, cost) for c in front],
             [c.accuracy for c in front],
@@ -117,20 +136,33 @@ def plot_png(study: Study, candidates: Sequence[Candidate] | None = None) -> byt
         for c in front:
             ax.annotate(str(c.id), (getattr(c, cost), c.accuracy), fontsize=7,
                         xytext=(3, 3), textcoords="offset points")  # fmt: skip
-        values = [getattr(c, cost) for c in done]
-        if min(values) > 0 and max(values) / min(values) > 20:
+        if log_x:
             ax.set_xscale("log")
         ax.set_xlabel(label)
         ax.set_ylabel("validation accuracy")
         ax.set_title(f"validation accuracy vs {label} (red: Pareto front)")  # no legend over data
         ax.grid(alpha=0.3)
+        if large:
+            fig.colorbar(sc, ax=ax, label="candidates per cell")
+            continue
         bar = fig.colorbar(sc, ax=ax, label="generation")
         bar.locator = MaxNLocator(integer=True)  # generations are whole numbers
         bar.update_ticks()
-    fig.tight_layout()
+    # fixed margins: tight_layout measures every tick label, 0.6 s of a large report
+    fig.subplots_adjust(left=0.06, right=0.98, bottom=0.12, top=0.92, wspace=0.22)
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
     return buf.getvalue()
+
+
+def _lineage_png(ax: object, done: Sequence[Candidate], by_id: dict[int, Candidate],
+                 cost: str) -> None:
+    """Grey parent -> child lines, under the points."""
+    for c in done:
+        parent = by_id.get(c.parent_id) if c.parent_id is not None else None
+        if parent is not None and parent.status == "done" and getattr(parent, cost):
+            ax.plot([getattr(parent, cost), getattr(c, cost)],  # type: ignore[attr-defined]
+                    [parent.accuracy, c.accuracy], color="0.75", linewidth=0.7, zorder=1)
 
 
 def _fmt(value: object) -> str:
@@ -141,8 +173,12 @@ def _fmt(value: object) -> str:
     return str(value)
 
 
-def summary(study: Study, k: int = 5) -> str:
-    """Plain-text status counts and best-candidates table (for the CLI)."""
+def summary(study: Study, k: int = 5, *, candidates: Sequence[Candidate] | None = None,
+            marks: Highlights | None = None) -> str:
+    """Plain-text status counts and best-candidates table (for the CLI). `candidates`: a
+    listing of the study already read (graphs not needed), and `marks` its highlights
+    (comparisons with the seed, recommendation), so that a report and its summary find
+    each once."""
     counts = study.counts()
     lines = [
         f"study {study.workdir}: " + ", ".join(f"{s} {counts[s]}" for s in STATUSES),
@@ -152,7 +188,8 @@ def summary(study: Study, k: int = 5) -> str:
         lines.append("rungs: " + ", ".join(f"{e:g} epochs {n} result(s)"
                                           for e, n in rungs.values()))
     best = study.best(k)
-    stopped = study.candidates("stopped")
+    stopped = ([c for c in candidates if c.status == "stopped"] if candidates is not None
+               else study.candidates("stopped", with_graphs=False))
     if stopped:
         lines.append(f"stopped at a rung ({len(stopped)}): " + ", ".join(
             f"{c.id} ({_fmt(c.epochs)} epochs, accuracy {_fmt(c.accuracy)})"
@@ -162,9 +199,10 @@ def summary(study: Study, k: int = 5) -> str:
         return "\n".join(lines)
     header = ("id", "parent", "gen", "val accuracy [95%]", "test accuracy [95%]",
               "val vs seed", "test vs seed", "val loss", "flops", "params", "im/s/core")
-    done = study.candidates("done", with_graphs=False)  # metrics only: a large study
+    done = ([c for c in candidates if c.status == "done"] if candidates is not None
+            else study.candidates("done", with_graphs=False))  # metrics only: a large study
     seed = next((c for c in done if c.parent_id is None), None)
-    pairs = recommend.Comparisons.of(study)
+    pairs = marks.pairs if marks is not None else recommend.Comparisons.of(study)
     shown = list(best) + ([seed] if seed is not None and seed not in best else [])
     rows = [
         (f"{c.id} (seed)" if seed is not None and c.id == seed.id else c.id, c.parent_id,
@@ -190,7 +228,8 @@ def summary(study: Study, k: int = 5) -> str:
             lines.append(f"cheapest child tied with the seed on validation: candidate "
                          f"{cheap.id} at {cheap.flops / seed.flops:.3f} of the seed's FLOPs; "
                          f"on test: {versus_seed(cheap, seed) or 'not measured'}")
-    rec = recommend.recommend(done, pairs, recommend.margin_pt(study.config))
+    rec = (marks.recommendation if marks is not None
+           else recommend.recommend(done, pairs, recommend.margin_pt(study.config)))
     lines += recommend.recommendation_lines(rec, study.workdir)
     return "\n".join(lines)
 
@@ -224,33 +263,6 @@ def versus_seed(c: Candidate, seed: Candidate | None,
                              (theirs["test_accuracy"], theirs.get("test_examples")))
 
 
-def rung_summary(c: Candidate) -> str:
-    """Its rung results, e.g. "0.25ep 0.912 promoted; 1ep 0.950 final"."""
-    return "; ".join(f"{r['epochs']:g}ep {r['accuracy']:.4g} {r['decision']}" for r in c.rungs)
-
-
-def front_of(candidates: Sequence[Candidate], cost: str) -> list[Candidate]:
-    """Done candidates of `candidates` on the accuracy/`cost` front (cost order)."""
-    done = [c for c in candidates if c.status == "done" and c.accuracy is not None
-            and getattr(c, cost) is not None]
-    if not done:
-        return []
-    curve = ParetoCurve([(c.accuracy, getattr(c, cost)) for c in done],
-                        (True, OBJECTIVES[cost]))
-    on = {tuple(p) for p in curve.points.tolist()}
-    front = [c for c in done if (c.accuracy, float(getattr(c, cost))) in on]
-    return sorted(front, key=lambda c: (float(getattr(c, cost)), c.id))
-
-
-def ranked_costs(study: Study) -> list[str]:
-    """The costs the search ranked parents by (`search.selection.costs` of its config)."""
-    from nas.search.strategy.selection import SelectionConfig
-
-    selection = ((study.config or {}).get("search") or {}).get("selection") or {}
-    costs = selection.get("costs", SelectionConfig.costs)
-    return [costs] if isinstance(costs, str) else list(costs)
-
-
 def front_label(cost: str) -> str:
     """ "accuracy vs FLOPs": the objectives of one front."""
     return f"accuracy vs {dict(COST_LABELS).get(cost, cost)}"
@@ -260,67 +272,6 @@ def costs_present(candidates: Sequence[Candidate]) -> list[tuple[str, str]]:
     """The (cost, label) pairs some done candidate has a value for."""
     return [(cost, label) for cost, label in COST_LABELS
             if any(c.status == "done" and getattr(c, cost) for c in candidates)]
-
-
-def progress_series(candidates: Sequence[Candidate], cost: str = "flops"
-                    ) -> list[tuple[int, float, int]]:
-    """(n finished, best accuracy so far, front size so far) in the order candidates finished."""
-    done = sorted((c for c in candidates if c.status == "done" and c.accuracy is not None),
-                  key=lambda c: (c.finished_at or 0.0, c.id))
-    out = []
-    for n in range(1, len(done) + 1):
-        seen = done[:n]
-        out.append((n, max(c.accuracy for c in seen), len(front_of(seen, cost))))
-    return out
-
-
-# accuracy: on the validation split (decides); test_accuracy: reported only
-CSV_COLUMNS = ("id", "parent_id", "generation", "status", "accuracy", "val_examples",
-               "test_accuracy", "test_examples", "loss", "flops",
-               "params", "im_sec_core_train", "im_sec_core_infer", "epochs", "attempts",
-               "on_front", "rungs", "fingerprint", "worker", "error",
-               # against the seed on the same examples (nas.search.strategy.paired), in accuracy
-               # points; empty without per-example results; recommended: 1 for the
-               # summary's recommendation
-               "val_vs_seed_pt", "val_vs_seed_low_pt", "val_vs_seed_high_pt", "val_vs_seed",
-               "test_vs_seed_pt", "test_vs_seed_low_pt", "test_vs_seed_high_pt",
-               "test_vs_seed", "recommended")
-
-
-def paired_columns(c: Candidate, seed: Candidate | None, pairs: recommend.Comparisons
-                   ) -> dict[str, object]:
-    """The CSV's `*_vs_seed*` cells of one candidate."""
-    out: dict[str, object] = {}
-    for split, prefix in (("validation", "val"), ("test", "test")):
-        found = pairs.pair(c, seed, split) if seed is not None and c.id != seed.id else None
-        if found is not None:
-            out |= {f"{prefix}_vs_seed_pt": round(100 * found.difference, 4),
-                    f"{prefix}_vs_seed_low_pt": round(100 * found.low, 4),
-                    f"{prefix}_vs_seed_high_pt": round(100 * found.high, 4),
-                    f"{prefix}_vs_seed": found.decision}
-    return out
-
-
-def to_csv(study: Study, candidates: Sequence[Candidate] | None = None) -> str:
-    """Every candidate as one CSV row (`on_front`: 1 if on a front the search ranked by)."""
-    cands = list(study.candidates() if candidates is None else candidates)
-    front = {c.id for cost in ranked_costs(study) for c in front_of(cands, cost)}
-    pairs = recommend.Comparisons.of(study)
-    seed = recommend.seed_of(cands)
-    chosen = recommend.recommend(cands, pairs, recommend.margin_pt(study.config)).candidate
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(CSV_COLUMNS)
-    for c in cands:
-        special = {"on_front": int(c.id in front), "rungs": rung_summary(c),
-                   **{k: c.extra_metrics.get(k) for k in ("val_examples", "test_accuracy",
-                                                          "test_examples")},
-                   **{k: None for k in CSV_COLUMNS if "_vs_seed" in k},
-                   **paired_columns(c, seed, pairs),
-                   "recommended": int(chosen is not None and c.id == chosen.id)}
-        row = [special[k] if k in special else getattr(c, k) for k in CSV_COLUMNS]
-        writer.writerow(["" if v is None else v for v in row])
-    return buf.getvalue()
 
 
 _CSS = """
@@ -380,38 +331,54 @@ def _error_bar(c: Candidate) -> tuple[float, float] | None:
 def _scatters(candidates: Sequence[Candidate], by_id: dict[int, Candidate],
               front_ids: set[int], ranked: Sequence[str],
               marks: dict[int, str] | None = None,
-              notes: dict[int, str] | None = None) -> str:
+              notes: dict[int, str] | None = None,
+              shown: set[int] | None = None,
+              fronts: dict[str, list[Candidate]] | None = None) -> str:
     """The fronts; `marks` ("seed", "recommended" by id) and `notes` (each candidate
-    against the seed) come from the recommendation."""
-    marks, notes = marks or {}, notes or {}
+    against the seed) come from the recommendation. With `shown`, only those candidates
+    are points (each linking to its section) and the population is drawn as density.
+    `fronts`: the ranked fronts when already found (else found here)."""
+    marks, notes, fronts = marks or {}, notes or {}, fronts or {}
     done = [c for c in candidates if c.status == "done" and c.accuracy is not None]
     top = max((c.generation for c in done), default=0)
     charts = []
     for cost, label in costs_present(candidates) or COST_LABELS[:1]:
         have = [c for c in done if getattr(c, cost)]
+        drawn = have if shown is None else [c for c in have if c.id in shown]
         points = {c.id: Point(
             float(getattr(c, cost)), float(c.accuracy),
             f"candidate {c.id} (generation {c.generation}, parent {c.parent_id}"
             + (f", {marks[c.id]}" if c.id in marks else "") + "): validation accuracy "
             f"{val_accuracy_text(c)}, {label} {getattr(c, cost):.4g}"
             + (f"; vs the seed: {notes[c.id]}" if c.id in notes else ""),
-            href=f"#cand-{c.id}" if c.id in front_ids else f"#c{c.id}",
+            href=f"#cand-{c.id}" if c.id in front_ids or shown is not None else f"#c{c.id}",
             colour=generation_colour(c.generation, top), ident=str(c.id),
-            err=_error_bar(c), mark=marks.get(c.id, "")) for c in have}
-        front = front_of(have, cost) if cost in ranked else []
+            err=_error_bar(c), mark=marks.get(c.id, "")) for c in drawn}
+        front = ([c for c in fronts.get(cost) or front_of(have, cost) if c.id in points]
+                 if cost in ranked else [])
         for c in front:
             points[c.id].ring = True
-        edges = [(points[c.parent_id], points[c.id]) for c in have
+        edges = [(points[c.parent_id], points[c.id]) for c in drawn
                  if c.parent_id in points]
+        density = [] if shown is None else [(float(getattr(c, cost)), float(c.accuracy))
+                                            for c in have]
         title = ("front the search ranked by" if cost in ranked
                  else "measured, not ranked by the search")
         charts.append(f'<figure class="front" data-cost="{esc(cost)}"><figcaption>'
                       f"{esc(front_label(cost))} ({title})</figcaption>"
                       + scatter(list(points.values()), label, "validation accuracy",
                                 f"scatter scatter-{cost}", [points[c.id] for c in front],
-                                edges=edges) + "</figure>")
+                                edges=edges, density=density) + "</figure>")
     legend = " ".join(f'<span style="color:{generation_colour(g, top)}">&#9679;</span> {g}'
                       for g in range(top + 1)) if done else ""
+    if shown is not None:
+        return (f'<div class="plots">{"".join(charts)}</div><p class="note">{len(done):,} '
+                f"finished candidates: grey cells count them (darker: more; hover for the "
+                f"number); points: the candidates on a front, the best, the seed and the "
+                f"recommended one, each linking to its section; colour: generation "
+                f"{legend}; red rings: on that Pareto front; grey lines: parent → child; "
+                f"bars: 95 % Wilson interval of each validation accuracy; black: the seed "
+                f"(drawn on top); orange star: the recommended candidate</p>")
     return (f'<div class="plots">{"".join(charts)}</div><p class="note">colour: generation '
             f"{legend}; red rings: on that Pareto front; grey lines: parent → child; bars: "
             f"95 % Wilson interval of each validation accuracy; black: the seed (drawn on "
@@ -423,6 +390,8 @@ def _progress(candidates: Sequence[Candidate]) -> str:
     series = progress_series(candidates)
     if not series:
         return '<p class="note">no finished candidates yet</p>'
+    if len(series) > SCALE_LIMIT:  # the same steps, drawn from the points that change
+        series = changes(series)
     acc = line_chart([("best validation accuracy", "#2ca02c",
                        [(n, a) for n, a, _ in series])],
                      "candidates finished", "validation accuracy", "progress progress-accuracy",
@@ -437,7 +406,12 @@ def _progress(candidates: Sequence[Candidate]) -> str:
 def _candidate_section(study: Study, c: Candidate, by_id: dict[int, Candidate],
                        shape: tuple[int, ...], costs: Sequence[str], on: Sequence[str],
                        archs: dict[int, Architecture],
-                       pairs: recommend.Comparisons | None = None) -> str:
+                       pairs: recommend.Comparisons | None = None,
+                       why: Sequence[str] = (), sections: set[int] | None = None,
+                       rows: set[int] | None = None) -> str:
+    """One candidate in detail. `by_id` holds it and its ancestors with their graphs;
+    `on`: the fronts it is on; `why`: why the report shows it; `sections` / `rows`: the
+    ids whose section / table row the page has, to link to (None: link to any)."""
     def arch_of(cid: int) -> Architecture:
         if cid not in archs:
             archs[cid] = architecture(by_id[cid].graph_json, shape)
@@ -457,19 +431,27 @@ def _candidate_section(study: Study, c: Candidate, by_id: dict[int, Candidate],
         change = '<p class="note">seed model: no parent</p>'
     metrics = ", ".join(f"{k} {_fmt(getattr(c, k))}" for k in ("accuracy", *costs)
                         if getattr(c, k) is not None)
-    up = (f' from <a href="#cand-{parent.id}">{parent.id}</a>'
-          if parent is not None else "")
-    fronts = ", ".join(front_label(cost) for cost in on)
+    up = "" if parent is None else f" from {_link(parent.id, sections, 'cand-')}"
+    fronts = ", ".join(front_label(cost) for cost in on) or "none"
+    shown = (f'<p class="shown-for"><b>shown as</b>: {esc(", ".join(why))}</p>'
+             if why else "")
     return (f'<section class="candidate" id="cand-{c.id}"><h3>candidate {c.id} '
             f"(generation {c.generation}){up}</h3>"
-            f'<p class="on-fronts"><b>on the fronts</b>: {esc(fronts)}</p>'
+            f'<p class="on-fronts"><b>on the fronts</b>: {esc(fronts)}</p>{shown}'
             f"{_versus_html(c, by_id, pairs)}"
-            f'<p>{esc(metrics)} — row <a href="#c{c.id}">{c.id}</a></p>'
+            f"<p>{esc(metrics)} — row {_link(c.id, rows, 'c')}</p>"
             f'<h4>what the mutation changed</h4>{change}'
             f'<h4>training</h4><div class="row">'
             f"{training_curve(read_metrics(metrics_path(str(study.workdir), c)))}</div>"
             f'<h4>architecture</h4><div class="row"><div>{op_table(arch, added | fresh, made)}'
             f"</div><div>{diagram(arch, added | fresh)}</div></div></section>")
+
+
+def _link(cid: int, present: set[int] | None, prefix: str) -> str:
+    """`cid` as a link to `#<prefix><cid>` when the page has that target (`present` None:
+    assumed), else as plain text."""
+    return f'<a href="#{prefix}{cid}">{cid}</a>' if present is None or cid in present \
+        else str(cid)
 
 
 def _versus_html(c: Candidate, by_id: dict[int, Candidate],
@@ -522,58 +504,43 @@ def best_table(study: Study, k: int) -> str:
             + f"</tr></thead><tbody>{rows}</tbody></table></section>")
 
 
-def render_html(study: Study, png: bytes, candidates: Sequence[Candidate], k: int = 10
-                ) -> str:
-    """The report page: everything inline (plots as SVG and one PNG), so it stands alone."""
+def render_html(study: Study, png: bytes, candidates: Sequence[Candidate], k: int = 10,
+                marks: Highlights | None = None) -> str:
+    """The report page: everything inline (plots as SVG), so it stands alone.
+
+    `candidates` may come without graphs (`Study.candidates(with_graphs=False)`): the
+    graphs of the candidates shown in detail and of their ancestors are read here. Above
+    `SCALE_LIMIT` finished candidates the plots draw the population as density and the
+    table lists only the highlighted candidates (`highlights`); report.csv has them all."""
+    del png  # written beside the page (pareto.png); the SVG fronts show the same
+    hl = marks if marks is not None else Highlights.of(study, candidates, k)
     by_id = {c.id: c for c in candidates}
     costs = [cost for cost, _ in costs_present(candidates)]
-    ranked = ranked_costs(study)
-    fronts = {cost: front_of(candidates, cost) for cost in ranked}
-    front_ids = {c.id for front in fronts.values() for c in front}
-    counts = study.counts()
-    pairs = recommend.Comparisons.of(study)
-    seed = recommend.seed_of(candidates)
-    rec = recommend.recommend(candidates, pairs, recommend.margin_pt(study.config))
-    marks = {seed.id: "seed"} if seed is not None else {}
+    ranked = list(hl.fronts)
+    front_ids, shown = hl.front_ids, hl.ids()
+    seed, rec, pairs = hl.seed, hl.recommendation, hl.pairs
+    points = {seed.id: "seed"} if seed is not None else {}
     if rec.candidate is not None and seed is not None and rec.candidate.id != seed.id:
-        marks[rec.candidate.id] = "recommended"
+        points[rec.candidate.id] = "recommended"
     notes = {c.id: text for c in candidates if c.accuracy is not None and seed is not None
-             and c.id != seed.id and (text := recommend.versus(c, seed, pairs))}
-    cols = ("id", "parent", "gen", "status", "val accuracy [95%]", "test accuracy [95%]",
-            "loss", "flops", "params",
-            "im/s/core train", "im/s/core infer", "epochs", "attempts", "rungs", "worker",
-            "lineage", "error")  # fmt: skip
-    rows = []
-    for c in candidates:
-        ident = (f'<a href="#cand-{c.id}">{c.id}</a>' if c.id in front_ids else str(c.id))
-        cells = [
-            f'<td id="c{c.id}">{ident}</td>',
-            f'<td><a href="#c{c.parent_id}">{c.parent_id}</a></td>'
-            if c.parent_id is not None else "<td></td>",
-            *(f"<td>{esc(_fmt(v))}</td>" for v in (
-                c.generation, c.status, val_accuracy_text(c), reported_test_text(c), c.loss,
-                c.flops, c.params, c.im_sec_core_train, c.im_sec_core_infer, c.epochs,
-                c.attempts)),
-            f'<td class="l" title="{esc(" | ".join(r["reason"] or "" for r in c.rungs))}">'
-            f'{esc(rung_summary(c))}</td>',
-            f'<td class="l">{esc(c.worker or "")}</td>',
-            '<td class="l">' + " → ".join(
-                f'<a href="#c{i}">{i}</a>' for i in lineage(c.id, by_id)) + "</td>",
-            f'<td class="l" title="{esc(c.error or "")}">{esc((c.error or "")[:120])}</td>',
-        ]  # fmt: skip
-        cls = f"{c.status} front" if c.id in front_ids else c.status
-        rows.append(f'<tr class="{cls}">' + "".join(cells) + "</tr>")
-    del png  # written beside the page (pareto.png); the SVG fronts above show the same
+             and c.id != seed.id and (not hl.large or c.id in shown)
+             and (text := recommend.versus(c, seed, pairs))}
+    listed = [c for c in candidates if c.id in shown] if hl.large else list(candidates)
+    rows_at = {c.id for c in listed}
+    counts = study.counts()
     count_text = ", ".join(f"{s}: {n}" for s, n in counts.items())
-    shape = _input_shape(study)
-    order = sorted(front_ids, key=lambda i: (-by_id[i].accuracy, i))
+    order = sorted(shown, key=lambda i: (-(by_id[i].accuracy or 0.0), i))
+    full = _with_graphs(study, order, by_id)
     archs: dict[int, Architecture] = {}
     sections = "".join(_candidate_section(
-        study, by_id[i], by_id, shape, costs,
-        [cost for cost in ranked if any(c.id == i for c in fronts[cost])], archs, pairs)
+        study, full[i], full, _input_shape(study), costs,
+        [cost for cost in ranked if any(c.id == i for c in hl.fronts[cost])], archs, pairs,
+        why=hl.reasons(i), sections=shown, rows=rows_at)
         for i in order)
     ranked_text = ", ".join(front_label(cost) for cost in ranked)
     toc = " ".join(f'<a href="#cand-{i}">{i}</a>' for i in order) or "none yet"
+    plots = _scatters(candidates, by_id, front_ids, ranked, points, notes,
+                      shown if hl.large else None, hl.fronts)
     return (
         "<!doctype html>\n<html><head><meta charset='utf-8'>"
         f"<title>nas study {esc(str(study.workdir))}</title><style>{_CSS}</style></head>"
@@ -581,20 +548,86 @@ def render_html(study: Study, png: bytes, candidates: Sequence[Candidate], k: in
         f"{esc(count_text)}<br>generated {esc(time.strftime('%Y-%m-%d %H:%M:%S'))}</p>"
         f'<section id="fronts"><h2>Accuracy against cost</h2>'
         f"{_recommendation_html(rec, study)}"
-        f"{_scatters(candidates, by_id, front_ids, ranked, marks, notes)}</section>"
+        f"{plots}</section>"
         f'<section id="progress"><h2>Search progress</h2>{_progress(candidates)}</section>'
         f"{best_table(study, k)}"
-        f'<section id="candidates"><h2>Candidates</h2><p>highlighted rows are on a Pareto '
-        f'front; click a column to sort; <a id="csv-link" href="report.csv" download>'
-        f'download CSV</a></p><table id="candidates-table" class="sortable"><thead><tr>'
-        + "".join(f"<th>{h}</th>" for h in cols)
-        + "</tr></thead><tbody>\n" + "\n".join(rows) + "\n</tbody></table></section>"
-        f'<section id="front"><h2>Candidates on a front</h2><p>the fronts the search ranked '
-        f"parents by (<code>search.selection.costs</code>): {esc(ranked_text)}</p>"
+        f"{_table(study, listed, by_id, shown, front_ids, rows_at, hl.large, len(candidates))}"
+        f'<section id="front"><h2>Candidates in detail</h2><p>those on the fronts the '
+        f"search ranked parents by (<code>search.selection.costs</code>): "
+        f"{esc(ranked_text)}; the best {k} by validation accuracy; the seed; the "
+        f"recommended candidate. {_dashboard_note(study)}</p>"
         f"<p>{toc}</p>{sections}</section>"
         f'<p class="note">the same fronts as a static image: <a href="pareto.png">'
         f"pareto.png</a></p><script>{_SORT_JS}</script></body></html>\n"
     )  # fmt: skip
+
+
+_COLUMNS = ("id", "parent", "gen", "status", "val accuracy [95%]", "test accuracy [95%]",
+            "loss", "flops", "params", "im/s/core train", "im/s/core infer", "epochs",
+            "attempts", "rungs", "worker", "lineage", "error")
+
+
+def _table(study: Study, listed: Sequence[Candidate], by_id: dict[int, Candidate],
+           shown: set[int], front_ids: set[int], rows_at: set[int], large: bool,
+           total: int) -> str:
+    """The sortable candidate table: every candidate, or (`large`) those shown in detail,
+    with a pointer to report.csv and the dashboard for the rest."""
+    def row_link(i: int) -> str:
+        return f'<a href="#c{i}">{i}</a>' if i in rows_at else str(i)
+
+    rows = []
+    for c in listed:
+        ident = f'<a href="#cand-{c.id}">{c.id}</a>' if c.id in shown else str(c.id)
+        cells = [
+            f'<td id="c{c.id}">{ident}</td>',
+            f"<td>{row_link(c.parent_id)}</td>" if c.parent_id is not None else "<td></td>",
+            *(f"<td>{esc(_fmt(v))}</td>" for v in (
+                c.generation, c.status, val_accuracy_text(c), reported_test_text(c), c.loss,
+                c.flops, c.params, c.im_sec_core_train, c.im_sec_core_infer, c.epochs,
+                c.attempts)),
+            f'<td class="l" title="{esc(" | ".join(r["reason"] or "" for r in c.rungs))}">'
+            f'{esc(rung_summary(c))}</td>',
+            f'<td class="l">{esc(c.worker or "")}</td>',
+            '<td class="l">' + " → ".join(row_link(i) for i in lineage(c.id, by_id))
+            + "</td>",
+            f'<td class="l" title="{esc(c.error or "")}">{esc((c.error or "")[:120])}</td>',
+        ]  # fmt: skip
+        cls = f"{c.status} front" if c.id in front_ids else c.status
+        rows.append(f'<tr class="{cls}">' + "".join(cells) + "</tr>")
+    csv_link = '<a id="csv-link" href="report.csv" download>download CSV</a>'
+    if large:
+        head = (f'<p class="table-scope" data-shown="{len(listed)}" data-total="{total}">'
+                f"{len(listed)} of {total:,} candidates: those shown in detail below (on a "
+                f"front, the best, the seed, the recommended one); every candidate is in "
+                f"report.csv ({csv_link}). {_dashboard_note(study)} Highlighted rows are on "
+                f"a Pareto front; click a column to sort.</p>")
+    else:
+        head = (f"<p>highlighted rows are on a Pareto front; click a column to sort; "
+                f"{csv_link}</p>")
+    return (f'<section id="candidates"><h2>Candidates</h2>{head}'
+            f'<table id="candidates-table" class="sortable"><thead><tr>'
+            + "".join(f"<th>{h}</th>" for h in _COLUMNS)
+            + "</tr></thead><tbody>\n" + "\n".join(rows) + "\n</tbody></table></section>")
+
+
+def _dashboard_note(study: Study) -> str:
+    """Where any other candidate's page is: the dashboard renders it on demand."""
+    return (f"Any candidate's page (mutation, training, architecture): <code>nas-search "
+            f"dashboard --workdir={esc(str(study.workdir))}</code>, then "
+            f"<code>/candidates/&lt;id&gt;</code>.")
+
+
+def _with_graphs(study: Study, ids: Sequence[int], by_id: dict[int, Candidate]
+                 ) -> dict[int, Candidate]:
+    """`ids` and their ancestors with their graphs: taken from `by_id` when it has them,
+    else read one row each (a listing without graphs leaves `graph_json` empty)."""
+    out: dict[int, Candidate] = {}
+    for i in ids:
+        for j in lineage(i, by_id):
+            if j not in out:
+                c = by_id[j]
+                out[j] = c if c.graph_json else study.get(j)
+    return out
 
 
 def _recommendation_html(rec: recommend.Recommendation, study: Study) -> str:
@@ -604,13 +637,20 @@ def _recommendation_html(rec: recommend.Recommendation, study: Study) -> str:
     return f'<div id="recommended"><p><b>{esc(lines[0])}</b></p>{command}</div>'
 
 
-def write_report(study: Study, out_dir: str | os.PathLike | None = None, k: int = 10
-                 ) -> Path:
+def write_report(study: Study, out_dir: str | os.PathLike | None = None, k: int = 10, *,
+                 candidates: Sequence[Candidate] | None = None,
+                 marks: Highlights | None = None) -> Path:
     """Write `pareto.png`, `report.csv` and `report.html` (default `<workdir>/report/`,
-    the `k` most accurate in its best block); return the html path."""
+    the `k` most accurate in its best block); return the html path. `candidates`: the
+    study's listing when the caller has read it already (graphs not needed); `marks`:
+    `Highlights.of(study, candidates, k)` when the caller has it."""
     out = Path(out_dir) if out_dir is not None else study.workdir / "report"
-    candidates = study.candidates()
-    png = plot_png(study, candidates)
+    if candidates is None:  # graphs: read only for those shown in detail
+        candidates = study.candidates(with_graphs=False)
+    if marks is None:
+        marks = Highlights.of(study, candidates, k)
+    png = plot_png(study, candidates, fronts=marks.fronts)
     atomic_write_bytes(out / "pareto.png", png)
-    atomic_write_text(out / "report.csv", to_csv(study, candidates))
-    return atomic_write_text(out / "report.html", render_html(study, png, candidates, k))
+    write_csv(out / "report.csv", candidates, marks)
+    return atomic_write_text(out / "report.html",
+                             render_html(study, png, candidates, k, marks))

@@ -11,6 +11,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 _PALETTE = ("#440154", "#3b528b", "#21918c", "#5ec962", "#b5de2b", "#fde725")
 
 
@@ -70,10 +72,16 @@ class Axes:
                  log_x: bool = False, margin: tuple[int, int, int, int] = (12, 14, 42, 56)):
         self.width, self.height, self.log_x = width, height, log_x
         self.top, self.right, self.bottom, self.left = margin
-        tx = [self._tx(x) for x in xs] or [0.0, 1.0]
-        ys = list(ys) or [0.0, 1.0]
-        self.x0, self.x1 = _padded(min(tx), max(tx))
-        self.y0, self.y1 = _padded(min(ys), max(ys))
+        x = np.asarray(xs, dtype=float).reshape(-1)  # arrays: a density plot's
+        y = np.asarray(ys, dtype=float).reshape(-1)  # population is 100,000 points
+        if self.log_x:
+            x = np.where(x > 0, np.log10(np.where(x > 0, x, 1.0)), x)
+        if not x.size:
+            x = np.array([0.0, 1.0])
+        if not y.size:
+            y = np.array([0.0, 1.0])
+        self.x0, self.x1 = _padded(float(x.min()), float(x.max()))
+        self.y0, self.y1 = _padded(float(y.min()), float(y.max()))
 
     def _tx(self, x: float) -> float:
         return math.log10(x) if self.log_x and x > 0 else x
@@ -125,15 +133,21 @@ def _padded(lo: float, hi: float) -> tuple[float, float]:
 
 def scatter(points: Sequence[Point], xlabel: str, ylabel: str, css_class: str,
             front: Sequence[Point] = (), width: int = 460, height: int = 320,
-            edges: Sequence[tuple[Point, Point]] = ()) -> str:
-    """A scatter plot; each point a link with a tooltip; the front joined by a red step."""
-    xs = [p.x for p in points]
+            edges: Sequence[tuple[Point, Point]] = (),
+            density: Sequence[tuple[float, float]] = ()) -> str:
+    """A scatter plot; each point a link with a tooltip; the front joined by a red step.
+    `density` (x, y pairs) is drawn under the points as a binned 2-D histogram: how a
+    large population lies, at a size that does not grow with it."""
+    xs = [p.x for p in points] + [x for x, _ in density]
     log_x = bool(xs) and min(xs) > 0 and max(xs) / min(xs) > 20
-    ys = [p.y for p in points] + [v for p in points if p.err for v in p.err]
+    ys = ([p.y for p in points] + [v for p in points if p.err for v in p.err]
+          + [y for _, y in density])
     ax = Axes(xs, ys, width, height, log_x=log_x)
     parts = [f'<svg class="{esc(css_class)}" xmlns="http://www.w3.org/2000/svg" '
              f'width="{width}" height="{height}" viewBox="0 0 {width} {height}">']
     parts += ax.frame(xlabel + (" (log)" if log_x else ""), ylabel)
+    if density:
+        parts.append(density_bins(ax, density))
     for a, b in edges:
         parts.append(f'<line x1="{ax.px(a.x):.1f}" y1="{ax.py(a.y):.1f}" x2="{ax.px(b.x):.1f}" '
                      f'y2="{ax.py(b.y):.1f}" stroke="#ccc" stroke-width="0.8"/>')
@@ -177,7 +191,38 @@ def scatter(points: Sequence[Point], xlabel: str, ylabel: str, css_class: str,
         elif p.ring:
             parts.append(f'<text x="{ax.px(p.x) + 7:.1f}" y="{ax.py(p.y) - 5:.1f}" '
                          f'font-size="10">{esc(p.ident)}</text>')
-    return _close(parts, width, height, "" if points else "no finished candidates yet")
+    return _close(parts, width, height,
+                  "" if points or density else "no finished candidates yet")
+
+
+DENSITY_BINS = (48, 32)  # columns, rows of a density plot's grid
+
+
+def density_bins(ax: Axes, data: Sequence[tuple[float, float]],
+                 bins: tuple[int, int] = DENSITY_BINS) -> str:
+    """A group of grey cells, one per occupied bin of the plot area, darker the more
+    (x, y) pairs fall in it (log scale, so a lone candidate stays visible); each cell's
+    tooltip gives its count."""
+    nx, ny = bins
+    left, right = ax.left, ax.width - ax.right
+    top, bottom = ax.top, ax.height - ax.bottom
+    cw, ch = (right - left) / nx, (bottom - top) / ny
+    xy = np.asarray(data, dtype=float).reshape(-1, 2)
+    x = np.log10(xy[:, 0], where=xy[:, 0] > 0, out=xy[:, 0].copy()) if ax.log_x else xy[:, 0]
+    px = left + (x - ax.x0) / (ax.x1 - ax.x0) * (right - left)
+    py = bottom - (xy[:, 1] - ax.y0) / (ax.y1 - ax.y0) * (bottom - top)
+    i = np.clip(((px - left) / cw).astype(int), 0, nx - 1)
+    j = np.clip(((py - top) / ch).astype(int), 0, ny - 1)
+    cells_at, counts = np.unique(i * ny + j, return_counts=True)
+    most = int(counts.max(initial=1))
+    cells = []
+    for cell, n in zip(cells_at.tolist(), counts.tolist(), strict=True):
+        shade = 0.15 + 0.85 * (math.log1p(n) / math.log1p(most) if most > 1 else 1.0)
+        cells.append(f'<rect x="{left + cell // ny * cw:.1f}" y="{top + cell % ny * ch:.1f}" '
+                     f'width="{cw:.1f}" height="{ch:.1f}" fill-opacity="{shade:.2f}">'
+                     f"<title>{n} candidate{'s' if n != 1 else ''}</title></rect>")
+    return (f'<g class="density" data-n="{len(data)}" fill="#7a7a7a">' + "".join(cells)
+            + "</g>")
 
 
 def line_chart(series: Sequence[tuple[str, str, Sequence[tuple[float, float]]]],

@@ -97,42 +97,43 @@ RUNG_COLUMNS = ("candidate_id", "rung", "epochs", "steps", "accuracy", "loss", "
                 "params", "decision", "reason", "worker", "recorded_at")
 
 
+_JSON_COLUMNS = ("spec_json", "properties_json", "inheritance_json", "metrics_json",
+                 "blocks_json")
+_AT = {name: i for i, name in enumerate(COLUMNS)}
+_JSON_AT = tuple(_AT[name] for name in _JSON_COLUMNS)
+# Candidate's fields in COLUMNS order (a JSON column gives its decoded field), the last,
+# `rungs`, left at its default
+_FIELDS = tuple(f.name for f in dataclasses.fields(Candidate))[:-1]
+assert _FIELDS == tuple({"spec_json": "spec", "properties_json": "properties",
+                         "inheritance_json": "inheritance", "metrics_json": "extra_metrics",
+                         "blocks_json": "blocks"}.get(c, c) for c in COLUMNS)
+_NEW = object.__new__
+_SET = object.__setattr__
+
+
 def candidate_from_row(row: tuple, source: object = "study") -> Candidate:
     """Build a `Candidate` from a row selected with `COLUMNS`; damaged JSON in a field is a
-    ValueError naming `source` (the study file), the candidate and the field."""
-    r = dict(zip(COLUMNS, row, strict=True))
-
-    def _loads(text: str | None, column: str) -> Any:
-        try:
-            return None if text is None else json.loads(text)
-        except (ValueError, RecursionError) as e:
-            detail = str(e).splitlines()[0] if str(e) else type(e).__name__
-            raise ValueError(f"{source}: candidate {r['id']}: field {column!r} holds damaged "
-                             f"JSON ({detail})") from None
-
-    return Candidate(
-        id=r["id"],
-        parent_id=r["parent_id"],
-        generation=r["generation"],
-        status=r["status"],
-        graph_json=r["graph_json"],
-        fingerprint=r["fingerprint"],
-        seed=r["seed"],
-        spec=_loads(r["spec_json"], "spec_json"),
-        properties=_loads(r["properties_json"], "properties_json"),
-        inheritance=_loads(r["inheritance_json"], "inheritance_json"),
-        **{k: r[k] for k in METRICS},
-        extra_metrics=_loads(r["metrics_json"], "metrics_json") or {},
-        checkpoint_path=r["checkpoint_path"],
-        error=r["error"],
-        created_at=r["created_at"],
-        started_at=r["started_at"],
-        finished_at=r["finished_at"],
-        worker=r["worker"],
-        attempts=r["attempts"],
-        blocks=_loads(r["blocks_json"], "blocks_json"),
-        rung=r["rung"],
-    )
+    ValueError naming `source` (the study file), the candidate and the field. Built
+    field by field without the frozen dataclass's checks: a listing of 100,000 rows."""
+    if len(row) != len(COLUMNS):
+        raise ValueError(f"{source}: a candidate row of {len(row)} columns, expected "
+                         f"{len(COLUMNS)}")
+    values = list(row)
+    for i, column in zip(_JSON_AT, _JSON_COLUMNS, strict=True):
+        text = values[i]
+        if text is not None:
+            try:
+                values[i] = json.loads(text)
+            except (ValueError, RecursionError) as e:
+                detail = str(e).splitlines()[0] if str(e) else type(e).__name__
+                raise ValueError(f"{source}: candidate {row[0]}: field {column!r} holds "
+                                 f"damaged JSON ({detail})") from None
+    values[_AT["metrics_json"]] = values[_AT["metrics_json"]] or {}
+    out = _NEW(Candidate)
+    for name, value in zip(_FIELDS, values, strict=True):
+        _SET(out, name, value)
+    _SET(out, "rungs", ())
+    return out
 
 
 def dumps(value: Any, field: str) -> str | None:

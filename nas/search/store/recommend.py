@@ -52,6 +52,8 @@ class Comparisons:
         if a is None or b is None:
             return None
         bits = self.validation if split == "validation" else self.test
+        if not bits:  # a study without per-example results: nothing to pair
+            return None
         x, y = bits.get(a.id), bits.get(b.id)
         return paired.compare(x, y) if paired.comparable(x, y) else None
 
@@ -104,10 +106,10 @@ def recommend(candidates: Sequence[Candidate], pairs: Comparisons, margin: float
     seed = seed_of(candidates)
     if seed is None:
         return Recommendation(None, None, None, None, margin, "the seed has not finished")
-    children = [c for c in candidates if c.status == "done" and c.id != seed.id
-                and c.flops is not None and c.accuracy is not None]
     if seed.id not in pairs.validation:
         return _wilson_fallback(candidates, seed, margin)
+    children = [c for c in candidates if c.status == "done" and c.id != seed.id
+                and c.flops is not None and c.accuracy is not None]
     good, unpaired = _noninferior(children, seed, pairs, margin)
     cheaper = [c for c in good if seed.flops and c.flops < seed.flops]
     if not cheaper:
@@ -196,8 +198,15 @@ def cheapest_matching_seed(done: Sequence[Candidate], seed: Candidate | None
     n = seed.extra_metrics.get("val_examples") if seed is not None else None
     if seed is None or not seed.flops or seed.accuracy is None or not n:
         return None
+    ties: dict[tuple[float, int], bool] = {}  # accuracies repeat (k of n): each once
+
+    def matches(accuracy: float, size: int) -> bool:
+        if (accuracy, size) not in ties:
+            ties[accuracy, size] = accuracy >= seed.accuracy or intervals.tied(
+                accuracy, size, seed.accuracy, int(n))
+        return ties[accuracy, size]
+
     matched = [c for c in done if c.id != seed.id and c.flops is not None
                and c.accuracy is not None and c.extra_metrics.get("val_examples")
-               and (c.accuracy >= seed.accuracy or intervals.tied(
-                   c.accuracy, int(c.extra_metrics["val_examples"]), seed.accuracy, int(n)))]
+               and matches(c.accuracy, int(c.extra_metrics["val_examples"]))]
     return min(matched, key=lambda c: (c.flops, c.id), default=None)

@@ -1,0 +1,107 @@
+"""Which candidates a report shows one by one: the fronts, the best k, the seed and the
+recommended candidate.
+
+Why: a study of 100,000 candidates cannot be one page with a point, a row and a section
+for each. These few are what a reader acts on; the rest of the population is drawn as
+density (`svg.density_bins`), kept whole in report.csv, and served one by one by the
+dashboard. Up to `SCALE_LIMIT` finished candidates the page still shows every one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+from collections.abc import Sequence
+
+from nas.search.store import recommend
+from nas.search.store.candidate import Candidate
+from nas.search.strategy.pareto import ParetoCurve
+from nas.search.strategy.selection import OBJECTIVES
+
+# Finished candidates up to which the report draws every point and lists every row.
+SCALE_LIMIT = 300
+
+
+def front_of(candidates: Sequence[Candidate], cost: str) -> list[Candidate]:
+    """Done candidates of `candidates` on the accuracy/`cost` front (cost order)."""
+    done = [c for c in candidates if c.status == "done" and c.accuracy is not None
+            and getattr(c, cost) is not None]
+    if not done:
+        return []
+    curve = ParetoCurve([(c.accuracy, getattr(c, cost)) for c in done],
+                        (True, OBJECTIVES[cost]))
+    on = {tuple(p) for p in curve.points.tolist()}
+    front = [c for c in done if (c.accuracy, float(getattr(c, cost))) in on]
+    return sorted(front, key=lambda c: (float(getattr(c, cost)), c.id))
+
+
+def ranked_costs(study: object) -> list[str]:
+    """The costs the search ranked parents by (`search.selection.costs` of its config)."""
+    from nas.search.strategy.selection import SelectionConfig
+
+    selection = ((getattr(study, "config", None) or {}).get("search") or {}).get(
+        "selection") or {}
+    costs = selection.get("costs", SelectionConfig.costs)
+    return [costs] if isinstance(costs, str) else list(costs)
+
+
+def best_of(candidates: Sequence[Candidate], k: int) -> list[Candidate]:
+    """The `k` most accurate done candidates, ordered as `Study.best` orders them (ties:
+    fewer FLOPs, then older)."""
+    inf = float("inf")
+    done = (c for c in candidates if c.status == "done" and c.accuracy is not None)
+    return heapq.nsmallest(k, done, key=lambda c: (
+        -c.accuracy, c.flops if c.flops is not None else inf, c.id))
+
+
+@dataclasses.dataclass(frozen=True)
+class Highlights:
+    """The candidates a report shows in detail, and why each is shown."""
+
+    fronts: dict[str, list[Candidate]]  # ranked cost -> its front, in cost order
+    best: list[Candidate]  # the k most accurate
+    seed: Candidate | None
+    recommendation: recommend.Recommendation
+    pairs: recommend.Comparisons
+    done: int  # finished candidates with an accuracy
+
+    @classmethod
+    def of(cls, study: object, candidates: Sequence[Candidate], k: int) -> Highlights:
+        pairs = recommend.Comparisons.of(study)
+        margin = recommend.margin_pt(getattr(study, "config", None))
+        return cls({cost: front_of(candidates, cost) for cost in ranked_costs(study)},
+                   best_of(candidates, k), recommend.seed_of(candidates),
+                   recommend.recommend(candidates, pairs, margin), pairs,
+                   sum(c.status == "done" and c.accuracy is not None for c in candidates))
+
+    @property
+    def large(self) -> bool:
+        """Too many finished candidates to show each: density plots and short tables."""
+        return self.done > SCALE_LIMIT
+
+    @property
+    def front_ids(self) -> set[int]:
+        return {c.id for front in self.fronts.values() for c in front}
+
+    @property
+    def recommended(self) -> Candidate | None:
+        return self.recommendation.candidate
+
+    def ids(self) -> set[int]:
+        """Every candidate shown in detail."""
+        out = self.front_ids | {c.id for c in self.best}
+        out |= {c.id for c in (self.seed, self.recommended) if c is not None}
+        return out
+
+    def reasons(self, cid: int) -> list[str]:
+        """Why `cid` is shown, e.g. ["on a front", "best 10", "recommended"]."""
+        out = []
+        if cid in self.front_ids:
+            out.append("on a front")
+        if any(c.id == cid for c in self.best):
+            out.append(f"best {len(self.best)} by validation accuracy")
+        if self.seed is not None and cid == self.seed.id:
+            out.append("the seed")
+        if self.recommended is not None and cid == self.recommended.id:
+            out.append("recommended")
+        return out

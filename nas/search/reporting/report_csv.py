@@ -1,0 +1,102 @@
+"""report.csv: every candidate of a study as one row, written as it is read.
+
+Why: the page shows only the candidates a reader acts on (`highlights`); the CSV keeps
+every candidate, for a spreadsheet or pandas. It is written row by row from a metrics-only
+listing (no graphs), so its cost grows with the rows and not with their architectures.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from operator import attrgetter
+from pathlib import Path
+
+from nas.atomic import atomic_write_with
+from nas.search.reporting.highlights import Highlights, front_of, ranked_costs
+from nas.search.store import recommend
+from nas.search.store.candidate import Candidate
+
+# accuracy: on the validation split (decides); test_accuracy: reported only
+CSV_COLUMNS = ("id", "parent_id", "generation", "status", "accuracy", "val_examples",
+               "test_accuracy", "test_examples", "loss", "flops",
+               "params", "im_sec_core_train", "im_sec_core_infer", "epochs", "attempts",
+               "on_front", "rungs", "fingerprint", "worker", "error",
+               # against the seed on the same examples (nas.search.strategy.paired), in accuracy
+               # points; empty without per-example results; recommended: 1 for the
+               # summary's recommendation
+               "val_vs_seed_pt", "val_vs_seed_low_pt", "val_vs_seed_high_pt", "val_vs_seed",
+               "test_vs_seed_pt", "test_vs_seed_low_pt", "test_vs_seed_high_pt",
+               "test_vs_seed", "recommended")
+_EXTRA = ("val_examples", "test_accuracy", "test_examples")
+
+
+def rung_summary(c: Candidate) -> str:
+    """Its rung results, e.g. "0.25ep 0.912 promoted; 1ep 0.950 final"."""
+    return "; ".join(f"{r['epochs']:g}ep {r['accuracy']:.4g} {r['decision']}" for r in c.rungs)
+
+
+def paired_columns(c: Candidate, seed: Candidate | None, pairs: recommend.Comparisons
+                   ) -> dict[str, object]:
+    """The CSV's `*_vs_seed*` cells of one candidate."""
+    out: dict[str, object] = {}
+    for split, prefix in (("validation", "val"), ("test", "test")):
+        found = pairs.pair(c, seed, split) if seed is not None and c.id != seed.id else None
+        if found is not None:
+            out |= {f"{prefix}_vs_seed_pt": round(100 * found.difference, 4),
+                    f"{prefix}_vs_seed_low_pt": round(100 * found.low, 4),
+                    f"{prefix}_vs_seed_high_pt": round(100 * found.high, 4),
+                    f"{prefix}_vs_seed": found.decision}
+    return out
+
+
+_HEAD = attrgetter("id", "parent_id", "generation", "status", "accuracy")
+_COSTS = attrgetter("loss", "flops", "params", "im_sec_core_train", "im_sec_core_infer",
+                    "epochs", "attempts")
+_PAIRED = tuple(k for k in CSV_COLUMNS if "_vs_seed" in k)
+
+
+def csv_rows(candidates: Iterable[Candidate], front: set[int], seed: Candidate | None,
+             pairs: recommend.Comparisons, chosen: Candidate | None) -> Iterator[list]:
+    """The header, then one row per candidate (`on_front`: 1 if its id is in `front`), in
+    `CSV_COLUMNS` order; None as an empty cell."""
+    yield list(CSV_COLUMNS)
+    chosen_id = chosen.id if chosen is not None else None
+    for c in candidates:
+        extra = c.extra_metrics
+        paired = paired_columns(c, seed, pairs)
+        row = [*_HEAD(c), *(extra.get(k) for k in _EXTRA), *_COSTS(c), int(c.id in front),
+               rung_summary(c), c.fingerprint, c.worker, c.error,
+               *(paired.get(k) for k in _PAIRED), int(c.id == chosen_id)]
+        yield ["" if v is None else v for v in row]
+
+
+def to_csv(study: object, candidates: Sequence[Candidate] | None = None) -> str:
+    """Every candidate as one CSV row (`on_front`: 1 if on a front the search ranked by)."""
+    cands = list(study.candidates(with_graphs=False) if candidates is None  # type: ignore[attr-defined]
+                 else candidates)
+    front = {c.id for cost in ranked_costs(study) for c in front_of(cands, cost)}
+    pairs = recommend.Comparisons.of(study)
+    seed = recommend.seed_of(cands)
+    chosen = recommend.recommend(cands, pairs, recommend.margin_pt(
+        getattr(study, "config", None))).candidate
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerows(csv_rows(cands, front, seed, pairs, chosen))
+    return buf.getvalue()
+
+
+def write_csv(path: str | os.PathLike, candidates: Iterable[Candidate], marks: Highlights
+              ) -> Path:
+    """`to_csv`'s text streamed to `path` atomically, with the fronts, the seed and the
+    recommendation already found (`marks`)."""
+    rows = csv_rows(candidates, marks.front_ids, marks.seed, marks.pairs, marks.recommended)
+
+    def write(f: io.BufferedIOBase) -> None:
+        text = io.TextIOWrapper(f, encoding="utf-8", newline="", write_through=False)
+        csv.writer(text, lineterminator="\n").writerows(rows)
+        text.flush()
+        text.detach()  # the caller closes (and fsyncs) the file
+
+    return atomic_write_with(path, write)
