@@ -221,16 +221,24 @@ def test_export_recommended_and_best(tmp_path):
     assert math.isclose(cand.metrics["accuracy"], 139 / N)
 
 
-def test_counted_noninferiority_is_the_paired_decision():
-    """What the summary computes for all children at once is each pair's own decision."""
-    from nas.search.strategy.paired import compare, noninferior_counts
+def test_comparisons_against_the_seed_are_each_pairs_own():
+    """What the summary and the CSV count for all children at once is each pair's own
+    comparison (interval, decision, non-inferiority)."""
+    from types import SimpleNamespace
+
+    from nas.search.store.recommend import Comparisons
 
     rng = np.random.default_rng(0)
     seed = rng.random(143) < 0.9
-    children = [seed ^ (rng.random(143) < rng.uniform(0.0, 0.2)) for _ in range(300)]
-    only_child = np.array([np.sum(c & ~seed) for c in children])
-    only_seed = np.array([np.sum(~c & seed) for c in children])
+    bits = {1: seed, **{i: seed ^ (rng.random(143) < rng.uniform(0.0, 0.2))
+                        for i in range(2, 302)}}
+    bits[302] = rng.random(100) < 0.9  # other examples: not paired
+    pairs = Comparisons(bits, {})
+    found = pairs.against(SimpleNamespace(id=1))
+    assert sorted(found) == list(range(1, 302))
     for margin in (0.0, 1.0, 3.0):
-        want = [compare(c, seed).noninferior(margin) for c in children]
-        got = noninferior_counts(only_child, only_seed, 143, margin)
-        assert got.tolist() == want and 0 < sum(want) < len(want)
+        want = [paired.compare(bits[i], seed).noninferior(margin) for i in range(2, 302)]
+        assert [found[i].noninferior(margin) for i in range(2, 302)] == want
+        assert 0 < sum(want) < len(want)
+    assert all(found[i] == paired.compare(bits[i], seed) for i in range(2, 302))
+    assert pairs.against(SimpleNamespace(id=302), "test") == {}

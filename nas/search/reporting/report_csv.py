@@ -18,6 +18,7 @@ from nas.atomic import atomic_write_with
 from nas.search.reporting.highlights import Highlights, front_of, ranked_costs
 from nas.search.store import recommend
 from nas.search.store.candidate import Candidate
+from nas.search.strategy import paired
 
 # accuracy: on the validation split (decides); test_accuracy: reported only
 CSV_COLUMNS = ("id", "parent_id", "generation", "status", "accuracy", "val_examples",
@@ -38,12 +39,13 @@ def rung_summary(c: Candidate) -> str:
     return "; ".join(f"{r['epochs']:g}ep {r['accuracy']:.4g} {r['decision']}" for r in c.rungs)
 
 
-def paired_columns(c: Candidate, seed: Candidate | None, pairs: recommend.Comparisons
-                   ) -> dict[str, object]:
-    """The CSV's `*_vs_seed*` cells of one candidate."""
+def paired_columns(c: Candidate, seed: Candidate | None,
+                   versus: dict[str, dict[int, paired.Paired]]) -> dict[str, object]:
+    """The CSV's `*_vs_seed*` cells of one candidate (`versus`: per split,
+    `Comparisons.against(seed, split)`)."""
     out: dict[str, object] = {}
     for split, prefix in (("validation", "val"), ("test", "test")):
-        found = pairs.pair(c, seed, split) if seed is not None and c.id != seed.id else None
+        found = versus[split].get(c.id) if seed is not None and c.id != seed.id else None
         if found is not None:
             out |= {f"{prefix}_vs_seed_pt": round(100 * found.difference, 4),
                     f"{prefix}_vs_seed_low_pt": round(100 * found.low, 4),
@@ -64,12 +66,13 @@ def csv_rows(candidates: Iterable[Candidate], front: set[int], seed: Candidate |
     `CSV_COLUMNS` order; None as an empty cell."""
     yield list(CSV_COLUMNS)
     chosen_id = chosen.id if chosen is not None else None
+    versus = {split: pairs.against(seed, split) for split in ("validation", "test")}
     for c in candidates:
         extra = c.extra_metrics
-        paired = paired_columns(c, seed, pairs)
+        cells = paired_columns(c, seed, versus)
         row = [*_HEAD(c), *(extra.get(k) for k in _EXTRA), *_COSTS(c), int(c.id in front),
                rung_summary(c), c.fingerprint, c.worker, c.error,
-               *(paired.get(k) for k in _PAIRED), int(c.id == chosen_id)]
+               *(cells.get(k) for k in _PAIRED), int(c.id == chosen_id)]
         yield ["" if v is None else v for v in row]
 
 

@@ -41,6 +41,8 @@ class Comparisons:
 
     validation: dict[int, np.ndarray]
     test: dict[int, np.ndarray]
+    _against: dict[tuple[int, str], dict[int, paired.Paired]] = dataclasses.field(
+        default_factory=dict, repr=False, compare=False)  # `against`, once per reference
 
     @classmethod
     def of(cls, study: Any, ids: Sequence[int] | None = None) -> Comparisons:
@@ -56,6 +58,31 @@ class Comparisons:
             return None
         x, y = bits.get(a.id), bits.get(b.id)
         return paired.compare(x, y) if paired.comparable(x, y) else None
+
+    def against(self, reference: Candidate | None, split: str = "validation"
+                ) -> dict[int, paired.Paired]:
+        """Every candidate with results on `split` against `reference` (as `pair` gives
+        it), by id, counted at once: the report and the summary compare 100,000 children
+        with the seed. Empty when the reference has no results there."""
+        bits = self.validation if split == "validation" else self.test
+        mine = bits.get(reference.id) if reference is not None else None
+        if mine is None:
+            return {}
+        if (reference.id, split) not in self._against:
+            self._against[reference.id, split] = self._count(bits, mine)
+        return self._against[reference.id, split]
+
+    @staticmethod
+    def _count(bits: dict[int, np.ndarray], mine: np.ndarray) -> dict[int, paired.Paired]:
+        ids = [i for i, v in bits.items() if paired.comparable(v, mine)]
+        if not ids:
+            return {}
+        right = np.stack([bits[i].reshape(-1) for i in ids])
+        mine = np.asarray(mine, dtype=bool).reshape(-1)
+        only_them = np.count_nonzero(right & ~mine, axis=1).tolist()
+        only_ref = np.count_nonzero(~right & mine, axis=1).tolist()
+        return {i: paired.from_counts(mine.size, a, b)
+                for i, a, b in zip(ids, only_them, only_ref, strict=True)}
 
 
 def versus(c: Candidate, other: Candidate | None, pairs: Comparisons | None,
@@ -128,20 +155,10 @@ def recommend(candidates: Sequence[Candidate], pairs: Comparisons, margin: float
 def _noninferior(children: Sequence[Candidate], seed: Candidate, pairs: Comparisons,
                  margin: float) -> tuple[list[Candidate], list[Candidate]]:
     """The children non-inferior to the seed on validation (paired, at `margin` points),
-    and those without per-example results to pair. Counted on all children at once, so
-    a study of 100,000 is summarised in a fraction of a second."""
-    reference = pairs.validation[seed.id]
-    paired_ones = [c for c in children
-                   if paired.comparable(pairs.validation.get(c.id), reference)]
-    paired_ids = {c.id for c in paired_ones}
-    unpaired = [c for c in children if c.id not in paired_ids]
-    if not paired_ones:
-        return [], unpaired
-    right = np.stack([pairs.validation[c.id] for c in paired_ones])
-    only_child = np.sum(right & ~reference, axis=1)
-    only_seed = np.sum(~right & reference, axis=1)
-    good = paired.noninferior_counts(only_child, only_seed, reference.size, margin)
-    return [c for c, ok in zip(paired_ones, good, strict=True) if ok], unpaired
+    and those without per-example results to pair."""
+    versus = pairs.against(seed)
+    good = [c for c in children if c.id in versus and versus[c.id].noninferior(margin)]
+    return good, [c for c in children if c.id not in versus]
 
 
 def _wilson_fallback(candidates: Sequence[Candidate], seed: Candidate, margin: float

@@ -82,12 +82,16 @@ def compare(a: np.ndarray, b: np.ndarray, z: float = Z95) -> Paired:
     if a.size != b.size or a.size == 0:
         raise ValueError(f"paired comparison: expected two correctness vectors on the same "
                          f"examples (equal, non-zero lengths), got {a.size} and {b.size}")
-    n = int(a.size)
-    both = int(np.sum(a & b))
-    only_a = int(np.sum(a & ~b))
-    only_b = int(np.sum(~a & b))
-    neither = n - both - only_a - only_b
-    low, high = interval(both, only_a, only_b, neither, z)
+    return from_counts(int(a.size), int(np.sum(a & ~b)), int(np.sum(~a & b)), z)
+
+
+@functools.lru_cache(maxsize=65536)
+def from_counts(n: int, only_a: int, only_b: int, z: float = Z95) -> Paired:
+    """`compare` from its counts: n examples, only_a right only for a, only_b only for b.
+    Cached: a summary compares thousands of children with the seed, and their counts
+    repeat (on 143 images there are at most 143^2 / 2 tables), while each exact interval
+    takes milliseconds."""
+    low, high = interval(n - only_a - only_b, only_a, only_b, 0, z)
     return Paired((only_a - only_b) / n, low, high, n, only_a, only_b)
 
 
@@ -107,47 +111,9 @@ def interval(both: int, only_a: int, only_b: int, neither: int, z: float = Z95
 def clopper_pearson(k: int, m: int, alpha: float) -> tuple[float, float]:
     """Exact two-sided (1 - alpha) interval of a binomial probability, k successes of m:
     the lower end has P(X >= k) = alpha / 2, the upper P(X <= k) = alpha / 2."""
-    return _lower_end(int(k), int(m), float(alpha)), _upper_end(int(k), int(m), float(alpha))
-
-
-@functools.lru_cache(maxsize=65536)
-def _lower_end(k: int, m: int, alpha: float) -> float:
-    """Why cached: a summary compares thousands of children with the seed, and their
-    tables repeat (on 143 images there are at most 143^2 / 2 of them)."""
-    return 0.0 if k == 0 else _bisect(lambda p: _upper_tail(k, m, p) - alpha / 2.0)
-
-
-@functools.lru_cache(maxsize=65536)
-def _upper_end(k: int, m: int, alpha: float) -> float:
-    return 1.0 if k == m else _bisect(lambda p: alpha / 2.0 - _lower_tail(k, m, p))
-
-
-def noninferior_counts(only_a: np.ndarray, only_b: np.ndarray, n: int, margin_pt: float,
-                       z: float = Z95) -> np.ndarray:
-    """`compare(a, b).noninferior(margin_pt)` for many a against one b, from the counts
-    of examples only a and only b got right (of n): the same decision, each distinct
-    table computed once, and none for a difference already below -margin (the interval's
-    lower end is never above the difference)."""
-    only_a = np.asarray(only_a, dtype=np.int64)
-    only_b = np.asarray(only_b, dtype=np.int64)
-    out = np.zeros(only_a.shape, dtype=bool)
-    bound = -float(margin_pt) / 100.0
-    maybe = (only_a - only_b) / n >= bound
-    alpha = math.erfc(z / math.sqrt(2.0))
-    tables = np.unique(np.stack([only_a[maybe], only_b[maybe]], axis=1), axis=0)
-    passing = {(int(a), int(b)) for a, b in tables
-               if _difference_low(int(a), int(b), n, alpha) >= bound}
-    out[maybe] = [(int(a), int(b)) in passing for a, b in zip(only_a[maybe], only_b[maybe],
-                                                              strict=True)]
-    return out
-
-
-def _difference_low(only_a: int, only_b: int, n: int, alpha: float) -> float:
-    """The lower end of `interval`, as it computes it."""
-    m = only_a + only_b
-    if m == 0:
-        return 0.0
-    return m * (2.0 * _lower_end(only_a, m, alpha) - 1.0) / n
+    low = 0.0 if k == 0 else _bisect(lambda p: _upper_tail(k, m, p) - alpha / 2.0)
+    high = 1.0 if k == m else _bisect(lambda p: alpha / 2.0 - _lower_tail(k, m, p))
+    return low, high
 
 
 def _log_pmf(m: int, p: float) -> np.ndarray:
