@@ -236,3 +236,24 @@ def build(name: str):
 
 def example(seed: int = 3) -> jax.Array:
     return jax.random.normal(jax.random.PRNGKey(seed), SHAPE)
+
+
+def infer_and_mutate(cand, x):
+    """An imported candidate's shape and depth properties infer, and a forced mutation
+    (a few seeds) gives a child; returns the child (None if none was found)."""
+    from nas.graph.subgraph import SubgraphModel
+    from nas.mutation import NoChildFound, propose_child
+    from nas.properties import depth, shape
+
+    sm = SubgraphModel(cand.graph, {}, None, {"input": x})
+    shapes = shape.ShapeProperty().infer(sm)
+    assert list(shapes.output_shapes.values())[0][-1] == 10
+    assert depth.DepthProperty().infer(sm).depth_map
+    for seed in range(8):
+        try:
+            return propose_child(cand.graph, {}, cand.variables, seed=seed,
+                                 config={"linear_p": None, "input_shape": (1, 16, 16, 3)})
+        except NoChildFound:
+            continue
+    return None
+

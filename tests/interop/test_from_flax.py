@@ -14,8 +14,7 @@ from flax import nnx
 import nas
 from nas.graph import Model, OpType
 from nas.graph.subgraph import SubgraphModel
-from nas.mutation import NoChildFound, propose_child
-from nas.properties import depth, linear, shape
+from nas.properties import linear
 from tests.interop import models
 
 HAS_NEW_OPS = all(hasattr(OpType, n) for n in ("CONCAT", "RELU6", "HARD_SWISH", "TANH",
@@ -81,18 +80,7 @@ def test_imported_ops_are_the_layers_and_functions_written(imported):
 def test_properties_infer_and_a_forced_mutation_gives_a_valid_child(imported, name):
     _, _, cand = imported(name)
     x = models.example()
-    sm = SubgraphModel(cand.graph, {}, None, {"input": x})
-    shapes = shape.ShapeProperty().infer(sm)
-    assert list(shapes.output_shapes.values())[0][-1] == 10
-    assert depth.DepthProperty().infer(sm).depth_map
-    child = None
-    for seed in range(8):
-        try:
-            child = propose_child(cand.graph, {}, cand.variables, seed=seed,
-                                  config={"linear_p": None, "input_shape": (1, 16, 16, 3)})
-            break
-        except NoChildFound:
-            continue
+    child = models.infer_and_mutate(cand, x)
     assert child is not None
     assert child.inherited and child.graph != cand.graph
     out = Model(child.graph, child.constants).apply(child.variables, x)

@@ -14,10 +14,7 @@ from flax import nnx
 
 import nas
 from nas.graph import Model, OpType
-from nas.graph.subgraph import SubgraphModel
 from nas.interop.einsum import as_dense_general
-from nas.mutation import NoChildFound, propose_child
-from nas.properties import depth, shape
 from tests.interop import layer_models, models
 
 NAMES = ["linen_einsums", "nnx_general", "linen_conv_transpose", "nnx_conv_transpose"]
@@ -107,18 +104,7 @@ def test_conv_transpose_is_one_conv_with_its_bias(imported, name):
 def test_properties_infer_and_a_forced_mutation_gives_a_valid_child(imported, name):
     _, _, cand = imported(name)
     x = models.example()
-    sm = SubgraphModel(cand.graph, {}, None, {"input": x})
-    shapes = shape.ShapeProperty().infer(sm)
-    assert list(shapes.output_shapes.values())[0][-1] == 10
-    assert depth.DepthProperty().infer(sm).depth_map
-    child = None
-    for seed in range(8):
-        try:
-            child = propose_child(cand.graph, {}, cand.variables, seed=seed,
-                                  config={"linear_p": None, "input_shape": (1, 16, 16, 3)})
-            break
-        except NoChildFound:
-            continue
+    child = models.infer_and_mutate(cand, x)
     assert child is not None and child.graph != cand.graph
     out = Model(child.graph, child.constants).apply(child.variables, x)
     assert out.shape == (2, 10) and bool(jnp.all(jnp.isfinite(out)))
