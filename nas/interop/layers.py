@@ -20,6 +20,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+import jax
 import numpy as np
 
 from nas.graph import OpType
@@ -145,7 +146,16 @@ def _input(path: str, kind: str, args: tuple, kwargs: Mapping[str, Any]) -> Any:
     raise ValueError(f"layer {path} ({kind}): called without an input array")
 
 
-def _arrays(tree: Mapping[str, Any] | None) -> dict[str, np.ndarray]:
+def _arrays(tree: Mapping[str, Any] | None, path: str, kind: str) -> dict[str, np.ndarray]:
+    """A layer's stored arrays. One computed from other parameters while the model runs
+    (a wrapper such as `nn.WeightNorm` or `nn.SpectralNorm` rewrites the kernel) is no
+    stored weight the IR could carry: refused, naming the layer."""
+    for key, value in (tree or {}).items():
+        if isinstance(value, jax.core.Tracer):
+            raise ValueError(f"layer {path} ({kind}): its {key!r} is computed from other "
+                             f"parameters while the model runs (a wrapper such as "
+                             f"WeightNorm or SpectralNorm); the IR holds stored weights "
+                             f"only: fold the computed {key!r} into a plain {kind} first")
     return {k: np.asarray(v) for k, v in (tree or {}).items()}
 
 
@@ -202,15 +212,15 @@ def linen_call(module: Any, args: tuple, kwargs: Mapping[str, Any]) -> LayerCall
     if type(module).__name__ == "Einsum":
         return _einsum_call(path, kind, id(module.scope), _input(path, kind, args, kwargs),
                             _spec(args, kwargs, module.einsum_str),
-                            _arrays(module.variables.get("params")))
+                            _arrays(module.variables.get("params"), path, kind))
     if op_type is OpType.CONV and module.mask is not None:
         raise ValueError(f"layer {path} ({kind}): a masked convolution has no IR op")
     values = {f: getattr(module, f) for f in FIELDS[op_type] if hasattr(module, f)}
     variables = module.variables
     stats = variables.get("batch_stats")
     return LayerCall(path, kind, id(module.scope), _input(path, kind, args, kwargs), op_type,
-                     _op_kwargs(op_type, values), _arrays(variables.get("params")),
-                     _arrays(stats) if op_type is OpType.BATCH_NORM else None)
+                     _op_kwargs(op_type, values), _arrays(variables.get("params"), path, kind),
+                     _arrays(stats, path, kind) if op_type is OpType.BATCH_NORM else None)
 
 
 def _value(var: Any) -> np.ndarray:

@@ -81,6 +81,15 @@ class LinenEmbed(nn.Module):
         return nn.Dense(10)(nn.Embed(8, 4)(ids).reshape(x.shape[0], -1))
 
 
+class WeightNormed(nn.Module):
+    """A conv whose kernel is computed from other parameters each call (no stored weight)."""
+
+    @nn.compact
+    def __call__(self, x):
+        x = nn.WeightNorm(nn.Conv(8, (3, 3)))(x)
+        return nn.Dense(10)(jnp.mean(x, axis=(1, 2)))
+
+
 class NnxEmbed(nnx.Module):
     def __init__(self, *, rngs: nnx.Rngs):
         self.embed = nnx.Embed(8, 4, rngs=rngs)

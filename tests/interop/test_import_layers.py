@@ -150,6 +150,8 @@ def test_training_steps_give_the_original_losses(imported, name):
     (layer_models.CircularConvTranspose, r"^nas.from_flax: layer ConvTranspose_0 "
                                          r"\(flax.linen.ConvTranspose\): circular padding "
                                          r"has no IR op$"),
+    (layer_models.WeightNormed, r"^nas.from_flax: layer Conv_0 \(flax.linen.Conv\): its "
+                                r"'kernel' is computed from other parameters .*WeightNorm"),
 ])
 def test_layers_without_an_ir_op_are_refused_in_one_line(cls, message):
     model = cls(rngs=nnx.Rngs(0)) if issubclass(cls, nnx.Module) else cls()
