@@ -38,7 +38,7 @@ def test_nas_train_reaches_90_percent_in_3_epochs(tmp_path, capsys, kind):
     r = _nas_train(tmp_path, name)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.count("to array_record in") == 1
-    acc = float(re.search(r"^accuracy\s+([\d.]+) %", r.stdout, re.M).group(1))
+    acc = float(re.search(r"^test accuracy\s+([\d.]+) %", r.stdout, re.M).group(1))
     assert acc >= 90.0, r.stdout[-1500:]
     assert re.search(r"^epochs / steps\s+3 / ", r.stdout, re.M)
     # The second use opens the same array_record folder, converting nothing.
