@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from nas.search.strategy.closest import CostIndex
 from nas.search.strategy.growing import Growing
 from nas.search.strategy.pareto import ParetoCurve
 from nas.search.strategy.ties import NoiseTies
@@ -271,10 +272,18 @@ def sample_from_weights(
     n = len(weights)
     if n == 0:
         raise ValueError("population: nothing to select from")
+    top = _lowest(np.asarray(weights), top_k(n, config))
+    return _sample(top, weights[top], rng)
+
+
+def top_k(n: int, config: SelectionConfig) -> int:
+    """How many of n the draw samples among."""
     k = config.top_n if config.top_n > 0 else int(n * config.top_perc)
-    k = min(max(k, config.min_to_select, 1), n)
-    top = _lowest(np.asarray(weights), k)
-    w = weights[top]
+    return min(max(k, config.min_to_select, 1), n)
+
+
+def _sample(top: np.ndarray, w: np.ndarray, rng: np.random.Generator) -> int:
+    """One of `top`, p ∝ 10^(-normalized w)."""
     span = float(w.max() - w.min())
     w = (w - w.min()) / span if span > 0 else np.zeros_like(w)
     p = np.power(10.0, -w)
@@ -291,6 +300,17 @@ def _lowest(weights: np.ndarray, k: int) -> np.ndarray:
     at = np.flatnonzero(weights == kth)[: k - len(below)]
     chosen = np.sort(np.concatenate([below, at]))
     return chosen[np.argsort(weights[chosen], kind="stable")]
+
+
+def _lowest_rows(rows: np.ndarray, weights: np.ndarray, k: int) -> np.ndarray:
+    """`_lowest` of rows given in any order: positions (into `rows`) of the k lowest
+    weights, by weight, equal weights by row, as `_lowest` orders them by index."""
+    kth = np.partition(weights, k - 1)[k - 1]
+    below = np.flatnonzero(weights < kth)
+    at = np.flatnonzero(weights == kth)
+    at = at[np.argsort(rows[at], kind="stable")[: k - len(below)]]
+    chosen = np.concatenate([below, at])
+    return chosen[np.lexsort((rows[chosen], weights[chosen]))]
 
 
 def behind_tied_cheaper(weights: np.ndarray, points: Sequence[tuple[float, float]] | np.ndarray,
@@ -334,7 +354,7 @@ def select_parents(
     the config and the generator state. `population` may be given as `Columns` (the
     driver keeps them as results come in), so a proposal makes no pass over objects.
     """
-    return Selector(config).select(population, rng, num)
+    return Selector(config, closest=False).select(population, rng, num)
 
 
 class Selector:
@@ -342,14 +362,19 @@ class Selector:
     rows reaching `min_acc` and their noise ties are kept, and a call with the same rows
     plus new ones (by id) only adds those. Same parents as a fresh `select_parents`."""
 
-    def __init__(self, config: SelectionConfig | None = None) -> None:
+    def __init__(self, config: SelectionConfig | None = None, closest: bool = True) -> None:
         self.config = config or SelectionConfig()
+        self.closest = closest  # keep closest-k indexes (worth it over many calls)
         self._seen = np.zeros(0, dtype=np.int64)  # ids of the population last given
         self._pool: GrowingColumns | None = None  # its rows reaching min_acc
         self._ties = NoiseTies()  # of the pool's accuracies (when they do not age)
         # cost -> the pool's front and how many of its rows it covers, while the ranked
         # accuracies of covered rows stay as they were (no aging, no regrouping)
         self._fronts: dict[str, tuple[ParetoCurve, int]] = {}
+        # cost -> the pool's points grouped for the closest-k search, kept under the same
+        # condition; cost -> how many of the pool's values are missing or not finite
+        self._indexes: dict[str, CostIndex] = {}
+        self._unusable = dict.fromkeys(COSTS, 0)
 
     def select(self, population: Sequence[Individual] | Columns,
                rng: np.random.Generator | None, num: int = 1) -> list[int]:
@@ -365,7 +390,8 @@ class Selector:
         if isinstance(num, bool) or not isinstance(num, int) or not 1 <= num <= len(pool):
             raise ValueError(f"num: must be an integer in [1, {len(pool)}], got {num!r}")
         acc = self._accuracies(pool)
-        return _draw(pool, acc, config, rng, num, lambda cost: self._front(pool, acc, cost))
+        return _draw(pool, acc, config, rng, num, lambda cost: self._front(pool, acc, cost),
+                     lambda cost: self._index(pool, acc, cost))
 
     def _update(self, columns: Columns) -> Columns:
         """The pool of `columns`: the kept one plus the rows new since the last call."""
@@ -373,20 +399,42 @@ class Selector:
         if (self._pool is None or len(columns) < known
                 or not np.array_equal(columns.ids[:known], self._seen)):
             self._pool, self._ties, self._fronts, known = None, NoiseTies(), {}, 0
+            self._indexes, self._unusable = {}, dict.fromkeys(COSTS, 0)
         new = columns.take(slice(known, None))
         if self.config.min_acc is not None:
             new = new.take(new.accuracy >= self.config.min_acc)
         if self._pool is None:
             self._pool = GrowingColumns()
+        before = len(self._pool.columns)
         self._pool.extend(new)
+        for cost in COSTS:
+            self._unusable[cost] += int(np.sum(~np.isfinite(new.costs[cost])))
         kept = self.config.generations_to_live <= 0
         if self.config.noise_ties and kept:
             kept = self._ties.extend(new.accuracy, new.examples, new.correct_bits,
                                      new.correct_counts)
         if not kept:
-            self._fronts = {}
+            self._fronts, self._indexes = {}, {}
+        pool = self._pool.columns
+        if self._indexes and len(new):
+            acc = self._ties.values()
+            for cost, index in self._indexes.items():
+                second = pool.costs[cost] * (1.0 if OBJECTIVES[cost] else -1.0)
+                for row in range(before, len(pool)):
+                    index.add(row, float(acc[row]), float(second[row]))
         self._seen = columns.ids
-        return self._pool.columns
+        return pool
+
+    def _index(self, pool: Columns, acc: np.ndarray, cost: str) -> CostIndex | None:
+        """The pool's closest-k index for `cost`; None where it does not apply (values
+        missing or not finite, aging, ties off)."""
+        if (not self.closest or self._unusable[cost] or self.config.generations_to_live > 0
+                or not self.config.noise_ties):
+            return None
+        if cost not in self._indexes:
+            second = pool.costs[cost] * (1.0 if OBJECTIVES[cost] else -1.0)
+            self._indexes[cost] = CostIndex(acc, second)
+        return self._indexes[cost]
 
     def _front(self, pool: Columns, acc: np.ndarray, cost: str) -> ParetoCurve:
         """The front of (ranked accuracy, cost) over the whole pool: the kept front with the
@@ -418,9 +466,12 @@ class Selector:
 
 def _draw(pool: Columns, acc: np.ndarray, config: SelectionConfig,
           rng: np.random.Generator, num: int,
-          front: Callable[[str], ParetoCurve] | None = None) -> list[int]:
+          front: Callable[[str], ParetoCurve] | None = None,
+          index: Callable[[str], CostIndex | None] | None = None) -> list[int]:
     """`num` distinct parents, each from the front of accuracy against a cost drawn per
-    parent (or from accuracy alone). `front(cost)`: the whole pool's front, if kept."""
+    parent (or from accuracy alone). `front(cost)`: the whole pool's front, if kept;
+    `index(cost)`: its closest-k index, if kept (the first parent reads only the rows
+    near the anchor; the same parent as measuring every row)."""
     chosen: list[int] = []
     alive = np.ones(len(pool), dtype=bool)
     for _ in range(num):
@@ -429,6 +480,21 @@ def _draw(pool: Columns, acc: np.ndarray, config: SelectionConfig,
             weights = acc.max() - acc[idx]
         else:
             cost = config.costs[int(rng.integers(len(config.costs)))]
+            kept = index(cost) if index is not None and front is not None and \
+                alive.all() and config.balanced else None
+            curve = anchor = None
+            if kept is not None:  # the rows near the anchor only, when the checks hold
+                curve = front(cost)
+                anchor = curve.sample_point(rng)
+                k = top_k(len(pool), config)
+                found = kept.closest(curve, anchor, config.normalize, k)
+                if found is not None:
+                    rows, w = found
+                    top = _lowest_rows(rows, w, k)
+                    pick = _sample(rows[top], w[top], rng)
+                    chosen.append(int(pool.ids[pick]))
+                    alive[pick] = False
+                    continue
             values = pool.costs[cost]
             idx = np.flatnonzero(alive & ~np.isnan(values))
             if not len(idx):
@@ -437,9 +503,10 @@ def _draw(pool: Columns, acc: np.ndarray, config: SelectionConfig,
             if not np.isfinite(cost_values).all():
                 raise ValueError(f"population: cost {cost!r} must be finite, got "
                                  f"{float(cost_values[~np.isfinite(cost_values)][0])}")
-            curve = (front(cost) if front is not None and alive.all() else ParetoCurve(
-                np.stack([first, cost_values], axis=1), (True, OBJECTIVES[cost])))
-            anchor = curve.sample_point(rng) if config.balanced else None
+            if curve is None:
+                curve = (front(cost) if front is not None and alive.all() else ParetoCurve(
+                    np.stack([first, cost_values], axis=1), (True, OBJECTIVES[cost])))
+                anchor = curve.sample_point(rng) if config.balanced else None
             # In the curve's frame (accuracy, cost negated when lower is better): exact.
             second = cost_values * (1.0 if OBJECTIVES[cost] else -1.0)
             weights, reach = curve.column_weights(first, second, config.normalize, anchor)

@@ -98,7 +98,8 @@ class NoiseTies:
             "counts": Growing(np.int64),  # per-example results held (0: none)
             "bits": Growing(np.uint8, width=0), "head": Growing(np.int64),
             "order": Growing(np.int64),  # rows, most accurate first, then by row
-            "sorted_acc": Growing(float)}  # acc[order]
+            "sorted_acc": Growing(float),  # acc[order]
+            "value": Growing(float)}  # acc[head]: what selection ranks by
         self._widest = 0.0  # how far below a head its ties can lie, at most
 
     def __getattr__(self, name: str) -> np.ndarray:
@@ -111,7 +112,8 @@ class NoiseTies:
         return len(self._columns["acc"])
 
     def values(self) -> np.ndarray:
-        return self.acc[self.head]
+        """Each row's accuracy replaced by its group head's (a view: no copy)."""
+        return self.value
 
     def extend(self, accuracies: np.ndarray, sizes: np.ndarray,
                bits: np.ndarray | None = None, counts: np.ndarray | None = None) -> bool:
@@ -135,7 +137,7 @@ class NoiseTies:
         first = len(self)
         columns = self._columns
         for name, values in (("acc", acc), ("sized", sized), ("low", low), ("high", high),
-                             ("head", np.arange(first, first + len(acc)))):
+                             ("head", np.arange(first, first + len(acc))), ("value", acc)):
             columns[name].extend(values)
         columns["counts"].extend(counts)
         columns["bits"].extend(np.zeros((len(acc), 0), np.uint8) if bits is None else bits)
@@ -169,6 +171,7 @@ class NoiseTies:
             hit = self._ties(heads, np.int64(row))
             if hit.any():
                 self.head[row] = heads[int(np.argmax(hit))]
+                self.value[row] = self.acc[self.head[row]]
                 return True
         before = self.head[self.order[at + 1:]]
         self._regroup(at)
@@ -204,6 +207,7 @@ class NoiseTies:
             if pos + 1 >= n or not open_[pos + 1:].any():
                 break
             pos = pos + 1 + int(np.argmax(open_[pos + 1:]))
+        self.value[rest] = self.acc[self.head[rest]]
 
     def _reach(self, h: int) -> float:
         """The lowest accuracy a row tied with head `h` can have."""
