@@ -77,10 +77,11 @@ class CostIndex:
         target = curve.curve[reach - 1, 1]
         if (self.second[ends] > target).any():  # a point beyond the front: not the pool's
             return None
-        column = np.repeat(np.arange(len(self.firsts)), np.diff(self.starts))
+        def column(positions: np.ndarray) -> np.ndarray:
+            return np.searchsorted(self.starts, positions, side="right") - 1
 
         def dist(positions: np.ndarray) -> np.ndarray:
-            dxs = dx[column[positions]]
+            dxs = dx[column(positions)]
             dy = self.second[positions] / scale[1] - a[1]
             return np.sqrt(dxs * dxs + dy * dy)
 
@@ -107,7 +108,7 @@ class CostIndex:
         w_min = w.min()
         if not w_min <= bound:
             return None
-        beaten = target[column[chosen]] > self.second[chosen]
+        beaten = target[column(chosen)] > self.second[chosen]
         some_beaten = len(twins) < n
         if some_beaten:
             w = np.where(beaten, w_max + 1.0 + w - w_min, w)
