@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from nas.search.strategy.growing import Growing
 from nas.search.strategy.pareto import ParetoCurve
 
 
@@ -25,10 +26,10 @@ class CostIndex:
     then by row."""
 
     def __init__(self, first: np.ndarray, second: np.ndarray) -> None:
-        rows = np.arange(len(first))
-        order = np.lexsort((rows, second, -first))
-        self.rows = order.astype(np.int64)
-        self.second = np.asarray(second, dtype=float)[order]
+        order = np.lexsort((np.arange(len(first)), second, -first))
+        self._rows, self._second = Growing(np.int64), Growing(float)
+        self._rows.extend(order)
+        self._second.extend(np.asarray(second, dtype=float)[order])
         sorted_first = np.asarray(first, dtype=float)[order]
         cut = np.flatnonzero(np.diff(sorted_first) != 0) + 1
         self.starts = np.concatenate([[0], cut, [len(order)]]).astype(np.int64)
@@ -37,7 +38,19 @@ class CostIndex:
         self._make_keys()
 
     def __len__(self) -> int:
-        return len(self.rows)
+        return len(self._rows)
+
+    @property
+    def rows(self) -> np.ndarray:
+        return self._rows.view
+
+    @property
+    def second(self) -> np.ndarray:
+        return self._second.view
+
+    @property
+    def key(self) -> np.ndarray:
+        return self._key.view
 
     def add(self, row: int, first: float, second: float) -> None:
         """Add the newest row (numbered after every other)."""
@@ -48,13 +61,13 @@ class CostIndex:
             self.starts = np.insert(self.starts, c, self.starts[c])
         lo, hi = self.starts[c], self.starts[c + 1]
         at = lo + int(np.searchsorted(self.second[lo:hi], second, side="right"))
-        self.rows = np.insert(self.rows, at, row)
-        self.second = np.insert(self.second, at, second)
+        self._rows.insert(at, row)
+        self._second.insert(at, second)
         self.starts[c + 1:] += 1
         if not self._low <= second <= self._high:
             self._make_keys()
             return
-        self.key = np.insert(self.key, at, c * self._span + (second - self._low))
+        self._key.insert(at, c * self._span + (second - self._low))
         if new_column:  # the columns after it are numbered one more
             self.key[at + 1:] += self._span
 
@@ -117,6 +130,21 @@ class CostIndex:
             return None
         return self.rows[chosen], w
 
+    def most_accurate(self, k: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """Rows (in no order) that hold every row among the k lowest of `best - accuracy`
+        (ranking by accuracy alone), with those weights: whole groups from the most
+        accurate down, until k rows and a strictly larger weight after them."""
+        n = len(self.rows)
+        if not 0 < k < n:
+            return None
+        weights = self.firsts[0] - self.firsts  # as `acc.max() - acc`, per group
+        c = int(np.searchsorted(self.starts[1:], k, side="left"))  # group of the k-th row
+        while c + 1 < len(self.firsts) and weights[c + 1] <= weights[c]:
+            c += 1  # rounding made the next group's weight equal: it competes too
+        end = self.starts[c + 1]
+        groups = np.repeat(np.arange(c + 1), np.diff(self.starts[: c + 2]))
+        return self.rows[:end], weights[groups]
+
     # ---------------------------------------------------------------- internals
 
     def _ranges(self, dx: np.ndarray, center: float, scale: float, k: int
@@ -167,7 +195,8 @@ class CostIndex:
         self._low, self._high = low - width, high + width  # room before a rebuild
         self._span = 2.0 * (self._high - self._low)
         column = np.repeat(np.arange(len(self.firsts)), np.diff(self.starts))
-        self.key = column * self._span + (self.second - self._low)
+        self._key = Growing(float)
+        self._key.extend(column * self._span + (self.second - self._low))
 
 
 def _spans(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:

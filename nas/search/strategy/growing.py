@@ -42,7 +42,7 @@ class Growing:
     def insert(self, at: int, value: object) -> None:
         """Insert one row before position `at` (a shift of the rows after it)."""
         self._reserve(self._size + 1)
-        self._buffer[at + 1: self._size + 1] = self._buffer[at: self._size].copy()
+        self._buffer[at + 1: self._size + 1] = self._buffer[at: self._size]  # numpy: overlap ok
         self._buffer[at] = value
         self._size += 1
 

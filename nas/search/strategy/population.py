@@ -10,7 +10,8 @@ of listing the study, so a proposal's bookkeeping stays flat as the study grows.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Collection, Sequence
+import itertools
+from collections.abc import Collection, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -41,19 +42,36 @@ class Finished:
         return {} if self.val_examples is None else {"val_examples": self.val_examples}
 
 
-class Population(list):
-    """The done candidates a proposal reads, by id, with their selection columns attached
-    (`columns`), so selection needs no pass over Python objects."""
+class Population(Sequence[Finished]):
+    """The done candidates a proposal reads, by id, with their selection columns
+    (`columns`), so selection needs no pass over Python objects. A view of the first
+    `count` of a list that only grows (the driver's kept rows): no copy per proposal."""
 
-    columns: Columns
+    def __init__(self, rows: list[Finished], columns: Columns, count: int | None = None
+                 ) -> None:
+        self._rows = rows
+        self._count = len(rows) if count is None else count
+        self.columns = columns
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return self._rows[: self._count][i]
+        if not -self._count <= i < self._count:
+            raise IndexError(i)
+        return self._rows[i % self._count]
+
+    def __iter__(self) -> Iterator[Finished]:
+        return itertools.islice(self._rows, self._count)
 
     def without(self, ids: Collection[int]) -> Population:
         """These candidates but those with the given ids (and their columns' rows)."""
         if not ids:
             return self
-        out = Population(c for c in self if c.id not in ids)
-        out.columns = self.columns.take(~np.isin(self.columns.ids, list(ids)))
-        return out
+        return Population([c for c in self if c.id not in ids],
+                          self.columns.take(~np.isin(self.columns.ids, list(ids))))
 
 
 class DoneCache:
@@ -90,9 +108,7 @@ class DoneCache:
             return None
         columns = self._columns.columns
         m = int(np.searchsorted(columns.ids, bound, side="right"))
-        out = Population(self._rows[:m])
-        out.columns = columns.take(slice(0, m))
-        return out
+        return Population(self._rows, columns.take(slice(0, m)), m)
 
     def done(self) -> list[Finished]:
         """Every done candidate read by the last `refresh`, by id."""

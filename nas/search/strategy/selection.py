@@ -310,7 +310,11 @@ def _lowest_rows(rows: np.ndarray, weights: np.ndarray, k: int) -> np.ndarray:
     at = np.flatnonzero(weights == kth)
     at = at[np.argsort(rows[at], kind="stable")[: k - len(below)]]
     chosen = np.concatenate([below, at])
-    return chosen[np.lexsort((rows[chosen], weights[chosen]))]
+    order = np.argsort(weights[chosen])
+    ranked = weights[chosen[order]]
+    if (ranked[1:] == ranked[:-1]).any():  # equal weights: by row, as `_lowest` orders them
+        order = np.lexsort((rows[chosen], weights[chosen]))
+    return chosen[order]
 
 
 def behind_tied_cheaper(weights: np.ndarray, points: Sequence[tuple[float, float]] | np.ndarray,
@@ -476,6 +480,16 @@ def _draw(pool: Columns, acc: np.ndarray, config: SelectionConfig,
     alive = np.ones(len(pool), dtype=bool)
     for _ in range(num):
         if rng.random() < config.p_accuracy_only:
+            kept = next((found for cost in config.costs if (found := index(cost))
+                         is not None), None) if index is not None and alive.all() else None
+            found = kept.most_accurate(top_k(len(pool), config)) if kept else None
+            if found is not None:  # the most accurate groups only
+                rows, w = found
+                top = _lowest_rows(rows, w, top_k(len(pool), config))
+                pick = _sample(rows[top], w[top], rng)
+                chosen.append(int(pool.ids[pick]))
+                alive[pick] = False
+                continue
             idx = np.flatnonzero(alive)
             weights = acc.max() - acc[idx]
         else:

@@ -98,7 +98,8 @@ class NoiseTies:
             "counts": Growing(np.int64),  # per-example results held (0: none)
             "bits": Growing(np.uint8, width=0), "head": Growing(np.int64),
             "order": Growing(np.int64),  # rows, most accurate first, then by row
-            "sorted_acc": Growing(float),  # acc[order]
+            "sorted_neg": Growing(float),  # -acc[order]: ascending, for searchsorted
+            "heads_sorted": Growing(bool),  # whether the row at each sorted place heads
             "value": Growing(float)}  # acc[head]: what selection ranks by
         self._widest = 0.0  # how far below a head its ties can lie, at most
 
@@ -143,7 +144,8 @@ class NoiseTies:
         columns["bits"].extend(np.zeros((len(acc), 0), np.uint8) if bits is None else bits)
         if first == 0 or len(acc) > _INCREMENTAL:
             order = np.lexsort((np.arange(len(self)), -self.acc))
-            for name, values in (("order", order), ("sorted_acc", self.acc[order])):
+            for name, values in (("order", order), ("sorted_neg", -self.acc[order]),
+                                 ("heads_sorted", np.ones(len(order), dtype=bool))):
                 columns[name] = Growing(columns[name].view.dtype)
                 columns[name].extend(values)
             self.head[:] = np.arange(len(self))
@@ -160,18 +162,19 @@ class NoiseTies:
         """Place the newest row (it sorts after every row at least as accurate); whether
         every other row kept its group."""
         a = self.acc[row]
-        at = int(np.searchsorted(-self.sorted_acc, -a, side="right"))
+        at = int(np.searchsorted(self.sorted_neg, -a, side="right"))
         self._columns["order"].insert(at, row)
-        self._columns["sorted_acc"].insert(at, a)
+        self._columns["sorted_neg"].insert(at, -a)
+        self._columns["heads_sorted"].insert(at, True)
         if self.sized[row]:
             # Heads more than the widest reach above cannot tie with it.
-            top = int(np.searchsorted(-self.sorted_acc, -(a + self._widest + 1e-9)))
-            above = self.order[top:at]
-            heads = above[self.head[above] == above]
+            top = int(np.searchsorted(self.sorted_neg, -(a + self._widest + 1e-9)))
+            heads = self.order[top:at][self.heads_sorted[top:at]]
             hit = self._ties(heads, np.int64(row))
             if hit.any():
                 self.head[row] = heads[int(np.argmax(hit))]
                 self.value[row] = self.acc[self.head[row]]
+                self.heads_sorted[at] = False
                 return True
         before = self.head[self.order[at + 1:]]
         self._regroup(at)
@@ -192,7 +195,7 @@ class NoiseTies:
         else:
             self.head[rest] = rest
             open_ = np.ones(n, dtype=bool)
-        neg_sorted = -self.sorted_acc
+        neg_sorted = self.sorted_neg
         pos = start + int(np.argmax(open_[start:])) if open_[start:].any() else n
         while pos < n:
             open_[pos] = False
@@ -208,6 +211,7 @@ class NoiseTies:
                 break
             pos = pos + 1 + int(np.argmax(open_[pos + 1:]))
         self.value[rest] = self.acc[self.head[rest]]
+        self.heads_sorted[start:] = self.head[rest] == rest
 
     def _reach(self, h: int) -> float:
         """The lowest accuracy a row tied with head `h` can have."""
