@@ -42,12 +42,8 @@ from nas.search.strategy import blocks as blocks_lib
 from nas.search.strategy import splits
 from nas.search.strategy.fidelity import RungPlan
 from nas.search.strategy.population import DoneCache, Population
-from nas.search.strategy.selection import (
-    Individual,
-    SelectionConfig,
-    Selector,
-    select_parents,
-)
+from nas.search.strategy.selection import Individual, SelectionConfig, select_parents
+from nas.search.strategy.selector import Selector
 from nas.search.strategy.settings import OPERATIONAL, candidate_train_config, validate_search
 from nas.train.checkpoint import load_variables, save_variables
 from nas.train.perf import count_params

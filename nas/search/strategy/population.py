@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 
 from nas.search.strategy.pareto import ParetoCurve
-from nas.search.strategy.selection import COSTS, OBJECTIVES, Columns, GrowingColumns, check_cost
+from nas.search.strategy.selection import COSTS, OBJECTIVES, Columns, check_cost
+from nas.search.strategy.selector import GrowingColumns
 
 
 @dataclasses.dataclass(frozen=True)

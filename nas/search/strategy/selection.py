@@ -13,15 +13,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from nas.search.strategy.closest import CostIndex
-from nas.search.strategy.growing import Growing
 from nas.search.strategy.pareto import ParetoCurve
-from nas.search.strategy.ties import NoiseTies
 
 # Objective name -> whether higher is better.
 OBJECTIVES: dict[str, bool] = {
@@ -106,37 +103,6 @@ class Columns:
                        {c: v[keep] for c, v in self.costs.items()}, self.examples[keep],
                        None if self.correct_counts is None else self.correct_counts[keep],
                        None if self.correct_bits is None else self.correct_bits[keep])
-
-
-class GrowingColumns:
-    """`Columns` that rows are appended to, in amortized constant time per row."""
-
-    def __init__(self) -> None:
-        self._ids = Growing(np.int64)
-        self._accuracy = Growing(float)
-        self._costs = {c: Growing(float) for c in COSTS}
-        self._examples = Growing(float)
-        self._counts = Growing(np.int64)
-        self._bits = Growing(np.uint8, width=0)
-
-    def extend(self, rows: Columns) -> None:
-        self._ids.extend(rows.ids)
-        self._accuracy.extend(rows.accuracy)
-        for c, column in self._costs.items():
-            column.extend(rows.costs[c])
-        self._examples.extend(rows.examples)
-        n = len(rows)
-        self._counts.extend(np.zeros(n, np.int64) if rows.correct_counts is None
-                            else rows.correct_counts)
-        self._bits.extend(np.zeros((n, 0), np.uint8) if rows.correct_bits is None
-                          else rows.correct_bits)
-
-    @property
-    def columns(self) -> Columns:
-        """The rows so far (views, no copy)."""
-        return Columns(self._ids.view, self._accuracy.view,
-                       {c: v.view for c, v in self._costs.items()}, self._examples.view,
-                       self._counts.view, self._bits.view)
 
 
 def _number(value: float | None) -> float:
@@ -358,175 +324,6 @@ def select_parents(
     the config and the generator state. `population` may be given as `Columns` (the
     driver keeps them as results come in), so a proposal makes no pass over objects.
     """
+    from nas.search.strategy.selector import Selector  # it builds on this module
+
     return Selector(config, closest=False).select(population, rng, num)
-
-
-class Selector:
-    """`select_parents` over a population that grows between calls (the driver's): the
-    rows reaching `min_acc` and their noise ties are kept, and a call with the same rows
-    plus new ones (by id) only adds those. Same parents as a fresh `select_parents`."""
-
-    def __init__(self, config: SelectionConfig | None = None, closest: bool = True) -> None:
-        self.config = config or SelectionConfig()
-        self.closest = closest  # keep closest-k indexes (worth it over many calls)
-        self._seen = np.zeros(0, dtype=np.int64)  # ids of the population last given
-        self._pool: GrowingColumns | None = None  # its rows reaching min_acc
-        self._ties = NoiseTies()  # of the pool's accuracies (when they do not age)
-        # cost -> the pool's front and how many of its rows it covers, while the ranked
-        # accuracies of covered rows stay as they were (no aging, no regrouping)
-        self._fronts: dict[str, tuple[ParetoCurve, int]] = {}
-        # cost -> the pool's points grouped for the closest-k search, kept under the same
-        # condition; cost -> how many of the pool's values are missing or not finite
-        self._indexes: dict[str, CostIndex] = {}
-        self._unusable = dict.fromkeys(COSTS, 0)
-
-    def select(self, population: Sequence[Individual] | Columns,
-               rng: np.random.Generator | None, num: int = 1) -> list[int]:
-        config = self.config
-        if rng is None:
-            raise ValueError("rng: pass a numpy.random.Generator so selection is reproducible")
-        if not len(population):
-            raise ValueError("population: empty; at least one trained candidate is needed")
-        pool = self._update(population if isinstance(population, Columns)
-                            else Columns.of(population))
-        if not len(pool):
-            raise ValueError(f"population: no individual reaches min_acc={config.min_acc}")
-        if isinstance(num, bool) or not isinstance(num, int) or not 1 <= num <= len(pool):
-            raise ValueError(f"num: must be an integer in [1, {len(pool)}], got {num!r}")
-        acc = self._accuracies(pool)
-        return _draw(pool, acc, config, rng, num, lambda cost: self._front(pool, acc, cost),
-                     lambda cost: self._index(pool, acc, cost))
-
-    def _update(self, columns: Columns) -> Columns:
-        """The pool of `columns`: the kept one plus the rows new since the last call."""
-        known = len(self._seen)
-        if (self._pool is None or len(columns) < known
-                or not np.array_equal(columns.ids[:known], self._seen)):
-            self._pool, self._ties, self._fronts, known = None, NoiseTies(), {}, 0
-            self._indexes, self._unusable = {}, dict.fromkeys(COSTS, 0)
-        new = columns.take(slice(known, None))
-        if self.config.min_acc is not None:
-            new = new.take(new.accuracy >= self.config.min_acc)
-        if self._pool is None:
-            self._pool = GrowingColumns()
-        before = len(self._pool.columns)
-        self._pool.extend(new)
-        for cost in COSTS:
-            self._unusable[cost] += int(np.sum(~np.isfinite(new.costs[cost])))
-        kept = self.config.generations_to_live <= 0
-        if self.config.noise_ties and kept:
-            kept = self._ties.extend(new.accuracy, new.examples, new.correct_bits,
-                                     new.correct_counts)
-        if not kept:
-            self._fronts, self._indexes = {}, {}
-        pool = self._pool.columns
-        if self._indexes and len(new):
-            acc = self._ties.values()
-            for cost, index in self._indexes.items():
-                second = pool.costs[cost] * (1.0 if OBJECTIVES[cost] else -1.0)
-                for row in range(before, len(pool)):
-                    index.add(row, float(acc[row]), float(second[row]))
-        self._seen = columns.ids
-        return pool
-
-    def _index(self, pool: Columns, acc: np.ndarray, cost: str) -> CostIndex | None:
-        """The pool's closest-k index for `cost`; None where it does not apply (values
-        missing or not finite, aging, ties off)."""
-        if (not self.closest or self._unusable[cost] or self.config.generations_to_live > 0
-                or not self.config.noise_ties):
-            return None
-        if cost not in self._indexes:
-            second = pool.costs[cost] * (1.0 if OBJECTIVES[cost] else -1.0)
-            self._indexes[cost] = CostIndex(acc, second)
-        return self._indexes[cost]
-
-    def _front(self, pool: Columns, acc: np.ndarray, cost: str) -> ParetoCurve:
-        """The front of (ranked accuracy, cost) over the whole pool: the kept front with the
-        rows added since (the same curve as from every point: dropped points stay
-        dominated)."""
-        values = pool.costs[cost]
-        curve, covered = self._fronts.get(cost, (None, 0))
-        rows = np.arange(covered, len(pool))
-        rows = rows[~np.isnan(values[rows])]
-        points = np.stack([acc[rows], values[rows]], axis=1)
-        if curve is not None:
-            points = np.concatenate([curve.points, points]) if len(rows) else curve.points
-        if curve is None or len(rows):
-            curve = ParetoCurve(points, (True, OBJECTIVES[cost]))
-        self._fronts[cost] = (curve, len(pool))
-        return curve
-
-    def _accuracies(self, pool: Columns) -> np.ndarray:
-        """What the ranking reads: accuracy after aging, tie groups at their head's value."""
-        if not self.config.noise_ties:
-            return _aged(pool.ids, pool.accuracy, self.config)
-        if self.config.generations_to_live <= 0:
-            return self._ties.values()
-        ties = NoiseTies()  # aged accuracies change with every newer row: regrouped
-        ties.extend(_aged(pool.ids, pool.accuracy, self.config), pool.examples,
-                    pool.correct_bits, pool.correct_counts)
-        return ties.values()
-
-
-def _draw(pool: Columns, acc: np.ndarray, config: SelectionConfig,
-          rng: np.random.Generator, num: int,
-          front: Callable[[str], ParetoCurve] | None = None,
-          index: Callable[[str], CostIndex | None] | None = None) -> list[int]:
-    """`num` distinct parents, each from the front of accuracy against a cost drawn per
-    parent (or from accuracy alone). `front(cost)`: the whole pool's front, if kept;
-    `index(cost)`: its closest-k index, if kept (the first parent reads only the rows
-    near the anchor; the same parent as measuring every row)."""
-    chosen: list[int] = []
-    alive = np.ones(len(pool), dtype=bool)
-    for _ in range(num):
-        if rng.random() < config.p_accuracy_only:
-            kept = next((found for cost in config.costs if (found := index(cost))
-                         is not None), None) if index is not None and alive.all() else None
-            found = kept.most_accurate(top_k(len(pool), config)) if kept else None
-            if found is not None:  # the most accurate groups only
-                rows, w = found
-                top = _lowest_rows(rows, w, top_k(len(pool), config))
-                pick = _sample(rows[top], w[top], rng)
-                chosen.append(int(pool.ids[pick]))
-                alive[pick] = False
-                continue
-            idx = np.flatnonzero(alive)
-            weights = acc.max() - acc[idx]
-        else:
-            cost = config.costs[int(rng.integers(len(config.costs)))]
-            kept = index(cost) if index is not None and front is not None and \
-                alive.all() and config.balanced else None
-            curve = anchor = None
-            if kept is not None:  # the rows near the anchor only, when the checks hold
-                curve = front(cost)
-                anchor = curve.sample_point(rng)
-                k = top_k(len(pool), config)
-                found = kept.closest(curve, anchor, config.normalize, k)
-                if found is not None:
-                    rows, w = found
-                    top = _lowest_rows(rows, w, k)
-                    pick = _sample(rows[top], w[top], rng)
-                    chosen.append(int(pool.ids[pick]))
-                    alive[pick] = False
-                    continue
-            values = pool.costs[cost]
-            idx = np.flatnonzero(alive & ~np.isnan(values))
-            if not len(idx):
-                raise ValueError(f"population: no individual has a value for cost {cost!r}")
-            first, cost_values = acc[idx], values[idx]
-            if not np.isfinite(cost_values).all():
-                raise ValueError(f"population: cost {cost!r} must be finite, got "
-                                 f"{float(cost_values[~np.isfinite(cost_values)][0])}")
-            if curve is None:
-                curve = (front(cost) if front is not None and alive.all() else ParetoCurve(
-                    np.stack([first, cost_values], axis=1), (True, OBJECTIVES[cost])))
-                anchor = curve.sample_point(rng) if config.balanced else None
-            # In the curve's frame (accuracy, cost negated when lower is better): exact.
-            second = cost_values * (1.0 if OBJECTIVES[cost] else -1.0)
-            weights, reach = curve.column_weights(first, second, config.normalize, anchor)
-            if config.noise_ties:  # `behind_tied_cheaper`, reusing the reach
-                weights = _behind(weights, curve.curve[reach - 1, 1] > second)
-        pick = int(idx[sample_from_weights(np.asarray(weights, dtype=float), config, rng)])
-        chosen.append(int(pool.ids[pick]))
-        alive[pick] = False
-    return chosen
