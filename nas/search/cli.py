@@ -50,6 +50,7 @@ prints "extending the search in DIR from N to M candidates" and trains the rest.
 
 from __future__ import annotations
 
+import gc
 import os
 import re
 import signal
@@ -57,6 +58,7 @@ import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from absl import app, flags, logging
@@ -384,13 +386,28 @@ def _count_interrupts() -> list[int]:
     the command with the interrupted line and exit 130."""
     received: list[int] = []
 
-    def on_sigint(signum: int, frame: object) -> None:
+    def on_sigint(signum: int, frame: FrameType | None) -> None:
         received.append(signum)
+        if _swallowing(frame):  # raised here it would print "Exception ignored" and vanish
+            threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGINT)).start()
+            return
         raise KeyboardInterrupt
 
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, on_sigint)
     return received
+
+
+def _swallowing(frame: FrameType | None) -> bool:
+    """Whether Python would swallow an exception raised in `frame`: inside a garbage
+    collector callback (jax registers one) or a `__del__`, where it is printed as
+    "Exception ignored in ..." with its traceback, and lost."""
+    callbacks = {getattr(cb, "__code__", None) for cb in gc.callbacks}
+    while frame is not None:
+        if frame.f_code in callbacks or frame.f_code.co_name == "__del__":
+            return True
+        frame = frame.f_back
+    return False
 
 
 def main() -> None:

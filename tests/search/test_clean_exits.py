@@ -148,3 +148,29 @@ def test_a_larger_budget_extends_a_finished_search_and_says_so(tmp_path):
                                            f"candidates"), more.stdout
     with Study.load(workdir) as study:
         assert sum(study.counts().values()) == 2 and study.counts()["done"] >= 1
+
+
+SIGINT_IN_GC_CALLBACK = """
+import gc, signal, time
+from nas.search.cli import _count_interrupts
+received = _count_interrupts()
+def callback(phase, info):
+    if phase == "start" and not received:
+        signal.raise_signal(signal.SIGINT)
+gc.callbacks.append(callback)
+try:
+    gc.collect()
+    time.sleep(30)
+    print("not interrupted")
+except KeyboardInterrupt:
+    print("interrupted")
+"""
+
+
+def test_ctrl_c_inside_a_gc_callback_is_delivered_after_it_without_a_traceback():
+    """jax runs a callback on every garbage collection; Ctrl-C landing there used to print
+    "Exception ignored in: <function _xla_gc_callback>" with a traceback (and be lost)."""
+    r = subprocess.run([sys.executable, "-c", SIGINT_IN_GC_CALLBACK], capture_output=True,
+                       text=True, env=_env(), timeout=120)
+    assert r.stdout.strip() == "interrupted", r.stdout + r.stderr
+    assert "Traceback" not in r.stderr and "Exception ignored" not in r.stderr, r.stderr
