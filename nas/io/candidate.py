@@ -154,6 +154,20 @@ def load_candidate(path: str | os.PathLike) -> ExportedCandidate:
 _ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
 
 
+def read_graph_or_export(path: str | os.PathLike) -> ExportedCandidate | bytes:
+    """The exported candidate in `path` (`load_candidate`), or else the file's text for
+    `nas.graph.serialize.load`. Why one place: `nas-train --graph` and `search.seed_graph`
+    accept both and must tell them apart alike (a truncated export is a damaged archive,
+    not bad JSON). OSError: the file cannot be read; ValueError: a damaged export."""
+    from nas.graph import serialize
+
+    export = zipfile.is_zipfile(path) or starts_as_zip(path)
+    text, doc = (b"", None) if export else serialize.read_json_file(path)
+    if export or (isinstance(doc, dict) and doc.get("format") == "nas-candidate"):
+        return load_candidate(path)
+    return text
+
+
 def starts_as_zip(path: str | os.PathLike) -> bool:
     """Whether the file begins like a zip archive. Why: `zipfile.is_zipfile` looks only at
     the end, so a truncated export would otherwise be read as JSON and reported as a

@@ -32,7 +32,6 @@ from __future__ import annotations
 import os
 import re
 import sys
-import zipfile
 from collections.abc import Sequence
 from typing import Any
 
@@ -168,22 +167,18 @@ def read_graph_file(path: str) -> tuple[Any, dict[str, Any], dict[str, Any] | No
     by `nas-search export` (`nas.io`) brings its trained weights and the settings it was
     trained with; a plain serialized graph brings neither (None, None)."""
     from nas.graph import serialize
-    from nas.io import load_candidate
-    from nas.io.candidate import starts_as_zip
+    from nas.io.candidate import read_graph_or_export
 
     try:
-        export = zipfile.is_zipfile(path) or starts_as_zip(path)
-        text, doc = (b"", None) if export else serialize.read_json_file(path)
+        found = read_graph_or_export(path)
     except OSError as e:
         raise UserError(f"--graph: cannot read {path}: {e.strerror}") from None
-    if export or (isinstance(doc, dict) and doc.get("format") == "nas-candidate"):
-        try:
-            cand = load_candidate(path)
-        except ValueError as e:  # its messages name the file and the field
-            raise UserError(f"--graph: {e}") from None
-        return cand.graph, cand.constants, cand.variables, cand.train_config
+    except ValueError as e:  # its messages name the file and the field
+        raise UserError(f"--graph: {e}") from None
+    if not isinstance(found, bytes):
+        return found.graph, found.constants, found.variables, found.train_config
     try:  # not JSON, or not a graph: serialize.load says why
-        graph, constants = serialize.load(text)
+        graph, constants = serialize.load(found)
     except ValueError as e:
         raise UserError(f"--graph: {path}: {e}") from None
     return graph, constants, None, None

@@ -7,7 +7,6 @@ instead of from a zoo model.
 
 from __future__ import annotations
 
-import zipfile
 from typing import Any
 
 FIELD = "config field 'search.seed_graph'"
@@ -19,22 +18,18 @@ def read_seed_graph(path: str) -> tuple[Any, dict[str, Any], dict[str, Any] | No
     An exported candidate brings its weights (a version 1 export, those of its
     `checkpoint_path`, which must still exist); a plain graph JSON brings none."""
     from nas.graph import serialize
-    from nas.io import load_candidate
-    from nas.io.candidate import starts_as_zip
+    from nas.io.candidate import read_graph_or_export
 
     try:
-        export = zipfile.is_zipfile(path) or starts_as_zip(path)
-        text, doc = (b"", None) if export else serialize.read_json_file(path)
+        found = read_graph_or_export(path)
     except OSError as e:
         raise ValueError(f"{FIELD}: cannot read {path}: {e.strerror}") from None
-    if export or (isinstance(doc, dict) and doc.get("format") == "nas-candidate"):
-        try:
-            cand = load_candidate(path)
-        except ValueError as e:
-            raise ValueError(f"{FIELD}: {e}") from None
-        return cand.graph, dict(cand.constants), cand.variables
+    except ValueError as e:
+        raise ValueError(f"{FIELD}: {e}") from None
+    if not isinstance(found, bytes):
+        return found.graph, dict(found.constants), found.variables
     try:
-        graph, constants = serialize.load(text)
+        graph, constants = serialize.load(found)
     except ValueError as e:
         raise ValueError(f"{FIELD}: {path} is not a graph JSON or an exported candidate: "
                          f"{e}") from None
