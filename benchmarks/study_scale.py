@@ -16,7 +16,8 @@ start-up to exit, in a fresh process).
 Built studies are cached under --cache (default /tmp/nas_study_scale_v2/N; 100,000 takes
 minutes to build) and measured on a copy, so the cache stays as built. Timings are
 medians of --repeats proposals (the first proposal of a driver, which reads the
-population once, is reported apart as "first proposal").
+population once, is reported apart as "first proposal"). The sizes' drivers take turns
+proposal by proposal, so "per proposal / smallest" compares them under the same load.
 """
 
 from __future__ import annotations
@@ -126,33 +127,44 @@ def one_proposal(driver: Any, bar: Any, graph_json: str, fingerprint: str) -> in
                      seed=int(rng.integers(2**31 - 1)), state={"proposals": k + 1})
 
 
-def measure_driver(workdir: str, n: int, repeats: int) -> dict[str, float]:
+def measure_drivers(workdirs: dict[int, str], repeats: int) -> dict[int, dict[str, float]]:
+    """Per proposal and claim + result, for every size at once: the drivers take turns,
+    proposal by proposal, so each size sees the same machine load and their ratio holds on
+    a shared machine whose speed drifts."""
     from tqdm import tqdm
 
     from nas.search.execution.driver import Driver
 
     graph_json = zoo_graphs()[0]
-    start = time.perf_counter()
-    driver = Driver(search_config(n + 10 * repeats), workdir)
-    out = {"driver start": time.perf_counter() - start}
-    bar = tqdm(total=n, disable=True)
-    proposals, results = [], []
+    out: dict[int, dict[str, float]] = {}
+    drivers = {}
+    for n, workdir in workdirs.items():
+        start = time.perf_counter()
+        drivers[n] = Driver(search_config(n + 10 * repeats), workdir)
+        out[n] = {"driver start": time.perf_counter() - start}
+    bar = tqdm(total=1, disable=True)
+    proposals: dict[int, list[float]] = {n: [] for n in drivers}
+    results: dict[int, list[float]] = {n: [] for n in drivers}
     for r in range(repeats + 1):
-        start = time.perf_counter()
-        cid = one_proposal(driver, bar, graph_json, f"scale-{r:012x}")
-        proposals.append(time.perf_counter() - start)
-        start = time.perf_counter()
-        claimed = driver.study.claim(worker="bench:1")
-        driver.study.tell(claimed.id, {"accuracy": 0.8, "flops": 1e7, "params": 1e5,
-                                       "val_examples": 143}, worker="bench:1")
-        results.append(time.perf_counter() - start)
-        assert claimed.id == cid
-    out["first proposal"] = proposals[0]
-    out["per proposal"] = statistics.median(proposals[1:])
-    out["per proposal, best"] = min(proposals[1:])  # the least disturbed by other load
-    out["claim + result"] = statistics.median(results[1:])
-    out["claim + result, best"] = min(results[1:])
-    driver.study.close()
+        for n, driver in drivers.items():
+            start = time.perf_counter()
+            cid = one_proposal(driver, bar, graph_json, f"scale-{r:012x}")
+            proposals[n].append(time.perf_counter() - start)
+            start = time.perf_counter()
+            claimed = driver.study.claim(worker="bench:1")
+            driver.study.tell(claimed.id, {"accuracy": 0.8, "flops": 1e7, "params": 1e5,
+                                           "val_examples": 143}, worker="bench:1")
+            results[n].append(time.perf_counter() - start)
+            assert claimed.id == cid
+    smallest = statistics.median(proposals[min(drivers)][1:])
+    for n, driver in drivers.items():
+        out[n]["first proposal"] = proposals[n][0]
+        out[n]["per proposal"] = statistics.median(proposals[n][1:])
+        out[n]["per proposal, best"] = min(proposals[n][1:])  # the least disturbed
+        out[n]["per proposal / smallest"] = out[n]["per proposal"] / smallest
+        out[n]["claim + result"] = statistics.median(results[n][1:])
+        out[n]["claim + result, best"] = min(results[n][1:])
+        driver.study.close()
     return out
 
 
@@ -168,8 +180,7 @@ def timed_subprocess(argv: list[str], timeout: float) -> float | None:
 PARTS = ("summary", "report", "rerun", "driver", "finished-check")
 
 
-def measure(n: int, cache: str, repeats: int, timeout: float, parts: tuple[str, ...]
-            ) -> dict[str, Any]:
+def measure(n: int, cache: str, timeout: float, parts: tuple[str, ...]) -> dict[str, Any]:
     """The figures of one study size. The report is written before the rerun, as the
     search that finished wrote it, so the rerun finds it (and says where it is)."""
     from nas.search import Study
@@ -208,9 +219,18 @@ def measure(n: int, cache: str, repeats: int, timeout: float, parts: tuple[str, 
         report_state.is_current(study)
         out["finished check"] = time.perf_counter() - start
         study.close()
-    if "driver" in parts:
-        out.update(measure_driver(workdir, n, repeats))
     shutil.rmtree(workdir, ignore_errors=True)
+    return out
+
+
+def copies(sizes: list[int], cache: str) -> dict[int, str]:
+    """A fresh copy of each size's cached study, for the drivers to add to."""
+    out = {}
+    for n in sizes:
+        source = cached(n, cache)
+        out[n] = source + ".drive"
+        shutil.rmtree(out[n], ignore_errors=True)
+        shutil.copytree(source, out[n])
     return out
 
 
@@ -218,7 +238,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000, 100000])
     parser.add_argument("--cache", default="/tmp/nas_study_scale_v2")
-    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=100)
     parser.add_argument("--report-timeout", type=float, default=900.0,
                         help="seconds before the report or the rerun is given up on")
     parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS),
@@ -231,13 +251,20 @@ def main() -> None:
         return
     results = {}
     for n in args.sizes:
-        results[n] = measure(n, args.cache, args.repeats, args.report_timeout,
-                             tuple(args.parts))
+        results[n] = measure(n, args.cache, args.report_timeout, tuple(args.parts))
         print(f"{n}: {results[n]}", flush=True)
-    rows = ["per proposal", "per proposal, best", "first proposal", "claim + result",
+    if "driver" in args.parts:
+        workdirs = copies(args.sizes, args.cache)
+        for n, figures in measure_drivers(workdirs, args.repeats).items():
+            results[n].update(figures)
+            print(f"{n}: {figures}", flush=True)
+        for workdir in workdirs.values():
+            shutil.rmtree(workdir, ignore_errors=True)
+    rows = ["per proposal", "per proposal / smallest", "per proposal, best",
+            "first proposal", "claim + result",
             "claim + result, best", "driver start", "summary",
             "report", "report MB", "rerun finished", "finished check", "study file MB"]
-    print(f"{'candidates':<16}" + "".join(f"{n:>14,}" for n in args.sizes))
+    print(f"{'candidates':<24}" + "".join(f"{n:>14,}" for n in args.sizes))
     for row in rows:
         cells = []
         for n in args.sizes:
@@ -246,13 +273,15 @@ def main() -> None:
                 cells.append(f"{'-':>14}")
             elif value is None:
                 cells.append(f"{'> ' + format(args.report_timeout, 'g') + ' s':>14}")
+            elif row.endswith("smallest"):
+                cells.append(f"{value:>13.2f}x")
             elif row.endswith("MB"):
                 cells.append(f"{value:>14.1f}")
             elif value < 1.0:
                 cells.append(f"{value * 1e3:>11.2f} ms")
             else:
                 cells.append(f"{value:>12.2f} s")
-        print(f"{row:<16}" + "".join(cells))
+        print(f"{row:<24}" + "".join(cells))
 
 
 if __name__ == "__main__":

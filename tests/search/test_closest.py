@@ -31,7 +31,7 @@ def test_an_index_grown_row_by_row_is_the_index_built_at_once():
     for row in range(1000, 3000):
         grown.add(row, float(first[row]), float(second[row]))
     whole = CostIndex(first, second)
-    for name in ("rows", "second", "starts", "firsts"):
+    for name in ("rows", "by_row", "second", "starts", "firsts"):
         assert np.array_equal(getattr(grown, name), getattr(whole, name)), name
 
 

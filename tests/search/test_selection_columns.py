@@ -8,7 +8,15 @@ import pytest
 
 from nas.search import Individual, ParetoCurve, SelectionConfig, select_parents
 from nas.search.strategy.intervals import tied, tied_accuracies
-from nas.search.strategy.selection import Columns, age, aged_accuracies, behind_tied_cheaper
+from nas.search.strategy.selection import (
+    Columns,
+    _lowest,
+    _lowest_rows,
+    _sample,
+    age,
+    aged_accuracies,
+    behind_tied_cheaper,
+)
 from nas.search.strategy.ties import NoiseTies
 
 
@@ -119,3 +127,26 @@ def test_columns_refuse_what_individuals_refuse():
     with pytest.raises(ValueError, match="wilson: accuracy must be a fraction"):
         NoiseTies().extend(np.array([1.5, 0.5]), np.array([10.0, 10.0]))
     assert math.isnan(pop.costs["params"][0])
+
+
+def test_the_draw_is_numpy_choice_and_any_row_order_ranks_alike():
+    """The draw's own inverse CDF picks what `Generator.choice(top, p=...)` picked (and
+    leaves the generator where it did), and the k lowest of rows given in any order are
+    those `_lowest` finds over rows in order: parents as before these were made faster."""
+    rng = np.random.default_rng(0)
+    for trial in range(3000):
+        n = int(rng.integers(1, 200))
+        w = rng.random(n) if trial % 3 else rng.integers(0, 4, n).astype(float)  # ties
+        top = rng.permutation(5 * n)[:n]
+        seed = int(rng.integers(2**31))
+        ours, numpy_ = np.random.default_rng(seed), np.random.default_rng(seed)
+        span = float(w.max() - w.min())
+        p = np.power(10.0, -((w - w.min()) / span if span > 0 else np.zeros_like(w)))
+        assert _sample(top, w, ours) == int(numpy_.choice(top, p=p / p.sum())), trial
+        assert ours.random() == numpy_.random()
+        k = int(rng.integers(1, n + 1))
+        order = np.argsort(top)
+        want = order[_lowest(w[order], k)]  # rows in order: ties by row
+        assert np.array_equal(_lowest_rows(top, w, k), want), trial
+        kth = float(np.sort(w)[k - 1])
+        assert np.array_equal(_lowest_rows(top, w, k, kth), want), trial

@@ -23,12 +23,14 @@ from nas.search.strategy.pareto import ParetoCurve
 class CostIndex:
     """One cost's points of a pool (rows 0..n-1), grouped by ranked accuracy (`first`,
     descending), each group sorted by the standardized cost (`second`: higher is better),
-    then by row."""
+    then by row; and the same groups with their rows in row order (`by_row`)."""
 
     def __init__(self, first: np.ndarray, second: np.ndarray) -> None:
         order = np.lexsort((np.arange(len(first)), second, -first))
         self._rows, self._second = Growing(np.int64), Growing(float)
         self._rows.extend(order)
+        self._by_row = Growing(np.int64)
+        self._by_row.extend(np.argsort(-np.asarray(first, dtype=float), kind="stable"))
         self._second.extend(np.asarray(second, dtype=float)[order])
         sorted_first = np.asarray(first, dtype=float)[order]
         cut = np.flatnonzero(np.diff(sorted_first) != 0) + 1
@@ -43,6 +45,10 @@ class CostIndex:
     @property
     def rows(self) -> np.ndarray:
         return self._rows.view
+
+    @property
+    def by_row(self) -> np.ndarray:
+        return self._by_row.view
 
     @property
     def second(self) -> np.ndarray:
@@ -63,6 +69,7 @@ class CostIndex:
         at = lo + int(np.searchsorted(self.second[lo:hi], second, side="right"))
         self._rows.insert(at, row)
         self._second.insert(at, second)
+        self._by_row.insert(hi, row)  # the newest row: last of its group
         self.starts[c + 1:] += 1
         if not self._low <= second <= self._high:
             self._make_keys()
@@ -72,11 +79,11 @@ class CostIndex:
             self.key[at + 1:] += self._span
 
     def closest(self, curve: ParetoCurve, anchor: np.ndarray, normalize: bool, k: int
-                ) -> tuple[np.ndarray, np.ndarray] | None:
+                ) -> tuple[np.ndarray, np.ndarray, float] | None:
         """Rows (in no order) that hold every row among the k lowest of the selection
         weights (distance to `anchor`, rows that a strictly cheaper, tied-or-better one
-        beats pushed behind: `selection._behind`), with their weights; None when a check
-        fails (then measure every row)."""
+        beats pushed behind: `selection._behind`), with their weights and the k-th lowest
+        of them; None when a check fails (then measure every row)."""
         n = len(self.rows)
         if not 0 < k < n:
             return None
@@ -93,8 +100,8 @@ class CostIndex:
         def column(positions: np.ndarray) -> np.ndarray:
             return np.searchsorted(self.starts, positions, side="right") - 1
 
-        def dist(positions: np.ndarray) -> np.ndarray:
-            dxs = dx[column(positions)]
+        def dist(positions: np.ndarray, columns: np.ndarray | None = None) -> np.ndarray:
+            dxs = dx[column(positions) if columns is None else columns]
             dy = self.second[positions] / scale[1] - a[1]
             return np.sqrt(dxs * dxs + dy * dy)
 
@@ -113,27 +120,32 @@ class CostIndex:
             return None
         at = np.minimum(np.searchsorted(inside, twins), max(len(inside) - 1, 0))
         extra = twins if not len(inside) else twins[inside[at] != twins]  # `inside` ascends
-        chosen = np.sort(np.concatenate([inside, extra])) if len(extra) else inside
-        w = dist(chosen)
+        chosen = np.concatenate([inside, extra])
+        columns = np.concatenate([np.repeat(np.arange(len(lo)), hi - lo), column(extra)])
+        w = dist(chosen, columns)
         w_max = float(max(dist(edges).max(), w.max()))
         outside = np.concatenate([dist(left), dist(right)])
         bound = float(outside.min()) if len(outside) else np.inf
         w_min = w.min()
         if not w_min <= bound:
             return None
-        beaten = target[column(chosen)] > self.second[chosen]
+        beaten = target[columns] > self.second[chosen]
         some_beaten = len(twins) < n
         if some_beaten:
             w = np.where(beaten, w_max + 1.0 + w - w_min, w)
             bound = w_max + 1.0 + bound - w_min
-        if len(w) < k or not np.partition(w, k - 1)[k - 1] < bound:
+        if len(w) < k:
             return None
-        return self.rows[chosen], w
+        kth = float(np.partition(w, k - 1)[k - 1])
+        if not kth < bound:
+            return None
+        return self.rows[chosen], w, kth
 
     def most_accurate(self, k: int) -> tuple[np.ndarray, np.ndarray] | None:
-        """Rows (in no order) that hold every row among the k lowest of `best - accuracy`
-        (ranking by accuracy alone), with those weights: whole groups from the most
-        accurate down, until k rows and a strictly larger weight after them."""
+        """Rows that hold every row among the k lowest of `best - accuracy` (ranking by
+        accuracy alone), with those weights: whole groups from the most accurate down,
+        until k rows and a strictly larger weight after them. In the order the draw ranks
+        them (by weight, then row) where group weights differ: their sort is one pass."""
         n = len(self.rows)
         if not 0 < k < n:
             return None
@@ -143,7 +155,7 @@ class CostIndex:
             c += 1  # rounding made the next group's weight equal: it competes too
         end = self.starts[c + 1]
         groups = np.repeat(np.arange(c + 1), np.diff(self.starts[: c + 2]))
-        return self.rows[:end], weights[groups]
+        return self.by_row[:end], weights[groups]
 
     # ---------------------------------------------------------------- internals
 

@@ -103,7 +103,8 @@ class Selector:
         """The pool of `columns`: the kept one plus the rows new since the last call."""
         known = len(self._seen)
         if (self._pool is None or len(columns) < known
-                or not np.array_equal(columns.ids[:known], self._seen)):
+                or not (_same_start(columns.ids, self._seen)
+                        or np.array_equal(columns.ids[:known], self._seen))):
             self._pool, self._ties, self._fronts, known = None, NoiseTies(), {}, 0
             self._indexes, self._unusable = {}, dict.fromkeys(COSTS, 0)
         new = columns.take(slice(known, None))
@@ -125,9 +126,9 @@ class Selector:
         if self._indexes and len(new):
             acc = self._ties.values()
             for cost, index in self._indexes.items():
-                second = pool.costs[cost] * (1.0 if OBJECTIVES[cost] else -1.0)
+                second = pool.costs[cost][before:] * (1.0 if OBJECTIVES[cost] else -1.0)
                 for row in range(before, len(pool)):
-                    index.add(row, float(acc[row]), float(second[row]))
+                    index.add(row, float(acc[row]), float(second[row - before]))
         self._seen = columns.ids
         return pool
 
@@ -170,6 +171,13 @@ class Selector:
         return ties.values()
 
 
+def _same_start(ids: np.ndarray, seen: np.ndarray) -> bool:
+    """Whether `ids` starts with `seen` because both view the same buffer from its start
+    (the driver's `GrowingColumns`, which only appends): no pass over 100,000 ids."""
+    return (ids.base is not None and ids.base is seen.base
+            and ids.ctypes.data == seen.ctypes.data and ids.strides == seen.strides)
+
+
 def _draw(pool: Columns, acc: np.ndarray, config: SelectionConfig,
           rng: np.random.Generator, num: int,
           front: Callable[[str], ParetoCurve] | None = None,
@@ -205,8 +213,8 @@ def _draw(pool: Columns, acc: np.ndarray, config: SelectionConfig,
                 k = top_k(len(pool), config)
                 found = kept.closest(curve, anchor, config.normalize, k)
                 if found is not None:
-                    rows, w = found
-                    top = _lowest_rows(rows, w, k)
+                    rows, w, kth = found
+                    top = _lowest_rows(rows, w, k, kth)
                     pick = _sample(rows[top], w[top], rng)
                     chosen.append(int(pool.ids[pick]))
                     alive[pick] = False
