@@ -223,6 +223,7 @@ class LocalExecutor:
         # owner_pid: an orphaned worker (its driver was killed) stops instead of training on.
         future = self._pool.submit(train_or_failure, **kwargs, **self._share,
                                    owner_pid=os.getpid())
+        _watch_new_workers(self._pool)
         self._inflight[future] = (candidate_id, kwargs, time.monotonic())
 
     def running(self) -> int:
@@ -321,6 +322,17 @@ class LocalExecutor:
         self._inflight.clear()
         self._suspects.clear()
         del self._pool, self._counter  # the last references: semaphores go now
+
+
+def _watch_new_workers(pool: cf.ProcessPoolExecutor) -> None:
+    """Wakes the pool's manager thread after a submit, so it watches a worker process that
+    the submit started. Why: CPython 3.11 wakes it before starting the process, so a
+    worker that dies before any other result arrives was noticed only then: a candidate
+    killed beside one training for an hour was reported an hour late (and a pool whose
+    other workers were idle hung)."""
+    wakeup = getattr(pool, "_executor_manager_thread_wakeup", None)
+    if wakeup is not None:
+        wakeup.wakeup()
 
 
 @contextlib.contextmanager
