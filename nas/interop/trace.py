@@ -126,28 +126,44 @@ def _nnx_fn(model: Any, call_kwargs: Mapping[str, Any],
             calls: list[layer_rules.LayerCall]) -> tuple[Callable, Any]:
     from flax import nnx
 
+    modules = list(nnx.iter_modules(model))
     paths = {id(m): "/".join(str(p) for p in path) or type(model).__name__
-             for path, m in nnx.iter_modules(model)}
+             for path, m in modules}
 
     def fn(x: Any) -> Any:
         return model(x, **call_kwargs)
 
-    return fn, _patched_nnx(paths, calls)
+    return fn, _patched_nnx(paths, {type(m) for _, m in modules}, calls)
 
 
 @contextlib.contextmanager
-def _patched_nnx(paths: dict[int, str], calls: list[layer_rules.LayerCall]) -> Iterator[None]:
-    """The known NNX layer classes' `__call__` recorded while tracing (restored after)."""
-    originals = {cls: cls.__call__ for cls in layer_rules.nnx_classes()}
+def _patched_nnx(paths: dict[int, str], classes: set[type],
+                 calls: list[layer_rules.LayerCall]) -> Iterator[None]:
+    """While tracing, every module of the model runs inside a name scope of its path (so
+    the code between its layers is named after it, as linen names it), and the known NNX
+    layer classes' calls are recorded. Each class's own `__call__` is patched, restored
+    after."""
+    layer_classes = set(layer_rules.nnx_classes())
+    owners = {next((c for c in cls.__mro__ if "__call__" in vars(c)), None)
+              for cls in classes} - {None, object} | layer_classes
+    originals = {cls: cls.__call__ for cls in owners}
+    entered: list[str] = []  # paths of the modules being called, outermost first
 
     def wrap(cls: type, original: Callable) -> Callable:
         def call(self: Any, *args: Any, **kwargs: Any) -> Any:
-            if type(self) is not cls or id(self) not in paths:
+            path = paths.get(id(self))
+            if path is None or (entered and entered[-1] == path):  # super().__call__
                 return original(self, *args, **kwargs)
-            layer = layer_rules.nnx_call(self, paths[id(self)], args, kwargs)
-            with jax.named_scope(paths[id(self)]):
-                out = original(self, *args, **kwargs)
-                return out if layer is None else _record(calls, layer, out)
+            layer = (layer_rules.nnx_call(self, path, args, kwargs)
+                     if cls in layer_classes and type(self) is cls else None)
+            outer = entered[-1] + "/" if entered else ""
+            entered.append(path)
+            try:
+                with jax.named_scope(path[len(outer):] if path.startswith(outer) else path):
+                    out = original(self, *args, **kwargs)
+            finally:
+                entered.pop()
+            return out if layer is None else _record(calls, layer, out)
         return call
 
     try:

@@ -228,3 +228,52 @@ def test_an_nnx_model_in_training_mode_is_refused():
     model = models.NnxCNN(rngs=nnx.Rngs(0))  # nnx layers start in training mode
     with pytest.raises(ValueError, match=r"bn \(flax.nnx.BatchNorm\).*model.eval\(\)"):
         nas.from_flax(model, models.example())
+
+
+class _NNXBlock(nnx.Module):
+    def __init__(self, rngs: nnx.Rngs) -> None:
+        self.conv = nnx.Conv(8, 8, (3, 3), rngs=rngs)
+
+    def __call__(self, x):
+        return nnx.relu(self.conv(x)) + x  # plain code between layers
+
+
+class _NNXNet(nnx.Module):
+    def __init__(self, rngs: nnx.Rngs) -> None:
+        self.stem = nnx.Conv(3, 8, (3, 3), rngs=rngs)
+        self.blocks = nnx.List([_NNXBlock(rngs), _NNXBlock(rngs)])
+        self.head = nnx.Linear(8, 10, rngs=rngs)
+
+    def __call__(self, x):
+        x = self.stem(x)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x.mean(axis=(1, 2)))
+
+
+class _LinenBlock(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        return nn.relu(nn.Conv(8, (3, 3))(x)) + x
+
+
+class _LinenNet(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        x = nn.Conv(8, (3, 3))(x)
+        x = _LinenBlock()(x)
+        x = _LinenBlock()(x)
+        return nn.Dense(10)(x.mean(axis=(1, 2)))
+
+
+def test_code_between_layers_is_named_after_its_module_in_nnx_as_in_linen():
+    x = jnp.ones((2, 8, 8, 3))
+    nnx_names = [op.name for op in nas.from_flax(_NNXNet(nnx.Rngs(0)), x).graph.ops]
+    linen = _LinenNet()
+    linen_names = [op.name for op in nas.from_flax(
+        linen, x, variables=linen.init(jax.random.PRNGKey(0), x)).graph.ops]
+    assert nnx_names == ["stem", "blocks/0/conv", "blocks/0/relu", "blocks/0/add",
+                         "blocks/1/conv", "blocks/1/relu", "blocks/1/add", "mean", "head"]
+    assert linen_names == ["Conv_0", "_LinenBlock_0/Conv_0", "_LinenBlock_0/relu",
+                           "_LinenBlock_0/add", "_LinenBlock_1/Conv_0", "_LinenBlock_1/relu",
+                           "_LinenBlock_1/add", "mean", "Dense_0"]
