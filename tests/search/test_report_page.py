@@ -188,6 +188,20 @@ def test_page_renders_in_a_browser_and_sorts(study_dir, tmp_path):
     assert svgs >= 2 + 2 + 2 * 2  # scatters, progress, per-candidate diagrams and curves
 
 
+def _probe(page: str, script: str, tmp_path) -> dict:
+    """What `script` (which fills a variable `out`) read from `page` rendered in the
+    browser, handed back through a base64 attribute of the body."""
+    import base64
+
+    path = tmp_path / "probe.html"
+    path.write_text(page.replace("</body>", script.replace("</script>", """
+  document.body.setAttribute('data-probe', btoa(unescape(encodeURIComponent(
+      JSON.stringify(out)))));
+</script></body>""")))
+    dom = _dump_dom(_browser(), path)
+    return json.loads(base64.b64decode(re.search(r'data-probe="([^"]*)"', dom).group(1)))
+
+
 _EXPLAINS_PROBE = """<script>
   function text(sel){ var e = document.querySelector(sel); return e ? e.textContent : ''; }
   var kid = document.getElementById('cand-KID');
@@ -209,9 +223,7 @@ _EXPLAINS_PROBE = """<script>
   var out = {points: points, readable: readable, fronts: fronts, covered: covered,
              legend: text('#cand-KID .symbols'), best_head: text('#best h2'),
              best_rows: document.querySelectorAll('#best-table tbody tr').length};
-  document.body.setAttribute('data-probe', btoa(unescape(encodeURIComponent(
-      JSON.stringify(out)))));
-</script></body>"""
+</script>"""
 
 
 @pytest.mark.skipif(_browser() is None, reason="no headless browser (chromium) installed; "
@@ -220,14 +232,9 @@ def test_page_explains_itself_in_a_browser(study_dir, tmp_path):
     """Rendered: a curve of several points, ops named for people, symbolic sizes explained,
     the fronts each candidate is on (the costs the search ranked by), k best, and no
     legend over a data point."""
-    import base64
-
     workdir, seed, kid, child = study_dir
     page = (workdir / "report" / "report.html").read_text()
-    path = tmp_path / "probe.html"
-    path.write_text(page.replace("</body>", _EXPLAINS_PROBE.replace("KID", str(kid))))
-    dom = _dump_dom(_browser(), path)
-    probe = json.loads(base64.b64decode(re.search(r'data-probe="([^"]*)"', dom).group(1)))
+    probe = _probe(page, _EXPLAINS_PROBE.replace("KID", str(kid)), tmp_path)
     assert probe["points"] >= 5, probe  # training-batch and eval accuracy by step
     fresh = [r for r in probe["readable"] if f"new in candidate {kid}, generation 1" in r]
     assert fresh and all(not r.startswith("gen") for r in probe["readable"]), probe
@@ -275,9 +282,7 @@ _NOISE_PROBE = """<script>
   out.progress = Array.from(document.querySelectorAll('svg.progress text')).map(
     function(t){ return t.textContent; });
   out.images = document.querySelectorAll('img').length;
-  document.body.setAttribute('data-probe', btoa(unescape(encodeURIComponent(
-      JSON.stringify(out)))));
-</script></body>"""
+</script>"""
 
 
 @pytest.mark.skipif(_browser() is None, reason="no headless browser (chromium) installed; "
@@ -287,14 +292,9 @@ def test_page_shows_noise_the_seed_and_the_recommendation(study_dir, tmp_path):
     child and labelled, the recommended child is marked, the axes name the validation
     accuracy, each candidate on a front says how it compares with the seed, and the fronts
     are not shown a second time as an image."""
-    import base64
-
     workdir, seed, kid, _ = study_dir
     page = (workdir / "report" / "report.html").read_text()
-    path = tmp_path / "probe.html"
-    path.write_text(page.replace("</body>", _NOISE_PROBE))
-    dom = _dump_dom(_browser(), path)
-    probe = json.loads(base64.b64decode(re.search(r'data-probe="([^"]*)"', dom).group(1)))
+    probe = _probe(page, _NOISE_PROBE, tmp_path)
     assert probe["charts"], probe
     for chart in probe["charts"]:
         assert chart["bars"] == chart["points"] >= 2, chart
