@@ -10,7 +10,6 @@ from nas.search import Individual, ParetoCurve, SelectionConfig, select_parents
 from nas.search.strategy.intervals import tied, tied_accuracies
 from nas.search.strategy.selection import (
     Columns,
-    _lowest,
     _lowest_rows,
     _sample,
     age,
@@ -132,7 +131,8 @@ def test_columns_refuse_what_individuals_refuse():
 def test_the_draw_is_numpy_choice_and_any_row_order_ranks_alike():
     """The draw's own inverse CDF picks what `Generator.choice(top, p=...)` picked (and
     leaves the generator where it did), and the k lowest of rows given in any order are
-    those `_lowest` finds over rows in order: parents as before these were made faster."""
+    those a full sort by (weight, row) puts first: parents as before these were made
+    faster."""
     rng = np.random.default_rng(0)
     for trial in range(3000):
         n = int(rng.integers(1, 200))
@@ -145,8 +145,7 @@ def test_the_draw_is_numpy_choice_and_any_row_order_ranks_alike():
         assert _sample(top, w, ours) == int(numpy_.choice(top, p=p / p.sum())), trial
         assert ours.random() == numpy_.random()
         k = int(rng.integers(1, n + 1))
-        order = np.argsort(top)
-        want = order[_lowest(w[order], k)]  # rows in order: ties by row
+        want = np.lexsort((top, w))[:k]  # by weight, ties by row
         assert np.array_equal(_lowest_rows(top, w, k), want), trial
         kth = float(np.sort(w)[k - 1])
         assert np.array_equal(_lowest_rows(top, w, k, kth), want), trial

@@ -238,7 +238,7 @@ def sample_from_weights(
     n = len(weights)
     if n == 0:
         raise ValueError("population: nothing to select from")
-    top = _lowest(np.asarray(weights), top_k(n, config))
+    top = _lowest_rows(np.arange(n), np.asarray(weights), top_k(n, config))
     return _sample(top, weights[top], rng)
 
 
@@ -260,26 +260,13 @@ def _sample(top: np.ndarray, w: np.ndarray, rng: np.random.Generator) -> int:
     return int(top[np.searchsorted(cdf, rng.random(), side="right")])
 
 
-def _lowest(weights: np.ndarray, k: int) -> np.ndarray:
-    """`np.argsort(weights, kind="stable")[:k]` without sorting all n: the k-th value by
-    partition, then a stable sort of those at or below it."""
-    if k >= len(weights):
-        return np.argsort(weights, kind="stable")
-    kth = np.partition(weights, k - 1)[k - 1]
-    below = np.flatnonzero(weights < kth)
-    at = np.flatnonzero(weights == kth)[: k - len(below)]
-    chosen = np.sort(np.concatenate([below, at]))
-    return chosen[np.argsort(weights[chosen], kind="stable")]
-
-
 def _lowest_rows(rows: np.ndarray, weights: np.ndarray, k: int, kth: float | None = None
                  ) -> np.ndarray:
-    """`_lowest` of rows given in any order: positions (into `rows`) of the k lowest
-    weights, by weight, equal weights by row, as `_lowest` orders them by index. `kth`:
-    the k-th lowest weight, if known.
-
-    Sorted stably in the order given, which is fast when it comes in runs (the closest-k
-    index gives each accuracy group's rows by cost, so distances fall then rise)."""
+    """Positions (into `rows`, given in any order) of the k lowest weights, by weight,
+    equal weights by row: `np.lexsort((rows, weights))[:k]` without sorting all of them
+    (the k-th weight by partition, if `kth` does not give it). Sorted stably in the order
+    given, which is fast when it comes in runs (the closest-k index gives each accuracy
+    group's rows by cost, so distances fall then rise)."""
     if kth is None:
         kth = np.partition(weights, k - 1)[k - 1]
     keep = weights < kth

@@ -185,58 +185,63 @@ def _draw(pool: Columns, acc: np.ndarray, config: SelectionConfig,
     """`num` distinct parents, each from the front of accuracy against a cost drawn per
     parent (or from accuracy alone). `front(cost)`: the whole pool's front, if kept;
     `index(cost)`: its closest-k index, if kept (the first parent reads only the rows
-    near the anchor; the same parent as measuring every row)."""
+    near the anchor; the same parent as measuring every row). Both apply to the whole
+    pool only, so not once a parent is taken out of it."""
     chosen: list[int] = []
     alive = np.ones(len(pool), dtype=bool)
+    k = top_k(len(pool), config)
     for _ in range(num):
-        if rng.random() < config.p_accuracy_only:
-            kept = next((found for cost in config.costs if (found := index(cost))
-                         is not None), None) if index is not None and alive.all() else None
-            found = kept.most_accurate(top_k(len(pool), config)) if kept else None
-            if found is not None:  # the most accurate groups only
-                rows, w = found
-                top = _lowest_rows(rows, w, top_k(len(pool), config))
-                pick = _sample(rows[top], w[top], rng)
-                chosen.append(int(pool.ids[pick]))
-                alive[pick] = False
-                continue
-            idx = np.flatnonzero(alive)
-            weights = acc.max() - acc[idx]
-        else:
-            cost = config.costs[int(rng.integers(len(config.costs)))]
-            kept = index(cost) if index is not None and front is not None and \
-                alive.all() and config.balanced else None
-            curve = anchor = None
-            if kept is not None:  # the rows near the anchor only, when the checks hold
-                curve = front(cost)
-                anchor = curve.sample_point(rng)
-                k = top_k(len(pool), config)
-                found = kept.closest(curve, anchor, config.normalize, k)
-                if found is not None:
-                    rows, w, kth = found
-                    top = _lowest_rows(rows, w, k, kth)
-                    pick = _sample(rows[top], w[top], rng)
-                    chosen.append(int(pool.ids[pick]))
-                    alive[pick] = False
-                    continue
-            values = pool.costs[cost]
-            idx = np.flatnonzero(alive & ~np.isnan(values))
-            if not len(idx):
-                raise ValueError(f"population: no individual has a value for cost {cost!r}")
-            first, cost_values = acc[idx], values[idx]
-            if not np.isfinite(cost_values).all():
-                raise ValueError(f"population: cost {cost!r} must be finite, got "
-                                 f"{float(cost_values[~np.isfinite(cost_values)][0])}")
-            if curve is None:
-                curve = (front(cost) if front is not None and alive.all() else ParetoCurve(
-                    np.stack([first, cost_values], axis=1), (True, OBJECTIVES[cost])))
-                anchor = curve.sample_point(rng) if config.balanced else None
-            # In the curve's frame (accuracy, cost negated when lower is better): exact.
-            second = cost_values * (1.0 if OBJECTIVES[cost] else -1.0)
-            weights, reach = curve.column_weights(first, second, config.normalize, anchor)
-            if config.noise_ties:  # `behind_tied_cheaper`, reusing the reach
-                weights = _behind(weights, curve.curve[reach - 1, 1] > second)
-        pick = int(idx[sample_from_weights(np.asarray(weights, dtype=float), config, rng)])
-        chosen.append(int(pool.ids[pick]))
-        alive[pick] = False
+        whole = bool(alive.all())
+        row = _draw_row(pool, acc, config, rng, alive, k, front if whole else None,
+                        index if whole else None)
+        chosen.append(int(pool.ids[row]))
+        alive[row] = False
     return chosen
+
+
+def _draw_row(pool: Columns, acc: np.ndarray, config: SelectionConfig,
+              rng: np.random.Generator, alive: np.ndarray, k: int,
+              front: Callable[[str], ParetoCurve] | None,
+              index: Callable[[str], CostIndex | None] | None) -> int:
+    """One parent's row among the `alive` ones (`_draw`)."""
+    if rng.random() < config.p_accuracy_only:
+        kept = next((found for cost in config.costs if (found := index(cost))
+                     is not None), None) if index is not None else None
+        found = kept.most_accurate(k) if kept else None
+        if found is not None:  # the most accurate groups only
+            rows, w = found
+            top = _lowest_rows(rows, w, k)
+            return _sample(rows[top], w[top], rng)
+        idx = np.flatnonzero(alive)
+        weights = acc.max() - acc[idx]
+    else:
+        cost = config.costs[int(rng.integers(len(config.costs)))]
+        kept = index(cost) if index is not None and front is not None and \
+            config.balanced else None
+        curve = anchor = None
+        if kept is not None:  # the rows near the anchor only, when the checks hold
+            curve = front(cost)
+            anchor = curve.sample_point(rng)
+            found = kept.closest(curve, anchor, config.normalize, k)
+            if found is not None:
+                rows, w, kth = found
+                top = _lowest_rows(rows, w, k, kth)
+                return _sample(rows[top], w[top], rng)
+        values = pool.costs[cost]
+        idx = np.flatnonzero(alive & ~np.isnan(values))
+        if not len(idx):
+            raise ValueError(f"population: no individual has a value for cost {cost!r}")
+        first, cost_values = acc[idx], values[idx]
+        if not np.isfinite(cost_values).all():
+            raise ValueError(f"population: cost {cost!r} must be finite, got "
+                             f"{float(cost_values[~np.isfinite(cost_values)][0])}")
+        if curve is None:
+            curve = (front(cost) if front is not None else ParetoCurve(
+                np.stack([first, cost_values], axis=1), (True, OBJECTIVES[cost])))
+            anchor = curve.sample_point(rng) if config.balanced else None
+        # In the curve's frame (accuracy, cost negated when lower is better): exact.
+        second = cost_values * (1.0 if OBJECTIVES[cost] else -1.0)
+        weights, reach = curve.column_weights(first, second, config.normalize, anchor)
+        if config.noise_ties:  # `behind_tied_cheaper`, reusing the reach
+            weights = _behind(weights, curve.curve[reach - 1, 1] > second)
+    return int(idx[sample_from_weights(np.asarray(weights, dtype=float), config, rng)])
