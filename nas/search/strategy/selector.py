@@ -126,7 +126,7 @@ class Selector:
         if self._indexes and len(new):
             acc = self._ties.values()
             for cost, index in self._indexes.items():
-                second = pool.costs[cost][before:] * (1.0 if OBJECTIVES[cost] else -1.0)
+                second = _higher_better(pool.costs[cost][before:], cost)
                 for row in range(before, len(pool)):
                     index.add(row, float(acc[row]), float(second[row - before]))
         self._seen = columns.ids
@@ -139,7 +139,7 @@ class Selector:
                 or not self.config.noise_ties):
             return None
         if cost not in self._indexes:
-            second = pool.costs[cost] * (1.0 if OBJECTIVES[cost] else -1.0)
+            second = _higher_better(pool.costs[cost], cost)
             self._indexes[cost] = CostIndex(acc, second)
         return self._indexes[cost]
 
@@ -169,6 +169,11 @@ class Selector:
         ties.extend(_aged(pool.ids, pool.accuracy, self.config), pool.examples,
                     pool.correct_bits, pool.correct_counts)
         return ties.values()
+
+
+def _higher_better(values: np.ndarray, cost: str) -> np.ndarray:
+    """`cost`'s values in the front's frame: negated where lower is better."""
+    return values * (1.0 if OBJECTIVES[cost] else -1.0)
 
 
 def _same_start(ids: np.ndarray, seen: np.ndarray) -> bool:
@@ -240,7 +245,7 @@ def _draw_row(pool: Columns, acc: np.ndarray, config: SelectionConfig,
                 np.stack([first, cost_values], axis=1), (True, OBJECTIVES[cost])))
             anchor = curve.sample_point(rng) if config.balanced else None
         # In the curve's frame (accuracy, cost negated when lower is better): exact.
-        second = cost_values * (1.0 if OBJECTIVES[cost] else -1.0)
+        second = _higher_better(cost_values, cost)
         weights, reach = curve.column_weights(first, second, config.normalize, anchor)
         if config.noise_ties:  # `behind_tied_cheaper`, reusing the reach
             weights = _behind(weights, curve.curve[reach - 1, 1] > second)
