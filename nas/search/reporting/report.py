@@ -572,15 +572,12 @@ def _table(study: Study, listed: Sequence[Candidate], by_id: dict[int, Candidate
            total: int) -> str:
     """The sortable candidate table: every candidate, or (`large`) those shown in detail,
     with a pointer to report.csv and the dashboard for the rest."""
-    def row_link(i: int) -> str:
-        return f'<a href="#c{i}">{i}</a>' if i in rows_at else str(i)
-
     rows = []
     for c in listed:
-        ident = f'<a href="#cand-{c.id}">{c.id}</a>' if c.id in shown else str(c.id)
         cells = [
-            f'<td id="c{c.id}">{ident}</td>',
-            f"<td>{row_link(c.parent_id)}</td>" if c.parent_id is not None else "<td></td>",
+            f'<td id="c{c.id}">{_link(c.id, shown, "cand-")}</td>',
+            f"<td>{_link(c.parent_id, rows_at, 'c')}</td>" if c.parent_id is not None
+            else "<td></td>",
             *(f"<td>{esc(_fmt(v))}</td>" for v in (
                 c.generation, c.status, val_accuracy_text(c), reported_test_text(c), c.loss,
                 c.flops, c.params, c.im_sec_core_train, c.im_sec_core_infer, c.epochs,
@@ -588,8 +585,8 @@ def _table(study: Study, listed: Sequence[Candidate], by_id: dict[int, Candidate
             f'<td class="l" title="{esc(" | ".join(r["reason"] or "" for r in c.rungs))}">'
             f'{esc(rung_summary(c))}</td>',
             f'<td class="l">{esc(c.worker or "")}</td>',
-            '<td class="l">' + " → ".join(row_link(i) for i in lineage(c.id, by_id))
-            + "</td>",
+            '<td class="l">' + " → ".join(_link(i, rows_at, "c")
+                                          for i in lineage(c.id, by_id)) + "</td>",
             f'<td class="l" title="{esc(c.error or "")}">{esc((c.error or "")[:120])}</td>',
         ]  # fmt: skip
         cls = f"{c.status} front" if c.id in front_ids else c.status
