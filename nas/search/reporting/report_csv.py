@@ -15,7 +15,7 @@ from operator import attrgetter
 from pathlib import Path
 
 from nas.atomic import atomic_write_with
-from nas.search.reporting.highlights import Highlights, front_of, ranked_costs
+from nas.search.reporting.highlights import Highlights
 from nas.search.store import recommend
 from nas.search.store.candidate import Candidate
 from nas.search.strategy import paired
@@ -80,21 +80,20 @@ def to_csv(study: object, candidates: Sequence[Candidate] | None = None) -> str:
     """Every candidate as one CSV row (`on_front`: 1 if on a front the search ranked by)."""
     cands = list(study.candidates(with_graphs=False) if candidates is None  # type: ignore[attr-defined]
                  else candidates)
-    front = {c.id for cost in ranked_costs(study) for c in front_of(cands, cost)}
-    pairs = recommend.Comparisons.of(study)
-    seed = recommend.seed_of(cands)
-    chosen = recommend.recommend(cands, pairs, recommend.margin_pt(
-        getattr(study, "config", None))).candidate
     buf = io.StringIO()
-    csv.writer(buf, lineterminator="\n").writerows(csv_rows(cands, front, seed, pairs, chosen))
+    csv.writer(buf, lineterminator="\n").writerows(_rows(cands, Highlights.of(study, cands, 0)))
     return buf.getvalue()
+
+
+def _rows(candidates: Iterable[Candidate], marks: Highlights) -> Iterator[list]:
+    return csv_rows(candidates, marks.front_ids, marks.seed, marks.pairs, marks.recommended)
 
 
 def write_csv(path: str | os.PathLike, candidates: Iterable[Candidate], marks: Highlights
               ) -> Path:
     """`to_csv`'s text streamed to `path` atomically, with the fronts, the seed and the
     recommendation already found (`marks`)."""
-    rows = csv_rows(candidates, marks.front_ids, marks.seed, marks.pairs, marks.recommended)
+    rows = _rows(candidates, marks)
 
     def write(f: io.BufferedIOBase) -> None:
         text = io.TextIOWrapper(f, encoding="utf-8", newline="", write_through=False)
