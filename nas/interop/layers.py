@@ -159,12 +159,18 @@ def _arrays(tree: Mapping[str, Any] | None, path: str, kind: str) -> dict[str, n
     return {k: np.asarray(v) for k, v in (tree or {}).items()}
 
 
-def _other(path: str, kind: str, reason: str | None, padding: Any = None) -> None:
-    """Refuse a layer with no IR op (None: it is traced through into primitives)."""
-    if reason:
-        raise ValueError(f"layer {path} ({kind}): {reason}")
-    if padding == "CIRCULAR":
-        raise ValueError(f"layer {path} ({kind}): circular padding has no IR op")
+def _traced_through(layer: Any, path: str, kind: str, others: Mapping[type, str]) -> bool:
+    """Whether a call of `layer` is traced through into primitives rather than imported as
+    one op: a layer with no IR op of its own (`others`: its class -> the reason it is
+    refused, "" where primitives express it), or one given its own matmul or convolution
+    (`_injected`)."""
+    if type(layer) in others:
+        if others[type(layer)]:
+            raise ValueError(f"layer {path} ({kind}): {others[type(layer)]}")
+        if getattr(layer, "padding", None) == "CIRCULAR":
+            raise ValueError(f"layer {path} ({kind}): circular padding has no IR op")
+        return True
+    return _injected(layer)
 
 
 def _einsum_call(path: str, kind: str, module_id: int, x: Any, spec: str,
@@ -190,8 +196,6 @@ def _injected(layer: Any) -> bool:
     """Whether the layer was given its own matmul or convolution function (quantization
     libraries do): the IR op would compute the plain one, so such a call is traced through
     and what the function computes is imported (or refused)."""
-    import jax
-
     defaults = (None, jax.lax.dot_general, jax.lax.conv_general_dilated)
     return any(getattr(layer, f, None) not in defaults for f in (
         "dot_general", "dot_general_cls", "conv_general_dilated", "conv_general_dilated_cls"))
@@ -202,11 +206,7 @@ def linen_call(module: Any, args: tuple, kwargs: Mapping[str, Any]) -> LayerCall
     for one traced through into primitives."""
     path = "/".join(module.path) or type(module).__name__
     kind = f"flax.linen.{type(module).__name__}"
-    others = _linen_others()
-    if type(module) in others:
-        _other(path, kind, others[type(module)], getattr(module, "padding", None))
-        return None
-    if _injected(module):
+    if _traced_through(module, path, kind, _linen_others()):
         return None
     op_type = _linen_types()[type(module)]
     if type(module).__name__ == "Einsum":
@@ -249,11 +249,7 @@ def nnx_call(layer: Any, path: str, args: tuple, kwargs: Mapping[str, Any]
     """The IR op for a call of a known NNX layer, read from the layer's own state; None for
     one traced through into primitives."""
     kind = f"flax.nnx.{type(layer).__name__}"
-    others = _nnx_others()
-    if type(layer) in others:
-        _other(path, kind, others[type(layer)], getattr(layer, "padding", None))
-        return None
-    if _injected(layer):
+    if _traced_through(layer, path, kind, _nnx_others()):
         return None
     op_type = _nnx_types()[type(layer)]
     if op_type is OpType.DENSE_GENERAL:
