@@ -62,3 +62,14 @@ def test_report_of_empty_study_and_summary(tmp_path):
         "--out=candidate_1.zip"
     by_id = {c.id: c for c in study.candidates()}
     assert lineage(4, by_id) == [1, 2, 3, 4]
+
+
+def test_the_seed_among_the_best_is_one_row(tmp_path):
+    """The seed in the best k is printed once, in its place, and the header does not say
+    that a last row was added for it."""
+    study = _study(tmp_path)
+    lines = summary(study, k=5).splitlines()
+    rows = lines[3:lines.index(next(ln for ln in lines if ln.startswith("recommended:")))]
+    assert [r.split()[0] for r in rows] == ["3", "2", "1"]
+    assert sum("(seed)" in r for r in rows) == 1
+    assert "the last row is the seed" not in lines[1]

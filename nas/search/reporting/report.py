@@ -203,7 +203,10 @@ def summary(study: Study, k: int = 5, *, candidates: Sequence[Candidate] | None 
             else study.candidates("done", with_graphs=False))  # metrics only: a large study
     seed = next((c for c in done if c.parent_id is None), None)
     pairs = marks.pairs if marks is not None else recommend.Comparisons.of(study)
-    shown = list(best) + ([seed] if seed is not None and seed not in best else [])
+    # by id: `best` rows are read whole, `done` without graphs, so the same candidate's two
+    # records are not equal, and the seed among the best would be printed twice
+    shown = list(best) + ([seed] if seed is not None
+                          and seed.id not in {c.id for c in best} else [])
     rows = [
         (f"{c.id} (seed)" if seed is not None and c.id == seed.id else c.id, c.parent_id,
          c.generation, val_accuracy_text(c), reported_test_text(c),
