@@ -73,3 +73,37 @@ def test_the_seed_among_the_best_is_one_row(tmp_path):
     assert [r.split()[0] for r in rows] == ["3", "2", "1"]
     assert sum("(seed)" in r for r in rows) == 1
     assert "the last row is the seed" not in lines[1]
+
+
+def _corner_study(tmp_path, log_x):
+    """The seed at the top right (most FLOPs, most accurate), children down to the
+    bottom left: every label sits at an edge."""
+    study = Study.create(tmp_path)
+    spread = 100.0 if log_x else 2.0
+    rows = [(0.95, 8e6), (0.60, 8e6 / spread), (0.80, 8e6 / spread ** 0.5), (0.94, 7.9e6)]
+    for i, (acc, flops) in enumerate(rows):
+        cid = study.add(json.dumps({"i": i}), parent_id=None if i == 0 else 1)
+        study.claim("w", cid)
+        study.tell(cid, {"accuracy": acc, "flops": flops, "params": flops / 100,
+                         "val_examples": 143})
+    return study
+
+
+def test_the_fronts_png_labels_stay_inside_the_plot(tmp_path):
+    from nas.search.reporting.report import pareto_figure
+
+    for log_x in (False, True):
+        study = _corner_study(tmp_path / str(log_x), log_x)
+        fig = pareto_figure(study)
+        renderer = fig.canvas.get_renderer()
+        plots = [ax for ax in fig.axes if ax.get_xlabel() in ("FLOPs", "parameters")]
+        assert len(plots) == 2
+        for ax in plots:  # not the colour bars
+            box = ax.get_window_extent(renderer)
+            texts = [t for t in ax.texts if t.get_text()]
+            assert {t.get_text() for t in texts} >= {"seed 1", "2", "3"}, [t.get_text()
+                                                                     for t in texts]
+            for t in texts:
+                e = t.get_window_extent(renderer)
+                assert (box.x0 <= e.x0 and e.x1 <= box.x1 and box.y0 <= e.y0
+                        and e.y1 <= box.y1), (log_x, ax.get_xlabel(), t.get_text(), e, box)

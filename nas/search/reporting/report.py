@@ -20,6 +20,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from nas.atomic import atomic_write_bytes, atomic_write_text
 from nas.search.reporting.highlights import (  # noqa: F401 - public here too
@@ -78,6 +79,14 @@ def plot_png(study: Study, candidates: Sequence[Candidate] | None = None, *,
     """PNG of accuracy vs FLOPs and vs params: all done candidates, front, parent->child
     (past `SCALE_LIMIT`: the population as density, the front and the seed over it).
     `fronts`: fronts already found, by cost (the others are found here)."""
+    buf = io.BytesIO()
+    pareto_figure(study, candidates, fronts=fronts).savefig(buf, format="png")
+    return buf.getvalue()
+
+
+def pareto_figure(study: Study, candidates: Sequence[Candidate] | None = None, *,
+                  fronts: dict[str, list[Candidate]] | None = None) -> Any:
+    """The matplotlib `Figure` that `plot_png` saves (its labels are measurable)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
@@ -115,14 +124,10 @@ def plot_png(study: Study, candidates: Sequence[Candidate] | None = None, *,
                         yerr=[[max(c.accuracy - e[0], 0.0) for c, e in bars],  # rounding
                               [max(e[1] - c.accuracy, 0.0) for c, e in bars]],  # at 0 / 1
                         fmt="none", ecolor="0.6", elinewidth=0.8, capsize=2, zorder=1.5)
-        for c in done:  # the seed on top of everything, labelled
-            if c.parent_id is None:
-                ax.scatter([getattr(c, cost)], [c.accuracy], marker="s", s=40, color="black",
-                           zorder=6)
-                ax.annotate(f"seed {c.id}", (getattr(c, cost), c.accuracy), fontsize=8,
-                            fontweight="bold", xytext=(4, -10), textcoords="offset points",
-                            zorder=6, bbox={"boxstyle": "square,pad=0.1", "fc": "white",
-                                            "alpha": 0.8, "lw": 0})  # legible over density
+        seeds = [c for c in done if c.parent_id is None]
+        for c in seeds:  # the seed on top of everything (labelled below)
+            ax.scatter([getattr(c, cost)], [c.accuracy], marker="s", s=40, color="black",
+                       zorder=6)
         ax.step(
             [getattr(c, cost) for c in front],
             [c.accuracy for c in front],
@@ -133,11 +138,19 @@ def plot_png(study: Study, candidates: Sequence[Candidate] | None = None, *,
             [c.accuracy for c in front],
             s=60, facecolors="none", edgecolors="tab:red", linewidths=1.5, zorder=4,
         )  # fmt: skip
-        for c in front:
-            ax.annotate(str(c.id), (getattr(c, cost), c.accuracy), fontsize=7,
-                        xytext=(3, 3), textcoords="offset points")  # fmt: skip
         if log_x:
             ax.set_xscale("log")
+        # labels last, once the limits are known, each turned to stay inside the plot
+        for c in front:
+            if c.parent_id is None:  # "seed N" names it
+                continue
+            _label_inside(ax, str(c.id), (getattr(c, cost), c.accuracy), (3, 3),
+                          fontsize=7)
+        for c in seeds:
+            _label_inside(ax, f"seed {c.id}", (getattr(c, cost), c.accuracy), (4, -3),
+                          fontsize=8, fontweight="bold", zorder=6,
+                          bbox={"boxstyle": "square,pad=0.1", "fc": "white", "alpha": 0.8,
+                                "lw": 0})  # legible over density
         ax.set_xlabel(label)
         ax.set_ylabel("validation accuracy")
         ax.set_title(f"validation accuracy vs {label} (red: Pareto front)")  # no legend over data
@@ -150,9 +163,24 @@ def plot_png(study: Study, candidates: Sequence[Candidate] | None = None, *,
         bar.update_ticks()
     # fixed margins: tight_layout measures every tick label, 0.6 s of a large report
     fig.subplots_adjust(left=0.06, right=0.98, bottom=0.12, top=0.92, wspace=0.22)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    return buf.getvalue()
+    return fig
+
+
+def _label_inside(ax: Any, text: str, xy: tuple[float, float], offset: tuple[float, float],
+                  **style: Any) -> None:
+    """Annotate `xy` with `text` at `offset` points, mirrored to the other side of the
+    point where the label would run past the plot's right or bottom / top edge (a seed
+    with the most FLOPs is at the right edge). Reads the axes' limits: call it after
+    every data artist (and the scale) is set."""
+    fx, fy = ax.transAxes.inverted().transform(ax.transData.transform(xy))
+    dx, dy = offset
+    if fx > 0.75:  # room for about a quarter of the width on the right, not a label
+        dx = -dx
+    if (dy < 0 and fy < 0.15) or (dy > 0 and fy > 0.88):
+        dy = -dy
+    ax.annotate(text, xy, xytext=(dx, dy), textcoords="offset points",
+                ha="right" if dx < 0 else "left", va="top" if dy < 0 else "bottom",
+                **style)
 
 
 def _lineage_png(ax: object, done: Sequence[Candidate], by_id: dict[int, Candidate],
