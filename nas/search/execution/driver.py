@@ -563,11 +563,12 @@ class Driver:
             self._loop(executor, keeper, inflight, bar)
             self.study.set_state("stopped", True)
         finally:
-            executor.close()
-            for cid in inflight:  # interrupted: hand the claims back at once
-                self.study.release(cid, self.worker)
-            keeper.close()
-            bar.close()
+            try:
+                executor.close()
+            finally:
+                keeper.close()
+                self.release_claims(inflight)  # interrupted: hand the claims back at once
+                bar.close()
         self._done.refresh()
         if not self._done.any_done():
             errors = [f"candidate {c.id}: {c.error}" for c in self.study.candidates()
@@ -575,6 +576,16 @@ class Driver:
             raise SearchFailed("the search trained nothing"
                                + (f" ({errors[0]})" if errors else ""))
         return self.study
+
+    def release_claims(self, inflight: set[int]) -> None:
+        """Gives back every claim this driver still holds: those in flight and any the
+        loop never learned of. Why the second: Ctrl-C can land after a claim's commit and
+        before `claim` returns, or before the loop adds the id to `inflight`; the claim
+        is then ours by name only (the worker name is this process's)."""
+        mine = {c.id for c in self.study.candidates("running", with_graphs=False)
+                if c.worker == self.worker}
+        for cid in sorted(mine | inflight):
+            self.study.release(cid, self.worker)
 
     @property
     def prepare_ahead(self) -> int:
@@ -612,10 +623,12 @@ class Driver:
             while executor.running() < executor.capacity:
                 candidate = self.study.claim(worker=self.worker)
                 if candidate is not None:
+                    inflight.add(candidate.id)  # before its task is built: Ctrl-C frees it
                     task = self.startable(candidate.id)
-                    if task is not None:
+                    if task is None:  # recorded as failed
+                        inflight.discard(candidate.id)
+                    else:
                         keeper.hold(candidate.id)
-                        inflight.add(candidate.id)
                         executor.submit(candidate.id, task)
                     continue
                 total = sum(self.study.counts().values())

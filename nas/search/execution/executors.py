@@ -315,7 +315,9 @@ class LocalExecutor:
         """Stops the workers (killed if interrupted: nobody will record their candidates)
         and frees the pool's semaphores now: a CLI exits with `os._exit` right after its
         error line, and the resource tracker would warn of leaked ones after it."""
-        if self._inflight:
+        # The pool's own queue too: Ctrl-C can land in `submit` after the pool took a task
+        # and before `_inflight` has it; waiting for that task would train it to the end.
+        if self._inflight or getattr(self._pool, "_pending_work_items", None):
             for process in list(getattr(self._pool, "_processes", {}).values()):
                 process.kill()
         self._pool.shutdown(wait=True, cancel_futures=True)
