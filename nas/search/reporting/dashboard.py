@@ -32,6 +32,7 @@ from nas.search.reporting.report import (
     val_accuracy_text,
 )
 from nas.search.reporting.svg import esc
+from nas.search.store import recommend
 from nas.search.store.candidate import FINISHED, Candidate
 from nas.search.store.study import Study
 
@@ -93,8 +94,11 @@ class Dashboard:
         on = [cost for cost in ranked_costs(self.study)
               if any(f.id == cid for f in self.study.pareto_front(cost))]
         costs = [cost for cost, _ in COST_LABELS if getattr(c, cost)]
+        # paired with the seed and the parent where per-example results exist, as the
+        # summary compares them (the Wilson rule only for a study without them)
+        pairs = recommend.Comparisons.of(self.study, list(by_id))
         section = _candidate_section(self.study, c, by_id, _input_shape(self.study), costs,
-                                     on, {})
+                                     on, {}, pairs)
         section = section.replace('href="#cand-', 'href="/candidates/').replace(
             'href="#c', 'href="/candidates/')
         chain = " → ".join(f'<a href="/candidates/{i}">{i}</a>' for i in lineage(cid, by_id))
