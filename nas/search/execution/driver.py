@@ -42,6 +42,7 @@ from nas.search.strategy import blocks as blocks_lib
 from nas.search.strategy import splits
 from nas.search.strategy.fidelity import RungPlan
 from nas.search.strategy.population import DoneCache, Population
+from nas.search.strategy.ray_config import RayConfig
 from nas.search.strategy.selection import Individual, SelectionConfig, select_parents
 from nas.search.strategy.selector import Selector
 from nas.search.strategy.settings import OPERATIONAL, candidate_train_config, validate_search
@@ -555,7 +556,11 @@ class Driver:
             hard_timeout_s=float(search.hard_time_limit_s),
             num_cpus=float(search.num_cpus_per_candidate),
             num_gpus=float(search.num_gpus_per_candidate),
-            prepare_ahead=self.prepare_ahead, share_device=self.workdir)
+            prepare_ahead=self.prepare_ahead, share_device=self.workdir,
+            ray=RayConfig.from_dict(search.get("ray", {}),
+                                    float(search.num_cpus_per_candidate),
+                                    float(search.num_gpus_per_candidate)),
+            max_tries=int(search.max_attempts))
         keeper = LeaseKeeper(self.workdir, self.worker, float(search.lease_s))
         bar = tqdm(total=int(search.max_candidates), disable=not progress, unit="cand")
         inflight: set[int] = set()

@@ -8,7 +8,6 @@ worker process or runs past its hard time limit comes back as an Outcome with an
 from __future__ import annotations
 
 import concurrent.futures as cf
-import contextlib
 import math
 import multiprocessing
 import os
@@ -17,13 +16,12 @@ import signal
 import subprocess
 import threading
 import time
-import warnings
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from absl import logging
 
+from nas.search.execution.ray_cluster import fork_then_exec
 from nas.search.execution.worker import describe_failure, train_candidate
 
 
@@ -337,21 +335,40 @@ def _watch_new_workers(pool: cf.ProcessPoolExecutor) -> None:
         wakeup.wakeup()
 
 
-@contextlib.contextmanager
-def _fork_then_exec() -> Iterator[None]:
-    """Silences JAX's warning that `os.fork()` was called, for Ray's process starts only.
+_fork_then_exec = fork_then_exec  # the name this module used before ray_cluster had it
 
-    Ray starts its local processes with a `preexec_fn` (so CPython forks through
-    `os.register_at_fork` hooks, where JAX, once loaded, warns of deadlocks); each child
-    only sets its signals and then execs, so none of this process's threads is needed."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called",
-                                category=RuntimeWarning)
-        yield
+# Ray's errors for a task whose node, worker process or object was lost: the candidate is
+# trained again elsewhere, not blamed (Ray's names; `_lost_errors` reads them).
+LOST_NODE_ERRORS = ("NodeDiedError", "WorkerCrashedError", "ObjectLostError",
+                    "LocalRayletDiedError", "OutOfMemoryError", "RaySystemError")
+
+
+def _lost_errors(ray: Any) -> tuple[type, ...]:
+    return tuple(getattr(ray.exceptions, n) for n in LOST_NODE_ERRORS
+                 if hasattr(ray.exceptions, n))
+
+
+@dataclass
+class _RayTask:
+    """One candidate's task as the driver tracks it (`tries` counts its starts)."""
+
+    candidate_id: int
+    kwargs: dict[str, Any]
+    run_folder: str | None
+    started: float
+    tries: int = 1
 
 
 class RayExecutor:
-    """Each candidate is a Ray task with its own resource request.
+    """Each candidate is a Ray task with its own resource request, on nodes that need not
+    share any disk with the driver (`nas.search.execution.ray_task`).
+
+    The dataset goes into Ray's object store once per study (`dataset` "ship"; "node":
+    each node reads it where the config names it); a task's run folder (a rung's
+    checkpoint, its curve) travels to it and back, and this driver alone writes it. A task
+    whose node, worker or object is lost runs again on the nodes that remain, up to
+    `max_tries` starts (its metric `ray_retries` counts the extra ones); past that it fails
+    with the last cause. A task that no node can hold is one ValueError at start.
 
     With `prepare_ahead` > 0, 1 + prepare_ahead tasks run per slot of `capacity`; tasks on
     the same node and device take turns on it for their steps and evaluations
@@ -362,66 +379,143 @@ class RayExecutor:
 
     def __init__(self, address: str | None = None, capacity: int = 1, num_cpus: float = 1,
                  num_gpus: float = 0, hard_timeout_s: float = 0.0, prepare_ahead: int = 0,
-                 share_device: str | None = None) -> None:
+                 share_device: str | None = None, *, resources: dict[str, float] | None = None,
+                 dataset: str = "ship", max_tries: int = 3) -> None:
+        from nas.search.execution.ray_cluster import check_fits, start_or_join
+        from nas.search.execution.ray_task import run_task
+
         ahead = max(0, prepare_ahead)
         self._share = _taking_turns("RayExecutor", ahead, share_device)
         self.capacity = max(1, capacity) * (1 + ahead)
         self.hard_timeout_s = hard_timeout_s * (1 + ahead)
+        self.max_tries = max(1, max_tries)
+        if dataset not in ("ship", "node"):
+            raise ValueError(f"config field 'search.ray.dataset' must be 'ship' or 'node', "
+                             f"got {dataset!r}")
+        self._dataset_mode = dataset
         try:
             import ray
         except ImportError:
             raise ValueError("executor 'ray' needs ray: pip install 'nas[ray]'") from None
         self._ray = ray
-        if not ray.is_initialized():  # a local Ray with room for all the tasks at once
-            with _fork_then_exec():
-                if address:
-                    ray.init(address=address, include_dashboard=False, log_to_driver=False)
-                else:
-                    ray.init(num_cpus=max(1, math.ceil(num_cpus * self.capacity)),
-                             include_dashboard=False, log_to_driver=False)
+        request = {k: float(v) for k, v in
+                   {"CPU": num_cpus, "GPU": num_gpus, **(resources or {})}.items() if v}
+        start_or_join(ray, address or None, self.capacity, request)
+        check_fits(ray, request)
+        self._lost = _lost_errors(ray)
         # Ray sets CUDA_VISIBLE_DEVICES to the GPUs it gave the task; the task must not
         # preallocate them, and a fractional GPU gets that fraction of its memory.
         env = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
         if 0 < num_gpus < 1:
             env["XLA_PYTHON_CLIENT_MEM_FRACTION"] = f"{0.9 * num_gpus:.3f}"
         options: dict[str, Any] = {"num_cpus": num_cpus, "num_gpus": num_gpus, "max_retries": 0}
+        if resources:
+            options["resources"] = dict(resources)
         if num_gpus:
             options["runtime_env"] = {"env_vars": env}
-        self._remote = ray.remote(**options)(train_or_failure)
-        self._inflight: dict[Any, tuple[int, float]] = {}
+        self._remote = ray.remote(**options)(run_task)
+        self._inflight: dict[Any, _RayTask] = {}
+        self._shipped: dict[str, dict[str, Any]] = {}
+        self._ready: list[Outcome] = []  # failed before reaching Ray (e.g. no dataset file)
 
     def submit(self, candidate_id: int, kwargs: dict[str, Any]) -> None:
-        ref = self._remote.remote(**kwargs, **self._share)
-        self._inflight[ref] = (candidate_id, time.monotonic())
+        kwargs = dict(kwargs)
+        run_folder = kwargs.pop("workdir", None)
+        self._start(_RayTask(candidate_id, kwargs, run_folder, time.monotonic()))
+
+    def _start(self, task: _RayTask) -> None:
+        """Sends `task` to Ray with its dataset reference and its run folder's files."""
+        from nas.search.execution.ray_files import read_files
+        from nas.search.execution.ray_task import keep_returned, latest_step
+
+        try:
+            dataset = self._dataset(task.kwargs["train_config"])
+            run_in = None
+            if task.run_folder and os.path.isdir(task.run_folder):
+                step = latest_step(task.run_folder)
+                run_in = read_files(task.run_folder, keep=lambda rel: keep_returned(rel, step))
+        except (ValueError, OSError) as e:
+            self._ready.append(_failed(task.candidate_id, e))
+            return
+        task.started = time.monotonic()
+        ref = self._remote.remote({**task.kwargs, **self._share}, dataset, run_in)
+        self._inflight[ref] = task
+
+    def _dataset(self, train_config: dict[str, Any]) -> dict[str, Any] | None:
+        """The study's dataset as a shipment (`nas.search.execution.ray_data`): read and put
+        into the object store on first use, the same reference for every later task."""
+        from nas.search.execution.ray_data import dataset_files, shipment
+
+        if self._dataset_mode == "node":
+            return None
+        inp = train_config["input"]
+        key = f"{inp['data']['name']}\0{inp.get('data_dir', '')}"
+        if key not in self._shipped:
+            kind, name, files = dataset_files(train_config)
+            ref = self._ray.put(files) if files is not None else None
+            self._shipped[key] = shipment(kind, name, files.digest() if files else "", ref)
+            if files is not None:
+                logging.info("dataset %s: %.1f MB put into Ray's object store once; each node "
+                             "caches it", inp["data"]["name"], files.size / 1e6)
+        return self._shipped[key]
 
     def running(self) -> int:
-        return len(self._inflight)
+        return len(self._inflight) + len(self._ready)
 
     def poll(self, timeout: float) -> list[Outcome]:
+        outcomes, self._ready = self._ready, []
         if not self._inflight:
-            return []
-        ready, _ = self._ray.wait(list(self._inflight), num_returns=1, timeout=timeout)
-        outcomes = []
+            return outcomes
+        ready, _ = self._ray.wait(list(self._inflight), num_returns=1,
+                                  timeout=0 if outcomes else timeout)
         for ref in ready:
-            candidate_id, _ = self._inflight.pop(ref)
+            task = self._inflight.pop(ref)
             try:
-                outcomes.append(_outcome(candidate_id, self._ray.get(ref)))
+                result, files, timings = self._ray.get(ref)
+            except self._lost as e:
+                outcomes += self._after_loss(task, e)
+                continue
             except Exception as e:  # noqa: BLE001
                 cause = getattr(e, "cause", None) or e
-                outcomes.append(_failed(candidate_id, cause))
+                outcomes.append(_failed(task.candidate_id, cause))
+                continue
+            if files is not None and task.run_folder:
+                from nas.search.execution.ray_files import replace_folder
+
+                replace_folder(files, task.run_folder)
+            outcome = _outcome(task.candidate_id, result)
+            if outcome.metrics is not None:
+                outcome.metrics = {**outcome.metrics, **timings, "ray_retries": task.tries - 1}
+            outcomes.append(outcome)
         now = time.monotonic()
-        for ref, (candidate_id, start) in list(self._inflight.items()):
-            if self.hard_timeout_s and now - start > self.hard_timeout_s:
+        for ref, task in list(self._inflight.items()):
+            if self.hard_timeout_s and now - task.started > self.hard_timeout_s:
                 self._ray.cancel(ref, force=True)
                 del self._inflight[ref]
-                outcomes.append(Outcome(candidate_id, error=f"exceeded the hard time limit of "
-                                                            f"{self.hard_timeout_s:.0f} s"))
+                outcomes.append(Outcome(task.candidate_id, error=f"exceeded the hard time "
+                                                                 f"limit of "
+                                                                 f"{self.hard_timeout_s:.0f} s"))
         return outcomes
+
+    def _after_loss(self, task: _RayTask, e: BaseException) -> list[Outcome]:
+        """A lost node, worker or object is no fault of the candidate: it runs again on the
+        nodes that remain, unless it was lost on every one of its `max_tries` starts."""
+        cause = describe_failure(e)[0]
+        if task.tries >= self.max_tries:
+            return [Outcome(task.candidate_id, error=f"{cause} (on each of its {task.tries} "
+                                                     f"tries)")]
+        logging.warning("candidate %d: its Ray node or worker was lost (%s); it runs again on "
+                        "the nodes that remain (try %d of %d)", task.candidate_id, cause,
+                        task.tries + 1, self.max_tries)
+        task.tries += 1
+        self._start(task)
+        return []
 
     def close(self) -> None:
         for ref in list(self._inflight):
             self._ray.cancel(ref, force=True)
         self._inflight.clear()
+        self._ready.clear()
 
 
 def keep_driver_on_cpu() -> bool:
@@ -479,7 +573,11 @@ class NoExecutor:
 
 def make_executor(kind: str, *, workers: int, ray_address: str | None,
                   hard_timeout_s: float, num_cpus: float = 1, num_gpus: float = 0,
-                  prepare_ahead: int = 0, share_device: str | None = None):
+                  prepare_ahead: int = 0, share_device: str | None = None,
+                  ray: Any = None, max_tries: int = 3):
+    """The executor `kind` names. `ray`: a `nas.search.strategy.ray_config.RayConfig`
+    (its num_cpus and num_gpus win over the two arguments); `max_tries`: starts of a Ray
+    task whose node is lost."""
     out_of_process = workers == 0 or kind in ("local", "ray")
     if out_of_process and not keep_driver_on_cpu():
         logging.warning("the driver already initialized an accelerator backend before its "
@@ -495,7 +593,12 @@ def make_executor(kind: str, *, workers: int, ray_address: str | None,
     if kind == "local":
         return LocalExecutor(workers, hard_timeout_s, prepare_ahead, share_device)
     if kind == "ray":
+        if ray is not None:
+            num_cpus, num_gpus = ray.num_cpus, ray.num_gpus
         return RayExecutor(ray_address or None, workers, num_cpus, num_gpus, hard_timeout_s,
-                           prepare_ahead, share_device)
+                           prepare_ahead, share_device,
+                           resources=dict(ray.resources) if ray is not None else None,
+                           dataset=ray.dataset if ray is not None else "ship",
+                           max_tries=max_tries)
     raise ValueError(f"config field 'search.executor': unknown executor {kind!r}; expected "
                      f"'local', 'ray' or 'inline'")

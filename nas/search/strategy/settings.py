@@ -16,6 +16,7 @@ from nas import schema
 from nas.search.strategy import splits
 from nas.search.strategy.fidelity import FidelityConfig
 from nas.search.strategy.fit_config import FitConfig
+from nas.search.strategy.ray_config import RAY_SCHEMA, RayConfig, ray_defaults
 from nas.search.strategy.selection import SelectionConfig
 
 # Fields of the search section a resumed search takes from the command line rather than
@@ -23,7 +24,8 @@ from nas.search.strategy.selection import SelectionConfig
 # resume is normal and silent; every other field comes from the stored config.
 OPERATIONAL = ("max_candidates", "executor", "workers", "ray_address", "num_cpus_per_candidate",
                "num_gpus_per_candidate", "time_limit_s", "hard_time_limit_s", "lease_s",
-               "max_proposal_failures", "property_cache", "propose_ahead", "prepare_ahead")
+               "max_proposal_failures", "property_cache", "propose_ahead", "prepare_ahead",
+               "ray")
 
 EXECUTORS = ("local", "ray", "inline")
 
@@ -42,6 +44,9 @@ def search_defaults() -> ml_collections.ConfigDict:
         "ray_address": "",  # "" starts a local Ray; "auto" joins a running cluster
         "num_cpus_per_candidate": 1.0,
         "num_gpus_per_candidate": 0.0,
+        # nas.search.strategy.ray_config.RayConfig: each Ray task's num_cpus, num_gpus and
+        # custom resources (0: the two fields above), and how its dataset reaches the node
+        "ray": ray_defaults(),
         "time_limit_s": 900.0,  # per candidate; checked after every train step
         "hard_time_limit_s": 1800.0,  # the worker is killed past this
         "lease_s": 60.0,  # a claim not renewed for this long is re-queued
@@ -98,6 +103,7 @@ SEARCH_SCHEMA: dict[str, schema.Field] = {
     "ray_address": schema.Field(str),
     "num_cpus_per_candidate": schema.positive(float),
     "num_gpus_per_candidate": schema.at_least(0, float),
+    "ray": RAY_SCHEMA,
     "time_limit_s": schema.positive(float),
     "hard_time_limit_s": schema.positive(float),
     "lease_s": schema.Field(float, low=0.05, high=86400.0),
@@ -144,6 +150,7 @@ def validate_search(config: Any) -> ml_collections.ConfigDict:
     _prefixed("search.mutation.", MutationConfig.from_dict, dict(search.mutation))
     _prefixed("search.selection.", SelectionConfig.from_dict, dict(search.selection))
     _prefixed("search.fit.", FitConfig.from_dict, dict(search.fit))
+    RayConfig.from_dict(search.ray)
     train = _prefixed("train.", train_config.with_defaults, config.train)
     splits.check(train, search)
     fidelity = _prefixed("search.fidelity.", FidelityConfig.from_dict, dict(search.fidelity))
