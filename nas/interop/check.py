@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -40,6 +41,27 @@ def checking() -> bool:
     return _CHECKED.get()
 
 
+@dataclasses.dataclass(frozen=True)
+class ImportCheck:
+    """What one check measured: the largest |imported - module| output difference on the
+    example, beside the largest |output|, so a user sees how close, not only "passed"."""
+
+    largest_difference: float
+    largest_output: float
+
+    @property
+    def relative(self) -> float:
+        """The difference as a fraction of the largest output (what the tolerance bounds)."""
+        return self.largest_difference / max(self.largest_output, 1e-6)
+
+    def text(self) -> str:
+        """E.g. "largest |output difference| 2.4e-07 (4.5e-08 of the largest |output| 5.31;
+        tolerance 1e-04)"."""
+        return (f"largest |output difference| {self.largest_difference:.2g} "
+                f"({self.relative:.2g} of the largest |output| {self.largest_output:.3g}; "
+                f"tolerance {TOLERANCE:.0e})")
+
+
 def check_import(candidate: Any, model: Any, example_input: Any, *,
                  variables: Mapping[str, Any] | None = None, **call_kwargs: Any) -> float:
     """Compare `candidate` (from `nas.from_flax`) with `model` on `example_input`.
@@ -47,7 +69,15 @@ def check_import(candidate: Any, model: Any, example_input: Any, *,
     `model`, `variables` and `call_kwargs` as given to `from_flax` (a linen module without
     `variables` is initialised as `from_flax` does). Returns the largest difference
     relative to the largest output; a difference above 1e-4 of it, or another output
-    shape, is one ValueError line."""
+    shape, is one ValueError line. `measure_import` returns both numbers."""
+    return measure_import(candidate, model, example_input, variables=variables,
+                          **call_kwargs).relative
+
+
+def measure_import(candidate: Any, model: Any, example_input: Any, *,
+                   variables: Mapping[str, Any] | None = None, **call_kwargs: Any
+                   ) -> ImportCheck:
+    """`check_import`, returning what it measured (absolute and relative)."""
     from nas.interop import importer, layers
     from nas.io.candidate import ExportedCandidate
 
@@ -71,14 +101,14 @@ def check_import(candidate: Any, model: Any, example_input: Any, *,
     if got.shape != want.shape:
         raise ValueError(f"{PREFIX}: {root}: the imported graph gives shape {list(got.shape)}, "
                          f"the module {list(want.shape)}")
-    scale = max(float(np.max(np.abs(want))), 1e-6)
-    diff = float(np.max(np.abs(got - want))) / scale
-    if not diff <= TOLERANCE:
+    measured = ImportCheck(float(np.max(np.abs(got - want))), float(np.max(np.abs(want))))
+    if not measured.relative <= TOLERANCE:
         raise ValueError(f"{PREFIX}: {root}: the imported graph does not reproduce the "
-                         f"module's output (largest difference {diff:.2g} of the largest "
-                         f"output, tolerance {TOLERANCE:g}): a part was misread (please "
-                         f"report it), or the module computes differently at each call")
-    return diff
+                         f"module's output (largest difference {measured.relative:.2g} of "
+                         f"the largest output, tolerance {TOLERANCE:g}): a part was misread "
+                         f"(please report it), or the module computes differently at each "
+                         f"call")
+    return measured
 
 
 def _original(model: Any, x: jax.Array, variables: Any, call_kwargs: Mapping[str, Any]

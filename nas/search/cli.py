@@ -151,42 +151,21 @@ def config_file_error(e: BaseException, argv: Sequence[str]) -> str:
 
 
 def _search(workdir: str) -> None:
+    from nas.search.api import run_study
+    from nas.search.reporting.report import summary
     from nas.search.reporting.report_state import write_if_stale
-    from nas.search.reporting.rerun import finished_line, stored_budget
-    from nas.search.strategy.settings import validate_search
 
     if _CONFIG.value is None:
         raise ValueError("--config is required to run a search")
     config = _CONFIG.value
     if _SEED_GRAPH.value:
         config.search.seed_graph = _SEED_GRAPH.value
-    validate_search(config)  # the whole config, before the workdir exists
-    check_workdir(workdir, create=True)
-    before = stored_budget(workdir)
     given = "search.max_candidates" in config_flags.get_override_values(FLAGS["config"])
-    if before is not None and not given:  # a resumed study keeps its budget
-        config.search.max_candidates = before
-    line = finished_line(workdir, config)  # a finished search, without the driver's set-up
-    if line is not None:
-        print(line)
-        return
-    from nas.search.execution.driver import Driver
-    from nas.search.reporting.report import summary
-
-    driver = Driver(config, workdir)
-    if driver.finished():  # resumed with nothing left to do: say so in one line
-        counts = ", ".join(f"{s} {n}" for s, n in driver.study.counts().items() if n)
-        print(f"the search in {workdir} is finished ({counts}; max_candidates "
-              f"{int(driver.search.max_candidates)}); report: {write_if_stale(driver.study)}")
-        return
-    driver.check_seed_weights()  # before a line is printed or the study is written
-    after = int(driver.search.max_candidates)
-    if before is not None and after > before:
-        print(f"extending the search in {workdir} from {before} to {after} candidates",
-              flush=True)
-    study = driver.run(progress=_PROGRESS.value)
-    print(summary(study))
-    print(f"report: {write_if_stale(study)}")
+    study, trained = run_study(config, workdir, budget_given=given, progress=_PROGRESS.value,
+                               say=lambda line: print(line, flush=True))
+    if trained:
+        print(summary(study))
+        print(f"report: {write_if_stale(study)}")
 
 
 def _worker(workdir: str) -> None:
@@ -288,37 +267,23 @@ def _export(workdir: str) -> None:
 
 def export_id(study: Any, value: str) -> tuple[int, str]:
     """(candidate id, a note for the output) of --id: a number, 'recommended' or 'best'."""
-    from nas.search.store import recommend
+    from nas.search.result import candidate_id
 
-    text = value.strip().lower()
-    if text in ("recommended", "best"):
-        done = study.candidates("done")
-        if text == "best":
-            chosen = recommend.best_by_validation(done)
-        else:
-            pairs = recommend.Comparisons.of(study)
-            margin = recommend.margin_pt(study.config)
-            chosen = recommend.recommend(done, pairs, margin).candidate
-        if chosen is None:
-            raise ValueError(f"--id={value}: no finished candidate in the study yet")
-        return chosen.id, (" (recommended)" if text == "recommended"
-                           else " (best validation accuracy)")
     try:
-        cid = int(text)
-    except ValueError:
-        raise ValueError(f"--id: expected a candidate id, 'recommended' or 'best', got "
-                         f"{value!r}") from None
-    return cid, ""
+        return candidate_id(study, value)
+    except ValueError as e:
+        raise ValueError(f"--{e}") from None
 
 
 def _import() -> None:
-    from nas.interop.check import checked_imports
-    from nas.search.strategy.import_flax import import_flax
+    from nas.search.strategy.import_flax import import_checked
 
     if not _FLAX.value:
         raise ValueError("import needs --flax=package.module:factory")
-    with checked_imports():  # a seed file is kept: its outputs must be the module's
-        print(import_flax(_FLAX.value, _INPUT_SHAPE.value, _VARIABLES.value, _OUT.value))
+    # a seed file is kept: its outputs must be the module's (checked before it is
+    # written), and the line says how close they are
+    print(import_checked(_FLAX.value, _INPUT_SHAPE.value, _VARIABLES.value,
+                         _OUT.value).line())
 
 
 def _dashboard(workdir: str) -> None:

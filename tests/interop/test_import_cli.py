@@ -3,7 +3,9 @@ one line; the file seeds a search with the imported weights."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import re
 import subprocess
 import sys
 
@@ -14,7 +16,7 @@ from flax import serialization
 
 import nas
 from nas.search.execution.driver import Driver
-from nas.search.strategy.import_flax import import_flax
+from nas.search.strategy.import_flax import import_checked, import_flax
 from nas.train.checkpoint import load_variables
 from tests.interop import models
 from tests.search.conftest import tiny_search_config
@@ -135,3 +137,58 @@ def test_import_reads_an_orbax_checkpoint(tmp_path, monkeypatch):
     want = np.asarray(model.apply(variables, x))
     np.testing.assert_allclose(np.asarray(nas.load_candidate(out)(x)), want, rtol=0,
                                atol=1e-4 * float(np.abs(want).max()))
+
+
+def test_the_cli_prints_the_path_and_the_checks_largest_difference(tmp_path):
+    out = tmp_path / "seed.zip"
+    result = run_cli("import", f"--flax={FACTORY}", "--input_shape=16,16,3", f"--out={out}")
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = result.stdout.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"{out}: import checked on a random "
+                                                   "batch of 2, largest |output difference| ")
+    match = re.search(r"difference\| (\S+) \((\S+) of the largest \|output\| (\S+); "
+                      r"tolerance 1e-04\)$", lines[0])
+    assert match, lines[0]
+    absolute, relative, largest = (float(v) for v in match.groups())
+    assert 0.0 <= relative <= 1e-4 and largest > 0.0
+    assert absolute == pytest.approx(relative * largest, rel=0.1, abs=1e-12)
+    assert nas.load_candidate(out).variables is not None
+
+
+def test_import_checked_measures_before_it_writes(tmp_path, monkeypatch):
+    """`import_checked` returns the measurement of the check run on the seed it wrote; a
+    candidate a little off is measured as off by exactly that much."""
+    from nas.interop.check import measure_import
+
+    monkeypatch.chdir(ROOT)
+    out = tmp_path / "seed.zip"
+    imported = import_checked(FACTORY, "16,16,3", None, str(out))
+    assert imported.path == str(out) and out.exists()
+    assert imported.check.relative <= 1e-4 and imported.check.largest_output > 0
+    assert imported.line().startswith(f"{out}: import checked")
+    model = models.LinenResNet()
+    x = jax.random.normal(jax.random.PRNGKey(0), (2, 16, 16, 3))
+    cand = nas.load_candidate(out)
+    again = measure_import(cand, model, x)
+    assert again.largest_output == pytest.approx(imported.check.largest_output, rel=1e-6)
+    bias = jax.tree.map(np.array, cand.variables)
+    head = next(k for k in reversed(bias["params"]) if "bias" in bias["params"][k])
+    bias["params"][head]["bias"] = bias["params"][head]["bias"] + 1e-5 * np.arange(
+        bias["params"][head]["bias"].size, dtype=np.float32)
+    off = measure_import(dataclasses.replace(cand, variables=bias), model, x)
+    got = np.asarray(dataclasses.replace(cand, variables=bias)(x))
+    module = np.asarray(cand(x))
+    assert off.largest_difference == pytest.approx(float(np.abs(got - module).max()),
+                                                   abs=2 * again.largest_difference + 1e-7)
+    assert off.largest_difference > 10 * max(again.largest_difference, 1e-9)
+
+
+def test_a_mistake_in_import_checked_writes_nothing(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    out = tmp_path / "seed.zip"
+    with pytest.raises(ValueError, match="^nas.check_import: CountsItsCalls: the imported "
+                                         "graph does not reproduce"):
+        import_checked("tests.interop.models:CountsItsCalls", "8,8,3", None, str(out))
+    assert not out.exists()
+    with pytest.raises(ValueError, match="^import needs --out=FILE.zip$"):
+        import_checked(FACTORY, "16,16,3", None, None)

@@ -7,10 +7,14 @@ trained weights, so a search of a user's model takes two commands and no Python.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # jax comes with it: imported when an import runs, not before
+    from nas.interop.check import ImportCheck
 
 EXAMPLE_BATCH = 2  # a batch of 2 keeps the batch axis apart from any size-1 axis
 
@@ -74,16 +78,53 @@ def read_variables(path: str) -> dict[str, Any]:
     return tree
 
 
+@dataclasses.dataclass(frozen=True)
+class Imported:
+    """A written seed file and what the import check measured on the example batch."""
+
+    path: str
+    check: ImportCheck
+
+    def line(self) -> str:
+        """What `nas-search import` prints: the path, then how close the import is."""
+        return (f"{self.path}: import checked on a random batch of {EXAMPLE_BATCH}, "
+                f"{self.check.text()}")
+
+
 def import_flax(spec: str, input_shape: str | None, variables: str | None,
                 out: str | None) -> str:
-    """Import the module, write the seed file; returns its path."""
+    """Import the module, write the seed file; returns its path. Checked only inside
+    `nas.interop.check.checked_imports()` (`import_checked` always checks)."""
+    import nas
+
+    model, x, loaded = _prepare(spec, input_shape, variables, out)
+    return _save(nas.from_flax(model, x, variables=loaded), out)
+
+
+def import_checked(spec: str, input_shape: str | None, variables: str | None,
+                   out: str | None) -> Imported:
+    """`import_flax` with the import check always run, before anything is written, and its
+    measurement returned (what `nas-search import` prints). Call it outside
+    `checked_imports()`, which would check a second time."""
+    import nas
+    from nas.interop.check import measure_import
+
+    model, x, loaded = _prepare(spec, input_shape, variables, out)
+    candidate = nas.from_flax(model, x, variables=loaded)
+    measured = measure_import(candidate, model, x, variables=loaded)
+    return Imported(_save(candidate, out), measured)
+
+
+def _prepare(spec: str, input_shape: str | None, variables: str | None, out: str | None
+             ) -> tuple[Any, Any, dict[str, Any] | None]:
+    """The flags read and checked: the module, the example batch, its variables (None: a
+    linen module is initialised as `from_flax` does)."""
     if not out:
         raise ValueError("import needs --out=FILE.zip")
     shape = parse_shape(input_shape)
     factory = parse_factory(spec)
     import jax
 
-    import nas
     from nas.interop.layers import is_linen
 
     try:
@@ -101,7 +142,12 @@ def import_flax(spec: str, input_shape: str | None, variables: str | None,
                              f"which holds its own weights")
         loaded = read_variables(variables)
     x = jax.random.normal(jax.random.PRNGKey(0), (EXAMPLE_BATCH, *shape))
-    candidate = nas.from_flax(model, x, variables=loaded)
+    return model, x, loaded
+
+
+def _save(candidate: Any, out: str) -> str:
+    import nas
+
     try:
         return str(nas.save_candidate(candidate, out))
     except OSError as e:
