@@ -1,6 +1,6 @@
 """Tie groups kept row by row equal the rule applied to the whole population at once:
 the pairwise definition, with Wilson intervals or, where two rows hold per-example
-results on the same examples, the paired comparison that the report prints."""
+results on the same examples, McNemar's exact test (`paired.mcnemar`)."""
 
 import numpy as np
 import pytest
@@ -25,7 +25,7 @@ def _rows(n, seed, with_bits=0.7, count=143):
 
 
 def _pairwise(acc, sizes, correct, counts, memo=None):
-    """The greedy definition, one pair at a time, through `paired.compare` itself."""
+    """The greedy definition, one pair at a time, through `paired.mcnemar` itself."""
     memo = {} if memo is None else memo
     n = len(acc)
     out = acc.copy()
@@ -37,7 +37,7 @@ def _pairwise(acc, sizes, correct, counts, memo=None):
             return False
         if counts[h] and counts[h] == counts[r]:
             if (h, r) not in memo:
-                memo[h, r] = paired.compare(correct[h], correct[r]).decision
+                memo[h, r] = paired.mcnemar(correct[h], correct[r])
             return memo[h, r] == "within noise"
         return tied(acc[h], int(sizes[h]), acc[r], int(sizes[r]))
 
@@ -90,7 +90,7 @@ def test_paired_ties_are_tighter_than_wilson_ones_on_correlated_models():
     assert len(set(with_bits.head.tolist())) > len(set(wilson.head.tolist()))
 
 
-def test_mcnemar_bounds_agree_with_the_paired_decision():
+def test_mcnemar_bounds_agree_with_the_exact_test():
     bounds = McNemarBounds()
     for m in range(0, 40):
         for k in range(0, m + 1):
@@ -98,7 +98,7 @@ def test_mcnemar_bounds_agree_with_the_paired_decision():
             b = np.zeros(143, dtype=bool)
             a[:k] = True
             b[k:m] = True
-            decision = paired.compare(a, b).decision
+            decision = paired.mcnemar(a, b)
             assert bounds.within(np.array([k]), np.array([m]))[0] == (
                 decision == "within noise"), (k, m)
 

@@ -1,10 +1,12 @@
 """Each candidate against the seed (paired), and the one candidate the summary recommends.
 
-Why: what a user takes from a search is one answer, which candidate to use. The seed is
-what they would have used anyway, so every child is compared to it on the same validation
-(and test) examples, paired example by example (`nas.search.strategy.paired`), and the answer is
-the cheapest candidate that is not worse than the seed by more than a margin the user
-sets (`search.selection.noninferiority_pt`), with the command that exports it.
+Why: what a user takes from a search is one answer, which candidate to use. Every child is
+compared to the seed on the same validation (and test) examples, paired example by example
+(`nas.search.strategy.paired`), and the answer is the cheapest candidate that is not worse
+than a reference by more than a margin the user sets (`search.selection.noninferiority_pt`),
+with the command that exports it. The reference is the seed (what the user would have used
+anyway), unless a child is better than the seed: then the seed was not worth matching (an
+untrained import), and the reference is the most accurate candidate (`recommend`).
 A study written before per-example results were kept falls back to the Wilson rule
 (`cheapest_matching_seed`) and says so.
 """
@@ -19,7 +21,12 @@ import numpy as np
 
 from nas.search.store.candidate import Candidate
 from nas.search.strategy import intervals, paired
-from nas.search.strategy.selection import SelectionConfig
+from nas.search.strategy.selection import (
+    OBJECTIVES,
+    SelectionConfig,
+    cost_value,
+    higher_better,
+)
 
 DEFAULT_MARGIN_PT = SelectionConfig.noninferiority_pt
 
@@ -28,6 +35,13 @@ def margin_pt(config: dict[str, Any] | None) -> float:
     """`search.selection.noninferiority_pt` of a study's config (its default when unset)."""
     selection = ((config or {}).get("search") or {}).get("selection") or {}
     return float(selection.get("noninferiority_pt", DEFAULT_MARGIN_PT))
+
+
+def recommend_cost(config: dict[str, Any] | None) -> str:
+    """`search.selection.recommend_cost` of a study's config: the cost the recommendation
+    minimizes (FLOPs when unset), a built-in cost or one of the search's own."""
+    selection = ((config or {}).get("search") or {}).get("selection") or {}
+    return str(selection.get("recommend_cost", SelectionConfig.recommend_cost))
 
 
 def seed_of(candidates: Sequence[Candidate]) -> Candidate | None:
@@ -79,10 +93,13 @@ class Comparisons:
             return {}
         right = np.stack([bits[i].reshape(-1) for i in ids])
         mine = np.asarray(mine, dtype=bool).reshape(-1)
-        only_them = np.count_nonzero(right & ~mine, axis=1).tolist()
-        only_ref = np.count_nonzero(~right & mine, axis=1).tolist()
-        return {i: paired.from_counts(mine.size, a, b)
-                for i, a, b in zip(ids, only_them, only_ref, strict=True)}
+        only_them = np.count_nonzero(right & ~mine, axis=1)
+        only_ref = np.count_nonzero(~right & mine, axis=1)
+        # each distinct table once, all at once (the same bits as one by one)
+        tables, at = np.unique(np.stack([only_them, only_ref], axis=1), axis=0,
+                               return_inverse=True)
+        found = paired.many(mine.size, tables[:, 0], tables[:, 1])
+        return {i: found[j] for i, j in zip(ids, at.reshape(-1).tolist(), strict=True)}
 
 
 def versus(c: Candidate, other: Candidate | None, pairs: Comparisons | None,
@@ -114,7 +131,12 @@ class Recommendation:
     validation: paired.Paired | None  # candidate - seed, paired; None for the seed itself
     test: paired.Paired | None
     margin_pt: float
-    reason: str  # why this one (or why none)
+    reason: str  # why this one (or why none), the reference first
+    # what it was held against: the seed, or the most accurate candidate when some child
+    # is better than the seed (None: no paired results, or nothing done)
+    reference: Candidate | None = None
+    versus_reference: paired.Paired | None = None  # candidate - reference on validation
+    cost: str = "flops"  # what "cheapest" minimized (`search.selection.recommend_cost`)
 
     @property
     def flops_ratio(self) -> float | None:
@@ -123,42 +145,73 @@ class Recommendation:
             return None
         return float(c.flops) / float(s.flops)
 
+    @property
+    def cost_ratio(self) -> float | None:
+        """The candidate's `cost` over the seed's (None where either has none, or 0)."""
+        c, s = self.candidate, self.seed
+        mine = cost_value(c, self.cost) if c is not None else None
+        theirs = cost_value(s, self.cost) if s is not None else None
+        return None if not mine or not theirs else float(mine) / float(theirs)
 
-def recommend(candidates: Sequence[Candidate], pairs: Comparisons, margin: float
-              ) -> Recommendation:
-    """The cheapest (FLOPs, then id) of the seed and the done children whose paired
-    validation interval of child - seed has its lower end at or above -`margin` points.
-    The seed counts (it is never worse than itself), so a child is recommended only when
-    it is cheaper than the seed and as good within the margin."""
+
+def recommend(candidates: Sequence[Candidate], pairs: Comparisons, margin: float,
+              cost: str = "flops") -> Recommendation:
+    """The cheapest (`cost`, then the reference, then id) done candidate whose paired
+    validation interval against the reference has its lower end at or above -`margin`
+    points; the reference itself counts (it is never worse than itself).
+
+    The reference is the seed, unless some child is better than the seed on validation
+    (its whole paired interval above 0); then it is the most accurate candidate there
+    (`best_by_validation` among those paired with the seed). Why: "as good as the seed" is
+    the question for a trained seed, and the rule keeps that answer for one; an untrained
+    seed (an imported model at chance) is not worth matching, and the children that beat
+    it are."""
     seed = seed_of(candidates)
     if seed is None:
         return Recommendation(None, None, None, None, margin, "the seed has not finished")
     if seed.id not in pairs.validation:
         return _wilson_fallback(candidates, seed, margin)
-    children = [c for c in candidates if c.status == "done" and c.id != seed.id
-                and c.flops is not None and c.accuracy is not None]
-    good, unpaired = _noninferior(children, seed, pairs, margin)
-    cheaper = [c for c in good if seed.flops and c.flops < seed.flops]
-    if not cheaper:
-        why = (f"no child is cheaper than the seed and non-inferior to it at "
-               f"{margin:g} pt on validation (paired) ({len(children)} done"
-               + (f", {len(unpaired)} without per-example results" if unpaired else "")
-               + ")")
-        return Recommendation(seed, seed, None, None, margin, why)
-    best = min(cheaper, key=lambda c: (float(c.flops), c.id))
-    why = (f"the cheapest child non-inferior to the seed at {margin:g} pt on validation "
-           f"(paired): {len(good)} of {len(children)} done children are")
-    return Recommendation(best, seed, pairs.pair(best, seed), pairs.pair(best, seed, "test"),
-                          margin, why)
+    done = [c for c in candidates if c.status == "done" and c.accuracy is not None
+            and (cost_value(c, cost) is not None or c.id == seed.id)]
+    children = [c for c in done if c.id != seed.id]
+    vs_seed = pairs.against(seed)
+    better = [c for c in children if c.id in vs_seed and vs_seed[c.id].decision == "better"]
+    unpaired = [c for c in children if c.id not in vs_seed]
+    if better:
+        reference = best_by_validation([seed, *(c for c in children if c.id in vs_seed)])
+        why = (f"reference: candidate {reference.id}, the most accurate on validation, as "
+               f"{len(better)} of {len(children)} done children are better than the seed "
+               f"there (paired)")
+    else:
+        reference = seed
+        why = "reference: the seed, as no child is better than it on validation (paired)"
+    versus = pairs.against(reference)
+    good = [c for c in done if c.id == reference.id
+            or (c.id in versus and versus[c.id].noninferior(margin))]
+    chosen = min(good, key=lambda c: (_cheapness(c, cost), c.id != reference.id, c.id))
+    held = (f"{len(children)} done" + (f", {len(unpaired)} without per-example results"
+                                       if unpaired else ""))
+    name = "the seed" if reference.id == seed.id else f"candidate {reference.id}"
+    if chosen.id == seed.id and reference.id == seed.id:
+        why += (f"; no child is cheaper than the seed and non-inferior to it at {margin:g} "
+                f"pt on validation (paired) ({held})")
+    else:
+        why += (f"; the cheapest candidate non-inferior to {name} at {margin:g} pt on "
+                f"validation (paired): {len(good)} of {len(done)} done candidates are"
+                + (f" ({len(unpaired)} without per-example results)" if unpaired else ""))
+    return Recommendation(
+        chosen, seed, pairs.pair(chosen, seed) if chosen.id != seed.id else None,
+        pairs.pair(chosen, seed, "test") if chosen.id != seed.id else None, margin, why,
+        reference, versus.get(chosen.id) if chosen.id != reference.id else None, cost)
 
 
-def _noninferior(children: Sequence[Candidate], seed: Candidate, pairs: Comparisons,
-                 margin: float) -> tuple[list[Candidate], list[Candidate]]:
-    """The children non-inferior to the seed on validation (paired, at `margin` points),
-    and those without per-example results to pair."""
-    versus = pairs.against(seed)
-    good = [c for c in children if c.id in versus and versus[c.id].noninferior(margin)]
-    return good, [c for c in children if c.id not in versus]
+def _cheapness(c: Candidate, cost: str) -> float:
+    """What "cheapest" sorts by: `cost` (negated where more is better); no value (or a
+    built-in cost of 0, not measured) last."""
+    value = cost_value(c, cost)
+    if value is None or (not value and cost in OBJECTIVES):
+        return float("inf")
+    return -float(value) if higher_better(cost) else float(value)
 
 
 def _wilson_fallback(candidates: Sequence[Candidate], seed: Candidate, margin: float
@@ -189,21 +242,26 @@ def export_command(workdir: Any, candidate_id: int) -> str:
 
 
 def recommendation_lines(rec: Recommendation, workdir: Any) -> list[str]:
-    """The summary's last lines: `recommended: ...` and the export command."""
+    """The summary's last lines: `recommended: ...` (against the seed, which reference it
+    was held to and why) and the export command."""
     c, seed = rec.candidate, rec.seed
     if c is None or seed is None:
         return [f"recommended: none yet ({rec.reason})"]
+    ref, vr = rec.reference, rec.versus_reference
+    notes = rec.reason + (f"; vs candidate {ref.id} {vr.text()}"
+                          if ref is not None and vr is not None and ref.id != seed.id
+                          else "")
     if c.id == seed.id:
-        line = f"recommended: the seed, candidate {c.id} ({rec.reason})"
-    elif rec.validation is not None:
-        v = rec.validation
-        line = (f"recommended: candidate {c.id}, {rec.flops_ratio:.3f} of the seed's FLOPs, "
-                f"validation {100 * v.difference:+.2f} pt [{100 * v.low:+.2f}, "
-                f"{100 * v.high:+.2f}] paired vs the seed ({rec.reason}"
-                + (f"; test {rec.test.text()}" if rec.test is not None else "") + ")")
+        line = f"recommended: the seed, candidate {c.id} ({notes})"
     else:
-        line = (f"recommended: candidate {c.id}, {rec.flops_ratio:.3f} of the seed's FLOPs "
-                f"({rec.reason})")
+        name = "FLOPs" if rec.cost == "flops" else rec.cost
+        cost = (f"{rec.cost_ratio:.3f} of the seed's {name}" if rec.cost_ratio is not None
+                else f"{name} not comparable with the seed's")
+        v = rec.validation
+        versus = (f", validation {100 * v.difference:+.2f} pt [{100 * v.low:+.2f}, "
+                  f"{100 * v.high:+.2f}] paired vs the seed" if v is not None else "")
+        line = (f"recommended: candidate {c.id}, {cost}{versus} ({notes}"
+                + (f"; test {rec.test.text()}" if rec.test is not None else "") + ")")
     return [line, "  " + export_command(workdir, c.id)]
 
 

@@ -5,17 +5,16 @@ images, and most images are right for both. What tells them apart is only the im
 they disagree, so the difference of their accuracies is far less noisy than two separate
 Wilson intervals suggest; comparing overlapping intervals misses real differences.
 
-The interval is the exact one that goes with McNemar's exact test. Of the m examples where
-the two models disagree, a got k right; given m, k is binomial with probability pi, and the
-difference of accuracies is m (2 pi - 1) / n. The Clopper-Pearson 95 % interval of pi
-(exact binomial tails, found by bisection: deterministic, no bootstrap draws) maps to the
-interval of the difference. Why this one: it excludes 0 exactly when McNemar's exact
-two-sided test rejects "no difference" at 5 %, the test an ML reader expects for two
-classifiers on one test set; it is never narrower than the exact test allows, even with a
-handful of disagreements (5 to 0 is not yet evidence: p = 0.0625); and two identical
-models get [0, 0]: no disagreement, no difference. It treats m as given, which is what a
-paired test does. The decision is "better" or "worse" when the interval excludes 0, else
-"within noise".
+The interval of the difference is Tango's score interval (`nas.search.strategy.tango`): it
+accounts for how many examples are discordant as well as which way they went, so a child
+that loses 5 test images of 360 and gains none gets [-3.21, -0.32] points, not the exact
+conditional interval's [-1.39, +0.06], whose bound is the point estimate itself whenever
+every disagreement goes one way. The decision is "better" or "worse" when the interval
+excludes 0, else "within noise"; non-inferiority at a margin reads its lower end.
+
+McNemar's exact test (the exact conditional binomial test of "no difference", `mcnemar`)
+stays for selection's noise ties (`nas.search.strategy.ties`): it is the right test of
+"these two cannot be told apart", and it depends only on the disagreements.
 """
 
 from __future__ import annotations
@@ -23,10 +22,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from nas.search.strategy import tango
 from nas.search.strategy.intervals import Z95
 
 DECISIONS = ("better", "worse", "within noise")
@@ -89,23 +89,46 @@ def compare(a: np.ndarray, b: np.ndarray, z: float = Z95) -> Paired:
 def from_counts(n: int, only_a: int, only_b: int, z: float = Z95) -> Paired:
     """`compare` from its counts: n examples, only_a right only for a, only_b only for b.
     Cached: a summary compares thousands of children with the seed, and their counts
-    repeat (on 143 images there are at most 143^2 / 2 tables), while each exact interval
-    takes milliseconds."""
-    low, high = interval(n - only_a - only_b, only_a, only_b, 0, z)
-    return Paired((only_a - only_b) / n, low, high, n, only_a, only_b)
+    repeat (on 143 images there are at most 143^2 / 2 tables)."""
+    return many(n, [only_a], [only_b], z)[0]
+
+
+def many(n: int, only_a: Sequence[int] | np.ndarray, only_b: Sequence[int] | np.ndarray,
+         z: float = Z95) -> list[Paired]:
+    """`from_counts` of many tables on the same n examples at once (each interval the same
+    bits as alone): the report compares 100,000 children with the seed."""
+    low, high = tango.bounds(n, np.reshape(only_a, -1), np.reshape(only_b, -1), z)  # checks
+    b = np.reshape(only_a, -1).astype(np.int64)
+    c = np.reshape(only_b, -1).astype(np.int64)
+    return [Paired((x - y) / n, lo, hi, int(n), x, y)
+            for x, y, lo, hi in zip(b.tolist(), c.tolist(), low.tolist(), high.tolist(),
+                                    strict=True)]
 
 
 def interval(both: int, only_a: int, only_b: int, neither: int, z: float = Z95
              ) -> tuple[float, float]:
-    """The exact (McNemar / Clopper-Pearson) interval of p_a - p_b from the 2x2 counts,
-    at the two-sided level that `z` stands for (95 % for Z95)."""
-    n = both + only_a + only_b + neither
+    """Tango's score interval of p_a - p_b from the 2x2 counts, at the two-sided level
+    that `z` stands for (95 % for Z95)."""
+    low, high = tango.bounds(both + only_a + only_b + neither, only_a, only_b, z)
+    return float(low), float(high)
+
+
+def mcnemar(a: np.ndarray, b: np.ndarray, z: float = Z95) -> str:
+    """McNemar's exact two-sided test of "no difference" between correctness vectors `a`
+    and `b`: "better" / "worse" (a vs b) when it rejects at the level `z` stands for, else
+    "within noise". Selection's noise ties use this test (`ties.McNemarBounds`)."""
+    p = compare(a, b, z)
+    return mcnemar_counts(p.only_a, p.only_b, z)
+
+
+def mcnemar_counts(only_a: int, only_b: int, z: float = Z95) -> str:
+    """`mcnemar` from the discordant counts: the exact conditional (Clopper-Pearson)
+    interval of only_a / (only_a + only_b) excludes 1/2 exactly when the test rejects."""
     m = only_a + only_b
     if m == 0:
-        return 0.0, 0.0
-    alpha = math.erfc(z / math.sqrt(2.0))  # two-sided tail mass of the normal at z
-    low, high = clopper_pearson(only_a, m, alpha)
-    return m * (2.0 * low - 1.0) / n, m * (2.0 * high - 1.0) / n
+        return "within noise"
+    low, high = clopper_pearson(only_a, m, math.erfc(z / math.sqrt(2.0)))
+    return "better" if low > 0.5 else "worse" if high < 0.5 else "within noise"
 
 
 def clopper_pearson(k: int, m: int, alpha: float) -> tuple[float, float]:

@@ -2,11 +2,11 @@
 
 The rule: from the most accurate down (equal accuracies by row), each row not yet grouped
 heads a group and takes every ungrouped row below it that it ties with. Two rows tie when
-both have per-example validation results on the same examples and their paired comparison
-(`nas.search.strategy.paired`) is within noise; otherwise when both sizes are known and
-each accuracy lies inside the other's 95 % Wilson interval. A row of unknown size is never
-grouped. Selection then reads each row's accuracy as its head's, so a cost objective
-decides between candidates noise cannot separate.
+both have per-example validation results on the same examples and McNemar's exact test
+(`nas.search.strategy.paired.mcnemar`, the test of "no difference") does not reject;
+otherwise when both sizes are known and each accuracy lies inside the other's 95 % Wilson
+interval. A row of unknown size is never grouped. Selection then reads each row's accuracy
+as its head's, so a cost objective decides between candidates noise cannot separate.
 
 Why kept incrementally: the driver proposes once per finished candidate, and the study
 only grows. A new row joins the first head above it that it ties with, which changes
@@ -31,9 +31,9 @@ _INCREMENTAL = 64
 
 class McNemarBounds:
     """Which paired counts are within noise, per number of disagreements m: a has k of
-    them right, and the exact interval of `paired.compare` includes 0 exactly when
-    `worse_to[m] < k < better_from[m]`. Found by bisection over k with the same tail
-    functions `paired.interval` evaluates at 1/2, computed once per m that occurs."""
+    them right, and McNemar's exact test (`paired.mcnemar`) finds no difference exactly
+    when `worse_to[m] < k < better_from[m]`. Found by bisection over k with the binomial
+    tails `paired.clopper_pearson` uses, at 1/2, computed once per m that occurs."""
 
     def __init__(self, z: float = Z95) -> None:
         self.alpha = math.erfc(z / math.sqrt(2.0))
