@@ -190,8 +190,29 @@ study.tell(kid, {"accuracy": 0.93, "flops": 4.0e7, "params": 2.0e6, "val_example
 """
 
 
+_FRONTS_PROBE = """(() => {
+  const svg = document.querySelector('#front-plots svg.scatter');
+  if (!svg) return {figures: [], points: [], ringed: [], texts: [], outside: []};
+  const box = svg.getBoundingClientRect();
+  const texts = [...svg.querySelectorAll('text')];
+  return {
+    figures: [...document.querySelectorAll('#front-plots figure')].map(f => f.dataset.cost),
+    points: [...svg.querySelectorAll('circle.point')].map(c => c.dataset.id),
+    ringed: [...svg.querySelectorAll('circle.point[stroke="#d62728"]')]
+      .map(c => c.dataset.id),
+    seed: (svg.querySelector('circle.point[data-mark="seed"]') || {dataset: {}}).dataset.id,
+    star: (svg.querySelector('polygon.recommended') || {dataset: {}}).dataset.id || '',
+    texts: texts.map(t => t.textContent),
+    outside: texts.filter(t => { const r = t.getBoundingClientRect();
+      return r.left < box.left - 0.5 || r.right > box.right + 0.5 || r.top < box.top - 0.5
+        || r.bottom > box.bottom + 0.5; }).map(t => t.textContent),
+  };
+})()"""
+
+
 @needs_browser
 def test_a_finishing_candidate_appears_without_a_reload(tmp_path):
+    """Tables and the front picture update in place as a candidate finishes."""
     study, graph_json = _seeded_study(tmp_path)
     study.close()
     proc, url, _ = _start(tmp_path)
@@ -199,11 +220,24 @@ def test_a_finishing_candidate_appears_without_a_reload(tmp_path):
     async def scenario(page):
         await page.wait_for("document.querySelectorAll('#recent-table tbody tr').length == 1",
                             60)
+        before = await page.value(_FRONTS_PROBE)
+        assert before["figures"] == ["flops"] and before["points"] == ["1"], before
+        assert before["seed"] == "1" and before["star"] == "", before
+        assert "seed 1" in before["texts"] and not before["outside"], before
         await page.value("window.loadedOnce = true")
         subprocess.run([sys.executable, "-c", _WRITER, str(tmp_path), graph_json],
                        check=True, env=_env(), timeout=120)
         await page.wait_for("document.querySelector('#recent-table tbody tr[data-id=\"2\"]')"
                             " !== null", 60)
+        await page.wait_for("document.querySelector('#front-plots circle.point"
+                            "[data-id=\"2\"]') !== null", 60)
+        after = await page.value(_FRONTS_PROBE)
+        # the child, cheaper and more accurate, is on the front and recommended; the seed
+        # (most FLOPs: at the right edge) keeps its label inside the picture
+        assert after["points"] == ["2", "1"] and after["ringed"] == ["2"], after
+        assert after["seed"] == "1" and after["star"] == "2", after
+        assert {"seed 1", "recommended 2"} <= set(after["texts"]), after
+        assert not after["outside"], after
         assert await page.value("window.loadedOnce === true")  # the same page: no reload
         assert "2 of 3 candidates finished" in await page.value(
             "document.getElementById('progress').textContent")

@@ -18,6 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
+from nas.search.reporting.live_fronts import LiveFronts
 from nas.search.reporting.report import (
     _CSS,
     COST_LABELS,
@@ -47,9 +48,12 @@ def _row(c: Candidate) -> dict[str, Any]:
             "ims": _fmt(c.im_sec_core_train), "error": (c.error or "")[:200]}
 
 
-def overview(study: Study, k: int = 10, recent: int = 10) -> dict[str, Any]:
+def overview(study: Study, k: int = 10, recent: int = 10,
+             live: LiveFronts | None = None) -> dict[str, Any]:
     """Counts, progress, the fronts the search ranks by, the best k and the latest finished
-    candidates: indexed reads, whose rows are read whole only for what is shown."""
+    candidates: indexed reads, whose rows are read whole only for what is shown. With
+    `live`, the fronts drawn too ("pictures": SVG plots, the seed's and the recommended
+    candidate's ids)."""
     counts = study.counts()
     fronts = [{"cost": cost, "label": front_label(cost),
                "rows": [_row(c) for c in study.pareto_front(cost)]}
@@ -59,7 +63,8 @@ def overview(study: Study, k: int = 10, recent: int = 10) -> dict[str, Any]:
             "max_candidates": study.get_state("max_candidates"),
             "best": [_row(c) for c in study.best(k)],
             "recent": [_row(c) for c in study.latest(recent, FINISHED)],
-            "fronts": fronts, "k": k}
+            "fronts": fronts, "k": k,
+            **({"pictures": live.pictures()} if live is not None else {})}
 
 
 class Dashboard:
@@ -70,6 +75,7 @@ class Dashboard:
         self.k = k
         self._lock = threading.Lock()
         self._cached: tuple[int, bytes] | None = None
+        self.live = LiveFronts(study, k)  # the overview's front pictures, kept up to date
 
     def _version(self) -> int:
         with self.study._db.read() as c:
@@ -79,7 +85,7 @@ class Dashboard:
         with self._lock:
             version = self._version()
             if self._cached is None or self._cached[0] != version:
-                body = json.dumps(overview(self.study, self.k)).encode()
+                body = json.dumps(overview(self.study, self.k, live=self.live)).encode()
                 self._cached = (version, body)
             return self._cached[1]
 
@@ -181,6 +187,11 @@ _OVERVIEW_HTML = f"""<!doctype html>
 <p id="counts"></p>
 <p><a id="csv-link" href="/report.csv" download>download CSV</a> ·
 updates every {POLL_MS / 1000:g} s without a reload · <span id="updated"></span></p>
+<section id="front-pictures"><h2>Validation accuracy against each cost the search ranks by
+</h2><div id="front-plots" class="plots"></div><p class="note" id="front-note">red rings and
+line: the Pareto front; black: the seed (drawn on top); orange star: the recommended
+candidate; colour: generation; every point links to its candidate's page<span
+id="front-density"></span></p></section>
 <section id="recent"><h2>Latest finished</h2><table id="recent-table"></table></section>
 <section id="best"><h2 id="best-head">Best by validation accuracy</h2>
 <table id="best-table"></table></section>
@@ -210,6 +221,24 @@ function fill(table, rows) {{
     }}
   }}
 }}
+function drawFronts(p, k) {{
+  const box = document.getElementById("front-plots");
+  if (box.dataset.done === String(p.done)) return;  // no candidate finished: keep it still
+  box.replaceChildren();
+  for (const plot of p.plots) {{  // SVG drawn by the server, every text in it escaped
+    const fig = document.createElement("figure");
+    fig.className = "front"; fig.dataset.cost = plot.cost;
+    const caption = document.createElement("figcaption"); caption.textContent = plot.label;
+    fig.appendChild(caption); fig.insertAdjacentHTML("beforeend", plot.svg);
+    box.appendChild(fig);
+  }}
+  box.dataset.done = p.done;
+  box.dataset.seed = p.seed === null ? "" : p.seed;
+  box.dataset.recommended = p.recommended === null ? "" : p.recommended;
+  document.getElementById("front-density").textContent = p.large ? "; grey cells: all " +
+    p.done + " finished candidates (darker: more), the points: the fronts, the best " +
+    k + ", the seed and the recommended candidate" : "";
+}}
 async function refresh() {{
   try {{
     const response = await fetch("/api/overview", {{cache: "no-store"}});
@@ -227,6 +256,7 @@ async function refresh() {{
       "Best " + o.k + " by validation accuracy (it decides; test is only reported)";
     fill(document.getElementById("recent-table"), o.recent);
     fill(document.getElementById("best-table"), o.best);
+    if (o.pictures) drawFronts(o.pictures, o.k);
     const fronts = document.getElementById("front-tables");
     fronts.replaceChildren();
     for (const f of o.fronts) {{

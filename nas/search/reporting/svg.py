@@ -182,17 +182,35 @@ def scatter(points: Sequence[Point], xlabel: str, ylabel: str, css_class: str,
             parts.append(f'<polygon class="mark recommended" data-id="{esc(p.ident)}" '
                          f'points="{star}" fill="none" stroke="#ff7f0e" stroke-width="1.5">'
                          f"<title>recommended: {esc(p.label)}</title></polygon>"
-                         f'<text class="mark-label" x="{x + 9:.1f}" y="{y + 14:.1f}" '
-                         f'font-size="10" fill="#ff7f0e">recommended {esc(p.ident)}</text>')
+                         + label(ax, x, y, (9, 14), f"recommended {p.ident}", "mark-label",
+                                 'fill="#ff7f0e"'))
         elif p.mark == "seed":
-            parts.append(f'<text class="mark-label seed-label" x="{ax.px(p.x) + 8:.1f}" '
-                         f'y="{ax.py(p.y) + 14:.1f}" font-size="10" font-weight="bold">'
-                         f"seed {esc(p.ident)}</text>")
+            parts.append(label(ax, ax.px(p.x), ax.py(p.y), (8, 14), f"seed {p.ident}",
+                               "mark-label seed-label", 'font-weight="bold"'))
         elif p.ring:
-            parts.append(f'<text x="{ax.px(p.x) + 7:.1f}" y="{ax.py(p.y) - 5:.1f}" '
-                         f'font-size="10">{esc(p.ident)}</text>')
+            parts.append(label(ax, ax.px(p.x), ax.py(p.y), (7, -5), p.ident, "ring-label"))
     return _close(parts, width, height,
                   "" if points or density else "no finished candidates yet")
+
+
+def label(ax: Axes, x: float, y: float, offset: tuple[float, float], text: str,
+          css_class: str, style: str = "", size: int = 10) -> str:
+    """A `size`-px label `offset` px (right, down: baseline) from the point at pixel (x, y),
+    mirrored to the other side of the point where it would leave the plot area (a seed
+    with the most FLOPs sits at the right edge). Its width is estimated at 0.62 em per
+    character (no layout engine here): wide enough for the sans-serif digits and letters
+    the labels use."""
+    dx, dy = offset
+    anchor = "start"
+    if x + dx + 0.62 * size * len(text) > ax.width - ax.right:
+        dx, anchor = -dx, "end"
+    if dy > 0 and y + dy > ax.height - ax.bottom - 2:  # below the bottom: above the point
+        dy = -(dy - size)
+    elif dy < 0 and y + dy - size < ax.top + 2:  # above the top: below the point
+        dy = -dy + size
+    return (f'<text class="{esc(css_class)}" x="{x + dx:.1f}" y="{y + dy:.1f}" '
+            f'font-size="{size}" text-anchor="{anchor}"'
+            + (f" {style}" if style else "") + f">{esc(text)}</text>")
 
 
 DENSITY_BINS = (48, 32)  # columns, rows of a density plot's grid
