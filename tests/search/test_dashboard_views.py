@@ -60,3 +60,72 @@ def test_without_per_example_results_the_page_says_wilson(tmp_path):
 def test_a_missing_candidate_is_one_value_error(tmp_path):
     with pytest.raises(ValueError, match="^candidate_id: no candidate 9 "):
         Dashboard(_study(tmp_path)).candidate_html(9)
+
+
+def _finish(study, cid, accuracy, flops, wrong=()):
+    study.claim("w", cid)
+    study.tell(cid, {"accuracy": accuracy, "flops": flops, "params": flops / 30,
+                     "val_examples": N, **_bits(wrong)})
+
+
+def _svg(pictures, cost="flops"):
+    return next(p["svg"] for p in pictures["plots"] if p["cost"] == cost)
+
+
+def test_the_pictures_mark_the_summarys_recommendation_and_the_seed(tmp_path):
+    from nas.search.reporting.highlights import Highlights
+
+    study = _study(tmp_path)
+    pictures = Dashboard(study).live.pictures()
+    marks = Highlights.of(study, study.candidates(with_graphs=False), 10)
+    assert pictures["recommended"] == marks.recommendation.candidate.id == 2
+    assert pictures["seed"] == 1 and pictures["done"] == 3 and not pictures["large"]
+    assert [p["cost"] for p in pictures["plots"]] == ["flops"]  # search.selection.costs
+    svg = _svg(pictures)
+    for cid in (1, 2, 3):
+        assert f'data-id="{cid}"' in svg and f'href="/candidates/{cid}"' in svg
+    assert 'data-mark="seed"' in svg and 'class="mark recommended" data-id="2"' in svg
+    assert "seed 1" in svg and "recommended 2" in svg
+
+
+def test_the_pictures_are_redrawn_when_a_candidate_finishes_in_any_order(tmp_path):
+    study = _study(tmp_path)
+    graph = study.get(1).graph_json
+    live = Dashboard(study).live
+    first = live.pictures()
+    assert live.pictures() is first  # nothing finished: not drawn again
+    late, early = study.add(graph, parent_id=2), study.add(graph, parent_id=2)
+    assert live.pictures() is first  # pending ones change no picture
+    _finish(study, early, 0.99, 2.0e7, wrong=[0])  # finishes before the older one
+    second = live.pictures()
+    assert second is not first and second["done"] == 4
+    assert f'data-id="{early}"' in _svg(second) and f'data-id="{late}"' not in _svg(second)
+    assert second["recommended"] == early  # cheaper and more accurate than the seed
+    _finish(study, late, 0.5, 1.0e7, wrong=range(70))
+    third = live.pictures()
+    assert third["done"] == 5 and f'data-id="{late}"' in _svg(third)
+
+
+def test_past_the_scale_limit_the_population_is_density(tmp_path, monkeypatch):
+    from nas.search.reporting import live_fronts
+
+    monkeypatch.setattr(live_fronts, "SCALE_LIMIT", 2)
+    study = _study(tmp_path)
+    worse = study.add(study.get(1).graph_json, parent_id=1)
+    _finish(study, worse, 0.5, 9.0e7, wrong=range(70))  # on no front, not the best
+    pictures = live_fronts.LiveFronts(study, k=1).pictures()
+    svg = _svg(pictures)
+    assert pictures["large"] and '<g class="density" data-n="4"' in svg
+    # points: the front (2, 3), the best (2), the seed (1) and the recommended (2)
+    assert [svg.count(f'class="point" data-id="{i}"') for i in (1, 2, 3, worse)] == [
+        1, 1, 1, 0]
+    assert 'data-mark="seed"' in svg and 'class="mark recommended" data-id="2"' in svg
+
+
+def test_an_empty_study_draws_empty_plots(tmp_path):
+    study = Study.create(tmp_path, config={"search": {"selection": {"costs": ["flops",
+                                                                              "params"]}}})
+    pictures = Dashboard(study).live.pictures()
+    assert [p["cost"] for p in pictures["plots"]] == ["flops", "params"]
+    assert pictures["seed"] is None and pictures["recommended"] is None
+    assert "no finished candidates yet" in _svg(pictures, "params")

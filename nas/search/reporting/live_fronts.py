@@ -128,8 +128,9 @@ class LiveFronts:
             self._test.update(self.study.correctness([r.id for r in new], "test"))
             self._read.update(r.id for r in new)
         pairs = recommend.Comparisons(self._val, self._test)
-        margin = recommend.margin_pt(getattr(self.study, "config", None))
-        return recommend.recommend(done, pairs, margin).candidate
+        config = getattr(self.study, "config", None)
+        return recommend.recommend(done, pairs, recommend.margin_pt(config),
+                                   recommend.recommend_cost(config)).candidate
 
 
 def _point(c: Candidate, cost: str, label: str, marks: dict[int, str], top: int) -> Point:
