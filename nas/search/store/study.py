@@ -48,7 +48,7 @@ from nas.search.store.candidate import (
 from nas.search.strategy.fidelity import RungResult
 from nas.search.strategy.pareto import ParetoCurve
 from nas.search.strategy.population import Finished
-from nas.search.strategy.selection import OBJECTIVES, check_cost
+from nas.search.strategy.selection import check_cost, higher_better
 
 DB_NAME = "study.db"
 DEFAULT_MAX_ATTEMPTS = 3
@@ -229,6 +229,17 @@ class Study:
 
     def __repr__(self) -> str:
         return f"Study({str(self.workdir)!r})"
+
+    @property
+    def user_costs(self) -> tuple[str, ...]:
+        """The names of the search's own costs (the keys of `search.costs` in its config):
+        numbers in each done candidate's metrics, lower is better, which fronts and the
+        recommendation may rank by like the built-in costs."""
+        search = self.config.get("search") if isinstance(self.config, Mapping) else None
+        costs = search.get("costs") if isinstance(search, Mapping) else None
+        if not isinstance(costs, Mapping):
+            return ()
+        return tuple(k for k in costs if isinstance(k, str) and k.isidentifier())
 
     # ------------------------------------------------------------------ writing
 
@@ -645,17 +656,22 @@ class Study:
         id, with only what selection reads (no graph; the packed validation results that
         paired ties compare): a primary-key range read, so the
         driver reads each finished candidate once (`nas.search.strategy.population`)."""
+        users = self.user_costs  # read from the metrics' JSON, only those configured
         query = (f"SELECT id, parent_id, accuracy, {', '.join(_LIGHT_COSTS)}, "
-                 f"{_schema.VAL_EXAMPLES}, e.count, e.bits FROM candidates LEFT JOIN "
-                 "examples e ON e.candidate_id = id AND e.split = 'validation' WHERE id > ?")
-        args: list[int] = [int(after)]
+                 f"{_schema.VAL_EXAMPLES}, e.count, e.bits"
+                 + "".join(", json_extract(metrics_json, ?)" for _ in users)
+                 + " FROM candidates LEFT JOIN examples e ON e.candidate_id = id AND "
+                 "e.split = 'validation' WHERE id > ?")
+        args: list[Any] = [*(_json_path(u) for u in users), int(after)]
         if through is not None:
             query += " AND id <= ?"
             args.append(int(through))
         with self._db.read() as c:
             rows = c.execute(query + " AND status='done' ORDER BY id", args).fetchall()
         return [Finished(*row[:8], val_count=row[8],
-                         val_bits=None if row[9] is None else bytes(row[9])) for row in rows]
+                         val_bits=None if row[9] is None else bytes(row[9]),
+                         user_costs={u: v for u, v in zip(users, row[10:], strict=True)
+                                     if v is not None}) for row in rows]
 
     def find(self, fingerprint: str) -> list[int]:
         """Ids of candidates with this fingerprint."""
@@ -681,14 +697,22 @@ class Study:
         Candidates tied with a front point (same accuracy and cost) are all included.
         Only the front's rows are read whole; the rest is one pass over an index.
         """
-        check_cost(cost)
+        check_cost(cost, user_costs=self.user_costs)
+        column, args = cost, []
+        if cost in self.user_costs:  # a number in the metrics' JSON
+            column = "json_extract(metrics_json, ?)"
+            args = [_json_path(cost)]
+            where = "json_type(metrics_json, ?) IN ('integer', 'real')"
+            args += args
+        else:
+            where = f"{cost} IS NOT NULL"
         with self._db.read() as c:
-            done = c.execute(f"SELECT id, accuracy, {cost} FROM candidates WHERE "
-                             f"status='done' AND accuracy IS NOT NULL AND {cost} IS NOT NULL"
-                             " ORDER BY id").fetchall()
+            done = c.execute(f"SELECT id, accuracy, {column} FROM candidates WHERE "
+                             f"status='done' AND accuracy IS NOT NULL AND {where}"
+                             " ORDER BY id", args).fetchall()
         if not done:
             return []
-        curve = ParetoCurve([(a, v) for _, a, v in done], (True, OBJECTIVES[cost]))
+        curve = ParetoCurve([(a, v) for _, a, v in done], (True, higher_better(cost)))
         order = {tuple(p): i for i, p in enumerate(curve.points.tolist())}
         front = [(order[(a, float(v))], i) for i, a, v in done if (a, float(v)) in order]
         with self._db.read() as c:
@@ -856,6 +880,11 @@ def _insert_examples(c: sqlite3.Connection, candidate_id: int,
     c.executemany(
         "INSERT OR REPLACE INTO examples(candidate_id, split, count, bits) VALUES (?, ?, ?, ?)",
         [(candidate_id, split, int(v.size), examples.pack(v)) for split, v in bits.items()])
+
+
+def _json_path(name: str) -> str:
+    """The JSON path of a user's cost in `metrics_json` (an identifier: quoted as is)."""
+    return f'$."{name}"'
 
 
 def _rung_cost(cost: str) -> str:

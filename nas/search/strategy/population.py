@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from nas.search.strategy.pareto import ParetoCurve
-from nas.search.strategy.selection import COSTS, OBJECTIVES, Columns, check_cost
+from nas.search.strategy.selection import COSTS, Columns, check_cost, cost_value, higher_better
 from nas.search.strategy.selector import GrowingColumns
 
 
@@ -37,10 +37,15 @@ class Finished:
     status: str = "done"  # only done candidates are read this way
     val_count: int | None = None  # per-example validation results: how many examples
     val_bits: bytes | None = None  # and which were right (`nas.io.examples.pack`)
+    # the search's own costs (`search.costs`) as stored in the metrics' JSON, by name
+    user_costs: Mapping[str, Any] = dataclasses.field(default_factory=dict, hash=False)
 
     @property
     def extra_metrics(self) -> dict[str, Any]:
-        return {} if self.val_examples is None else {"val_examples": self.val_examples}
+        out = dict(self.user_costs)
+        if self.val_examples is not None:
+            out["val_examples"] = self.val_examples
+        return out
 
 
 class Population(Sequence[Finished]):
@@ -80,13 +85,17 @@ class DoneCache:
 
     `prefix` rows (ids up to the first unfinished one) are final and kept; done rows past
     it (few: at most the pipeline's depth in a driver's search) are read again each time.
+    `user_costs`: the names of the search's own costs, columns beside the built-in ones
+    (default: the study's, `Study.user_costs`, which its rows carry).
     """
 
-    def __init__(self, study: Any) -> None:
+    def __init__(self, study: Any, user_costs: Sequence[str] | None = None) -> None:
         self.study = study
+        self.user_costs = tuple(getattr(study, "user_costs", ()) if user_costs is None
+                                else user_costs)
         self._through = 0  # every id <= this is finished and read
         self._rows: list[Finished] = []
-        self._columns = GrowingColumns()  # of `_rows`
+        self._columns = GrowingColumns((*COSTS, *self.user_costs))  # of `_rows`
         self._tail: list[Finished] = []
         self._best: Finished | None = None  # of `_rows`
         self._fronts: dict[str, tuple[int, dict[tuple[float, float], int]]] = {}
@@ -131,7 +140,7 @@ class DoneCache:
         The kept rows' front is kept as its points and how many rows equal each (a row
         off the front never returns to it: the front only improves), so each call folds
         in the rows read since the last one and the rows past them."""
-        check_cost(cost)
+        check_cost(cost, user_costs=self.user_costs)
         counted, front = self._fronts.get(cost, (0, {}))
         front = _fold(front, self._rows[counted:], cost)
         self._fronts[cost] = (len(self._rows), front)
@@ -147,7 +156,8 @@ class DoneCache:
         self._columns.extend(Columns(
             np.array([f.id for f in rows], dtype=np.int64),
             np.array([f.accuracy for f in rows], dtype=float),
-            {c: np.array([_nan(getattr(f, c)) for f in rows], dtype=float) for c in COSTS},
+            {c: np.array([_nan(cost_value(f, c)) for f in rows], dtype=float)
+             for c in (*COSTS, *self.user_costs)},
             np.array([_size(f.val_examples) for f in rows], dtype=float),
             np.array([f.val_count or 0 for f in rows], dtype=np.int64),
             _bit_rows([f.val_bits for f in rows])))
@@ -161,12 +171,12 @@ def _fold(front: dict[tuple[float, float], int], rows: Sequence[Finished], cost:
           ) -> dict[tuple[float, float], int]:
     """The accuracy/`cost` front of `front`'s points and `rows`, each point with how many
     rows equal it."""
-    new = [(float(r.accuracy), float(getattr(r, cost))) for r in rows
-           if getattr(r, cost) is not None]
+    new = [(float(r.accuracy), float(value)) for r in rows
+           if (value := cost_value(r, cost)) is not None]
     if not new:
         return front
     points = list(front) + new
-    curve = ParetoCurve(points, (True, OBJECTIVES[cost]))
+    curve = ParetoCurve(points, (True, higher_better(cost)))
     out = {tuple(p): front.get(tuple(p), 0) for p in curve.points.tolist()}
     for p in new:
         if p in out:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -30,13 +31,59 @@ OBJECTIVES: dict[str, bool] = {
 }
 COSTS = tuple(k for k in OBJECTIVES if k != "accuracy")
 AGING_MODES = ("cosine", "step")
+# Metric names a candidate's record holds besides the `nas.train.Metrics` fields (the
+# study's renamed ones): a user's cost (`search.costs`) may take none of them.
+_STUDY_METRICS = frozenset({*OBJECTIVES, "loss", "epochs", "val_examples", "val_correct",
+                            "test_accuracy", "test_loss", "test_examples", "test_correct",
+                            "fit_seconds"})
+_USER_COST_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
-def check_cost(cost: str, field: str = "cost") -> str:
-    """Validate a cost objective name."""
-    if cost not in COSTS:
-        raise ValueError(f"{field}: unknown cost objective {cost!r}; expected one of {COSTS}")
+def higher_better(cost: str) -> bool:
+    """Whether more of `cost` is better: a built-in's direction (`OBJECTIVES`); a user's
+    cost (any other name, `search.costs`) is lower-is-better."""
+    return OBJECTIVES.get(cost, False)
+
+
+def check_cost(cost: str, field: str = "cost", user_costs: Sequence[str] = ()) -> str:
+    """Validate a cost objective name: a built-in cost or one of `user_costs`."""
+    if cost not in COSTS and (not isinstance(cost, str) or cost not in user_costs):
+        users = (f" or the user's costs {tuple(user_costs)} (search.costs)" if user_costs
+                 else " (or a user's cost named in search.costs)")
+        raise ValueError(f"{field}: unknown cost objective {cost!r}; expected one of the "
+                         f"built-in costs {COSTS}{users}")
     return cost
+
+
+def check_user_costs(names: Sequence[str], field: str = "search.costs") -> tuple[str, ...]:
+    """The names of a user's costs, each an identifier (a CSV column, a JSON key) that no
+    built-in metric has: a cost called "loss" or "flops" would hide the measured one."""
+    from nas.train.perf import Metrics  # its fields land in every candidate's metrics
+
+    builtin = _STUDY_METRICS | {f.name for f in dataclasses.fields(Metrics)}
+    out = tuple(names)
+    for name in out:
+        if not isinstance(name, str) or not _USER_COST_NAME.match(name):
+            raise ValueError(f"{field}: a cost's name must be an identifier (letters, digits, "
+                             f"_), got {name!r}")
+        if name in builtin or name.startswith("fit_"):
+            raise ValueError(f"{field}: the cost name {name!r} is a built-in metric's; "
+                             f"name your cost otherwise (built-in costs: {', '.join(COSTS)})")
+    return out
+
+
+def cost_value(item: Any, cost: str) -> float | None:
+    """`cost` of a candidate (a `Candidate`, an `Individual`, a population row): a built-in
+    cost is an attribute; a user's is a number in its metrics (None when absent)."""
+    if cost in OBJECTIVES:
+        return getattr(item, cost, None)
+    values = getattr(item, "user_costs", None)
+    if not isinstance(values, Mapping):
+        values = getattr(item, "extra_metrics", None) or {}
+    value = values.get(cost)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,20 +97,29 @@ class Individual:
     im_sec_core_train: float | None = None
     im_sec_core_infer: float | None = None
     examples: int | None = None  # the accuracy's sample size (validation examples)
+    # a user's costs (`search.costs`) by name: numbers from the candidate's metrics
+    user_costs: Mapping[str, float] = dataclasses.field(default_factory=dict, hash=False)
 
     @classmethod
-    def from_candidate(cls, candidate: Any) -> Individual:
-        """Build from a `nas.search.Candidate` (or anything with the same attributes)."""
+    def from_candidate(cls, candidate: Any, user_costs: Sequence[str] | None = None
+                       ) -> Individual:
+        """Build from a `nas.search.Candidate` (or anything with the same attributes).
+        `user_costs`: the names of a user's costs to read from its metrics (None: every
+        number there, so a selection by any of them finds it)."""
         if candidate.accuracy is None:
             raise ValueError(
                 f"candidate {candidate.id}: has no accuracy (status "
                 f"{getattr(candidate, 'status', '?')!r}); only done ones select"
             )
+        extra = getattr(candidate, "extra_metrics", None) or {}
+        names = extra if user_costs is None else user_costs
+        found = {n: cost_value(candidate, n) for n in names if n not in OBJECTIVES}
         return cls(
             id=int(candidate.id),
             accuracy=float(candidate.accuracy),
             **{k: getattr(candidate, k, None) for k in COSTS},
-            examples=(getattr(candidate, "extra_metrics", None) or {}).get("val_examples"),
+            examples=extra.get("val_examples"),
+            user_costs={n: v for n, v in found.items() if v is not None},
         )
 
 
@@ -83,14 +139,16 @@ class Columns:
     correct_bits: np.ndarray | None = None
 
     @classmethod
-    def of(cls, population: Sequence[Individual]) -> Columns:
-        """From individuals in any order."""
+    def of(cls, population: Sequence[Individual], user_costs: Sequence[str] = ()
+           ) -> Columns:
+        """From individuals in any order; a column per built-in cost and per name of
+        `user_costs`."""
         pool = sorted(population, key=lambda ind: ind.id)
         return cls(
             np.array([ind.id for ind in pool], dtype=np.int64),
             np.array([ind.accuracy for ind in pool], dtype=float),
-            {c: np.array([_number(getattr(ind, c)) for ind in pool], dtype=float)
-             for c in COSTS},
+            {c: np.array([_number(cost_value(ind, c)) for ind in pool], dtype=float)
+             for c in (*COSTS, *user_costs)},
             np.array([float(int(ind.examples)) if ind.examples else math.nan
                       for ind in pool], dtype=float))
 
@@ -113,7 +171,8 @@ def _number(value: float | None) -> float:
 class SelectionConfig:
     """Knobs of `select_parents`. Accuracy units are whatever the study stores.
 
-    costs: cost objectives, one drawn uniformly per suggestion.
+    costs: cost objectives, one drawn uniformly per suggestion: built-in ones (`COSTS`)
+        or a user's (`user_costs`).
     p_accuracy_only: chance a suggestion ranks by accuracy alone (distance to the best).
     min_acc: individuals below it are never parents.
     top_n / top_perc / min_to_select: size of the sampled top group: `top_n` if > 0,
@@ -132,6 +191,10 @@ class SelectionConfig:
     noninferiority_pt: the summary's recommendation (not parent selection): a child
         counts as good as the seed when the lower end of its paired 95 % interval of
         child - seed validation accuracy is at least minus this many accuracy points.
+    recommend_cost: the cost the recommendation minimizes among those non-inferior
+        children (a built-in cost or a user's; default FLOPs).
+    user_costs: names of the user's own costs (`search.costs`, lower is better): not a
+        field of `search.selection`, `from_dict` takes them from the search section.
     """
 
     costs: tuple[str, ...] = ("flops", "params")
@@ -147,14 +210,19 @@ class SelectionConfig:
     aging: str = "cosine"
     noise_ties: bool = True
     noninferiority_pt: float = 1.0
+    recommend_cost: str = "flops"
+    user_costs: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         costs = (self.costs,) if isinstance(self.costs, str) else tuple(self.costs)
         object.__setattr__(self, "costs", costs)
+        users = check_user_costs(self.user_costs, "user_costs")
+        object.__setattr__(self, "user_costs", users)
         if not costs:
             raise ValueError("costs: need at least one cost objective")
         for c in costs:
-            check_cost(c, "costs")
+            check_cost(c, "costs", users)
+        check_cost(self.recommend_cost, "recommend_cost", users)
         if not 0.0 <= self.p_accuracy_only <= 1.0:
             raise ValueError(f"p_accuracy_only: must be in [0, 1], got {self.p_accuracy_only}")
         if not 0.0 < self.top_perc <= 1.0:
@@ -176,16 +244,18 @@ class SelectionConfig:
             raise ValueError(f"aging: expected one of {AGING_MODES}, got {self.aging!r}")
 
     @classmethod
-    def from_dict(cls, values: Mapping[str, Any] | None) -> SelectionConfig:
-        """Build from a plain dict (e.g. `config.selection.to_dict()`), naming unknown keys."""
+    def from_dict(cls, values: Mapping[str, Any] | None, user_costs: Sequence[str] = ()
+                  ) -> SelectionConfig:
+        """Build from a plain dict (e.g. `config.selection.to_dict()`), naming unknown keys;
+        `user_costs`: the names of the search's own costs (the keys of `search.costs`)."""
         values = dict(values or {})
-        known = {f.name for f in dataclasses.fields(cls)}
+        known = {f.name for f in dataclasses.fields(cls)} - {"user_costs"}
         unknown = sorted(set(values) - known)
         if unknown:
             raise ValueError(
                 f"selection config: unknown field(s) {unknown}; known: {sorted(known)}"
             )
-        return cls(**values)
+        return cls(**values, user_costs=tuple(user_costs))
 
 
 def age(accuracy: float, alive: int, config: SelectionConfig) -> float:

@@ -18,7 +18,6 @@ from nas.search.strategy.growing import Growing
 from nas.search.strategy.pareto import ParetoCurve
 from nas.search.strategy.selection import (
     COSTS,
-    OBJECTIVES,
     Columns,
     Individual,
     SelectionConfig,
@@ -26,6 +25,7 @@ from nas.search.strategy.selection import (
     _behind,
     _lowest_rows,
     _sample,
+    higher_better,
     sample_from_weights,
     top_k,
 )
@@ -33,12 +33,13 @@ from nas.search.strategy.ties import NoiseTies
 
 
 class GrowingColumns:
-    """`Columns` that rows are appended to, in amortized constant time per row."""
+    """`Columns` that rows are appended to, in amortized constant time per row: a column
+    per cost of `costs` (the built-in ones and a user's); a cost the rows lack is NaN."""
 
-    def __init__(self) -> None:
+    def __init__(self, costs: Sequence[str] = COSTS) -> None:
         self._ids = Growing(np.int64)
         self._accuracy = Growing(float)
-        self._costs = {c: Growing(float) for c in COSTS}
+        self._costs = {c: Growing(float) for c in costs}
         self._examples = Growing(float)
         self._counts = Growing(np.int64)
         self._bits = Growing(np.uint8, width=0)
@@ -47,7 +48,7 @@ class GrowingColumns:
         self._ids.extend(rows.ids)
         self._accuracy.extend(rows.accuracy)
         for c, column in self._costs.items():
-            column.extend(rows.costs[c])
+            column.extend(rows.costs[c] if c in rows.costs else np.full(len(rows), np.nan))
         self._examples.extend(rows.examples)
         n = len(rows)
         self._counts.extend(np.zeros(n, np.int64) if rows.correct_counts is None
@@ -71,6 +72,7 @@ class Selector:
     def __init__(self, config: SelectionConfig | None = None, closest: bool = True) -> None:
         self.config = config or SelectionConfig()
         self.closest = closest  # keep closest-k indexes (worth it over many calls)
+        self._costs = (*COSTS, *self.config.user_costs)  # the pool's cost columns
         self._seen = np.zeros(0, dtype=np.int64)  # ids of the population last given
         self._pool: GrowingColumns | None = None  # its rows reaching min_acc
         self._ties = NoiseTies()  # of the pool's accuracies (when they do not age)
@@ -80,7 +82,7 @@ class Selector:
         # cost -> the pool's points grouped for the closest-k search, kept under the same
         # condition; cost -> how many of the pool's values are missing or not finite
         self._indexes: dict[str, CostIndex] = {}
-        self._unusable = dict.fromkeys(COSTS, 0)
+        self._unusable = dict.fromkeys(self._costs, 0)
 
     def select(self, population: Sequence[Individual] | Columns,
                rng: np.random.Generator | None, num: int = 1) -> list[int]:
@@ -90,7 +92,7 @@ class Selector:
         if not len(population):
             raise ValueError("population: empty; at least one trained candidate is needed")
         pool = self._update(population if isinstance(population, Columns)
-                            else Columns.of(population))
+                            else Columns.of(population, config.user_costs))
         if not len(pool):
             raise ValueError(f"population: no individual reaches min_acc={config.min_acc}")
         if isinstance(num, bool) or not isinstance(num, int) or not 1 <= num <= len(pool):
@@ -106,16 +108,17 @@ class Selector:
                 or not (_same_start(columns.ids, self._seen)
                         or np.array_equal(columns.ids[:known], self._seen))):
             self._pool, self._ties, self._fronts, known = None, NoiseTies(), {}, 0
-            self._indexes, self._unusable = {}, dict.fromkeys(COSTS, 0)
+            self._indexes, self._unusable = {}, dict.fromkeys(self._costs, 0)
         new = columns.take(slice(known, None))
         if self.config.min_acc is not None:
             new = new.take(new.accuracy >= self.config.min_acc)
         if self._pool is None:
-            self._pool = GrowingColumns()
+            self._pool = GrowingColumns(self._costs)
         before = len(self._pool.columns)
         self._pool.extend(new)
-        for cost in COSTS:
-            self._unusable[cost] += int(np.sum(~np.isfinite(new.costs[cost])))
+        added = self._pool.columns
+        for cost in self._costs:
+            self._unusable[cost] += int(np.sum(~np.isfinite(added.costs[cost][before:])))
         kept = self.config.generations_to_live <= 0
         if self.config.noise_ties and kept:
             kept = self._ties.extend(new.accuracy, new.examples, new.correct_bits,
@@ -155,7 +158,7 @@ class Selector:
         if curve is not None:
             points = np.concatenate([curve.points, points]) if len(rows) else curve.points
         if curve is None or len(rows):
-            curve = ParetoCurve(points, (True, OBJECTIVES[cost]))
+            curve = ParetoCurve(points, (True, higher_better(cost)))
         self._fronts[cost] = (curve, len(pool))
         return curve
 
@@ -173,7 +176,7 @@ class Selector:
 
 def _higher_better(values: np.ndarray, cost: str) -> np.ndarray:
     """`cost`'s values in the front's frame: negated where lower is better."""
-    return values * (1.0 if OBJECTIVES[cost] else -1.0)
+    return values * (1.0 if higher_better(cost) else -1.0)
 
 
 def _same_start(ids: np.ndarray, seen: np.ndarray) -> bool:
@@ -242,7 +245,7 @@ def _draw_row(pool: Columns, acc: np.ndarray, config: SelectionConfig,
                              f"{float(cost_values[~np.isfinite(cost_values)][0])}")
         if curve is None:
             curve = (front(cost) if front is not None else ParetoCurve(
-                np.stack([first, cost_values], axis=1), (True, OBJECTIVES[cost])))
+                np.stack([first, cost_values], axis=1), (True, higher_better(cost))))
             anchor = curve.sample_point(rng) if config.balanced else None
         # In the curve's frame (accuracy, cost negated when lower is better): exact.
         second = _higher_better(cost_values, cost)
