@@ -62,3 +62,31 @@ def test_ctrl_c_leaves_another_workers_claim_alone(tmp_path, search_config):
             "running", "worker@elsewhere:1")
         assert (study.get(seed.id + 1).status, study.get(seed.id + 1).attempts) == (
             "pending", 0)
+
+
+DEFERRED = """
+import signal
+from nas.search.execution.interrupts import deferred_interrupt
+steps = []
+try:
+    with deferred_interrupt():
+        signal.raise_signal(signal.SIGINT)  # Ctrl-C in the middle of the step
+        steps.append("the step ran to its end")
+    steps.append("not interrupted after it")
+except KeyboardInterrupt:
+    steps.append("interrupted after it")
+assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+print(" / ".join(steps))
+"""
+
+
+def test_a_ctrl_c_inside_a_deferred_step_is_raised_right_after_it():
+    """In a process of its own: only a main thread may set signal handlers."""
+    import subprocess
+    import sys
+
+    from tests.search.conftest import ROOT
+
+    r = subprocess.run([sys.executable, "-c", DEFERRED], capture_output=True, text=True,
+                       cwd=ROOT, timeout=120)
+    assert r.stdout.strip() == "the step ran to its end / interrupted after it", r.stderr

@@ -33,12 +33,12 @@ def start_worker(workdir, *args):
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=_env())
 
 
-def start_driver(workdir, max_candidates, workers=0):
+def start_driver(workdir, max_candidates, workers=0, *args):
     """workers=0: the driver proposes, the external workers train."""
     return subprocess.Popen([sys.executable, "-m", "nas.search.cli", f"--config={SEARCH_CONFIG}",
                              f"--workdir={workdir}", "--noprogress", *OVERRIDES,
                              f"--config.search.max_candidates={max_candidates}",
-                             f"--config.search.workers={workers}"],
+                             f"--config.search.workers={workers}", *args],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=_env())
 
 
@@ -118,9 +118,14 @@ def test_workers_before_driver_and_driver_restarted_while_they_train(tmp_path):
     assert all(c.attempts <= 2 for c in final)
 
 
-def test_ctrl_c_is_one_line_exit_130_and_resumable(tmp_path):
+def test_ctrl_c_is_one_line_exit_130_and_resumable(tmp_path, monkeypatch):
+    """The seed is held in flight: its local worker process blocks inside its first
+    training step (`nas.graph.stall`), so the Ctrl-C lands while it is claimed and
+    unfinished however slow the machine is; the driver kills that worker."""
+    monkeypatch.setenv("NAS_TEST_STALL_OP", "fc/logits")  # an op of the seed, CifarNet
+    monkeypatch.setenv("NAS_TEST_STALL_S", "3600")
     workdir = str(tmp_path / "study")
-    driver = start_driver(workdir, 2, workers=1)
+    driver = start_driver(workdir, 2, 1, "--config.search.executor=local")
     wait_for(lambda: any(c.status == "running" for c in candidates(workdir)), driver)
     driver.send_signal(signal.SIGINT)
     out = driver.communicate(timeout=120)[0].decode()

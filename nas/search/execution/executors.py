@@ -21,6 +21,7 @@ from typing import Any
 
 from absl import logging
 
+from nas.search.execution.interrupts import deferred_interrupt
 from nas.search.execution.ray_cluster import fork_then_exec
 from nas.search.execution.worker import describe_failure, train_candidate
 
@@ -219,10 +220,11 @@ class LocalExecutor:
 
     def submit(self, candidate_id: int, kwargs: dict[str, Any]) -> None:
         # owner_pid: an orphaned worker (its driver was killed) stops instead of training on.
-        future = self._pool.submit(train_or_failure, **kwargs, **self._share,
-                                   owner_pid=os.getpid())
-        _watch_new_workers(self._pool)
-        self._inflight[future] = (candidate_id, kwargs, time.monotonic())
+        with deferred_interrupt():  # the pool may start a worker: never half-started
+            future = self._pool.submit(train_or_failure, **kwargs, **self._share,
+                                       owner_pid=os.getpid())
+            _watch_new_workers(self._pool)
+            self._inflight[future] = (candidate_id, kwargs, time.monotonic())
 
     def running(self) -> int:
         if self._suspects or self._alone in self._inflight:  # no neighbour while isolating
