@@ -132,6 +132,22 @@ class LocalCluster:
             raise RuntimeError(f"the cluster did not reach {alive} node(s): "
                                f"{out.stderr[-1500:]}\n{self.log(-1)}")
 
+    def busy_nodes(self, title: str = "ray::run_task") -> list[int]:
+        """The nodes running a task now: one of their processes carries the title Ray
+        gives a worker while it runs that function."""
+        busy = set()
+        for p in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{p}/cmdline", "rb") as f:
+                    if not f.read().startswith(title.encode()):
+                        continue
+            except OSError:
+                continue
+            ns = _namespace(int(p))
+            if ns in self._namespaces:
+                busy.add(self._namespaces.index(ns))
+        return sorted(busy)
+
     def kill_node(self, index: int) -> int:
         """SIGKILLs every process of node `index` (0: the head); returns how many."""
         namespace, killed = self._namespaces[index], 0

@@ -119,23 +119,23 @@ def local_fingerprints(tmp_path, data):
 
 @pytest.mark.slow  # a 3-node cluster and two 6-candidate searches: about 10 minutes on 2 cores
 def test_a_lost_worker_node_loses_nothing(tmp_path, cluster_paths):
-    """One worker node SIGKILLed (every process of it) while both train, once 2 candidates
-    are done: its candidate trains again on the other node, counted as a retry and not
+    """A worker node SIGKILLed (every process of it) while it trains, once 2 candidates are
+    done: its candidate trains again on the other node, counted as a retry and not
     blamed; all 6 are done with the local executor's candidates."""
     workdir, data, hidden = cluster_paths
     with LocalCluster(hidden) as cluster:
         driver = start(search_command(workdir, data, "--config.search.executor=ray",
                                       f"--config.search.ray_address={cluster.address}"))
         try:
-            wait_for(lambda: counts(workdir).get("done", 0) >= 2
-                     and counts(workdir).get("running", 0) == 2, driver)
-            assert cluster.kill_node(1) > 0
+            wait_for(lambda: counts(workdir).get("done", 0) >= 2 and cluster.busy_nodes(),
+                     driver)
+            assert cluster.kill_node(cluster.busy_nodes()[0]) > 0
             output = driver.communicate(timeout=1200)[0].decode()
         finally:
             driver.kill()
     assert driver.returncode == 0, output[-3000:]
     study = assert_complete(workdir, output)
-    assert sum(c.metrics.get("ray_retries", 0) for c in study.candidates()) >= 1, output[-3000:]
+    assert sum(c.metrics.get("ray_retries", 0) for c in study.candidates()) >= 1, output[-8000:]
     assert [c.fingerprint for c in study.candidates()] == local_fingerprints(tmp_path, data)
 
 
