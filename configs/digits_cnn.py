@@ -11,8 +11,7 @@ def get_config(arg=None):
     del arg
     c = base_config()
     c.model_name = "cnn"
-    c.num_classes = 10
-    c.input.data.name = "digits"
+    c.input.data.name = "digits"  # num_classes: 0 in base_config(), the data's (10)
     c.input.data.split = "train"
     c.input.batch_size = 64
     c.input.image_size = 32

@@ -3,16 +3,15 @@
 usage:
   nas-train --config=configs/digits_cnn.py --workdir=/tmp/run [--config.lr=3e-3]
             [--graph=graph.json]
-  nas-train --graph=candidate.zip --workdir=/tmp/run
-            [--config=configs/digits_cnn.py --config.total_epochs=3]
+  nas-train --graph=candidate.zip --workdir=/tmp/run [--config.total_epochs=3]
 
 main flags:
   --config=FILE[:arg]   training config (configs/*.py); --config.F=V overrides a field
   --workdir=DIR         where checkpoints and metrics go (training resumes from them)
   --graph=FILE          train this graph: a serialized graph, or a candidate exported by
                         `nas-search export`, which starts from its trained weights and
-                        trains with its own settings (then only --config.F=V overrides
-                        are taken from --config, which is optional)
+                        trains with its own settings (--config.F=V overrides one of
+                        them; a --config=FILE then gives only its overrides)
   --noprogress          no progress bar of the training steps
   --helpfull            every flag, absl's included
 
@@ -64,24 +63,55 @@ def _fail(message: str, code: int = 1) -> None:
     os._exit(code)
 
 
+EXPORTED_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "exported_config.py")
+
+
+def with_exported_config(argv: Sequence[str]) -> list[str]:
+    """`argv` with `--config=<exported_config.py>:<candidate>` added when it overrides
+    fields (`--config.F=V`) of a `--graph` candidate without naming a `--config=FILE`:
+    absl takes overrides only of a config file, and the candidate's own settings are the
+    ones they override (`nas.train.exported_config`)."""
+    args = list(argv)
+    flagged = [a for a in args[1:] if a.startswith("--config.")]
+    named = any(a == "--config" or a.startswith("--config=") for a in args[1:])
+    graph = None
+    for i, a in enumerate(args[1:], start=1):
+        if a.startswith("--graph="):
+            graph = a.split("=", 1)[1]
+        elif a == "--graph" and i + 1 < len(args):
+            graph = args[i + 1]
+    if not flagged or named or not graph:
+        return args
+    return [args[0], f"--config={EXPORTED_CONFIG}:{os.path.abspath(graph)}", *args[1:]]
+
+
+def _exported_config_used() -> bool:
+    return bool(FLAGS["config"].present) and str(
+        FLAGS["config"].config_filename).startswith(f"{EXPORTED_CONFIG}:")
+
+
 def _parse(argv: Sequence[str]) -> list[str]:
     """absl flag parsing whose errors (e.g. a config file that fails to load) are one line."""
     if any(a in ("--help", "-h", "-?", "--help=true") for a in argv[1:]):
         print(__doc__.strip())
         sys.exit(0)
+    given, argv = list(argv), with_exported_config(argv)
     try:
         rest = FLAGS(list(argv))
         if FLAGS["config"].present:
             FLAGS.config.keys()  # a config file that failed to load raises only when used
         return rest
-    except flags.Error as e:
-        _fail(flag_error_line(e))
     except (AttributeError, KeyError) as e:  # an override of a field the config lacks
         _fail(unknown_field_line(e, argv))
-    except Exception as e:  # a config file missing, or raising while it is executed
-        given = [a.split("=", 1)[1].split(":", 1)[0] for a in argv if a.startswith("--config=")]
-        if given and not os.path.isfile(given[-1]):
-            _fail(f"--config: {given[-1]}: No such file or directory")
+    except Exception as e:  # noqa: BLE001 - a config file missing or raising when run
+        line = _last_line(e)
+        if argv != given and "--graph:" in line:  # the candidate's settings cannot be read
+            _fail(line[line.index("--graph:"):])
+        if isinstance(e, flags.Error):
+            _fail(flag_error_line(e))
+        named = [a.split("=", 1)[1].split(":", 1)[0] for a in argv if a.startswith("--config=")]
+        if named and not os.path.isfile(named[-1]):
+            _fail(f"--config: {named[-1]}: No such file or directory")
         _fail(f"--config: {_last_line(e)}")
     return []
 
@@ -185,9 +215,10 @@ def read_graph_file(path: str) -> tuple[Any, dict[str, Any], dict[str, Any] | No
 
 
 def check_config(config: Any) -> ml_collections.ConfigDict:
-    """The training config with defaults, refused before anything is read or written when
-    training would fail on it later: its type, its fields (`nas.train.config.validate`),
-    a dataset with more classes than `num_classes`."""
+    """The training config with defaults and `num_classes` from the data when it is 0,
+    refused before anything is written when training would fail on it later: its type,
+    its fields (`nas.train.config.validate`), a dataset that does not hold a batch or
+    whose classes disagree with `num_classes`."""
     from nas.train import config as config_lib
     from nas.train import data as data_lib
 
@@ -196,25 +227,17 @@ def check_config(config: Any) -> ml_collections.ConfigDict:
                         f"got {type(config).__name__}")
     train = config_lib.with_defaults(config.train if "train" in config else config)
     data_lib.check_dataset(train)
-    return train
+    return data_lib.with_num_classes(train)
 
 
 def check_logits(graph: Any, constants: Any, config: ml_collections.ConfigDict) -> None:
     """--graph's logits must have `num_classes` entries (else the loss fails in a trace)."""
-    import jax
-    import jax.numpy as jnp
+    from nas.train import preflight
 
-    from nas.graph import Model
-
-    size = int(config.input.image_size)
-    model = Model(graph, constants)
-    rng = jax.random.PRNGKey(0)
-    logits, _ = jax.eval_shape(lambda x: model.init_with_output(
-        {"params": rng, "dropout": rng}, x), jnp.zeros((1, size, size, 3), jnp.float32))
-    got = getattr(logits, "shape", (None,))[-1]
-    if got != config.num_classes:
-        raise UserError(f"--graph: {_GRAPH.value} outputs {got} logits, but config field "
-                        f"'num_classes' is {config.num_classes}")
+    try:
+        preflight.check_outputs(graph, constants, config, f"--graph: {_GRAPH.value}")
+    except ValueError as e:
+        raise UserError(str(e)) from None
 
 
 def training_settings(config: Any, exported: dict[str, Any] | None
@@ -242,7 +265,7 @@ def training_settings(config: Any, exported: dict[str, Any] | None
     except ValueError as e:
         raise UserError(f"--graph: {_GRAPH.value}: field 'train_config': {e}") from None
     source = f"the candidate's own, from {_GRAPH.value}"
-    if config is not None:
+    if config is not None and not _exported_config_used():
         source += "; --config gives only its --config.F=V overrides"
     if not overrides:
         return train, source, []
@@ -304,6 +327,8 @@ def run() -> None:
     if _WORKDIR.value:
         check_workdir(_WORKDIR.value, create=True)
     print(format_settings(train, source, overridden))
+    for note in preflight.schedule_notes(train):  # a warmup longer than the run, shortened
+        print(note)
     if init is not None:
         print("starting from the exported candidate's trained weights", flush=True)
     sys.stdout.flush()

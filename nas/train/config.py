@@ -28,7 +28,9 @@ def base_config() -> ml_collections.ConfigDict:
     c.seed = 0
     c.model_name = "cnn"
     c.model = ml_collections.ConfigDict()  # extra model kwargs, free-form
-    c.num_classes = 10
+    # 0: the number of classes of the data (nas.train.data.check_num_classes); a number
+    # set here must agree with the data
+    c.num_classes = 0
     c.loss = "softmax_xent"
 
     c.input = ml_collections.ConfigDict()
@@ -100,7 +102,8 @@ RULES: dict[str, schema.Field] = {
     "model_name": schema.Field(str, check=bool, expected="(non-empty)"),
     "model": schema.Field(dict),  # free-form kwargs, checked by the model builder
     "optax": schema.Field(dict),  # free-form kwargs of the optax transform
-    "num_classes": schema.at_least(2),
+    "num_classes": schema.Field(int, low=0, check=lambda n: n != 1,
+                                expected="(0: the data's number of classes; else >= 2)"),
     "loss": schema.one_of("softmax_xent"),
     "input.data.name": schema.Field(str, check=bool, expected="(a tfds dataset name, "
                                                                 "'folder:DIR' or 'npz:FILE')"),

@@ -39,7 +39,7 @@ import numpy as np
 import tensorflow_datasets as tfds
 
 from nas.train import digits as digits_lib
-from nas.train import userdata
+from nas.train import userdata, userfiles
 
 CIFAR_MEAN = np.array([0.4914, 0.4822, 0.4465], np.float32)
 CIFAR_STD = np.array([0.2470, 0.2435, 0.2616], np.float32)
@@ -275,30 +275,92 @@ def split_source(inp: Any, split: str, data_dir: str | None, process_index: int 
     return Subset(full, np.array_split(keep, process_count)[process_index])
 
 
-def check_dataset(config: Any) -> None:
-    """The training split of a (full) training config opens, holds a batch, and
-    `num_classes` covers its labels: fewer classes than the dataset's would one-hot the
-    larger labels to all-zero targets and train silently on a wrong task. (More classes
-    stay allowed.)"""
+def split_size(inp: Any, split: str, data_dir: str | None) -> int:
+    """The number of examples `split_source(inp, split, ...)` gives over all hosts. A user
+    dataset's (folder:, npz:) split train or test is counted from its labels, without
+    converting it: a run's checks come before anything is written."""
+    kind = userdata.kind_of(inp.data.name)
+    base = inp.data.split if split == HOLDOUT else split
+    if kind is None or base not in userfiles.SPLITS:
+        return len(split_source(inp, split, data_dir))
+    labels = userfiles.labels(kind, userdata.path_of(inp.data.name)).splits[base]
+    fraction = float(inp.data.get("validation_fraction", 0.0) or 0.0)
+    if split != HOLDOUT and not (fraction > 0 and split == inp.data.split):
+        return len(labels)
+    if fraction <= 0:
+        raise ValueError(f"eval split {HOLDOUT!r} needs input.data.validation_fraction > 0 "
+                         f"(the part of input.data.split {inp.data.split!r} held out)")
+    held = len(holdout_indices(labels, fraction))  # counts per class decide it, not order
+    return held if split == HOLDOUT else len(labels) - held
+
+
+def dataset_classes(name: str, data_dir: str | None = None, split: str = "train") -> int:
+    """The number of classes of the dataset `name` (`input.data.name`): a `folder:DIR`'s
+    class folders, an `npz:FILE`'s labels (the largest + 1), a tfds dataset's label
+    feature (`split` is opened to read it). A user dataset is not converted for it.
+    ValueError (one line) when the dataset cannot be read or declares no class count."""
+    kind = userdata.kind_of(name)
+    if kind:
+        return userfiles.labels(kind, userdata.path_of(name)).num_classes
+    if name == "digits":
+        return digits_lib.NUM_CLASSES
+    features = open_source(name, split, data_dir).dataset_info.features
+    found = getattr(features["label"], "num_classes", None) if "label" in features else None
+    if not found:
+        raise ValueError(f"config field 'num_classes': dataset {name!r} declares no number "
+                         f"of classes (no ClassLabel 'label'); set num_classes")
+    return int(found)
+
+
+def check_num_classes(config: Any) -> int:
+    """The number of classes `config` trains: `num_classes`, or with 0 the data's
+    (`dataset_classes`). A number set that disagrees with the data is one ValueError line
+    naming the field and both numbers (an npz's labels only bound it from below: a class
+    may have no example)."""
     inp = config.input
-    source = split_source(inp, inp.data.split, inp.data_dir or None)
-    features = source.dataset_info.features
-    labels = getattr(features["label"], "num_classes", None) if "label" in features else None
-    if len(source) < inp.batch_size:
-        raise ValueError(f"config field 'input.batch_size' must be <= the {len(source)} "
+    name, given = inp.data.name, int(config.num_classes)
+    found = dataset_classes(name, inp.data_dir or None, inp.data.split)
+    kind = userdata.kind_of(name)
+    if given == 0:
+        return found
+    if kind == "npz" and given < found:
+        raise ValueError(f"{userdata.path_of(name)}: labels up to {found - 1}, outside config "
+                         f"field 'num_classes' = {given} (labels must be 0..{given - 1}; "
+                         f"0 takes the number from the data)")
+    if kind != "npz" and given != found:
+        what = "class folders" if kind == "folder" else "classes"
+        raise ValueError(f"config field 'num_classes' is {given}, but dataset {name!r} has "
+                         f"{found} {what} (0 takes the number from the data)")
+    return given
+
+
+def with_num_classes(config: Any) -> Any:
+    """A copy of the training config `config` whose `num_classes` is the number it trains
+    (`check_num_classes`): what every front door records, so a study, a checkpoint and an
+    export hold the number and never need the data to know it."""
+    resolved = check_num_classes(config)
+    if int(config.num_classes) == resolved:
+        return config
+    out = config.copy_and_resolve_references()
+    with out.unlocked():
+        out.num_classes = resolved
+    return out
+
+
+def check_dataset(config: Any) -> None:
+    """The training split of a (full) training config opens (a user dataset is counted,
+    not converted), holds a batch, and its classes are the config's `num_classes`
+    (`check_num_classes`): fewer would one-hot the larger labels to all-zero targets and
+    train silently on a wrong task, more would train a head for classes never seen."""
+    inp = config.input
+    if userdata.kind_of(inp.data.name):
+        userdata.check_files(inp.data.name, resolve_data_dir(inp.data_dir or None))
+    size = split_size(inp, inp.data.split, inp.data_dir or None)
+    if size < inp.batch_size:
+        raise ValueError(f"config field 'input.batch_size' must be <= the {size} "
                          f"examples of {inp.data.name!r} split {inp.data.split!r}, got "
                          f"{inp.batch_size}")
-    kind = userdata.kind_of(inp.data.name)
-    if labels is not None and config.num_classes < labels and kind:
-        path, n = userdata.path_of(inp.data.name), config.num_classes
-        if kind == "folder":
-            raise ValueError(f"{path}: {labels} class folders, more than config field "
-                             f"'num_classes' = {n}")
-        raise ValueError(f"{path}: labels up to {labels - 1}, outside config field "
-                         f"'num_classes' = {n} (labels must be 0..{n - 1})")
-    if labels is not None and config.num_classes < labels:
-        raise ValueError(f"config field 'num_classes' must be >= {labels}, the number of "
-                         f"classes of dataset {inp.data.name!r}, got {config.num_classes}")
+    check_num_classes(config)
 
 
 def _is_prepared(name: str, data_dir: str) -> bool:

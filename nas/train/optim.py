@@ -46,6 +46,43 @@ def _steps(kw: Mapping, name: str, steps_per_epoch: float) -> int:
     return int(steps or 0)
 
 
+def _ramps(kw: Mapping, steps_per_epoch: float) -> tuple[int, int]:
+    """(warmup, cooldown) steps as the schedule asks for them; negative ones are refused."""
+    ramps = _steps(kw, "warmup", steps_per_epoch), _steps(kw, "cooldown", steps_per_epoch)
+    for name, steps in zip(("warmup", "cooldown"), ramps, strict=True):
+        if steps < 0:
+            raise ValueError(f"schedule: {name} must be >= 0 steps, got {steps}")
+    return ramps
+
+
+def fitted_ramps(sched: Mapping[str, Any], total_steps: int,
+                 steps_per_epoch: float = 1.0) -> tuple[int, int]:
+    """(warmup, cooldown) steps of `sched` in a run of `total_steps`.
+
+    Why: a first try on a small dataset has few steps per epoch, and a warmup sized for
+    the bundled digits would outlast it. When warmup + cooldown exceed the run, both are
+    scaled by the same factor to take half of it (rounded down), so the decay keeps the
+    other half; `shortening_note` says so. Every caller (the trainers, search workers,
+    `nas-train`'s checks) gets the same numbers from the same arguments."""
+    warmup, cooldown = _ramps(dict(sched), steps_per_epoch)
+    if warmup + cooldown <= total_steps:
+        return warmup, cooldown
+    half = max(0, int(total_steps)) // 2
+    return warmup * half // (warmup + cooldown), cooldown * half // (warmup + cooldown)
+
+
+def shortening_note(sched: Mapping[str, Any], total_steps: int,
+                    steps_per_epoch: float = 1.0) -> str | None:
+    """One line saying how `fitted_ramps` shortened `sched`, or None when it fits."""
+    asked = _ramps(dict(sched), steps_per_epoch)
+    got = fitted_ramps(sched, total_steps, steps_per_epoch)
+    if asked == got:
+        return None
+    return (f"warmup ({asked[0]}) + cooldown ({asked[1]}) steps exceed the run's "
+            f"{total_steps} steps: shortened to warmup {got[0]} + cooldown {got[1]}, half "
+            f"the run")
+
+
 def make_schedule(
     sched: Mapping[str, Any],
     *,
@@ -61,11 +98,7 @@ def make_schedule(
     """
     kw = dict(sched)
     decay = kw.pop("decay_type", "cosine")
-    warmup = _steps(kw, "warmup", steps_per_epoch)
-    cooldown = _steps(kw, "cooldown", steps_per_epoch)
-    if warmup + cooldown > total_steps:
-        raise ValueError(f"schedule: warmup ({warmup}) + cooldown ({cooldown}) steps exceed "
-                         f"total_steps ({total_steps})")
+    warmup, cooldown = fitted_ramps(kw, total_steps, steps_per_epoch)
     base = float(kw.get("base", 1.0))
     if kw.get("scale_with_batchsize") and global_batch_size:
         base *= global_batch_size / 256.0

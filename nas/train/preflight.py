@@ -1,9 +1,10 @@
 """What a training run can refuse before it prints or writes anything.
 
 Why: `train_and_eval` finds some config mistakes only once it builds the model or the
-optimizer (an unknown `model_name`, a schedule whose warmup and cooldown outlast
-training, the reversible trainer for a network that is not reversible), after a command
-line has already printed its settings and a workdir exists. These checks cost no
+optimizer (an unknown `model_name`, a schedule that cannot be built, the reversible
+trainer for a network that is not reversible), after a command line has already printed
+its settings and a workdir exists. (A warmup or cooldown that outlasts training is
+shortened, not refused: `schedule_notes` says how.) These checks cost no
 training: the graph is built without weights, the training split is only opened to count
 its examples, and the schedule functions are made but never run.
 """
@@ -25,8 +26,8 @@ def training_steps(config: ml_collections.ConfigDict) -> tuple[int, float]:
     `train_and_eval` counts them (the training split's examples, without a carved
     validation part, over the global batch)."""
     inp = config.input
-    source = data_lib.split_source(inp, inp.data.split, inp.data_dir or None)
-    steps_per_epoch = len(source) / int(inp.batch_size)
+    size = data_lib.split_size(inp, inp.data.split, inp.data_dir or None)
+    steps_per_epoch = size / int(inp.batch_size)
     return max(1, int(steps_per_epoch * float(config.total_epochs))), steps_per_epoch
 
 
@@ -41,14 +42,15 @@ def _schedules(schedule: Any) -> list[tuple[str, Mapping[str, Any]]]:
 def check(config: ml_collections.ConfigDict, graph: Any = None,
           constants: Any = None) -> tuple[Any, Any]:
     """(graph, constants) to train: `graph` as given, else the config's zoo model. Raises a
-    one-line ValueError naming the config field for a model, compute dtype or schedule
-    that training would refuse later. `config` is a full training config
+    one-line ValueError naming the config field for a model, number of classes, compute
+    dtype or schedule that training would refuse later. `config` is a full training config
     (`nas.train.config.with_defaults`)."""
+    num_classes = data_lib.check_num_classes(config)  # 0: the data's; else must agree
     if graph is None:
         from nas.train.train import build_graph
 
         try:
-            graph, constants = build_graph(config.model_name, config.num_classes,
+            graph, constants = build_graph(config.model_name, num_classes,
                                            config.input.image_size, config.get("model"))
         except ValueError as e:
             text = str(e).splitlines()[0] if str(e) else type(e).__name__
@@ -59,15 +61,55 @@ def check(config: ml_collections.ConfigDict, graph: Any = None,
         raise ValueError("config field 'trainer' is 'reversible', but the model is not a "
                          "reversible network (e.g. model_name 'revnet'); use 'standard' or "
                          "'auto'")
+    schedule_notes(config)
+    return graph, constants
+
+
+def schedule_notes(config: ml_collections.ConfigDict) -> list[str]:
+    """One line per schedule that `optim.fitted_ramps` shortens to fit the run, naming its
+    config field; a schedule that cannot be built (e.g. a negative warmup) raises a
+    one-line ValueError naming the field. Builds the schedule functions, never runs them."""
     total_steps, steps_per_epoch = training_steps(config)
+    where = (f"total_epochs {float(config.total_epochs):g} x {steps_per_epoch:.1f} steps per "
+             f"epoch at batch size {int(config.input.batch_size)}")
+    notes = []
     for field, sched in _schedules(config.schedule):
         try:
             optim.make_schedule(sched, total_steps=total_steps, steps_per_epoch=steps_per_epoch,
                                 global_batch_size=int(config.input.batch_size))
+            note = optim.shortening_note(sched, total_steps, steps_per_epoch)
         except ValueError as e:
             reason = str(e).removeprefix("schedule: ")
-            raise ValueError(
-                f"config field {field!r}: {reason} (total_epochs {float(config.total_epochs):g}"
-                f" x {steps_per_epoch:.1f} steps per epoch at batch size "
-                f"{int(config.input.batch_size)})") from None
-    return graph, constants
+            raise ValueError(f"config field {field!r}: {reason} ({where})") from None
+        if note:
+            notes.append(f"config field {field!r}: {note} ({where})")
+    return notes
+
+
+def check_outputs(graph: Any, constants: Any, config: ml_collections.ConfigDict,
+                  what: str) -> None:
+    """A graph given as it is (`nas-train --graph`, a search's `search.seed_graph`) has its
+    own output size: it must be the number of classes `config` trains (`num_classes`, or
+    with 0 the data's), else the loss would fail in a trace or train a wrong head. One
+    ValueError line naming `what` and both numbers. Shapes only: nothing is computed."""
+    import jax
+    import jax.numpy as jnp
+
+    from nas.graph import Model
+
+    want = data_lib.check_num_classes(config)
+    size = int(config.input.image_size)
+    rng = jax.random.PRNGKey(0)
+    model = Model(graph, constants)
+    try:
+        logits, _ = jax.eval_shape(lambda x: model.init_with_output(
+            {"params": rng, "dropout": rng}, x), jnp.zeros((1, size, size, 3), jnp.float32))
+    except Exception as e:  # noqa: BLE001 - any failure is the graph's, on these inputs
+        reason = (str(e).splitlines() or [type(e).__name__])[0][:300]
+        raise ValueError(f"{what} cannot run on the config's {size}x{size}x3 images "
+                         f"(input.image_size): {reason}") from None
+    got = getattr(logits, "shape", (None,))[-1]
+    if got != want:
+        raise ValueError(f"{what} outputs {got} logits, but dataset "
+                         f"{config.input.data.name!r} has {want} classes (config field "
+                         f"'num_classes')")

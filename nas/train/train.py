@@ -550,6 +550,7 @@ def train_and_eval(
             stop_epochs, int | float) or not 0 < stop_epochs < math.inf):
         raise ValueError(f"stop_epochs: expected a number of epochs > 0, got {stop_epochs!r}")
     trainers.compute_dtype(config)  # a bad value fails before any data is read
+    config = data_lib.with_num_classes(config)  # 0: the data's; disagreeing: one line
     compilation.enable_cache(config.compilation_cache_dir)
     with compilation.CompileCounter() as counter:
         metrics, epoch, state = _train_and_eval(

@@ -91,7 +91,7 @@ def converted_dir(name: str, data_dir: str) -> str:
     path = path_of(name)
     key = userfiles.content_key(kind, path)
     root = os.path.join(data_dir, SUBDIR)
-    final = os.path.join(root, f"{kind}-{key[:20]}-v{FORMAT}")
+    final = _final_dir(kind, key, data_dir)
     if os.path.isdir(final):
         return final
     os.makedirs(root, exist_ok=True)
@@ -100,6 +100,23 @@ def converted_dir(name: str, data_dir: str) -> str:
         if not os.path.isdir(final):
             _convert(userfiles.read(kind, path), root, final)
     return final
+
+
+def _final_dir(kind: str, key: str, data_dir: str) -> str:
+    return os.path.join(data_dir, SUBDIR, f"{kind}-{key[:20]}-v{FORMAT}")
+
+
+def check_files(name: str, data_dir: str) -> None:
+    """Check the user dataset `name` as its conversion reads it (the layout, each image's
+    header, the npz's arrays), writing nothing: one ValueError naming the file at fault.
+    A dataset converted already was checked then."""
+    kind = kind_of(name)
+    if kind is None:
+        raise ValueError(f"config field 'input.data.name': {name!r} is not a user dataset "
+                         f"(expected 'folder:DIR' or 'npz:FILE')")
+    path = path_of(name)
+    if not os.path.isdir(_final_dir(kind, userfiles.content_key(kind, path), data_dir)):
+        userfiles.read(kind, path)
 
 
 def _convert(content: userfiles.Content, root: str, final: str) -> None:

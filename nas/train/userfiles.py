@@ -73,6 +73,33 @@ def content_key(kind: str, path: str) -> str:
     return digest.hexdigest()
 
 
+@dataclass(frozen=True)
+class Labels:
+    """The labels of a user dataset, read without decoding an image or writing anything:
+    enough to count its classes and the examples of each split (and of its carved
+    validation part) before the array_record conversion."""
+
+    num_classes: int
+    classes: tuple[str, ...] | None  # folder names (folder:), None (npz:)
+    splits: dict[str, np.ndarray]  # split -> every example's label (file order)
+
+
+def labels(kind: str, path: str) -> Labels:
+    """The labels of the dataset at `path`: a folder's from its listing (classes are the
+    sorted folder names), an npz's from its checked arrays (labels 0..max). Any fault is
+    one ValueError naming the file, as `read` gives."""
+    if kind == "folder":
+        files = _listing(Path(path))
+        classes = tuple(sorted({cls for _, cls, _ in files}))
+        index = {c: i for i, c in enumerate(classes)}
+        return Labels(len(classes), classes, {
+            s: np.asarray([index[c] for split, c, _ in files if split == s], np.int64)
+            for s in SPLITS})
+    content = _read_npz(path)
+    return Labels(content.num_classes, None,
+                  {s: content.reader.arrays[f"y_{s}"] for s in SPLITS})
+
+
 def read(kind: str, path: str) -> Content:
     """The dataset at `path`, checked: any fault is one ValueError naming the file."""
     return _read_folder(Path(path)) if kind == "folder" else _read_npz(path)

@@ -14,6 +14,7 @@ from nas import zoo
 from nas.graph import OpType, new_graph, new_op
 from nas.graph.serialize import graph_to_json
 from nas.search.execution.executors import LocalExecutor, _watch_new_workers
+from nas.train.data import check_num_classes  # 0 in the config: the data's
 from tests.search import pool_tasks
 from tests.search.conftest import tiny_search_config
 
@@ -27,7 +28,7 @@ def small_train_config(**changes) -> dict:
 
 def digits_graph_json() -> str:
     train = tiny_search_config().train
-    graph, constants, _ = zoo.build(train.model_name, int(train.num_classes),
+    graph, constants, _ = zoo.build(train.model_name, check_num_classes(train),
                                     int(train.input.image_size))
     return graph_to_json(graph, constants)
 

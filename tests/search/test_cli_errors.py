@@ -182,12 +182,12 @@ TRAIN_CASES = [
     (["--config.optax_name=adam"], ["'optax_name'", "learning_rate"]),
     (["--config.optax_name=softmax_cross_entropy"], ["'optax_name'", "optax transform"]),
     (["--config.wd_pattern=("], ["'wd_pattern'", "regex"]),
-    (["--config.num_classes=5"], ["'num_classes' must be >= 10", "digits"]),
+    (["--config.num_classes=5"], ["config field 'num_classes' is 5", "'digits' has 10"]),
     (["--config={t}/dict.py"], ["--config", "ConfigDict", "dict"]),
     (["--config={t}/noget.py"], ["noget.py", "get_config()"]),
     (["--config={t}/raises.py"], ["--config: ", "raises.py: TypeError: no such preset"]),
     (["--workdir={t}/afile"], ["--workdir", "afile", "not a directory"]),
-    (["--graph={t}/cnn.json", "--config.num_classes=12"], ["--graph", "10 logits", "12"]),
+    (["--graph={t}/cnn12.json"], ["--graph", "12 logits", "'digits' has 10 classes"]),
     (["--graph={t}/gone.json"], ["--graph", "gone.json", "'checkpoint_path'",
                                  "no saved variables"]),
     (["--graph={t}/foreign.zip"], ["--graph", "foreign.zip", "without candidate.json"]),
@@ -206,6 +206,7 @@ def test_nas_train_values_that_pass_the_schema_are_one_line(place, args, needles
 
     graph, constants, _ = cnn.CifarNet()
     (place / "cnn.json").write_text(graph_to_json(graph, constants))
+    (place / "cnn12.json").write_text(graph_to_json(*cnn.CifarNet(num_classes=12)[:2]))
     exported = {"format": "nas-candidate", "graph": json.loads(graph_to_json(graph, constants)),
                 "checkpoint_path": str(place / "deleted_checkpoint")}
     (place / "gone.json").write_text(json.dumps(exported))
@@ -226,9 +227,10 @@ def test_nas_train_values_that_pass_the_schema_are_one_line(place, args, needles
 
 LATE_CASES = [  # found by building the model or the optimizer: refused before any output
     (["--config.model_name=nope"], ["config field 'model_name'", "'nope'"]),
-    (["--config.schedule.warmup_steps=1000"], ["config field 'schedule'", "warmup (1000)",
-                                               "total_steps (112)"]),
-    (["--config={t}/listed.py"], ["config field 'schedule[0]'", "cooldown (500)"]),
+    (["--config.schedule.warmup_steps=-5"], ["config field 'schedule'", "warmup must be >= 0",
+                                             "total_epochs 5 x 22.5 steps per epoch"]),
+    (["--config={t}/listed.py"], ["config field 'schedule[0]'", "cooldown_steps or "
+                                  "cooldown_epochs, not both"]),
 ]
 
 
@@ -238,7 +240,8 @@ def test_nas_train_config_mistakes_come_before_anything_is_printed(place, args, 
         f"import runpy\n\n\ndef get_config(arg=None):\n"
         f"    c = runpy.run_path({TRAIN_CONFIG!r})['get_config']()\n"
         f"    with c.ignore_type():\n"
-        f"        c.schedule = [('^conv', {{'cooldown_steps': 500}}), ('.*', None)]\n"
+        f"        c.schedule = [('^conv', {{'cooldown_steps': 5, 'cooldown_epochs': 1}}), "
+        f"('.*', None)]\n"
         f"    return c\n")
     args = [a.format(t=place) for a in args]
     if not any(a.startswith("--config=") for a in args):

@@ -184,10 +184,11 @@ def test_the_worker_fits_a_fresh_child_first_and_not_a_resumed_one(tmp_path, sea
     from nas.graph.serialize import graph_to_json
     from nas.search.execution import fit
     from nas.search.execution.worker import describe_failure, train_candidate
+    from nas.train.data import check_num_classes  # 0 in the config: the data's
 
     train = search_config().train
     train.total_epochs = 0.1
-    graph, constants, _ = zoo.build(train.model_name, int(train.num_classes),
+    graph, constants, _ = zoo.build(train.model_name, check_num_classes(train),
                                     int(train.input.image_size))
     variables = parent_variables(graph, constants)
     child = _child_with_new_params(graph, constants, variables)
@@ -226,11 +227,12 @@ def test_a_child_compiles_at_most_four_programs_and_its_repeat_none(tmp_path, se
     from nas.graph.serialize import graph_to_json
     from nas.search.execution import fit
     from nas.search.execution.worker import train_candidate
+    from nas.train.data import check_num_classes  # 0 in the config: the data's
 
     train = search_config().train
     train.total_epochs = 0.1
     train.compilation_cache_dir = str(tmp_path / "cache")
-    graph, constants, _ = zoo.build(train.model_name, int(train.num_classes),
+    graph, constants, _ = zoo.build(train.model_name, check_num_classes(train),
                                     int(train.input.image_size))
     variables = parent_variables(graph, constants)
     parent_json = graph_to_json(graph, constants)

@@ -68,10 +68,11 @@ def test_the_settings_block_names_no_file_that_is_not_written_yet():
 
 @pytest.mark.parametrize("overrides, needles", [
     ({"model_name": "nope"}, ["config field 'model_name'", "'nope'", "cnn"]),
-    ({"schedule.warmup_steps": 100}, ["config field 'schedule'", "warmup (100)",
-                                      "total_steps (22)", "batch size 64"]),
-    ({"schedule": [("^conv", {"cooldown_steps": 30}), (".*", None)]},
-     ["config field 'schedule[0]'", "cooldown (30)", "total_steps (22)"]),
+    ({"schedule.warmup_steps": -3}, ["config field 'schedule'", "warmup must be >= 0",
+                                     "got -3", "x 22.5 steps per epoch at batch size 64"]),
+    ({"schedule": [("^conv", {"cooldown_steps": 3, "cooldown_epochs": 1}), (".*", None)]},
+     ["config field 'schedule[0]'", "cooldown_steps or cooldown_epochs, not both"]),
+    ({"num_classes": 7}, ["config field 'num_classes' is 7", "'digits' has 10 classes"]),
     ({"compute_dtype": "float16"}, ["'compute_dtype'", "float16"]),
     ({"trainer": "reversible"}, ["config field 'trainer'", "not a reversible network"]),
 ])
@@ -103,3 +104,23 @@ def test_preflight_builds_the_zoo_model_and_counts_the_steps(data_dir):
     graph, constants = preflight.check(config)
     assert graph.ops and constants is not None
     assert preflight.training_steps(config) == (22, 1437 / 64)
+
+
+def test_a_schedule_longer_than_the_run_is_shortened_with_one_line_each(data_dir):
+    """22 steps: warmup 100 becomes 11 (half the run); each schedule of a list says so."""
+    from nas.train import optim, preflight
+
+    config = with_defaults(tiny_config(data_dir, **{"schedule.warmup_steps": 100}))
+    preflight.check(config)
+    assert preflight.schedule_notes(config) == [
+        "config field 'schedule': warmup (100) + cooldown (0) steps exceed the run's 22 "
+        "steps: shortened to warmup 11 + cooldown 0, half the run (total_epochs 1 x 22.5 "
+        "steps per epoch at batch size 64)"]
+    assert optim.fitted_ramps(config.schedule, 22) == (11, 0)
+    config.unlock()
+    with config.ignore_type():
+        config.schedule = [("^conv", {"cooldown_steps": 30}), (".*", {"warmup_steps": 2})]
+    notes = preflight.schedule_notes(config)
+    assert len(notes) == 1 and notes[0].startswith(
+        "config field 'schedule[0]': warmup (0) + cooldown (30) steps exceed the run's 22 "
+        "steps: shortened to warmup 0 + cooldown 11")

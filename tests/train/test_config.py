@@ -71,13 +71,39 @@ def test_optax_transform_is_built_with_its_arguments():
         config_lib.validate(cfg)
 
 
-def test_fewer_classes_than_the_dataset_are_refused(data_dir):
+@pytest.mark.parametrize("given", [5, 12])
+def test_num_classes_that_disagree_with_the_dataset_are_one_line(data_dir, given):
+    """Fewer classes would one-hot the larger labels to all-zero targets; more would train
+    a head for classes the data never shows: either is one line naming both numbers."""
     from nas.train import data
 
     cfg = config_lib.base_config()
     cfg.input.data_dir = data_dir
-    cfg.num_classes = 5
-    with pytest.raises(ValueError, match=r"'num_classes' must be >= 10.*'digits', got 5"):
+    cfg.num_classes = given
+    with pytest.raises(ValueError) as e:
         data.check_dataset(cfg)
-    cfg.num_classes = 12  # more classes than labels only wastes logits
+    assert str(e.value) == (f"config field 'num_classes' is {given}, but dataset 'digits' has "
+                            f"10 classes (0 takes the number from the data)")
+    with pytest.raises(ValueError, match=f"is {given}, but"):
+        data.with_num_classes(cfg)
+
+
+def test_num_classes_0_takes_the_dataset_s(data_dir):
+    from nas.train import data
+
+    cfg = config_lib.base_config()
+    cfg.input.data_dir = data_dir
+    assert cfg.num_classes == 0 and data.dataset_classes("digits", data_dir) == 10
     data.check_dataset(cfg)
+    resolved = data.with_num_classes(cfg)
+    assert resolved.num_classes == 10 and cfg.num_classes == 0  # a copy, the input kept
+    cfg.num_classes = 10
+    assert data.with_num_classes(cfg) is cfg
+
+
+@pytest.mark.parametrize("bad", [1, -1, 2.5, True])
+def test_num_classes_must_be_0_or_at_least_2(bad):
+    cfg = config_lib.base_config().to_dict()
+    cfg["num_classes"] = bad
+    with pytest.raises(ValueError, match="'num_classes'"):
+        config_lib.validate(cfg)

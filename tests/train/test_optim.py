@@ -40,8 +40,31 @@ def test_other_decays():
         assert float(f(jnp.int32(edge - 1))) == 1.0 and float(f(jnp.int32(edge))) == 0.5
     cd = optim.make_schedule({"decay_type": "constant", "cooldown_epochs": 1}, **SCHED_KW)
     assert float(cd(50)) == 1.0 and float(cd(95)) == pytest.approx(0.5)
-    with pytest.raises(ValueError, match="warmup"):
-        optim.make_schedule({"warmup_steps": 200}, **SCHED_KW)
+    with pytest.raises(ValueError, match="warmup_steps or warmup_epochs, not both"):
+        optim.make_schedule({"warmup_steps": 2, "warmup_epochs": 1}, **SCHED_KW)
+
+
+def test_ramps_longer_than_the_run_are_shortened_to_half_of_it():
+    """A warmup sized for a larger dataset is scaled down with the cooldown, by one factor,
+    to half the run; the schedule built with the same arguments uses exactly those."""
+    assert optim.fitted_ramps({"warmup_steps": 20}, 4) == (2, 0)
+    assert optim.fitted_ramps({"warmup_steps": 30, "cooldown_steps": 10}, 9) == (3, 1)
+    assert optim.fitted_ramps({"warmup_epochs": 3}, 10, steps_per_epoch=5.0) == (5, 0)
+    assert optim.fitted_ramps({"warmup_steps": 5, "cooldown_steps": 5}, 10) == (5, 5)  # fits
+    assert optim.fitted_ramps({"warmup_steps": 20}, 1) == (0, 0)
+    f = optim.make_schedule({"decay_type": "cosine", "warmup_steps": 20}, total_steps=4)
+    assert [round(float(f(s)), 6) for s in range(4)] == [0.5, 1.0, 1.0, 0.5]
+    assert optim.shortening_note({"warmup_steps": 20}, 4) == (
+        "warmup (20) + cooldown (0) steps exceed the run's 4 steps: shortened to warmup 2 "
+        "+ cooldown 0, half the run")
+    assert optim.shortening_note({"warmup_steps": 4}, 4) is None
+
+
+@pytest.mark.parametrize("sched, needle", [({"warmup_steps": -1}, "warmup must be >= 0"),
+                                           ({"cooldown_epochs": -2}, "cooldown must be >= 0")])
+def test_a_schedule_that_cannot_fit_is_one_line(sched, needle):
+    with pytest.raises(ValueError, match=needle):
+        optim.make_schedule(sched, **SCHED_KW)
 
 
 def test_update_formula_weight_decay_on_kernels_only():

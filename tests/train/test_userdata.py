@@ -318,8 +318,12 @@ def test_search_config_accepts_user_data(tmp_path):
     config.train.num_classes = 9
     with pytest.raises(ValueError) as e:
         settings.validate_search(config)
-    assert str(e.value) == (f"train: {root}: 10 class folders, more than config field "
-                            f"'num_classes' = 9")
+    assert str(e.value) == (f"config field 'train.num_classes' is 9, but dataset "
+                            f"'folder:{root}' has 10 class folders (0 takes the number from "
+                            f"the data)")
+    config.train.num_classes = 0  # the data's: written into the config the study records
+    settings.validate_search(config)
+    assert config.train.num_classes == 10
 
 
 @pytest.mark.parametrize("name", ["folder:", "npz:"])

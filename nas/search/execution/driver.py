@@ -260,6 +260,11 @@ def seed_parts(train: ml_collections.ConfigDict, search: ml_collections.ConfigDi
         from nas.search.strategy.seed import read_seed_graph
 
         graph, constants, variables = read_seed_graph(search.seed_graph)
+        from nas.train import preflight  # its outputs must be the data's classes
+        from nas.train.config import with_defaults
+
+        preflight.check_outputs(graph, constants, with_defaults(train),
+                                f"config field 'search.seed_graph': {search.seed_graph}")
         return graph, constants, variables, None
     args = blocks_lib.builder_args(train)
     try:

@@ -126,7 +126,8 @@ SEARCH_SCHEMA: dict[str, schema.Field] = {
 
 def validate_search(config: Any) -> ml_collections.ConfigDict:
     """The `search` section with defaults filled in; raises ValueError on any bad field of
-    `search`, `search.mutation`, `search.selection` or `train`."""
+    `search`, `search.mutation`, `search.selection` or `train`. A `train.num_classes` of 0
+    is set, in `config`, to the data's number of classes."""
     from nas.mutation.config import MutationConfig
     from nas.train import config as train_config
 
@@ -156,6 +157,11 @@ def validate_search(config: Any) -> ml_collections.ConfigDict:
     fidelity = _prefixed("search.fidelity.", FidelityConfig.from_dict, dict(search.fidelity))
     _prefixed("search.fidelity.", fidelity.schedule, float(train.total_epochs))
     check_dataset(splits.decision_config(train, search))
+    if not int(train.num_classes):  # 0: the data's number, written into the caller's
+        from nas.train import data as data_lib  # config so that the study records it
+
+        with config.train.unlocked():
+            config.train.num_classes = data_lib.check_num_classes(train)
     return search
 
 

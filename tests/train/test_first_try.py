@@ -1,0 +1,241 @@
+"""A first try with data of one's own: a small class folder with the bundled digits' config
+(`num_classes` from the folder, a warmup longer than the run shortened with one line), its
+checks before anything is converted or written, and `nas-train --graph=CANDIDATE
+--config.F=V` without a config file (issue 45, items 2, 3 and 5)."""
+
+from __future__ import annotations
+
+import os
+import runpy
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from helpers import tiny_config, tiny_graph
+from PIL import Image
+
+from nas.train import cli, preflight, userdata
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TRAIN_CONFIG = os.path.join(REPO, "configs", "digits_cnn.py")
+CLASSES = ("circle", "square", "stripes")
+
+
+def three_class_folder(root: str, train: int = 40, test: int = 10) -> str:
+    """root/{train,test}/<class>/<i>.png: 24x24 colour PNGs, a class a pattern."""
+    rng = np.random.default_rng(0)
+    for split, count in (("train", train), ("test", test)):
+        for label, name in enumerate(CLASSES):
+            os.makedirs(os.path.join(root, split, name), exist_ok=True)
+            for i in range(count):
+                image = rng.integers(0, 60, (24, 24, 3)).astype(np.uint8)
+                if label == 0:
+                    image[6:18, 6:18, 0] = 220
+                elif label == 1:
+                    image[:, ::4, 1] = 220
+                else:
+                    image[::4, :, 2] = 220
+                Image.fromarray(image).save(os.path.join(root, split, name, f"{i}.png"))
+    return root
+
+
+def _nas_train(*args: str, cwd: str, data_dir: str) -> subprocess.CompletedProcess:
+    path = os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": path, "NAS_DATA_DIR": data_dir}
+    return subprocess.run([sys.executable, "-m", "nas.train.cli", *args], capture_output=True,
+                          text=True, cwd=cwd, env=env, timeout=900)
+
+
+def _one_line(proc: subprocess.CompletedProcess, *needles: str) -> str:
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 1, (proc.returncode, proc.stderr[-2000:])
+    assert len(lines) == 1 and lines[0].startswith("nas-train: error: "), proc.stderr[-2000:]
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    assert proc.stdout == ""
+    return lines[0]
+
+
+def _digits_config(name: str, data_dir: str):
+    config = runpy.run_path(TRAIN_CONFIG)["get_config"]()
+    config.input.data.name = name
+    config.input.data_dir = data_dir
+    return config
+
+
+# ----------------------------------------------------------------------------- a small folder
+
+
+def test_a_3_class_folder_with_the_digits_config_checks_without_converting(tmp_path):
+    """The parts of the README's folder command: 3 classes from the folder, the digits'
+    20 warmup steps shortened to half of the 9-step run, and nothing converted yet."""
+    root = three_class_folder(str(tmp_path / "imgs"))
+    data_dir = str(tmp_path / "tfds")
+    train = cli.check_config(_digits_config(f"folder:{root}", data_dir))
+    assert train.num_classes == 3
+    graph, constants = preflight.check(train)
+    assert constants["num_classes"] == 3
+    assert preflight.training_steps(train) == (9, 120 / 64)
+    assert preflight.schedule_notes(train) == [
+        "config field 'schedule': warmup (20) + cooldown (0) steps exceed the run's 9 steps: "
+        "shortened to warmup 4 + cooldown 0, half the run (total_epochs 5 x 1.9 steps per "
+        "epoch at batch size 64)"]
+    assert not os.path.exists(data_dir)  # checked from the files; converted only to train
+
+
+def test_num_classes_of_a_dataset_spec(tmp_path):
+    from userdata_helpers import small_arrays, write_npz
+
+    from nas.train import data
+
+    root = three_class_folder(str(tmp_path / "imgs"), train=2, test=1)
+    arrays = small_arrays(classes=4)
+    npz = write_npz(str(tmp_path / "d.npz"), arrays)
+    assert data.dataset_classes(f"folder:{root}") == 3
+    assert data.dataset_classes(f"npz:{npz}") == 4
+    assert data.dataset_classes("digits") == 10
+    config = _digits_config(f"npz:{npz}", str(tmp_path / "tfds"))
+    config.num_classes = 6  # an npz's labels only bound it: a class may have no example
+    assert data.check_num_classes(config) == 6
+    config.num_classes = 3
+    with pytest.raises(ValueError) as e:
+        data.check_num_classes(config)
+    assert str(e.value) == (f"{npz}: labels up to 3, outside config field 'num_classes' = 3 "
+                            f"(labels must be 0..2; 0 takes the number from the data)")
+    with pytest.raises(ValueError, match=r"'folder:' names no path"):
+        data.dataset_classes("folder:")
+    assert not os.path.exists(str(tmp_path / "tfds"))
+
+
+def test_a_graph_whose_outputs_disagree_with_the_data_is_one_line(tmp_path):
+    root = three_class_folder(str(tmp_path / "imgs"), train=2, test=1)
+    config = _digits_config(f"folder:{root}", str(tmp_path / "tfds"))
+    config.input.batch_size = 4
+    train = cli.check_config(config)
+    graph, constants = tiny_graph()  # 10 logits
+    with pytest.raises(ValueError) as e:
+        preflight.check_outputs(graph, constants, train, "--graph: g.json")
+    assert str(e.value) == (f"--graph: g.json outputs 10 logits, but dataset 'folder:{root}' "
+                            f"has 3 classes (config field 'num_classes')")
+    preflight.check_outputs(graph, {"num_classes": 3}, train, "--graph: g.json")
+
+
+@pytest.mark.parametrize("args, needles", [
+    (["--config.schedule.warmup_steps=-1"], ["config field 'schedule'",
+                                             "warmup must be >= 0"]),
+    (["--config.num_classes=10"], ["config field 'num_classes' is 10", "has 3 class folders"]),
+    (["--config.input.batch_size=200"], ["'input.batch_size' must be <= the 120 examples"]),
+])
+def test_a_mistake_comes_before_the_folder_is_converted(tmp_path, args, needles):
+    """One line, nothing on stdout (no `converting ... (once)`), nothing in the data dir."""
+    root = three_class_folder(str(tmp_path / "imgs"), train=40, test=2)
+    data_dir = str(tmp_path / "tfds")
+    proc = _nas_train(f"--config={TRAIN_CONFIG}", f"--config.input.data.name=folder:{root}",
+                      *args, f"--workdir={tmp_path}/run", cwd=str(tmp_path), data_dir=data_dir)
+    _one_line(proc, *needles)
+    assert not os.path.exists(data_dir) and not os.path.exists(tmp_path / "run")
+
+
+def test_a_bad_image_is_found_before_converting(tmp_path):
+    from nas.train import data
+
+    root = three_class_folder(str(tmp_path / "imgs"), train=2, test=2)
+    bad = os.path.join(root, "test", "square", "0.png")
+    with open(bad, "wb") as f:
+        f.write(b"not a png")
+    config = _digits_config(f"folder:{root}", str(tmp_path / "tfds"))
+    config.input.batch_size = 2
+    with pytest.raises(ValueError, match=rf"^{bad}: unreadable image"):
+        data.check_dataset(config)
+    assert not os.path.exists(str(tmp_path / "tfds"))
+    os.unlink(bad)
+    data.check_dataset(config)
+    assert userdata.converted_dir(config.input.data.name, str(tmp_path / "tfds"))
+
+
+@pytest.mark.slow
+def test_the_readme_folder_command_runs_on_3_classes_of_40_pngs(tmp_path):
+    """README: `nas-train --config=configs/digits_cnn.py
+    --config.input.data.name=folder:$PWD/my_images --workdir=runs/folder` (76 s at load 13)."""
+    three_class_folder(str(tmp_path / "my_images"), train=40, test=10)
+    proc = _nas_train(f"--config={TRAIN_CONFIG}",
+                      f"--config.input.data.name=folder:{tmp_path}/my_images",
+                      "--workdir=runs/folder", cwd=str(tmp_path), data_dir=str(tmp_path / "tfds"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout.splitlines()
+    assert "  num_classes         3" in out
+    shortened = next(i for i, ln in enumerate(out) if ln.startswith("config field 'schedule'"))
+    converting = next(i for i, ln in enumerate(out) if ln.startswith("converting folder:"))
+    assert shortened < converting  # checked and said before anything is written
+    assert "shortened to warmup 4 + cooldown 0" in out[shortened]
+    assert any(ln.startswith("test accuracy") and "n=30; split 'test'" in ln for ln in out)
+    assert any(ln.split() == ["epochs", "/", "steps", "5", "/", "9"] for ln in out)
+
+
+# ----------------------------------------------------------------------------- --graph overrides
+
+
+def test_overrides_of_a_candidate_get_its_own_settings_as_their_config():
+    argv = ["nas-train", "--graph=c.zip", "--config.total_epochs=1", "--workdir=w"]
+    assert cli.with_exported_config(argv) == [
+        "nas-train", f"--config={cli.EXPORTED_CONFIG}:{os.path.abspath('c.zip')}", *argv[1:]]
+    assert cli.with_exported_config(["nas-train", "--graph", "c.zip", "--config.lr=1"])[1] \
+        == f"--config={cli.EXPORTED_CONFIG}:{os.path.abspath('c.zip')}"
+    for unchanged in (["nas-train", "--graph=c.zip", "--workdir=w"],  # nothing to override
+                      ["nas-train", "--graph=c.zip", f"--config={TRAIN_CONFIG}",
+                       "--config.lr=1"],  # a config file named
+                      ["nas-train", "--config.lr=1"]):  # no graph: absl's own error
+        assert cli.with_exported_config(unchanged) == unchanged
+
+
+@pytest.fixture
+def exported(tmp_path, data_dir):
+    """A tiny graph exported with its training settings (the digits, 0.03 epochs)."""
+    from nas.graph.serialize import graph_to_dict
+    from nas.io import write_candidate
+
+    graph, constants = tiny_graph()
+    settings = tiny_config(data_dir, total_epochs=3.0).to_dict()
+    path = tmp_path / "candidate.zip"
+    write_candidate(path, graph_to_dict(graph, constants), None, train_config=settings)
+    return path
+
+
+def test_nas_train_graph_with_overrides_and_no_config_file(tmp_path, data_dir, exported):
+    proc = _nas_train(f"--graph={exported}", "--config.total_epochs=0.05",
+                      "--config.precise_bn_batches=0", f"--workdir={tmp_path}/run",
+                      "--noprogress", cwd=str(tmp_path), data_dir=data_dir)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout.splitlines()
+    assert out[0] == f"training settings (the candidate's own, from {exported}):"
+    assert "  total_epochs        0.05  (command line)" in out
+    assert "  lr                  0.003" in out  # the candidate's own
+    assert any(ln.split() == ["epochs", "/", "steps", "1", "/", "1"] for ln in out), out
+
+
+@pytest.mark.parametrize("args, needles", [
+    (["--config.total_epochs=-1"], ["config field 'total_epochs'"]),
+    (["--config.total_epochz=1"], ["unknown config field 'total_epochz'"]),
+    (["--config.total_epochs=abc"], ["total_epochs"]),
+])
+def test_a_bad_override_of_a_candidate_is_one_line(tmp_path, data_dir, exported, args, needles):
+    proc = _nas_train(f"--graph={exported}", *args, f"--workdir={tmp_path}/run",
+                      cwd=str(tmp_path), data_dir=data_dir)
+    _one_line(proc, *needles)
+    assert not os.path.exists(tmp_path / "run")
+
+
+def test_an_override_of_a_graph_without_settings_needs_a_config_file(tmp_path, data_dir):
+    from nas.graph.serialize import graph_to_json
+
+    graph, constants = tiny_graph()
+    plain = tmp_path / "g.json"
+    plain.write_text(graph_to_json(graph, constants))
+    proc = _nas_train(f"--graph={plain}", "--config.total_epochs=1", cwd=str(tmp_path),
+                      data_dir=data_dir)
+    _one_line(proc, f"--graph: {plain} carries no training settings",
+              "--config.F=V needs --config=FILE")
+    proc = _nas_train(f"--graph={tmp_path}/missing.zip", "--config.total_epochs=1",
+                      cwd=str(tmp_path), data_dir=data_dir)
+    _one_line(proc, "--graph: cannot read", "missing.zip")
