@@ -27,6 +27,7 @@ from nas.search.reporting.report import (
     _input_shape,
     front_label,
     lineage,
+    measured,
     ranked_costs,
     reported_test_text,
     to_csv,
@@ -36,6 +37,7 @@ from nas.search.reporting.svg import esc
 from nas.search.store import recommend
 from nas.search.store.candidate import FINISHED, Candidate
 from nas.search.store.study import Study
+from nas.search.strategy.selection import cost_value
 
 POLL_MS = 2000  # how often the overview asks for news
 
@@ -55,8 +57,11 @@ def overview(study: Study, k: int = 10, recent: int = 10,
     `live`, the fronts drawn too ("pictures": SVG plots, the seed's and the recommended
     candidate's ids)."""
     counts = study.counts()
+    users = study.user_costs  # a front of the search's own cost shows it as a column
     fronts = [{"cost": cost, "label": front_label(cost),
-               "rows": [_row(c) for c in study.pareto_front(cost)]}
+               "rows": [{**_row(c), "cost_value": _fmt(cost_value(c, cost))}
+                        if cost in users else _row(c) for c in study.pareto_front(cost)],
+               "extra": [["cost_value", cost]] if cost in users else []}
               for cost in ranked_costs(study)]
     return {"workdir": str(study.workdir.resolve()), "counts": counts,
             "finished": sum(counts[s] for s in FINISHED),
@@ -99,7 +104,8 @@ class Dashboard:
             parent = by_id[parent].parent_id
         on = [cost for cost in ranked_costs(self.study)
               if any(f.id == cid for f in self.study.pareto_front(cost))]
-        costs = [cost for cost, _ in COST_LABELS if getattr(c, cost)]
+        costs = [cost for cost in (*(k for k, _ in COST_LABELS), *self.study.user_costs)
+                 if measured(c, cost) is not None]
         # paired with the seed and the parent where per-example results exist, as the
         # summary compares them (the Wilson rule only for a study without them)
         pairs = recommend.Comparisons.of(self.study, list(by_id))
@@ -205,16 +211,17 @@ function link(id) {{
   const a = document.createElement("a"); a.href = "/candidates/" + id; a.textContent = id;
   return a;
 }}
-function fill(table, rows) {{
+function fill(table, rows, extra = []) {{
   table.replaceChildren();
+  const cols = COLS.slice(0, -1).concat(extra, COLS.slice(-1));  // extra: a user's cost
   const head = table.createTHead().insertRow();
-  for (const [, label] of COLS) {{
+  for (const [, label] of cols) {{
     const th = document.createElement("th"); th.textContent = label; head.appendChild(th);
   }}
   const body = table.createTBody();
   for (const r of rows) {{
     const tr = body.insertRow(); tr.dataset.id = r.id; tr.className = r.status;
-    for (const [key] of COLS) {{
+    for (const [key] of cols) {{
       const td = tr.insertCell();
       if ((key === "id" || key === "parent") && r[key] !== null) td.appendChild(link(r[key]));
       else td.textContent = r[key] === null ? "" : r[key];
@@ -262,7 +269,7 @@ async function refresh() {{
     for (const f of o.fronts) {{
       const h = document.createElement("h3"); h.textContent = f.label; fronts.appendChild(h);
       const t = document.createElement("table"); t.className = "front";
-      t.dataset.cost = f.cost; fronts.appendChild(t); fill(t, f.rows);
+      t.dataset.cost = f.cost; fronts.appendChild(t); fill(t, f.rows, f.extra);
     }}
     document.getElementById("updated").textContent =
       "updated " + new Date().toLocaleTimeString();

@@ -16,23 +16,25 @@ from collections.abc import Sequence
 from nas.search.store import recommend
 from nas.search.store.candidate import Candidate
 from nas.search.strategy.pareto import ParetoCurve
-from nas.search.strategy.selection import OBJECTIVES
+from nas.search.strategy.selection import cost_value, higher_better
 
 # Finished candidates up to which the report draws every point and lists every row.
 SCALE_LIMIT = 300
 
 
 def front_of(candidates: Sequence[Candidate], cost: str) -> list[Candidate]:
-    """Done candidates of `candidates` on the accuracy/`cost` front (cost order)."""
-    done = [c for c in candidates if c.status == "done" and c.accuracy is not None
-            and getattr(c, cost) is not None]
+    """Done candidates of `candidates` on the accuracy/`cost` front (cost order); `cost`
+    may be a user's (a number in each candidate's metrics, lower is better)."""
+    values = {c.id: v for c in candidates if c.status == "done" and c.accuracy is not None
+              and (v := cost_value(c, cost)) is not None}
+    done = [c for c in candidates if c.id in values]
     if not done:
         return []
-    curve = ParetoCurve([(c.accuracy, getattr(c, cost)) for c in done],
-                        (True, OBJECTIVES[cost]))
+    curve = ParetoCurve([(c.accuracy, values[c.id]) for c in done],
+                        (True, higher_better(cost)))
     on = {tuple(p) for p in curve.points.tolist()}
-    front = [c for c in done if (c.accuracy, float(getattr(c, cost))) in on]
-    return sorted(front, key=lambda c: (float(getattr(c, cost)), c.id))
+    front = [c for c in done if (c.accuracy, float(values[c.id])) in on]
+    return sorted(front, key=lambda c: (float(values[c.id]), c.id))
 
 
 def ranked_costs(study: object) -> list[str]:
@@ -64,6 +66,7 @@ class Highlights:
     recommendation: recommend.Recommendation
     pairs: recommend.Comparisons
     done: int  # finished candidates with an accuracy
+    user_costs: tuple[str, ...] = ()  # the search's own costs (`Study.user_costs`)
 
     @classmethod
     def of(cls, study: object, candidates: Sequence[Candidate], k: int) -> Highlights:
@@ -71,8 +74,11 @@ class Highlights:
         margin = recommend.margin_pt(getattr(study, "config", None))
         return cls({cost: front_of(candidates, cost) for cost in ranked_costs(study)},
                    best_of(candidates, k), recommend.seed_of(candidates),
-                   recommend.recommend(candidates, pairs, margin), pairs,
-                   sum(c.status == "done" and c.accuracy is not None for c in candidates))
+                   recommend.recommend(candidates, pairs, margin,
+                                       recommend.recommend_cost(getattr(study, "config", None))),
+                   pairs,
+                   sum(c.status == "done" and c.accuracy is not None for c in candidates),
+                   tuple(getattr(study, "user_costs", ())))
 
     @property
     def large(self) -> bool:

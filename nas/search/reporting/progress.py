@@ -11,21 +11,19 @@ import bisect
 from collections.abc import Sequence
 
 from nas.search.store.candidate import Candidate
-from nas.search.strategy.selection import OBJECTIVES
+from nas.search.strategy.selection import check_cost, cost_value, higher_better
 
 
 class RunningFront:
     """The accuracy/cost Pareto front of the points added so far, and how many candidates
     lie on it (candidates with the same accuracy and cost as a front point all count, as
     `front_of` lists them). Points are kept standardized (higher is better in both), by
-    the second coordinate ascending, so accuracy descends along the list."""
+    the second coordinate ascending, so accuracy descends along the list. `user_costs`:
+    the names of the search's own costs, which `cost` may be too."""
 
-    def __init__(self, cost: str):
-        if cost not in OBJECTIVES or cost == "accuracy":
-            raise ValueError(f"cost: expected one of "
-                             f"{', '.join(k for k in OBJECTIVES if k != 'accuracy')}, "
-                             f"got {cost!r}")
-        self._sign = 1.0 if OBJECTIVES[cost] else -1.0
+    def __init__(self, cost: str, user_costs: Sequence[str] = ()):
+        check_cost(cost, "cost", user_costs)
+        self._sign = 1.0 if higher_better(cost) else -1.0
         self._second: list[float] = []  # ascending
         self._first: list[float] = []  # descending, accuracy
         self._count: list[int] = []  # candidates at each point
@@ -50,18 +48,19 @@ class RunningFront:
         self.size += 1
 
 
-def progress_series(candidates: Sequence[Candidate], cost: str = "flops"
-                    ) -> list[tuple[int, float, int]]:
+def progress_series(candidates: Sequence[Candidate], cost: str = "flops",
+                    user_costs: Sequence[str] = ()) -> list[tuple[int, float, int]]:
     """(n finished, best accuracy so far, front size so far) in the order candidates
-    finished (done candidates with an accuracy; the front over those with `cost`)."""
+    finished (done candidates with an accuracy; the front over those with `cost`, which
+    may be one of `user_costs`, the search's own)."""
     done = sorted((c for c in candidates if c.status == "done" and c.accuracy is not None),
                   key=lambda c: (c.finished_at or 0.0, c.id))
-    front = RunningFront(cost)
+    front = RunningFront(cost, user_costs)
     out: list[tuple[int, float, int]] = []
     best = float("-inf")
     for n, c in enumerate(done, start=1):
         best = max(best, c.accuracy)
-        value = getattr(c, cost)
+        value = cost_value(c, cost)
         if value is not None:
             front.add(c.accuracy, value)
         out.append((n, best, front.size))

@@ -55,12 +55,28 @@ from nas.search.store.candidate import STATUSES, Candidate
 from nas.search.store.recommend import cheapest_matching_seed  # noqa: F401 - public here too
 from nas.search.store.study import Study
 from nas.search.strategy import intervals
+from nas.search.strategy.selection import OBJECTIVES, cost_value
 
 _PLOTS = (("flops", "FLOPs"), ("params", "parameters"))
 # Every cost a candidate is measured by, in the order the report shows them.
 COST_LABELS = (("flops", "FLOPs"), ("params", "parameters"),
                ("im_sec_core_train", "train images/s/core"),
                ("im_sec_core_infer", "inference images/s/core"))
+
+
+def plot_costs(study: Study) -> list[tuple[str, str]]:
+    """The (cost, label) pairs pareto.png plots: FLOPs and parameters, and each other cost
+    the search ranked parents by (`search.selection.costs`, a user's own included)."""
+    labels = dict(COST_LABELS)
+    return [*_PLOTS, *((cost, labels.get(cost, cost)) for cost in ranked_costs(study)
+                       if cost not in dict(_PLOTS))]
+
+
+def measured(c: Candidate, cost: str) -> float | None:
+    """`cost` of `c` where it was measured: a built-in cost that is nonzero (0: not
+    measured, e.g. throughput without a timing), or a user's cost that is a number."""
+    value = cost_value(c, cost)
+    return value if value or (value is not None and cost not in OBJECTIVES) else None
 
 
 def lineage(cid: int, by_id: dict[int, Candidate]) -> list[int]:
@@ -76,7 +92,8 @@ def lineage(cid: int, by_id: dict[int, Candidate]) -> list[int]:
 
 def plot_png(study: Study, candidates: Sequence[Candidate] | None = None, *,
              fronts: dict[str, list[Candidate]] | None = None) -> bytes:
-    """PNG of accuracy vs FLOPs and vs params: all done candidates, front, parent->child
+    """PNG of accuracy vs FLOPs, vs params and vs each other cost the search ranked by
+    (`plot_costs`): all done candidates, front, parent->child
     (past `SCALE_LIMIT`: the population as density, the front and the seed over it).
     `fronts`: fronts already found, by cost (the others are found here)."""
     buf = io.BytesIO()
@@ -94,18 +111,19 @@ def pareto_figure(study: Study, candidates: Sequence[Candidate] | None = None, *
     cands = list(study.candidates(with_graphs=False) if candidates is None else candidates)
     by_id = {c.id: c for c in cands}
     large = sum(c.status == "done" for c in cands) > SCALE_LIMIT
-    fig = Figure(figsize=(11, 4.5), dpi=100)
+    plots = plot_costs(study)
+    fig = Figure(figsize=(5.5 * len(plots), 4.5), dpi=100)
     FigureCanvasAgg(fig)
-    for ax, (cost, label) in zip(fig.subplots(1, 2), _PLOTS, strict=True):
+    for ax, (cost, label) in zip(fig.subplots(1, len(plots)), plots, strict=True):
         done = [c for c in cands if c.status == "done" and c.accuracy is not None
-                and getattr(c, cost) is not None]
+                and cost_value(c, cost) is not None]
         if not done:
             ax.text(0.5, 0.5, "no finished candidates yet", ha="center", va="center")
             ax.set_axis_off()
             continue
         front = (fronts or {}).get(cost)
         front = front_of(done, cost) if front is None else front
-        values = [getattr(c, cost) for c in done]
+        values = [cost_value(c, cost) for c in done]
         log_x = min(values) > 0 and max(values) / min(values) > 20
         if large:  # the population as density; the front and the seed drawn over it
             sc = ax.hexbin(values, [c.accuracy for c in done], gridsize=48, bins="log",
@@ -120,21 +138,21 @@ def pareto_figure(study: Study, candidates: Sequence[Candidate] | None = None, *
         bars = [(c, _error_bar(c)) for c in shown]
         bars = [(c, e) for c, e in bars if e is not None]
         if bars:  # 95 % Wilson intervals of the validation accuracies
-            ax.errorbar([getattr(c, cost) for c, _ in bars], [c.accuracy for c, _ in bars],
+            ax.errorbar([cost_value(c, cost) for c, _ in bars], [c.accuracy for c, _ in bars],
                         yerr=[[max(c.accuracy - e[0], 0.0) for c, e in bars],  # rounding
                               [max(e[1] - c.accuracy, 0.0) for c, e in bars]],  # at 0 / 1
                         fmt="none", ecolor="0.6", elinewidth=0.8, capsize=2, zorder=1.5)
         seeds = [c for c in done if c.parent_id is None]
         for c in seeds:  # the seed on top of everything (labelled below)
-            ax.scatter([getattr(c, cost)], [c.accuracy], marker="s", s=40, color="black",
+            ax.scatter([cost_value(c, cost)], [c.accuracy], marker="s", s=40, color="black",
                        zorder=6)
         ax.step(
-            [getattr(c, cost) for c in front],
+            [cost_value(c, cost) for c in front],
             [c.accuracy for c in front],
             where="post", color="tab:red", linewidth=1.2, zorder=3,
         )  # fmt: skip
         ax.scatter(
-            [getattr(c, cost) for c in front],
+            [cost_value(c, cost) for c in front],
             [c.accuracy for c in front],
             s=60, facecolors="none", edgecolors="tab:red", linewidths=1.5, zorder=4,
         )  # fmt: skip
@@ -144,10 +162,10 @@ def pareto_figure(study: Study, candidates: Sequence[Candidate] | None = None, *
         for c in front:
             if c.parent_id is None:  # "seed N" names it
                 continue
-            _label_inside(ax, str(c.id), (getattr(c, cost), c.accuracy), (3, 3),
+            _label_inside(ax, str(c.id), (cost_value(c, cost), c.accuracy), (3, 3),
                           fontsize=7)
         for c in seeds:
-            _label_inside(ax, f"seed {c.id}", (getattr(c, cost), c.accuracy), (4, -3),
+            _label_inside(ax, f"seed {c.id}", (cost_value(c, cost), c.accuracy), (4, -3),
                           fontsize=8, fontweight="bold", zorder=6,
                           bbox={"boxstyle": "square,pad=0.1", "fc": "white", "alpha": 0.8,
                                 "lw": 0})  # legible over density
@@ -188,8 +206,8 @@ def _lineage_png(ax: object, done: Sequence[Candidate], by_id: dict[int, Candida
     """Grey parent -> child lines, under the points."""
     for c in done:
         parent = by_id.get(c.parent_id) if c.parent_id is not None else None
-        if parent is not None and parent.status == "done" and getattr(parent, cost):
-            ax.plot([getattr(parent, cost), getattr(c, cost)],  # type: ignore[attr-defined]
+        if parent is not None and parent.status == "done" and cost_value(parent, cost):
+            ax.plot([cost_value(parent, cost), cost_value(c, cost)],  # type: ignore[attr-defined]
                     [parent.accuracy, c.accuracy], color="0.75", linewidth=0.7, zorder=1)
 
 
@@ -225,8 +243,10 @@ def summary(study: Study, k: int = 5, *, candidates: Sequence[Candidate] | None 
     if not best:
         lines.append("no finished candidates yet")
         return "\n".join(lines)
+    users = study.user_costs  # the search's own costs, a column each
     header = ("id", "parent", "gen", "val accuracy [95%]", "test accuracy [95%]",
-              "val vs seed", "test vs seed", "val loss", "flops", "params", "im/s/core")
+              "val vs seed", "test vs seed", "val loss", "flops", "params", "im/s/core",
+              *users)
     done = ([c for c in candidates if c.status == "done"] if candidates is not None
             else study.candidates("done", with_graphs=False))  # metrics only: a large study
     seed = next((c for c in done if c.parent_id is None), None)
@@ -240,7 +260,8 @@ def summary(study: Study, k: int = 5, *, candidates: Sequence[Candidate] | None 
          c.generation, val_accuracy_text(c), reported_test_text(c),
          "seed" if seed is not None and c.id == seed.id else
          recommend.versus(c, seed, pairs, "validation"),
-         versus_seed(c, seed, pairs), c.loss, c.flops, c.params, c.im_sec_core_train)
+         versus_seed(c, seed, pairs), c.loss, c.flops, c.params, c.im_sec_core_train,
+         *(cost_value(c, u) for u in users))
         for c in shown
     ]  # fmt: skip
     table = [header] + [tuple(_fmt(v) for v in r) for r in rows]
@@ -250,7 +271,8 @@ def summary(study: Study, k: int = 5, *, candidates: Sequence[Candidate] | None 
                  + ("the last row is the seed; " if len(shown) > len(best) else "")
                  + "[95% Wilson "
                  "interval] n=examples; vs seed: difference in accuracy points [95% paired "
-                 "interval] on the same examples, where both have per-example results):")
+                 "score interval, Tango's] on the same examples, where both have "
+                 "per-example results):")
     for r in table:
         lines.append("  ".join(cell.rjust(w) for cell, w in zip(r, widths, strict=True)))
     if seed is not None and seed.id not in pairs.validation:  # an older study: Wilson
@@ -260,7 +282,8 @@ def summary(study: Study, k: int = 5, *, candidates: Sequence[Candidate] | None 
                          f"{cheap.id} at {cheap.flops / seed.flops:.3f} of the seed's FLOPs; "
                          f"on test: {versus_seed(cheap, seed) or 'not measured'}")
     rec = (marks.recommendation if marks is not None
-           else recommend.recommend(done, pairs, recommend.margin_pt(study.config)))
+           else recommend.recommend(done, pairs, recommend.margin_pt(study.config),
+                                    recommend.recommend_cost(study.config)))
     lines += recommend.recommendation_lines(rec, study.workdir)
     return "\n".join(lines)
 
@@ -299,10 +322,13 @@ def front_label(cost: str) -> str:
     return f"accuracy vs {dict(COST_LABELS).get(cost, cost)}"
 
 
-def costs_present(candidates: Sequence[Candidate]) -> list[tuple[str, str]]:
-    """The (cost, label) pairs some done candidate has a value for."""
-    return [(cost, label) for cost, label in COST_LABELS
-            if any(c.status == "done" and getattr(c, cost) for c in candidates)]
+def costs_present(candidates: Sequence[Candidate], user_costs: Sequence[str] = ()
+                  ) -> list[tuple[str, str]]:
+    """The (cost, label) pairs some done candidate has a value for: the built-in costs,
+    then the search's own (`user_costs`, labelled by name)."""
+    pairs = [*COST_LABELS, *((u, u) for u in user_costs)]
+    return [(cost, label) for cost, label in pairs
+            if any(c.status == "done" and measured(c, cost) is not None for c in candidates)]
 
 
 _CSS = """
@@ -364,23 +390,25 @@ def _scatters(candidates: Sequence[Candidate], by_id: dict[int, Candidate],
               marks: dict[int, str] | None = None,
               notes: dict[int, str] | None = None,
               shown: set[int] | None = None,
-              fronts: dict[str, list[Candidate]] | None = None) -> str:
+              fronts: dict[str, list[Candidate]] | None = None,
+              user_costs: Sequence[str] = ()) -> str:
     """The fronts; `marks` ("seed", "recommended" by id) and `notes` (each candidate
     against the seed) come from the recommendation. With `shown`, only those candidates
     are points (each linking to its section) and the population is drawn as density.
-    `fronts`: the ranked fronts when already found (else found here)."""
+    `fronts`: the ranked fronts when already found (else found here); `user_costs`: the
+    search's own costs, drawn after the built-in ones."""
     marks, notes, fronts = marks or {}, notes or {}, fronts or {}
     done = [c for c in candidates if c.status == "done" and c.accuracy is not None]
     top = max((c.generation for c in done), default=0)
     charts = []
-    for cost, label in costs_present(candidates) or COST_LABELS[:1]:
-        have = [c for c in done if getattr(c, cost)]
+    for cost, label in costs_present(candidates, user_costs) or COST_LABELS[:1]:
+        have = [c for c in done if measured(c, cost) is not None]
         drawn = have if shown is None else [c for c in have if c.id in shown]
         points = {c.id: Point(
-            float(getattr(c, cost)), float(c.accuracy),
+            float(measured(c, cost)), float(c.accuracy),
             f"candidate {c.id} (generation {c.generation}, parent {c.parent_id}"
             + (f", {marks[c.id]}" if c.id in marks else "") + "): validation accuracy "
-            f"{val_accuracy_text(c)}, {label} {getattr(c, cost):.4g}"
+            f"{val_accuracy_text(c)}, {label} {measured(c, cost):.4g}"
             + (f"; vs the seed: {notes[c.id]}" if c.id in notes else ""),
             href=f"#cand-{c.id}" if c.id in front_ids or shown is not None else f"#c{c.id}",
             colour=generation_colour(c.generation, top), ident=str(c.id),
@@ -391,7 +419,7 @@ def _scatters(candidates: Sequence[Candidate], by_id: dict[int, Candidate],
             points[c.id].ring = True
         edges = [(points[c.parent_id], points[c.id]) for c in drawn
                  if c.parent_id in points]
-        density = [] if shown is None else [(float(getattr(c, cost)), float(c.accuracy))
+        density = [] if shown is None else [(float(measured(c, cost)), float(c.accuracy))
                                             for c in have]
         title = ("front the search ranked by" if cost in ranked
                  else "measured, not ranked by the search")
@@ -460,8 +488,9 @@ def _candidate_section(study: Study, c: Candidate, by_id: dict[int, Candidate],
         change = diff_html(diff)
     else:
         change = '<p class="note">seed model: no parent</p>'
-    metrics = ", ".join(f"{k} {_fmt(getattr(c, k))}" for k in ("accuracy", *costs)
-                        if getattr(c, k) is not None)
+    metrics = ", ".join(f"{k} {_fmt(v)}" for k in ("accuracy", *costs)
+                        if (v := c.accuracy if k == "accuracy" else cost_value(c, k))
+                        is not None)
     up = "" if parent is None else f" from {_link(parent.id, sections, 'cand-')}"
     fronts = ", ".join(front_label(cost) for cost in on) or "none"
     shown = (f'<p class="shown-for"><b>shown as</b>: {esc(", ".join(why))}</p>'
@@ -546,7 +575,7 @@ def render_html(study: Study, png: bytes, candidates: Sequence[Candidate], k: in
     del png  # written beside the page (pareto.png); the SVG fronts show the same
     hl = marks if marks is not None else Highlights.of(study, candidates, k)
     by_id = {c.id: c for c in candidates}
-    costs = [cost for cost, _ in costs_present(candidates)]
+    costs = [cost for cost, _ in costs_present(candidates, study.user_costs)]
     ranked = list(hl.fronts)
     front_ids, shown = hl.front_ids, hl.ids()
     seed, rec, pairs = hl.seed, hl.recommendation, hl.pairs
@@ -571,7 +600,7 @@ def render_html(study: Study, png: bytes, candidates: Sequence[Candidate], k: in
     ranked_text = ", ".join(front_label(cost) for cost in ranked)
     toc = " ".join(f'<a href="#cand-{i}">{i}</a>' for i in order) or "none yet"
     plots = _scatters(candidates, by_id, front_ids, ranked, points, notes,
-                      shown if hl.large else None, hl.fronts)
+                      shown if hl.large else None, hl.fronts, study.user_costs)
     return (
         "<!doctype html>\n<html><head><meta charset='utf-8'>"
         f"<title>nas study {esc(str(study.workdir))}</title><style>{_CSS}</style></head>"
@@ -603,7 +632,7 @@ def _table(study: Study, listed: Sequence[Candidate], by_id: dict[int, Candidate
            total: int) -> str:
     """The sortable candidate table: every candidate, or (`large`) those shown in detail,
     with a pointer to report.csv and the dashboard for the rest."""
-    rows = []
+    rows, users = [], study.user_costs  # a column per cost of the search's own
     for c in listed:
         cells = [
             f'<td id="c{c.id}">{_link(c.id, shown, "cand-")}</td>',
@@ -612,7 +641,7 @@ def _table(study: Study, listed: Sequence[Candidate], by_id: dict[int, Candidate
             *(f"<td>{esc(_fmt(v))}</td>" for v in (
                 c.generation, c.status, val_accuracy_text(c), reported_test_text(c), c.loss,
                 c.flops, c.params, c.im_sec_core_train, c.im_sec_core_infer, c.epochs,
-                c.attempts)),
+                c.attempts, *(cost_value(c, u) for u in users))),
             f'<td class="l" title="{esc(" | ".join(r["reason"] or "" for r in c.rungs))}">'
             f'{esc(rung_summary(c))}</td>',
             f'<td class="l">{esc(c.worker or "")}</td>',
@@ -634,7 +663,7 @@ def _table(study: Study, listed: Sequence[Candidate], by_id: dict[int, Candidate
                 f"{csv_link}</p>")
     return (f'<section id="candidates"><h2>Candidates</h2>{head}'
             f'<table id="candidates-table" class="sortable"><thead><tr>'
-            + "".join(f"<th>{h}</th>" for h in _COLUMNS)
+            + "".join(f"<th>{esc(h)}</th>" for h in (*_COLUMNS[:13], *users, *_COLUMNS[13:]))
             + "</tr></thead><tbody>\n" + "\n".join(rows) + "\n</tbody></table></section>")
 
 

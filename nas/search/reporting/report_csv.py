@@ -19,6 +19,7 @@ from nas.search.reporting.highlights import Highlights
 from nas.search.store import recommend
 from nas.search.store.candidate import Candidate
 from nas.search.strategy import paired
+from nas.search.strategy.selection import cost_value
 
 # accuracy: on the validation split (decides); test_accuracy: reported only
 CSV_COLUMNS = ("id", "parent_id", "generation", "status", "accuracy", "val_examples",
@@ -31,6 +32,7 @@ CSV_COLUMNS = ("id", "parent_id", "generation", "status", "accuracy", "val_examp
                "val_vs_seed_pt", "val_vs_seed_low_pt", "val_vs_seed_high_pt", "val_vs_seed",
                "test_vs_seed_pt", "test_vs_seed_low_pt", "test_vs_seed_high_pt",
                "test_vs_seed", "recommended")
+# then a column per cost of the search's own (`search.costs`), named as the cost
 _EXTRA = ("val_examples", "test_accuracy", "test_examples")
 
 
@@ -61,10 +63,12 @@ _PAIRED = tuple(k for k in CSV_COLUMNS if "_vs_seed" in k)
 
 
 def csv_rows(candidates: Iterable[Candidate], front: set[int], seed: Candidate | None,
-             pairs: recommend.Comparisons, chosen: Candidate | None) -> Iterator[list]:
+             pairs: recommend.Comparisons, chosen: Candidate | None,
+             user_costs: Sequence[str] = ()) -> Iterator[list]:
     """The header, then one row per candidate (`on_front`: 1 if its id is in `front`), in
-    `CSV_COLUMNS` order; None as an empty cell."""
-    yield list(CSV_COLUMNS)
+    `CSV_COLUMNS` order, then a column per name of `user_costs` (the search's own costs);
+    None as an empty cell."""
+    yield [*CSV_COLUMNS, *user_costs]
     chosen_id = chosen.id if chosen is not None else None
     versus = {split: pairs.against(seed, split) for split in ("validation", "test")}
     for c in candidates:
@@ -72,7 +76,8 @@ def csv_rows(candidates: Iterable[Candidate], front: set[int], seed: Candidate |
         cells = paired_columns(c, seed, versus)
         row = [*_HEAD(c), *(extra.get(k) for k in _EXTRA), *_COSTS(c), int(c.id in front),
                rung_summary(c), c.fingerprint, c.worker, c.error,
-               *(cells.get(k) for k in _PAIRED), int(c.id == chosen_id)]
+               *(cells.get(k) for k in _PAIRED), int(c.id == chosen_id),
+               *(cost_value(c, u) for u in user_costs)]
         yield ["" if v is None else v for v in row]
 
 
@@ -86,7 +91,8 @@ def to_csv(study: object, candidates: Sequence[Candidate] | None = None) -> str:
 
 
 def _rows(candidates: Iterable[Candidate], marks: Highlights) -> Iterator[list]:
-    return csv_rows(candidates, marks.front_ids, marks.seed, marks.pairs, marks.recommended)
+    return csv_rows(candidates, marks.front_ids, marks.seed, marks.pairs, marks.recommended,
+                    marks.user_costs)
 
 
 def write_csv(path: str | os.PathLike, candidates: Iterable[Candidate], marks: Highlights

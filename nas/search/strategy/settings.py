@@ -17,7 +17,7 @@ from nas.search.strategy import splits
 from nas.search.strategy.fidelity import FidelityConfig
 from nas.search.strategy.fit_config import FitConfig
 from nas.search.strategy.ray_config import RAY_SCHEMA, RayConfig, ray_defaults
-from nas.search.strategy.selection import SelectionConfig
+from nas.search.strategy.selection import SelectionConfig, check_user_costs
 
 # Fields of the search section a resumed search takes from the command line rather than
 # from the stored config: how far and where to run, not what to search. Changing them on
@@ -70,6 +70,9 @@ def search_defaults() -> ml_collections.ConfigDict:
         # 0: one process per device
         "prepare_ahead": 1,
         "selection": {"costs": ("flops", "params"), "min_acc": 0.0, "noninferiority_pt": 1.0},
+        # a user's own costs, {name: "package.module:function"}: each measured on every
+        # trained candidate, lower is better; search.selection.costs may name them
+        "costs": {},
         "mutation": {},  # passed to nas.mutation.propose_child as its config
         # nas.search.strategy.fit_config.FitConfig: a child's new ops are fitted to the
         # parent's tensors they replace before it trains ({"steps": 0} disables)
@@ -113,6 +116,7 @@ SEARCH_SCHEMA: dict[str, schema.Field] = {
     "propose_ahead": schema.at_least(0, expected="(0: propose only when a worker is free)"),
     "prepare_ahead": schema.at_least(0, expected="(0: one worker process per device)"),
     "selection": schema.Field(dict),  # SelectionConfig checks its fields
+    "costs": schema.Field(dict),  # names: check_user_costs
     "mutation": schema.Field(dict),  # MutationConfig checks its fields
     "fit": schema.Field(dict),  # FitConfig checks its fields
     "fidelity": schema.Field(dict),  # FidelityConfig checks its fields
@@ -149,7 +153,9 @@ def validate_search(config: Any) -> ml_collections.ConfigDict:
                          f"search.time_limit_s ({search.time_limit_s:g}), got "
                          f"{search.hard_time_limit_s:g}")
     _prefixed("search.mutation.", MutationConfig.from_dict, dict(search.mutation))
-    _prefixed("search.selection.", SelectionConfig.from_dict, dict(search.selection))
+    users = check_user_costs(list(search.costs), "search.costs")
+    _prefixed("search.selection.", lambda s: SelectionConfig.from_dict(s, users),
+              dict(search.selection))
     _prefixed("search.fit.", FitConfig.from_dict, dict(search.fit))
     RayConfig.from_dict(search.ray)
     train = _prefixed("train.", train_config.with_defaults, config.train)
