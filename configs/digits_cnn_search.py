@@ -1,75 +1,19 @@
 """A short evolution search from CifarNet on the bundled digits (minutes on 2 CPU cores).
 
     nas-search --config=configs/digits_cnn_search.py --workdir=runs/digits
-Children inherit their parent's weights, so each trains for a few epochs only.
+Children inherit their parent's weights, so each trains for a few epochs only. The search
+settings (`nas.search.presets.evolution`, which says why each is what it is) are also
+`nas.run_search`'s defaults; this file adds the digits.
 """
 
 import os
 import runpy
 
-import ml_collections
-
-from nas.search.strategy.settings import search_defaults
+from nas.search.presets import evolution
 
 
 def get_config(arg=None):
     del arg
     here = os.path.dirname(os.path.abspath(__file__))
     train = runpy.run_path(os.path.join(here, "digits_cnn.py"))["get_config"]()
-    # Children start from their parent's weights: two epochs of fine-tuning (one left most
-    # cheap children a few test images short of the seed: docs/benchmarks.md, issue 25).
-    train.total_epochs = 2.0
-    train.schedule = dict(decay_type="cosine", warmup_steps=2)
-    train.log_training_steps = 50
-    config = ml_collections.ConfigDict()
-    config.train = train
-    config.search = search_defaults()
-    config.search.max_candidates = 8
-    config.search.seed_epochs = 3.0
-    config.search.child_lr = 5e-4  # children fine-tune from inherited weights
-    config.search.log_every_steps = 4  # a child's epoch is ~22 steps: a curve of 11 points
-    config.search.time_limit_s = 1800.0  # a safety net only: a loaded machine never decides
-    # Candidate k reads the results of candidates up to k - 2, so while one child trains the
-    # driver proposes the next and a second worker process sets it up, fits and compiles
-    # it (search.propose_ahead, search.prepare_ahead): the device no longer waits between
-    # children (on 2 CPU cores a wash in candidates/hour, the stages share the cores:
-    # docs/benchmarks.md). Same candidates at any speed; 1 turns it off.
-    config.search.pipeline_depth = 2
-    # The recommendation's margin: 2 points, about three of the 143 validation images. At 1
-    # point a child that swaps one image with the seed (one gained, one lost) cannot be
-    # shown non-inferior (its paired 95 % interval starts at -1.36 pt), so the seed would
-    # nearly always be recommended (docs/benchmarks.md, "Trusting the recommendation").
-    config.search.selection = {"costs": ("flops", "params"), "min_acc": 0.5,
-                               "noninferiority_pt": 2.0}
-    # nas.mutation.MutationConfig fields. Limits are counts (retries, max_steps), so a proposal
-    # is the same for its seed on any machine; time_limit_s is only a safety net.
-    config.search.mutation = {
-        "mutator": "random_subgraph",
-        "max_len": 3,
-        "synthesizer": "progressive",
-        "depth_p": 0.5,
-        "linear_p": 0.5,
-        "function_preserving": False,
-        "max_steps": 4000,
-        "time_limit_s": 600.0,
-        # What synthesis may build: softmax/sigmoid, scalar multiplies and whole-input pool
-        # windows only where the replaced subgraph had them, widths changed by at most 2x,
-        # logits computed by a DENSE or CONV, pool windows up to 4 (docs/function-
-        # preservation.md and the SearchSpace docstring say why).
-        "search_space": {
-            "inherit_only": ("SOFTMAX", "SIGMOID", "SCALAR_MUL"),
-            "width_factors": ("%2", "", "*2"),
-            "full_window_pools": False,
-            "linear_outputs": True,
-            "pool_windows": (2, 3, 4),
-        },
-    }
-    # Multi-fidelity (asynchronous successive halving) is off here, so the README's measured
-    # times hold; turn it on with --config.search.fidelity.rungs='(0.25,)': a child trains a
-    # quarter epoch first and goes on only if it ranks in the best `keep` fraction of its
-    # rung and keeps `parent_ratio` of its parent's accuracy (docs/multi-fidelity.md).
-    config.search.fidelity = {"rungs": (), "keep": 0.5, "parent_ratio": 0.5, "cost": "flops"}
-    # Before a child trains, its new ops are fitted to the parent's tensors they replace.
-    config.search.fit = {"steps": 40, "batches": 4, "batch_size": 16, "bn_batch_size": 32,
-                         "lr": 3e-3}
-    return config
+    return evolution(train)

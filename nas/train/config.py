@@ -17,6 +17,7 @@ import ml_collections
 import optax
 
 from nas import schema
+from nas.train import custom
 
 TRAINERS = ("standard", "reversible", "auto")
 DECAY_TYPES = ("cosine", "linear", "rsqrt", "stair", "constant", "exponential")
@@ -31,7 +32,10 @@ def base_config() -> ml_collections.ConfigDict:
     # 0: the number of classes of the data (nas.train.data.check_num_classes); a number
     # set here must agree with the data
     c.num_classes = 0
-    c.loss = "softmax_xent"
+    # A user's own functions (nas.train.custom): "package.module:function", or built in
+    c.loss = "softmax_xent"  # loss(logits, labels) -> scalar
+    c.optimizer = ""  # optimizer(learning_rate_schedule) -> optax transform ("": optax_name)
+    c.augment = ""  # augment(key, images) -> images, inside the step ("": none)
 
     c.input = ml_collections.ConfigDict()
     c.input.data = ml_collections.ConfigDict()
@@ -87,6 +91,12 @@ def base_config() -> ml_collections.ConfigDict:
     return c
 
 
+def _function_field(key: str) -> schema.Field:
+    built_in = custom.BUILT_IN[key]
+    return schema.Field(str, check=lambda v: custom.is_function_name(v, key),
+                        expected=f"({built_in!r} or 'package.module:function')")
+
+
 def _is_regex(pattern: str) -> bool:
     try:
         re.compile(pattern)
@@ -104,7 +114,9 @@ RULES: dict[str, schema.Field] = {
     "optax": schema.Field(dict),  # free-form kwargs of the optax transform
     "num_classes": schema.Field(int, low=0, check=lambda n: n != 1,
                                 expected="(0: the data's number of classes; else >= 2)"),
-    "loss": schema.one_of("softmax_xent"),
+    "loss": _function_field("loss"),
+    "optimizer": _function_field("optimizer"),
+    "augment": _function_field("augment"),
     "input.data.name": schema.Field(str, check=bool, expected="(a tfds dataset name, "
                                                                 "'folder:DIR' or 'npz:FILE')"),
     "input.data.split": schema.Field(str, check=bool, expected="(non-empty)"),

@@ -164,9 +164,15 @@ def _labels(
 
 
 def make(
-    config: Any, params: Any, sched_kw: Mapping[str, Any], frozen: Iterable[str] = ()
+    config: Any, params: Any, sched_kw: Mapping[str, Any], frozen: Iterable[str] = (),
+    optimizer: Callable[[Schedule], optax.GradientTransformation] | None = None,
 ) -> tuple[optax.GradientTransformation, list[Schedule]]:
-    """Build (tx, schedule_fns) from `config`; `sched_kw` holds total_steps etc."""
+    """Build (tx, schedule_fns) from `config`; `sched_kw` holds total_steps etc.
+
+    `optimizer(learning_rate_schedule)` (a user's, `nas.train.custom`) replaces the named
+    optax transform, `lr`, `wd` and clipping: it gets step -> lr * schedule(step) and
+    returns the whole update (optax's sign: e.g. `optax.adamw(schedule)`). Frozen
+    parameters stay frozen either way."""
     sched_cfg = config.schedule
     if isinstance(sched_cfg, Mapping) or hasattr(sched_cfg, "to_dict"):
         sched_cfg = dict(sched_cfg)
@@ -189,6 +195,9 @@ def make(
             continue
         fn = make_schedule(sched, **sched_kw)
         sched_fns.append(fn)
+        if optimizer is not None:
+            groups[str(i)] = user_transform(optimizer, lambda step, fn=fn: config.lr * fn(step))
+            continue
         groups[str(i)] = optax.chain(
             named(**optax_kw),
             optax.scale(config.lr),
@@ -200,10 +209,20 @@ def make(
     groups = {k: v for k, v in groups.items() if k in used or k == FROZEN}
     frozen_mask = jax.tree.map(lambda lab: lab == FROZEN, labels)
     parts = [optax.masked(optax.set_to_zero(), frozen_mask)]
-    if config.grad_clip_norm:
+    if config.grad_clip_norm and optimizer is None:
         parts.append(optax.clip_by_global_norm(config.grad_clip_norm))
     parts.append(optax.multi_transform(groups, labels))
     return optax.chain(*parts), sched_fns
+
+
+def user_transform(optimizer: Callable[[Schedule], Any], schedule: Schedule
+                   ) -> optax.GradientTransformation:
+    """The user's `optimizer(schedule)`, checked to be an optax transformation."""
+    tx = optimizer(schedule)
+    if not (callable(getattr(tx, "init", None)) and callable(getattr(tx, "update", None))):
+        raise ValueError(f"optimizer: expected optimizer(learning_rate_schedule) to return an "
+                         f"optax.GradientTransformation, got {type(tx).__name__}")
+    return tx
 
 
 def on_host(fn: Callable[..., Any], *args: Any) -> Any:

@@ -25,11 +25,29 @@ from nas.train import optim, precise_bn
 
 AXIS = "batch"
 State = dict[str, Any]
+LossFn = Callable[[jax.Array, jax.Array], jax.Array]  # (logits, integer labels) -> scalar
+AugmentFn = Callable[[jax.Array, jax.Array], jax.Array]  # (key, images) -> images
+_AUGMENT_STREAM = 0x5EED  # folded into a step's key: the augmentation's own draws
 
 
 def softmax_xent(logits: jax.Array, labels: jax.Array) -> jax.Array:
     """Per-example cross-entropy against one-hot (or soft) labels."""
     return -jnp.sum(labels * jax.nn.log_softmax(logits, axis=-1), axis=-1)
+
+
+def mean_xent(num_classes: int) -> LossFn:
+    """The built-in loss: mean cross-entropy of integer labels."""
+    return lambda logits, labels: jnp.mean(softmax_xent(logits, jax.nn.one_hot(labels,
+                                                                              num_classes)))
+
+
+def example_losses(loss_fn: LossFn | None, num_classes: int
+                   ) -> Callable[[jax.Array, jax.Array], jax.Array]:
+    """(logits, labels) -> each example's loss: the user's loss of a batch of one."""
+    if loss_fn is None:
+        return lambda logits, labels: softmax_xent(logits, jax.nn.one_hot(labels, num_classes))
+    one = lambda lg, lb: jnp.reshape(loss_fn(lg[None], lb[None]), ())  # noqa: E731
+    return jax.vmap(one)
 
 
 def cast_floats(tree: Any, dtype: Any) -> Any:
@@ -58,6 +76,8 @@ def make_train_step(
     ema_warmup_steps: int = 0,
     return_grads: bool = False,
     compute_dtype: Any = None,
+    loss_fn: LossFn | None = None,
+    augment_fn: AugmentFn | None = None,
 ) -> Callable[[State, dict[str, jax.Array], jax.Array], tuple[State, dict[str, jax.Array]]]:
     """(state, batch, rng) -> (state, metrics), to be run under pmap(axis_name=AXIS).
 
@@ -67,29 +87,37 @@ def make_train_step(
     compute_dtype (e.g. bfloat16): images and a cast of the params enter the model in it, so
     activations and matmuls run in it; params, gradients, optimizer state, batch-norm
     statistics and the loss stay float32.
+
+    loss_fn(logits, labels) -> scalar (integer labels; a user's loss, `nas.train.custom`)
+    replaces the mean cross-entropy; augment_fn(key, images) -> images runs on each
+    device's float32 images first, with a key of its own per step and device.
     """
+    objective = loss_fn or mean_xent(num_classes)
 
     def step_fn(state: State, batch: dict[str, jax.Array], rng: jax.Array):
         step = state["step"]
         key = jax.random.fold_in(jax.random.fold_in(rng, step), jax.lax.axis_index(AXIS))
-        labels = jax.nn.one_hot(batch["label"], num_classes)
+        images = batch["image"]
+        if augment_fn is not None:
+            images = augment_fn(jax.random.fold_in(key, _AUGMENT_STREAM), images)
 
-        def loss_fn(params):
+        def loss_of(params):
             logits, new_vars = model.apply(
                 _variables(params, state["frozen"], state["batch_stats"], compute_dtype),
-                cast_floats(batch["image"], compute_dtype),
+                cast_floats(images, compute_dtype),
                 deterministic=False,
                 training=True,
                 rngs={"dropout": key},
                 mutable=["batch_stats"],
             )
-            loss = jnp.mean(softmax_xent(logits.astype(jnp.float32), labels))
+            loss = jnp.reshape(objective(logits.astype(jnp.float32),
+                                         batch["label"].reshape(-1)), ())
             stats = jax.tree.map(lambda new, old: new.astype(old.dtype),
                                  new_vars.get("batch_stats", {}), state["batch_stats"])
             correct = jnp.mean(jnp.argmax(logits, axis=-1) == batch["label"].reshape(-1))
             return loss, (stats, correct)
 
-        (loss, (batch_stats, correct)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+        (loss, (batch_stats, correct)), grads = jax.value_and_grad(loss_of, has_aux=True)(
             state["params"])
         grads = jax.lax.pmean(grads, AXIS)
         batch_stats = jax.lax.pmean(batch_stats, AXIS)
@@ -119,7 +147,8 @@ def make_train_step(
 
 
 def make_eval_step(model: Any, num_classes: int, compute_dtype: Any = None,
-                   statistics_rows: int = 0) -> Callable[..., dict[str, jax.Array]]:
+                   statistics_rows: int = 0, loss_fn: LossFn | None = None
+                   ) -> Callable[..., dict[str, jax.Array]]:
     """(variables, batch, use_batch_statistics) -> summed correct / loss / count over
     devices, mask-aware, "batch_statistics" per device, and "per_example": each of this
     device's rows right (1) or wrong (0), padding rows 0 (the caller drops them by the
@@ -129,12 +158,15 @@ def make_eval_step(model: Any, num_classes: int, compute_dtype: Any = None,
     step compute instead the batch-norm statistics of the first `statistics_rows` images of
     each device's share ({BN op name: {"mean", "var"}}, `precise_bn.batch_statistics`, in
     float32 whatever the compute dtype); otherwise they are the running averages.
+    A user's `loss_fn` is summed over the real rows one example at a time, so the mean
+    reported is the training loss's own.
 
     Why one program: a network with batch norms compiled its evaluation and its statistics
     separately; as the two branches of one `lax.cond` a search child compiles one program
     fewer, and each branch runs as fast as it did alone (benchmarks/eval_statistics.py;
     choosing the statistics inside the network instead broke XLA:CPU's fusion of the whole
     evaluated network and doubled an evaluation)."""
+    per_example = example_losses(loss_fn, num_classes)
     momenta = precise_bn.recomputable(model.graph)
     statistics = precise_bn.batch_statistics(model, momenta) if statistics_rows else None
 
@@ -147,8 +179,7 @@ def make_eval_step(model: Any, num_classes: int, compute_dtype: Any = None,
         logits = model.apply(cast, cast_floats(batch["image"], compute_dtype),
                              deterministic=True, training=False).astype(jnp.float32)
         mask = batch["mask"]
-        labels = jax.nn.one_hot(batch["label"], num_classes)
-        loss = softmax_xent(logits, labels) * mask
+        loss = per_example(logits, batch["label"].reshape(-1)) * mask
         correct = (jnp.argmax(logits, axis=-1) == batch["label"]).astype(jnp.float32) * mask
         return (jnp.sum(correct), jnp.sum(loss), jnp.sum(mask)), correct.astype(jnp.uint8), \
             running(variables)

@@ -27,7 +27,7 @@ import statistics
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import jax
@@ -37,7 +37,7 @@ from absl import logging
 from tqdm import tqdm
 
 from nas.io import examples
-from nas.train import compilation, devdata, memory, perf, trainers
+from nas.train import compilation, custom, devdata, memory, perf, trainers
 from nas.train import config as config_lib
 from nas.train import data as data_lib
 from nas.train.checkpoint import Checkpointer, has_checkpoint
@@ -237,7 +237,8 @@ def _inherit(
 
 def setup_trainer(config: ml_collections.ConfigDict, graph: Any, constants: Any, data: Data,
                   reversible: bool, init_variables: dict[str, Any] | None,
-                  freeze: Iterable[str], freeze_inherited: bool) -> Any:
+                  freeze: Iterable[str], freeze_inherited: bool,
+                  functions: Mapping[str, Callable[..., Any]] | None = None) -> Any:
     """The model's initial (inherited, partly frozen) variables inside a trainer strategy."""
     from nas.graph import Model
 
@@ -257,6 +258,7 @@ def setup_trainer(config: ml_collections.ConfigDict, graph: Any, constants: Any,
     logging.info("%s trainer; %d ops inherited, %d frozen", "reversible" if reversible
                  else "standard", len(inherited), len(frozen_names))
     if reversible:
+        custom.refuse_reversible(functions or {})
         return trainers.ReversibleStrategy(graph, constants, config, image_size=size,
                                            sched_kw=sched_kw, params=params or None,
                                            frozen_names=frozen_names)
@@ -270,7 +272,7 @@ def setup_trainer(config: ml_collections.ConfigDict, graph: Any, constants: Any,
         frozen={k: v for k, v in params.items() if k in frozen_names},
         batch_stats=batch_stats, sched_kw=sched_kw,
         device_data=data.feed.device_data if data.feed.on_device else None,
-        bn_batches=bn_batches, eval_rows=data.eval_data.batch_size)
+        bn_batches=bn_batches, eval_rows=data.eval_data.batch_size, functions=functions)
 
 
 # ----------------------------------------------------------------------------- run files
@@ -518,6 +520,7 @@ def train_and_eval(
     refit: Refit | None = None,
     device_stage: contextlib.AbstractContextManager | None = None,
     progress: bool | None = None,
+    functions: Mapping[str, Callable[..., Any]] | None = None,
 ) -> tuple[Metrics, int, dict[str, Any]]:
     """Train `graph` (or the config's zoo model); return (metrics, epochs, state).
 
@@ -539,6 +542,9 @@ def train_and_eval(
     device_stage: held while the steps and evaluations run, entered once setup, fitting and
       compilation are done (a search worker's lock on its device, shared with the worker
       processes preparing the next candidates for that device while this one trains).
+    functions: a user's loss, optimizer and augmentation by value ({"loss": fn, ...}),
+      for the config's `loss`, `optimizer` and `augment` fields (`nas.train.custom`);
+      fields naming "package.module:function" without a value here are imported.
     progress: show a bar of the training steps on stderr (None: only when stderr is a
       terminal; `nas-train` shows it unless --noprogress, as `nas-search` does).
     state: {"params", "batch_stats"} (the EMA of them when ema_decay > 0).
@@ -551,12 +557,13 @@ def train_and_eval(
         raise ValueError(f"stop_epochs: expected a number of epochs > 0, got {stop_epochs!r}")
     trainers.compute_dtype(config)  # a bad value fails before any data is read
     config = data_lib.with_num_classes(config)  # 0: the data's; disagreeing: one line
+    functions = custom.train_functions(config, functions)
     compilation.enable_cache(config.compilation_cache_dir)
     with compilation.CompileCounter() as counter:
         metrics, epoch, state = _train_and_eval(
             config, eval_perf, callback, graph, constants, workdir, init_variables, freeze,
             freeze_inherited, should_stop, device_data_cache, stop_epochs, refit,
-            device_stage, progress)
+            device_stage, progress, functions)
     metrics.compilations, metrics.compile_cache_hits = counter.compiles, counter.cache_hits
     logging.info("%d compilations, %d persistent cache hits; compiled: %s", counter.compiles,
                  counter.cache_hits, ", ".join(counter.compiled) or "nothing")
@@ -572,6 +579,7 @@ def _train_and_eval(config: ml_collections.ConfigDict, eval_perf: bool,
                     stop_epochs: float | None, refit: Refit | None,
                     device_stage: contextlib.AbstractContextManager | None,
                     progress: bool | None = None,
+                    functions: Mapping[str, Callable[..., Any]] | None = None,
                     ) -> tuple[Metrics, int, dict[str, Any]]:
     """The stages, top to bottom (see the module docstring)."""
     start = time.perf_counter()
@@ -587,7 +595,7 @@ def _train_and_eval(config: ml_collections.ConfigDict, eval_perf: bool,
 
     data = setup_data(config, on_device_ok=not reversible, cache=device_data_cache)
     trainer = setup_trainer(config, graph, constants, data, reversible, init_variables,
-                            freeze, freeze_inherited)
+                            freeze, freeze_inherited, functions)
     if workdir and jax.process_index() == 0:
         write_run_files(workdir, config, graph, constants)
     ckpt = Checkpointer(workdir, keep=config.keep_ckpts) if workdir else None

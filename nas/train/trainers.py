@@ -68,12 +68,15 @@ class StandardTrainer:
     def __init__(self, model: Any, config: Any, *, params: dict[str, Any],
                  frozen: dict[str, Any], batch_stats: dict[str, Any], sched_kw: Mapping,
                  frozen_names: Iterable[str] = (), device_data: Any = None,
-                 bn_batches: Sequence[np.ndarray] = (), eval_rows: int = 0) -> None:
+                 bn_batches: Sequence[np.ndarray] = (), eval_rows: int = 0,
+                 functions: Mapping[str, Callable[..., Any]] | None = None) -> None:
+        functions = functions or {}
         self.model = model
         self.ndev = jax.local_device_count()
         self.num_classes = int(config.num_classes)
         self.dtype = compute_dtype(config)
-        self.tx, self.sched_fns = optim.make(config, params, sched_kw)
+        self.tx, self.sched_fns = optim.make(config, params, sched_kw,
+                                             optimizer=functions.get("optimizer"))
         del frozen_names  # frozen params are split off by the caller: no optimizer state
         self.device_data = device_data
         self.seed = int(config.seed)
@@ -84,7 +87,9 @@ class StandardTrainer:
         fn = steps.make_train_step(model, self.tx, self.num_classes,
                                    ema_decay=config.ema_decay,
                                    ema_warmup_steps=config.ema_warmup_steps,
-                                   compute_dtype=self.dtype)
+                                   compute_dtype=self.dtype,
+                                   loss_fn=functions.get("loss"),
+                                   augment_fn=functions.get("augment"))
         if device_data is not None:
             fn = steps.with_device_data(fn, device_data.augment_fn(), self.seed)
         self._train = jax.pmap(fn, axis_name=steps.AXIS, donate_argnums=(0,))
@@ -97,7 +102,7 @@ class StandardTrainer:
         self._eval = jax.pmap(steps.make_eval_step(
             model, self.num_classes, self.dtype,
             statistics_rows=min(len(self.bn_batches[0]), rows // self.ndev)
-            if self.bn_batches else 0), axis_name=steps.AXIS)
+            if self.bn_batches else 0, loss_fn=functions.get("loss")), axis_name=steps.AXIS)
         self._flags = {use: steps.replicate(np.asarray(use), self.ndev) for use in (False, True)}
         self._train_c = self._eval_c = None
         self._memory = (0, 0)

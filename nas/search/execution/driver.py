@@ -15,19 +15,21 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import ml_collections
 import numpy as np
 from absl import logging
-from tqdm import tqdm
+from tqdm.auto import tqdm
 
+from nas import functions as fn_lib
 from nas import zoo
 from nas.graph.reversible import is_reversible
 from nas.graph.serialize import graph_to_json, load
 from nas.properties import op_cache
+from nas.search.execution import user_functions
 from nas.search.execution.executors import Outcome, make_executor
 from nas.search.execution.fit import FitConfig
 from nas.search.store.candidate import FINISHED
@@ -56,6 +58,11 @@ def candidate_dir(workdir: str, candidate_id: int) -> str:
 
 class ChildTooLargeError(Exception):
     """A proposed child has more parameters than the search allows."""
+
+
+class StopSearch(Exception):
+    """Raised by a callback of `Driver.run` (`nas.StopSearch`) to end the search after the
+    candidate it was called with; the study stays resumable."""
 
 
 class SearchFailed(ValueError):
@@ -156,6 +163,7 @@ def candidate_task(study: Study, train: ml_collections.ConfigDict,
         "workdir": os.path.join(directory, "train"),
         "stop_epochs": rung_plan(train, search).stop_epochs(candidate),
         "fit": fit,
+        "costs": dict(search.get("costs", {}) or {}),
     }
 
 
@@ -297,15 +305,25 @@ def _differences(given: Any, stored: Any, prefix: str) -> list[str]:
 class Driver:
     """One search over one study directory."""
 
-    def __init__(self, config: ml_collections.ConfigDict, workdir: str) -> None:
+    def __init__(self, config: ml_collections.ConfigDict, workdir: str,
+                 functions: Mapping[str, Callable[..., Any]] | None = None) -> None:
+        """`functions`: the user's loss, optimizer, augmentation and costs by value
+        (`nas.search.execution.user_functions`), for those the config names; the others
+        it names are imported. A resumed study must get the ones it was run with."""
         validate_search(config)  # before anything is created on disk
         self.workdir = os.path.abspath(workdir)
         self.study = open_study(self.workdir, config, check_new=check_seed)
         config = resumed_config(config, self.study)
         self.search = validate_search(config)
         self.train = config.train
+        self.functions = user_functions.search_functions(self.train, self.search, functions)
+        user_functions.check_recorded(self.study.get_state(user_functions.STATE, None),
+                                      self.functions, self.workdir)
+        self._shipped = fn_lib.pack(self.functions) if self.functions else None
+        self._callbacks: tuple[Callable[[Any], Any], ...] = ()
         self.rungs = rung_plan(self.train, self.search)
-        self.selection = SelectionConfig.from_dict(dict(self.search.selection))
+        self.selection = SelectionConfig.from_dict(dict(self.search.selection),
+                                                   tuple(self.search.get("costs", {})))
         self.fit = FitConfig.from_dict(dict(self.search.fit))
         size = int(self.train.input.image_size)
         self.input_shape = (1, size, size, 3)
@@ -523,7 +541,10 @@ class Driver:
 
     # ------------------------------------------------------------------ training
     def task(self, candidate_id: int) -> dict[str, Any]:
-        return candidate_task(self.study, self.train, self.search, candidate_id)
+        task = candidate_task(self.study, self.train, self.search, candidate_id)
+        if self._shipped is not None:
+            task["functions"] = self._shipped
+        return task
 
     def startable(self, candidate_id: int) -> dict[str, Any] | None:
         """The task of a claimed candidate, or None when it cannot start (e.g. its starting
@@ -547,12 +568,19 @@ class Driver:
         counts = self.study.counts()
         return sum(counts[s] for s in FINISHED) >= int(self.search.max_candidates)
 
-    def run(self, progress: bool = True) -> Study:
+    def run(self, progress: bool = True,
+            callbacks: Sequence[Callable[[Any], Any]] = ()) -> Study:
         """Runs to `max_candidates` finished candidates. Raises SearchFailed when nothing
-        could be trained; on Ctrl-C gives its claims back (the study stays resumable)."""
+        could be trained; on Ctrl-C gives its claims back (the study stays resumable).
+
+        Each of `callbacks` is called with a candidate (`nas.search.Candidate`) as it
+        finishes; one that raises `StopSearch` ends the run there, as Ctrl-C does, and the
+        study stays resumable."""
         search = self.search
+        self._callbacks = tuple(callbacks)
         self.check_seed_weights()  # before the first write: a failed command changes nothing
         remove_partial_saves(self.study)
+        self.study.set_state(user_functions.STATE, fn_lib.describe(self.functions))
         self.study.set_state("max_candidates", int(search.max_candidates))
         self.study.set_state("stopped", False)
         self.seed_population()
@@ -572,6 +600,8 @@ class Driver:
         try:
             self._loop(executor, keeper, inflight, bar)
             self.study.set_state("stopped", True)
+        except StopSearch as e:
+            logging.info("the search was stopped by a callback: %s", e)
         finally:
             try:
                 executor.close()
@@ -670,6 +700,17 @@ class Driver:
                 keeper.drop(outcome.candidate_id)
                 inflight.discard(outcome.candidate_id)
                 self.record(outcome)
+                self.tell_callbacks(outcome.candidate_id)
+
+    def tell_callbacks(self, candidate_id: int) -> None:
+        """Calls each callback with the candidate, if it finished (a rung's promotion does
+        not finish it). StopSearch passes through: it ends the run."""
+        if not self._callbacks:
+            return
+        candidate = self.study.get(candidate_id)
+        if candidate.status in FINISHED:
+            for callback in self._callbacks:
+                callback(candidate)
 
     def propose_ahead(self, executor: Any) -> bool | None:
         """While every worker trains, proposes one next child if fewer than

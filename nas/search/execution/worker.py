@@ -41,6 +41,8 @@ def train_candidate(
     stop_epochs: float | None = None,
     fit: dict[str, Any] | None = None,
     share_device: str | None = None,
+    functions: bytes | None = None,
+    costs: dict[str, str] | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Trains and evaluates a candidate; returns (metrics, final variables as numpy).
 
@@ -56,13 +58,17 @@ def train_candidate(
     that the next rung resumes from. `fit` (`nas.search.execution.fit.task`): the child's new
     ops are first fitted to the tensors they replace, on this worker's device while its steps
     compile, unless `workdir` already holds a checkpoint to resume; its errors and time
-    join the metrics.
+    join the metrics. `functions` (`nas.search.execution.user_functions.pack`): the user's
+    loss, optimizer, augmentation and costs by value; `costs` {name: "module:function"}:
+    each cost runs on the trained candidate once it reaches its last rung, and its value
+    joins the metrics under its name (a cost that raises fails the candidate).
     """
     import jax
 
     from nas.graph.serialize import load
     from nas.search.execution.device_turns import DeviceTurn, lock_path
     from nas.search.execution.fit import fit_for_task
+    from nas.search.execution.user_functions import cost_functions, measure_costs, unpack
     from nas.train import train_and_eval
     from nas.train.train import DeviceDataCache
 
@@ -72,6 +78,8 @@ def train_candidate(
 
     graph, constants = load(graph_json)
     config = ml_collections.ConfigDict(train_config)
+    shipped = unpack(functions)
+    cost_fns = cost_functions(costs or {}, shipped) if stop_epochs is None else {}
     start = time.monotonic()
     turn = DeviceTurn(lock_path(share_device)) if share_device else None
 
@@ -102,11 +110,14 @@ def train_candidate(
         config, eval_perf=True, callback=lambda epoch, _: not stop_now(-1), graph=graph,
         constants=constants, workdir=workdir, init_variables=init_variables,
         should_stop=stop_now, device_data_cache=_DEVICE_DATA, stop_epochs=stop_epochs,
-        refit=refit if fit is not None else None, device_stage=turn)
+        refit=refit if fit is not None else None, device_stage=turn, functions=shipped)
     values = {**metrics_dict(metrics), **fitted, "epochs": epochs}
     if not all(math.isfinite(v) for v in values.values() if isinstance(v, float)):
         raise FloatingPointError(f"training diverged: non-finite metrics {values}")
-    return values, jax.tree.map(np.asarray, jax.block_until_ready(state))
+    variables = jax.tree.map(np.asarray, jax.block_until_ready(state))
+    if cost_fns:
+        values.update(measure_costs(cost_fns, graph_json, variables, dict(train_config), values))
+    return values, variables
 
 
 def metrics_dict(metrics: Any) -> dict[str, Any]:

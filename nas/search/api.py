@@ -1,0 +1,287 @@
+"""`nas.run_search`: the search from Python, on arrays in memory, with a user's own loss,
+optimizer, augmentation and costs; and `run_study`, the one loop behind it and `nas-search`.
+
+Why one loop with two doors: a study made from a notebook and one made by the command line
+are the same study (same driver, executors, store, reproducibility); `nas-search` parses
+flags into a config and calls `run_study`, `run_search` checks its arguments into a config
+and calls it too.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import ml_collections
+
+from nas import functions as fn_lib
+from nas.search import inputs
+from nas.search.execution.driver import StopSearch
+from nas.search.result import SearchResult
+from nas.search.store.study import Study
+
+__all__ = ["SearchResult", "StopSearch", "run_search", "run_study"]
+
+
+def run_study(config: ml_collections.ConfigDict, workdir: str, *, budget_given: bool,
+              functions: Mapping[str, Callable[..., Any]] | None = None,
+              progress: bool = True, callbacks: Sequence[Callable[[Any], Any]] = (),
+              say: Callable[[str], None] = print) -> tuple[Study, bool]:
+    """Runs (or resumes) the search of `config` in `workdir`; (study, whether it trained).
+
+    A resumed study keeps the budget it last ran to unless `budget_given`; a larger one
+    says "extending ..."; a finished one says so in one line and trains nothing."""
+    from nas.cli_messages import check_workdir
+    from nas.search.reporting.report_state import write_if_stale
+    from nas.search.reporting.rerun import finished_line, stored_budget
+    from nas.search.strategy.settings import validate_search
+
+    validate_search(config)  # the whole config, before the workdir exists
+    check_workdir(workdir, create=True)
+    before = stored_budget(workdir)
+    if before is not None and not budget_given:  # a resumed study keeps its budget
+        config.search.max_candidates = before
+    if functions is None:  # with functions, the driver checks them against the study first
+        line = finished_line(workdir, config)  # finished: no driver set-up
+        if line is not None:
+            say(line)
+            return Study.load(workdir), False
+    from nas.search.execution.driver import Driver
+
+    driver = Driver(config, workdir, functions)
+    if driver.finished():  # resumed with nothing left to do: say so in one line
+        counts = ", ".join(f"{s} {n}" for s, n in driver.study.counts().items() if n)
+        say(f"the search in {workdir} is finished ({counts}; max_candidates "
+            f"{int(driver.search.max_candidates)}); report: {write_if_stale(driver.study)}")
+        return driver.study, False
+    driver.check_seed_weights()  # before a line is printed or the study is written
+    after = int(driver.search.max_candidates)
+    if before is not None and after > before:
+        say(f"extending the search in {workdir} from {before} to {after} candidates")
+    return driver.run(progress=progress, callbacks=callbacks), True
+
+
+def run_search(seed: Any, data: Any, *, workdir: str | os.PathLike, max_candidates: int,
+               config: Any = None, overrides: Mapping[str, Any] | None = None,
+               loss: Callable[..., Any] | None = None,
+               optimizer: Callable[..., Any] | None = None,
+               augment: Callable[..., Any] | None = None,
+               costs: Mapping[str, Callable[..., Any]] | None = None,
+               callbacks: Sequence[Callable[[Any], Any]] = (),
+               progress: bool = True) -> SearchResult:
+    """Searches from `seed` on `data` in `workdir` until `max_candidates` (the seed
+    included) are finished; returns the `SearchResult`. Called again with the same
+    workdir it resumes the study, or returns the finished result without training.
+
+    seed: what `nas.from_flax` or `nas.load_candidate` returns, the path of an exported
+      candidate or graph JSON, or a zoo model name ("cnn", "resnet18", ...).
+    data: (x_train, y_train, x_test, y_test) numpy arrays (uint8 images (N, H, W) or
+      (N, H, W, C), integer labels from 0), or a dataset name as configs take it
+      ("folder:DIR", "npz:FILE", a tfds name). Decisions read a validation split carved
+      out of x_train; x_test is only reported. num_classes comes from the labels.
+    config: a search config (ConfigDict or a config file's path); by default the README
+      search's settings (`nas.search.presets.evolution`). overrides: dotted keys to
+      values, e.g. {"train.total_epochs": 1.0, "search.selection.min_acc": 0.0}.
+    loss(logits, labels) -> scalar, optimizer(learning_rate_schedule) -> optax transform,
+      augment(key, images) -> images: run inside the compiled train step of every
+      candidate (`nas.train.custom`); costs {name: fn(candidate) -> float}: measured on
+      each trained candidate (lower is better), its metrics' `name`, and a possible
+      front (`search.selection.costs`). Each is shipped by value to the workers.
+    callbacks: fn(candidate) for each candidate as it finishes; raising `nas.StopSearch`
+      stops the search there (resumable). Ctrl-C (or a notebook's interrupt) does too.
+    progress: a progress bar (tqdm.auto: a widget in Jupyter).
+
+    Every mistake in the arguments is one ValueError naming the argument, before anything
+    is written (no workdir is created)."""
+    workdir = os.fspath(workdir)
+    prepared = prepare(seed, data, workdir=workdir, max_candidates=max_candidates,
+                       config=config, overrides=overrides, loss=loss, optimizer=optimizer,
+                       augment=augment, costs=costs, callbacks=callbacks)
+    prepared.write(workdir)
+    study, _ = run_study(prepared.config, workdir, budget_given=True,
+                         functions=prepared.functions, progress=progress,
+                         callbacks=tuple(callbacks))
+    return SearchResult(study)
+
+
+class Prepared:
+    """run_search's arguments as a config and functions, plus what `write` puts in the
+    workdir (the seed's file) once everything was checked."""
+
+    def __init__(self, config: ml_collections.ConfigDict,
+                 functions: dict[str, Callable[..., Any]], seed: inputs.Seed,
+                 arrays: inputs.Arrays | None) -> None:
+        self.config, self.functions, self.seed, self.arrays = config, functions, seed, arrays
+
+    def write(self, workdir: str) -> None:
+        if self.seed.candidate is not None:
+            from nas.io.candidate import save_candidate
+
+            path = self.config.search.seed_graph
+            if not os.path.isfile(path):  # the study's own copy: it never changes after
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                save_candidate(self.seed.candidate, path)
+
+
+def prepare(seed: Any, data: Any, *, workdir: str, max_candidates: int, config: Any,
+            overrides: Mapping[str, Any] | None, loss: Any, optimizer: Any, augment: Any,
+            costs: Mapping[str, Any] | None, callbacks: Sequence[Any]) -> Prepared:
+    """Every argument checked (one ValueError line naming it) into a search config."""
+    from nas.cli_messages import check_workdir
+    from nas.search.strategy.settings import validate_search
+
+    try:
+        check_workdir(workdir, create=True)
+    except ValueError as e:
+        raise ValueError(str(e).replace("--workdir", "workdir", 1)) from None
+    if isinstance(max_candidates, bool) or not isinstance(max_candidates, int) or \
+            max_candidates < 1:
+        raise ValueError(f"max_candidates: expected an integer >= 1, got {max_candidates!r}")
+    for i, callback in enumerate(callbacks):
+        if not callable(callback):
+            raise ValueError(f"callbacks[{i}]: expected a function, got "
+                             f"{type(callback).__name__}")
+    the_seed = inputs.read_seed(seed)
+    cfg = inputs.base_search_config(config)
+    set_keys = inputs.apply_overrides(cfg, overrides)
+    cfg.search.max_candidates = max_candidates
+    functions = _functions(cfg, loss=loss, optimizer=optimizer, augment=augment, costs=costs)
+
+    arrays = None
+    if isinstance(data, tuple | list):
+        arrays = inputs.read_arrays(data)
+        found = arrays.num_classes
+    elif isinstance(data, str) and data:
+        from nas.train.data import dataset_classes
+
+        cfg.train.input.data.name = data
+        try:
+            found = dataset_classes(data, cfg.train.input.data_dir or None,
+                                    cfg.train.input.data.split)
+        except ValueError as e:
+            raise ValueError(f"data: {str(e).splitlines()[0]}") from None
+    else:
+        raise ValueError(f"data: expected (x_train, y_train, x_test, y_test) arrays or a "
+                         f"dataset name ('folder:DIR', 'npz:FILE', a tfds name), got "
+                         f"{type(data).__name__}")
+
+    _seed_into(cfg, the_seed, workdir, set_keys)
+    given = int(cfg.train.num_classes)
+    if given and given != found:
+        raise ValueError(f"config field 'train.num_classes' is {given}, but the data has "
+                         f"{found} classes (0 takes the number from the data)")
+    cfg.train.num_classes = found
+    inputs.check_classes(found, the_seed.outputs(int(cfg.train.input.image_size)), arrays)
+    _check_traces(functions, found, int(cfg.train.input.image_size))
+    fn_lib.pack(functions)  # each can be shipped, or one line naming it
+    if arrays is not None:  # checked: kept as an npz in the data cache (not the workdir)
+        cfg.train.input.data.name = f"npz:{arrays.save(_arrays_root(cfg))}"
+    validate_search(cfg)
+    return Prepared(cfg, functions, the_seed, arrays)
+
+
+def _functions(cfg: ml_collections.ConfigDict, **given: Any) -> dict[str, Callable[..., Any]]:
+    """The user's functions by key, and their names in `cfg` (train.loss, search.costs)."""
+    out = {}
+    for key in ("loss", "optimizer", "augment"):
+        fn = given[key]
+        if fn is None:
+            continue
+        if not callable(fn):
+            raise ValueError(f"{key}: expected a function, got {type(fn).__name__}")
+        cfg.train[key] = fn_lib.name_of(fn)
+        out[key] = fn
+    costs = given["costs"]
+    if costs is not None:
+        if not isinstance(costs, Mapping):
+            raise ValueError(f"costs: expected a dict of name to function, got "
+                             f"{type(costs).__name__}")
+        names = {}
+        for name, fn in costs.items():
+            if not isinstance(name, str) or not name.isidentifier():
+                raise ValueError(f"costs: a cost's name must be an identifier, got {name!r}")
+            if not callable(fn):
+                raise ValueError(f"costs[{name!r}]: expected a function, got "
+                                 f"{type(fn).__name__}")
+            names[name] = fn_lib.name_of(fn)
+            out[f"costs.{name}"] = fn
+        cfg.search.costs = names
+    return out
+
+
+def _check_traces(functions: Mapping[str, Callable[..., Any]], num_classes: int,
+                  size: int) -> None:
+    """The loss traces to a scalar on logits and integer labels, the augmentation keeps the
+    images' shape, the optimizer returns an optax transformation: else one line each."""
+    import jax
+    import jax.numpy as jnp
+
+    if "loss" in functions:
+        logits = jax.ShapeDtypeStruct((2, num_classes), jnp.float32)
+        labels = jax.ShapeDtypeStruct((2,), jnp.int32)
+        out = _traced("loss", functions["loss"], logits, labels,
+                      what=f"logits {logits.shape} float32 and labels {labels.shape} int32")
+        if not hasattr(out, "shape") or tuple(out.shape) != ():
+            shape = getattr(out, "shape", type(out).__name__)
+            raise ValueError(f"loss: {fn_lib.name_of(functions['loss'])} returned shape "
+                             f"{shape}, expected a scalar (the batch's mean loss)")
+    if "augment" in functions:
+        images = jax.ShapeDtypeStruct((2, size, size, 3), jnp.float32)
+        key = jax.ShapeDtypeStruct((2,), jnp.uint32)
+        out = _traced("augment", functions["augment"], key, images,
+                      what=f"a key and images {images.shape} float32")
+        if getattr(out, "shape", None) != images.shape:
+            raise ValueError(f"augment: {fn_lib.name_of(functions['augment'])} returned "
+                             f"shape {getattr(out, 'shape', type(out).__name__)}, expected "
+                             f"the images' {images.shape}")
+    if "optimizer" in functions:
+        from nas.train.optim import user_transform
+
+        try:
+            user_transform(functions["optimizer"], lambda step: 1e-3)
+        except ValueError:
+            raise
+        except Exception as e:  # noqa: BLE001 - the user's code: its error, named
+            raise ValueError(f"optimizer: {fn_lib.name_of(functions['optimizer'])}(schedule) "
+                             f"raised {type(e).__name__}: {_first(e)}") from None
+
+
+def _traced(key: str, fn: Callable[..., Any], *args: Any, what: str) -> Any:
+    import jax
+
+    try:
+        return jax.eval_shape(fn, *args)
+    except Exception as e:  # noqa: BLE001 - the user's code: its error, named
+        raise ValueError(f"{key}: {fn_lib.name_of(fn)} fails to trace on {what}: "
+                         f"{type(e).__name__}: {_first(e)}") from None
+
+
+def _first(e: BaseException) -> str:
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    return lines[0][:300] if lines else ""
+
+
+def _seed_into(cfg: ml_collections.ConfigDict, seed: inputs.Seed, workdir: str,
+               set_keys: Sequence[str]) -> None:
+    """The seed as config fields, and the images at its input shape unless set."""
+    if seed.model_name:
+        cfg.train.model_name = seed.model_name
+        cfg.search.seed_graph = ""
+    elif seed.candidate is not None:
+        cfg.search.seed_graph = os.path.join(os.path.abspath(workdir), inputs.SEED_FILE)
+    else:
+        cfg.search.seed_graph = seed.path
+    if seed.input_shape is None or "train.input.image_size" in set_keys:
+        return
+    if len(seed.input_shape) != 3 or seed.input_shape[0] != seed.input_shape[1] or \
+            seed.input_shape[2] != 3:
+        raise ValueError(f"seed: input shape {seed.input_shape}: nas trains square RGB "
+                         f"images (H, H, 3); import the model with such an input_shape")
+    cfg.train.input.image_size = int(seed.input_shape[0])
+
+
+def _arrays_root(cfg: ml_collections.ConfigDict) -> str:
+    from nas.train.digits import default_data_dir
+
+    return os.path.join(cfg.train.input.data_dir or default_data_dir(), "nas_arrays")

@@ -1,0 +1,102 @@
+"""A search's user functions: which ones, checked against the study, shipped to workers.
+
+Keys: "loss", "optimizer", "augment" (the `train` config's fields, `nas.train.custom`) and
+"costs.<name>" (the `search.costs` config: {name: "package.module:function"}). The config
+names each function; the study records each one's name and code digest when the search
+starts (state "functions"), and a resumed search whose function differs is refused in one
+line, before anything is written. The driver ships the functions by value with every task,
+so a function from a notebook cell or `__main__` trains in worker processes and Ray tasks.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from nas import functions as fn_lib
+from nas.functions import unpack
+from nas.train import custom
+
+STATE = "functions"  # the study's record: {key: {"name", "digest"}}
+COST_PREFIX = "costs."
+
+__all__ = ["STATE", "CostFailed", "check_recorded", "cost_functions", "measure_costs",
+           "search_functions", "unpack"]
+
+
+class CostFailed(RuntimeError):
+    """A user's cost raised or returned something other than a finite number."""
+
+
+def search_functions(train: Any, search: Any,
+                     given: Mapping[str, Callable[..., Any]] | None = None
+                     ) -> dict[str, Callable[..., Any]]:
+    """{key: function} of every user function the config names: `given` ones by value,
+    the others imported by name (one ValueError naming the field when one cannot be)."""
+    given = dict(given or {})
+    out = custom.train_functions(train, {k: v for k, v in given.items() if k in custom.KEYS})
+    out.update(cost_functions(dict(search.get("costs", {}) or {}), given))
+    return out
+
+
+def cost_functions(costs: Mapping[str, str], given: Mapping[str, Callable[..., Any]]
+                   ) -> dict[str, Callable[..., Any]]:
+    """{"costs.<name>": function} for `costs` {name: "module:function"}."""
+    out = {}
+    for name, ref in sorted(costs.items()):
+        key = COST_PREFIX + name
+        out[key] = given[key] if key in given else fn_lib.resolve(
+            ref, f"config field 'search.costs.{name}'")
+    return out
+
+
+def check_recorded(recorded: Mapping[str, Any] | None,
+                   functions: Mapping[str, Callable[..., Any]], where: str) -> None:
+    """One ValueError line when `functions` are not the ones the study `recorded`."""
+    if not recorded:
+        return
+    now = fn_lib.describe(functions)
+    for key in sorted(set(recorded) | set(now)):
+        was, given = recorded.get(key), now.get(key)
+        if was == given:
+            continue
+        field = key if key.startswith(COST_PREFIX) else f"train.{key}"
+        def text(d: Any) -> str:
+            return f"{d['name']} (code {d['digest']})" if d else "none"
+        raise ValueError(f"{field}: the study in {where} was run with {text(was)}, not "
+                         f"{text(given)}; resume it with the same function, or start a new "
+                         f"workdir")
+
+
+def measure_costs(costs: Mapping[str, Callable[..., Any]], graph_json: str,
+                  variables: Mapping[str, Any], train_config: Mapping[str, Any],
+                  metrics: Mapping[str, Any]) -> dict[str, float]:
+    """Each cost of the trained candidate (as `nas.load_candidate` gives it), by name."""
+    from nas.graph.serialize import load
+    from nas.io.candidate import ExportedCandidate
+
+    graph, constants = load(graph_json)
+    size = int(train_config["input"]["image_size"])
+    candidate = ExportedCandidate(path="(the trained candidate)", graph=graph,
+                                  constants=dict(constants or {}), variables=dict(variables),
+                                  input_shape=(size, size, 3), train_config=dict(train_config),
+                                  metrics=dict(metrics))
+    out = {}
+    for key, fn in costs.items():
+        name = key.removeprefix(COST_PREFIX)
+        try:
+            value = fn(candidate)
+        except Exception as e:  # noqa: BLE001 - the user's code: its cause is the record
+            first = str(e).splitlines()[0] if str(e) else ""
+            raise CostFailed(f"cost {name!r} ({fn_lib.name_of(fn)}) raised "
+                             f"{type(e).__name__}: {first}") from None
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise CostFailed(f"cost {name!r} returned {type(value).__name__} {value!r:.80}, "
+                             f"expected a number") from None
+        if not math.isfinite(number):
+            raise CostFailed(f"cost {name!r} returned {number}, expected a finite number")
+        out[name] = number
+    return out

@@ -1,0 +1,267 @@
+"""`nas.run_search`'s arguments, checked and turned into a search config before anything
+is written: the seed, the data, the config and its overrides.
+
+Why its own module: each mistake a user can make at the front door is one `ValueError`
+line naming the argument, and no workdir is created; checking everything first, then
+writing (the seed file, the arrays as an npz), keeps that true.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import runpy
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import ml_collections
+import numpy as np
+
+from nas.search.presets import evolution
+from nas.train.recipes import small_images
+
+ARRAY_NAMES = ("x_train", "y_train", "x_test", "y_test")
+SEED_FILE = "seed.zip"  # a seed given as a loaded candidate is saved here, in the workdir
+
+
+# ----------------------------------------------------------------------------- seed
+
+
+@dataclasses.dataclass(frozen=True)
+class Seed:
+    """What a search starts from: a loaded candidate, a file, or a zoo model name."""
+
+    candidate: Any = None  # nas.io.candidate.ExportedCandidate, saved into the workdir
+    path: str = ""  # an exported candidate or graph JSON on disk
+    model_name: str = ""  # a zoo model
+    input_shape: tuple[int, ...] | None = None  # one example's (H, W, C), when known
+
+    def outputs(self, image_size: int) -> int | None:
+        """How many classes the seed's logits have (None for a zoo model: it is built
+        for the data's)."""
+        if self.model_name:
+            return None
+        from nas.io.candidate import read_graph_or_export
+
+        candidate = self.candidate
+        if candidate is None:
+            found = read_graph_or_export(self.path)
+            if isinstance(found, bytes):
+                from nas.graph.serialize import load
+
+                graph, constants = load(found)
+                return _outputs(graph, constants, None, (image_size, image_size, 3))
+            candidate = found
+        shape = candidate.input_shape or (image_size, image_size, 3)
+        return _outputs(candidate.graph, candidate.constants, candidate.variables, shape)
+
+
+def read_seed(seed: Any) -> Seed:
+    """`seed`: what `nas.from_flax` or `nas.load_candidate` returns, a path to an exported
+    candidate or a graph JSON, or a zoo model name."""
+    from nas import zoo
+    from nas.io.candidate import ExportedCandidate, read_graph_or_export
+
+    if isinstance(seed, ExportedCandidate):
+        return Seed(candidate=seed, input_shape=_shape(seed.input_shape))
+    if isinstance(seed, os.PathLike) or (isinstance(seed, str) and (
+            os.path.exists(os.path.expanduser(seed)) or seed.endswith((".zip", ".json")))):
+        path = os.path.abspath(os.path.expanduser(os.fspath(seed)))
+        try:
+            found = read_graph_or_export(path)
+        except OSError as e:
+            raise ValueError(f"seed: cannot read {path}: {e.strerror}") from None
+        except ValueError as e:
+            raise ValueError(f"seed: {e}") from None
+        shape = None if isinstance(found, bytes) else _shape(found.input_shape)
+        return Seed(path=path, input_shape=shape)
+    if isinstance(seed, str) and seed in zoo.MODEL_NAMES:
+        return Seed(model_name=seed)
+    raise ValueError(f"seed: expected a candidate (nas.from_flax, nas.load_candidate), the "
+                     f"path of an exported candidate or graph JSON, or a zoo model name "
+                     f"({', '.join(zoo.MODEL_NAMES)}), got {_short(seed)}")
+
+
+def _shape(shape: Any) -> tuple[int, ...] | None:
+    return None if shape is None else tuple(int(d) for d in shape)
+
+
+def _outputs(graph: Any, constants: Any, variables: Any, input_shape: Sequence[int]) -> int:
+    """The size of the last axis of the graph's output on one example (shapes only)."""
+    import jax
+    import jax.numpy as jnp
+
+    from nas.graph import Model
+
+    model = Model(graph, constants)
+    x = jax.ShapeDtypeStruct((1, *input_shape), jnp.float32)
+    if variables is None:
+        variables = jax.eval_shape(lambda x: model.init(jax.random.PRNGKey(0), x), x)
+    out = jax.eval_shape(lambda v, x: model.apply(v, x, deterministic=True, training=False),
+                         variables, x)
+    return int(jax.tree.leaves(out)[0].shape[-1])
+
+
+# ----------------------------------------------------------------------------- data
+
+
+@dataclasses.dataclass(frozen=True)
+class Arrays:
+    """Images and labels held in memory, checked; saved as an npz named by their content."""
+
+    arrays: dict[str, np.ndarray]
+    num_classes: int
+    image_shape: tuple[int, int, int]  # (H, W, C) of every image
+
+    @property
+    def digest(self) -> str:
+        h = hashlib.sha256()
+        for name in ARRAY_NAMES:
+            a = np.ascontiguousarray(self.arrays[name])
+            h.update(f"{name}:{a.dtype.str}:{a.shape};".encode())
+            h.update(a.tobytes())
+        return h.hexdigest()[:20]
+
+    def save(self, root: str) -> str:
+        """The npz under `root`, named by the arrays' content: written once, read by every
+        worker, and the same arrays given again (a resumed search) name the same file."""
+        from nas.atomic import atomic_write_with
+
+        path = os.path.join(os.path.abspath(root), f"arrays-{self.digest}.npz")
+        if not os.path.isfile(path):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            atomic_write_with(path, lambda f: np.savez(f, **self.arrays))
+        return path
+
+
+def read_arrays(data: Sequence[Any]) -> Arrays:
+    """`(x_train, y_train, x_test, y_test)`: uint8 images (N, H, W) or (N, H, W, C), C 1
+    or 3, and integer labels from 0; each mistake one line naming the array."""
+    if len(data) != 4:
+        raise ValueError(f"data: expected (x_train, y_train, x_test, y_test), got a "
+                         f"{type(data).__name__} of {len(data)}")
+    arrays = dict(zip(ARRAY_NAMES, (np.asarray(a) for a in data), strict=True))
+    shapes = []
+    for split in ("train", "test"):
+        x, y = arrays[f"x_{split}"], arrays[f"y_{split}"]
+        where = f"data: x_{split}"
+        if x.dtype != np.uint8:
+            raise ValueError(f"{where} has dtype {x.dtype}, expected uint8 images (0..255)")
+        if x.ndim not in (3, 4) or (x.ndim == 4 and x.shape[-1] not in (1, 3)):
+            raise ValueError(f"{where} has shape {x.shape}, expected (N, H, W) or "
+                             f"(N, H, W, C) with C 1 or 3")
+        if len(x) == 0:
+            raise ValueError(f"{where} holds no images")
+        if y.ndim == 2 and y.shape[1] == 1:
+            y = arrays[f"y_{split}"] = y.reshape(-1)
+        if not np.issubdtype(y.dtype, np.integer) or y.ndim != 1:
+            raise ValueError(f"data: y_{split} has dtype {y.dtype} and shape {y.shape}, "
+                             f"expected integer labels of shape (N,)")
+        if len(y) != len(x):
+            raise ValueError(f"data: x_{split} holds {len(x)} images but y_{split} {len(y)} "
+                             f"labels (expected the same length)")
+        if y.min() < 0:
+            raise ValueError(f"data: y_{split} has label {int(y.min())}, expected labels in "
+                             f"[0, num_classes)")
+        shapes.append((x.shape[1], x.shape[2], x.shape[3] if x.ndim == 4 else 1))
+    if shapes[0] != shapes[1]:
+        raise ValueError(f"data: x_test images are {shapes[1]}, x_train's {shapes[0]} "
+                         f"(expected the same (H, W, C))")
+    found = int(max(arrays["y_train"].max(), arrays["y_test"].max())) + 1
+    return Arrays(arrays, found, tuple(int(d) for d in shapes[0]))
+
+
+def check_classes(num_classes: int, outputs: int | None, labels: Arrays | None) -> None:
+    """The data's classes against the seed's outputs: labels past the outputs, or fewer
+    classes than outputs, are one line each."""
+    if outputs is None or num_classes == outputs:
+        return
+    if num_classes > outputs:
+        where = "data: labels" if labels is not None else "data"
+        raise ValueError(f"{where} go up to {num_classes - 1}, outside [0, {outputs}) of "
+                         f"the seed's {outputs} outputs")
+    raise ValueError(f"data: the labels name {num_classes} classes but the seed has "
+                     f"{outputs} outputs (expected as many classes as outputs)")
+
+
+# ----------------------------------------------------------------------------- config
+
+
+def base_search_config(config: Any) -> ml_collections.ConfigDict:
+    """`config` (a ConfigDict, a dict, or a config file's path), or by default the README
+    search's settings (`nas.search.presets.evolution`) around the small-images recipe."""
+    if config is None:
+        out = evolution(small_images())
+        out.train.num_classes = 0  # from the data
+        return out
+    if isinstance(config, str | os.PathLike):
+        path = os.fspath(config)
+        file, _, arg = path.partition(":")
+        if not os.path.isfile(file):
+            raise ValueError(f"config: {file}: No such file or directory")
+        try:
+            made = runpy.run_path(file)["get_config"](arg or None)
+        except Exception as e:  # noqa: BLE001 - the user's file: its error, named
+            first = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise ValueError(f"config: {file}: {first}") from None
+        config = made
+    if isinstance(config, Mapping):
+        config = ml_collections.ConfigDict(dict(config))
+    if not isinstance(config, ml_collections.ConfigDict):
+        raise ValueError(f"config: expected a ConfigDict, a dict or a config file's path, "
+                         f"got {_short(config)}")
+    if "train" not in config or "search" not in config:
+        raise ValueError("config: expected a search config with 'train' and 'search' "
+                         "sections")
+    return ml_collections.ConfigDict(config.to_dict())  # the caller's stays unchanged
+
+
+def apply_overrides(config: ml_collections.ConfigDict, overrides: Mapping[str, Any] | None
+                    ) -> list[str]:
+    """Sets each dotted key (e.g. "train.total_epochs") as `--config.KEY=V` would: a key
+    the config lacks, or a value of the wrong type, is one line. Returns the keys set."""
+    if overrides is None:
+        return []
+    if not isinstance(overrides, Mapping):
+        raise ValueError(f"overrides: expected a dict of dotted keys to values, got "
+                         f"{_short(overrides)}")
+    for key, value in overrides.items():
+        parts = str(key).split(".")
+        node = config
+        for i, part in enumerate(parts[:-1]):
+            if not isinstance(node, ml_collections.ConfigDict) or part not in node:
+                raise ValueError(f"overrides: unknown key {key!r} (the config has no field "
+                                 f"{'.'.join(parts[:i + 1])!r})")
+            node = node[part]
+        if not isinstance(node, ml_collections.ConfigDict) or parts[-1] not in node:
+            raise ValueError(f"overrides: unknown key {key!r} (the config has no such field)")
+        try:
+            node[parts[-1]] = _as_field(node[parts[-1]], value)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"overrides: {key}: {str(e).splitlines()[0]}") from None
+    return [str(k) for k in overrides]
+
+
+def _as_field(current: Any, value: Any) -> Any:
+    """`value` for a field holding `current`: an int where a float is kept as float, a
+    list where a tuple is as a tuple; other types must match."""
+    if isinstance(current, float) and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(current, tuple) and isinstance(value, list):
+        return tuple(value)
+    if current is not None and not isinstance(current, ml_collections.ConfigDict) and \
+            not isinstance(value, type(current)) and not (
+                isinstance(current, Mapping) and isinstance(value, Mapping)):
+        raise TypeError(f"expected {type(current).__name__}, got {type(value).__name__} "
+                        f"{value!r:.60}")
+    if isinstance(current, ml_collections.ConfigDict):
+        if not isinstance(value, Mapping):
+            raise TypeError(f"expected a dict, got {type(value).__name__}")
+        return ml_collections.ConfigDict(dict(value))
+    return value
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text[:60]}{'...' if len(text) > 60 else ''}"

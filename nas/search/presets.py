@@ -1,0 +1,72 @@
+"""The search settings of the README's digits search, without its data.
+
+Why: `configs/digits_cnn_search.py` and `nas.run_search` (whose default config this is)
+must search the same way; a user's arrays or folder bring only the data fields.
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+from nas.search.strategy.settings import search_defaults
+
+
+def evolution(train: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """A short evolution search around `train` (a `nas.train` config, changed in place):
+    the seed trains 3 epochs, children inherit their parent's weights, are fitted, then
+    fine-tune 2 epochs."""
+    # Children start from their parent's weights: two epochs of fine-tuning (one left most
+    # cheap children a few test images short of the seed: docs/benchmarks.md, issue 25).
+    train.total_epochs = 2.0
+    train.schedule = dict(decay_type="cosine", warmup_steps=2)
+    train.log_training_steps = 50
+    config = ml_collections.ConfigDict()
+    config.train = train
+    config.search = search_defaults()
+    config.search.max_candidates = 8
+    config.search.seed_epochs = 3.0
+    config.search.child_lr = 5e-4  # children fine-tune from inherited weights
+    config.search.log_every_steps = 4  # a digits child's epoch is ~22 steps: 11 points
+    config.search.time_limit_s = 1800.0  # a safety net only: a loaded machine never decides
+    # Candidate k reads the results of candidates up to k - 2, so while one child trains the
+    # driver proposes the next and a second worker process sets it up, fits and compiles
+    # it (search.propose_ahead, search.prepare_ahead): the device no longer waits between
+    # children (on 2 CPU cores a wash in candidates/hour, the stages share the cores:
+    # docs/benchmarks.md). Same candidates at any speed; 1 turns it off.
+    config.search.pipeline_depth = 2
+    # The recommendation's margin: 2 points, about three of the digits' 143 validation
+    # images (docs/benchmarks.md, "Trusting the recommendation").
+    config.search.selection = {"costs": ("flops", "params"), "min_acc": 0.5,
+                               "noninferiority_pt": 2.0}
+    # nas.mutation.MutationConfig fields. Limits are counts (retries, max_steps), so a proposal
+    # is the same for its seed on any machine; time_limit_s is only a safety net.
+    config.search.mutation = {
+        "mutator": "random_subgraph",
+        "max_len": 3,
+        "synthesizer": "progressive",
+        "depth_p": 0.5,
+        "linear_p": 0.5,
+        "function_preserving": False,
+        "max_steps": 4000,
+        "time_limit_s": 600.0,
+        # What synthesis may build: softmax/sigmoid, scalar multiplies and whole-input pool
+        # windows only where the replaced subgraph had them, widths changed by at most 2x,
+        # logits computed by a DENSE or CONV, pool windows up to 4 (docs/function-
+        # preservation.md and the SearchSpace docstring say why).
+        "search_space": {
+            "inherit_only": ("SOFTMAX", "SIGMOID", "SCALAR_MUL"),
+            "width_factors": ("%2", "", "*2"),
+            "full_window_pools": False,
+            "linear_outputs": True,
+            "pool_windows": (2, 3, 4),
+        },
+    }
+    # Multi-fidelity (asynchronous successive halving) is off here, so the README's measured
+    # times hold; turn it on with search.fidelity.rungs=(0.25,): a child trains a quarter
+    # epoch first and goes on only if it ranks in the best `keep` fraction of its rung and
+    # keeps `parent_ratio` of its parent's accuracy (docs/multi-fidelity.md).
+    config.search.fidelity = {"rungs": (), "keep": 0.5, "parent_ratio": 0.5, "cost": "flops"}
+    # Before a child trains, its new ops are fitted to the parent's tensors they replace.
+    config.search.fit = {"steps": 40, "batches": 4, "batch_size": 16, "bn_batch_size": 32,
+                         "lr": 3e-3}
+    return config

@@ -1,0 +1,118 @@
+"""`SearchResult`: a finished (or stopped) search as Python objects.
+
+Why: a notebook user wants the answer as values (the recommended model to call, the best
+few, a front to plot, the summary text) rather than files to read back; the study in the
+workdir stays the one source, so a result opened later (`SearchResult.load`), one made by
+`nas-search`, or one still running all answer the same way.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from nas.search.store.candidate import Candidate
+from nas.search.store.study import Study
+
+EXPORTS = "exports"  # loaded candidates are exported here once, in the workdir
+
+
+def candidate_id(study: Study, value: int | str) -> tuple[int, str]:
+    """(candidate id, a note) for an id, "recommended" (the summary's recommendation) or
+    "best" (highest validation accuracy); one ValueError line when there is none yet."""
+    from nas.search.store import recommend
+
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value, ""
+    text = str(value).strip().lower()
+    if text in ("recommended", "best"):
+        done = study.candidates("done")
+        if text == "best":
+            chosen = recommend.best_by_validation(done)
+        else:
+            pairs = recommend.Comparisons.of(study)
+            chosen = recommend.recommend(done, pairs, recommend.margin_pt(study.config),
+                                         recommend.recommend_cost(study.config)).candidate
+        if chosen is None:
+            raise ValueError(f"id={value}: no finished candidate in the study yet")
+        return chosen.id, (" (recommended)" if text == "recommended"
+                           else " (best validation accuracy)")
+    try:
+        return int(text), ""
+    except ValueError:
+        raise ValueError(f"id: expected a candidate id, 'recommended' or 'best', got "
+                         f"{value!r}") from None
+
+
+class SearchResult:
+    """The study of a search, read through: `recommended`, `best(k)`, `front(cost)`,
+    `candidates()`, `summary()`, `export(...)`, `export_flax(...)`; `study` is the `Study`."""
+
+    def __init__(self, study: Study) -> None:
+        self.study = study
+
+    @classmethod
+    def load(cls, workdir: str | os.PathLike) -> SearchResult:
+        """The result of the study in `workdir` (made by `nas.run_search` or `nas-search`)."""
+        return cls(Study.load(workdir))
+
+    @property
+    def workdir(self) -> Path:
+        return Path(self.study.workdir)
+
+    @property
+    def recommended(self) -> Any:
+        """The recommended candidate, loaded (`nas.load_candidate`): call it on a batch;
+        `info["id"]` is its id in the study and `metrics` its metrics."""
+        return self.load_candidate("recommended")
+
+    def load_candidate(self, id: int | str = "recommended") -> Any:  # noqa: A002
+        """Candidate `id` (or "recommended", "best") as `nas.load_candidate` loads it,
+        from its export in the workdir (written the first time it is asked for)."""
+        from nas.io.candidate import load_candidate
+
+        cid, _ = candidate_id(self.study, id)
+        path = self.workdir / EXPORTS / f"candidate_{cid}.zip"
+        if not path.is_file():
+            self.study.export(cid, path)
+        return load_candidate(path)
+
+    def best(self, k: int = 5) -> list[Candidate]:
+        """The `k` most accurate done candidates on validation (what the search decided on)."""
+        return self.study.best(k)
+
+    def front(self, cost: str = "flops") -> list[Candidate]:
+        """The done candidates on the accuracy / `cost` Pareto front, most accurate first."""
+        return self.study.pareto_front(cost)
+
+    def candidates(self, status: str | None = None) -> list[Candidate]:
+        """Every candidate (or those with `status`), by id."""
+        return self.study.candidates(status) if status else self.study.candidates()
+
+    def summary(self) -> str:
+        """The text `nas-search` prints at the end: counts, the best five, the seed, the
+        paired comparisons and the recommendation."""
+        from nas.search.reporting.report import summary
+
+        return summary(self.study)
+
+    def export(self, path: str | os.PathLike, id: int | str = "recommended") -> Path:  # noqa: A002
+        """Candidate `id` as one file that `nas.load_candidate` loads (`nas-search export`)."""
+        cid, _ = candidate_id(self.study, id)
+        return self.study.export(cid, path)
+
+    def export_flax(self, directory: str | os.PathLike, id: int | str = "recommended"  # noqa: A002
+                    ) -> Path:
+        """Candidate `id` as plain Flax code: `directory/model.py` and its variables
+        (`nas-search export --format=flax`), runnable without nas."""
+        from nas.interop.flax_code import check_out_dir
+        from nas.search.store.export import export_flax_code
+
+        check_out_dir(Path(directory))
+        cid, _ = candidate_id(self.study, id)
+        return export_flax_code(self.study, cid, directory)
+
+    def __repr__(self) -> str:
+        counts = ", ".join(f"{s} {n}" for s, n in self.study.counts().items() if n)
+        return f"SearchResult({str(self.workdir)!r}: {counts or 'no candidates'})"
