@@ -80,7 +80,12 @@ def test_sigkill_during_writes_leaves_consistent_file(tmp_path):
     Study.create(tmp_path)
     proc = _spawn("add-loop", str(tmp_path))
     assert proc.stdout.readline().strip() == "ready"
-    time.sleep(0.4)
+    watcher = Study.load(tmp_path)
+    deadline = time.monotonic() + 120  # killed in the middle of writing, however slow
+    while watcher.last_id() < 5:
+        assert time.monotonic() < deadline and proc.poll() is None, "no rows were written"
+        time.sleep(0.01)
+    watcher.close()
     _kill(proc)
     conn = sqlite3.connect(tmp_path / "study.db")
     assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)

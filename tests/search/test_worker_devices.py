@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 
 import jax
 import pytest
@@ -56,18 +57,39 @@ def test_processes_prepare_ahead_only_what_the_pipeline_allows(search_config, tm
     assert Driver(config, str(tmp_path / "s")).prepare_ahead == processes
 
 
+def waiting_on(path: str) -> bool:
+    """Whether some open file description waits for the flock on `path` (/proc/locks
+    lists a blocked request as "->")."""
+    inode = f":{os.stat(path).st_ino} "
+    with open("/proc/locks") as locks:
+        return any("->" in line and inode in line for line in locks)
+
+
+HELD_S = 0.5  # how long the holder keeps its turn once the other one waits for it
+
+
 def test_a_device_turn_waits_for_the_holder_and_counts_the_wait(tmp_path):
     path = str(tmp_path / "locks" / "cpu.lock")
     holder, turn = DeviceTurn(path), DeviceTurn(path)
     holder.__enter__()
-    threading.Timer(0.2, holder.__exit__).start()
+
+    def release_once_waited_for():
+        try:
+            deadline = time.monotonic() + 120
+            while not waiting_on(path) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            time.sleep(HELD_S)  # the wait the turn must count (begun before the poll saw it)
+        finally:
+            holder.__exit__()
+
+    threading.Thread(target=release_once_waited_for, daemon=True).start()
     with turn:  # another open of the same file: excluded as another process would be
         assert holder._fd is None  # the holder let go before this turn began
-    assert turn.waited >= 0.15
+    assert turn.waited >= HELD_S
     with pytest.raises(RuntimeError), turn:  # released after an error too
         raise RuntimeError("a step failed")
     with holder:
-        assert holder.waited < 0.15
+        assert holder.waited < HELD_S  # its own turns were never contended
 
 
 HOLD = """
@@ -91,7 +113,7 @@ def test_a_killed_holder_leaves_its_device_free(tmp_path):
         waiting.join(0.3)
         assert waiting.is_alive()  # the holder has it
         holder.kill()
-        waiting.join(20)
+        waiting.join(120)  # a deadline: it returns as soon as the turn is taken
         assert not waiting.is_alive()  # the kernel released the dead holder's lock
         turn.__exit__()
     finally:
