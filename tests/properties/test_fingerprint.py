@@ -74,7 +74,7 @@ def run_in_fresh_process(text: str, hash_seed: int) -> str:
     """Fingerprint in a new interpreter with its own string-hash salt."""
     env = {**os.environ, "PYTHONHASHSEED": str(hash_seed), "JAX_PLATFORMS": "cpu"}
     done = subprocess.run([sys.executable, "-c", SCRIPT], input=text, capture_output=True,
-                          text=True, timeout=120, check=True, env=env)
+                          text=True, timeout=300, check=True, env=env)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 

@@ -29,7 +29,7 @@ def _env():
     return dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
 
 
-def _cli(*args, timeout=120):
+def _cli(*args, timeout=300):
     return subprocess.run([sys.executable, "-m", "nas.search.cli", *args], capture_output=True,
                           text=True, timeout=timeout, env=_env())
 
@@ -48,7 +48,7 @@ def _start(workdir, *args):
 
 def _stop(proc):
     proc.send_signal(2)  # Ctrl-C
-    out, err = proc.communicate(timeout=30)
+    out, err = proc.communicate(timeout=120)
     return proc.returncode, out, err
 
 
@@ -73,7 +73,7 @@ class Page:
         self.next_id += 1
         await self.ws.send_json({"id": self.next_id, "method": method, "params": params})
         while True:
-            msg = await self.ws.receive_json(timeout=60)
+            msg = await self.ws.receive_json(timeout=240)
             if msg.get("id") == self.next_id:
                 assert "error" not in msg, msg
                 return msg["result"]

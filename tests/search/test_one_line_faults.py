@@ -23,7 +23,7 @@ def _env() -> dict[str, str]:
         filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
 
 
-def nas_search(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+def nas_search(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "nas.search.cli", *args], capture_output=True,
                           text=True, env=_env(), timeout=timeout)
 
@@ -50,7 +50,7 @@ def test_a_damaged_stored_graph_names_the_candidate_and_the_field(tmp_path):
 
 def test_a_worker_on_a_file_that_is_not_a_study_says_so_at_once(tmp_path):
     (tmp_path / "study.db").write_bytes(b"these bytes are not a SQLite database\n" * 200)
-    # --wait_s=600: "at once" is the subprocess timeout of 120 s, far below it
+    # --wait_s=600: "at once" is the subprocess timeout of 300 s, half of it
     line = one_line(nas_search("worker", f"--workdir={tmp_path}", "--wait_s=600"))
     assert line.startswith(f"nas-search: error: {tmp_path / 'study.db'}: not a readable "
                            f"SQLite database"), line

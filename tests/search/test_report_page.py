@@ -152,7 +152,7 @@ def _dump_dom(browser, path):
     out = subprocess.run(
         [browser, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=5000",
          "--dump-dom", f"file://{path}"],
-        capture_output=True, text=True, timeout=120, check=True)
+        capture_output=True, text=True, timeout=300, check=True)
     return out.stdout
 
 

@@ -105,7 +105,7 @@ def test_bad_freeze_name_is_value_error(data_dir):
 
 def _cli(*args, env=None):
     return subprocess.run([sys.executable, "-m", "nas.train.cli", *args], capture_output=True,
-                          text=True, timeout=120, env=env)
+                          text=True, timeout=300, env=env)
 
 
 def _error_lines(stderr):

@@ -148,7 +148,7 @@ def test_refit_while_compiling_trains_like_starting_from_its_result(data_dir, tm
     assert 0 <= refitted.refit_overlap_seconds <= refitted.compile_seconds
 
 
-def _until(done, seconds: float = 60.0) -> None:
+def _until(done, seconds: float = 300.0) -> None:
     deadline = time.monotonic() + seconds  # a safety net: the loop ends on a count
     while not done() and time.monotonic() < deadline:
         time.sleep(0.01)

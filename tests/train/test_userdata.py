@@ -123,7 +123,7 @@ def test_two_processes_converting_at_once_leave_one_copy(tmp_path):
     procs = [subprocess.Popen([sys.executable, "-c", code, f"npz:{path}", data_dir],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                               env=env) for _ in range(2)]
-    outs = [p.communicate(timeout=120) for p in procs]
+    outs = [p.communicate(timeout=300) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [o[1][-800:] for o in outs]
     dirs = {o[0].strip().splitlines()[-1] for o in outs}
     assert len(dirs) == 1
