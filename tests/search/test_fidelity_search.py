@@ -135,8 +135,7 @@ def _kill_and_resume(workdir, drivers):
         assert driver.poll() is None, driver.stdout.read().decode()[-3000:]
         assert time.monotonic() < deadline
         time.sleep(0.2)
-    time.sleep(2)
-    driver.send_signal(signal.SIGKILL)
+    driver.send_signal(signal.SIGKILL)  # at once: a wait here only lets the child finish
     driver.wait()
     before = {c.id: c for c in candidates(workdir)}
     at_rung = [c for c in before.values() if c.rung == 1 and c.status == "running"]

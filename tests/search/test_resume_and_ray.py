@@ -61,8 +61,8 @@ def test_sigkill_at_several_points_then_resume(tmp_path):
     workdir = str(tmp_path / "study")
     # 1: kill while the seed model is training.
     driver = start_driver(workdir)
-    wait_for(lambda: counts(workdir).get("running", 0) == 1, driver)
-    time.sleep(3)
+    train_dir = os.path.join(workdir, "candidates", "1", "train")
+    wait_for(lambda: os.path.isdir(train_dir), driver)  # claimed, training started
     driver.send_signal(signal.SIGKILL)
     driver.wait()
     # 2: kill right after the first candidate finished.
@@ -99,8 +99,7 @@ def test_sigkill_while_the_pipeline_prepares_a_child_then_resume(tmp_path):
     workdir = str(tmp_path / "study")
     driver = start_driver(workdir, *PIPELINED)
     wait_for(lambda: counts(workdir).get("running", 0) == 2, driver)
-    time.sleep(1)
-    driver.send_signal(signal.SIGKILL)
+    driver.send_signal(signal.SIGKILL)  # at once: a wait here only lets one of them finish
     driver.wait()
     killed = Study.load(workdir)
     before = {c.id: c for c in killed.candidates("done")}

@@ -90,7 +90,8 @@ def test_killed_worker_candidate_is_trained_once_more_exactly_once(tmp_path, sea
 def test_workers_before_driver_and_driver_restarted_while_they_train(tmp_path):
     workdir = str(tmp_path / "study")
     workers = [start_worker(workdir) for _ in range(2)]
-    time.sleep(1)
+    for w in workers:  # each says it waits (its first line) before it starts waiting
+        assert b"waiting up to 240 s for a study" in w.stdout.readline()
     assert not os.path.exists(os.path.join(workdir, "study.db"))  # workers wait, create nothing
     driver = start_driver(workdir, 5)
 
