@@ -129,3 +129,25 @@ def test_an_empty_study_draws_empty_plots(tmp_path):
     assert [p["cost"] for p in pictures["plots"]] == ["flops", "params"]
     assert pictures["seed"] is None and pictures["recommended"] is None
     assert "no finished candidates yet" in _svg(pictures, "params")
+
+
+def test_the_ringed_points_are_the_studys_fronts_ties_included(tmp_path):
+    import json
+    import re
+
+    study = Study.create(tmp_path, config={"search": {"selection": {
+        "costs": ["flops", "im_sec_core_train"]}}})
+    rng = np.random.default_rng(7)
+    for i in range(40):
+        cid = study.add(json.dumps({"i": i}), parent_id=None if i == 0 else 1)
+        study.claim("w", cid)
+        acc = float(rng.choice([0.5, 0.6, 0.7, 0.8, 0.9]))  # ties in accuracy and cost
+        flops = float(rng.choice([1e6, 2e6, 4e6, 8e6]))
+        study.tell(cid, {"accuracy": acc, "flops": flops, "params": 1e4,
+                         "im_sec_core_train": 1e9 / flops, "val_examples": N})
+    pictures = Dashboard(study).live.pictures()
+    for cost in ("flops", "im_sec_core_train"):
+        ringed = re.findall(r'class="point" data-id="(\d+)"[^>]*stroke="#d62728"',
+                            _svg(pictures, cost))
+        assert sorted(map(int, ringed)) == sorted(c.id for c in study.pareto_front(cost))
+        assert len(ringed) >= 2

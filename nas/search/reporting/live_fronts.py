@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from nas.io import examples
-from nas.search.reporting.highlights import SCALE_LIMIT, best_of, ranked_costs
+from nas.search.reporting.highlights import SCALE_LIMIT, ranked_costs
 from nas.search.reporting.report import COST_LABELS, front_label, val_accuracy_text
 from nas.search.reporting.svg import Point, generation_colour, scatter
 from nas.search.store import recommend
@@ -41,17 +41,46 @@ def cost_of(row: Any, cost: str) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
-def front(rows: Sequence[Any], cost: str) -> list[Any]:
-    """The rows on the accuracy/`cost` Pareto front (ties included), in cost order."""
-    valued = [(r, v) for r in rows if r.accuracy is not None
-              and (v := cost_of(r, cost)) is not None]
-    if not valued:
-        return []
-    curve = ParetoCurve([(r.accuracy, v) for r, v in valued],
+def front_mask(accuracy: np.ndarray, values: np.ndarray, cost: str) -> np.ndarray:
+    """Which of the (accuracy, `cost` value) pairs are on their Pareto front (ties with a
+    front point included); NaN (no value) never is."""
+    ok = np.isfinite(accuracy) & np.isfinite(values)
+    out = np.zeros(accuracy.shape, dtype=bool)
+    if not ok.any():
+        return out
+    curve = ParetoCurve(np.column_stack([accuracy[ok], values[ok]]),
                         (True, OBJECTIVES.get(cost, False)))
-    on = {tuple(p) for p in curve.points.tolist()}
-    return sorted((r for r, v in valued if (r.accuracy, v) in on),
-                  key=lambda r: (cost_of(r, cost), r.id))
+    for a, v in curve.points.tolist():  # a front has few points; the rows are many
+        out |= (accuracy == a) & (values == v)
+    return out
+
+
+class _Columns:
+    """The done rows seen so far, in arrival order, with accuracy and each cost as arrays
+    (NaN: none): a done candidate never changes, so they only grow."""
+
+    def __init__(self, costs: Sequence[str]) -> None:
+        self.rows: list[Any] = []
+        self.ids = np.zeros(0, dtype=np.int64)
+        self.accuracy = np.zeros(0)
+        self.values = {cost: np.zeros(0) for cost in (*costs, "flops")}
+
+    def extend(self, rows: Sequence[Any]) -> None:
+        self.rows.extend(rows)
+        self.ids = np.concatenate([self.ids, np.array([r.id for r in rows], dtype=np.int64)])
+        self.accuracy = np.concatenate([self.accuracy, np.array(
+            [np.nan if r.accuracy is None else r.accuracy for r in rows], dtype=float)])
+        for cost in self.values:
+            self.values[cost] = np.concatenate([self.values[cost], np.array(
+                [np.nan if (v := cost_of(r, cost)) is None else v for r in rows],
+                dtype=float)])
+
+    def best(self, k: int) -> list[int]:
+        """Ids of the k most accurate (ties: fewer FLOPs, then older), as `Study.best`."""
+        flops = np.where(np.isfinite(self.values["flops"]), self.values["flops"], np.inf)
+        ok = np.flatnonzero(np.isfinite(self.accuracy))
+        order = np.lexsort((self.ids[ok], flops[ok], -self.accuracy[ok]))[:k]
+        return self.ids[ok][order].tolist()
 
 
 class LiveFronts:
@@ -61,34 +90,53 @@ class LiveFronts:
     def __init__(self, study: Any, k: int = 10) -> None:
         self.study = study
         self.k = k
+        self.costs = ranked_costs(study)  # search.selection.costs
         self._done = DoneCache(study)
+        self._columns = _Columns(self.costs)
         self._val: dict[int, np.ndarray] = {}  # per-example validation results, by id
         self._test: dict[int, np.ndarray] = {}
-        self._read: set[int] = set()  # ids whose results are in `_val` / `_test`
+        self._read: set[int] = set()  # ids in `_columns` (and their results read)
         self._drawn: tuple[int, dict[str, Any]] | None = None  # (done count, pictures)
         self._whole: dict[int, Candidate] = {}  # rows read whole for the last pictures
 
     def pictures(self) -> dict[str, Any]:
         """{"plots": [{"cost", "label", "svg"}, ...], "seed": id, "recommended": id,
-        "done": n}: one plot per ranked cost, redrawn only when a candidate finished."""
+        "done": n, "large": bool}: one plot per ranked cost, redrawn only when a candidate
+        finished."""
         self._done.refresh()
         done = self._done.done()
         if self._drawn is None or self._drawn[0] != len(done):
+            self._absorb(done)
             self._drawn = (len(done), self._draw(done))
         return self._drawn[1]
 
+    def _absorb(self, done: list[Any]) -> None:
+        """Take in the rows new since the last call, with their per-example results."""
+        new = [r for r in done if r.id not in self._read]
+        if not new:
+            return
+        for r in new:
+            if r.val_bits is not None and r.val_count:
+                self._val[r.id] = examples.unpack(r.val_bits, int(r.val_count))
+        self._test.update(self.study.correctness([r.id for r in new], "test"))
+        self._read.update(r.id for r in new)
+        self._columns.extend(new)
+
     def _draw(self, done: list[Any]) -> dict[str, Any]:
-        rec = self._recommendation(done)
+        cols = self._columns
+        pairs = recommend.Comparisons(self._val, self._test)
+        config = getattr(self.study, "config", None)
+        rec = recommend.recommend(done, pairs, recommend.margin_pt(config),
+                                  recommend.recommend_cost(config)).candidate
         seed = recommend.seed_of(done)
         marks = {seed.id: "seed"} if seed is not None else {}
         if rec is not None and seed is not None and rec.id != seed.id:
             marks[rec.id] = "recommended"
-        costs = ranked_costs(self.study)
-        fronts = {cost: front(done, cost) for cost in costs}
+        on = {cost: front_mask(cols.accuracy, cols.values[cost], cost) for cost in self.costs}
         large = len(done) > SCALE_LIMIT
         if large:  # the highlighted candidates as points, read whole (a few rows, each
-            ids = {r.id for f in fronts.values() for r in f} | set(marks)  # once: final)
-            ids |= {r.id for r in best_of(done, self.k)}
+            ids = set(marks) | set(cols.best(self.k))  # once: a finished row is final)
+            ids |= {int(i) for mask in on.values() for i in cols.ids[mask]}
             shown = {i: self._whole.get(i) or self.study.get(i) for i in sorted(ids)}
             self._whole = shown  # bounded: only what the pictures show now
         else:
@@ -98,39 +146,28 @@ class LiveFronts:
         top = max((c.generation for c in shown.values()), default=0)
         labels = dict(COST_LABELS)
         plots = []
-        for cost in costs:
+        for cost in self.costs:
             label = labels.get(cost, cost)
             points = {c.id: _point(c, cost, label, marks, top) for c in shown.values()
                       if c.accuracy is not None and cost_of(c, cost) is not None}
-            on = [points[r.id] for r in fronts[cost] if r.id in points]
-            for p in on:
-                p.ring = True
-            density = ([(v, r.accuracy) for r in done if (v := cost_of(r, cost)) is not None]
-                       if large else [])
+            ringed = sorted((i for i in cols.ids[on[cost]].tolist() if i in points),
+                            key=lambda i: (points[i].x, i))
+            for i in ringed:
+                points[i].ring = True
+            values = cols.values[cost]
+            ok = np.isfinite(values) & np.isfinite(cols.accuracy)
+            density = (np.column_stack([values[ok], cols.accuracy[ok]]) if large
+                       else np.zeros((0, 2)))
             edges = [] if large else [(points[c.parent_id], points[c.id])
                                       for c in shown.values() if c.id in points
                                       and c.parent_id in points]
             plots.append({"cost": cost, "label": front_label(cost), "svg": scatter(
                 list(points.values()), label, "validation accuracy",
-                f"scatter live-front scatter-{cost}", on, edges=edges, density=density)})
+                f"scatter live-front scatter-{cost}", [points[i] for i in ringed],
+                edges=edges, density=density)})
         return {"plots": plots, "done": len(done), "large": large,
                 "seed": seed.id if seed is not None else None,
                 "recommended": rec.id if rec is not None else None}
-
-    def _recommendation(self, done: list[Any]) -> Any:
-        """The recommended candidate (a population row), from the per-example results read
-        so far plus those of the rows new since the last call."""
-        new = [r for r in done if r.id not in self._read]
-        for r in new:
-            if r.val_bits is not None and r.val_count:
-                self._val[r.id] = examples.unpack(r.val_bits, int(r.val_count))
-        if new:
-            self._test.update(self.study.correctness([r.id for r in new], "test"))
-            self._read.update(r.id for r in new)
-        pairs = recommend.Comparisons(self._val, self._test)
-        config = getattr(self.study, "config", None)
-        return recommend.recommend(done, pairs, recommend.margin_pt(config),
-                                   recommend.recommend_cost(config)).candidate
 
 
 def _point(c: Candidate, cost: str, label: str, marks: dict[int, str], top: int) -> Point:

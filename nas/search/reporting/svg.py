@@ -134,20 +134,22 @@ def _padded(lo: float, hi: float) -> tuple[float, float]:
 def scatter(points: Sequence[Point], xlabel: str, ylabel: str, css_class: str,
             front: Sequence[Point] = (), width: int = 460, height: int = 320,
             edges: Sequence[tuple[Point, Point]] = (),
-            density: Sequence[tuple[float, float]] = ()) -> str:
+            density: Sequence[tuple[float, float]] | np.ndarray = ()) -> str:
     """A scatter plot; each point a link with a tooltip; the front joined by a red step.
-    `density` (x, y pairs) is drawn under the points as a binned 2-D histogram: how a
-    large population lies, at a size that does not grow with it."""
-    xs = [p.x for p in points] + [x for x, _ in density]
-    log_x = bool(xs) and min(xs) > 0 and max(xs) / min(xs) > 20
-    ys = ([p.y for p in points] + [v for p in points if p.err for v in p.err]
-          + [y for _, y in density])
-    ax = Axes(xs, ys, width, height, log_x=log_x)
+    `density` (x, y pairs, or an (n, 2) array) is drawn under the points as a binned 2-D
+    histogram: how a large population lies, at a size that does not grow with it."""
+    dens = np.asarray(density, dtype=float).reshape(-1, 2)  # arrays: 100,000 pairs
+    xs = np.concatenate([np.array([p.x for p in points], dtype=float), dens[:, 0]])
+    log_x = bool(xs.size) and xs.min() > 0 and xs.max() / xs.min() > 20
+    ys = np.concatenate([np.array([p.y for p in points] + [v for p in points if p.err
+                                                            for v in p.err], dtype=float),
+                         dens[:, 1]])
+    ax = Axes(xs, ys, width, height, log_x=bool(log_x))
     parts = [f'<svg class="{esc(css_class)}" xmlns="http://www.w3.org/2000/svg" '
              f'width="{width}" height="{height}" viewBox="0 0 {width} {height}">']
     parts += ax.frame(xlabel + (" (log)" if log_x else ""), ylabel)
-    if density:
-        parts.append(density_bins(ax, density))
+    if len(dens):
+        parts.append(density_bins(ax, dens))
     for a, b in edges:
         parts.append(f'<line x1="{ax.px(a.x):.1f}" y1="{ax.py(a.y):.1f}" x2="{ax.px(b.x):.1f}" '
                      f'y2="{ax.py(b.y):.1f}" stroke="#ccc" stroke-width="0.8"/>')
@@ -190,7 +192,7 @@ def scatter(points: Sequence[Point], xlabel: str, ylabel: str, css_class: str,
         elif p.ring:
             parts.append(label(ax, ax.px(p.x), ax.py(p.y), (7, -5), p.ident, "ring-label"))
     return _close(parts, width, height,
-                  "" if points or density else "no finished candidates yet")
+                  "" if points or len(dens) else "no finished candidates yet")
 
 
 def label(ax: Axes, x: float, y: float, offset: tuple[float, float], text: str,
