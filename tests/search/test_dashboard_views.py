@@ -89,6 +89,8 @@ def test_the_pictures_mark_the_summarys_recommendation_and_the_seed(tmp_path):
 
 
 def test_the_pictures_are_redrawn_when_a_candidate_finishes_in_any_order(tmp_path):
+    from nas.search.reporting.highlights import Highlights
+
     study = _study(tmp_path)
     graph = study.get(1).graph_json
     live = Dashboard(study).live
@@ -104,6 +106,8 @@ def test_the_pictures_are_redrawn_when_a_candidate_finishes_in_any_order(tmp_pat
     _finish(study, late, 0.5, 1.0e7, wrong=range(70))
     third = live.pictures()
     assert third["done"] == 5 and f'data-id="{late}"' in _svg(third)
+    fresh = Highlights.of(study, study.candidates(with_graphs=False), 10)
+    assert third["recommended"] == fresh.recommendation.candidate.id
 
 
 def test_past_the_scale_limit_the_population_is_density(tmp_path, monkeypatch):
@@ -151,3 +155,27 @@ def test_the_ringed_points_are_the_studys_fronts_ties_included(tmp_path):
                             _svg(pictures, cost))
         assert sorted(map(int, ringed)) == sorted(c.id for c in study.pareto_front(cost))
         assert len(ringed) >= 2
+
+
+def test_growing_comparisons_count_as_a_fresh_one_does():
+    from nas.search.reporting.live_fronts import GrowingComparisons
+
+    class Ref:
+        def __init__(self, i):
+            self.id = i
+
+    rng = np.random.default_rng(3)
+    all_val = {i: rng.random(N) < rng.uniform(0.5, 0.95) for i in range(1, 61)}
+    all_test = {i: rng.random(40) < 0.8 for i in range(1, 61)}
+    grown = GrowingComparisons({}, {})
+    for upto in (1, 2, 10, 11, 35, 60):
+        for i in range(1, upto + 1):
+            grown.validation.setdefault(i, all_val[i])
+            grown.test.setdefault(i, all_test[i])
+        fresh = recommend.Comparisons({i: all_val[i] for i in range(1, upto + 1)},
+                                      {i: all_test[i] for i in range(1, upto + 1)})
+        for ref in {1, upto, (upto + 1) // 2}:
+            for split in ("validation", "test"):
+                assert grown.against(Ref(ref), split) == fresh.against(Ref(ref), split)
+    assert len(grown._grown) <= GrowingComparisons.KEPT
+    assert grown.against(Ref(99)) == {}  # a reference without results

@@ -14,6 +14,7 @@ points (the fronts, the best k, the seed, the recommended), as in the report.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -55,6 +56,35 @@ def front_mask(accuracy: np.ndarray, values: np.ndarray, cost: str) -> np.ndarra
     return out
 
 
+@dataclasses.dataclass
+class GrowingComparisons(recommend.Comparisons):
+    """`recommend.Comparisons` over results that only grow (the caller adds to
+    `validation` / `test`): `against` counts only the candidates added since it last
+    counted against that reference, each as a fresh `Comparisons` would (a candidate's
+    paired result depends on its own and the reference's results alone). So a redraw
+    after one more candidate finished compares one child, not 100,000, with the seed."""
+
+    _grown: dict[tuple[int, str], dict[int, Any]] = dataclasses.field(
+        default_factory=dict, repr=False, compare=False)
+
+    KEPT = 4  # references whose counts are kept (the seed and the most accurate, mostly)
+
+    def against(self, reference: Any, split: str = "validation") -> dict[int, Any]:
+        bits = self.validation if split == "validation" else self.test
+        mine = bits.get(reference.id) if reference is not None else None
+        if mine is None:
+            return {}
+        known = self._grown.pop((reference.id, split), {})  # back in as the newest
+        fresh = {i: v for i, v in bits.items() if i not in known}
+        if fresh:
+            fresh[reference.id] = mine
+            known.update(recommend.Comparisons(fresh, {}).against(reference))
+        while len(self._grown) >= self.KEPT:
+            self._grown.pop(next(iter(self._grown)))
+        self._grown[reference.id, split] = known
+        return known
+
+
 class _Columns:
     """The done rows seen so far, in arrival order, with accuracy and each cost as arrays
     (NaN: none): a done candidate never changes, so they only grow."""
@@ -93,8 +123,7 @@ class LiveFronts:
         self.costs = ranked_costs(study)  # search.selection.costs
         self._done = DoneCache(study)
         self._columns = _Columns(self.costs)
-        self._val: dict[int, np.ndarray] = {}  # per-example validation results, by id
-        self._test: dict[int, np.ndarray] = {}
+        self._pairs = GrowingComparisons({}, {})  # per-example results, grown as read
         self._read: set[int] = set()  # ids in `_columns` (and their results read)
         self._drawn: tuple[int, dict[str, Any]] | None = None  # (done count, pictures)
         self._whole: dict[int, Candidate] = {}  # rows read whole for the last pictures
@@ -117,16 +146,15 @@ class LiveFronts:
             return
         for r in new:
             if r.val_bits is not None and r.val_count:
-                self._val[r.id] = examples.unpack(r.val_bits, int(r.val_count))
-        self._test.update(self.study.correctness([r.id for r in new], "test"))
+                self._pairs.validation[r.id] = examples.unpack(r.val_bits, int(r.val_count))
+        self._pairs.test.update(self.study.correctness([r.id for r in new], "test"))
         self._read.update(r.id for r in new)
         self._columns.extend(new)
 
     def _draw(self, done: list[Any]) -> dict[str, Any]:
         cols = self._columns
-        pairs = recommend.Comparisons(self._val, self._test)
         config = getattr(self.study, "config", None)
-        rec = recommend.recommend(done, pairs, recommend.margin_pt(config),
+        rec = recommend.recommend(done, self._pairs, recommend.margin_pt(config),
                                   recommend.recommend_cost(config)).candidate
         seed = recommend.seed_of(done)
         marks = {seed.id: "seed"} if seed is not None else {}
