@@ -20,6 +20,7 @@ from nas.search import inputs
 from nas.search.execution.driver import StopSearch
 from nas.search.result import SearchResult
 from nas.search.store.study import Study
+from nas.train.config import image_shape
 
 __all__ = ["SearchResult", "StopSearch", "run_search", "run_study"]
 
@@ -172,8 +173,9 @@ def prepare(seed: Any, data: Any, *, workdir: str, max_candidates: int, config: 
         raise ValueError(f"config field 'train.num_classes' is {given}, but the data has "
                          f"{found} classes (0 takes the number from the data)")
     cfg.train.num_classes = found
-    inputs.check_classes(found, the_seed.outputs(int(cfg.train.input.image_size)), arrays)
-    _check_traces(functions, found, int(cfg.train.input.image_size))
+    shape = image_shape(cfg.train)
+    inputs.check_classes(found, the_seed.outputs(shape), arrays)
+    _check_traces(functions, found, shape)
     fn_lib.pack(functions)  # each can be shipped, or one line naming it
     if arrays is not None:  # checked: kept as an npz in the data cache (not the workdir)
         cfg.train.input.data.name = f"npz:{arrays.save(_arrays_root(cfg))}"
@@ -211,7 +213,7 @@ def _functions(cfg: ml_collections.ConfigDict, **given: Any) -> dict[str, Callab
 
 
 def _check_traces(functions: Mapping[str, Callable[..., Any]], num_classes: int,
-                  size: int) -> None:
+                  shape: tuple[int, ...]) -> None:
     """The loss traces to a scalar on logits and integer labels, the augmentation keeps the
     images' shape, the optimizer returns an optax transformation: else one line each."""
     import jax
@@ -227,7 +229,7 @@ def _check_traces(functions: Mapping[str, Callable[..., Any]], num_classes: int,
             raise ValueError(f"loss: {fn_lib.name_of(functions['loss'])} returned shape "
                              f"{shape}, expected a scalar (the batch's mean loss)")
     if "augment" in functions:
-        images = jax.ShapeDtypeStruct((2, size, size, 3), jnp.float32)
+        images = jax.ShapeDtypeStruct((2, *shape), jnp.float32)
         key = jax.ShapeDtypeStruct((2,), jnp.uint32)
         out = _traced("augment", functions["augment"], key, images,
                       what=f"a key and images {images.shape} float32")
@@ -264,7 +266,8 @@ def _first(e: BaseException) -> str:
 
 def _seed_into(cfg: ml_collections.ConfigDict, seed: inputs.Seed, workdir: str,
                set_keys: Sequence[str]) -> None:
-    """The seed as config fields, and the images at its input shape unless set."""
+    """The seed as config fields, and the images at its input shape (size and channels)
+    unless the overrides set them."""
     if seed.model_name:
         cfg.train.model_name = seed.model_name
         cfg.search.seed_graph = ""
@@ -272,13 +275,16 @@ def _seed_into(cfg: ml_collections.ConfigDict, seed: inputs.Seed, workdir: str,
         cfg.search.seed_graph = os.path.join(os.path.abspath(workdir), inputs.SEED_FILE)
     else:
         cfg.search.seed_graph = seed.path
-    if seed.input_shape is None or "train.input.image_size" in set_keys:
+    if seed.input_shape is None:
         return
     if len(seed.input_shape) != 3 or seed.input_shape[0] != seed.input_shape[1] or \
-            seed.input_shape[2] != 3:
-        raise ValueError(f"seed: input shape {seed.input_shape}: nas trains square RGB "
-                         f"images (H, H, 3); import the model with such an input_shape")
-    cfg.train.input.image_size = int(seed.input_shape[0])
+            seed.input_shape[2] not in (1, 3):
+        raise ValueError(f"seed: input shape {seed.input_shape}: nas trains square images "
+                         f"with 1 or 3 channels, (H, H, 1) or (H, H, 3)")
+    if "train.input.image_size" not in set_keys:
+        cfg.train.input.image_size = int(seed.input_shape[0])
+    if "train.input.channels" not in set_keys:
+        cfg.train.input.channels = int(seed.input_shape[2])
 
 
 def _arrays_root(cfg: ml_collections.ConfigDict) -> str:

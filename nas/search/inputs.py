@@ -37,9 +37,9 @@ class Seed:
     model_name: str = ""  # a zoo model
     input_shape: tuple[int, ...] | None = None  # one example's (H, W, C), when known
 
-    def outputs(self, image_size: int) -> int | None:
-        """How many classes the seed's logits have (None for a zoo model: it is built
-        for the data's)."""
+    def outputs(self, shape: tuple[int, ...]) -> int | None:
+        """How many classes the seed's logits have on images of `shape` (H, W, C) (None
+        for a zoo model: it is built for the data's)."""
         if self.model_name:
             return None
         from nas.io.candidate import read_graph_or_export
@@ -51,9 +51,8 @@ class Seed:
                 from nas.graph.serialize import load
 
                 graph, constants = load(found)
-                return _outputs(graph, constants, None, (image_size, image_size, 3))
+                return _outputs(graph, constants, None, shape)
             candidate = found
-        shape = candidate.input_shape or (image_size, image_size, 3)
         return _outputs(candidate.graph, candidate.constants, candidate.variables, shape)
 
 

@@ -48,6 +48,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.input.batch_size = 128  # global, over all hosts and devices
     c.input.shuffle_buffer_size = 50_000  # 0 disables shuffling; >0 is a full permutation
     c.input.image_size = 32
+    c.input.channels = 3  # 3: RGB (grey images repeated); 1: grey (RGB by luminance)
     c.input.augment = True  # dataset-specific train augmentation (crop/flip)
     c.input.num_threads = 2  # grain reader threads (this host)
     c.input.prefetch = 4  # batches prepared ahead
@@ -91,6 +92,13 @@ def base_config() -> ml_collections.ConfigDict:
     return c
 
 
+def image_shape(config: Any) -> tuple[int, int, int]:
+    """One example's (H, W, C) as the model sees it: `input.image_size` square, with
+    `input.channels` (3 unless set). `config` is a training config or its dict."""
+    inp = config["input"]
+    return (int(inp["image_size"]), int(inp["image_size"]), int(inp.get("channels", 3)))
+
+
 def _function_field(key: str) -> schema.Field:
     built_in = custom.BUILT_IN[key]
     return schema.Field(str, check=lambda v: custom.is_function_name(v, key),
@@ -123,6 +131,7 @@ RULES: dict[str, schema.Field] = {
     "input.batch_size": schema.positive(),
     "input.shuffle_buffer_size": schema.at_least(0),
     "input.image_size": schema.positive(),
+    "input.channels": schema.one_of(3, 1),
     "input.num_threads": schema.positive(),
     "input.prefetch": schema.at_least(0),
     "eval.data.split": schema.Field(str, check=bool, expected="(non-empty)"),

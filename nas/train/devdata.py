@@ -47,9 +47,10 @@ def supported(name: str) -> bool:
     return base_name(name) in _AUGMENT
 
 
-def nbytes(source: Any, name: str, image_size: int) -> int:
+def nbytes(source: Any, name: str, image_size: int, channels: int = 3) -> int:
     """Bytes the preprocessed (float32) split would take on the devices."""
-    first = data_lib.make_preprocess(name, False, image_size)(source[0], None)
+    first = data_lib.make_preprocess(name, False, image_size, channels=channels)(source[0],
+                                                                                 None)
     return len(source) * (first["image"].nbytes + 4)
 
 
@@ -117,10 +118,10 @@ class DeviceData:
 
 
 def load(source: Any, name: str, image_size: int, seed: int,
-         devices: list[jax.Device]) -> DeviceData:
+         devices: list[jax.Device], channels: int = 3) -> DeviceData:
     """Preprocess every example once (eval mode) and put an equal share on each device."""
     pad, flip, fill = _AUGMENT[base_name(name)]
-    pp = data_lib.make_preprocess(name, False, image_size)
+    pp = data_lib.make_preprocess(name, False, image_size, channels=channels)
     examples = [pp(source[i], None) for i in range(len(source))]
     n = len(devices)
     per_device = len(examples) // n

@@ -24,6 +24,7 @@ from absl import logging
 
 from nas.graph import Model
 from nas.graph.reversible import is_reversible
+from nas.train import config as config_lib
 from nas.train import optim, steps
 
 MiB = 2**20
@@ -103,9 +104,9 @@ def select_trainer(config: Any, graph: Any, constants: Any) -> str:
     budget = device_budget(config)
     if budget is None:
         return "standard"
-    size = int(config.input.image_size)
     per_device = max(1, int(config.input.batch_size) // jax.device_count())
-    need = standard_step_memory(graph, constants, config, per_device, (size, size, 3))["total"]
+    need = standard_step_memory(graph, constants, config, per_device,
+                                config_lib.image_shape(config))["total"]
     logging.info("standard step needs ~%.1f MiB per device, budget %.1f MiB", need / MiB,
                  budget / MiB)
     if need <= budget:

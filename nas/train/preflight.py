@@ -19,6 +19,7 @@ import ml_collections
 from nas.graph.reversible import is_reversible
 from nas.train import data as data_lib
 from nas.train import optim, trainers
+from nas.train.config import image_shape
 
 
 def training_steps(config: ml_collections.ConfigDict) -> tuple[int, float]:
@@ -98,16 +99,16 @@ def check_outputs(graph: Any, constants: Any, config: ml_collections.ConfigDict,
     from nas.graph import Model
 
     want = data_lib.check_num_classes(config)
-    size = int(config.input.image_size)
+    shape = image_shape(config)
     rng = jax.random.PRNGKey(0)
     model = Model(graph, constants)
     try:
         logits, _ = jax.eval_shape(lambda x: model.init_with_output(
-            {"params": rng, "dropout": rng}, x), jnp.zeros((1, size, size, 3), jnp.float32))
+            {"params": rng, "dropout": rng}, x), jnp.zeros((1, *shape), jnp.float32))
     except Exception as e:  # noqa: BLE001 - any failure is the graph's, on these inputs
         reason = (str(e).splitlines() or [type(e).__name__])[0][:300]
-        raise ValueError(f"{what} cannot run on the config's {size}x{size}x3 images "
-                         f"(input.image_size): {reason}") from None
+        raise ValueError(f"{what} cannot run on the config's {'x'.join(map(str, shape))} "
+                         f"images (input.image_size, input.channels): {reason}") from None
     got = getattr(logits, "shape", (None,))[-1]
     if got != want:
         raise ValueError(f"{what} outputs {got} logits, but dataset "

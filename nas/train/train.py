@@ -157,18 +157,19 @@ def setup_data(config: ml_collections.ConfigDict, on_device_ok: bool,
     n_train = len(source) * pc  # even splits: every host holds about the same share
     limit = int(inp.get("device_data_bytes", 0))
     use_device = (on_device_ok and limit > 0 and devdata.supported(inp.data.name)
-                  and devdata.nbytes(source, inp.data.name, inp.image_size) <= limit)
+                  and devdata.nbytes(source, inp.data.name, inp.image_size,
+                                     inp.channels) <= limit)
     if use_device:
         if len(source) < local_batch:
             raise ValueError(f"config field 'input.batch_size': {local_batch} per host "
                              f"exceeds the {len(source)} training examples")
         key = (inp.data.name, inp.data.split, inp.data.validation_fraction, data_dir,
-               inp.image_size, config.seed, pi, pc,
+               inp.image_size, inp.channels, config.seed, pi, pc,
                tuple(d.id for d in jax.local_devices()), bool(inp.augment))
 
         def load() -> devdata.DeviceData:
             dd = devdata.load(source, inp.data.name, inp.image_size, config.seed,
-                              jax.local_devices())
+                              jax.local_devices(), inp.channels)
             if not inp.augment:
                 dd.pad, dd.flip = 0, False
             return dd
@@ -177,7 +178,8 @@ def setup_data(config: ml_collections.ConfigDict, on_device_ok: bool,
         feed: Any = DeviceFeed(dd, local_batch)
     else:
         feed = HostFeed(data_lib.make_train_dataset(
-            source, data_lib.make_preprocess(inp.data.name, True, inp.image_size, inp.augment),
+            source, data_lib.make_preprocess(inp.data.name, True, inp.image_size, inp.augment,
+                                             inp.channels),
             local_batch_size=local_batch, seed=config.seed,
             shuffle=inp.shuffle_buffer_size > 0, num_threads=inp.num_threads,
             prefetch=inp.prefetch))
@@ -201,13 +203,13 @@ def setup_data(config: ml_collections.ConfigDict, on_device_ok: bool,
 # ----------------------------------------------------------------------------- trainer
 
 
-def _init_variables(model: Any, image_size: int, seed: int,
+def _init_variables(model: Any, shape: tuple[int, ...], seed: int,
                     parent: dict[str, Any]) -> dict[str, Any]:
     """The model's variables as plain dicts: `parent`'s arrays when they already cover every
     op (a search's children arrive complete from the driver: tracing is enough to check),
     else a fresh initialization on the host CPU (never twice on an accelerator)."""
     cpu = jax.devices("cpu")[0]
-    x = np.zeros((1, image_size, image_size, 3), np.float32)
+    x = np.zeros((1, *shape), np.float32)
 
     def init(rng: jax.Array) -> Any:
         return model.init({"params": rng, "dropout": rng}, x)
@@ -248,7 +250,7 @@ def setup_trainer(config: ml_collections.ConfigDict, graph: Any, constants: Any,
     sched_kw = dict(total_steps=data.total_steps, steps_per_epoch=data.steps_per_epoch,
                     global_batch_size=data.global_batch)
     # The reversible trainer initializes layer by layer itself unless there is a parent.
-    fresh = (_init_variables(model, size, config.seed, parent)
+    fresh = (_init_variables(model, config_lib.image_shape(config), config.seed, parent)
              if not reversible or parent.get("params") else None)
     params, inherited = _inherit(fresh["params"], parent.get("params")) if fresh else ({}, set())
     frozen_names = set(freeze) | (inherited if freeze_inherited else set())
@@ -642,8 +644,7 @@ def _train_and_eval(config: ml_collections.ConfigDict, eval_perf: bool,
         t = time.perf_counter()
         metrics.num_params = perf.count_params(out_vars["params"])
         model = _apply_model(graph, constants)
-        size = config.input.image_size
-        metrics.flops = perf.flops_per_example(model, out_vars, (size, size, 3))
+        metrics.flops = perf.flops_per_example(model, out_vars, config_lib.image_shape(config))
         metrics.measure_seconds = time.perf_counter() - t
     else:
         metrics.im_sec_core_train = metrics.im_sec_core_infer = 0.0

@@ -253,7 +253,8 @@ class ReversibleStrategy:
 
         self.num_classes = int(config.num_classes)
         self.trainer = ReversibleTrainer(
-            graph, constants, config=config, image_shape=(image_size, image_size, 3),
+            graph, constants, config=config,
+            image_shape=(image_size, image_size, int(config.input.get("channels", 3))),
             sched_kw=dict(sched_kw), params=params, seed=int(config.seed),
             frozen=set(frozen_names))
         self.rng = jax.random.PRNGKey(config.seed)

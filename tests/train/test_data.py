@@ -112,3 +112,20 @@ def test_plain_batches_are_read_once_and_cannot_be_edited(data_dir):
         first[0][0, 0, 0, 0] = 1.0
     other = data.plain_batches(inp, 2, 4, seed=4)  # another shuffle
     assert not np.array_equal(other[0], first[0])
+
+
+def test_images_take_the_channels_the_model_expects():
+    """Grey images repeat into RGB; RGB images become grey by their luminance (BT.601), so a
+    grey model (input.channels=1) reads an RGB dataset and an RGB one a grey dataset."""
+    from nas.train.data import make_preprocess
+
+    rgb = np.zeros((4, 4, 3), np.uint8)
+    rgb[..., 0], rgb[..., 1], rgb[..., 2] = 255, 128, 0
+    grey = make_preprocess("npz:x", False, 4, channels=1)({"image": rgb, "label": 1}, None)
+    assert grey["image"].shape == (4, 4, 1)
+    expected = round(0.299 * 255 + 0.587 * 128) / 127.5 - 1.0
+    np.testing.assert_allclose(grey["image"], expected, rtol=1e-6)
+    back = make_preprocess("npz:x", False, 4, channels=3)(
+        {"image": np.full((4, 4), 51, np.uint8), "label": 0}, None)
+    assert back["image"].shape == (4, 4, 3)
+    np.testing.assert_allclose(back["image"], 51 / 127.5 - 1.0, rtol=1e-6)

@@ -49,6 +49,7 @@ from nas.search.strategy.selection import Individual, SelectionConfig, select_pa
 from nas.search.strategy.selector import Selector
 from nas.search.strategy.settings import OPERATIONAL, candidate_train_config, validate_search
 from nas.train.checkpoint import load_variables, save_variables
+from nas.train.config import image_shape
 from nas.train.perf import count_params
 
 
@@ -325,8 +326,7 @@ class Driver:
         self.selection = SelectionConfig.from_dict(dict(self.search.selection),
                                                    tuple(self.search.get("costs", {})))
         self.fit = FitConfig.from_dict(dict(self.search.fit))
-        size = int(self.train.input.image_size)
-        self.input_shape = (1, size, size, 3)
+        self.input_shape = (1, *image_shape(self.train))
         self.worker = default_worker("driver")
         if int(self.search.workers) > int(self.search.pipeline_depth):
             logging.warning("search.workers=%d > search.pipeline_depth=%d: at most %d "

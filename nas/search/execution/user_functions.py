@@ -75,12 +75,13 @@ def measure_costs(costs: Mapping[str, Callable[..., Any]], graph_json: str,
     """Each cost of the trained candidate (as `nas.load_candidate` gives it), by name."""
     from nas.graph.serialize import load
     from nas.io.candidate import ExportedCandidate
+    from nas.train.config import image_shape
 
     graph, constants = load(graph_json)
-    size = int(train_config["input"]["image_size"])
     candidate = ExportedCandidate(path="(the trained candidate)", graph=graph,
                                   constants=dict(constants or {}), variables=dict(variables),
-                                  input_shape=(size, size, 3), train_config=dict(train_config),
+                                  input_shape=image_shape(train_config),
+                                  train_config=dict(train_config),
                                   metrics=dict(metrics))
     out = {}
     for key, fn in costs.items():

@@ -56,6 +56,7 @@ from nas.search.store.recommend import cheapest_matching_seed  # noqa: F401 - pu
 from nas.search.store.study import Study
 from nas.search.strategy import intervals
 from nas.search.strategy.selection import OBJECTIVES, cost_value
+from nas.train.config import image_shape
 
 _PLOTS = (("flops", "FLOPs"), ("params", "parameters"))
 # Every cost a candidate is measured by, in the order the report shows them.
@@ -372,10 +373,9 @@ document.querySelectorAll('table.sortable').forEach(function(table){
 
 def _input_shape(study: Study) -> tuple[int, ...]:
     try:
-        size = int(study.config["train"]["input"]["image_size"])
+        return (1, *image_shape(study.config["train"]))
     except (KeyError, TypeError, ValueError):
-        size = 32
-    return (1, size, size, 3)
+        return (1, 32, 32, 3)
 
 
 def _error_bar(c: Candidate) -> tuple[float, float] | None:

@@ -23,7 +23,7 @@ def export_candidate(study: Any, candidate_id: int, path: str | os.PathLike) -> 
     as this candidate trained with it (`candidate_train_config`)."""
     from nas.search.strategy.settings import candidate_train_config
     from nas.train.checkpoint import load_variables
-    from nas.train.config import with_defaults
+    from nas.train.config import image_shape, with_defaults
 
     cand = study.get(candidate_id)
     variables = load_variables(cand.checkpoint_path) if cand.checkpoint_path else None
@@ -33,8 +33,7 @@ def export_candidate(study: Any, candidate_id: int, path: str | os.PathLike) -> 
         train_config = candidate_train_config(
             train, study.config.get("search") or {}, is_seed=cand.parent_id is None
         )
-        size = int(train_config["input"]["image_size"])
-        input_shape = (size, size, 3)
+        input_shape = image_shape(train_config)
     info = {
         "study": str(study.workdir.resolve()),
         "id": cand.id,
@@ -72,7 +71,7 @@ def export_flax_code(study: Any, candidate_id: int, directory: str | os.PathLike
     from nas.graph.serialize import graph_from_dict
     from nas.interop.flax_code import check_out_dir, export_flax
     from nas.train.checkpoint import load_variables
-    from nas.train.config import with_defaults
+    from nas.train.config import image_shape, with_defaults
 
     check_out_dir(Path(directory))
     cand = study.get(candidate_id)
@@ -82,11 +81,11 @@ def export_flax_code(study: Any, candidate_id: int, directory: str | os.PathLike
     if "train" not in study.config:
         raise ValueError(f"{study.path}: the study has no train section, so the candidate's "
                          f"input shape is unknown")
-    size = int(with_defaults(study.config["train"]).to_dict()["input"]["image_size"])
+    shape = image_shape(with_defaults(study.config["train"]).to_dict())
     graph, constants = graph_from_dict(cand.graph)
     candidate = ExportedCandidate(
         path=f"candidate {cand.id}", graph=graph, constants=dict(constants or {}),
-        variables=load_variables(cand.checkpoint_path), input_shape=(size, size, 3))
+        variables=load_variables(cand.checkpoint_path), input_shape=shape)
     return export_flax(candidate, directory)
 
 

@@ -1,0 +1,35 @@
+"""examples/your_model.ipynb runs top to bottom in a real Jupyter kernel, as a user runs
+it: a Flax model imported, arrays in memory, a custom loss, a search, the front plotted,
+the recommendation exported as Flax code and run without nas."""
+
+import os
+import shutil
+
+import nbformat
+from nbclient import NotebookClient
+
+from nas.search.store.study import Study
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NOTEBOOK = os.path.join(ROOT, "examples", "your_model.ipynb")
+
+
+def test_the_example_notebook_runs_in_a_kernel(tmp_path, monkeypatch):
+    monkeypatch.setenv("NAS_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("PYTHONPATH", ROOT)
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    shutil.copy(NOTEBOOK, tmp_path)
+    notebook = nbformat.read(NOTEBOOK, as_version=4)
+    client = NotebookClient(notebook, timeout=1200, kernel_name="python3",
+                            resources={"metadata": {"path": str(tmp_path)}})
+    client.execute()
+    outputs = ["".join(o.get("text", "") for o in cell.get("outputs", []))
+               for cell in notebook.cells if cell.cell_type == "code"]
+    text = "\n".join(outputs)
+    assert "recommended:" in text  # the summary
+    same = float(text.split("same as nas:")[1].split()[0])
+    assert same < 1e-4  # the exported Flax code gives nas's logits
+    study = Study.load(tmp_path / "runs" / "your_model")
+    assert sum(study.counts().values()) == 4
+    assert any(o.get("output_type") == "display_data" and "image/png" in o.get("data", {})
+               for cell in notebook.cells for o in cell.get("outputs", [])), "no front drawn"
