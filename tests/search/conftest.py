@@ -1,5 +1,8 @@
+import contextlib
+import fcntl
 import os
 import runpy
+from collections.abc import Iterator
 
 import pytest
 
@@ -26,6 +29,17 @@ def tiny_search_config(**search):
     # pipeline pass `pipeline_depth`)
     config.search.update(search)
     return config
+
+
+@contextlib.contextmanager
+def held_data_dir(data_dir: str) -> Iterator[str]:
+    """A fresh data dir whose `digits` build lock this process holds: a candidate that
+    trains on it stays in flight (its worker waits for the lock, as for another
+    process's build) until the block ends, whatever the load. The test decides when."""
+    os.makedirs(data_dir, exist_ok=True)
+    with open(os.path.join(data_dir, ".digits.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield data_dir
 
 
 @pytest.fixture

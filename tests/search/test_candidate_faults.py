@@ -5,8 +5,10 @@ learning rate that diverges), in worker processes that send the cause back as da
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import logging
 import multiprocessing
+import time
 
 import pytest
 
@@ -16,7 +18,7 @@ from nas.graph.serialize import graph_to_json
 from nas.search.execution.executors import LocalExecutor, _watch_new_workers
 from nas.train.data import check_num_classes  # 0 in the config: the data's
 from tests.search import pool_tasks
-from tests.search.conftest import tiny_search_config
+from tests.search.conftest import held_data_dir, tiny_search_config
 
 
 def small_train_config(**changes) -> dict:
@@ -79,25 +81,38 @@ def dying_graph_json() -> str:
     return graph_to_json(new_graph(["input"], ["stall"], ops), {})
 
 
+def alone_again(caplog) -> bool:
+    return any("each runs again alone" in r.getMessage() for r in caplog.records)
+
+
 @pytest.mark.slow  # two spawned workers, one killed and the pool started again: ~2 minutes
-def test_a_worker_process_that_dies_takes_no_neighbour_with_it(monkeypatch, caplog):
+def test_a_worker_process_that_dies_takes_no_neighbour_with_it(monkeypatch, caplog, tmp_path):
+    """Candidate 1 is held in flight until 2's process has died: its data waits for a
+    build lock this test holds, released only once the executor has reported the death
+    (so the outcome never depends on which worker starts first on a loaded machine)."""
     monkeypatch.setenv("NAS_TEST_STALL_OP", "stall")  # inherited by the spawned workers
     monkeypatch.setenv("NAS_TEST_STALL_DIE", "1")
     good = digits_graph_json()
     executor = LocalExecutor(workers=2)
+    first: dict[int, object] = {}
     try:
-        with caplog.at_level(logging.WARNING):
-            first = run_all(executor, {
-                1: {"train_config": small_train_config(total_epochs=1.0), "graph_json": good,
-                    "init_variables": None},
-                2: {"train_config": small_train_config(), "graph_json": dying_graph_json(),
-                    "init_variables": None}})
+        with caplog.at_level(logging.WARNING), contextlib.ExitStack() as hold:
+            data_dir = hold.enter_context(held_data_dir(str(tmp_path / "data")))
+            executor.submit(1, {"train_config": small_train_config(input={
+                "data_dir": data_dir}), "graph_json": good, "init_variables": None})
+            executor.submit(2, {"train_config": small_train_config(),
+                                "graph_json": dying_graph_json(), "init_variables": None})
+            deadline = time.monotonic() + 1200  # a safety net: the loop ends on events
+            while executor.running():
+                assert time.monotonic() < deadline, "the death was never reported"
+                first.update({o.candidate_id: o for o in executor.poll(timeout=5.0)})
+                if alone_again(caplog):
+                    hold.close()  # 1 was in flight when 2 died; now it may train
         after = run_all(executor, {3: {"train_config": small_train_config(),
                                        "graph_json": good, "init_variables": None}})
     finally:
         executor.close()
-    # candidate 1 was in flight when 2's process died (it trains far longer): it ran again
-    assert any("each runs again alone" in r.getMessage() for r in caplog.records)
+    assert alone_again(caplog)
     assert first[2].error == "worker process died (killed or out of memory)"
     assert first[1].error is None and first[1].metrics["accuracy"] >= 0.0
     assert after[3].error is None
