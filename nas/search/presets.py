@@ -35,7 +35,8 @@ def evolution(train: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     # docs/benchmarks.md). Same candidates at any speed; 1 turns it off.
     config.search.pipeline_depth = 2
     # The recommendation's margin: 2 points, about three of the digits' 143 validation
-    # images (docs/benchmarks.md, "Trusting the recommendation").
+    # images (docs/benchmarks.md, "Trusting the recommendation"; docs/guide.md says what
+    # it asks of a child with Tango's paired interval).
     config.search.selection = {"costs": ("flops", "params"), "min_acc": 0.5,
                                "noninferiority_pt": 2.0}
     # nas.mutation.MutationConfig fields. Limits are counts (retries, max_steps), so a proposal

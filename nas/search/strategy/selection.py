@@ -185,12 +185,14 @@ class SelectionConfig:
     aging: "cosine" (smooth decay between 1x and 2x the horizon) or "step" (drop at it).
     noise_ties: accuracies noise cannot tell apart rank as ties, so the cost objective
         prefers the cheaper once accuracy is matched: two candidates with per-example
-        results on the same validation examples tie when their paired comparison is within
-        noise (`nas.search.strategy.paired`), others when each accuracy is inside the
-        other's 95 % Wilson interval (`nas.search.strategy.ties`).
-    noninferiority_pt: the summary's recommendation (not parent selection): a child
-        counts as good as the seed when the lower end of its paired 95 % interval of
-        child - seed validation accuracy is at least minus this many accuracy points.
+        results on the same validation examples tie when McNemar's exact test finds no
+        difference (`nas.search.strategy.paired.mcnemar`), others when each accuracy is
+        inside the other's 95 % Wilson interval (`nas.search.strategy.ties`).
+    noninferiority_pt: the summary's recommendation (not parent selection): a candidate
+        counts as good as the reference (the seed, or the most accurate candidate when a
+        child is better than the seed) when the lower end of its paired 95 % interval
+        (Tango's) of candidate - reference validation accuracy is at least minus this
+        many accuracy points (`nas.search.store.recommend`).
     recommend_cost: the cost the recommendation minimizes among those non-inferior
         children (a built-in cost or a user's; default FLOPs).
     user_costs: names of the user's own costs (`search.costs`, lower is better): not a
