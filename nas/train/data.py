@@ -277,13 +277,13 @@ def split_source(inp: Any, split: str, data_dir: str | None, process_index: int 
 
 def split_size(inp: Any, split: str, data_dir: str | None) -> int:
     """The number of examples `split_source(inp, split, ...)` gives over all hosts. A user
-    dataset's (folder:, npz:) split train or test is counted from its labels, without
-    converting it: a run's checks come before anything is written."""
-    kind = userdata.kind_of(inp.data.name)
+    dataset's (folder:, npz:) or the digits' split train or test is counted from its
+    labels, without converting or building it: a run's checks come before anything is
+    written."""
     base = inp.data.split if split == HOLDOUT else split
-    if kind is None or base not in userfiles.SPLITS:
+    labels = _labels_unwritten(inp.data.name, base)
+    if labels is None:
         return len(split_source(inp, split, data_dir))
-    labels = userfiles.labels(kind, userdata.path_of(inp.data.name)).splits[base]
     fraction = float(inp.data.get("validation_fraction", 0.0) or 0.0)
     if split != HOLDOUT and not (fraction > 0 and split == inp.data.split):
         return len(labels)
@@ -292,6 +292,20 @@ def split_size(inp: Any, split: str, data_dir: str | None) -> int:
                          f"(the part of input.data.split {inp.data.split!r} held out)")
     held = len(holdout_indices(labels, fraction))  # counts per class decide it, not order
     return held if split == HOLDOUT else len(labels) - held
+
+
+def _labels_unwritten(name: str, split: str) -> np.ndarray | None:
+    """Every label of `split` of a user dataset or of the bundled digits, read from what
+    they are made of (files, scikit-learn's arrays) without converting or building them;
+    None for any other dataset or split."""
+    kind = userdata.kind_of(name)
+    if kind and split in userfiles.SPLITS:
+        return userfiles.labels(kind, userdata.path_of(name)).splits[split]
+    if name == "digits" and split in ("train", "test"):
+        from sklearn.datasets import load_digits
+
+        return np.asarray(load_digits().target)[digits_lib.split_indices()[split]]
+    return None
 
 
 def dataset_classes(name: str, data_dir: str | None = None, split: str = "train") -> int:

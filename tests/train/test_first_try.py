@@ -137,6 +137,16 @@ def test_a_mistake_comes_before_the_folder_is_converted(tmp_path, args, needles)
     assert not os.path.exists(data_dir) and not os.path.exists(tmp_path / "run")
 
 
+def test_a_mistake_on_the_digits_builds_nothing(tmp_path):
+    """The bundled digits are counted from scikit-learn's arrays: a mistake on a fresh
+    machine prints no tfds build line and leaves no data dir."""
+    fresh = str(tmp_path / "fresh")
+    proc = _nas_train(f"--config={TRAIN_CONFIG}", "--config.num_classes=5",
+                      f"--workdir={tmp_path}/run", cwd=str(tmp_path), data_dir=fresh)
+    _one_line(proc, "config field 'num_classes' is 5, but dataset 'digits' has 10 classes")
+    assert not os.path.exists(fresh) and not os.path.exists(tmp_path / "run")
+
+
 def test_a_bad_image_is_found_before_converting(tmp_path):
     from nas.train import data
 
