@@ -95,6 +95,19 @@ def test_resuming_with_another_loss_is_one_line(python_search, tmp_path, monkeyp
     assert Study.load(workdir).counts() == before
 
 
+def test_an_external_worker_cannot_train_a_study_whose_loss_lives_in_a_notebook(
+        python_search):
+    """The loss reached the driver's workers by value; `nas-search worker` has only its name,
+    `__main__:offset_loss`, which it cannot import: one line at start, nothing claimed."""
+    workdir, _ = python_search
+    run = subprocess.run([sys.executable, "-m", "nas.search.cli", "worker",
+                          f"--workdir={workdir}", "--wait_s=0"], capture_output=True,
+                         text=True, timeout=600, env=dict(os.environ, PYTHONPATH=ROOT))
+    lines = run.stderr.strip().splitlines()
+    assert run.returncode == 1 and len(lines) == 1, run.stderr[-2000:]
+    assert "cannot import '__main__:offset_loss'" in lines[0] and "nas.run_search" in lines[0]
+
+
 def test_the_python_call_and_the_command_give_the_same_candidates(tmp_path, monkeypatch):
     """Equivalent configs: the digits search file, the same overrides, the same loss (by
     value in Python, by name on the command line)."""

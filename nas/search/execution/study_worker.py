@@ -18,6 +18,7 @@ from absl import logging
 
 from nas.search.execution.driver import candidate_task, record_outcome, rung_plan
 from nas.search.execution.executors import Outcome
+from nas.search.execution.user_functions import STATE, check_recorded, search_functions
 from nas.search.execution.worker import ClaimLost, describe_failure, train_candidate
 from nas.search.store.candidate import FINISHED
 from nas.search.store.lease import LeaseKeeper
@@ -107,6 +108,10 @@ def run_worker(workdir: str | Path, candidate_id: int | None = None, *, wait_s: 
     study = wait_for_study(workdir, wait_s, say=say)
     config = ml_collections.ConfigDict(study.config)
     search = validate_search(config)
+    # The user's functions by name: one that only reached the driver's workers by value
+    # (defined in a notebook or __main__) cannot train here, which is one line at start.
+    check_recorded(study.get_state(STATE, None), search_functions(config.train, search),
+                   str(study.workdir))
     worker = worker or default_worker("worker")
     trained: list[Any] = []
     idle_since = time.monotonic()
