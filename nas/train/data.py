@@ -92,19 +92,28 @@ def _center_crop(image: np.ndarray, size: int) -> np.ndarray:
     return image[y : y + size, x : x + size]
 
 
-def _rgb(image: np.ndarray) -> np.ndarray:
+_LUMINANCE = np.array([0.299, 0.587, 0.114], np.float32)  # ITU-R BT.601
+
+
+def _rgb(image: np.ndarray, channels: int = 3) -> np.ndarray:
+    """`image` with `channels` channels: grey repeated into RGB, or RGB to grey by its
+    luminance (the model's input shape decides, `input.channels`)."""
     image = np.asarray(image)
     if image.ndim == 2:
         image = image[..., None]
-    if image.shape[-1] == 1:
-        image = np.repeat(image, 3, axis=-1)
-    return image
+    if image.shape[-1] == channels:
+        return image
+    if channels == 3:
+        return np.repeat(image, 3, axis=-1)
+    grey = image.astype(np.float32) @ _LUMINANCE
+    return np.round(grey)[..., None].astype(image.dtype)
 
 
 def make_preprocess(
-    name: str, train: bool, image_size: int, augment: bool = True
+    name: str, train: bool, image_size: int, augment: bool = True, channels: int = 3
 ) -> Callable[[Example, np.random.Generator | None], Example]:
-    """(example, rng) -> {"image": float32 HWC, "label": int32}; rng is None for eval."""
+    """(example, rng) -> {"image": float32 HWC, "label": int32}; rng is None for eval.
+    Images have `channels` channels (`_rgb`)."""
     base = name.split("/")[0].split(":")[0]
 
     def finish(image: np.ndarray, label: Any) -> Example:
@@ -113,7 +122,7 @@ def make_preprocess(
     if base == "digits":
 
         def pp(ex: Example, rng: np.random.Generator | None) -> Example:
-            image = _rgb(ex["image"])
+            image = _rgb(ex["image"], channels)
             if train and augment and rng is not None:
                 image = _pad_crop(image, 2, rng)
             return finish(image / 127.5 - 1.0, ex["label"])
@@ -121,7 +130,7 @@ def make_preprocess(
     elif base in userdata.KINDS:
 
         def pp(ex: Example, rng: np.random.Generator | None) -> Example:
-            image = _resize(_rgb(ex["image"]), (image_size, image_size))
+            image = _resize(_rgb(ex["image"], channels), (image_size, image_size))
             if train and augment and rng is not None:
                 image = _pad_crop(image, 2, rng)
             return finish(image / 127.5 - 1.0, ex["label"])
@@ -129,17 +138,19 @@ def make_preprocess(
     elif base == "cifar10" or base == "cifar100":
 
         def pp(ex: Example, rng: np.random.Generator | None) -> Example:
-            image = _rgb(ex["image"]).astype(np.float32) / 255.0
+            image = _rgb(ex["image"], channels).astype(np.float32) / 255.0
             if train and augment and rng is not None:
                 image = _pad_crop(image, 4, rng)
                 if rng.random() < 0.5:
                     image = image[:, ::-1]
-            return finish((image - CIFAR_MEAN) / CIFAR_STD, ex["label"])
+            mean, std = ((CIFAR_MEAN, CIFAR_STD) if channels == 3 else
+                         (CIFAR_MEAN @ _LUMINANCE, CIFAR_STD @ _LUMINANCE))
+            return finish((image - mean) / std, ex["label"])
 
     else:
 
         def pp(ex: Example, rng: np.random.Generator | None) -> Example:
-            image = _rgb(ex["image"])
+            image = _rgb(ex["image"], channels)
             if train and augment and rng is not None:
                 image = _inception_crop(image, image_size, rng)
                 if rng.random() < 0.5:
@@ -482,7 +493,8 @@ def plain_batches(inp: Any, count: int, batch_size: int, seed: int) -> list[np.n
     def read() -> list[np.ndarray]:
         source = split_source(inp, inp.data.split, data_dir)
         ds = make_train_dataset(
-            source, make_preprocess(inp.data.name, False, inp.image_size, False),
+            source, make_preprocess(inp.data.name, False, inp.image_size, False,
+                                    inp.get("channels", 3)),
             local_batch_size=min(batch_size, len(source)), seed=seed, shuffle=True,
             num_threads=1, prefetch=1)
         it = iter(ds)
@@ -517,13 +529,15 @@ def make_eval_data(
     largest_share = math.ceil(total / pc) if total is not None else len(source)
     data = EvalData(
         source=source,
-        preprocess=make_preprocess(name, train=False, image_size=image_size),
+        preprocess=make_preprocess(name, train=False, image_size=image_size,
+                                   channels=int(inp.get("channels", 3)) if inp else 3),
         batch_size=local,
         num_batches=max(1, math.ceil(largest_share / local)),
     )
     fraction = float(inp.data.get("validation_fraction", 0.0) or 0.0) if inp else 0.0
     key = (name, split, resolve_data_dir(data_dir), image_size, fraction, local,
-           data.num_batches, len(source), pi, pc)
+           data.num_batches, len(source), pi, pc,
+           int(inp.get("channels", 3)) if inp else 3)
     return kept_batches(data, key, image_size)
 
 
