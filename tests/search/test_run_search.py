@@ -190,6 +190,12 @@ MISTAKES = {
                         r"loss: .* returned shape \(2,\), expected a scalar"),
     "unshippable": (dict(loss=_unshippable_loss()),
                     r"loss: .* cannot be shipped to worker processes"),
+    "augment shape": (dict(augment=lambda key, images: images[:, :4]),
+                      r"augment: .* returned shape \(2, 4, 8, 3\), expected the images' "
+                      r"\(2, 8, 8, 3\)"),
+    "optimizer": (dict(optimizer=lambda schedule: 3),
+                  r"optimizer: expected optimizer\(learning_rate_schedule\) to return an "
+                  r"optax.GradientTransformation, got int"),
     "override key": (dict(overrides={"train.totl_epochs": 1.0}),
                      r"overrides: unknown key 'train.totl_epochs'"),
     "override type": (dict(overrides={"train.total_epochs": "one"}),
