@@ -111,16 +111,15 @@ class Prepared:
     workdir (the seed's file) once everything was checked."""
 
     def __init__(self, config: ml_collections.ConfigDict,
-                 functions: dict[str, Callable[..., Any]], seed: inputs.Seed,
-                 arrays: inputs.Arrays | None) -> None:
-        self.config, self.functions, self.seed, self.arrays = config, functions, seed, arrays
+                 functions: dict[str, Callable[..., Any]], seed: inputs.Seed) -> None:
+        self.config, self.functions, self.seed = config, functions, seed
 
     def write(self, workdir: str) -> None:
         if self.seed.candidate is not None:
             from nas.io.candidate import save_candidate
 
             path = self.config.search.seed_graph
-            if not os.path.isfile(path):  # the study's own copy: it never changes after
+            if not os.path.isfile(path):  # the study's own copy (`inputs.check_same_seed`)
                 os.makedirs(os.path.dirname(path), exist_ok=True)
                 save_candidate(self.seed.candidate, path)
 
@@ -168,6 +167,7 @@ def prepare(seed: Any, data: Any, *, workdir: str, max_candidates: int, config: 
                          f"{type(data).__name__}")
 
     _seed_into(cfg, the_seed, workdir, set_keys)
+    inputs.check_same_seed(the_seed, cfg.search.seed_graph)
     given = int(cfg.train.num_classes)
     if given and given != found:
         raise ValueError(f"config field 'train.num_classes' is {given}, but the data has "
@@ -180,7 +180,7 @@ def prepare(seed: Any, data: Any, *, workdir: str, max_candidates: int, config: 
     if arrays is not None:  # checked: kept as an npz in the data cache (not the workdir)
         cfg.train.input.data.name = f"npz:{arrays.save(_arrays_root(cfg))}"
     validate_search(cfg)
-    return Prepared(cfg, functions, the_seed, arrays)
+    return Prepared(cfg, functions, the_seed)
 
 
 def _functions(cfg: ml_collections.ConfigDict, **given: Any) -> dict[str, Callable[..., Any]]:

@@ -82,6 +82,21 @@ def read_seed(seed: Any) -> Seed:
                      f"({', '.join(zoo.MODEL_NAMES)}), got {_short(seed)}")
 
 
+def check_same_seed(seed: Seed, path: str) -> None:
+    """A study started from a loaded candidate keeps its copy at `path`: called again with
+    another model, that is one line (its children descend from the first one)."""
+    if seed.candidate is None or not os.path.isfile(path):
+        return
+    from nas.graph.serialize import graph_to_json
+    from nas.io.candidate import load_candidate
+
+    kept = load_candidate(path)
+    if graph_to_json(kept.graph, kept.constants) != graph_to_json(
+            seed.candidate.graph, seed.candidate.constants):
+        raise ValueError(f"seed: the study in {os.path.dirname(path)} started from another "
+                         f"model ({path}); resume it with that one, or start a new workdir")
+
+
 def _shape(shape: Any) -> tuple[int, ...] | None:
     return None if shape is None else tuple(int(d) for d in shape)
 

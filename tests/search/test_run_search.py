@@ -95,6 +95,17 @@ def test_resuming_with_another_loss_is_one_line(python_search, tmp_path, monkeyp
     assert Study.load(workdir).counts() == before
 
 
+def test_resuming_from_another_model_is_one_line(python_search, tiny_seed, tmp_path,
+                                                 monkeypatch):
+    workdir, _ = python_search
+    monkeypatch.setenv("NAS_DATA_DIR", str(tmp_path / "data"))
+    before = Study.load(workdir).counts()
+    with pytest.raises(ValueError, match=r"seed: the study in .* started from another model"):
+        nas.run_search(tiny_seed, flow.digits(), workdir=workdir, max_candidates=4,
+                       loss=flow.offset_loss, overrides=flow.OVERRIDES, progress=False)
+    assert Study.load(workdir).counts() == before
+
+
 def test_an_external_worker_cannot_train_a_study_whose_loss_lives_in_a_notebook(
         python_search):
     """The loss reached the driver's workers by value; `nas-search worker` has only its name,
