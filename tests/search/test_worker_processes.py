@@ -18,7 +18,7 @@ OVERRIDES = [
     "--config.train.total_epochs=0.5", "--config.train.ckpt_steps=0",
     "--config.train.log_training_steps=1000", "--config.train.schedule.warmup_steps=2",
     "--config.search.seed_epochs=0", "--config.search.executor=inline",
-    "--config.search.selection.min_acc=0.0", "--config.search.lease_s=2",
+    "--config.search.selection.min_acc=0.0", "--config.search.lease_s=30",
     "--config.search.fidelity.rungs=()",
 ]
 
@@ -69,7 +69,9 @@ def kill(proc):
 @pytest.mark.slow  # two workers import jax and train: about 45 s on 2 cores
 def test_killed_worker_candidate_is_trained_once_more_exactly_once(tmp_path, search_config):
     workdir = str(tmp_path / "study")
-    config = search_config(max_candidates=1, seed_epochs=0.0, lease_s=2.0)
+    # a long lease: the killed worker's claim is void at once (its process is gone), and a
+    # live one never expires because the machine is slow
+    config = search_config(max_candidates=1, seed_epochs=0.0, lease_s=30.0)
     Driver(config, workdir).seed_population()
     first = start_worker(workdir)
     train_dir = os.path.join(workdir, "candidates", "1", "train")
