@@ -81,6 +81,8 @@ def test_degenerate_tables_give_finite_bounds():
         assert np.isfinite(low).all() and np.isfinite(high).all()
         assert (-1 <= low).all() and (low <= estimate).all() and (estimate <= high).all()
         assert (high <= 1).all() and (low < high).all()
+        alone = np.array([tango.bounds_one(n, int(x), int(y)) for x, y in zip(b, c, strict=True)])
+        assert np.array_equal(alone, np.stack([low, high], axis=1))  # the same bits
 
 
 def test_many_at_once_are_the_same_bits_as_one_by_one():
@@ -102,5 +104,7 @@ def test_bad_counts_are_one_clear_error():
         tango.bounds(10, 1, -1)
     with pytest.raises(ValueError, match="only_a must be whole counts >= 0, got 1.5"):
         paired.from_counts(10, 1.5, 0)
+    with pytest.raises(ValueError, match=r"expected n >= 1 .* got n=0, only_a=0, only_b=0$"):
+        paired.from_counts(0, 0, 0)  # the one-table path refuses as the arrays' does
     with pytest.raises(ValueError, match="z must be a positive normal quantile"):
         tango.bounds(10, 1, 0, z=0.0)

@@ -90,7 +90,8 @@ def from_counts(n: int, only_a: int, only_b: int, z: float = Z95) -> Paired:
     """`compare` from its counts: n examples, only_a right only for a, only_b only for b.
     Cached: a summary compares thousands of children with the seed, and their counts
     repeat (on 143 images there are at most 143^2 / 2 tables)."""
-    return many(n, [only_a], [only_b], z)[0]
+    low, high = tango.bounds_one(n, only_a, only_b, z)
+    return Paired((only_a - only_b) / n, low, high, int(n), int(only_a), int(only_b))
 
 
 def many(n: int, only_a: Sequence[int] | np.ndarray, only_b: Sequence[int] | np.ndarray,
@@ -109,8 +110,7 @@ def interval(both: int, only_a: int, only_b: int, neither: int, z: float = Z95
              ) -> tuple[float, float]:
     """Tango's score interval of p_a - p_b from the 2x2 counts, at the two-sided level
     that `z` stands for (95 % for Z95)."""
-    low, high = tango.bounds(both + only_a + only_b + neither, only_a, only_b, z)
-    return float(low), float(high)
+    return tango.bounds_one(both + only_a + only_b + neither, only_a, only_b, z)
 
 
 def mcnemar(a: np.ndarray, b: np.ndarray, z: float = Z95) -> str:
