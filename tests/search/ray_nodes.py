@@ -95,42 +95,55 @@ class LocalCluster:
             return f.read().decode(errors="replace")[-2000:]
 
     def start(self, timeout: float = 300) -> LocalCluster:
+        """Starts the head, then each worker node in turn; a node whose `ray start` gives
+        up (Ray waits 30 s for its raylet: a loaded machine misses that) is started again,
+        up to 3 times."""
         for path in self.hidden:
             os.makedirs(path, exist_ok=True)
         self._start([RAY, "start", "--head", "--num-cpus=0", "--num-gpus=0",
                      f"--port={self.port}", f"--temp-dir={self.temp}",
                      "--include-dashboard=false", "--disable-usage-stats", "--block"], [])
-        self._wait(1, timeout)
+        if not self._wait(1, timeout):
+            raise RuntimeError(f"the head did not start: {self.log(0)}")
         for i in range(self.workers):
-            self._start([RAY, "start", f"--address={self.address}",
-                         f"--node-ip-address=127.0.0.{2 + i}",
-                         f"--num-cpus={self.cpus}", "--num-gpus=0", "--block"], self.hidden)
-        self._wait(1 + self.workers, timeout)
+            for _ in range(3):
+                self._start([RAY, "start", f"--address={self.address}",
+                             f"--node-ip-address=127.0.0.{2 + i}", f"--num-cpus={self.cpus}",
+                             "--num-gpus=0", "--block"], self.hidden)
+                if self._wait(2 + i, timeout):
+                    break
+                self.kill_node(len(self.nodes) - 1)
+                self.nodes.pop()
+                self._namespaces.pop()
+            else:
+                raise RuntimeError(f"worker node {i + 1} did not start: {self.log(-1)}")
         return self
 
-    def _wait(self, alive: int, timeout: float) -> None:
-        """Until `alive` nodes are registered (asked in a child process, so this one never
-        joins the cluster)."""
-        code = ("import sys, time, ray\n"
-                f"ray.init(address={self.address!r}, log_to_driver=False)\n"
-                f"deadline = time.monotonic() + {timeout}\n"
-                f"while sum(n['Alive'] for n in ray.nodes()) < {alive}:\n"
-                "    if time.monotonic() > deadline: sys.exit(1)\n"
-                "    time.sleep(0.5)\n")
+    def _wait(self, alive: int, timeout: float) -> bool:
+        """Whether `alive` nodes registered before the newest node's `ray start` ended or
+        `timeout` passed (asked in a child process: this one never joins the cluster)."""
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if any(p.poll() is not None for p in self.nodes):
-                break
+        while time.monotonic() < deadline and self.nodes[-1].poll() is None:
             try:
                 with socket.create_connection((self.host, self.port), 2):
                     break
             except OSError:
                 time.sleep(0.5)
-        out = subprocess.run([sys.executable, "-c", code], env=self.env, capture_output=True,
-                             text=True, timeout=timeout + 60)
-        if out.returncode:
-            raise RuntimeError(f"the cluster did not reach {alive} node(s): "
-                               f"{out.stderr[-1500:]}\n{self.log(-1)}")
+        code = ("import sys, time, ray\n"
+                f"ray.init(address={self.address!r}, log_to_driver=False)\n"
+                f"while sum(n['Alive'] for n in ray.nodes()) < {alive}:\n"
+                "    time.sleep(0.5)\n")
+        waiter = subprocess.Popen([sys.executable, "-c", code], env=self.env,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            while waiter.poll() is None:
+                if self.nodes[-1].poll() is not None or time.monotonic() > deadline:
+                    return False
+                time.sleep(0.2)
+            return waiter.returncode == 0
+        finally:
+            waiter.kill()
+            waiter.wait()
 
     def busy_nodes(self, title: str = "ray::run_task") -> list[int]:
         """The nodes running a task now: one of their processes carries the title Ray

@@ -31,7 +31,7 @@ SMALL = ["--config.train.total_epochs=0.5", "--config.train.ckpt_steps=0",
          "--config.search.fit.steps=3", "--config.search.fit.batches=1",
          "--config.search.fit.batch_size=8", "--config.search.fit.bn_batch_size=16",
          "--config.search.pipeline_depth=2", "--config.search.workers=2",
-         "--config.search.prepare_ahead=0", "--config.search.lease_s=5"]
+         "--config.search.prepare_ahead=0"]
 
 
 def digits_npz(path):
