@@ -179,3 +179,27 @@ def test_growing_comparisons_count_as_a_fresh_one_does():
                 assert grown.against(Ref(ref), split) == fresh.against(Ref(ref), split)
     assert len(grown._grown) <= GrowingComparisons.KEPT
     assert grown.against(Ref(99)) == {}  # a reference without results
+
+
+def test_results_unpacked_together_equal_one_by_one():
+    from types import SimpleNamespace
+
+    from nas.search.reporting.live_fronts import _unpacked
+
+    rng = np.random.default_rng(5)
+    rows, want = [], {}
+    for i, n in enumerate([143, 143, 9, 143, 9, 0, 1]):
+        bits = rng.random(n) < 0.7
+        packed = examples.pack(bits)
+        rows.append(SimpleNamespace(id=i, val_count=n, val_bits=packed))
+        if n:
+            want[i] = bits
+    rows.append(SimpleNamespace(id=99, val_count=None, val_bits=None))  # no results
+    got = _unpacked(rows)
+    assert sorted(got) == sorted(want)
+    for i, bits in want.items():
+        np.testing.assert_array_equal(got[i], bits)
+        assert got[i].dtype == bool and got[i].shape == bits.shape
+    damaged = [SimpleNamespace(id=1, val_count=143, val_bits=b"\x00" * 3)]
+    with pytest.raises(ValueError, match="^correctness: 3 bytes cannot hold exactly 143"):
+        _unpacked(damaged)

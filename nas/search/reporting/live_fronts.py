@@ -28,7 +28,6 @@ from nas.search.reporting.svg import Point, generation_colour, scatter
 from nas.search.store import recommend
 from nas.search.store.candidate import Candidate
 from nas.search.strategy.pareto import ParetoCurve
-from nas.search.strategy.population import DoneCache
 from nas.search.strategy.selection import OBJECTIVES
 
 
@@ -100,10 +99,12 @@ class _Columns:
         self.ids = np.concatenate([self.ids, np.array([r.id for r in rows], dtype=np.int64)])
         self.accuracy = np.concatenate([self.accuracy, np.array(
             [np.nan if r.accuracy is None else r.accuracy for r in rows], dtype=float)])
-        for cost in self.values:
-            self.values[cost] = np.concatenate([self.values[cost], np.array(
-                [np.nan if (v := cost_of(r, cost)) is None else v for r in rows],
-                dtype=float)])
+        for cost in self.values:  # a built-in cost is a float or None (NaN here)
+            new = (np.array([getattr(r, cost) for r in rows], dtype=float)
+                   if cost in OBJECTIVES else
+                   np.array([np.nan if (v := cost_of(r, cost)) is None else v
+                             for r in rows], dtype=float))
+            self.values[cost] = np.concatenate([self.values[cost], new])
 
     def best(self, k: int) -> list[int]:
         """Ids of the k most accurate (ties: fewer FLOPs, then older), as `Study.best`."""
@@ -121,7 +122,8 @@ class LiveFronts:
         self.study = study
         self.k = k
         self.costs = ranked_costs(study)  # search.selection.costs
-        self._done = DoneCache(study)
+        self._through = 0  # every candidate with an id up to this is finished and read
+        self._settled: list[Any] = []  # the done rows up to `_through`, by id
         self._columns = _Columns(self.costs)
         self._pairs = GrowingComparisons({}, {})  # per-example results, grown as read
         self._read: set[int] = set()  # ids in `_columns` (and their results read)
@@ -132,21 +134,29 @@ class LiveFronts:
         """{"plots": [{"cost", "label", "svg"}, ...], "seed": id, "recommended": id,
         "done": n, "large": bool}: one plot per ranked cost, redrawn only when a candidate
         finished."""
-        self._done.refresh()
-        done = self._done.done()
+        done = self._refresh()
         if self._drawn is None or self._drawn[0] != len(done):
             self._absorb(done)
             self._drawn = (len(done), self._draw(done))
         return self._drawn[1]
+
+    def _refresh(self) -> list[Any]:
+        """Every done row (`Study.done_rows`: no graph), by id. Those up to the first
+        unfinished candidate are final and read once; the few done past it (finished out
+        of order) are read again each time, a few indexed queries in all."""
+        first_open = self.study.first_unfinished_id()
+        end = self.study.last_id() if first_open is None else first_open - 1
+        if end > self._through:
+            self._settled.extend(self.study.done_rows(self._through, end))
+            self._through = end
+        return self._settled + self.study.done_rows(self._through)
 
     def _absorb(self, done: list[Any]) -> None:
         """Take in the rows new since the last call, with their per-example results."""
         new = [r for r in done if r.id not in self._read]
         if not new:
             return
-        for r in new:
-            if r.val_bits is not None and r.val_count:
-                self._pairs.validation[r.id] = examples.unpack(r.val_bits, int(r.val_count))
+        self._pairs.validation.update(_unpacked(new))
         self._pairs.test.update(self.study.correctness([r.id for r in new], "test"))
         self._read.update(r.id for r in new)
         self._columns.extend(new)
@@ -196,6 +206,25 @@ class LiveFronts:
         return {"plots": plots, "done": len(done), "large": large,
                 "seed": seed.id if seed is not None else None,
                 "recommended": rec.id if rec is not None else None}
+
+
+def _unpacked(rows: Sequence[Any]) -> dict[int, np.ndarray]:
+    """id -> validation correctness of the rows that have it, unpacked a group of equal
+    sizes at a time (100,000 rows: one `unpackbits`, not 100,000)."""
+    by_size: dict[int, list[Any]] = {}
+    for r in rows:
+        if r.val_bits is not None and r.val_count:
+            by_size.setdefault(int(r.val_count), []).append(r)
+    out: dict[int, np.ndarray] = {}
+    for n, group in by_size.items():
+        width = (n + 7) // 8
+        if any(len(r.val_bits) != width for r in group):  # damaged: its own error line
+            out.update((r.id, examples.unpack(r.val_bits, n)) for r in group)
+            continue
+        packed = np.frombuffer(b"".join(r.val_bits for r in group), np.uint8)
+        bits = np.unpackbits(packed.reshape(len(group), width), axis=1, count=n)
+        out.update(zip((r.id for r in group), bits.astype(bool), strict=True))
+    return out
 
 
 def _point(c: Candidate, cost: str, label: str, marks: dict[int, str], top: int) -> Point:
