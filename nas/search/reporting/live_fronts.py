@@ -4,10 +4,11 @@ candidate marked, redrawn when a candidate finishes.
 
 Why its own module: the overview answers every 2 s, at 100,000 candidates too. Every
 picture depends only on which candidates are done, and a done candidate never changes, so
-the population is read incrementally (`DoneCache`: each finished row once, without its
-graph), the per-example results of each new row are kept, and the fronts, the
-recommendation (`recommend.recommend`, as the summary makes it) and the SVGs are computed
-again only when the number of done candidates changed. Up to `SCALE_LIMIT` finished
+the population is read incrementally (`Study.done_rows`: each finished row once, without
+its graph), the per-example results of each new row are kept and compared only once with
+each reference (`GrowingComparisons`), and the fronts, the recommendation
+(`recommend.recommend`, as the summary makes it) and the SVGs are computed again only when
+the number of done candidates changed. Up to `SCALE_LIMIT` finished
 candidates each is a point; past it the population is density under the highlighted
 points (the fronts, the best k, the seed, the recommended), as in the report.
 """
