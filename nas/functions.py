@@ -11,13 +11,18 @@ cell or `__main__` to another process by value.
   a changed function is noticed and a re-import of the same code is not.
 - `resolve(name)`: the function a "package.module:function" name imports.
 - `pack` / `unpack`: functions by value (cloudpickle), for the executors' pipes and the
-  object store only. Nothing packed is ever written to disk or read back from it.
+  object store only. A function of the user's own code (`__main__`, a notebook, a module
+  of their project) travels with its code, so a Ray node that has only the installed
+  packages runs it; one of an installed package travels by name. Nothing packed is ever
+  written to disk or read back from it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib
+import sys
+import sysconfig
 import types
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -123,7 +128,29 @@ def pack(functions: Mapping[str, Callable[..., Any]], field: str = "functions") 
             raise ValueError(f"{key}: {name_of(fn)} cannot be shipped to worker processes "
                              f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
                              f"); define it at top level, closing over plain values") from None
-    return cloudpickle.dumps(dict(functions))
+    modules = [sys.modules[name] for name in sorted(_users_modules(functions))]
+    for module in modules:
+        cloudpickle.register_pickle_by_value(module)
+    try:
+        return cloudpickle.dumps(dict(functions))
+    finally:
+        for module in modules:
+            cloudpickle.unregister_pickle_by_value(module)
+
+
+def _users_modules(functions: Mapping[str, Callable[..., Any]]) -> set[str]:
+    """The modules, other than `__main__` (always by value), that define one of `functions`
+    and are not installed (the standard library, site-packages): the user's own code."""
+    installed = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib",
+                                                    "platlib")}
+    out = set()
+    for fn in functions.values():
+        name = getattr(getattr(fn, "func", fn), "__module__", None)
+        file = getattr(sys.modules.get(name or ""), "__file__", None)
+        if name and name != "__main__" and file and not any(
+                file.startswith(root) for root in installed):
+            out.add(name)
+    return out
 
 
 def unpack(data: bytes | None) -> dict[str, Callable[..., Any]]:

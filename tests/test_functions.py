@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from nas import functions as fn_lib
@@ -56,3 +57,18 @@ def test_a_name_that_cannot_be_imported_is_one_line():
     with pytest.raises(ValueError, match=r"f: 'tests.search._user_functions:OFFSET' is a "
                                          r"float, not a function"):
         fn_lib.resolve("tests.search._user_functions:OFFSET", "f")
+
+
+def test_a_function_of_the_users_own_module_travels_with_its_code(tmp_path):
+    """A Ray node has the installed packages, not the user's project: a function from a
+    module of theirs (here the tests') must run where that module cannot be imported."""
+    packed = tmp_path / "packed.bin"
+    packed.write_bytes(fn_lib.pack({"loss": offset_loss}))
+    code = ("import sys, numpy as np; from nas.functions import unpack; "
+            "f = unpack(open(sys.argv[1], 'rb').read())['loss']; "
+            "print(float(f(np.zeros((2, 3), np.float32), np.array([0, 1]))))")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    run = subprocess.run([sys.executable, "-c", code, str(packed)], capture_output=True,
+                         text=True, env=env, cwd=tmp_path, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert abs(float(run.stdout) - (100.0 + np.log(3))) < 1e-4
