@@ -3,8 +3,9 @@
 Runs the same search (configs/digits_cnn_search.py, the zoo CifarNet on the bundled digits)
 through both doors, each in a fresh process with a fresh workdir, in turns (command,
 Python, command, Python, ...) so that the shared machine's load drifts alike over both.
-Prints each run's wall time and the ratio of the medians (Python / command), and checks
-that both doors proposed the same candidates.
+Prints each run's wall time and the ratio of the medians (Python / command), checks that
+both doors proposed the same candidates, and times what only the Python door does (its
+argument checks, `nas.search.api.prepare`) on its own.
 
     python benchmarks/python_search.py [--repeats 2] [--max-candidates 8]
 """
@@ -26,6 +27,15 @@ import sys
 import nas
 nas.run_search("cnn", "digits", workdir=sys.argv[1], max_candidates=int(sys.argv[2]),
                config=sys.argv[3], progress=False)
+"""
+PREPARE = """
+import sys, time
+from nas.search.api import prepare
+start = time.monotonic()
+prepare("cnn", "digits", workdir=sys.argv[1], max_candidates=int(sys.argv[2]),
+        config=sys.argv[3], overrides=None, loss=None, optimizer=None, augment=None,
+        costs=None, callbacks=())
+print(time.monotonic() - start)
 """
 
 
@@ -63,9 +73,15 @@ def main() -> None:
                       flush=True)
         same = fingerprints(os.path.join(tmp, "command0")) == \
             fingerprints(os.path.join(tmp, "python0"))
+        checks = float(subprocess.run(
+            [sys.executable, "-c", PREPARE, os.path.join(tmp, "unused"),
+             str(args.max_candidates), CONFIG], check=True, cwd=ROOT, capture_output=True,
+            text=True).stdout.split()[-1])
     command, python = (statistics.median(times[d]) for d in ("command", "python"))
     print(f"\nmedian: nas-search {command:.1f} s, nas.run_search {python:.1f} s; "
           f"Python / command {python / command:.3f}; same candidates: {same}")
+    print(f"the Python door's own work (argument checks, config): {checks:.2f} s, "
+          f"{checks / command:.2%} of the search")
 
 
 if __name__ == "__main__":
