@@ -114,3 +114,19 @@ def check_outputs(graph: Any, constants: Any, config: ml_collections.ConfigDict,
         raise ValueError(f"{what} outputs {got} logits, but dataset "
                          f"{config.input.data.name!r} has {want} classes (config field "
                          f"'num_classes')")
+
+
+def labelled_schedule_notes(configs: Mapping[str, Any], section: str = "") -> list[str]:
+    """`schedule_notes` of several training configs of one run, each line led by its label
+    (a search's seed and its children train for different epochs): `configs` maps a label
+    to a training config or its dict; `section` (e.g. "train.") prefixes the field names
+    as the user wrote them."""
+    from nas.train.config import with_defaults
+
+    lines = []
+    for label, config in configs.items():
+        full = with_defaults(ml_collections.ConfigDict(dict(config)))
+        for note in schedule_notes(full):
+            lines.append(f"{label}: " + note.replace("config field '", f"config field "
+                                                     f"'{section}", 1))
+    return lines

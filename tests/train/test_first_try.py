@@ -178,6 +178,49 @@ def test_training_shortens_the_schedule_as_the_checks_said(data_dir):
     assert metrics.steps == 2 and np.isfinite(metrics.loss)
 
 
+def test_a_search_says_which_schedules_it_shortens():
+    """The driver prints one line for the seed's and one for the children's training."""
+    from nas.search.execution.driver import schedule_lines
+    from nas.search.strategy.settings import validate_search
+
+    config = runpy.run_path(os.path.join(REPO, "configs", "digits_cnn_search.py"))[
+        "get_config"]()
+    search = validate_search(config)
+    assert schedule_lines(config.train, search) == []  # 20 warmup steps fit
+    config.train.schedule.warmup_steps = 100
+    assert schedule_lines(config.train, search) == [
+        "the seed: config field 'train.schedule': warmup (100) + cooldown (0) steps exceed "
+        "the run's 60 steps: shortened to warmup 30 + cooldown 0, half the run (total_epochs "
+        "3 x 20.2 steps per epoch at batch size 64)",
+        "each child: config field 'train.schedule': warmup (100) + cooldown (0) steps exceed "
+        "the run's 40 steps: shortened to warmup 20 + cooldown 0, half the run (total_epochs "
+        "2 x 20.2 steps per epoch at batch size 64)"]
+
+
+def test_a_search_takes_the_folder_s_classes_and_checks_its_seed_graph(tmp_path):
+    from nas.graph.serialize import graph_to_json
+    from nas.search.execution.driver import check_seed
+
+    root = three_class_folder(str(tmp_path / "imgs"), train=20, test=2)
+    config = runpy.run_path(os.path.join(REPO, "configs", "digits_cnn_search.py"))[
+        "get_config"]()
+    config.train.input.data.name = f"folder:{root}"
+    config.train.input.data_dir = str(tmp_path / "tfds")
+    config.train.input.batch_size = 16
+    graph, constants = tiny_graph()  # 10 logits
+    (tmp_path / "seed.json").write_text(graph_to_json(graph, constants))
+    config.search.seed_graph = str(tmp_path / "seed.json")
+    with pytest.raises(ValueError) as e:
+        check_seed(config)
+    assert str(e.value) == (
+        f"config field 'search.seed_graph': {tmp_path}/seed.json outputs 10 logits, but "
+        f"dataset 'folder:{root}' has 3 classes (config field 'num_classes')")
+    assert config.train.num_classes == 3  # the data's, recorded by validate_search
+    (tmp_path / "seed.json").write_text(graph_to_json(graph, {"num_classes": 3}))
+    check_seed(config)
+    assert not os.path.exists(tmp_path / "tfds")  # checked, not converted
+
+
 @pytest.mark.slow
 def test_the_readme_folder_command_runs_on_3_classes_of_40_pngs(tmp_path):
     """README: `nas-train --config=configs/digits_cnn.py

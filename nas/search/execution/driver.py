@@ -288,6 +288,18 @@ def seed_parts(train: ml_collections.ConfigDict, search: ml_collections.ConfigDi
     return graph, constants, None, blocks
 
 
+def schedule_lines(train: ml_collections.ConfigDict, search: ml_collections.ConfigDict
+                   ) -> list[str]:
+    """One line for each schedule that the seed's or the children's training shortens
+    because its warmup or cooldown outlasts their run (`nas.train.optim.fitted_ramps`)."""
+    from nas.train.preflight import labelled_schedule_notes
+
+    plain = train.to_dict()
+    return labelled_schedule_notes({
+        "the seed": candidate_train_config(plain, search, is_seed=True),
+        "each child": candidate_train_config(plain, search, is_seed=False)}, "train.")
+
+
 def check_seed(config: ml_collections.ConfigDict) -> None:
     """Builds the seed a new study would start from (`seed_parts`), so a bad model or
     seed graph is refused before the study exists."""
@@ -317,6 +329,8 @@ class Driver:
         config = resumed_config(config, self.study)
         self.search = validate_search(config)
         self.train = config.train
+        for line in schedule_lines(self.train, self.search):  # shortened in every worker
+            print(line, flush=True)
         self.functions = user_functions.search_functions(self.train, self.search, functions)
         user_functions.check_recorded(self.study.get_state(user_functions.STATE, None),
                                       self.functions, self.workdir)
