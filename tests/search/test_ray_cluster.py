@@ -2,17 +2,15 @@
 
 The slow tests start a head with no task slots and two worker nodes on this machine, each
 node in its own mount namespace where the workdir, the `npz:` data and ~/.cache/nas are an
-empty tmpfs (`ray_nodes.LocalCluster`). The fast ones check how a local Ray starts and how an
-address or a request that cannot work is refused.
+empty tmpfs (`ray_nodes.LocalCluster`). The fast ones check how an address or a request that
+cannot work is refused (a stale session file: tests/search/test_resume_and_ray.py).
 """
 
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 
 import numpy as np
@@ -177,28 +175,6 @@ def _closed_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def test_a_dead_cluster_in_the_session_file_is_never_joined(search_config, monkeypatch):
-    """Ray's session file names a cluster that ended without `ray stop` (nothing answers
-    there): a search without `ray_address` starts its own local Ray and trains."""
-    ray = pytest.importorskip("ray")
-    from nas.search.execution.driver import run_search
-
-    temp = tempfile.mkdtemp(prefix="nasst", dir="/tmp")  # short: Ray's socket paths
-    os.makedirs(os.path.join(temp, "ray"))
-    with open(os.path.join(temp, "ray", "ray_current_cluster"), "w") as f:
-        f.write(f"127.0.0.1:{_closed_port()}")
-    monkeypatch.setenv("RAY_TMPDIR", temp)
-    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
-    monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    try:
-        study = run_search(search_config(executor="ray", max_candidates=1),
-                           os.path.join(temp, "study"), progress=False)
-    finally:
-        ray.shutdown()
-        shutil.rmtree(temp, ignore_errors=True)
-    assert [c.status for c in study.candidates()] == ["done"]
 
 
 def test_an_unreachable_address_is_one_line_from_the_cli(tmp_path):

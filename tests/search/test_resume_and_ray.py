@@ -121,15 +121,31 @@ def test_sigkill_while_the_pipeline_prepares_a_child_then_resume(tmp_path):
 
 def test_ray_executor_runs_candidates_pipelined(tmp_path, search_config, monkeypatch):
     """Two tasks per slot: while one trains the next child is prepared in another task, and
-    the two take turns on the device (their steps and evaluations never overlap)."""
+    the two take turns on the device (their steps and evaluations never overlap). Ray's
+    session file names a cluster that ended without `ray stop` (nothing answers there): the
+    search starts its own local Ray instead of joining it (issue 46)."""
     ray = pytest.importorskip("ray")
+    import shutil
+    import socket
+    import tempfile
+
+    temp = tempfile.mkdtemp(prefix="nasst", dir="/tmp")  # short: Ray's socket paths
+    os.makedirs(os.path.join(temp, "ray"))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+    with open(os.path.join(temp, "ray", "ray_current_cluster"), "w") as f:
+        f.write(f"127.0.0.1:{dead}")
+    monkeypatch.setenv("RAY_TMPDIR", temp)
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
     try:  # the executor starts a local Ray, as for a user (and without JAX's fork warning)
         config = search_config(executor="ray", max_candidates=3, pipeline_depth=2,
                                prepare_ahead=1)
         study = run_search(config, str(tmp_path / "ray"), progress=False)
     finally:
         ray.shutdown()
+        shutil.rmtree(temp, ignore_errors=True)
     done = study.candidates("done")
     assert len(done) == 3, [c.error for c in study.candidates()]
     assert done[1].parent_id == done[0].id
