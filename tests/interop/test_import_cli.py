@@ -179,10 +179,12 @@ def test_import_checked_measures_before_it_writes(tmp_path, monkeypatch):
     bias["params"][head]["bias"] = bias["params"][head]["bias"] + step * np.arange(
         1, size + 1, dtype=np.float32)
     off = measure_import(dataclasses.replace(cand, variables=bias), model, x)
-    got = np.asarray(dataclasses.replace(cand, variables=bias)(x))
-    module = np.asarray(cand(x))
+    with jax.default_matmul_precision("float32"):  # as the check computes (a GPU: TF32)
+        got = np.asarray(dataclasses.replace(cand, variables=bias)(x))
+        module = np.asarray(cand(x))
     assert off.largest_difference == pytest.approx(float(np.abs(got - module).max()),
-                                                   abs=2 * again.largest_difference + 1e-7)
+                                                   abs=2 * again.largest_difference
+                                                   + 1e-6 * again.largest_output)
     assert off.largest_difference > 10 * max(again.largest_difference, 1e-9)
 
 
