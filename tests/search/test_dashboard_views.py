@@ -203,3 +203,20 @@ def test_results_unpacked_together_equal_one_by_one():
     damaged = [SimpleNamespace(id=1, val_count=143, val_bits=b"\x00" * 3)]
     with pytest.raises(ValueError, match="^correctness: 3 bytes cannot hold exactly 143"):
         _unpacked(damaged)
+
+
+def test_the_pictures_draw_a_users_cost_as_the_summary_ranks_it(tmp_path):
+    """`search.costs`' latency_ms is a ranked front and the recommendation's cost: its
+    picture rings the study's front by it and stars the summary's recommendation."""
+    import re
+
+    from tests.search.test_user_costs import _study as costs_study
+
+    study = costs_study(tmp_path)
+    pictures = Dashboard(study).live.pictures()
+    assert [p["cost"] for p in pictures["plots"]] == ["flops", "latency_ms"]
+    latency = _svg(pictures, "latency_ms")
+    ringed = re.findall(r'class="point" data-id="(\d+)"[^>]*stroke="#d62728"', latency)
+    assert sorted(map(int, ringed)) == sorted(c.id for c in study.pareto_front("latency_ms"))
+    assert pictures["recommended"] == 5 and "recommended: candidate 5," in summary(study)
+    assert "latency_ms" in latency and 'class="mark recommended" data-id="5"' in latency

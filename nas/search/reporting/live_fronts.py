@@ -16,7 +16,6 @@ points (the fronts, the best k, the seed, the recommended), as in the report.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,17 +28,7 @@ from nas.search.reporting.svg import Point, generation_colour, scatter
 from nas.search.store import recommend
 from nas.search.store.candidate import Candidate
 from nas.search.strategy.pareto import ParetoCurve
-from nas.search.strategy.selection import OBJECTIVES
-
-
-def cost_of(row: Any, cost: str) -> float | None:
-    """`cost` of a candidate or a population row: a built-in cost is an attribute, one of
-    the search's own a number in its metrics (None when absent or not finite)."""
-    value = (getattr(row, cost, None) if cost in OBJECTIVES
-             else (getattr(row, "extra_metrics", None) or {}).get(cost))
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
+from nas.search.strategy.selection import OBJECTIVES, cost_value, higher_better
 
 
 def front_mask(accuracy: np.ndarray, values: np.ndarray, cost: str) -> np.ndarray:
@@ -50,7 +39,7 @@ def front_mask(accuracy: np.ndarray, values: np.ndarray, cost: str) -> np.ndarra
     if not ok.any():
         return out
     curve = ParetoCurve(np.column_stack([accuracy[ok], values[ok]]),
-                        (True, OBJECTIVES.get(cost, False)))
+                        (True, higher_better(cost)))
     for a, v in curve.points.tolist():  # a front has few points; the rows are many
         out |= (accuracy == a) & (values == v)
     return out
@@ -103,7 +92,7 @@ class _Columns:
         for cost in self.values:  # a built-in cost is a float or None (NaN here)
             new = (np.array([getattr(r, cost) for r in rows], dtype=float)
                    if cost in OBJECTIVES else
-                   np.array([np.nan if (v := cost_of(r, cost)) is None else v
+                   np.array([np.nan if (v := cost_value(r, cost)) is None else v
                              for r in rows], dtype=float))
             self.values[cost] = np.concatenate([self.values[cost], new])
 
@@ -188,7 +177,7 @@ class LiveFronts:
         for cost in self.costs:
             label = labels.get(cost, cost)
             points = {c.id: _point(c, cost, label, marks, top) for c in shown.values()
-                      if c.accuracy is not None and cost_of(c, cost) is not None}
+                      if c.accuracy is not None and cost_value(c, cost) is not None}
             ringed = sorted((i for i in cols.ids[on[cost]].tolist() if i in points),
                             key=lambda i: (points[i].x, i))
             for i in ringed:
@@ -229,7 +218,7 @@ def _unpacked(rows: Sequence[Any]) -> dict[int, np.ndarray]:
 
 
 def _point(c: Candidate, cost: str, label: str, marks: dict[int, str], top: int) -> Point:
-    value = cost_of(c, cost)
+    value = cost_value(c, cost)
     mark = marks.get(c.id, "")
     return Point(float(value), float(c.accuracy),
                  f"candidate {c.id} (generation {c.generation}, parent {c.parent_id}"
