@@ -151,39 +151,16 @@ class Arrays:
 
 def read_arrays(data: Sequence[Any]) -> Arrays:
     """`(x_train, y_train, x_test, y_test)`: uint8 images (N, H, W) or (N, H, W, C), C 1
-    or 3, and integer labels from 0; each mistake one line naming the array."""
+    or 3, and integer labels from 0, checked as an npz file's are; each mistake one line
+    naming the array."""
+    from nas.train.userfiles import checked_arrays
+
     if len(data) != 4:
         raise ValueError(f"data: expected (x_train, y_train, x_test, y_test), got a "
                          f"{type(data).__name__} of {len(data)}")
-    arrays = dict(zip(ARRAY_NAMES, (np.asarray(a) for a in data), strict=True))
-    shapes = []
-    for split in ("train", "test"):
-        x, y = arrays[f"x_{split}"], arrays[f"y_{split}"]
-        where = f"data: x_{split}"
-        if x.dtype != np.uint8:
-            raise ValueError(f"{where} has dtype {x.dtype}, expected uint8 images (0..255)")
-        if x.ndim not in (3, 4) or (x.ndim == 4 and x.shape[-1] not in (1, 3)):
-            raise ValueError(f"{where} has shape {x.shape}, expected (N, H, W) or "
-                             f"(N, H, W, C) with C 1 or 3")
-        if len(x) == 0:
-            raise ValueError(f"{where} holds no images")
-        if y.ndim == 2 and y.shape[1] == 1:
-            y = arrays[f"y_{split}"] = y.reshape(-1)
-        if not np.issubdtype(y.dtype, np.integer) or y.ndim != 1:
-            raise ValueError(f"data: y_{split} has dtype {y.dtype} and shape {y.shape}, "
-                             f"expected integer labels of shape (N,)")
-        if len(y) != len(x):
-            raise ValueError(f"data: x_{split} holds {len(x)} images but y_{split} {len(y)} "
-                             f"labels (expected the same length)")
-        if y.min() < 0:
-            raise ValueError(f"data: y_{split} has label {int(y.min())}, expected labels in "
-                             f"[0, num_classes)")
-        shapes.append((x.shape[1], x.shape[2], x.shape[3] if x.ndim == 4 else 1))
-    if shapes[0] != shapes[1]:
-        raise ValueError(f"data: x_test images are {shapes[1]}, x_train's {shapes[0]} "
-                         f"(expected the same (H, W, C))")
-    found = int(max(arrays["y_train"].max(), arrays["y_test"].max())) + 1
-    return Arrays(arrays, found, tuple(int(d) for d in shapes[0]))
+    given = dict(zip(ARRAY_NAMES, (np.asarray(a) for a in data), strict=True))
+    arrays, shape, num_classes = checked_arrays("data", given)
+    return Arrays(arrays, num_classes, shape)
 
 
 def check_classes(num_classes: int, outputs: int | None, labels: Arrays | None) -> None:

@@ -228,17 +228,27 @@ def _read_npz(path: str) -> Content:
             arrays = {k: npz[k] for k in _NPZ_ARRAYS}
         except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
             raise ValueError(f"{path}: unreadable npz ({_reason(e)}; {what})") from None
-    shapes = {s: _check_split(path, arrays, s) for s in SPLITS}
+    arrays, shape, num_classes = checked_arrays(path, arrays)
+    sizes = {s: len(arrays[f"x_{s}"]) for s in SPLITS}
+    return Content("npz", path, shape, num_classes, None, sizes, _NpzReader(arrays))
+
+
+def checked_arrays(where: str, arrays: dict[str, np.ndarray]
+                   ) -> tuple[dict[str, np.ndarray], tuple[int, int, int], int]:
+    """(arrays as (N, H, W, C) images and (N,) labels, (H, W, C), number of classes) of
+    `x_train, y_train, x_test, y_test`: an npz's, or arrays a user holds in memory
+    (`nas.run_search`); each fault is one ValueError that starts with `where`."""
+    arrays = dict(arrays)
+    shapes = {s: _check_split(where, arrays, s) for s in SPLITS}
     if shapes["train"] != shapes["test"]:
-        raise ValueError(f"{path}: x_test images are {_hwc(shapes['test'])}, x_train's "
+        raise ValueError(f"{where}: x_test images are {_hwc(shapes['test'])}, x_train's "
                          f"{_hwc(shapes['train'])} (expected the same shape)")
     for s in SPLITS:
         x = arrays[f"x_{s}"]
         arrays[f"x_{s}"] = x[..., None] if x.ndim == 3 else x
         arrays[f"y_{s}"] = arrays[f"y_{s}"].reshape(-1)
     num_classes = int(max(arrays["y_train"].max(), arrays["y_test"].max())) + 1
-    sizes = {s: len(arrays[f"x_{s}"]) for s in SPLITS}
-    return Content("npz", path, shapes["train"], num_classes, None, sizes, _NpzReader(arrays))
+    return arrays, shapes["train"], num_classes
 
 
 def _hwc(shape: tuple) -> str:

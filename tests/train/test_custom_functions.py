@@ -38,6 +38,11 @@ def _one_device(tree):
     return jax.tree.map(lambda a: jnp.asarray(a)[None], tree)
 
 
+def _assert_same_params(a, b, **tolerance):
+    for x, y in zip(jax.tree.leaves(a["params"]), jax.tree.leaves(b["params"]), strict=True):
+        np.testing.assert_allclose(x, y, **tolerance)
+
+
 def test_the_users_loss_is_what_the_step_minimizes_and_reports():
     graph, constants = tiny_graph()
     model = Model(graph, constants)
@@ -49,9 +54,7 @@ def test_the_users_loss_is_what_the_step_minimizes_and_reports():
     # same gradient (the offset is a constant), the user's value reported
     np.testing.assert_allclose(users[1]["training_loss"], built_in[1]["training_loss"] + OFFSET,
                                rtol=1e-6)
-    for a, b in zip(jax.tree.leaves(users[0]["params"]), jax.tree.leaves(built_in[0]["params"]),
-                    strict=True):
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    _assert_same_params(users[0], built_in[0], rtol=1e-5, atol=1e-6)
 
 
 def test_the_augmentation_runs_on_the_images_inside_the_step():
@@ -70,9 +73,7 @@ def test_the_augmentation_runs_on_the_images_inside_the_step():
     zeros = dict(batch, image=jnp.zeros_like(batch["image"]))
     plain = _step(model, tx)(_one_device(state), _one_device(zeros), rng)
     assert seen and seen[0][1] == (8, 8, 8, 3)  # traced on one device's float images
-    for a, b in zip(jax.tree.leaves(augmented[0]["params"]),
-                    jax.tree.leaves(plain[0]["params"]), strict=True):
-        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+    _assert_same_params(augmented[0], plain[0], rtol=1e-6, atol=1e-7)
 
 
 def test_the_eval_loss_is_the_mean_of_the_users_loss_over_real_rows():
@@ -108,9 +109,7 @@ def test_the_users_optimizer_replaces_the_built_in_one(tmp_path):
     metrics, _, state = train_and_eval(config, eval_perf=False, graph=graph,
                                        constants=constants, init_variables=start,
                                        functions={"optimizer": frozen_sgd})
-    for a, b in zip(jax.tree.leaves(state["params"]), jax.tree.leaves(start["params"]),
-                    strict=True):
-        np.testing.assert_array_equal(a, b)
+    _assert_same_params(state, start, rtol=0, atol=0)
     assert schedules and float(schedules[0](0)) == pytest.approx(config.lr, rel=1e-6)
 
 
