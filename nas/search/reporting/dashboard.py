@@ -108,7 +108,10 @@ class Dashboard:
                  if measured(c, cost) is not None]
         # paired with the seed and the parent where per-example results exist, as the
         # summary compares them (the Wilson rule only for a study without them)
-        pairs = recommend.Comparisons.of(self.study, list(by_id))
+        # (only its own, its parent's and the seed's results: a lineage thousands deep
+        # would read every row)
+        compared = {cid, lineage(cid, by_id)[0], c.parent_id} - {None}
+        pairs = recommend.Comparisons.of(self.study, sorted(compared))
         section = _candidate_section(self.study, c, by_id, _input_shape(self.study), costs,
                                      on, {}, pairs)
         section = section.replace('href="#cand-', 'href="/candidates/').replace(
