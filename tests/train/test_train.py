@@ -68,14 +68,14 @@ def test_complete_starting_variables_are_used_as_they_are(parent):
 
     _, _, pstate, _ = parent
     model = Model(*tiny_graph(with_bn=True))
-    start = _init_variables(model, 32, seed=0, parent=pstate)
+    start = _init_variables(model, (32, 32, 3), seed=0, parent=pstate)
     for collection, ops in pstate.items():
         for op, leaves in ops.items():
             for name, value in leaves.items():
                 np.testing.assert_array_equal(start[collection][op][name], value)
     partial = {"params": {k: v for k, v in pstate["params"].items() if k != "logits"}}
-    fresh = _init_variables(model, 32, seed=0, parent={})
-    start = _init_variables(model, 32, seed=0, parent=partial)
+    fresh = _init_variables(model, (32, 32, 3), seed=0, parent={})
+    start = _init_variables(model, (32, 32, 3), seed=0, parent=partial)
     for op in ("conv", "logits"):
         np.testing.assert_array_equal(start["params"][op]["kernel"],
                                       fresh["params"][op]["kernel"])
