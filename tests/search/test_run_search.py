@@ -146,6 +146,10 @@ def test_the_python_call_and_the_command_give_the_same_candidates(tmp_path, monk
         [c.fingerprint for c in command.candidates()]
     assert [c.status for c in command.candidates()] == ["done"] * 3
     assert all(c.loss > 100.0 for c in command.candidates())  # the named loss trained it
+    opened = nas.SearchResult.load(tmp_path / "command")  # a study of the command line's
+    assert opened.recommended.info["id"] == result.recommended.info["id"]
+    assert opened.summary().splitlines()[-2] == result.summary().splitlines()[-2].replace(
+        str(tmp_path / "python"), str(tmp_path / "command"))
 
 
 # ----------------------------------------------------------------------------- mistakes
