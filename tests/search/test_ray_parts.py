@@ -153,21 +153,3 @@ def test_an_unreachable_address_is_one_line():
                                          r"a Ray cluster at [\d.]+:\d+ \(") as e:
         ray_cluster.check_reachable(address)
     assert "\n" not in str(e.value)
-
-
-def test_auto_with_only_a_dead_cluster_in_the_session_file_is_one_line(monkeypatch):
-    import tempfile
-
-    temp = tempfile.mkdtemp(prefix="ray-stale-", dir="/tmp")  # short: Ray's socket paths
-    try:
-        os.makedirs(os.path.join(temp, "ray"))
-        with open(os.path.join(temp, "ray", "ray_current_cluster"), "w") as f:
-            f.write(f"127.0.0.1:{_closed_port()}")
-        monkeypatch.setenv("RAY_TMPDIR", temp)
-        monkeypatch.delenv("RAY_ADDRESS", raising=False)
-        with pytest.raises(ValueError, match=r"cannot reach a Ray cluster at [\d.]+:\d+"):
-            ray_cluster.check_reachable("auto")
-    finally:
-        import shutil
-
-        shutil.rmtree(temp, ignore_errors=True)
