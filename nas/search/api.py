@@ -40,6 +40,10 @@ def run_study(config: ml_collections.ConfigDict, workdir: str, *, budget_given: 
 
     validate_search(config)  # the whole config, before the workdir exists
     check_workdir(workdir, create=True)
+    if config.search.executor == "ray" and config.search.ray_address:
+        from nas.search.execution.ray_cluster import check_reachable
+
+        check_reachable(config.search.ray_address)  # before the study is written
     before = stored_budget(workdir)
     if before is not None and not budget_given:  # a resumed study keeps its budget
         config.search.max_candidates = before

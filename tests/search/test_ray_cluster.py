@@ -188,6 +188,7 @@ def test_an_unreachable_address_is_one_line_from_the_cli(tmp_path):
     assert out.returncode != 0
     lines = [ln for ln in (out.stdout + out.stderr).splitlines() if ln.strip()]
     assert len(lines) == 1 and "cannot reach a Ray cluster at" in lines[0], lines[-20:]
+    assert not (tmp_path / "study").exists()  # refused before anything is written
 
 
 def test_a_task_no_node_can_hold_is_refused_at_start(monkeypatch):
