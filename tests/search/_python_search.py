@@ -67,6 +67,9 @@ def rows(result):
 
 
 def main(workdir, out):
+    # Python's own Ctrl-C handler, as in a terminal or a notebook: started from a job in the
+    # background (a CI script under nohup), this process inherits SIGINT ignored
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     x = jnp.zeros((1, 8, 8, 3))
     model = Net()
     seed = nas.from_flax(model, x, variables=model.init(jax.random.PRNGKey(0), x), train=False)
