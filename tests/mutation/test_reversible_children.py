@@ -73,7 +73,8 @@ def test_children_train_in_the_reversible_trainer():
     config = dict(FAST, input_shape=(1, 16, 16, 3))
     children = [propose_child(graph, constants, None, seed=s, config=config)
                 for s in (0, 1)]
-    train_cfg = config_lib.with_defaults({"optax_name": "scale_by_adam", "lr": 1e-3})
+    train_cfg = config_lib.with_defaults({"optax_name": "scale_by_adam", "lr": 1e-3,
+                                          "num_classes": 10})
     rs = np.random.RandomState(0)
     batch = {"image": rs.randn(4, 16, 16, 3).astype(np.float32),
              "label": rs.randint(0, 10, 4).astype(np.int32)}

@@ -60,6 +60,19 @@ OVERRIDES = {
 }
 
 
+def worker_processes():
+    """This process's children that are worker processes (multiprocessing's own resource
+    tracker lives as long as this process, and is not one)."""
+    out = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if "resource_tracker" not in " ".join(p.cmdline()):
+                out.append(" ".join(p.cmdline())[:200])
+        except psutil.NoSuchProcess:  # ended while we looked: not left behind
+            pass
+    return out
+
+
 def rows(result):
     return [{"id": c.id, "status": c.status, "parent": c.parent_id, "loss": c.loss,
              "kilo_params": c.metrics.get("kilo_params"), "fingerprint": c.fingerprint,
@@ -97,7 +110,7 @@ def main(workdir, out):
     except KeyboardInterrupt:
         report["interrupted"] = {
             "counts": nas.SearchResult.load(workdir).study.counts(),
-            "children": [p.pid for p in psutil.Process().children(recursive=True)]}
+            "workers": worker_processes()}
     done = search()
     recommended = done.recommended
     batch = np.zeros((3, *recommended.input_shape), np.float32)

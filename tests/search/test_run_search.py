@@ -68,7 +68,7 @@ def test_an_interrupt_stops_it_with_no_process_left_and_the_next_call_resumes(
     _, report = python_search
     interrupted = report["interrupted"]
     assert interrupted is not None, "the interrupt did not reach run_search's caller"
-    assert interrupted["children"] == []  # every worker process is gone
+    assert interrupted["workers"] == []  # every worker process is gone
     assert interrupted["counts"]["running"] == 0
     assert sum(interrupted["counts"][s] for s in ("done", "failed")) == 3
     assert sum(r["status"] == "done" for r in report["done"]["rows"]) >= 3

@@ -25,7 +25,7 @@ IMAGE = (16, 16, 3)
 
 
 def _config(optax_name: str, **kw) -> config_lib.ml_collections.ConfigDict:
-    return config_lib.with_defaults({"optax_name": optax_name, "lr": 0.05,
+    return config_lib.with_defaults({"optax_name": optax_name, "lr": 0.05, "num_classes": 10,
                                      "grad_clip_norm": 0.0, "schedule": SCHED, **kw})
 
 
@@ -191,7 +191,7 @@ from nas.zoo import revnet
 assert jax.local_device_count() == 2
 graph, constants, _ = revnet.RevNet(depth=2, width=8)
 config = config_lib.with_defaults({"optax_name": "identity", "lr": 0.05,
-                                   "grad_clip_norm": 0.0})
+                                   "grad_clip_norm": 0.0, "num_classes": 10})
 rs = np.random.RandomState(0)
 batches = [{"image": rs.randn(4, 16, 16, 3).astype(np.float32),
             "label": rs.randint(0, 10, 4).astype(np.int32)} for _ in range(2)]

@@ -8,7 +8,7 @@ from helpers import tiny_config, tiny_graph
 from nas.train.memory import DeviceBudgetExceeded, select_trainer, standard_step_memory
 from nas.zoo import revnet
 
-SMALL = {"input.image_size": 16, "input.batch_size": 8}
+SMALL = {"input.image_size": 16, "input.batch_size": 8, "num_classes": 10}
 
 
 def test_auto_sends_reversible_graphs_over_the_budget_to_the_reversible_trainer():
@@ -40,7 +40,7 @@ def test_plain_graph_over_the_budget_is_infeasible_with_estimate_and_budget():
 
 def test_estimate_uses_the_configured_number_of_classes():
     graph, constants, _ = revnet.RevNet(num_classes=100, depth=1, width=8)
-    config = tiny_config("", num_classes=100, **SMALL)
+    config = tiny_config("", **{**SMALL, "num_classes": 100})
     assert standard_step_memory(graph, constants, config, 8, (16, 16, 3))["total"] > 0
 
 

@@ -13,11 +13,11 @@ from nas.zoo import revnet
 
 def test_auto_selects_by_memory_budget():
     graph, constants, _ = revnet.RevNet(depth=2, width=8)
-    config = tiny_config("", trainer="auto", device_memory_budget=1)
+    config = tiny_config("", trainer="auto", device_memory_budget=1, num_classes=10)
     assert select_trainer(config, graph, constants) == "reversible"  # 1 byte: nothing fits
-    config = tiny_config("", trainer="auto", device_memory_budget=2**40)
+    config = tiny_config("", trainer="auto", device_memory_budget=2**40, num_classes=10)
     assert select_trainer(config, graph, constants) == "standard"
-    config = tiny_config("", trainer="standard", device_memory_budget=1)
+    config = tiny_config("", trainer="standard", device_memory_budget=1, num_classes=10)
     assert select_trainer(config, graph, constants) == "standard"
 
 

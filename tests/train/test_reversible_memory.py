@@ -32,7 +32,7 @@ BATCH = 8
 
 
 def _config(optax_name: str = "scale_by_adam") -> config_lib.ml_collections.ConfigDict:
-    return config_lib.with_defaults({"optax_name": optax_name, "lr": 0.01})
+    return config_lib.with_defaults({"optax_name": optax_name, "lr": 0.01, "num_classes": 10})
 
 
 def _batch(shape, batch=BATCH) -> dict[str, np.ndarray]:

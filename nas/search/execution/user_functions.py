@@ -57,7 +57,8 @@ def check_recorded(recorded: Mapping[str, Any] | None,
     if not recorded:
         return
     now = fn_lib.describe(functions)
-    for key in sorted(set(recorded) | set(now)):
+    # the training functions first, then the costs: the line names the first that differs
+    for key in sorted(set(recorded) | set(now), key=lambda k: (k.startswith(COST_PREFIX), k)):
         was, given = recorded.get(key), now.get(key)
         if was == given:
             continue
