@@ -168,6 +168,18 @@ def read_graph_or_export(path: str | os.PathLike) -> ExportedCandidate | bytes:
     return text
 
 
+def read_graph_or_export_for(field: str, path: str | os.PathLike
+                             ) -> ExportedCandidate | bytes:
+    """`read_graph_or_export`, with an unreadable file or a damaged export as one
+    ValueError line that starts with `field` (the flag or config field that named it)."""
+    try:
+        return read_graph_or_export(path)
+    except OSError as e:
+        raise ValueError(f"{field}: cannot read {path}: {e.strerror}") from None
+    except ValueError as e:
+        raise ValueError(f"{field}: {e}") from None
+
+
 def starts_as_zip(path: str | os.PathLike) -> bool:
     """Whether the file begins like a zip archive. Why: `zipfile.is_zipfile` looks only at
     the end, so a truncated export would otherwise be read as JSON and reported as a

@@ -36,23 +36,19 @@ class Seed:
     path: str = ""  # an exported candidate or graph JSON on disk
     model_name: str = ""  # a zoo model
     input_shape: tuple[int, ...] | None = None  # one example's (H, W, C), when known
+    found: Any = None  # what `path` held, as read once (an export, or a graph JSON's bytes)
 
     def outputs(self, shape: tuple[int, ...]) -> int | None:
         """How many classes the seed's logits have on images of `shape` (H, W, C) (None
         for a zoo model: it is built for the data's)."""
         if self.model_name:
             return None
-        from nas.io.candidate import read_graph_or_export
+        candidate = self.candidate or self.found
+        if isinstance(candidate, bytes):
+            from nas.graph.serialize import load
 
-        candidate = self.candidate
-        if candidate is None:
-            found = read_graph_or_export(self.path)
-            if isinstance(found, bytes):
-                from nas.graph.serialize import load
-
-                graph, constants = load(found)
-                return _outputs(graph, constants, None, shape)
-            candidate = found
+            graph, constants = load(candidate)
+            return _outputs(graph, constants, None, shape)
         return _outputs(candidate.graph, candidate.constants, candidate.variables, shape)
 
 
@@ -60,21 +56,16 @@ def read_seed(seed: Any) -> Seed:
     """`seed`: what `nas.from_flax` or `nas.load_candidate` returns, a path to an exported
     candidate or a graph JSON, or a zoo model name."""
     from nas import zoo
-    from nas.io.candidate import ExportedCandidate, read_graph_or_export
+    from nas.io.candidate import ExportedCandidate, read_graph_or_export_for
 
     if isinstance(seed, ExportedCandidate):
         return Seed(candidate=seed, input_shape=_shape(seed.input_shape))
     if isinstance(seed, os.PathLike) or (isinstance(seed, str) and (
             os.path.exists(os.path.expanduser(seed)) or seed.endswith((".zip", ".json")))):
         path = os.path.abspath(os.path.expanduser(os.fspath(seed)))
-        try:
-            found = read_graph_or_export(path)
-        except OSError as e:
-            raise ValueError(f"seed: cannot read {path}: {e.strerror}") from None
-        except ValueError as e:
-            raise ValueError(f"seed: {e}") from None
+        found = read_graph_or_export_for("seed", path)
         shape = None if isinstance(found, bytes) else _shape(found.input_shape)
-        return Seed(path=path, input_shape=shape)
+        return Seed(path=path, input_shape=shape, found=found)
     if isinstance(seed, str) and seed in zoo.MODEL_NAMES:
         return Seed(model_name=seed)
     raise ValueError(f"seed: expected a candidate (nas.from_flax, nas.load_candidate), the "

@@ -18,17 +18,12 @@ from nas.train.config import with_defaults
 def get_config(path: str | None = None) -> ml_collections.ConfigDict:
     """The training settings of the candidate exported to `path`, with every default
     filled in. ValueError (one line, naming --graph) when `path` carries none."""
-    from nas.io.candidate import read_graph_or_export
+    from nas.io.candidate import read_graph_or_export_for
 
     if not path:
         raise ValueError("--graph: this config takes the exported candidate's path as its "
                          "argument")
-    try:
-        found = read_graph_or_export(path)
-    except OSError as e:
-        raise ValueError(f"--graph: cannot read {path}: {e.strerror}") from None
-    except ValueError as e:
-        raise ValueError(f"--graph: {e}") from None
+    found = read_graph_or_export_for("--graph", path)
     if isinstance(found, bytes) or not found.train_config:
         raise ValueError(f"--graph: {path} carries no training settings, so --config.F=V "
                          f"needs --config=FILE to name the settings it overrides")

@@ -18,14 +18,9 @@ def read_seed_graph(path: str) -> tuple[Any, dict[str, Any], dict[str, Any] | No
     An exported candidate brings its weights (a version 1 export, those of its
     `checkpoint_path`, which must still exist); a plain graph JSON brings none."""
     from nas.graph import serialize
-    from nas.io.candidate import read_graph_or_export
+    from nas.io.candidate import read_graph_or_export_for
 
-    try:
-        found = read_graph_or_export(path)
-    except OSError as e:
-        raise ValueError(f"{FIELD}: cannot read {path}: {e.strerror}") from None
-    except ValueError as e:
-        raise ValueError(f"{FIELD}: {e}") from None
+    found = read_graph_or_export_for(FIELD, path)
     if not isinstance(found, bytes):
         return found.graph, dict(found.constants), found.variables
     try:
