@@ -313,9 +313,7 @@ def _labels_unwritten(name: str, split: str) -> np.ndarray | None:
     if kind and split in userfiles.SPLITS:
         return userfiles.labels(kind, userdata.path_of(name)).splits[split]
     if name == "digits" and split in ("train", "test"):
-        from sklearn.datasets import load_digits
-
-        return np.asarray(load_digits().target)[digits_lib.split_indices()[split]]
+        return digits_lib.labels()[digits_lib.split_indices()[split]]
     return None
 
 

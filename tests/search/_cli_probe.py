@@ -10,9 +10,14 @@ import signal
 import sys
 import tempfile
 
+import sklearn.datasets  # noqa: F401 - a config's checks read the digits' labels
+
 import nas.mutation.config  # noqa: F401 - imported before forking
+import nas.search.api  # noqa: F401
 import nas.search.strategy.settings  # noqa: F401
 import nas.train.config  # noqa: F401
+import nas.train.data  # noqa: F401
+import nas.train.recipes  # noqa: F401
 from nas.search import cli
 
 

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-from nas.train import data
+from nas.train import data, digits
 
 
 class _Indexed:
@@ -32,6 +32,15 @@ def test_eval_pads_extra_batches_for_other_hosts():
     ev = data.EvalData(_Indexed(5), data.make_preprocess("digits", False, 4), 4, 3)
     masks = [b["mask"].sum() for b in ev]
     assert masks == [4, 1, 0]
+
+
+def test_digits_labels_read_without_scikit_learn_are_its_labels(monkeypatch):
+    from sklearn.datasets import load_digits
+
+    np.testing.assert_array_equal(digits.labels(), load_digits().target)
+    monkeypatch.setattr(digits.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(ValueError, match="'digits': scikit-learn.*not installed"):
+        digits.labels()
 
 
 def test_digits_eval_data_counts_every_test_example(data_dir):
