@@ -11,6 +11,7 @@ from tests.search._user_functions import OFFSET, offset_loss
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+@pytest.mark.slow  # a local Ray and a search: the Ray executor's own test stays in the default
 def test_ray_tasks_train_with_the_users_loss_and_measure_the_users_cost(tmp_path,
                                                                          monkeypatch):
     ray = pytest.importorskip("ray")

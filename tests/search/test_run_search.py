@@ -119,6 +119,7 @@ def test_an_external_worker_cannot_train_a_study_whose_loss_lives_in_a_notebook(
     assert "cannot import '__main__:offset_loss'" in lines[0] and "nas.run_search" in lines[0]
 
 
+@pytest.mark.slow  # two searches in two processes; the flow above covers the Python door
 def test_the_python_call_and_the_command_give_the_same_candidates(tmp_path, monkeypatch):
     """Equivalent configs: the digits search file, the same overrides, the same loss (by
     value in Python, by name on the command line)."""
