@@ -1,5 +1,6 @@
 """Runs `nas-search` on many argument lists, each in a forked child (absl flags are global
-state), and prints [[exit code, stderr], ...] as JSON. Input: a JSON list of argv lists.
+state), and prints [[exit code, stderr], ...] as JSON. Input: a JSON list of argv lists,
+or of {"argv": [...], "cwd": DIR} to run a case in its own directory.
 
 Imports happen once, before forking, so each case costs milliseconds.
 """
@@ -21,12 +22,14 @@ import nas.train.recipes  # noqa: F401
 from nas.search import cli
 
 
-def run(argv):
+def run(argv, cwd=None):
     with tempfile.TemporaryFile() as err:
         pid = os.fork()
         if pid == 0:
             os.dup2(err.fileno(), 2)
             os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+            if cwd:
+                os.chdir(cwd)
             sys.argv = ["nas-search", *argv]
             signal.alarm(60)  # a case that waits (e.g. for a study) fails as SIGALRM, fast
             try:
@@ -45,4 +48,6 @@ def run(argv):
 
 
 if __name__ == "__main__":
-    print(json.dumps([run(argv) for argv in json.load(sys.stdin)]))
+    cases = json.load(sys.stdin)
+    print(json.dumps([run(c["argv"], c["cwd"]) if isinstance(c, dict) else run(c)
+                      for c in cases]))

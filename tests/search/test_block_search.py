@@ -178,6 +178,7 @@ def test_blocks_survive_a_new_driver(tmp_path, search_config):
 
 
 # A real search: 20-40 s on 2 busy cores (two small candidates train).
+@pytest.mark.slow
 def test_block_search_trains_block_children(tmp_path, search_config):
     config = _block_config(search_config, max_candidates=2, seed_epochs=0.0)
     # images/s/core is a selection cost beside FLOPs (higher is better)

@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 
@@ -39,14 +40,18 @@ def _assert_one_line(proc, prog, *needles):
         assert needle in lines[0], lines[0]
 
 
+def _fill(folder):
+    (folder / "afile").write_text("x")
+    (folder / "noget.py").write_text("x = 1\n")
+    (folder / "dict.py").write_text("def get_config():\n    return {'lr': 1.0}\n")
+    (folder / "raises.py").write_text("def get_config(arg=None):\n"
+                                      "    raise TypeError('no such preset')\n")
+    return folder
+
+
 @pytest.fixture
 def place(tmp_path):
-    (tmp_path / "afile").write_text("x")
-    (tmp_path / "noget.py").write_text("x = 1\n")
-    (tmp_path / "dict.py").write_text("def get_config():\n    return {'lr': 1.0}\n")
-    (tmp_path / "raises.py").write_text("def get_config(arg=None):\n"
-                                        "    raise TypeError('no such preset')\n")
-    return tmp_path
+    return _fill(tmp_path)
 
 
 SEARCH_CASES = [
@@ -83,15 +88,36 @@ SEARCH_CASES = [
 ]
 
 
-@pytest.mark.parametrize("args, needles", SEARCH_CASES)
-def test_nas_search_bad_input_is_one_line(place, args, needles):
-    args = [a.format(t=place) for a in args]
-    if not any(a.startswith("--config=") for a in args) and args[0].startswith("--"):
-        args.insert(0, f"--config={SEARCH_CONFIG}")
-    before = _snapshot(place)
-    proc = _run("nas.search.cli", *args, cwd=place)
-    _assert_one_line(proc, "nas-search", *needles)
-    assert _snapshot(place) == before  # nothing created or changed
+@pytest.fixture(scope="module")
+def search_mistakes(tmp_path_factory):
+    """Every case of SEARCH_CASES run by `nas-search`'s main, each in a fork of one process
+    that has imported it (`_cli_probe.py`) and in a place of its own: {case index: (the
+    exit and stderr, the place's files before, after)}."""
+    places, cases = [], []
+    for i, (args, _) in enumerate(SEARCH_CASES):
+        place = _fill(tmp_path_factory.mktemp(f"case{i}"))
+        args = [a.format(t=place) for a in args]
+        if not any(a.startswith("--config=") for a in args) and args[0].startswith("--"):
+            args.insert(0, f"--config={SEARCH_CONFIG}")
+        places.append(place)
+        cases.append({"argv": args, "cwd": str(place)})
+    before = [_snapshot(place) for place in places]
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "search", "_cli_probe.py")],
+                          input=json.dumps(cases), capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                              filter(None, [ROOT, os.environ.get("PYTHONPATH")]))},
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = [SimpleNamespace(returncode=code, stderr=err) for code, err in
+               json.loads(proc.stdout)]
+    return {i: (results[i], before[i], _snapshot(places[i])) for i in range(len(places))}
+
+
+@pytest.mark.parametrize("case", range(len(SEARCH_CASES)))
+def test_nas_search_bad_input_is_one_line(search_mistakes, case):
+    proc, before, after = search_mistakes[case]
+    _assert_one_line(proc, "nas-search", *SEARCH_CASES[case][1])
+    assert after == before  # nothing created or changed
 
 
 def test_export_under_a_file_and_damaged_study_json(tmp_path):

@@ -43,6 +43,7 @@ def replay(study, fidelity):
         assert row["decision"] == ("promoted" if promoted else "stopped"), (cand.id, row)
 
 
+@pytest.mark.slow  # a search; the rung arithmetic and resume are tested without one
 def test_children_stop_at_a_rung_or_resume_to_the_full_budget(tmp_path, search_config):
     workdir = str(tmp_path / "s")
     config = search_config(max_candidates=2, seed_epochs=0.5, fidelity=RUNGS, fit={"steps": 0})

@@ -119,6 +119,7 @@ def test_sigkill_while_the_pipeline_prepares_a_child_then_resume(tmp_path):
     assert [study.get(cid).attempts for cid in interrupted] == [2, 2]
 
 
+@pytest.mark.slow  # a local Ray and a 3-candidate search
 def test_ray_executor_runs_candidates_pipelined(tmp_path, search_config, monkeypatch):
     """Two tasks per slot: while one trains the next child is prepared in another task, and
     the two take turns on the device (their steps and evaluations never overlap). Ray's

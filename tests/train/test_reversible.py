@@ -209,6 +209,7 @@ assert abs(out[0][1][0] - out[1][1][0]) < 1e-5
 """
 
 
+@pytest.mark.slow  # a subprocess compiling both trainers; data parallelism is in the default
 def test_two_devices_equal_one_device():
     env = dict(os.environ, JAX_PLATFORMS="cpu")  # the forced devices are CPU devices
     env.pop("XLA_FLAGS", None)
