@@ -7,6 +7,7 @@ import os
 import shutil
 
 import nbformat
+import pytest
 from nbclient import NotebookClient
 
 from nas.search.store.study import Study
@@ -15,6 +16,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOTEBOOK = os.path.join(ROOT, "examples", "your_model.ipynb")
 
 
+@pytest.mark.slow  # a kernel and a 4-candidate search: 28 s with warm caches, 115 s cold
 def test_the_example_notebook_runs_in_a_kernel(tmp_path, monkeypatch):
     monkeypatch.setenv("NAS_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.setenv("PYTHONPATH", ROOT)
