@@ -197,14 +197,9 @@ def read_graph_file(path: str) -> tuple[Any, dict[str, Any], dict[str, Any] | No
     by `nas-search export` (`nas.io`) brings its trained weights and the settings it was
     trained with; a plain serialized graph brings neither (None, None)."""
     from nas.graph import serialize
-    from nas.io.candidate import read_graph_or_export
+    from nas.io.candidate import read_graph_or_export_for
 
-    try:
-        found = read_graph_or_export(path)
-    except OSError as e:
-        raise UserError(f"--graph: cannot read {path}: {e.strerror}") from None
-    except ValueError as e:  # its messages name the file and the field
-        raise UserError(f"--graph: {e}") from None
+    found = read_graph_or_export_for("--graph", path)  # its messages name the file and field
     if not isinstance(found, bytes):
         return found.graph, found.constants, found.variables, found.train_config
     try:  # not JSON, or not a graph: serialize.load says why
