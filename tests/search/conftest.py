@@ -1,7 +1,10 @@
 import contextlib
 import fcntl
+import json
 import os
 import runpy
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -29,6 +32,18 @@ def tiny_search_config(**search):
     # pipeline pass `pipeline_depth`)
     config.search.update(search)
     return config
+
+
+def run_cli_probe(cases: list) -> list[tuple[int, str]]:
+    """(exit code, stderr) of `nas-search` on each case, run by `_cli_probe.py` in forks
+    of one process that imported it once (a case: an argv list, or {"argv", "cwd"})."""
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "search", "_cli_probe.py")],
+                          input=json.dumps(cases), capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                              filter(None, [ROOT, os.environ.get("PYTHONPATH")]))},
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return [(code, stderr) for code, stderr in json.loads(proc.stdout)]
 
 
 @contextlib.contextmanager

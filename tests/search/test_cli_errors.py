@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.search.conftest import ROOT, SEARCH_CONFIG
+from tests.search.conftest import ROOT, SEARCH_CONFIG, run_cli_probe
 
 TRAIN_CONFIG = os.path.join(ROOT, "configs", "digits_cnn.py")
 
@@ -102,14 +102,8 @@ def search_mistakes(tmp_path_factory):
         places.append(place)
         cases.append({"argv": args, "cwd": str(place)})
     before = [_snapshot(place) for place in places]
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "search", "_cli_probe.py")],
-                          input=json.dumps(cases), capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": os.pathsep.join(
-                              filter(None, [ROOT, os.environ.get("PYTHONPATH")]))},
-                          timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    results = [SimpleNamespace(returncode=code, stderr=err) for code, err in
-               json.loads(proc.stdout)]
+    results = [SimpleNamespace(returncode=code, stderr=err)
+               for code, err in run_cli_probe(cases)]
     return {i: (results[i], before[i], _snapshot(places[i])) for i in range(len(places))}
 
 

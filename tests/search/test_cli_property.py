@@ -2,17 +2,11 @@
 every check (refused here only for its workdir, which is under a file) or one clean
 `nas-search: error:` line, exit 1, no traceback, and nothing created."""
 
-import json
-import os
-import subprocess
-import sys
-
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.search.conftest import ROOT, SEARCH_CONFIG
+from tests.search.conftest import SEARCH_CONFIG, run_cli_probe
 
-PROBE = os.path.join(os.path.dirname(__file__), "_cli_probe.py")
 FIELDS = ["search.seed", "search.max_candidates", "search.workers", "search.executor",
           "search.time_limit_s", "search.hard_time_limit_s", "search.lease_s",
           "search.seed_epochs", "search.mutation.mutator", "search.mutation.max_steps",
@@ -36,12 +30,7 @@ def test_any_arguments_give_one_clean_line(tmp_path_factory, batch):
     (tmp / "afile").write_text("x")
     cases = [[f"--config={SEARCH_CONFIG}", f"--workdir={tmp}/afile/study", *args]
              for args in batch]
-    proc = subprocess.run([sys.executable, PROBE], input=json.dumps(cases), text=True,
-                          capture_output=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(
-                              filter(None, [ROOT, os.environ.get("PYTHONPATH")]))},
-                          timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    for args, (code, stderr) in zip(cases, json.loads(proc.stdout), strict=True):
+    for args, (code, stderr) in zip(cases, run_cli_probe(cases), strict=True):
         lines = [ln for ln in stderr.splitlines() if ln.strip()]
         assert code == 1 and "Traceback" not in stderr, (args, code, stderr[-2000:])
         assert len(lines) == 1 and lines[0].startswith("nas-search: error: "), (args, stderr)
