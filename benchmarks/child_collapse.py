@@ -24,6 +24,7 @@ import numpy as np
 
 from nas.graph import Model
 from nas.graph.serialize import load
+from nas.search.execution.task import Task
 from nas.search.execution.worker import train_candidate
 from nas.search.store.study import Study
 from nas.train import data as data_lib
@@ -106,7 +107,7 @@ def main() -> None:
         tc = dict(train, lr=float(search["child_lr"]),
                   schedule=new_lr_schedule(train, search, new))
         with tempfile.TemporaryDirectory() as tmp:
-            metrics, _ = train_candidate(tc, c.graph_json, init, workdir=tmp)
+            metrics, _ = train_candidate(Task(c.id, tc, c.graph_json, init, workdir=tmp))
         final = load_variables(c.checkpoint_path)
         recal = evaluate(graph, constants, recalibrate(graph, constants, final, cfg.train),
                          cfg.train) if final.get("batch_stats") else float("nan")

@@ -21,25 +21,25 @@ import statistics
 import time
 
 from nas.graph.serialize import load
-from nas.search.execution.driver import candidate_task
 from nas.search.execution.fit import fit_for_task
+from nas.search.execution.task import Task, make_task
 from nas.search.execution.worker import train_candidate
 from nas.search.store.study import Study
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def serial(task: dict) -> tuple[dict, float]:
+def serial(task: Task) -> tuple[dict, float]:
     start = time.perf_counter()
-    graph, constants = load(task["graph_json"])
-    variables, fitted = fit_for_task(task["fit"], graph, constants, task["init_variables"])
-    metrics, _ = train_candidate(**dict(task, init_variables=variables, fit=None))
+    graph, constants = load(task.graph_json)
+    variables, fitted = fit_for_task(task.fit, graph, constants, task.init_variables)
+    metrics, _ = train_candidate(task.replace(init_variables=variables, fit=None))
     return {**metrics, **fitted}, time.perf_counter() - start
 
 
-def overlapped(task: dict) -> tuple[dict, float]:
+def overlapped(task: Task) -> tuple[dict, float]:
     start = time.perf_counter()
-    metrics, _ = train_candidate(**task)
+    metrics, _ = train_candidate(task)
     return metrics, time.perf_counter() - start
 
 
@@ -56,8 +56,8 @@ def main() -> None:
     study = Study.load(args.workdir)
     tasks = {}
     for c in study.candidates():
-        task = candidate_task(study, config.train, config.search, c.id)
-        if c.status == "done" and task["fit"] is not None and len(tasks) < args.limit:
+        task = make_task(study, config.train, config.search, c.id)
+        if c.status == "done" and task.fit is not None and len(tasks) < args.limit:
             tasks[c.id] = dict(task, workdir=None, stop_epochs=None)
     if not tasks:
         raise SystemExit(f"{args.workdir}: no finished child with new ops to fit")

@@ -16,6 +16,7 @@ from nas import zoo
 from nas.graph import OpType, new_graph, new_op
 from nas.graph.serialize import graph_to_json
 from nas.search.execution.executors import LocalExecutor, _watch_new_workers
+from nas.search.execution.task import Task
 from nas.train.data import check_num_classes  # 0 in the config: the data's
 from tests.search import pool_tasks
 from tests.search.conftest import held_data_dir, tiny_search_config
@@ -46,7 +47,7 @@ def misfit_reshape_json() -> str:
 
 def run_all(executor, tasks: dict[int, dict]) -> dict[int, object]:
     for cid, kwargs in tasks.items():
-        executor.submit(cid, kwargs)
+        executor.submit(Task(cid, **kwargs))
     outcomes = {}
     while executor.running():
         outcomes.update({o.candidate_id: o for o in executor.poll(timeout=5.0)})
@@ -98,10 +99,8 @@ def test_a_worker_process_that_dies_takes_no_neighbour_with_it(monkeypatch, capl
     try:
         with caplog.at_level(logging.WARNING), contextlib.ExitStack() as hold:
             data_dir = hold.enter_context(held_data_dir(str(tmp_path / "data")))
-            executor.submit(1, {"train_config": small_train_config(input={
-                "data_dir": data_dir}), "graph_json": good, "init_variables": None})
-            executor.submit(2, {"train_config": small_train_config(),
-                                "graph_json": dying_graph_json(), "init_variables": None})
+            executor.submit(Task(1, small_train_config(input={"data_dir": data_dir}), good))
+            executor.submit(Task(2, small_train_config(), dying_graph_json()))
             deadline = time.monotonic() + 1200  # a safety net: the loop ends on events
             while executor.running():
                 assert time.monotonic() < deadline, "the death was never reported"

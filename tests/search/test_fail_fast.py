@@ -10,6 +10,7 @@ import pytest
 from nas.graph import OpType, new_graph, new_op
 from nas.graph.serialize import graph_to_json
 from nas.search.execution.executors import InlineExecutor
+from nas.search.execution.task import Task
 from nas.search.execution.worker import describe_failure
 from tests.search.conftest import tiny_search_config
 
@@ -29,9 +30,8 @@ def _huge_dense_graph():
 
 def test_out_of_memory_candidate_fails_with_the_size_asked(tmp_path):
     executor = InlineExecutor()
-    executor.submit(7, {"train_config": _train_config(), "graph_json": _huge_dense_graph(),
-                        "init_variables": None, "time_limit_s": 600.0,
-                        "workdir": str(tmp_path / "oom")})
+    executor.submit(Task(7, _train_config(), _huge_dense_graph(), time_limit_s=600.0,
+                         workdir=str(tmp_path / "oom")))
     (outcome,) = executor.poll(0)
     assert outcome.candidate_id == 7 and outcome.infeasible, outcome.error
     assert outcome.error.startswith("out of memory (asked ") and "bytes" in outcome.error
@@ -51,9 +51,8 @@ def test_soft_time_limit_stops_a_one_epoch_child_within_steps(tmp_path):
 
     graph, constants, _ = cnn.CifarNet()
     executor = InlineExecutor()
-    executor.submit(3, {"train_config": _train_config(total_epochs=1.0),
-                        "graph_json": graph_to_json(graph, constants), "init_variables": None,
-                        "time_limit_s": 1e-3, "workdir": str(tmp_path / "soft")})
+    executor.submit(Task(3, _train_config(total_epochs=1.0), graph_to_json(graph, constants),
+                         time_limit_s=1e-3, workdir=str(tmp_path / "soft")))
     (outcome,) = executor.poll(0)
     assert outcome.error is not None and "time limit of 0.001 s" in outcome.error, outcome
     # Checked after every step, not once an epoch (22 steps): the first step is past 1 ms
@@ -84,7 +83,8 @@ def test_over_budget_plain_candidate_is_recorded_infeasible_before_any_step(tmp_
     """A seed that is not reversible and whose standard step exceeds the device budget is
     stored `infeasible`, its message carrying the estimate and the budget, and nothing of
     it was trained (no metrics or checkpoint file was written)."""
-    from nas.search.execution.driver import Driver, SearchFailed, candidate_dir
+    from nas.search.execution.driver import Driver, SearchFailed
+    from nas.search.execution.task import candidate_dir
 
     config = tiny_search_config(max_candidates=1)
     config.train.trainer = "auto"

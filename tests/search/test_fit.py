@@ -13,6 +13,7 @@ from nas.search.execution.fit import (
     fit_new_ops,
     replaced_tensors,
 )
+from nas.search.execution.task import Task
 from nas.zoo import cnn
 from tests.mutation.helpers import parent_variables
 
@@ -203,11 +204,11 @@ def test_the_worker_fits_a_fresh_child_first_and_not_a_resumed_one(tmp_path, sea
     assert all(jax.tree.leaves(jax.tree.map(np.array_equal, fitted, direct)))
 
     workdir = str(tmp_path / "train")
-    first, _ = train_candidate(train.to_dict(), child.graph_json(), child.variables,
-                               workdir=workdir, fit=task)
+    first, _ = train_candidate(Task(0, train.to_dict(), child.graph_json(), child.variables,
+                                    workdir=workdir, fit=task))
     assert first["fit_seconds"] > 0 and np.isfinite(first["fit_mse_after"])
-    resumed, _ = train_candidate(train.to_dict(), child.graph_json(), child.variables,
-                                 workdir=workdir, fit=task)
+    resumed, _ = train_candidate(Task(0, train.to_dict(), child.graph_json(),
+                                      child.variables, workdir=workdir, fit=task))
     assert "fit_seconds" not in resumed and resumed["accuracy"] == first["accuracy"]
     message, infeasible = describe_failure(ConstantOutputError("the new subgraph gives the "
                                                                "same output for every image"))
@@ -236,12 +237,14 @@ def test_a_child_compiles_at_most_four_programs_and_its_repeat_none(tmp_path, se
                                     int(train.input.image_size))
     variables = parent_variables(graph, constants)
     parent_json = graph_to_json(graph, constants)
-    train_candidate(train.to_dict(), parent_json, variables)
+    train_candidate(Task(0, train.to_dict(), parent_json, variables))
     child = _child_with_new_params(graph, constants, variables, new_type)
     task = fit.task(parent_json, variables, child.new, replaced_tensors(child.spec),
                     train.input, FitConfig(steps=3, batches=2, batch_size=8), seed=0)
-    first, _ = train_candidate(train.to_dict(), child.graph_json(), child.variables, fit=task)
-    again, _ = train_candidate(train.to_dict(), child.graph_json(), child.variables, fit=task)
+    first, _ = train_candidate(Task(1, train.to_dict(), child.graph_json(), child.variables,
+                                    fit=task))
+    again, _ = train_candidate(Task(1, train.to_dict(), child.graph_json(), child.variables,
+                                    fit=task))
     assert first["fit_steps"] > 0
     assert 1 <= first["compilations"] <= 4, first["compilations"]
     assert again["compilations"] == 0 and again["compile_cache_hits"] >= 3

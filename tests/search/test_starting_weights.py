@@ -6,7 +6,8 @@ import os
 
 import numpy as np
 
-from nas.search.execution.driver import candidate_task, init_path, remove_partial_saves
+from nas.search.execution.driver import init_path, remove_partial_saves
+from nas.search.execution.task import make_task
 from nas.search.store.study import Study
 from nas.train.checkpoint import save_variables
 from tests.search.conftest import tiny_search_config
@@ -35,7 +36,7 @@ def test_child_trains_from_the_weights_saved_before_it_was_added(tmp_path):
     path = save_variables(init_path(tmp_path, 0), weights)
     child = study.add(json.dumps({"g": 1}), parent_id=seed,
                       inheritance={"inherited": [], "new": ["d"], "init_path": path})
-    task = candidate_task(study, config.train, config.search, child)
-    np.testing.assert_array_equal(task["init_variables"]["params"]["d"]["kernel"],
+    task = make_task(study, config.train, config.search, child)
+    np.testing.assert_array_equal(task.init_variables["params"]["d"]["kernel"],
                                   weights["params"]["d"]["kernel"])
     assert not os.path.exists(os.path.join(tmp_path, "candidates", str(child), "init"))

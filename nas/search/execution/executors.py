@@ -8,6 +8,7 @@ worker process or runs past its hard time limit comes back as an Outcome with an
 from __future__ import annotations
 
 import concurrent.futures as cf
+import dataclasses
 import math
 import multiprocessing
 import os
@@ -16,24 +17,16 @@ import signal
 import subprocess
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from absl import logging
 
+from nas.search.execution import ray_task
 from nas.search.execution.interrupts import deferred_interrupt
 from nas.search.execution.ray_cluster import fork_then_exec
-from nas.search.execution.worker import describe_failure, train_candidate
-
-
-@dataclass
-class Outcome:
-    candidate_id: int
-    metrics: dict[str, Any] | None = None
-    variables: dict[str, Any] | None = None
-    error: str | None = None
-    infeasible: bool = False  # it can never run (out of memory)
-
+from nas.search.execution.ray_files import read_files, replace_folder
+from nas.search.execution.task import Executor, Outcome, Task, outcome_of
+from nas.search.execution.worker import describe_failure, train_candidate, train_or_failure
 
 # ----------------------------------------------------------------------------- devices
 
@@ -119,35 +112,8 @@ def exit_when_orphaned(owner_pid: int, period_s: float = 1.0) -> None:
     os._exit(1)
 
 
-def _failed(candidate_id: int, e: BaseException) -> Outcome:
-    message, infeasible = describe_failure(e)
-    return Outcome(candidate_id, error=message, infeasible=infeasible)
-
-
-@dataclass(frozen=True)
-class Failure:
-    """A candidate's failure as plain data: what a worker process sends back instead of its
-    exception, which the parent would have to rebuild (a class pickle cannot rebuild broke
-    the whole pool, and every candidate in it lost its own cause)."""
-
-    error: str  # "TypeName: first line", as `describe_failure` words it
-    infeasible: bool = False
-
-
-def train_or_failure(**kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]] | Failure:
-    """`train_candidate` in a worker process: its result, or its failure as data."""
-    try:
-        return train_candidate(**kwargs)
-    except (Exception, MemoryError) as e:  # noqa: BLE001 - the cause is sent back, named
-        return Failure(*describe_failure(e))
-
-
-def _outcome(candidate_id: int, result: Any) -> Outcome:
-    """The Outcome of what a worker process sent back (a result or a `Failure`)."""
-    if isinstance(result, Failure):
-        return Outcome(candidate_id, error=result.error, infeasible=result.infeasible)
-    metrics, variables = result
-    return Outcome(candidate_id, metrics, variables)
+def _failed(task: Task, e: BaseException) -> Outcome:
+    return Outcome.failed(task, *describe_failure(e))
 
 
 class InlineExecutor:
@@ -157,12 +123,11 @@ class InlineExecutor:
         self.capacity = 1
         self._done: list[Outcome] = []
 
-    def submit(self, candidate_id: int, kwargs: dict[str, Any]) -> None:
+    def submit(self, task: Task) -> None:
         try:
-            metrics, variables = train_candidate(**kwargs)
-            self._done.append(Outcome(candidate_id, metrics, variables))
+            self._done.append(outcome_of(task, train_candidate(task)))
         except (Exception, MemoryError) as e:  # noqa: BLE001 - any failure is recorded
-            self._done.append(_failed(candidate_id, e))
+            self._done.append(_failed(task, e))
 
     def running(self) -> int:
         return len(self._done)  # finished but not yet handed back: still occupies the slot
@@ -205,10 +170,10 @@ class LocalExecutor:
         self._counter = self._context.Value("i", 0)
         self._gpus = visible_gpus()
         self._pool = self._new_pool()
-        self._inflight: dict[cf.Future, tuple[int, dict[str, Any], float]] = {}
+        self._inflight: dict[cf.Future, tuple[Task, float]] = {}
         # In flight when a worker process died: which one died is unknown, so each runs
         # again alone; one that dies alone is the one recorded as died (`_after_death`).
-        self._suspects: list[tuple[int, dict[str, Any]]] = []
+        self._suspects: list[Task] = []
         self._alone: cf.Future | None = None
 
     def _new_pool(self) -> cf.ProcessPoolExecutor:
@@ -218,13 +183,13 @@ class LocalExecutor:
                                       initializer=_init_worker,
                                       initargs=(self._counter, self.workers, self._gpus))
 
-    def submit(self, candidate_id: int, kwargs: dict[str, Any]) -> None:
+    def submit(self, task: Task) -> None:
         # owner_pid: an orphaned worker (its driver was killed) stops instead of training on.
         with deferred_interrupt():  # the pool may start a worker: never half-started
-            future = self._pool.submit(train_or_failure, **kwargs, **self._share,
+            future = self._pool.submit(train_or_failure, task, **self._share,
                                        owner_pid=os.getpid())
             _watch_new_workers(self._pool)
-            self._inflight[future] = (candidate_id, kwargs, time.monotonic())
+            self._inflight[future] = (task, time.monotonic())
 
     def running(self) -> int:
         if self._suspects or self._alone in self._inflight:  # no neighbour while isolating
@@ -239,64 +204,63 @@ class LocalExecutor:
                           return_when=cf.FIRST_COMPLETED)
         outcomes, broken = [], []
         for future in done:
-            candidate_id, kwargs, _ = self._inflight.pop(future)
+            task, _ = self._inflight.pop(future)
             try:
-                outcomes.append(_outcome(candidate_id, future.result()))
+                outcomes.append(outcome_of(task, future.result()))
             except cf.process.BrokenProcessPool:
-                broken.append((candidate_id, kwargs))
+                broken.append(task)
             except Exception as e:  # noqa: BLE001
-                outcomes.append(_failed(candidate_id, e))
+                outcomes.append(_failed(task, e))
         if broken:
             outcomes += self._after_death(broken)
         outcomes += self._enforce_hard_timeout()
         self._next_suspect()
         return outcomes
 
-    def _after_death(self, broken: list[tuple[int, dict[str, Any]]]) -> list[Outcome]:
+    def _after_death(self, broken: list[Task]) -> list[Outcome]:
         """A worker process died (killed, out of memory, a crash in native code) and broke
         the pool. The candidate that ran alone is recorded as died; of several in flight,
         which one died is unknown, so none is blamed: each runs again alone, first to last
         (its neighbours' results and messages are never its own)."""
         outcomes, suspects = [], list(broken)
-        for future, (cid, kwargs, _) in self._inflight.items():  # a result may be in already
+        for future, (task, _) in self._inflight.items():  # a result may be in already
             if future.done() and not future.cancelled() and future.exception() is None:
-                outcomes.append(_outcome(cid, future.result()))
+                outcomes.append(outcome_of(task, future.result()))
             else:
-                suspects.append((cid, kwargs))
+                suspects.append(task)
         self._inflight.clear()
         for process in list(getattr(self._pool, "_processes", {}).values()):
             process.kill()
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._pool = self._new_pool()
         if len(suspects) == 1:
-            return outcomes + [Outcome(suspects[0][0], error="worker process died (killed "
-                                                             "or out of memory)")]
+            return outcomes + [Outcome.failed(suspects[0], "worker process died (killed or "
+                                                           "out of memory)")]
         logging.warning("a worker process died with candidates %s in flight; each runs again "
-                        "alone", ", ".join(str(cid) for cid, _ in suspects))
+                        "alone", ", ".join(str(t.candidate_id) for t in suspects))
         self._suspects += suspects
         return outcomes
 
     def _next_suspect(self) -> None:
         """Starts the next candidate to run alone once nothing else is in flight."""
         if self._suspects and not self._inflight:
-            candidate_id, kwargs = self._suspects.pop(0)
-            self.submit(candidate_id, kwargs)
+            self.submit(self._suspects.pop(0))
             self._alone = next(iter(self._inflight))
 
     def _enforce_hard_timeout(self) -> list[Outcome]:
         if not self.hard_timeout_s:
             return []
         now = time.monotonic()
-        late = [f for f, (_, _, t) in self._inflight.items() if now - t > self.hard_timeout_s]
+        late = [f for f, (_, t) in self._inflight.items() if now - t > self.hard_timeout_s]
         if not late:
             return []
         outcomes = []
         for future in late:
-            candidate_id, _, _ = self._inflight.pop(future)
+            task, _ = self._inflight.pop(future)
             logging.warning("candidate %d exceeded the hard time limit; killing its worker",
-                            candidate_id)
-            outcomes.append(Outcome(candidate_id, error=f"exceeded the hard time limit of "
-                                                        f"{self.hard_timeout_s:.0f} s"))
+                            task.candidate_id)
+            outcomes.append(Outcome.failed(task, f"exceeded the hard time limit of "
+                                                 f"{self.hard_timeout_s:.0f} s"))
         self._restart()
         return outcomes
 
@@ -308,8 +272,8 @@ class LocalExecutor:
         self._pool = self._new_pool()
         pending = list(self._inflight.values())
         self._inflight.clear()
-        for candidate_id, kwargs, _ in pending:
-            self.submit(candidate_id, kwargs)
+        for task, _ in pending:
+            self.submit(task)
 
     def close(self) -> None:
         """Stops the workers (killed if interrupted: nobody will record their candidates)
@@ -350,13 +314,11 @@ def _lost_errors(ray: Any) -> tuple[type, ...]:
                  if hasattr(ray.exceptions, n))
 
 
-@dataclass
-class _RayTask:
-    """One candidate's task as the driver tracks it (`tries` counts its starts)."""
+@dataclasses.dataclass
+class RayRun:
+    """One task as the Ray executor tracks it (`tries` counts its starts)."""
 
-    candidate_id: int
-    kwargs: dict[str, Any]
-    run_folder: str | None
+    task: Task
     started: float
     tries: int = 1
 
@@ -384,7 +346,6 @@ class RayExecutor:
                  share_device: str | None = None, *, resources: dict[str, float] | None = None,
                  dataset: str = "ship", max_tries: int = 3) -> None:
         from nas.search.execution.ray_cluster import check_fits, start_or_join
-        from nas.search.execution.ray_task import run_task
 
         ahead = max(0, prepare_ahead)
         self._share = _taking_turns("RayExecutor", ahead, share_device)
@@ -415,33 +376,30 @@ class RayExecutor:
             options["resources"] = dict(resources)
         if num_gpus:
             options["runtime_env"] = {"env_vars": env}
-        self._remote = ray.remote(**options)(run_task)
-        self._inflight: dict[Any, _RayTask] = {}
+        self._remote = ray.remote(**options)(ray_task.run_task)
+        self._inflight: dict[Any, RayRun] = {}
         self._shipped: dict[str, dict[str, Any]] = {}
         self._ready: list[Outcome] = []  # failed before reaching Ray (e.g. no dataset file)
 
-    def submit(self, candidate_id: int, kwargs: dict[str, Any]) -> None:
-        kwargs = dict(kwargs)
-        run_folder = kwargs.pop("workdir", None)
-        self._start(_RayTask(candidate_id, kwargs, run_folder, time.monotonic()))
+    def submit(self, task: Task) -> None:
+        self._start(RayRun(task, time.monotonic()))
 
-    def _start(self, task: _RayTask) -> None:
-        """Sends `task` to Ray with its dataset reference and its run folder's files."""
-        from nas.search.execution.ray_files import read_files
-        from nas.search.execution.ray_task import keep_returned, latest_step
-
+    def _start(self, run: RayRun) -> None:
+        """Sends `run`'s task to Ray with its dataset reference and its run folder's files
+        (the task's `workdir` stays here: the task trains in a folder of its node)."""
+        folder = run.task.workdir
         try:
-            dataset = self._dataset(task.kwargs["train_config"])
+            dataset = self._dataset(run.task.train_config)
             run_in = None
-            if task.run_folder and os.path.isdir(task.run_folder):
-                step = latest_step(task.run_folder)
-                run_in = read_files(task.run_folder, keep=lambda rel: keep_returned(rel, step))
+            if folder and os.path.isdir(folder):
+                step = ray_task.latest_step(folder)
+                run_in = read_files(folder, keep=lambda rel: ray_task.keep_returned(rel, step))
         except (ValueError, OSError) as e:
-            self._ready.append(_failed(task.candidate_id, e))
+            self._ready.append(_failed(run.task, e))
             return
-        task.started = time.monotonic()
-        ref = self._remote.remote({**task.kwargs, **self._share}, dataset, run_in)
-        self._inflight[ref] = task
+        run.started = time.monotonic()
+        ref = self._remote.remote(run.task.replace(workdir=None), self._share, dataset, run_in)
+        self._inflight[ref] = run
 
     def _dataset(self, train_config: dict[str, Any]) -> dict[str, Any] | None:
         """The study's dataset as a shipment (`nas.search.execution.ray_data`): read and put
@@ -471,46 +429,43 @@ class RayExecutor:
         ready, _ = self._ray.wait(list(self._inflight), num_returns=1,
                                   timeout=0 if outcomes else timeout)
         for ref in ready:
-            task = self._inflight.pop(ref)
+            run = self._inflight.pop(ref)
             try:
                 result, files, timings = self._ray.get(ref)
             except self._lost as e:
-                outcomes += self._after_loss(task, e)
+                outcomes += self._after_loss(run, e)
                 continue
             except Exception as e:  # noqa: BLE001
                 cause = getattr(e, "cause", None) or e
-                outcomes.append(_failed(task.candidate_id, cause))
+                outcomes.append(_failed(run.task, cause))
                 continue
-            if files is not None and task.run_folder:
-                from nas.search.execution.ray_files import replace_folder
-
-                replace_folder(files, task.run_folder)
-            outcome = _outcome(task.candidate_id, result)
+            if files is not None and run.task.workdir:
+                replace_folder(files, run.task.workdir)
+            outcome = outcome_of(run.task, result)
             if outcome.metrics is not None:
-                outcome.metrics = {**outcome.metrics, **timings, "ray_retries": task.tries - 1}
+                outcome = outcome.replace(metrics={**outcome.metrics, **timings,
+                                                   "ray_retries": run.tries - 1})
             outcomes.append(outcome)
         now = time.monotonic()
-        for ref, task in list(self._inflight.items()):
-            if self.hard_timeout_s and now - task.started > self.hard_timeout_s:
+        for ref, run in list(self._inflight.items()):
+            if self.hard_timeout_s and now - run.started > self.hard_timeout_s:
                 self._ray.cancel(ref, force=True)
                 del self._inflight[ref]
-                outcomes.append(Outcome(task.candidate_id, error=f"exceeded the hard time "
-                                                                 f"limit of "
-                                                                 f"{self.hard_timeout_s:.0f} s"))
+                outcomes.append(Outcome.failed(run.task, f"exceeded the hard time limit of "
+                                                         f"{self.hard_timeout_s:.0f} s"))
         return outcomes
 
-    def _after_loss(self, task: _RayTask, e: BaseException) -> list[Outcome]:
+    def _after_loss(self, run: RayRun, e: BaseException) -> list[Outcome]:
         """A lost node, worker or object is no fault of the candidate: it runs again on the
         nodes that remain, unless it was lost on every one of its `max_tries` starts."""
         cause = describe_failure(e)[0]
-        if task.tries >= self.max_tries:
-            return [Outcome(task.candidate_id, error=f"{cause} (on each of its {task.tries} "
-                                                     f"tries)")]
+        if run.tries >= self.max_tries:
+            return [Outcome.failed(run.task, f"{cause} (on each of its {run.tries} tries)")]
         logging.warning("candidate %d: its Ray node or worker was lost (%s); it runs again on "
-                        "the nodes that remain (try %d of %d)", task.candidate_id, cause,
-                        task.tries + 1, self.max_tries)
-        task.tries += 1
-        self._start(task)
+                        "the nodes that remain (try %d of %d)", run.task.candidate_id, cause,
+                        run.tries + 1, self.max_tries)
+        run.tries += 1
+        self._start(run)
         return []
 
     def close(self) -> None:
@@ -560,7 +515,7 @@ class NoExecutor:
 
     capacity = 0
 
-    def submit(self, candidate_id: int, kwargs: dict[str, Any]) -> None:
+    def submit(self, task: Task) -> None:
         raise ValueError("search.workers=0: this driver trains nothing")
 
     def running(self) -> int:
@@ -576,7 +531,7 @@ class NoExecutor:
 def make_executor(kind: str, *, workers: int, ray_address: str | None,
                   hard_timeout_s: float, num_cpus: float = 1, num_gpus: float = 0,
                   prepare_ahead: int = 0, share_device: str | None = None,
-                  ray: Any = None, max_tries: int = 3):
+                  ray: Any = None, max_tries: int = 3) -> Executor:
     """The executor `kind` names. `ray`: a `nas.search.strategy.ray_config.RayConfig`
     (its num_cpus and num_gpus win over the two arguments); `max_tries`: starts of a Ray
     task whose node is lost."""

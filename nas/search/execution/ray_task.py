@@ -1,9 +1,9 @@
 """What one Ray task runs on its node: a candidate's training, with nothing read from or
 written to the driver's disk.
 
-The task arrives with its dataset as an object-store reference (`ray_data`), its run folder
-(`run_in`: a rung's checkpoint to resume, its curve so far) as `Files`, and the rest of
-`train_candidate`'s plain arguments unchanged (user functions included). It trains in a
+The task (`nas.search.execution.task.Task`, user functions included) arrives with its
+dataset as an object-store reference (`ray_data`) and its run folder (`run_in`: a rung's
+checkpoint to resume, its curve so far) as `Files`. It trains in a
 temporary folder of its node and sends back the result and that folder (`Files`): the
 driver writes both to its workdir.
 """
@@ -17,6 +17,8 @@ from typing import Any
 
 from nas.search.execution.ray_data import node_train_config
 from nas.search.execution.ray_files import Files, read_files, write_files
+from nas.search.execution.task import Failure, Task
+from nas.search.execution.worker import describe_failure, train_or_failure
 
 RUN_FOLDER = "train"
 
@@ -38,14 +40,11 @@ def latest_step(workdir: str) -> str | None:
     return max(steps, key=int) if steps else None
 
 
-def run_task(kwargs: dict[str, Any], dataset: dict[str, Any] | None, run_in: Files | None,
-             ) -> tuple[Any, Files | None, dict[str, float]]:
-    """(result or `Failure`, the run folder's files, timings) of one candidate on this
-    node; `kwargs` are `train_candidate`'s, without `workdir`."""
+def run_task(task: Task, runtime: dict[str, Any], dataset: dict[str, Any] | None,
+             run_in: Files | None) -> tuple[Any, Files | None, dict[str, float]]:
+    """(result or `Failure`, the run folder's files, timings) of one task on this node;
+    `runtime` are `train_candidate`'s keyword arguments (e.g. `share_device`)."""
     import ray
-
-    from nas.search.execution.executors import Failure, train_or_failure
-    from nas.search.execution.worker import describe_failure
 
     timings: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="nas-ray-task-") as tmp:
@@ -55,14 +54,14 @@ def run_task(kwargs: dict[str, Any], dataset: dict[str, Any] | None, run_in: Fil
         try:
             if run_in is not None:
                 write_files(run_in, workdir)
-            train_config = node_train_config(kwargs["train_config"], dataset, ray.get)
+            train_config = node_train_config(task.train_config, dataset, ray.get)
         except (Exception, MemoryError) as e:  # noqa: BLE001 - sent back, named
             return Failure(*describe_failure(e)), None, timings
         timings["ray_data_s"] = time.perf_counter() - start
         start = time.perf_counter()
-        result = train_or_failure(**{**kwargs, "train_config": train_config,
-                                     "workdir": workdir})
+        result = train_or_failure(task.replace(train_config=train_config, workdir=workdir),
+                                  **runtime)
         timings["ray_train_s"] = time.perf_counter() - start
-        step = latest_step(workdir) if kwargs.get("stop_epochs") is not None else None
+        step = latest_step(workdir) if task.stop_epochs is not None else None
         out = read_files(workdir, keep=lambda rel: keep_returned(rel, step))
     return result, out, timings

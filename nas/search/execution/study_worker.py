@@ -16,8 +16,7 @@ from typing import Any
 import ml_collections
 from absl import logging
 
-from nas.search.execution.driver import candidate_task, record_outcome, rung_plan
-from nas.search.execution.executors import Outcome
+from nas.search.execution.task import Outcome, make_task, record_outcome, rung_plan
 from nas.search.execution.user_functions import STATE, check_recorded, search_functions
 from nas.search.execution.worker import ClaimLost, describe_failure, train_candidate
 from nas.search.store.candidate import FINISHED
@@ -81,10 +80,10 @@ def train_claimed(study: Study, config: ml_collections.ConfigDict,
     with LeaseKeeper(study.workdir, worker, float(search.lease_s)) as keeper:
         keeper.hold(candidate.id)
         try:
-            task = candidate_task(study, config.train, search, candidate.id)
+            task = make_task(study, config.train, search, candidate.id)
             share = str(study.workdir) if int(search.prepare_ahead) else None
             metrics, variables = train_candidate(
-                **task, should_stop=lambda: keeper.lost(candidate.id), share_device=share)
+                task, should_stop=lambda: keeper.lost(candidate.id), share_device=share)
             outcome = Outcome(candidate.id, metrics, variables)
         except KeyboardInterrupt:
             study.release(candidate.id, worker)

@@ -18,6 +18,8 @@ from typing import Any
 import ml_collections
 import numpy as np
 
+from nas.search.execution.task import Failure, Task
+
 _DEVICE_DATA: Any = None  # this process's device-resident training set, kept between candidates
 
 
@@ -30,21 +32,14 @@ class ClaimLost(RuntimeError):
 
 
 def train_candidate(
-    train_config: dict[str, Any],
-    graph_json: str,
-    init_variables: dict[str, Any] | None,
+    task: Task,
     *,
-    time_limit_s: float = 0.0,
-    workdir: str | None = None,
     owner_pid: int | None = None,
     should_stop: Callable[[], bool] | None = None,
-    stop_epochs: float | None = None,
-    fit: dict[str, Any] | None = None,
     share_device: str | None = None,
-    functions: bytes | None = None,
-    costs: dict[str, str] | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Trains and evaluates a candidate; returns (metrics, final variables as numpy).
+    """Trains and evaluates a task (`nas.search.execution.task.Task`); returns (metrics,
+    final variables as numpy). The other arguments say how this process runs it.
 
     With `share_device` (a search's workdir) the candidate's steps and evaluations take
     their turn on this process's device with the other processes of that search on this
@@ -53,15 +48,16 @@ def train_candidate(
     step (CandidateTimeout); time spent waiting for the device does not count. With
     `owner_pid`, training stops as soon as this process is orphaned (its driver died, so
     nobody would record the result and a new claim may already train it). `should_stop()`
-    (in-process callers only) True means the claim was lost (ClaimLost). `stop_epochs`
-    stops at a multi-fidelity rung (see `train_and_eval`); `workdir` holds the checkpoint
-    that the next rung resumes from. `fit` (`nas.search.execution.fit.task`): the child's new
-    ops are first fitted to the tensors they replace, on this worker's device while its steps
-    compile, unless `workdir` already holds a checkpoint to resume; its errors and time
-    join the metrics. `functions` (`nas.search.execution.user_functions.pack`): the user's
-    loss, optimizer, augmentation and costs by value; `costs` {name: "module:function"}:
-    each cost runs on the trained candidate once it reaches its last rung, and its value
-    joins the metrics under its name (a cost that raises fails the candidate).
+    (in-process callers only) True means the claim was lost (ClaimLost).
+
+    Of the task: `stop_epochs` stops at a multi-fidelity rung (see `train_and_eval`);
+    `workdir` holds the checkpoint that the next rung (or a restarted run) resumes from.
+    `fit`: the child's new ops are first fitted to the tensors they replace, on this
+    worker's device while its steps compile, unless `workdir` already holds a checkpoint
+    to resume; its errors and time join the metrics. `functions`: the user's loss,
+    optimizer, augmentation and costs by value; `costs`: each cost runs on the trained
+    candidate once it reaches its last rung, and its value joins the metrics under its
+    name (a cost that raises fails the candidate).
     """
     import jax
 
@@ -76,10 +72,10 @@ def train_candidate(
     if _DEVICE_DATA is None:
         _DEVICE_DATA = DeviceDataCache()
 
-    graph, constants = load(graph_json)
-    config = ml_collections.ConfigDict(train_config)
-    shipped = unpack(functions)
-    cost_fns = cost_functions(costs or {}, shipped) if stop_epochs is None else {}
+    graph, constants = load(task.graph_json)
+    config = ml_collections.ConfigDict(task.train_config)
+    shipped = unpack(task.functions)
+    cost_fns = cost_functions(task.costs, shipped) if task.stop_epochs is None else {}
     start = time.monotonic()
     turn = DeviceTurn(lock_path(share_device)) if share_device else None
 
@@ -87,9 +83,9 @@ def train_candidate(
         """Called after every train step: stopping raises at once, so nothing more is
         spent (no final evaluation or checkpoint of a candidate that is not recorded)."""
         waited = turn.waited if turn is not None else 0.0
-        if time_limit_s and time.monotonic() - start - waited > time_limit_s:
+        if task.time_limit_s and time.monotonic() - start - waited > task.time_limit_s:
             where = f"step {step}" if step >= 0 else "an epoch's end"
-            raise CandidateTimeout(f"exceeded its time limit of {time_limit_s:g} s "
+            raise CandidateTimeout(f"exceeded its time limit of {task.time_limit_s:g} s "
                                    f"(stopped at {where})")
         if owner_pid is not None and os.getppid() != owner_pid:
             os._exit(1)  # orphaned: the driver died; its successor may train this candidate
@@ -100,23 +96,24 @@ def train_candidate(
     fitted: dict[str, float] = {}
 
     def refit(variables: dict[str, Any], built: Callable[[], None]) -> dict[str, Any]:
-        out, metrics = fit_for_task(fit, graph, constants, variables, built)
+        out, metrics = fit_for_task(task.fit, graph, constants, variables, built)
         fitted.update(metrics)
         return out
 
-    if workdir:
-        os.makedirs(workdir, exist_ok=True)
+    if task.workdir:
+        os.makedirs(task.workdir, exist_ok=True)
     metrics, epochs, state = train_and_eval(
         config, eval_perf=True, callback=lambda epoch, _: not stop_now(-1), graph=graph,
-        constants=constants, workdir=workdir, init_variables=init_variables,
-        should_stop=stop_now, device_data_cache=_DEVICE_DATA, stop_epochs=stop_epochs,
-        refit=refit if fit is not None else None, device_stage=turn, functions=shipped)
+        constants=constants, workdir=task.workdir, init_variables=task.init_variables,
+        should_stop=stop_now, device_data_cache=_DEVICE_DATA, stop_epochs=task.stop_epochs,
+        refit=refit if task.fit is not None else None, device_stage=turn, functions=shipped)
     values = {**metrics_dict(metrics), **fitted, "epochs": epochs}
     if not all(math.isfinite(v) for v in values.values() if isinstance(v, float)):
         raise FloatingPointError(f"training diverged: non-finite metrics {values}")
     variables = jax.tree.map(np.asarray, jax.block_until_ready(state))
     if cost_fns:
-        values.update(measure_costs(cost_fns, graph_json, variables, dict(train_config), values))
+        values.update(measure_costs(cost_fns, task.graph_json, variables, dict(task.train_config),
+                                    values))
     return values, variables
 
 
@@ -162,3 +159,12 @@ def describe_failure(e: BaseException) -> tuple[str, bool]:
         return f"out of memory ({asked})", True
     text = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
     return f"{type(e).__name__}: {text[0] if text else ''}"[:2000], False
+
+
+def train_or_failure(task: Task, **runtime: Any) -> tuple[dict[str, Any], dict[str, Any]] | Failure:
+    """`train_candidate` in a worker process or Ray task: its result, or its failure as
+    data (`runtime`: `train_candidate`'s keyword arguments)."""
+    try:
+        return train_candidate(task, **runtime)
+    except (Exception, MemoryError) as e:  # noqa: BLE001 - the cause is sent back, named
+        return Failure(*describe_failure(e))

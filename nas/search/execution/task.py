@@ -1,0 +1,227 @@
+"""The one task protocol: what a worker needs to train one thing, what comes back, and who
+runs it.
+
+Why one protocol: a candidate of the search, a rung of a multi-fidelity search and a run of
+the finals (`nas.search.execution.finals`) all train the same way (a graph, a recipe,
+starting weights), on the same executors (in-process, worker processes, Ray, external
+`nas-search worker`s). A `Task` is plain, picklable data made from the study; an `Outcome`
+is what training gave back; only the driver (or the worker that holds the claim) records it
+in the study. Executors implement `Executor` and the driver is typed against it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any, Protocol
+
+import ml_collections
+from absl import logging
+
+from nas.search.store.study import Study
+from nas.search.strategy.fidelity import RungPlan
+from nas.search.strategy.settings import candidate_train_config
+from nas.train.checkpoint import load_variables, save_variables
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    """Everything a worker needs to train one candidate, or one finals run of it.
+
+    `run` names a finals run (`nas.search.execution.finals`), None for the candidate's own
+    training. `workdir` holds the run's checkpoints, so a run started again resumes;
+    `stop_epochs` stops at a multi-fidelity rung; `fit` is what the worker fits the child's
+    new ops with first (`nas.search.execution.fit.task`); `costs` {name: "module:function"}
+    run on the trained model; `functions` ships the user's own functions by value
+    (`nas.search.execution.user_functions.pack`)."""
+
+    candidate_id: int
+    train_config: dict[str, Any]
+    graph_json: str = dataclasses.field(repr=False)
+    init_variables: dict[str, Any] | None = dataclasses.field(default=None, repr=False)
+    time_limit_s: float = 0.0
+    workdir: str | None = None
+    stop_epochs: float | None = None
+    fit: dict[str, Any] | None = dataclasses.field(default=None, repr=False)
+    costs: dict[str, str] = dataclasses.field(default_factory=dict)
+    functions: bytes | None = dataclasses.field(default=None, repr=False)
+    run: str | None = None
+
+    def replace(self, **changes: Any) -> Task:
+        return dataclasses.replace(self, **changes)
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """What training a task gave: metrics and weights, or an error (one line)."""
+
+    candidate_id: int
+    metrics: dict[str, Any] | None = None
+    variables: dict[str, Any] | None = dataclasses.field(default=None, repr=False)
+    error: str | None = None
+    infeasible: bool = False  # it can never run (out of memory)
+    run: str | None = None  # the task's `run`
+
+    @classmethod
+    def failed(cls, task: Task, error: str, infeasible: bool = False) -> Outcome:
+        return cls(task.candidate_id, error=error, infeasible=infeasible, run=task.run)
+
+    def replace(self, **changes: Any) -> Outcome:
+        return dataclasses.replace(self, **changes)
+
+
+@dataclasses.dataclass(frozen=True)
+class Failure:
+    """A task's failure as plain data: what a worker process sends back instead of its
+    exception, which the parent would have to rebuild (a class pickle cannot rebuild broke
+    the whole pool, and every candidate in it lost its own cause)."""
+
+    error: str  # "TypeName: first line", as `worker.describe_failure` words it
+    infeasible: bool = False
+
+
+def outcome_of(task: Task, result: Any) -> Outcome:
+    """The Outcome of what a worker sent back for `task` (a result or a `Failure`)."""
+    if isinstance(result, Failure):
+        return Outcome.failed(task, result.error, result.infeasible)
+    metrics, variables = result
+    return Outcome(task.candidate_id, metrics, variables, run=task.run)
+
+
+class Executor(Protocol):
+    """Where tasks train. `capacity` tasks at most are `running()` at once; `poll` hands
+    back the outcomes that finished (each task's exactly once); `close` stops what runs."""
+
+    capacity: int
+
+    def submit(self, task: Task) -> None: ...
+
+    def running(self) -> int: ...
+
+    def poll(self, timeout: float) -> list[Outcome]: ...
+
+    def close(self) -> None: ...
+
+
+# ----------------------------------------------------------------------------- the study
+
+
+def candidate_dir(workdir: str, candidate_id: int) -> str:
+    return os.path.join(os.path.abspath(workdir), "candidates", str(candidate_id))
+
+
+def rung_plan(train: ml_collections.ConfigDict, search: ml_collections.ConfigDict
+              ) -> RungPlan:
+    """The search's multi-fidelity rungs (children's budget: train.total_epochs)."""
+    from nas.train.config import base_config
+
+    full = train.get("total_epochs", None)
+    full = base_config().total_epochs if full is None else full
+    return RungPlan.from_config(dict(search.get("fidelity", {}) or {}), float(full))
+
+
+def make_task(study: Study, train: ml_collections.ConfigDict, search: ml_collections.ConfigDict,
+              candidate_id: int, functions: bytes | None = None) -> Task:
+    """The task of a claimed candidate.
+
+    Children start from inherited weights, so they fine-tune: they may train for fewer
+    epochs than a seed model trained from scratch (`seed_epochs`) and at a lower rate.
+    In a multi-fidelity search a child trains to its current rung (`stop_epochs`) in its
+    own training directory, so its next rung resumes from that checkpoint. A child with
+    `fit_pairs` carries what its worker needs to fit its new ops first, at its first rung
+    only (later rungs resume trained weights)."""
+    candidate = study.get(candidate_id)
+    train_config = candidate_train_config(train.to_dict(), search,
+                                          is_seed=candidate.parent_id is None)
+    directory = candidate_dir(str(study.workdir), candidate_id)
+    saved = (candidate.inheritance or {}).get("init_path")
+    legacy = os.path.join(directory, "init")  # studies written before init_path existed
+    variables = None
+    if saved:  # complete before the candidate was added (see Driver.propose)
+        variables = load_variables(saved)
+    elif os.path.isdir(legacy):
+        variables = load_variables(legacy)
+    elif candidate.parent_id is not None:
+        variables = load_variables(study.get(candidate.parent_id).checkpoint_path)
+    return Task(
+        candidate_id, train_config, candidate.graph_json, variables,
+        time_limit_s=float(search.time_limit_s),
+        workdir=os.path.join(directory, "train"),
+        stop_epochs=rung_plan(train, search).stop_epochs(candidate),
+        fit=fit_task(study, train, search, candidate) if candidate.rung == 0 else None,
+        costs=dict(search.get("costs", {}) or {}), functions=functions)
+
+
+def fit_task(study: Study, train: ml_collections.ConfigDict, search: ml_collections.ConfigDict,
+             candidate: Any) -> dict[str, Any] | None:
+    """What the worker fits `candidate`'s new ops with (None: nothing to fit, or its
+    parent's weights can no longer be read, when it trains unfitted)."""
+    pairs = (candidate.inheritance or {}).get("fit_pairs")
+    if not pairs:
+        return None
+    from nas.search.execution import fit as fit_lib
+
+    parent = study.get(candidate.parent_id)
+    try:
+        parent_variables = load_variables(parent.checkpoint_path, shared=True)
+    except ValueError as e:  # damaged since the child was proposed: train it unfitted
+        logging.warning("candidate %d: not fitted, its parent's weights cannot be read: %s",
+                        candidate.id, str(e).splitlines()[0])
+        return None
+    return fit_lib.task(parent.graph_json, parent_variables, candidate.inheritance["new"],
+                        pairs, train.input, fit_lib.FitConfig.from_dict(dict(search.fit)),
+                        int(search.seed))
+
+
+def record_outcome(study: Study, outcome: Outcome, worker: str | None = None,
+                   rungs: RungPlan | None = None) -> None:
+    """Writes a finished candidate's weights and metrics, or its error, to the study.
+
+    With `worker`, nothing is written unless that worker still holds the claim (a lost
+    lease means another worker owns the candidate now). With `rungs`, a child that reached
+    a rung before its last is promoted or stopped there (`Study.record_rung`)."""
+    cid = outcome.candidate_id
+    if worker is not None and not study.holds(cid, worker):
+        logging.warning("candidate %d: %s no longer holds it; its outcome is dropped", cid,
+                        worker)
+        return
+    if outcome.error is not None:
+        logging.warning("candidate %d failed: %s", cid, outcome.error)
+        study.fail(cid, outcome.error, infeasible=outcome.infeasible, worker=worker)
+        return
+    rungs = rungs or RungPlan()
+    candidate = study.get(cid)
+    epochs = rungs.rung_epochs(candidate) if rungs.applies(candidate) else None
+    if epochs is not None and not rungs.is_last(candidate.rung):
+        record_rung(study, outcome, candidate.rung, epochs, rungs, worker)
+        return
+    path = save_variables(os.path.join(candidate_dir(str(study.workdir), cid), "final"),
+                          outcome.variables)
+    try:
+        study.tell(cid, outcome.metrics, checkpoint_path=path, worker=worker,
+                   rung_epochs=epochs)
+    except ValueError as e:  # e.g. NaN metrics
+        study.fail(cid, str(e), worker=worker)
+
+
+def record_rung(study: Study, outcome: Outcome, rung: int, epochs: float, rungs: RungPlan,
+                worker: str | None) -> None:
+    """A child's result at a rung before its last: promoted (pending again, to resume) or
+    stopped (its weights at this rung kept as its checkpoint)."""
+    import shutil
+
+    cid = outcome.candidate_id
+    path = save_variables(os.path.join(candidate_dir(str(study.workdir), cid), f"rung{rung}"),
+                          outcome.variables)
+    metrics = dict(outcome.metrics or {}, epochs=epochs)
+    try:
+        after = study.record_rung(cid, rung, epochs, metrics, rungs.decide,
+                                  checkpoint_path=path, worker=worker,
+                                  cost=rungs.config.cost)
+    except ValueError as e:  # e.g. NaN metrics
+        study.fail(cid, str(e), worker=worker)
+        return
+    if after.checkpoint_path != path:  # promoted: its training checkpoint carries on
+        shutil.rmtree(path, ignore_errors=True)
+    logging.info("candidate %d at rung %d (%g epochs): %s", cid, rung, epochs,
+                 after.rungs[-1]["reason"] if after.rungs else after.status)
