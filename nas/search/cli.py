@@ -216,6 +216,8 @@ def _report(workdir: str) -> None:
 
 
 def _export(workdir: str) -> None:
+    from nas.search.result import take_home
+    from nas.search.store.export import export_candidate
     from nas.search.store.study import Study
 
     if _ID.value is None or not _OUT.value:
@@ -232,13 +234,16 @@ def _export(workdir: str) -> None:
             raise ValueError(f"--out: {e}") from None
     study = Study.load(workdir)
     cid, why = export_id(study, _ID.value)
+    home = take_home(study, _ID.value)
+    if home is not None:
+        why += ", the model the finals trained on train plus validation"
     try:
         if _FORMAT.value == "flax":
             from nas.search.store.export import export_flax_code
 
-            path = export_flax_code(study, cid, _OUT.value)
+            path = export_flax_code(study, cid, _OUT.value, home)
         else:
-            path = study.export(cid, _OUT.value)
+            path = export_candidate(study, cid, _OUT.value, home)
     except OSError as e:
         raise ValueError(f"--out: {os_error_line(e)}") from None
     except ValueError as e:

@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from nas.search.store.candidate import Candidate
+from nas.search.store.export import export_candidate
+from nas.search.store.finals_table import answer
 from nas.search.store.study import Study
 
 EXPORTS = "exports"  # loaded candidates are exported here once, in the workdir
@@ -31,9 +33,7 @@ def candidate_id(study: Study, value: int | str) -> tuple[int, str]:
         if text == "best":
             chosen = recommend.best_by_validation(done)
         else:
-            pairs = recommend.Comparisons.of(study)
-            chosen = recommend.recommend(done, pairs, recommend.margin_pt(study.config),
-                                         recommend.recommend_cost(study.config)).candidate
+            chosen = answer(study).recommendation.candidate
         if chosen is None:
             raise ValueError(f"id={value}: no finished candidate in the study yet")
         return chosen.id, (" (recommended)" if text == "recommended"
@@ -43,6 +43,17 @@ def candidate_id(study: Study, value: int | str) -> tuple[int, str]:
     except ValueError:
         raise ValueError(f"id: expected a candidate id, 'recommended' or 'best', got "
                          f"{value!r}") from None
+
+
+def take_home(study: Study, value: int | str) -> Any:
+    """For "recommended": the model the finals trained on train plus validation for it
+    (`nas.search.store.finals.Run`), when there is one; else None (the candidate's own
+    weights are exported)."""
+    if str(value).strip().lower() != "recommended":
+        return None
+    found = answer(study)
+    chosen = found.recommendation.candidate
+    return found.home.get(chosen.id) if chosen is not None else None
 
 
 class SearchResult:
@@ -73,9 +84,11 @@ class SearchResult:
         from nas.io.candidate import load_candidate
 
         cid, _ = candidate_id(self.study, id)
-        path = self.workdir / EXPORTS / f"candidate_{cid}.zip"
+        home = take_home(self.study, id)
+        name = f"candidate_{cid}" + ("_home" if home is not None else "")
+        path = self.workdir / EXPORTS / f"{name}.zip"
         if not path.is_file():
-            self.study.export(cid, path)
+            export_candidate(self.study, cid, path, home)
         return load_candidate(path)
 
     def best(self, k: int = 5) -> list[Candidate]:
@@ -100,7 +113,7 @@ class SearchResult:
     def export(self, path: str | os.PathLike, id: int | str = "recommended") -> Path:  # noqa: A002
         """Candidate `id` as one file that `nas.load_candidate` loads (`nas-search export`)."""
         cid, _ = candidate_id(self.study, id)
-        return self.study.export(cid, path)
+        return export_candidate(self.study, cid, path, take_home(self.study, id))
 
     def export_flax(self, directory: str | os.PathLike, id: int | str = "recommended"  # noqa: A002
                     ) -> Path:
@@ -111,7 +124,7 @@ class SearchResult:
 
         check_out_dir(Path(directory))
         cid, _ = candidate_id(self.study, id)
-        return export_flax_code(self.study, cid, directory)
+        return export_flax_code(self.study, cid, directory, take_home(self.study, id))
 
     def __repr__(self) -> str:
         counts = ", ".join(f"{s} {n}" for s, n in self.study.counts().items() if n)

@@ -44,6 +44,12 @@ def base_config() -> ml_collections.ConfigDict:
     # This fraction of `split` (stratified by label, fixed examples) is never trained on;
     # eval split "holdout" evaluates on it (a search decides on it). 0: nothing held out.
     c.input.data.validation_fraction = 0.0
+    # k-fold cross-validation (a search's finals): with folds = k > 1, fold `fold` of
+    # `split` (stratified by label, drawn with `fold_seed`) is never trained on and eval
+    # split "fold" evaluates on it. 0: off.
+    c.input.data.folds = 0
+    c.input.data.fold = 0
+    c.input.data.fold_seed = 0
     c.input.data_dir = ""  # "" -> $NAS_DATA_DIR or ~/.cache/nas/tensorflow_datasets
     c.input.batch_size = 128  # global, over all hosts and devices
     c.input.shuffle_buffer_size = 50_000  # 0 disables shuffling; >0 is a full permutation
@@ -136,6 +142,10 @@ RULES: dict[str, schema.Field] = {
     "input.prefetch": schema.at_least(0),
     "eval.data.split": schema.Field(str, check=bool, expected="(non-empty)"),
     "input.data.validation_fraction": schema.Field(float, low=0.0, high=0.5),
+    "input.data.folds": schema.Field(int, check=lambda k: k == 0 or k > 1,
+                                     expected="(0: off, else at least 2)"),
+    "input.data.fold": schema.at_least(0),
+    "input.data.fold_seed": schema.at_least(0),
     "eval.batch_size": schema.positive(),
     "eval.every_epochs": schema.positive(),
     "total_epochs": schema.positive(float),

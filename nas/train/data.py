@@ -47,6 +47,7 @@ CIFAR_STD = np.array([0.2470, 0.2435, 0.2616], np.float32)
 Example = dict[str, np.ndarray]
 
 HOLDOUT = "holdout"  # eval split: the carved validation part of the training split
+FOLD = "fold"  # eval split: the held-out fold of a k-fold cross-validation (input.data.folds)
 _HOLDOUT_SEED = 20240525  # fixed: every run and candidate holds out the same examples
 
 
@@ -253,6 +254,43 @@ def holdout_indices(labels: np.ndarray, fraction: float) -> np.ndarray:
     return np.sort(np.concatenate(held)) if held else np.zeros(0, np.int64)
 
 
+def fold_indices(labels: np.ndarray, folds: int, fold: int, seed: int) -> np.ndarray:
+    """Sorted positions of fold `fold` of `folds`: each class's examples shuffled with
+    `seed` and dealt round-robin (one deal over all classes), so every fold holds each
+    class in proportion and fold sizes differ by at most one."""
+    if folds < 2 or not 0 <= fold < folds:
+        raise ValueError(f"config field 'input.data.fold' must be in [0, {folds}) with "
+                         f"input.data.folds={folds} (at least 2), got {fold}")
+    if len(labels) < folds:
+        raise ValueError(f"config field 'input.data.folds': {folds} folds of "
+                         f"{len(labels)} examples")
+    rng = np.random.default_rng(seed)
+    order = np.concatenate([rng.permutation(np.flatnonzero(labels == label))
+                            for label in np.unique(labels)])
+    return np.sort(order[fold::folds])
+
+
+def carved(inp: Any) -> tuple[str, float, int]:
+    """How `inp` carves its training split: (eval split name, validation fraction, folds);
+    ("", 0, 0) when nothing is carved. Both at once is a one-line ValueError."""
+    fraction = float(inp.data.get("validation_fraction", 0.0) or 0.0)
+    folds = int(inp.data.get("folds", 0) or 0)
+    if fraction > 0 and folds:
+        raise ValueError("config fields 'input.data.validation_fraction' and "
+                         "'input.data.folds': set one of them, not both")
+    return (FOLD, 0.0, folds) if folds else (HOLDOUT, fraction, 0) if fraction > 0 else \
+        ("", 0.0, 0)
+
+
+def held_out(inp: Any, labels: np.ndarray) -> np.ndarray:
+    """Sorted positions of the training split that `inp` holds out (its validation part,
+    or its fold)."""
+    name, fraction, folds = carved(inp)
+    if name == FOLD:
+        return fold_indices(labels, folds, int(inp.data.fold), int(inp.data.fold_seed))
+    return holdout_indices(labels, fraction)
+
+
 _SPLIT_LABELS: dict[tuple, np.ndarray] = {}
 
 
@@ -271,18 +309,13 @@ def split_source(inp: Any, split: str, data_dir: str | None, process_index: int 
     """This host's share of `split` of the input config `inp`: with
     `inp.data.validation_fraction` > 0, the training split without its validation part,
     and `HOLDOUT` that part; any other split as tfds names it."""
-    fraction = float(inp.data.get("validation_fraction", 0.0) or 0.0)
-    carved = split == HOLDOUT or (fraction > 0 and split == inp.data.split)
-    if not carved:
+    name = _carved_split(inp, split)
+    if not name:
         return open_source(inp.data.name, host_split(split, process_index, process_count),
                            data_dir)
-    if fraction <= 0:
-        raise ValueError(f"eval split {HOLDOUT!r} needs input.data.validation_fraction > 0 "
-                         f"(the part of input.data.split {inp.data.split!r} held out)")
     full = open_source(inp.data.name, inp.data.split, data_dir)
-    held = holdout_indices(split_labels(inp.data.name, inp.data.split, data_dir, full),
-                           fraction)
-    keep = held if split == HOLDOUT else np.setdiff1d(np.arange(len(full)), held)
+    held = held_out(inp, split_labels(inp.data.name, inp.data.split, data_dir, full))
+    keep = held if split == name else np.setdiff1d(np.arange(len(full)), held)
     return Subset(full, np.array_split(keep, process_count)[process_index])
 
 
@@ -291,18 +324,28 @@ def split_size(inp: Any, split: str, data_dir: str | None) -> int:
     dataset's (folder:, npz:) or the digits' split train or test is counted from its
     labels, without converting or building it: a run's checks come before anything is
     written."""
-    base = inp.data.split if split == HOLDOUT else split
+    base = inp.data.split if split in (HOLDOUT, FOLD) else split
     labels = _labels_unwritten(inp.data.name, base)
     if labels is None:
         return len(split_source(inp, split, data_dir))
-    fraction = float(inp.data.get("validation_fraction", 0.0) or 0.0)
-    if split != HOLDOUT and not (fraction > 0 and split == inp.data.split):
+    name = _carved_split(inp, split)
+    if not name:
         return len(labels)
-    if fraction <= 0:
-        raise ValueError(f"eval split {HOLDOUT!r} needs input.data.validation_fraction > 0 "
-                         f"(the part of input.data.split {inp.data.split!r} held out)")
-    held = len(holdout_indices(labels, fraction))  # counts per class decide it, not order
-    return held if split == HOLDOUT else len(labels) - held
+    held = len(held_out(inp, labels))
+    return held if split == name else len(labels) - held
+
+
+def _carved_split(inp: Any, split: str) -> str:
+    """The carved eval split's name when `split` is it or the training split it is carved
+    from, else "" (a split as tfds names it). A carved name without its carving is one
+    line."""
+    name, _, _ = carved(inp)
+    if split in (HOLDOUT, FOLD) and split != name:
+        need = ("input.data.validation_fraction > 0" if split == HOLDOUT
+                else "input.data.folds > 1")
+        raise ValueError(f"eval split {split!r} needs {need} (the part of input.data.split "
+                         f"{inp.data.split!r} held out)")
+    return name if name and split in (name, inp.data.split) else ""
 
 
 def _labels_unwritten(name: str, split: str) -> np.ndarray | None:
@@ -532,8 +575,9 @@ def make_eval_data(
         batch_size=local,
         num_batches=max(1, math.ceil(largest_share / local)),
     )
-    fraction = float(inp.data.get("validation_fraction", 0.0) or 0.0) if inp else 0.0
-    key = (name, split, resolve_data_dir(data_dir), image_size, fraction, local,
+    carving = carved(inp) + (int(inp.data.get("fold", 0)), int(inp.data.get("fold_seed", 0))) \
+        if inp else ()
+    key = (name, split, resolve_data_dir(data_dir), image_size, carving, local,
            data.num_batches, len(source), pi, pc,
            int(inp.get("channels", 3)) if inp else 3)
     return kept_batches(data, key, image_size)

@@ -163,7 +163,9 @@ def setup_data(config: ml_collections.ConfigDict, on_device_ok: bool,
         if len(source) < local_batch:
             raise ValueError(f"config field 'input.batch_size': {local_batch} per host "
                              f"exceeds the {len(source)} training examples")
-        key = (inp.data.name, inp.data.split, inp.data.validation_fraction, data_dir,
+        key = (inp.data.name, inp.data.split, inp.data.validation_fraction,
+               inp.data.get("folds", 0), inp.data.get("fold", 0),
+               inp.data.get("fold_seed", 0), data_dir,
                inp.image_size, inp.channels, config.seed, pi, pc,
                tuple(d.id for d in jax.local_devices()), bool(inp.augment))
 

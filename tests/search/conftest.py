@@ -30,6 +30,7 @@ def tiny_search_config(**search):
     config.search.fidelity = {}  # one budget per child (tests of rungs pass `fidelity`)
     config.search.pipeline_depth = 1  # each proposal reads every result (tests of the
     # pipeline pass `pipeline_depth`)
+    config.search.finals = {"k": 0}  # tests of the finals pass `finals`
     config.search.update(search)
     return config
 

@@ -30,9 +30,19 @@ from nas.graph.reversible import is_reversible
 from nas.graph.serialize import graph_to_json, load
 from nas.properties import op_cache
 from nas.search.execution import user_functions
-from nas.search.execution.executors import Outcome, make_executor
+from nas.search.execution.executors import make_executor
+from nas.search.execution.finals import Finals
 from nas.search.execution.fit import FitConfig
+from nas.search.execution.task import (
+    Executor,
+    Outcome,
+    Task,
+    make_task,
+    record_outcome,
+    rung_plan,
+)
 from nas.search.store.candidate import FINISHED
+from nas.search.store.finals_table import finals_finished
 from nas.search.store.lease import LeaseKeeper
 from nas.search.store.study import (
     DuplicateCandidateError,
@@ -42,7 +52,6 @@ from nas.search.store.study import (
 )
 from nas.search.strategy import blocks as blocks_lib
 from nas.search.strategy import splits
-from nas.search.strategy.fidelity import RungPlan
 from nas.search.strategy.population import DoneCache, Population
 from nas.search.strategy.ray_config import RayConfig
 from nas.search.strategy.selection import Individual, SelectionConfig, select_parents
@@ -51,10 +60,6 @@ from nas.search.strategy.settings import OPERATIONAL, candidate_train_config, va
 from nas.train.checkpoint import load_variables, save_variables
 from nas.train.config import image_shape
 from nas.train.perf import count_params
-
-
-def candidate_dir(workdir: str, candidate_id: int) -> str:
-    return os.path.join(os.path.abspath(workdir), "candidates", str(candidate_id))
 
 
 class ChildTooLargeError(Exception):
@@ -105,119 +110,6 @@ def remove_partial_saves(study: Study) -> list[str]:
     if removed:
         logging.info("removed %d partial save(s): %s", len(removed), removed)
     return removed
-
-
-def rung_plan(train: ml_collections.ConfigDict, search: ml_collections.ConfigDict
-              ) -> RungPlan:
-    """The search's multi-fidelity rungs (children's budget: train.total_epochs)."""
-    from nas.train.config import base_config
-
-    full = train.get("total_epochs", None)
-    full = base_config().total_epochs if full is None else full
-    return RungPlan.from_config(dict(search.get("fidelity", {}) or {}), float(full))
-
-
-def candidate_task(study: Study, train: ml_collections.ConfigDict,
-                   search: ml_collections.ConfigDict, candidate_id: int) -> dict[str, Any]:
-    """Plain-data arguments of `train_candidate` for a claimed candidate.
-
-    Children start from inherited weights, so they fine-tune: they may train for fewer
-    epochs than a seed model trained from scratch (`seed_epochs`) and at a lower rate.
-    In a multi-fidelity search a child trains to its current rung (`stop_epochs`) in its
-    own training directory, so its next rung resumes from that checkpoint. A child with
-    `fit_pairs` carries what its worker needs to fit its new ops first (`nas.search.execution.fit`),
-    at its first rung only (later rungs resume trained weights)."""
-    candidate = study.get(candidate_id)
-    train_config = candidate_train_config(train.to_dict(), search,
-                                          is_seed=candidate.parent_id is None)
-    directory = candidate_dir(str(study.workdir), candidate_id)
-    saved = (candidate.inheritance or {}).get("init_path")
-    legacy = os.path.join(directory, "init")  # studies written before init_path existed
-    variables = None
-    if saved:  # complete before the candidate was added (see Driver.propose)
-        variables = load_variables(saved)
-    elif os.path.isdir(legacy):
-        variables = load_variables(legacy)
-    elif candidate.parent_id is not None:
-        variables = load_variables(study.get(candidate.parent_id).checkpoint_path)
-    fit = None
-    pairs = (candidate.inheritance or {}).get("fit_pairs")
-    if pairs and candidate.rung == 0:
-        from nas.search.execution import fit as fit_lib
-
-        parent = study.get(candidate.parent_id)
-        try:
-            parent_variables = load_variables(parent.checkpoint_path, shared=True)
-        except ValueError as e:  # damaged since the child was proposed: train it unfitted
-            logging.warning("candidate %d: not fitted, its parent's weights cannot be read: %s",
-                            candidate_id, str(e).splitlines()[0])
-            pairs = None
-        if pairs:
-            fit = fit_lib.task(parent.graph_json, parent_variables,
-                               candidate.inheritance["new"], pairs, train.input,
-                               fit_lib.FitConfig.from_dict(dict(search.fit)), int(search.seed))
-    return {
-        "train_config": train_config,
-        "graph_json": candidate.graph_json,
-        "init_variables": variables,
-        "time_limit_s": float(search.time_limit_s),
-        "workdir": os.path.join(directory, "train"),
-        "stop_epochs": rung_plan(train, search).stop_epochs(candidate),
-        "fit": fit,
-        "costs": dict(search.get("costs", {}) or {}),
-    }
-
-
-def record_outcome(study: Study, outcome: Outcome, worker: str | None = None,
-                   rungs: RungPlan | None = None) -> None:
-    """Writes a finished candidate's weights and metrics, or its error, to the study.
-
-    With `worker`, nothing is written unless that worker still holds the claim (a lost
-    lease means another worker owns the candidate now). With `rungs`, a child that reached
-    a rung before its last is promoted or stopped there (`Study.record_rung`)."""
-    cid = outcome.candidate_id
-    if worker is not None and not study.holds(cid, worker):
-        logging.warning("candidate %d: %s no longer holds it; its outcome is dropped", cid,
-                        worker)
-        return
-    if outcome.error is not None:
-        logging.warning("candidate %d failed: %s", cid, outcome.error)
-        study.fail(cid, outcome.error, infeasible=outcome.infeasible, worker=worker)
-        return
-    rungs = rungs or RungPlan()
-    candidate = study.get(cid)
-    epochs = rungs.rung_epochs(candidate) if rungs.applies(candidate) else None
-    if epochs is not None and not rungs.is_last(candidate.rung):
-        record_rung(study, outcome, candidate.rung, epochs, rungs, worker)
-        return
-    path = save_variables(os.path.join(candidate_dir(str(study.workdir), cid), "final"),
-                          outcome.variables)
-    try:
-        study.tell(cid, outcome.metrics, checkpoint_path=path, worker=worker,
-                   rung_epochs=epochs)
-    except ValueError as e:  # e.g. NaN metrics
-        study.fail(cid, str(e), worker=worker)
-
-
-def record_rung(study: Study, outcome: Outcome, rung: int, epochs: float, rungs: RungPlan,
-                worker: str | None) -> None:
-    """A child's result at a rung before its last: promoted (pending again, to resume) or
-    stopped (its weights at this rung kept as its checkpoint)."""
-    cid = outcome.candidate_id
-    path = save_variables(os.path.join(candidate_dir(str(study.workdir), cid), f"rung{rung}"),
-                          outcome.variables)
-    metrics = dict(outcome.metrics or {}, epochs=epochs)
-    try:
-        after = study.record_rung(cid, rung, epochs, metrics, rungs.decide,
-                                  checkpoint_path=path, worker=worker,
-                                  cost=rungs.config.cost)
-    except ValueError as e:  # e.g. NaN metrics
-        study.fail(cid, str(e), worker=worker)
-        return
-    if after.checkpoint_path != path:  # promoted: its training checkpoint carries on
-        shutil.rmtree(path, ignore_errors=True)
-    logging.info("candidate %d at rung %d (%g epochs): %s", cid, rung, epochs,
-                 after.rungs[-1]["reason"] if after.rungs else after.status)
 
 
 def resumed_config(given: ml_collections.ConfigDict, study: Study) -> ml_collections.ConfigDict:
@@ -352,6 +244,7 @@ class Driver:
         self._done = DoneCache(self.study)  # finished rows read once each (per proposal)
         self._selector = Selector(self.selection)  # keeps the pool and its ties
         self._told_no_blocks = False  # "block-level mutation does not apply" logged once
+        self._progress = True  # progress bars (`run`'s argument)
 
     # ------------------------------------------------------------------ proposing
     def seed_population(self) -> None:
@@ -554,13 +447,10 @@ class Driver:
             logging.info("constant-output check skipped: %s", e)
 
     # ------------------------------------------------------------------ training
-    def task(self, candidate_id: int) -> dict[str, Any]:
-        task = candidate_task(self.study, self.train, self.search, candidate_id)
-        if self._shipped is not None:
-            task["functions"] = self._shipped
-        return task
+    def task(self, candidate_id: int) -> Task:
+        return make_task(self.study, self.train, self.search, candidate_id, self._shipped)
 
-    def startable(self, candidate_id: int) -> dict[str, Any] | None:
+    def startable(self, candidate_id: int) -> Task | None:
         """The task of a claimed candidate, or None when it cannot start (e.g. its starting
         weights on disk are damaged): it is then recorded as failed with that cause, and
         the search goes on (one candidate's damaged files end nothing else)."""
@@ -577,10 +467,11 @@ class Driver:
 
     # ------------------------------------------------------------------ loop
     def finished(self) -> bool:
-        """Whether the study already has `max_candidates` finished candidates (a resumed
-        search with nothing left to do: no worker needs to start)."""
+        """Whether the study already has `max_candidates` finished candidates and its
+        finals ran (a resumed search with nothing left to do: no worker needs to start)."""
         counts = self.study.counts()
-        return sum(counts[s] for s in FINISHED) >= int(self.search.max_candidates)
+        return sum(counts[s] for s in FINISHED) >= int(self.search.max_candidates) and \
+            finals_finished(self.study)
 
     def run(self, progress: bool = True,
             callbacks: Sequence[Callable[[Any], Any]] = ()) -> Study:
@@ -592,6 +483,7 @@ class Driver:
         study stays resumable."""
         search = self.search
         self._callbacks = tuple(callbacks)
+        self._progress = progress
         self.check_seed_weights()  # before the first write: a failed command changes nothing
         remove_partial_saves(self.study)
         self.study.set_state(user_functions.STATE, fn_lib.describe(self.functions))
@@ -613,6 +505,8 @@ class Driver:
         inflight: set[int] = set()
         try:
             self._loop(executor, keeper, inflight, bar)
+            bar.close()
+            self.run_finals(executor)
             self.study.set_state("stopped", True)
         except StopSearch as e:
             logging.info("the search was stopped by a callback: %s", e)
@@ -630,6 +524,41 @@ class Driver:
             raise SearchFailed("the search trained nothing"
                                + (f" ({errors[0]})" if errors else ""))
         return self.study
+
+    def run_finals(self, executor: Executor) -> None:
+        """Trains what the finals still need (`nas.search.execution.finals`) on the
+        search's executor, recording each run as it ends. Runs go in the order planned;
+        the take-home runs follow once the finals have decided."""
+        if not self._done.any_done():
+            return
+        finals = Finals(self.study, self.train, self.search, self._shipped)
+        if not finals.config.on:
+            return
+        if executor.capacity == 0:  # external workers train candidates only
+            executor = make_executor("inline", workers=1, ray_address=None,
+                                     hard_timeout_s=0.0)
+        start = time.monotonic()
+        inflight: set[str] = set()
+        try:
+            with tqdm(desc="finals", unit="run", disable=not self._progress) as bar:
+                while True:
+                    left = [r for r in finals.plan() if r.name not in inflight]
+                    if not left and not inflight:
+                        break
+                    bar.total = bar.n + len(left) + len(inflight)
+                    for run in left[:max(0, executor.capacity - executor.running())]:
+                        executor.submit(finals.task(run))
+                        inflight.add(run.name)
+                    for outcome in executor.poll(timeout=1.0):
+                        finals.record(outcome)
+                        inflight.discard(outcome.run)
+                        bar.update(1)
+            finals.finish(time.monotonic() - start, complete=True)
+        except BaseException:
+            finals.finish(time.monotonic() - start, complete=False)
+            raise
+        finally:
+            finals.close()
 
     def release_claims(self, inflight: set[int]) -> None:
         """Gives back every claim this driver still holds: those in flight and any the
@@ -650,7 +579,7 @@ class Driver:
         room = -(-(int(self.search.pipeline_depth) - workers) // workers)  # ceiling
         return min(int(self.search.prepare_ahead), max(0, room))
 
-    def _loop(self, executor: Any, keeper: LeaseKeeper, inflight: set[int], bar: tqdm) -> None:
+    def _loop(self, executor: Executor, keeper: LeaseKeeper, inflight: set[int], bar: tqdm) -> None:
         search = self.search
         proposal_failures = 0
         while True:
@@ -683,7 +612,7 @@ class Driver:
                         inflight.discard(candidate.id)
                     else:
                         keeper.hold(candidate.id)
-                        executor.submit(candidate.id, task)
+                        executor.submit(task)
                     continue
                 total = sum(self.study.counts().values())
                 self._done.refresh()
@@ -726,7 +655,7 @@ class Driver:
             for callback in self._callbacks:
                 callback(candidate)
 
-    def propose_ahead(self, executor: Any) -> bool | None:
+    def propose_ahead(self, executor: Executor) -> bool | None:
         """While every worker trains, proposes one next child if fewer than
         `search.propose_ahead` are pending and the results it reads are in: True if it
         added one, False if the proposal failed, None if it was not the time.

@@ -18,6 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
+from nas.search.reporting.finals_report import finals_html
 from nas.search.reporting.live_fronts import LiveFronts
 from nas.search.reporting.report import (
     _CSS,
@@ -36,6 +37,7 @@ from nas.search.reporting.report import (
 from nas.search.reporting.svg import esc
 from nas.search.store import recommend
 from nas.search.store.candidate import FINISHED, Candidate
+from nas.search.store.finals_table import FINALS_STATE, answer
 from nas.search.store.study import Study
 from nas.search.strategy.selection import cost_value
 
@@ -68,8 +70,15 @@ def overview(study: Study, k: int = 10, recent: int = 10,
             "max_candidates": study.get_state("max_candidates"),
             "best": [_row(c) for c in study.best(k)],
             "recent": [_row(c) for c in study.latest(recent, FINISHED)],
-            "fronts": fronts, "k": k,
+            "fronts": fronts, "k": k, "finals": finals_section(study),
             **({"pictures": live.pictures()} if live is not None else {})}
+
+
+def finals_section(study: Study) -> str:
+    """The finals table as escaped HTML, once the finals have started ("" before)."""
+    if not study.get_state(FINALS_STATE, None):
+        return ""
+    return finals_html(answer(study), ("flops", "params", *study.user_costs))
 
 
 class Dashboard:
@@ -201,6 +210,7 @@ updates every {POLL_MS / 1000:g} s without a reload · <span id="updated"></span
 line: the Pareto front; black: the seed (drawn on top); orange star: the recommended
 candidate; colour: generation; every point links to its candidate's page<span
 id="front-density"></span></p></section>
+<div id="finals-box"></div>
 <section id="recent"><h2>Latest finished</h2><table id="recent-table"></table></section>
 <section id="best"><h2 id="best-head">Best by validation accuracy</h2>
 <table id="best-table"></table></section>
@@ -267,6 +277,8 @@ async function refresh() {{
     fill(document.getElementById("recent-table"), o.recent);
     fill(document.getElementById("best-table"), o.best);
     if (o.pictures) drawFronts(o.pictures, o.k);
+    // server-rendered, every text in it escaped (finals_report.finals_html)
+    document.getElementById("finals-box").innerHTML = o.finals || "";
     const fronts = document.getElementById("front-tables");
     fronts.replaceChildren();
     for (const f of o.fronts) {{

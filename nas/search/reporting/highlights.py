@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from nas.search.store import recommend
 from nas.search.store.candidate import Candidate
+from nas.search.store.finals_table import answer
 from nas.search.strategy.pareto import ParetoCurve
 from nas.search.strategy.selection import cost_value, higher_better
 
@@ -71,12 +72,9 @@ class Highlights:
     @classmethod
     def of(cls, study: object, candidates: Sequence[Candidate], k: int) -> Highlights:
         pairs = recommend.Comparisons.of(study)
-        margin = recommend.margin_pt(getattr(study, "config", None))
         return cls({cost: front_of(candidates, cost) for cost in ranked_costs(study)},
                    best_of(candidates, k), recommend.seed_of(candidates),
-                   recommend.recommend(candidates, pairs, margin,
-                                       recommend.recommend_cost(getattr(study, "config", None))),
-                   pairs,
+                   answer(study).recommendation, pairs,
                    sum(c.status == "done" and c.accuracy is not None for c in candidates),
                    tuple(getattr(study, "user_costs", ())))
 

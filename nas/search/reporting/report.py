@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from nas.atomic import atomic_write_bytes, atomic_write_text
+from nas.search.reporting.finals_report import finals_html, finals_lines
 from nas.search.reporting.highlights import (  # noqa: F401 - public here too
     SCALE_LIMIT,
     Highlights,
@@ -52,6 +53,7 @@ from nas.search.reporting.report_csv import (  # noqa: F401 - public here too
 from nas.search.reporting.svg import Point, esc, generation_colour, line_chart, scatter
 from nas.search.store import recommend
 from nas.search.store.candidate import STATUSES, Candidate
+from nas.search.store.finals_table import answer
 from nas.search.store.recommend import cheapest_matching_seed  # noqa: F401 - public here too
 from nas.search.store.study import Study
 from nas.search.strategy import intervals
@@ -282,10 +284,11 @@ def summary(study: Study, k: int = 5, *, candidates: Sequence[Candidate] | None 
             lines.append(f"cheapest child tied with the seed on validation: candidate "
                          f"{cheap.id} at {cheap.flops / seed.flops:.3f} of the seed's FLOPs; "
                          f"on test: {versus_seed(cheap, seed) or 'not measured'}")
-    rec = (marks.recommendation if marks is not None
-           else recommend.recommend(done, pairs, recommend.margin_pt(study.config),
-                                    recommend.recommend_cost(study.config)))
-    lines += recommend.recommendation_lines(rec, study.workdir)
+    found = answer(study)
+    lines += finals_lines(found, ("flops", "params", *users))
+    rec = marks.recommendation if marks is not None else found.recommendation
+    home = rec.candidate is not None and rec.candidate.id in found.home
+    lines += recommend.recommendation_lines(rec, study.workdir, take_home=home)
     return "\n".join(lines)
 
 
@@ -608,7 +611,7 @@ def render_html(study: Study, png: bytes, candidates: Sequence[Candidate], k: in
         f"{esc(count_text)}<br>generated {esc(time.strftime('%Y-%m-%d %H:%M:%S'))}</p>"
         f'<section id="fronts"><h2>Accuracy against cost</h2>'
         f"{_recommendation_html(rec, study)}"
-        f"{plots}</section>"
+        f"{plots}</section>{finals_html(answer(study), ('flops', 'params', *study.user_costs))}"
         f'<section id="progress"><h2>Search progress</h2>{_progress(candidates)}</section>'
         f"{best_table(study, k)}"
         f"{_table(study, listed, by_id, shown, front_ids, rows_at, hl.large, len(candidates))}"

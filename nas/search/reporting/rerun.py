@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from nas.search.store.candidate import FINISHED
+from nas.search.store.finals_table import finals_finished
 from nas.search.store.study import DB_NAME, Study, StudyNotFoundError
 from nas.search.strategy.settings import OPERATIONAL
 
@@ -32,7 +33,8 @@ def finished_line(workdir: str, config: Any) -> str | None:
         return None
     counts = study.counts()
     max_candidates = int(config.search.max_candidates)
-    if not any(counts.values()) or sum(counts[s] for s in FINISHED) < max_candidates:
+    if not any(counts.values()) or sum(counts[s] for s in FINISHED) < max_candidates \
+            or not finals_finished(study):
         return None
     from nas.search.reporting.report_state import write_if_stale
 

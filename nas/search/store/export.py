@@ -15,12 +15,15 @@ from typing import Any
 from nas.io.candidate import ExportedCandidate, write_candidate
 
 
-def export_candidate(study: Any, candidate_id: int, path: str | os.PathLike) -> Path:
+def export_candidate(study: Any, candidate_id: int, path: str | os.PathLike,
+                     home: Any = None) -> Path:
     """Write candidate `candidate_id` of `study` to `path` atomically; returns the path.
 
     Its weights are copied from its final checkpoint (a candidate without one, e.g. a failed
     one, is exported without weights); its training settings are the study's `train` section
-    as this candidate trained with it (`candidate_train_config`)."""
+    as this candidate trained with it (`candidate_train_config`). With `home` (a take-home
+    run of the finals, `nas.search.store.finals.Run`): that model's weights and training
+    settings instead, its lineage and search-time metrics kept beside them."""
     from nas.search.strategy.settings import candidate_train_config
     from nas.train.checkpoint import load_variables
     from nas.train.config import image_shape, with_defaults
@@ -34,6 +37,8 @@ def export_candidate(study: Any, candidate_id: int, path: str | os.PathLike) -> 
             train, study.config.get("search") or {}, is_seed=cand.parent_id is None
         )
         input_shape = image_shape(train_config)
+    if home is not None:
+        variables, train_config = home_model(home)
     info = {
         "study": str(study.workdir.resolve()),
         "id": cand.id,
@@ -53,6 +58,10 @@ def export_candidate(study: Any, candidate_id: int, path: str | os.PathLike) -> 
             "test_accuracy": "test (reported only)",
         },
     }
+    if home is not None:
+        info["take_home"] = {"run": home.name, "trained_on": "train plus validation (the "
+                             "finals' recipe)", "test_accuracy": home.metrics.get("accuracy"),
+                             "test_examples": home.metrics.get("val_examples")}
     return write_candidate(
         path,
         cand.graph,
@@ -64,7 +73,20 @@ def export_candidate(study: Any, candidate_id: int, path: str | os.PathLike) -> 
     )
 
 
-def export_flax_code(study: Any, candidate_id: int, directory: str | os.PathLike) -> Path:
+def home_model(home: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(variables, training settings) of a take-home run (`nas.search.execution.finals`
+    saves its weights in `<run>/final` and its settings in `<run>/train/config.json`)."""
+    import json
+
+    from nas.train.checkpoint import load_variables
+
+    folder = Path(home.checkpoint_path).parent
+    config = json.loads((folder / "train" / "config.json").read_text())
+    return load_variables(home.checkpoint_path), config
+
+
+def export_flax_code(study: Any, candidate_id: int, directory: str | os.PathLike,
+                     home: Any = None) -> Path:
     """Write candidate `candidate_id` of `study` as `model.py` and `variables.msgpack` into
     `directory` (new or empty), from its final checkpoint and the image size it trained on.
     A candidate without trained weights (failed, pending) is refused in one line."""
@@ -83,9 +105,11 @@ def export_flax_code(study: Any, candidate_id: int, directory: str | os.PathLike
                          f"input shape is unknown")
     shape = image_shape(with_defaults(study.config["train"]).to_dict())
     graph, constants = graph_from_dict(cand.graph)
+    variables = (home_model(home)[0] if home is not None
+                 else load_variables(cand.checkpoint_path))
     candidate = ExportedCandidate(
         path=f"candidate {cand.id}", graph=graph, constants=dict(constants or {}),
-        variables=load_variables(cand.checkpoint_path), input_shape=shape)
+        variables=variables, input_shape=shape)
     return export_flax(candidate, directory)
 
 

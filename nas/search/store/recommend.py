@@ -188,7 +188,7 @@ def recommend(candidates: Sequence[Candidate], pairs: Comparisons, margin: float
     versus = pairs.against(reference)
     good = [c for c in done if c.id == reference.id
             or (c.id in versus and versus[c.id].noninferior(margin))]
-    chosen = min(good, key=lambda c: (_cheapness(c, cost), c.id != reference.id, c.id))
+    chosen = min(good, key=lambda c: (cheapness(c, cost), c.id != reference.id, c.id))
     held = (f"{len(children)} done" + (f", {len(unpaired)} without per-example results"
                                        if unpaired else ""))
     name = "the seed" if reference.id == seed.id else f"candidate {reference.id}"
@@ -205,7 +205,7 @@ def recommend(candidates: Sequence[Candidate], pairs: Comparisons, margin: float
         reference, versus.get(chosen.id) if chosen.id != reference.id else None, cost)
 
 
-def _cheapness(c: Candidate, cost: str) -> float:
+def cheapness(c: Candidate, cost: str) -> float:
     """What "cheapest" sorts by: `cost` (negated where more is better); no value (or a
     built-in cost of 0, not measured) last."""
     value = cost_value(c, cost)
@@ -235,13 +235,16 @@ def best_by_validation(candidates: Sequence[Candidate]) -> Candidate | None:
                                     c.id), default=None)
 
 
-def export_command(workdir: Any, candidate_id: int) -> str:
-    """The exact command that exports a candidate."""
-    return (f"nas-search export --workdir={workdir} --id={candidate_id} "
+def export_command(workdir: Any, candidate_id: int, take_home: bool = False) -> str:
+    """The exact command that exports a candidate (`take_home`: the model the finals
+    trained for the recommendation, `--id=recommended`)."""
+    return (f"nas-search export --workdir={workdir} --id="
+            f"{'recommended' if take_home else candidate_id} "
             f"--out=candidate_{candidate_id}.zip")
 
 
-def recommendation_lines(rec: Recommendation, workdir: Any) -> list[str]:
+def recommendation_lines(rec: Recommendation, workdir: Any, take_home: bool = False
+                         ) -> list[str]:
     """The summary's last lines: `recommended: ...` (against the seed, which reference it
     was held to and why) and the export command."""
     c, seed = rec.candidate, rec.seed
@@ -262,7 +265,7 @@ def recommendation_lines(rec: Recommendation, workdir: Any) -> list[str]:
                   f"{100 * v.high:+.2f}] paired vs the seed" if v is not None else "")
         line = (f"recommended: candidate {c.id}, {cost}{versus} ({notes}"
                 + (f"; test {rec.test.text()}" if rec.test is not None else "") + ")")
-    return [line, "  " + export_command(workdir, c.id)]
+    return [line, "  " + export_command(workdir, c.id, take_home)]
 
 
 def cheapest_matching_seed(done: Sequence[Candidate], seed: Candidate | None

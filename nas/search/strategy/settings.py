@@ -15,6 +15,7 @@ import ml_collections
 from nas import schema
 from nas.search.strategy import splits
 from nas.search.strategy.fidelity import FidelityConfig
+from nas.search.strategy.finals_config import FinalsConfig
 from nas.search.strategy.fit_config import FitConfig
 from nas.search.strategy.ray_config import RAY_SCHEMA, RayConfig, ray_defaults
 from nas.search.strategy.selection import SelectionConfig, check_user_costs
@@ -25,7 +26,7 @@ from nas.search.strategy.selection import SelectionConfig, check_user_costs
 OPERATIONAL = ("max_candidates", "executor", "workers", "ray_address", "num_cpus_per_candidate",
                "num_gpus_per_candidate", "time_limit_s", "hard_time_limit_s", "lease_s",
                "max_proposal_failures", "property_cache", "propose_ahead", "prepare_ahead",
-               "ray")
+               "ray", "finals")
 
 EXECUTORS = ("local", "ray", "inline")
 
@@ -80,6 +81,9 @@ def search_defaults() -> ml_collections.ConfigDict:
         # nas.search.strategy.fidelity.FidelityConfig: children train to each of `rungs` (epochs)
         # and go on only if promoted there ({}: off, every child trains its whole budget)
         "fidelity": {},
+        # nas.search.strategy.finals_config.FinalsConfig: after the search, the finalists and
+        # the seed train alike and the recommendation reads them ({"k": 0}: off)
+        "finals": {},
         # nas.search.strategy.splits: decisions read a validation split, carved out of the training
         # split (this fraction, never trained on) unless `validation_split` names one; the
         # test split (train.eval.data.split) is only reported
@@ -120,6 +124,7 @@ SEARCH_SCHEMA: dict[str, schema.Field] = {
     "mutation": schema.Field(dict),  # MutationConfig checks its fields
     "fit": schema.Field(dict),  # FitConfig checks its fields
     "fidelity": schema.Field(dict),  # FidelityConfig checks its fields
+    "finals": schema.Field(dict),  # FinalsConfig checks its fields
     "validation_fraction": schema.Field(float, low=0.0, high=0.5),
     "validation_split": schema.Field(str),
     "seed_graph": schema.Field(str),
@@ -157,6 +162,7 @@ def validate_search(config: Any) -> ml_collections.ConfigDict:
     _prefixed("search.selection.", lambda s: SelectionConfig.from_dict(s, users),
               dict(search.selection))
     _prefixed("search.fit.", FitConfig.from_dict, dict(search.fit))
+    _prefixed("search.finals.", FinalsConfig.from_dict, dict(search.finals))
     RayConfig.from_dict(search.ray)
     train = _prefixed("train.", train_config.with_defaults, config.train)
     splits.check(train, search)

@@ -1,0 +1,193 @@
+"""The finals: after the search's last candidate, the finalists and the seed train alike.
+
+Why: a child of the search inherited its lineage's training and was compared with a seed
+that trained less, on one small validation split. Here every finalist and the seed train
+the same recipe (`nas.search.strategy.finals_config.Recipe`) `repeats` times, each repeat
+with its own initialization and data order, as a k-fold cross-validation over train plus
+validation when data are small, so every training example is predicted once per repeat.
+Then the recommended architecture and the seed train once on all of train plus
+validation: the model a user takes home, reported on the test split only.
+
+Each training is a `Task` on the search's executor, recorded in the study's finals table
+(`nas.search.store.finals`) by the driver: a run that finished is never trained again, one
+cut short trains again from its own checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import ml_collections
+import numpy as np
+
+from nas.io import examples
+from nas.search.execution.task import Outcome, Task
+from nas.search.store.finals import FinalsStore, Run, run_name
+from nas.search.store.finals_table import FINALS_STATE, answer, choose_finalists
+from nas.search.store.recommend import Comparisons, margin_pt, recommend_cost
+from nas.search.store.study import Study
+from nas.search.strategy import splits
+from nas.search.strategy.finals_config import FinalsConfig, Recipe, recipe
+from nas.train import data as data_lib
+from nas.train.checkpoint import load_variables, save_variables
+
+
+class Finals:
+    """The finals of the study a driver runs: which runs are left, their tasks, their
+    results."""
+
+    def __init__(self, study: Study, train: ml_collections.ConfigDict,
+                 search: ml_collections.ConfigDict, functions: bytes | None = None) -> None:
+        self.study, self.train, self.search = study, train, search
+        self.config = FinalsConfig.from_dict(dict(search.get("finals", {}) or {}))
+        self.functions = functions
+        self.decision = splits.decision_config(train, search)
+        self.store = FinalsStore(study.path)
+        self._recipe: Recipe | None = None
+
+    # ------------------------------------------------------------------ what runs
+    @property
+    def recipe(self) -> Recipe:
+        if self._recipe is None:
+            inp = ml_collections.ConfigDict(self.decision.input.to_dict())
+            inp.data.validation_fraction = 0.0
+            images = data_lib.split_size(inp, inp.data.split, inp.data_dir or None)
+            self._recipe = recipe(self.config, self.train.to_dict(), self.search.to_dict(),
+                                  images)
+        return self._recipe
+
+    def plan(self) -> list[Run]:
+        """Plans the finals runs (the finalists chosen from the search's results) and,
+        once they are all finished, the take-home runs; returns the runs still to train."""
+        if not self.config.on:
+            return []
+        state = self.study.get_state(FINALS_STATE, None) or {}
+        key = self.recipe.to_json()
+        done = self.study.candidates("done")
+        settings = {"recipe": key, "repeats": self.config.repeats, "k": self.config.k,
+                    "candidates": len(done)}
+        if any(state.get(name) != value for name, value in settings.items()):
+            finalists = choose_finalists(done, Comparisons.of(self.study), self.config.k,
+                                         margin_pt(self.study.config),
+                                         recommend_cost(self.study.config))
+            state = {**settings, "finalists": [c.id for c in finalists], "complete": False,
+                     "wall_s": float(state.get("wall_s", 0.0))}
+            self.study.set_state(FINALS_STATE, state)
+        self.store.plan((run_name("finals", cid, r, f), cid, "finals", r, f, key)
+                        for cid in state["finalists"] for r in range(self.config.repeats)
+                        for f in range(self.recipe.folds))
+        runs = self.store.runs(key, kind="finals")
+        wanted = {run_name("finals", cid, r, f) for cid in state["finalists"]
+                  for r in range(self.config.repeats) for f in range(self.recipe.folds)}
+        left = [r for r in runs if r.name in wanted and r.status == "pending"]
+        if left or not self.config.take_home:
+            return left
+        found = answer(self.study)
+        chosen, seed = found.recommendation.candidate, found.recommendation.seed
+        if found.table is None or chosen is None or seed is None:
+            return []
+        homes = sorted({chosen.id, seed.id})
+        self.store.plan((run_name("home", cid), cid, "home", 0, 0, key) for cid in homes)
+        return [r for r in self.store.runs(key, kind="home")
+                if r.candidate_id in homes and r.status == "pending"]
+
+    def finish(self, seconds: float, complete: bool) -> None:
+        """Adds `seconds` of finals wall time to the study (reported, never decides) and
+        marks the finals `complete` (nothing left to train for these candidates)."""
+        state = dict(self.study.get_state(FINALS_STATE, None) or {})
+        if state:
+            state["wall_s"] = float(state.get("wall_s", 0.0)) + seconds
+            state["complete"] = complete
+            self.study.set_state(FINALS_STATE, state)
+
+    # ------------------------------------------------------------------ tasks
+    def task(self, run: Run) -> Task:
+        """The task that trains `run`: the recipe from scratch (or from the candidate's own
+        weights), its repeat's seed, its fold held out (or, taken home: train plus
+        validation, evaluated on the test split)."""
+        candidate = self.study.get(run.candidate_id)
+        config = ml_collections.ConfigDict(self.decision.to_dict())
+        rec = self.recipe
+        config.seed = rec.seed + run.repeat
+        config.total_epochs = self.epochs(candidate)
+        if int(self.search.get("log_every_steps", 0)) > 0:
+            config.log_training_steps = int(self.search.log_every_steps)
+        if run.kind == "home":
+            config.input.data.validation_fraction = 0.0
+            config.eval.data.split = config.eval.test_split
+        elif rec.folds > 1:
+            config.input.data.validation_fraction = 0.0
+            config.input.data.folds = rec.folds
+            config.input.data.fold = run.fold
+            config.input.data.fold_seed = fold_seed(rec, run.repeat)
+            config.eval.data.split = data_lib.FOLD
+        config.eval.test_split = ""  # the finals never read the test split
+        init = (load_variables(candidate.checkpoint_path) if rec.start == "weights"
+                and candidate.checkpoint_path else None)
+        return Task(candidate.id, config.to_dict(), candidate.graph_json, init,
+                    time_limit_s=float(self.search.time_limit_s),
+                    workdir=os.path.join(self.folder(run), "train"),
+                    functions=self.functions, run=run.name)
+
+    def epochs(self, candidate: Any) -> float:
+        """A run's epochs: the recipe's; from weights, what brings the candidate's lineage
+        to the most trained finalist's lineage plus the recipe's epochs."""
+        if self.recipe.start != "weights":
+            return self.recipe.epochs
+        state = self.study.get_state(FINALS_STATE, None) or {}
+        most = max((self.lineage_epochs(self.study.get(i)) for i in state.get("finalists", [])),
+                   default=0.0)
+        return most + self.recipe.epochs - self.lineage_epochs(candidate)
+
+    def lineage_epochs(self, candidate: Any) -> float:
+        """Epochs the candidate's weights trained, its ancestors' included."""
+        total = 0.0
+        while candidate is not None:
+            total += float(candidate.epochs or 0.0)
+            candidate = (self.study.get(candidate.parent_id)
+                         if candidate.parent_id is not None else None)
+        return total
+
+    def folder(self, run: Run) -> str:
+        return os.path.join(str(self.study.workdir), "finals", run.name)
+
+    # ------------------------------------------------------------------ results
+    def record(self, outcome: Outcome) -> None:
+        """Writes a run's result (which examples it got right, and where they sit in the
+        split; a take-home model's weights) or its error."""
+        run = next(r for r in self.store.runs(self.recipe.to_json()) if r.name == outcome.run)
+        if outcome.error is not None:
+            self.store.record(run.name, error=outcome.error)
+            return
+        metrics = dict(outcome.metrics or {})
+        correct = examples.from_text(metrics.pop("val_correct")) \
+            if "val_correct" in metrics else None
+        path = None
+        if run.kind == "home":
+            path = save_variables(os.path.join(self.folder(run), "final"), outcome.variables)
+        self.store.record(run.name, metrics=metrics, correct=correct,
+                          positions=self.positions(run, correct), checkpoint_path=path)
+
+    def positions(self, run: Run, correct: np.ndarray | None) -> np.ndarray | None:
+        """Where the run's predictions sit in the training split (its fold), or in the
+        evaluated split's order."""
+        if correct is None:
+            return None
+        if run.kind == "finals" and self.recipe.folds > 1:
+            inp = self.decision.input
+            data_dir = data_lib.resolve_data_dir(inp.data_dir or None)
+            source = data_lib.open_source(inp.data.name, inp.data.split, data_dir)
+            labels = data_lib.split_labels(inp.data.name, inp.data.split, data_dir, source)
+            return data_lib.fold_indices(labels, self.recipe.folds, run.fold,
+                                         fold_seed(self.recipe, run.repeat))
+        return np.arange(correct.size)
+
+    def close(self) -> None:
+        self.store.close()
+
+
+def fold_seed(rec: Recipe, repeat: int) -> int:
+    """Repeat `repeat`'s fold assignment: its own per repeat, the same for every
+    architecture (so their predictions pair)."""
+    return int(np.random.SeedSequence([rec.fold_seed, repeat]).generate_state(1)[0])

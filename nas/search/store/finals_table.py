@@ -1,0 +1,240 @@
+"""Which candidates go to the finals, and what the finals decide.
+
+The finalists are the candidates the recommendation could choose: the `k` cheapest whose
+validation interval against the seed does not already rule them out at the margin (its
+upper end at or above -margin), plus the most accurate candidate; the seed always runs.
+The finals table then compares every finalist with the seed over all repeats and examples
+(`nas.search.strategy.repeated`), and the recommendation keeps the search's rule, read from
+it: the cheapest finalist non-inferior to the reference (the seed, or the most accurate
+finalist when one is better than the seed), else the reference.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from nas.search.store.candidate import Candidate
+from nas.search.store.finals import FinalsStore, Run
+from nas.search.store.recommend import (
+    Comparisons,
+    Recommendation,
+    best_by_validation,
+    cheapness,
+    margin_pt,
+    recommend,
+    recommend_cost,
+    seed_of,
+)
+from nas.search.strategy import paired
+from nas.search.strategy.finals_config import FinalsConfig, Recipe
+from nas.search.strategy.paired import Paired
+from nas.search.strategy.repeated import accuracy_interval, compare_repeated
+
+
+def choose_finalists(candidates: Sequence[Candidate], pairs: Comparisons, k: int,
+                     margin_pt: float, cost: str) -> list[Candidate]:
+    """The seed first, then the `k` cheapest children not ruled out at the margin on
+    validation (paired with the seed), then the most accurate child if not among them."""
+    seed = seed_of(candidates)
+    if seed is None or k <= 0:
+        return []
+    done = [c for c in candidates if c.status == "done" and c.accuracy is not None
+            and c.id != seed.id]
+    vs_seed = pairs.against(seed)
+    alive = [c for c in done if c.id not in vs_seed
+             or vs_seed[c.id].high >= -margin_pt / 100.0]
+    chosen = sorted(alive, key=lambda c: (cheapness(c, cost), c.id))[:k]
+    best = best_by_validation(done)
+    if best is not None and best.id not in {c.id for c in chosen}:
+        chosen.append(best)
+    return [seed, *chosen]
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    """One architecture in the finals: its accuracy over the repeats (mean and interval)
+    and its paired difference with the seed; `runs` trainings were read."""
+
+    candidate: Candidate
+    accuracy: Paired  # difference = mean accuracy, low/high its interval
+    vs_seed: Paired | None  # None for the seed itself
+    runs: int
+    bits: np.ndarray = dataclasses.field(repr=False)  # (repeats, examples) correct
+    run_ids: np.ndarray = dataclasses.field(repr=False)  # the fold that predicted each
+
+
+@dataclasses.dataclass(frozen=True)
+class FinalsTable:
+    """What the finals found: one row per architecture that finished every run."""
+
+    rows: tuple[Row, ...]
+    recipe: Recipe
+    repeats: int
+    trainings: int
+    failed: tuple[str, ...]  # "candidate N: error" of runs that failed
+    wall_s: float | None
+
+
+def correctness(runs: Sequence[Run], repeats: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """(correct, run index) as (repeats, examples) arrays in example order, assembled from
+    one architecture's done runs (each predicts its fold's examples); None unless every
+    repeat predicted every example once."""
+    by_repeat: dict[int, list[Run]] = {}
+    for run in runs:
+        by_repeat.setdefault(run.repeat, []).append(run)
+    if sorted(by_repeat) != list(range(repeats)):
+        return None
+    rows, ids = [], []
+    for r in range(repeats):
+        positions = np.concatenate([run.positions for run in by_repeat[r]])
+        correct = np.concatenate([run.correct for run in by_repeat[r]])
+        folds = np.concatenate([np.full(run.positions.size, run.fold) for run in by_repeat[r]])
+        if np.unique(positions).size != positions.size or positions.size == 0:
+            return None
+        order = np.argsort(positions)
+        rows.append(correct[order])
+        ids.append(folds[order])
+    if len({row.size for row in rows}) != 1:
+        return None
+    return np.stack(rows), np.stack(ids)
+
+
+def table(store: FinalsStore, candidates: dict[int, Candidate], recipe: Recipe, repeats: int,
+          finalists: Sequence[int], wall_s: float | None = None) -> FinalsTable | None:
+    """The finals table of `finalists` (the seed first), or None until every run of the
+    seed is done."""
+    runs = store.runs(recipe.to_json(), kind="finals")
+    wanted = {cid: [r for r in runs if r.candidate_id == cid and r.repeat < repeats]
+              for cid in finalists}
+    expected = repeats * recipe.folds
+    failed = tuple(f"candidate {r.candidate_id}: {r.error}" for rs in wanted.values()
+                   for r in rs if r.status == "failed")
+    complete = {cid: correctness([r for r in rs if r.status == "done"], repeats)
+                for cid, rs in wanted.items()
+                if sum(r.status == "done" for r in rs) == expected}
+    seed_id = finalists[0] if finalists else None
+    if seed_id is None or complete.get(seed_id) is None:
+        return None
+    seed_bits, seed_runs = complete[seed_id]
+    rows = []
+    for cid in finalists:
+        found = complete.get(cid)
+        if found is None or found[0].shape != seed_bits.shape:
+            continue
+        bits, run_ids = found
+        rows.append(Row(candidates[cid], accuracy_interval(bits, run_ids),
+                        None if cid == seed_id else compare_repeated(bits, seed_bits, run_ids),
+                        int(bits.shape[0]), bits, run_ids))
+    return FinalsTable(tuple(rows), recipe, repeats, sum(len(rs) for rs in wanted.values()),
+                       failed, wall_s)
+
+
+def decide(found: FinalsTable, margin_pt: float, cost: str,
+           search_pick: Recommendation | None = None) -> Recommendation:
+    """The recommendation read from the finals (the search's rule, on the finals' paired
+    comparisons); its `reason` says so and names the search-time pick where it differs."""
+    seed_row = found.rows[0]
+    seed = seed_row.candidate
+    better = [r for r in found.rows[1:] if r.vs_seed is not None and r.vs_seed.decision ==
+              "better"]
+    if better:
+        reference = max(found.rows, key=lambda r: (r.accuracy.difference, -r.candidate.id))
+        why = (f"finals: reference candidate {reference.candidate.id}, the most accurate, as "
+               f"{len(better)} finalist(s) are better than the seed")
+    else:
+        reference = seed_row
+        why = "finals: reference the seed, as no finalist is better than it"
+    versus = {r.candidate.id: _versus(found, r, reference) for r in found.rows}
+    good = [r for r in found.rows if r is reference or (
+        versus[r.candidate.id] is not None and versus[r.candidate.id].noninferior(margin_pt))]
+    chosen = min(good, key=lambda r: (cheapness(r.candidate, cost), r is not reference,
+                                      r.candidate.id))
+    why += (f"; the cheapest of {len(good)} of {len(found.rows)} architectures non-inferior "
+            f"at {margin_pt:g} pt over {found.repeats} repeat(s)"
+            + (f" of {found.recipe.folds}-fold cross-validation" if found.recipe.folds > 1
+               else " on the validation split"))
+    if search_pick is not None and search_pick.candidate is not None and \
+            search_pick.candidate.id != chosen.candidate.id:
+        why += f"; the search alone would have picked candidate {search_pick.candidate.id}"
+    vs_ref = versus[chosen.candidate.id] if chosen is not reference else None
+    return Recommendation(chosen.candidate, seed, chosen.vs_seed, None, margin_pt, why,
+                          reference.candidate, vs_ref, cost)
+
+
+def _versus(found: FinalsTable, row: Row, reference: Row) -> Paired | None:
+    """row - reference, paired over the finals' runs (None for the reference itself)."""
+    if row is reference:
+        return None
+    if reference is found.rows[0]:
+        return row.vs_seed
+    return compare_repeated(row.bits, reference.bits, row.run_ids)
+
+
+def test_line(home: dict[int, np.ndarray], chosen: Candidate, seed: Candidate
+              ) -> Paired | None:
+    """The take-home models on test: chosen - seed, Tango's paired interval."""
+    a, b = home.get(chosen.id), home.get(seed.id)
+    if a is None or b is None or chosen.id == seed.id or not paired.comparable(a, b):
+        return None
+    return paired.compare(a, b)
+
+
+FINALS_STATE = "finals"  # study state: {"recipe", "finalists", "repeats", "wall_s"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Answer:
+    """What a study recommends: from the finals once they are complete, else from the
+    search alone (`search_pick`); `note` says which, and why when not the finals."""
+
+    recommendation: Recommendation
+    search_pick: Recommendation
+    table: FinalsTable | None
+    home: dict[int, Run]  # the take-home models trained, by candidate id
+    note: str
+
+
+def finals_finished(study: Any) -> bool:
+    """Whether the study needs no more finals training: they are off, or they ran to the
+    end (the driver marks it) for the candidates there are now."""
+    config = getattr(study, "config", None) or {}
+    if not FinalsConfig.from_dict((config.get("search") or {}).get("finals")).on:
+        return True
+    state = study.get_state(FINALS_STATE, None) or {}
+    return bool(state.get("complete")) and state.get("candidates") == len(
+        study.candidates("done", with_graphs=False))
+
+
+def answer(study: Any) -> Answer:
+    """The study's recommendation, read from its finals where they are complete."""
+    config = getattr(study, "config", None)
+    margin, cost = margin_pt(config), recommend_cost(config)
+    done = study.candidates("done")
+    pairs = Comparisons.of(study)
+    pick = recommend(done, pairs, margin, cost)
+    state = study.get_state(FINALS_STATE, None)
+    if not state:
+        on = FinalsConfig.from_dict(((config or {}).get("search") or {}).get("finals")).on
+        return Answer(pick, pick, None, {}, "" if not on else "the finals have not run yet")
+    recipe = Recipe(**json.loads(state["recipe"]))
+    store = FinalsStore(study.path, read_only=True)
+    try:
+        by_id = {c.id: c for c in done}
+        finalists = [i for i in state["finalists"] if i in by_id]
+        found = table(store, by_id, recipe, int(state["repeats"]), finalists,
+                      state.get("wall_s"))
+        home = {r.candidate_id: r for r in store.runs(recipe.to_json(), kind="home")
+                if r.status == "done"}
+    finally:
+        store.close()
+    if found is None or not found.rows:
+        return Answer(pick, pick, found, home, "the finals are not complete")
+    chosen = decide(found, margin, cost, pick)
+    seed = found.rows[0].candidate
+    test = test_line({cid: run.correct for cid, run in home.items()}, chosen.candidate, seed)
+    return Answer(dataclasses.replace(chosen, test=test), pick, found, home, "")
