@@ -45,8 +45,8 @@ from nas.search.strategy import splits
 from nas.search.strategy.fidelity import RungPlan
 from nas.search.strategy.population import DoneCache, Population
 from nas.search.strategy.ray_config import RayConfig
-from nas.search.strategy.selection import Individual, SelectionConfig, select_parents
-from nas.search.strategy.selector import Selector
+from nas.search.strategy.selection import Individual, SelectionConfig
+from nas.search.strategy.selector import Selector, select_parents
 from nas.search.strategy.settings import OPERATIONAL, candidate_train_config, validate_search
 from nas.train.checkpoint import load_variables, save_variables
 from nas.train.config import image_shape
