@@ -32,7 +32,7 @@ import numpy as np
 
 from nas.io import examples
 from nas.search.store import _schema
-from nas.search.store._db import Database
+from nas.search.store.database import Database
 from nas.search.store._schema import StudyNotFoundError
 from nas.search.store.candidate import (
     COLUMNS,
