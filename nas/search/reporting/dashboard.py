@@ -18,17 +18,19 @@ from typing import Any
 
 from aiohttp import web
 
-from nas.search.reporting.highlights import ranked_costs
 from nas.search.reporting.live_fronts import LiveFronts
-from nas.search.reporting.report_csv import to_csv
-from nas.search.reporting.report_html import CSS, candidate_section, input_shape
-from nas.search.reporting.report_text import (
+from nas.search.reporting.report import (
     COST_LABELS,
+    CSS,
+    candidate_section,
     fmt,
     front_label,
+    input_shape,
     lineage,
     measured,
+    ranked_costs,
     reported_test_text,
+    to_csv,
     val_accuracy_text,
 )
 from nas.search.reporting.svg import esc
@@ -111,7 +113,7 @@ class Dashboard:
         compared = {cid, lineage(cid, by_id)[0], c.parent_id} - {None}
         pairs = recommend.Comparisons.of(self.study, sorted(compared))
         section = candidate_section(self.study, c, by_id, input_shape(self.study), costs,
-                                     on, {}, pairs)
+                                    on, {}, pairs)
         section = section.replace('href="#cand-', 'href="/candidates/').replace(
             'href="#c', 'href="/candidates/')
         chain = " → ".join(f'<a href="/candidates/{i}">{i}</a>' for i in lineage(cid, by_id))

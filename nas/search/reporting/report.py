@@ -60,6 +60,7 @@ from nas.search.reporting.report_html import (  # noqa: F401 - public here too
 from nas.search.reporting.report_text import (  # noqa: F401 - public here too
     COST_LABELS,
     costs_present,
+    fmt,
     front_label,
     lineage,
     measured,
