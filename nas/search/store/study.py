@@ -32,7 +32,7 @@ from typing import Any
 
 from nas.search.store import _schema
 from nas.search.store._schema import StudyNotFoundError
-from nas.search.store.candidate import dumps
+from nas.search.store.candidate import Candidate, dumps
 from nas.search.store.database import Database
 from nas.search.store.study_examples import EXAMPLE_SPLITS, StudyExamples, split_examples
 from nas.search.store.study_leases import (
@@ -44,9 +44,9 @@ from nas.search.store.study_leases import (
 from nas.search.store.study_queries import StudyQueries
 from nas.search.store.study_writes import Decide, DuplicateCandidateError, StudyWrites
 
-__all__ = ["DB_NAME", "DEFAULT_LEASE_S", "DEFAULT_MAX_ATTEMPTS", "EXAMPLE_SPLITS", "Decide",
-           "DuplicateCandidateError", "Study", "StudyNotFoundError", "default_worker",
-           "split_examples"]
+__all__ = ["DB_NAME", "DEFAULT_LEASE_S", "DEFAULT_MAX_ATTEMPTS", "EXAMPLE_SPLITS", "Candidate",
+           "Decide", "DuplicateCandidateError", "Study", "StudyNotFoundError",
+           "default_worker", "split_examples"]
 
 DB_NAME = "study.db"
 
