@@ -25,7 +25,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 
 import numpy as np
 
@@ -112,18 +111,11 @@ def _peak(dtype: str, seconds: float) -> float:
     """Best matmul FLOP/s of one dtype: 2048^3 on CPU, 8192^3 on an accelerator (a small
     product does not fill a GPU)."""
     import jax
-    import jax.numpy as jnp
+
+    from nas.train.perf import matmul_peak_flops
 
     n = 2048 if jax.default_backend() == "cpu" else 8192
-    a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32).astype(dtype)
-    f = jax.jit(lambda x: x @ x)
-    jax.block_until_ready(f(a))
-    best, start = 0.0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        t = time.perf_counter()
-        jax.block_until_ready(f(a))
-        best = max(best, 2 * n**3 / (time.perf_counter() - t))
-    return best
+    return matmul_peak_flops(n, seconds, dtype)
 
 
 def _compilations() -> tuple[dict, dict]:

@@ -59,6 +59,12 @@ def os_error_line(e: OSError, workdir: str | None = None) -> str:
     return f"{os.fsdecode(e.filename)}: {reason}"
 
 
+def first_line(e: BaseException) -> str:
+    """An exception's first non-blank line (the one line a refusal shows)."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    return lines[0] if lines else type(e).__name__
+
+
 def flag_error_line(e: BaseException) -> str:
     """absl's flag error as one line. A config file that raises while it is loaded comes
     as "flag --config=F: Error whilst parsing config file:" with the reason only at the

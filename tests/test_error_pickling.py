@@ -20,7 +20,7 @@ import nas
 # Classes whose constructor takes more than a message: how to build one of each.
 BUILDERS = {
     "nas.graph.model.OpError": lambda cls: cls("op 'x' (RESHAPE) failed", "cannot reshape"),
-    "nas.search.store.study.DuplicateCandidateError": lambda cls: cls("abc123", 7),
+    "nas.search.store.study_writes.DuplicateCandidateError": lambda cls: cls("abc123", 7),
     "nas.train.memory.DeviceBudgetExceeded": lambda cls: cls(3 << 20, 1 << 20),
 }
 

@@ -78,16 +78,18 @@ def measure_import(candidate: Any, model: Any, example_input: Any, *,
                    variables: Mapping[str, Any] | None = None, **call_kwargs: Any
                    ) -> ImportCheck:
     """`check_import`, returning what it measured (absolute and relative)."""
-    from nas.interop import importer, layers
+    from nas.cli_messages import first_line
+    from nas.interop import layers
+    from nas.interop.calling import example, init_variables
     from nas.io.candidate import ExportedCandidate
 
     if not isinstance(candidate, ExportedCandidate) or candidate.variables is None:
         raise ValueError(f"{PREFIX}: expected the candidate nas.from_flax returned, got "
                          f"{type(candidate).__name__}")
-    x = importer.example(example_input, PREFIX)
+    x = example(example_input, PREFIX)
     root = type(model).__name__
     if layers.is_linen(model) and variables is None:
-        variables = importer.init_variables(model, x, call_kwargs)
+        variables = init_variables(model, x, call_kwargs, PREFIX)
     # Full float32 matmuls on both sides: a GPU's default (TF32) differs by more than the
     # tolerance between two orders of the same contraction.
     with jax.default_matmul_precision("float32"):
@@ -96,7 +98,7 @@ def measure_import(candidate: Any, model: Any, example_input: Any, *,
         except Exception as e:  # noqa: BLE001 - flax and jax raise many types for a bad call
             raise ValueError(f"{PREFIX}: {root}: calling the module on the example input "
                              f"{x.dtype}{list(x.shape)} failed: "
-                             f"{importer.first_line(e)}") from None
+                             f"{first_line(e)}") from None
         got = np.asarray(jax.jit(candidate.model.apply)(candidate.variables, x))
     if got.shape != want.shape:
         raise ValueError(f"{PREFIX}: {root}: the imported graph gives shape {list(got.shape)}, "

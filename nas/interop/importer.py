@@ -16,7 +16,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from nas.cli_messages import first_line
 from nas.interop import layers
+from nas.interop.calling import example, init_variables, is_nnx
 from nas.interop.trace import trace
 from nas.interop.translate import INPUT, Translator, translate
 
@@ -43,9 +45,9 @@ def from_flax(model: Any, example_input: Any, *, variables: Mapping[str, Any] | 
     x = example(example_input, PREFIX)
     if layers.is_linen(model):
         if variables is None:
-            variables = init_variables(model, x, call_kwargs)
+            variables = init_variables(model, x, call_kwargs, PREFIX)
         variables = jax.tree.map(jnp.asarray, dict(variables))
-    elif not _is_nnx(model):
+    elif not is_nnx(model):
         raise ValueError(f"{PREFIX}: expected a flax.linen or flax.nnx Module, got "
                          f"{type(model).__name__}")
     elif variables is not None:
@@ -80,38 +82,3 @@ def from_flax(model: Any, example_input: Any, *, variables: Mapping[str, Any] | 
     if check.checking():
         check.check_import(candidate, model, x, variables=variables, **call_kwargs)
     return candidate
-
-
-def example(example_input: Any, prefix: str) -> jax.Array:
-    """The example batch as float32; anything else is one line starting with `prefix`."""
-    if not hasattr(example_input, "shape") or not hasattr(example_input, "dtype"):
-        raise ValueError(f"{prefix}: example_input must be an array (one batch), got "
-                         f"{type(example_input).__name__}")
-    x = jnp.asarray(example_input)
-    if x.ndim < 2 or not jnp.issubdtype(x.dtype, jnp.floating):
-        raise ValueError(f"{prefix}: example_input must be a float batch (batch, ...), got "
-                         f"{x.dtype}{list(x.shape)}")
-    return x.astype(jnp.float32)
-
-
-def _is_nnx(model: Any) -> bool:
-    from flax import nnx
-
-    return isinstance(model, nnx.Module)
-
-
-def init_variables(model: Any, x: jax.Array, call_kwargs: Mapping[str, Any]) -> Any:
-    """A linen module's variables from `PRNGKey(0)` (params and dropout), as documented."""
-    rng = jax.random.PRNGKey(0)
-    try:
-        return model.init({"params": rng, "dropout": rng}, x, **call_kwargs)
-    except Exception as e:  # noqa: BLE001 - flax and jax raise many types for a bad call
-        raise ValueError(f"{PREFIX}: {type(model).__name__}: calling the module on the "
-                         f"example input {x.dtype}{list(x.shape)} failed: "
-                         f"{first_line(e)}") from None
-
-
-def first_line(e: BaseException) -> str:
-    """An exception's first non-blank line (the one line a refusal shows)."""
-    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
-    return lines[0] if lines else type(e).__name__

@@ -287,7 +287,7 @@ def _read_version_1(path: str) -> ExportedCandidate:
         raise ValueError(f"{path}: field 'checkpoint_path' must be a string")
     variables = None
     if checkpoint:
-        from nas.train.checkpoint import load_variables
+        from nas.io.variables import load_variables
 
         try:
             variables = load_variables(checkpoint)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import abc
 import copy
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Self
 
 import numpy as np
@@ -93,6 +93,26 @@ class AbstractProperty(abc.ABC):
         if type(other) is not type(self):
             raise ValueError(f"cannot compare a {type(self).__name__} with a "
                              f"{type(other).__name__}: properties must be of the same kind")
+
+    def _mean_over_entries(self, other: Self, table: Callable[[Self], Mapping[Any, Mapping]],
+                           shortfall: Callable[[Any, Any, Any, Any], float]) -> float:
+        """`distance_from` of a property that is a two-level table (depth: input -> output
+        -> depth; linear: output -> input -> pairing): both comparable and inferred, 0 for
+        a safety-only target, else the mean over the target's entries of
+        `shortfall(outer key, inner key, mine, theirs)` (theirs: None where `other` has no
+        such entry); 0 for an empty table. The subclass defines `_require_inferred`."""
+        self._check_comparable(other)
+        self._require_inferred()  # type: ignore[attr-defined]
+        other._require_inferred()  # type: ignore[attr-defined]
+        if self.safety_only:
+            return 0.0
+        total, count = 0.0, 0
+        theirs_table = table(other)
+        for outer, entries in table(self).items():
+            for inner, mine in entries.items():
+                count += 1
+                total += shortfall(outer, inner, mine, theirs_table.get(outer, {}).get(inner))
+        return total / count if count else 0.0
 
     def _with(self, **changes: Any) -> Self:
         """A deep copy with some fields replaced (settings such as p are carried over)."""

@@ -128,22 +128,15 @@ class DepthProperty(AbstractProperty):
 
     def distance_from(self, other: DepthProperty) -> float:
         """Mean over target entries of the relative shortfall of `other` (1 if missing)."""
-        self._check_comparable(other)
-        self._require_inferred()
-        other._require_inferred()
-        if self.safety_only:
-            return 0.0
-        total, count = 0.0, 0
-        for inp, outputs in self.depth_map.items():
-            for out, depth in outputs.items():
-                count += 1
-                theirs = other.depth_map.get(inp, {}).get(out)
-                if theirs is None:
-                    total += 1.0
-                else:
-                    total += max(0, depth - theirs) / max(depth, 1)
-        return total / count if count else 0.0
+        return self._mean_over_entries(other, lambda p: p.depth_map, _depth_shortfall)
 
     def _require_inferred(self) -> None:
         if self.depth_map is None:
             raise ValueError("DepthProperty has no depth_map yet: call infer() first")
+
+
+def _depth_shortfall(inp: str, out: str, depth: int, theirs: int | None) -> float:
+    """How far short of the target's `depth` (from `inp` to `out`) a candidate's is."""
+    if theirs is None:
+        return 1.0
+    return max(0, depth - theirs) / max(depth, 1)

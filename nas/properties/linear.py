@@ -249,27 +249,22 @@ class LinopProperty(AbstractProperty):
     def distance_from(self, other: LinopProperty) -> float:
         """Mean over target entries of the fraction of paired dims that `other` mixes less
         strongly than the target (a missing entry in `other` counts as no pairing)."""
-        self._check_comparable(other)
-        self._require_inferred()
-        other._require_inferred()
-        if self.safety_only:
-            return 0.0
-        total, count = 0.0, 0
-        for out, per_input in self.pairings.items():
-            for inp, mine in per_input.items():
-                count += 1
-                theirs = other.pairings.get(out, {}).get(inp)
-                if theirs is None:
-                    weaker = int((mine.mappings > Mapping_.NONE).sum())
-                elif theirs.mappings.shape != mine.mappings.shape:
-                    raise ValueError(
-                        f"pairing {out!r} <- {inp!r} has shape {mine.mappings.shape} here but "
-                        f"{theirs.mappings.shape} in the other property (different ranks)")
-                else:
-                    weaker = int((mine.mappings > theirs.mappings).sum())
-                total += weaker / max(int((mine.mappings > 0).sum()), 1)
-        return total / count if count else 0.0
+        return self._mean_over_entries(other, lambda p: p.pairings, _pairing_shortfall)
 
     def _require_inferred(self) -> None:
         if self.pairings is None:
             raise ValueError("LinopProperty has no pairings yet: call infer() first")
+
+
+def _pairing_shortfall(out: str, inp: str, mine: Pairing, theirs: Pairing | None) -> float:
+    """The fraction of the target's paired dims (`out` <- `inp`) that a candidate mixes
+    less strongly (all of them where it has no such entry)."""
+    if theirs is None:
+        weaker = int((mine.mappings > Mapping_.NONE).sum())
+    elif theirs.mappings.shape != mine.mappings.shape:
+        raise ValueError(
+            f"pairing {out!r} <- {inp!r} has shape {mine.mappings.shape} here but "
+            f"{theirs.mappings.shape} in the other property (different ranks)")
+    else:
+        weaker = int((mine.mappings > theirs.mappings).sum())
+    return weaker / max(int((mine.mappings > 0).sum()), 1)

@@ -104,7 +104,7 @@ INTERRUPTED = 130
 def fail(message: str, code: int = 1) -> None:
     """One line on stderr, then exit without running anything else (no atexit tracebacks
     from background threads of libraries)."""
-    from nas.search.store._db import close_all
+    from nas.search.store.database import close_all
 
     message = re.sub(r"\s*\[tensorstore_spec=.*", "", message)  # orbax's internals
     if len(message) > 600:
@@ -295,7 +295,7 @@ def _dashboard(workdir: str) -> None:
     import asyncio
 
     from nas.search.reporting.dashboard import Dashboard, serve
-    from nas.search.store._db import close_all
+    from nas.search.store.database import close_all
     from nas.search.store.study import Study
 
     check_workdir(workdir, create=False)

@@ -9,20 +9,16 @@ one kwarg at a time, each change kept only if the chain still verifies.
 from __future__ import annotations
 
 import copy
-import random
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 from nas.graph.ops import Op, OpType
 from nas.graph.subgraph import SubgraphModel
-from nas.synthesis.base import Budget, Context, SynthesisError, SynthesisTimeout
+from nas.synthesis.base import SynthesisError, SynthesisTimeout
 from nas.synthesis.linear_output import linear_output_property
 from nas.synthesis.search_space import (
-    KwargSets,
-    SearchSpace,
     all_kwargs_for_op_type,
     hashable,
-    kwarg_defaults,
     kwargs_for_op_to_product,
     make_default_kwargs,
     op_enumerator,
@@ -60,32 +56,12 @@ class EnumerativeSequentialSynthesizer(AbstractSequentialSynthesizer):
     kwargs_for_op_to_product = staticmethod(kwargs_for_op_to_product)
     op_enumerator = staticmethod(op_enumerator)
 
-    def __init__(
-        self,
-        subgraphs_and_props: Sequence[Context],
-        generation: int | str,
-        abstract: bool = True,
-        rng: random.Random | None = None,
-        budget: Budget | None = None,
-        max_len: int = -1,
-        max_delta: int = -1,
-        min_len: int = 0,
-        min_delta: int = -1,
-        space: SearchSpace | dict | None = None,
-    ) -> None:
-        if max_len >= 0 and max_delta >= 0:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """`AbstractSequentialSynthesizer`'s arguments (`max_len`, `max_delta`, `min_len`,
+        `min_delta`, `space` among them); at most one of max_len and max_delta is set."""
+        if kwargs.get("max_len", -1) >= 0 and kwargs.get("max_delta", -1) >= 0:
             raise ValueError("set at most one of max_len and max_delta")
-        super().__init__(subgraphs_and_props, generation, abstract, rng, budget)
-        self.max_len = max_len
-        self.max_delta = max_delta
-        self.min_len = min_len
-        self.min_delta = min_delta
-        ops = [node.op for node in self.subgraphs_and_props[0][0].subgraph]
-        self.kwarg_defaults: KwargSets = kwarg_defaults(
-            ops, skip_int_features=len(self.subgraphs_and_props) > 1)
-        # None: the reference's space (every op type, factors up to 4x)
-        self.space = None if space is None else SearchSpace.from_dict(space)
-        self.op_types = None if self.space is None else self.space.allowed_types(ops)
+        super().__init__(*args, **kwargs)
         if self.space is not None and self.space.linear_outputs:
             for model, props in self.subgraphs_and_props:
                 constraint = linear_output_property(model)

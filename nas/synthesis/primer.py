@@ -9,16 +9,14 @@ last width op is still adjusted so the chain ends at the width the host graph ex
 from __future__ import annotations
 
 import copy
-import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
+from typing import Any
 
 from nas.graph.ops import Op, OpType, new_op
 from nas.graph.subgraph import SubgraphModel
-from nas.synthesis.base import Budget, Context, SynthesisError
+from nas.synthesis.base import SynthesisError
 from nas.synthesis.search_space import (
-    SearchSpace,
     all_kwargs_for_op_type,
-    kwarg_defaults,
     op_enumerator,
     random_sequence_generator,
 )
@@ -28,31 +26,13 @@ _FIELD_TYPES = (OpType.DENSE, OpType.CONV, OpType.GROUP_NORM, OpType.AVG_POOL, O
 
 
 class PrimerSequentialSynthesizer(AbstractSequentialSynthesizer):
-    def __init__(
-        self,
-        subgraphs_and_props: Sequence[Context],
-        generation: int | str,
-        abstract: bool = True,
-        rng: random.Random | None = None,
-        budget: Budget | None = None,
-        max_len: int = -1,
-        max_delta: int = -1,
-        min_len: int = 0,
-        min_delta: int = -1,
-        use_automl_zero: bool = False,
-        space: SearchSpace | dict | None = None,
-    ) -> None:
-        super().__init__(subgraphs_and_props, generation, abstract, rng, budget)
+    def __init__(self, *args: Any, use_automl_zero: bool = False, **kwargs: Any) -> None:
+        """`AbstractSequentialSynthesizer`'s arguments; `use_automl_zero`: a fresh random
+        chain is one of the edits."""
+        super().__init__(*args, **kwargs)
         # Widths were read from the shape properties above; nothing else is checked.
         self.subgraphs_and_props = [(m, []) for m, _ in self.subgraphs_and_props]
-        self.max_len, self.max_delta = max_len, max_delta
-        self.min_len, self.min_delta = min_len, min_delta
         self.use_automl_zero = use_automl_zero
-        first_ops = [node.op for node in self.subgraphs_and_props[0][0].subgraph]
-        self.kwarg_defaults = kwarg_defaults(first_ops, len(self.subgraphs_and_props) > 1)
-        # None: the reference's space (every op type, factors up to 4x)
-        self.space = None if space is None else SearchSpace.from_dict(space)
-        self.op_types = None if self.space is None else self.space.allowed_types(first_ops)
 
     def _random_op(self) -> Op:
         ops = list(op_enumerator("", self.kwarg_defaults, full=True, op_types=self.op_types,

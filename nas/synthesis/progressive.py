@@ -10,14 +10,14 @@ probability `p`, then its kwargs are randomized as in enumerative synthesis.
 from __future__ import annotations
 
 import enum
-import random
 from collections.abc import Sequence
+from typing import Any
 
 from nas.graph.ops import Op
 from nas.graph.subgraph import SubgraphModel
-from nas.synthesis.base import Budget, Context, SynthesisError
+from nas.synthesis.base import SynthesisError
 from nas.synthesis.enum_sequential import EnumerativeSequentialSynthesizer
-from nas.synthesis.search_space import SearchSpace, op_enumerator
+from nas.synthesis.search_space import op_enumerator
 
 
 class Mode(enum.Enum):
@@ -41,27 +41,12 @@ Candidate = tuple[list[Op], float]
 
 
 class ProgressiveSequentialSynthesizer(EnumerativeSequentialSynthesizer):
-    def __init__(
-        self,
-        subgraphs_and_props: Sequence[Context],
-        generation: int | str,
-        abstract: bool = True,
-        rng: random.Random | None = None,
-        budget: Budget | None = None,
-        mode: Mode | str = Mode.GREEDY,
-        max_len: int = -1,
-        max_delta: int = -1,
-        min_len: int = 0,
-        min_delta: int = -1,
-        eps: float = 1.0,
-        exp: float = 1.0,
-        p: float = 0.2,
-        filter_progress: bool = True,
-        space: SearchSpace | dict | None = None,
-    ) -> None:
-        super().__init__(subgraphs_and_props, generation, abstract, rng, budget,
-                         max_len=max_len, max_delta=max_delta, min_len=min_len,
-                         min_delta=min_delta, space=space)
+    def __init__(self, *args: Any, mode: Mode | str = Mode.GREEDY, eps: float = 1.0,
+                 exp: float = 1.0, p: float = 0.2, filter_progress: bool = True,
+                 **kwargs: Any) -> None:
+        """`EnumerativeSequentialSynthesizer`'s arguments, and how the chain grows: `mode`,
+        `eps`, `exp`, `p` (the chance to go on once satisfied), `filter_progress`."""
+        super().__init__(*args, **kwargs)
         if not 0 <= p <= 1:
             raise ValueError(f"p must be in [0, 1], got {p}")
         self.mode = Mode.parse(mode)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import math
-import random
 from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any
@@ -17,8 +16,8 @@ from typing import Any
 from nas.graph.ops import Op, OpType
 from nas.graph.subgraph import SubgraphModel, SubgraphNode
 from nas.graph.symbolic import split_factors
-from nas.synthesis.base import AbstractSynthesizer, Budget, Context
-from nas.synthesis.search_space import symbolic_width
+from nas.synthesis.base import AbstractSynthesizer
+from nas.synthesis.search_space import KwargSets, SearchSpace, kwarg_defaults, symbolic_width
 
 _WIDTH_TYPES = (OpType.DENSE, OpType.CONV)
 _WIDTH_BASES = ("S:-1", "S:0:-1")
@@ -41,15 +40,16 @@ class AbstractSequentialSynthesizer(AbstractSynthesizer):
     and length in every context.
     """
 
-    def __init__(
-        self,
-        subgraphs_and_props: Sequence[Context],
-        generation: int | str,
-        abstract: bool = True,
-        rng: random.Random | None = None,
-        budget: Budget | None = None,
-    ) -> None:
-        super().__init__(subgraphs_and_props, generation, abstract, rng, budget)
+    def __init__(self, *args: Any, max_len: int = -1, max_delta: int = -1, min_len: int = 0,
+                 min_delta: int = -1, space: SearchSpace | dict | None = None,
+                 **kwargs: Any) -> None:
+        """`args`, `kwargs`: `AbstractSynthesizer`'s (subgraphs_and_props, generation,
+        abstract, rng, budget), the one constructor every synthesizer shares. The chain's
+        length bounds (`max_len` / `min_len` absolute, or `max_delta` / `min_delta`
+        relative to the replaced chain's length) and its op `space` (None: the
+        reference's, every op type with factors up to 4x) are for the subclasses that
+        build chains."""
+        super().__init__(*args, **kwargs)
         first = self.subgraphs_and_props[0][0]
         for model, _ in self.subgraphs_and_props:
             if not model.subgraph:
@@ -74,6 +74,13 @@ class AbstractSequentialSynthesizer(AbstractSynthesizer):
         self.output_features_div: int | None = None
         self.output_features_const: int | None = None
         self.init_output_features()
+        self.max_len, self.max_delta = max_len, max_delta
+        self.min_len, self.min_delta = min_len, min_delta
+        ops = [node.op for node in first.subgraph]
+        self.kwarg_defaults: KwargSets = kwarg_defaults(
+            ops, skip_int_features=len(self.subgraphs_and_props) > 1)
+        self.space = None if space is None else SearchSpace.from_dict(space)
+        self.op_types = None if self.space is None else self.space.allowed_types(ops)
 
     def init_output_features(self) -> None:
         """Reads the required channel scaling from the shape properties of every context."""

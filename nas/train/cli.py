@@ -310,7 +310,8 @@ def format_settings(train: ml_collections.ConfigDict, source: str, overridden: l
 def run() -> None:
     """The default action: train the config's model (or --graph) and print the table.
     Every check that needs no training runs before the first line is printed."""
-    from nas.train import preflight, train_and_eval
+    from nas.train import preflight
+    from nas.train.train import train_and_eval
 
     graph = constants = init = exported = None
     if _GRAPH.value:

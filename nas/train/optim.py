@@ -142,7 +142,7 @@ def make_schedule(
     return fn
 
 
-def _labels(
+def param_labels(
     params: Any, schedules: list[tuple[str, Mapping | None]], frozen_pattern: str,
     frozen: Iterable[str],
 ) -> Any:
@@ -179,7 +179,7 @@ def make(
         schedules: list[tuple[str, Mapping | None]] = [(".*", sched_cfg)]
     else:
         schedules = [(str(r), None if s is None else dict(s)) for r, s in sched_cfg]
-    labels = _labels(params, schedules, config.get("frozen_pattern", ""), frozen)
+    labels = param_labels(params, schedules, config.get("frozen_pattern", ""), frozen)
 
     try:
         named = getattr(optax, config.optax_name)

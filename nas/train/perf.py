@@ -136,9 +136,10 @@ def throughput(fn: Callable[[], Any], images_per_call: int, *, min_seconds: floa
     return statistics.median(rates)
 
 
-def matmul_peak_flops(n: int = 2048, seconds: float = 2.0) -> float:
-    """This machine's warm f32 matmul rate under XLA (FLOP/s), the MFU denominator."""
-    a = jax.random.normal(jax.random.key(0), (n, n), np.float32)
+def matmul_peak_flops(n: int = 2048, seconds: float = 2.0, dtype: str = "float32") -> float:
+    """This machine's warm `dtype` matmul rate under XLA (FLOP/s), the MFU denominator: the
+    best of repeated n x n products for `seconds`."""
+    a = jax.random.normal(jax.random.key(0), (n, n), np.float32).astype(dtype)
     f = jax.jit(lambda x: x @ x)
     jax.block_until_ready(f(a))
     best, start = 0.0, time.perf_counter()

@@ -115,7 +115,7 @@ class ReversibleTrainer:
             w = jax.tree.map(np.asarray, w)
             cfg = revlayers.layer_optimizer_config(config, layer.param_paths(w), frozen)
             layer.tx, _ = optim.make(cfg, w, sched_kw)
-            layer.opt_signature = revlayers._signature(cfg)
+            layer.opt_signature = revlayers.opt_signature_of(cfg)
             opt = optim.init_state(layer.tx, w)
             layout = revpack.layout_of((w, opt))
             self.layouts.append(layout)

@@ -70,7 +70,7 @@ def layer_optimizer_config(config: Any, full_of_base: Mapping[str, str],
     else:
         schedules = [(str(r), None if s is None else dict(s)) for r, s in sched_cfg]
     full_tree = {full: 0 for full in full_of_base.values()}
-    labels = optim._labels(full_tree, schedules, config.get("frozen_pattern", ""), frozen)
+    labels = optim.param_labels(full_tree, schedules, config.get("frozen_pattern", ""), frozen)
     base_of_full = {v: k for k, v in full_of_base.items()}
     frozen_paths = [base_of_full[p] for p, lab in labels.items() if lab == optim.FROZEN]
     groups = []
@@ -88,7 +88,8 @@ def layer_optimizer_config(config: Any, full_of_base: Mapping[str, str],
     )
 
 
-def _signature(cfg: _Cfg) -> str:
+def opt_signature_of(cfg: _Cfg) -> str:
+    """A short stable digest of a layer's optimizer settings (layers alike share it)."""
     text = json.dumps(cfg, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 

@@ -472,15 +472,8 @@ def run_loop(config: ml_collections.ConfigDict, trainer: Any, data: Data, meta: 
             epoch = max(new_epoch, epoch + (step == data.total_steps))
             meta["epoch"] = epoch
             if epoch % config.eval.every_epochs == 0 or last:
-                t = time.perf_counter()
-                acc, loss, rate, per_example = evaluate_examples(trainer, data.eval_data)
-                timings.eval += time.perf_counter() - t
-                meta["infer_rates"].append(rate)
-                writer.write({"step": step, "epoch": epoch, "eval_acc": acc, "eval_loss": loss,
-                              "im_sec_core_train": meta["train_rates"][-1],
-                              "im_sec_core_infer": rate})
-                logging.info("epoch %d step %d: eval acc %.4f loss %.4f", epoch, step, acc,
-                             loss)
+                acc, loss, per_example = _evaluate_epoch(trainer, data, meta, timings, writer,
+                                                         step, epoch)
                 if callback is not None and not last:
                     partial = _metrics(acc, loss, meta, timings, trainer.memory(), step)
                     stopped = not callback(epoch, partial)
@@ -494,6 +487,22 @@ def run_loop(config: ml_collections.ConfigDict, trainer: Any, data: Data, meta: 
         save(force=True)  # written in the background: `finish_checkpoints` waits for it
     return step, epoch, acc, loss, per_example
 
+
+
+def _evaluate_epoch(trainer: Any, data: Data, meta: dict, timings: Timings,
+                    writer: JsonlWriter, step: int, epoch: int
+                    ) -> tuple[float, float, np.ndarray | None]:
+    """`run_loop`'s evaluation at an epoch's end: (acc, loss, per-example bits), its
+    inference rate kept in `meta` and the epoch's line written."""
+    t = time.perf_counter()
+    acc, loss, rate, per_example = evaluate_examples(trainer, data.eval_data)
+    timings.eval += time.perf_counter() - t
+    meta["infer_rates"].append(rate)
+    writer.write({"step": step, "epoch": epoch, "eval_acc": acc, "eval_loss": loss,
+                  "im_sec_core_train": meta["train_rates"][-1],
+                  "im_sec_core_infer": rate})
+    logging.info("epoch %d step %d: eval acc %.4f loss %.4f", epoch, step, acc, loss)
+    return acc, loss, per_example
 
 def finish_checkpoints(ckpt: Checkpointer | None, timings: Timings) -> None:
     """Waits for the checkpoints still being written, after the device stage."""

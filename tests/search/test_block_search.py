@@ -11,7 +11,7 @@ import pytest
 
 from nas import zoo
 from nas.graph.serialize import graph_to_json
-from nas.search.execution.driver import Driver, run_search
+from nas.search.execution.driver import Driver
 from nas.search.store.study import Study
 from nas.search.strategy import blocks as blocks_lib
 from nas.train.checkpoint import save_variables
@@ -183,7 +183,7 @@ def test_block_search_trains_block_children(tmp_path, search_config):
     config = _block_config(search_config, max_candidates=2, seed_epochs=0.0)
     # images/s/core is a selection cost beside FLOPs (higher is better)
     config.search.selection = {"costs": ("flops", "im_sec_core_train"), "min_acc": 0.0}
-    study = run_search(config, str(tmp_path / "blocks"), progress=False)
+    study = Driver(config, str(tmp_path / "blocks")).run(progress=False)
     seed, child = sorted(study.candidates(), key=lambda c: c.id)
     for c in (seed, child):
         assert c.status == "done", c.error  # a block-level child trains
@@ -196,11 +196,11 @@ def test_block_search_trains_block_children(tmp_path, search_config):
 def test_block_search_resumes_after_stopping(tmp_path, search_config):
     workdir = str(tmp_path / "blocks")
     config = _block_config(search_config, max_candidates=3, seed_epochs=0.0)
-    study = run_search(config, workdir, progress=False)
+    study = Driver(config, workdir).run(progress=False)
     first = {c.id for c in study.candidates()}
     assert all(c.status == "done" for c in study.candidates())
-    study = run_search(_block_config(search_config, max_candidates=4, seed_epochs=0.0),
-                       workdir, progress=False)
+    study = Driver(_block_config(search_config, max_candidates=4, seed_epochs=0.0),
+                   workdir).run(progress=False)
     (last,) = [c for c in study.candidates() if c.id not in first]
     assert last.status == "done" and last.inheritance["kind"] in BLOCK_KINDS
     for c in study.candidates():

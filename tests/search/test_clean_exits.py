@@ -127,11 +127,11 @@ def test_a_finished_search_keeps_its_budget_unless_a_larger_one_is_given(tmp_pat
 
 @pytest.mark.slow  # trains a seed and a child through the CLI: ~1 min on 2 loaded cores
 def test_a_larger_budget_extends_a_finished_search_and_says_so(tmp_path):
-    from nas.search.execution.driver import run_search
+    from nas.search.execution.driver import Driver
     from tests.search.conftest import tiny_search_config
 
     workdir = tmp_path / "study"
-    run_search(tiny_search_config(max_candidates=1), str(workdir), progress=False)
+    Driver(tiny_search_config(max_candidates=1), str(workdir)).run(progress=False)
     config = tmp_path / "tiny.py"  # the same search, whose file asks for 3 candidates
     config.write_text("from tests.search.conftest import tiny_search_config\n\n\n"
                       "def get_config(arg=None):\n    return tiny_search_config()\n")

@@ -6,7 +6,7 @@ import pytest
 
 from nas.graph import OpType, new_graph, new_op
 from nas.graph.serialize import graph_to_json, load
-from nas.search.execution.driver import Driver, SearchFailed, run_search
+from nas.search.execution.driver import Driver, SearchFailed
 from nas.search.execution.study_worker import run_worker
 from nas.search.reporting.report import write_report
 from nas.search.store.study import Study
@@ -24,8 +24,7 @@ def _short_search_config(search_config):
 
 
 def test_search_records_children_and_report(tmp_path, search_config):
-    study = run_search(_short_search_config(search_config), str(tmp_path / "a"),
-                       progress=False)
+    study = Driver(_short_search_config(search_config), str(tmp_path / "a")).run(progress=False)
     done = study.candidates("done")
     assert study.counts().get("done", 0) + study.counts().get("failed", 0) == 3
     assert len(done) >= 2, [c.error for c in study.candidates("failed")]
@@ -42,8 +41,7 @@ def test_search_records_children_and_report(tmp_path, search_config):
     assert report.exists() and (report.parent / "pareto.png").exists()
 
     # the same seed gives the same sequence of candidates
-    again = run_search(_short_search_config(search_config), str(tmp_path / "b"),
-                       progress=False)
+    again = Driver(_short_search_config(search_config), str(tmp_path / "b")).run(progress=False)
     assert fingerprints(again) == fingerprints(study)
 
 
@@ -57,7 +55,7 @@ def test_failing_candidates_are_recorded_and_search_goes_on(tmp_path, search_con
     ops = [new_op("flat", OpType.FLATTEN, ["input"]),
            new_op("out", OpType.DENSE, ["flat"], op_kwargs={"features": "S:-1%7"})]
     broken = study.add(graph_to_json(new_graph(["input"], ["out"], ops), {}), generation=0)
-    study = run_search(config, workdir, progress=False)
+    study = Driver(config, workdir).run(progress=False)
     assert study.get(broken).status == "failed"
     assert "not a factor" in study.get(broken).error
     assert study.counts()["done"] >= 1
@@ -68,7 +66,7 @@ def test_diverging_candidate_is_failed(tmp_path, search_config):
     config.train.lr = 1e12
     config.train.grad_clip_norm = 0.0
     with pytest.raises(SearchFailed, match="trained nothing.*non-finite"):
-        run_search(config, str(tmp_path / "nan"), progress=False)  # exit non-zero in the CLI
+        Driver(config, str(tmp_path / "nan")).run(progress=False)  # exit non-zero in the CLI
     (seed,) = Study.load(tmp_path / "nan").candidates()
     assert seed.status == "failed"
     assert "non-finite" in seed.error or "nan" in seed.error.lower()
@@ -108,9 +106,9 @@ def jax_equal(a, b):
 
 def test_bad_search_config(tmp_path, search_config):
     with pytest.raises(ValueError, match="search.max_candidatez"):
-        run_search(search_config(max_candidatez=3), str(tmp_path / "x"))
+        Driver(search_config(max_candidatez=3), str(tmp_path / "x")).run()
     with pytest.raises(ValueError, match="search.executor"):
-        run_search(search_config(executor="slurm"), str(tmp_path / "y"))
+        Driver(search_config(executor="slurm"), str(tmp_path / "y")).run()
 
 
 def test_nas_train_knows_no_study_and_worker_flags_are_checked(tmp_path):
@@ -136,7 +134,7 @@ def test_children_over_the_parameter_bound_are_refused(tmp_path, search_config, 
 
     config = search_config(max_candidates=3, max_params_ratio=0.01, max_proposal_failures=2)
     with caplog.at_level(logging.INFO):
-        study = run_search(config, str(tmp_path / "s"), progress=False)
+        study = Driver(config, str(tmp_path / "s")).run(progress=False)
     assert [c.parent_id for c in study.candidates()] == [None]
     refusals = [r.getMessage() for r in caplog.records
                 if "search.max_params_ratio=0.01" in r.getMessage()]

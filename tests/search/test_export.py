@@ -15,7 +15,7 @@ import pytest
 import nas
 from nas.graph import Model
 from nas.graph.serialize import load
-from nas.search.execution.driver import run_search
+from nas.search.execution.driver import Driver
 from nas.train.checkpoint import load_variables
 from tests.search.conftest import ROOT, tiny_search_config
 
@@ -44,7 +44,7 @@ def exported(tmp_path_factory):
     config = tiny_search_config(max_candidates=1, seed_epochs=SEED_EPOCHS)
     config.train.lr = LR
     workdir = root / "study"
-    (seed,) = run_search(config, str(workdir), progress=False).candidates()
+    (seed,) = Driver(config, str(workdir)).run(progress=False).candidates()
     assert seed.status == "done"
     graph, constants = load(seed.graph_json)
     batch = np.random.default_rng(0).normal(size=(4, 32, 32, 3)).astype(np.float32)

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from nas.search.execution.driver import run_search
+from nas.search.execution.driver import Driver
 from nas.search.reporting.report import summary, to_csv, write_report
 from nas.search.store.study import Study
 from nas.search.strategy.fidelity import FidelityConfig, RungResult, promotion
@@ -48,7 +48,7 @@ def test_children_stop_at_a_rung_or_resume_to_the_full_budget(tmp_path, search_c
     workdir = str(tmp_path / "s")
     config = search_config(max_candidates=2, seed_epochs=0.5, fidelity=RUNGS, fit={"steps": 0})
     config.search.mutation.linear_p = 0.0  # cheaper proposals: this test is about rungs
-    study = run_search(config, workdir, progress=False)
+    study = Driver(config, workdir).run(progress=False)
     seed, child = study.candidates()
     assert seed.status == "done" and seed.rungs == ()  # the seed trains its whole budget
     assert child.status == "done", child.error  # first at its rung: promoted
@@ -67,7 +67,7 @@ def test_children_stop_at_a_rung_or_resume_to_the_full_budget(tmp_path, search_c
     conn.commit()
     conn.close()
     config.search.max_candidates = 3  # operational: may change on resume
-    study = run_search(config, workdir, progress=False)
+    study = Driver(config, workdir).run(progress=False)
     last = study.candidates()[-1]
     assert last.status == "stopped", last.error
     assert [(r["rung"], r["steps"], r["decision"]) for r in last.rungs] == [

@@ -12,7 +12,8 @@ import pytest
 import nas
 from nas.graph.serialize import graph_to_json
 from nas.io import examples
-from nas.search import Study, intervals, paired
+from nas.search import Study
+from nas.search.strategy import intervals, paired
 from nas.search.strategy.selection import SelectionConfig
 from nas.zoo import cnn
 

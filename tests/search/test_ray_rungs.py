@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from nas.search.execution.driver import run_search
+from nas.search.execution.driver import Driver
 
 RUNGS = {"rungs": (0.25,), "keep": 0.5, "parent_ratio": 0.0}
 RUNG_STEPS, FULL_STEPS = 5, 10  # digits, batch 64: see tests/search/test_fidelity_search.py
@@ -30,7 +30,7 @@ def test_a_promoted_child_resumes_from_the_checkpoint_its_rung_sent_back(tmp_pat
                            fit={"steps": 0})
     config.search.mutation.linear_p = 0.0
     try:
-        study = run_search(config, workdir, progress=False)
+        study = Driver(config, workdir).run(progress=False)
     finally:
         ray.shutdown()
     seed, child = study.candidates()

@@ -3,7 +3,7 @@ timing (`search.pipeline_depth`) and not on the test split."""
 
 import pytest
 
-from nas.search.execution.driver import Driver, run_search
+from nas.search.execution.driver import Driver
 
 
 def test_a_proposal_reads_only_results_pipeline_depth_back(search_config, tmp_path):
@@ -35,7 +35,7 @@ def test_same_config_same_choices_and_the_test_split_plays_no_part(search_config
     for name, test_split in (("a", "test"), ("b", "test"), ("c", "test[:50%]")):
         config = search_config(max_candidates=4)
         config.train.eval.data.split = test_split
-        runs.append(run_search(config, str(tmp_path / name), progress=False))
+        runs.append(Driver(config, str(tmp_path / name)).run(progress=False))
     a, b, c = (_choices(study) for study in runs)
     assert len(a) == 4 and all(cand.status == "done" for cand in runs[0].candidates())
     assert a == b
@@ -54,8 +54,8 @@ def test_the_pipeline_and_the_workers_change_when_not_what(search_config, tmp_pa
     runs = {"serial": dict(executor="inline", propose_ahead=0, prepare_ahead=0),
             "pipelined": dict(executor="local", propose_ahead=1, prepare_ahead=1),
             "two workers": dict(executor="local", workers=2)}
-    studies = {name: run_search(search_config(max_candidates=4, pipeline_depth=2, **settings),
-                                str(tmp_path / name.replace(" ", "_")), progress=False)
+    studies = {name: Driver(search_config(max_candidates=4, pipeline_depth=2, **settings),
+                             str(tmp_path / name.replace(" ", "_"))).run(progress=False)
                for name, settings in runs.items()}
     serial = _choices(studies["serial"])
     assert len(serial) == 4 and all(c.status == "done" for c in studies["serial"].candidates())

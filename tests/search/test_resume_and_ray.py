@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from nas.search.execution.driver import run_search
+from nas.search.execution.driver import Driver
 from nas.search.store.study import Study
 
 SEARCH_CONFIG = os.path.join(os.path.dirname(__file__), "..", "..", "configs",
@@ -143,7 +143,7 @@ def test_ray_executor_runs_candidates_pipelined(tmp_path, search_config, monkeyp
     try:  # the executor starts a local Ray, as for a user (and without JAX's fork warning)
         config = search_config(executor="ray", max_candidates=3, pipeline_depth=2,
                                prepare_ahead=1)
-        study = run_search(config, str(tmp_path / "ray"), progress=False)
+        study = Driver(config, str(tmp_path / "ray")).run(progress=False)
     finally:
         ray.shutdown()
         shutil.rmtree(temp, ignore_errors=True)

@@ -10,11 +10,11 @@ from nas.search import Individual, ParetoCurve, SelectionConfig, select_parents
 from nas.search.strategy.intervals import tied, tied_accuracies
 from nas.search.strategy.selection import (
     Columns,
-    _lowest_rows,
-    _sample,
     age,
     aged_accuracies,
     behind_tied_cheaper,
+    draw_weighted,
+    lowest_rows,
 )
 from nas.search.strategy.ties import NoiseTies
 
@@ -142,10 +142,10 @@ def test_the_draw_is_numpy_choice_and_any_row_order_ranks_alike():
         ours, numpy_ = np.random.default_rng(seed), np.random.default_rng(seed)
         span = float(w.max() - w.min())
         p = np.power(10.0, -((w - w.min()) / span if span > 0 else np.zeros_like(w)))
-        assert _sample(top, w, ours) == int(numpy_.choice(top, p=p / p.sum())), trial
+        assert draw_weighted(top, w, ours) == int(numpy_.choice(top, p=p / p.sum())), trial
         assert ours.random() == numpy_.random()
         k = int(rng.integers(1, n + 1))
         want = np.lexsort((top, w))[:k]  # by weight, ties by row
-        assert np.array_equal(_lowest_rows(top, w, k), want), trial
+        assert np.array_equal(lowest_rows(top, w, k), want), trial
         kth = float(np.sort(w)[k - 1])
-        assert np.array_equal(_lowest_rows(top, w, k, kth), want), trial
+        assert np.array_equal(lowest_rows(top, w, k, kth), want), trial

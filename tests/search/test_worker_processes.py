@@ -152,7 +152,7 @@ if __name__ == "__main__":
 
 
 def test_idle_pool_worker_exits_when_its_driver_is_killed(tmp_path):
-    from nas.search.store.study import _is_zombie
+    from nas.search.store.study_leases import is_zombie
 
     (tmp_path / "idle_pool.py").write_text(IDLE_POOL)
     driver = subprocess.Popen([sys.executable, str(tmp_path / "idle_pool.py")],
@@ -163,7 +163,7 @@ def test_idle_pool_worker_exits_when_its_driver_is_killed(tmp_path):
         driver.wait()
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
-            if not os.path.exists(f"/proc/{worker}") or _is_zombie(worker):
+            if not os.path.exists(f"/proc/{worker}") or is_zombie(worker):
                 break
             time.sleep(0.2)
         else:

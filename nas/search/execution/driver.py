@@ -54,8 +54,8 @@ from nas.search.strategy import blocks as blocks_lib
 from nas.search.strategy import splits
 from nas.search.strategy.population import DoneCache, Population
 from nas.search.strategy.ray_config import RayConfig
-from nas.search.strategy.selection import Individual, SelectionConfig, select_parents
-from nas.search.strategy.selector import Selector
+from nas.search.strategy.selection import Individual, SelectionConfig
+from nas.search.strategy.selector import Selector, select_parents
 from nas.search.strategy.settings import OPERATIONAL, candidate_train_config, validate_search
 from nas.train.checkpoint import load_variables, save_variables
 from nas.train.config import image_shape
@@ -695,6 +695,3 @@ def rung_text(epochs: tuple[float, ...], counts: dict[int, tuple[float, int]]) -
     """How many results each rung has, e.g. "0.25ep:6 1ep:3"."""
     return " ".join(f"{e:g}ep:{counts.get(i, (e, 0))[1]}" for i, e in enumerate(epochs))
 
-
-def run_search(config: ml_collections.ConfigDict, workdir: str, progress: bool = True) -> Study:
-    return Driver(config, workdir).run(progress=progress)

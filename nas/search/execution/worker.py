@@ -76,22 +76,8 @@ def train_candidate(
     config = ml_collections.ConfigDict(task.train_config)
     shipped = unpack(task.functions)
     cost_fns = cost_functions(task.costs, shipped) if task.stop_epochs is None else {}
-    start = time.monotonic()
     turn = DeviceTurn(lock_path(share_device)) if share_device else None
-
-    def stop_now(step: int) -> bool:
-        """Called after every train step: stopping raises at once, so nothing more is
-        spent (no final evaluation or checkpoint of a candidate that is not recorded)."""
-        waited = turn.waited if turn is not None else 0.0
-        if task.time_limit_s and time.monotonic() - start - waited > task.time_limit_s:
-            where = f"step {step}" if step >= 0 else "an epoch's end"
-            raise CandidateTimeout(f"exceeded its time limit of {task.time_limit_s:g} s "
-                                   f"(stopped at {where})")
-        if owner_pid is not None and os.getppid() != owner_pid:
-            os._exit(1)  # orphaned: the driver died; its successor may train this candidate
-        if should_stop is not None and should_stop():
-            raise ClaimLost("this worker's lease on the candidate was lost")
-        return False
+    stop_now = stopper(task.time_limit_s, turn, owner_pid, should_stop)
 
     fitted: dict[str, float] = {}
 
@@ -115,6 +101,28 @@ def train_candidate(
         values.update(measure_costs(cost_fns, task.graph_json, variables, dict(task.train_config),
                                     values))
     return values, variables
+
+
+def stopper(time_limit_s: float, turn: Any, owner_pid: int | None,
+            should_stop: Callable[[], bool] | None) -> Callable[[int], bool]:
+    """What `train_candidate` calls after every train step: stopping raises at once, so
+    nothing more is spent (no final evaluation or checkpoint of a candidate that is not
+    recorded). Time waiting for the device (`turn`) does not count against the limit."""
+    start = time.monotonic()
+
+    def stop_now(step: int) -> bool:
+        waited = turn.waited if turn is not None else 0.0
+        if time_limit_s and time.monotonic() - start - waited > time_limit_s:
+            where = f"step {step}" if step >= 0 else "an epoch's end"
+            raise CandidateTimeout(f"exceeded its time limit of {time_limit_s:g} s "
+                                   f"(stopped at {where})")
+        if owner_pid is not None and os.getppid() != owner_pid:
+            os._exit(1)  # orphaned: the driver died; its successor may train this candidate
+        if should_stop is not None and should_stop():
+            raise ClaimLost("this worker's lease on the candidate was lost")
+        return False
+
+    return stop_now
 
 
 def metrics_dict(metrics: Any) -> dict[str, Any]:

@@ -21,12 +21,12 @@ from aiohttp import web
 from nas.search.reporting.finals_report import finals_html
 from nas.search.reporting.live_fronts import LiveFronts
 from nas.search.reporting.report import (
-    _CSS,
     COST_LABELS,
-    _candidate_section,
-    _fmt,
-    _input_shape,
+    CSS,
+    candidate_section,
+    fmt,
     front_label,
+    input_shape,
     lineage,
     measured,
     ranked_costs,
@@ -48,8 +48,8 @@ def _row(c: Candidate) -> dict[str, Any]:
     """What the overview shows of one candidate."""
     return {"id": c.id, "parent": c.parent_id, "gen": c.generation, "status": c.status,
             "val": val_accuracy_text(c), "test": reported_test_text(c),
-            "flops": _fmt(c.flops), "params": _fmt(c.params),
-            "ims": _fmt(c.im_sec_core_train), "error": (c.error or "")[:200]}
+            "flops": fmt(c.flops), "params": fmt(c.params),
+            "ims": fmt(c.im_sec_core_train), "error": (c.error or "")[:200]}
 
 
 def overview(study: Study, k: int = 10, recent: int = 10,
@@ -61,7 +61,7 @@ def overview(study: Study, k: int = 10, recent: int = 10,
     counts = study.counts()
     users = study.user_costs  # a front of the search's own cost shows it as a column
     fronts = [{"cost": cost, "label": front_label(cost),
-               "rows": [{**_row(c), "cost_value": _fmt(cost_value(c, cost))}
+               "rows": [{**_row(c), "cost_value": fmt(cost_value(c, cost))}
                         if cost in users else _row(c) for c in study.pareto_front(cost)],
                "extra": [["cost_value", cost]] if cost in users else []}
               for cost in ranked_costs(study)]
@@ -121,13 +121,13 @@ class Dashboard:
         # would read every row)
         compared = {cid, lineage(cid, by_id)[0], c.parent_id} - {None}
         pairs = recommend.Comparisons.of(self.study, sorted(compared))
-        section = _candidate_section(self.study, c, by_id, _input_shape(self.study), costs,
-                                     on, {}, pairs)
+        section = candidate_section(self.study, c, by_id, input_shape(self.study), costs,
+                                    on, {}, pairs)
         section = section.replace('href="#cand-', 'href="/candidates/').replace(
             'href="#c', 'href="/candidates/')
         chain = " → ".join(f'<a href="/candidates/{i}">{i}</a>' for i in lineage(cid, by_id))
         return (f"<!doctype html>\n<html><head><meta charset='utf-8'><title>candidate {cid}"
-                f"</title><style>{_CSS}</style></head><body><p><a href='/'>overview</a> · "
+                f"</title><style>{CSS}</style></head><body><p><a href='/'>overview</a> · "
                 f"status {esc(c.status)} · lineage {chain}</p>"
                 f"{_status_line(c)}{section}</body></html>\n")
 
@@ -196,7 +196,7 @@ async def serve(dashboard: Dashboard, host: str, port: int,
 
 
 _OVERVIEW_HTML = f"""<!doctype html>
-<html><head><meta charset="utf-8"><title>nas dashboard</title><style>{_CSS}
+<html><head><meta charset="utf-8"><title>nas dashboard</title><style>{CSS}
 #bar {{ width: 30em; height: 1em; border: 1px solid #888; display: inline-block; }}
 #bar > span {{ display: block; height: 100%; background: #2ca02c; width: 0; }}
 </style></head><body>

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from nas.io import examples
-from nas.search.store._db import Database
+from nas.search.store.database import Database
 
 TABLE = """
 CREATE TABLE IF NOT EXISTS finals_runs (

@@ -82,7 +82,7 @@ class CostIndex:
                 ) -> tuple[np.ndarray, np.ndarray, float] | None:
         """Rows (in no order) that hold every row among the k lowest of the selection
         weights (distance to `anchor`, rows that a strictly cheaper, tied-or-better one
-        beats pushed behind: `selection._behind`), with their weights and the k-th lowest
+        beats pushed behind: `selection.ranked_behind`), with their weights and the k-th lowest
         of them; None when a check fails (then measure every row)."""
         n = len(self.rows)
         if not 0 < k < n:

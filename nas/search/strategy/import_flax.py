@@ -13,6 +13,8 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
+from nas.cli_messages import first_line
+
 if TYPE_CHECKING:  # jax comes with it: imported when an import runs, not before
     from nas.interop.check import ImportCheck
 
@@ -33,7 +35,7 @@ def parse_factory(spec: str) -> Any:
         raise ValueError(f"--flax={spec}: cannot import {module_name!r}: {e}") from None
     except Exception as e:  # noqa: BLE001 - the user's module failed while importing
         raise ValueError(f"--flax={spec}: importing {module_name!r} raised "
-                         f"{type(e).__name__}: {_line(e)}") from None
+                         f"{type(e).__name__}: {first_line(e)}") from None
     factory = getattr(module, attr, None)
     if not callable(factory):
         raise ValueError(f"--flax={spec}: {module_name} has no callable {attr!r}")
@@ -62,7 +64,7 @@ def read_variables(path: str) -> dict[str, Any]:
         try:
             return load_variables(path)
         except ValueError as e:
-            raise ValueError(f"--variables={path}: {_line(e)}") from None
+            raise ValueError(f"--variables={path}: {first_line(e)}") from None
     try:
         with open(path, "rb") as f:
             data = f.read()
@@ -71,7 +73,7 @@ def read_variables(path: str) -> dict[str, Any]:
     try:
         tree = serialization.msgpack_restore(data)
     except Exception as e:  # noqa: BLE001 - msgpack raises many types for a damaged file
-        raise ValueError(f"--variables={path}: not a flax msgpack file ({_line(e)})") from None
+        raise ValueError(f"--variables={path}: not a flax msgpack file ({first_line(e)})") from None
     if not isinstance(tree, dict) or "params" not in tree:
         raise ValueError(f"--variables={path}: expected the module's variables "
                          f"{{'params': ..., 'batch_stats'?: ...}}")
@@ -95,10 +97,10 @@ def import_flax(spec: str, input_shape: str | None, variables: str | None,
                 out: str | None) -> str:
     """Import the module, write the seed file; returns its path. Checked only inside
     `nas.interop.check.checked_imports()` (`import_checked` always checks)."""
-    import nas
+    from nas.interop.importer import from_flax
 
     model, x, loaded = _prepare(spec, input_shape, variables, out)
-    return _save(nas.from_flax(model, x, variables=loaded), out)
+    return _save(from_flax(model, x, variables=loaded), out)
 
 
 def import_checked(spec: str, input_shape: str | None, variables: str | None,
@@ -106,11 +108,11 @@ def import_checked(spec: str, input_shape: str | None, variables: str | None,
     """`import_flax` with the import check always run, before anything is written, and its
     measurement returned (what `nas-search import` prints). Call it outside
     `checked_imports()`, which would check a second time."""
-    import nas
     from nas.interop.check import measure_import
+    from nas.interop.importer import from_flax
 
     model, x, loaded = _prepare(spec, input_shape, variables, out)
-    candidate = nas.from_flax(model, x, variables=loaded)
+    candidate = from_flax(model, x, variables=loaded)
     measured = measure_import(candidate, model, x, variables=loaded)
     return Imported(_save(candidate, out), measured)
 
@@ -125,14 +127,15 @@ def _prepare(spec: str, input_shape: str | None, variables: str | None, out: str
     factory = parse_factory(spec)
     import jax
 
+    from nas.interop.calling import is_nnx
     from nas.interop.layers import is_linen
 
     try:
         model = factory()
     except Exception as e:  # noqa: BLE001 - the user's factory failed
         raise ValueError(f"--flax={spec}: the factory raised {type(e).__name__}: "
-                         f"{_line(e)}") from None
-    if not is_linen(model) and not _is_nnx(model):
+                         f"{first_line(e)}") from None
+    if not is_linen(model) and not is_nnx(model):
         raise ValueError(f"--flax={spec}: the factory returned {type(model).__name__}, not a "
                          f"flax.linen or flax.nnx Module")
     loaded = None
@@ -146,20 +149,9 @@ def _prepare(spec: str, input_shape: str | None, variables: str | None, out: str
 
 
 def _save(candidate: Any, out: str) -> str:
-    import nas
+    from nas.io.candidate import save_candidate
 
     try:
-        return str(nas.save_candidate(candidate, out))
+        return str(save_candidate(candidate, out))
     except OSError as e:
         raise ValueError(f"--out={out}: {e.strerror}") from None
-
-
-def _is_nnx(model: Any) -> bool:
-    from flax import nnx
-
-    return isinstance(model, nnx.Module)
-
-
-def _line(e: BaseException) -> str:
-    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
-    return lines[0] if lines else type(e).__name__

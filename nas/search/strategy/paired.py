@@ -134,8 +134,8 @@ def mcnemar_counts(only_a: int, only_b: int, z: float = Z95) -> str:
 def clopper_pearson(k: int, m: int, alpha: float) -> tuple[float, float]:
     """Exact two-sided (1 - alpha) interval of a binomial probability, k successes of m:
     the lower end has P(X >= k) = alpha / 2, the upper P(X <= k) = alpha / 2."""
-    low = 0.0 if k == 0 else _bisect(lambda p: _upper_tail(k, m, p) - alpha / 2.0)
-    high = 1.0 if k == m else _bisect(lambda p: alpha / 2.0 - _lower_tail(k, m, p))
+    low = 0.0 if k == 0 else _bisect(lambda p: upper_tail(k, m, p) - alpha / 2.0)
+    high = 1.0 if k == m else _bisect(lambda p: alpha / 2.0 - lower_tail(k, m, p))
     return low, high
 
 
@@ -146,12 +146,12 @@ def _log_pmf(m: int, p: float) -> np.ndarray:
     return log_choose + j * math.log(p) + (m - j) * math.log1p(-p)
 
 
-def _lower_tail(k: int, m: int, p: float) -> float:
+def lower_tail(k: int, m: int, p: float) -> float:
     """P(X <= k)."""
     return float(np.sum(np.exp(_log_pmf(m, p)[: k + 1])))
 
 
-def _upper_tail(k: int, m: int, p: float) -> float:
+def upper_tail(k: int, m: int, p: float) -> float:
     """P(X >= k)."""
     return float(np.sum(np.exp(_log_pmf(m, p)[k:])))
 

@@ -6,7 +6,8 @@ and samples a parent with probability proportional to 10^(-normalized weight). O
 aging discounts the accuracy of old individuals so the search keeps moving; accuracies
 that noise cannot tell apart rank as ties (`noise_ties`). Everything
 random comes from the caller's `numpy.random.Generator`: the same population and seed
-give the same parents.
+give the same parents. This module holds the rule's parts (the config, the population's
+columns, the weights, the draw); `selector.select_parents` applies it.
 """
 
 from __future__ import annotations
@@ -281,10 +282,10 @@ def aged_accuracies(population: Sequence[Individual] | Columns, config: Selectio
     else:
         ids = np.array([ind.id for ind in population], dtype=np.int64)
         accuracy = np.array([ind.accuracy for ind in population], dtype=float)
-    return _aged(ids, accuracy, config)
+    return aged_values(ids, accuracy, config)
 
 
-def _aged(ids: np.ndarray, accuracy: np.ndarray, config: SelectionConfig) -> np.ndarray:
+def aged_values(ids: np.ndarray, accuracy: np.ndarray, config: SelectionConfig) -> np.ndarray:
     """`age` of every individual, in vector steps with `age`'s arithmetic (same bits)."""
     out = np.array(accuracy, dtype=float)
     gtl = config.generations_to_live
@@ -310,8 +311,8 @@ def sample_from_weights(
     n = len(weights)
     if n == 0:
         raise ValueError("population: nothing to select from")
-    top = _lowest_rows(np.arange(n), np.asarray(weights), top_k(n, config))
-    return _sample(top, weights[top], rng)
+    top = lowest_rows(np.arange(n), np.asarray(weights), top_k(n, config))
+    return draw_weighted(top, weights[top], rng)
 
 
 def top_k(n: int, config: SelectionConfig) -> int:
@@ -320,7 +321,7 @@ def top_k(n: int, config: SelectionConfig) -> int:
     return min(max(k, config.min_to_select, 1), n)
 
 
-def _sample(top: np.ndarray, w: np.ndarray, rng: np.random.Generator) -> int:
+def draw_weighted(top: np.ndarray, w: np.ndarray, rng: np.random.Generator) -> int:
     """One of `top`, p ∝ 10^(-normalized w), by inverse CDF over `top`'s order: the
     arithmetic `Generator.choice(top, p=p)` does (one uniform draw), without its checks
     of `p` (made here, so sound), which cost a tenth of a millisecond per 10,000 rows."""
@@ -332,7 +333,7 @@ def _sample(top: np.ndarray, w: np.ndarray, rng: np.random.Generator) -> int:
     return int(top[np.searchsorted(cdf, rng.random(), side="right")])
 
 
-def _lowest_rows(rows: np.ndarray, weights: np.ndarray, k: int, kth: float | None = None
+def lowest_rows(rows: np.ndarray, weights: np.ndarray, k: int, kth: float | None = None
                  ) -> np.ndarray:
     """Positions (into `rows`, given in any order) of the k lowest weights, by weight,
     equal weights by row: `np.lexsort((rows, weights))[:k]` without sorting all of them
@@ -373,28 +374,11 @@ def behind_tied_cheaper(weights: np.ndarray, points: Sequence[tuple[float, float
     front = curve.points * np.array([1.0, sign])
     reach = np.searchsorted(-front[:, 0], -acc, side="right")
     beaten = front[reach - 1, 1] < cost
-    return _behind(weights, beaten)
+    return ranked_behind(weights, beaten)
 
 
-def _behind(weights: np.ndarray, beaten: np.ndarray) -> np.ndarray:
+def ranked_behind(weights: np.ndarray, beaten: np.ndarray) -> np.ndarray:
     """`weights` with the `beaten` ones ranked after all others, in their own order."""
     if not beaten.any() or beaten.all():
         return weights
     return np.where(beaten, weights.max() + 1.0 + weights - weights.min(), weights)
-
-
-def select_parents(
-    population: Sequence[Individual] | Columns,
-    config: SelectionConfig | None = None,
-    rng: np.random.Generator | None = None,
-    num: int = 1,
-) -> list[int]:
-    """Choose `num` distinct parent ids from the trained population.
-
-    The result depends only on the population (as a set, it is ordered by id here),
-    the config and the generator state. `population` may be given as `Columns` (the
-    driver keeps them as results come in), so a proposal makes no pass over objects.
-    """
-    from nas.search.strategy.selector import Selector  # it builds on this module
-
-    return Selector(config, closest=False).select(population, rng, num)

@@ -1,10 +1,10 @@
-"""Parent selection kept between proposals: the driver's `Selector`.
+"""Parent selection kept between proposals: the driver's `Selector`, and `select_parents`.
 
-Why a module of its own: `nas.search.strategy.selection` states the rule (which parent a
-population, a config and a generator give); this keeps what the rule computes from one
-proposal to the next (the pool that reaches `min_acc`, its noise ties, its fronts, its
-closest-k indexes) so that a proposal over 100,000 candidates reads what changed, and
-draws the same parents as the rule applied afresh.
+Why a module of its own: `nas.search.strategy.selection` holds the rule's parts (the
+config, the population's columns, the weights and the draw); this applies them and keeps
+what they compute from one proposal to the next (the pool that reaches `min_acc`, its noise
+ties, its fronts, its closest-k indexes) so that a proposal over 100,000 candidates reads
+what changed, and draws the same parents as `select_parents` (the rule applied afresh).
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ from nas.search.strategy.selection import (
     Columns,
     Individual,
     SelectionConfig,
-    _aged,
-    _behind,
-    _lowest_rows,
-    _sample,
+    aged_values,
+    draw_weighted,
     higher_better,
+    lowest_rows,
+    ranked_behind,
     sample_from_weights,
     top_k,
 )
@@ -165,11 +165,11 @@ class Selector:
     def _accuracies(self, pool: Columns) -> np.ndarray:
         """What the ranking reads: accuracy after aging, tie groups at their head's value."""
         if not self.config.noise_ties:
-            return _aged(pool.ids, pool.accuracy, self.config)
+            return aged_values(pool.ids, pool.accuracy, self.config)
         if self.config.generations_to_live <= 0:
             return self._ties.values()
         ties = NoiseTies()  # aged accuracies change with every newer row: regrouped
-        ties.extend(_aged(pool.ids, pool.accuracy, self.config), pool.examples,
+        ties.extend(aged_values(pool.ids, pool.accuracy, self.config), pool.examples,
                     pool.correct_bits, pool.correct_counts)
         return ties.values()
 
@@ -218,8 +218,8 @@ def _draw_row(pool: Columns, acc: np.ndarray, config: SelectionConfig,
         found = kept.most_accurate(k) if kept else None
         if found is not None:  # the most accurate groups only
             rows, w = found
-            top = _lowest_rows(rows, w, k)
-            return _sample(rows[top], w[top], rng)
+            top = lowest_rows(rows, w, k)
+            return draw_weighted(rows[top], w[top], rng)
         idx = np.flatnonzero(alive)
         weights = acc.max() - acc[idx]
     else:
@@ -233,8 +233,8 @@ def _draw_row(pool: Columns, acc: np.ndarray, config: SelectionConfig,
             found = kept.closest(curve, anchor, config.normalize, k)
             if found is not None:
                 rows, w, kth = found
-                top = _lowest_rows(rows, w, k, kth)
-                return _sample(rows[top], w[top], rng)
+                top = lowest_rows(rows, w, k, kth)
+                return draw_weighted(rows[top], w[top], rng)
         values = pool.costs[cost]
         idx = np.flatnonzero(alive & ~np.isnan(values))
         if not len(idx):
@@ -251,5 +251,20 @@ def _draw_row(pool: Columns, acc: np.ndarray, config: SelectionConfig,
         second = _higher_better(cost_values, cost)
         weights, reach = curve.column_weights(first, second, config.normalize, anchor)
         if config.noise_ties:  # `behind_tied_cheaper`, reusing the reach
-            weights = _behind(weights, curve.curve[reach - 1, 1] > second)
+            weights = ranked_behind(weights, curve.curve[reach - 1, 1] > second)
     return int(idx[sample_from_weights(np.asarray(weights, dtype=float), config, rng)])
+
+
+def select_parents(
+    population: Sequence[Individual] | Columns,
+    config: SelectionConfig | None = None,
+    rng: np.random.Generator | None = None,
+    num: int = 1,
+) -> list[int]:
+    """Choose `num` distinct parent ids from the trained population.
+
+    The result depends only on the population (as a set, it is ordered by id here),
+    the config and the generator state. `population` may be given as `Columns` (the
+    driver keeps them as results come in), so a proposal makes no pass over objects.
+    """
+    return Selector(config, closest=False).select(population, rng, num)

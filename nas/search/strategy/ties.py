@@ -55,9 +55,9 @@ class McNemarBounds:
         if m not in self._bounds:
             half = self.alpha / 2.0
             # "better": k > 0 and P(X >= k | 1/2) < alpha/2, true from some k up.
-            better_from = _first(1, m + 1, lambda k: paired._upper_tail(k, m, 0.5) < half)
+            better_from = _first(1, m + 1, lambda k: paired.upper_tail(k, m, 0.5) < half)
             # "worse": k < m and P(X <= k | 1/2) <= alpha/2, true up to some k.
-            worse_to = _first(0, m, lambda k: not paired._lower_tail(k, m, 0.5) <= half) - 1
+            worse_to = _first(0, m, lambda k: not paired.lower_tail(k, m, 0.5) <= half) - 1
             self._bounds[m] = (worse_to, better_from)
         return self._bounds[m]
 
