@@ -45,7 +45,7 @@ def test_ctrl_c_of_a_pool_search_is_one_line_and_exit_130(tmp_path):
          "--config.train.ckpt_steps=0", "--config.search.seed_epochs=0",
          "--config.search.max_candidates=3", "--config.search.workers=1",
          "--config.search.executor=local", "--config.search.log_every_steps=1",
-         "--config.search.fidelity.rungs=()"],
+         "--config.search.fidelity.rungs=()", "--config.search.finals.k=0"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
         start_new_session=True)
     try:
@@ -67,6 +67,7 @@ def test_ctrl_c_of_a_pool_search_is_one_line_and_exit_130(tmp_path):
 def test_resuming_a_finished_search_says_so_in_one_line(tmp_path):
     workdir = tmp_path / "study"
     config = runpy.run_path(SEARCH_CONFIG)["get_config"]()
+    config.search.finals = {"k": 0}  # a study without finals: finished when its candidates are
     validate_search(config)  # as the driver stores it
     study = Study.create(workdir, config=config.to_dict())
     done = study.add('{"candidate": 1}')
@@ -78,7 +79,8 @@ def test_resuming_a_finished_search_says_so_in_one_line(tmp_path):
     study.close()
     out = subprocess.run(
         [sys.executable, "-m", "nas.search.cli", f"--config={SEARCH_CONFIG}",
-         f"--workdir={workdir}", "--config.search.max_candidates=2"],
+         f"--workdir={workdir}", "--config.search.max_candidates=2",
+         "--config.search.finals.k=0"],
         capture_output=True, text=True, timeout=300, env=_env())
     assert out.returncode == 0, out.stderr
     report = workdir / "report" / "report.html"
@@ -92,6 +94,7 @@ def _finished_study(workdir, budget, done):
     """A study whose last run had `budget` candidates, `done` of them finished."""
     config = runpy.run_path(SEARCH_CONFIG)["get_config"]()
     config.search.max_candidates = budget
+    config.search.finals = {"k": 0}  # a study without finals: finished when its candidates are
     validate_search(config)
     study = Study.create(workdir, config=config.to_dict())
     study.set_state("max_candidates", budget)
@@ -105,7 +108,7 @@ def _finished_study(workdir, budget, done):
 def _search(workdir, *flags):
     return subprocess.run(
         [sys.executable, "-m", "nas.search.cli", f"--config={SEARCH_CONFIG}",
-         f"--workdir={workdir}", "--noprogress", *flags],
+         f"--workdir={workdir}", "--noprogress", "--config.search.finals.k=0", *flags],
         capture_output=True, text=True, timeout=300, env=_env())
 
 

@@ -91,6 +91,7 @@ def test_children_stop_at_a_rung_or_resume_to_the_full_budget(tmp_path, search_c
 SEARCH_CONFIG = os.path.join(os.path.dirname(__file__), "..", "..", "configs",
                              "digits_cnn_search.py")
 OVERRIDES = [
+    "--config.search.finals.k=0",  # the finals have tests of their own
     "--config.train.total_epochs=0.5", "--config.train.ckpt_steps=2",
     "--config.train.log_training_steps=1000", "--config.search.max_candidates=3",
     "--config.train.schedule.warmup_steps=2", "--config.search.seed_epochs=0.5",

@@ -3,6 +3,7 @@ the take-home model, and a second call that trains nothing."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -25,7 +26,7 @@ from nas.search.strategy.finals_config import FinalsConfig
 from nas.train.checkpoint import load_variables
 from tests.search.conftest import ROOT, tiny_search_config
 
-FINALS = {"k": 1, "repeats": 2, "folds": 2}
+FINALS = {"k": 1, "repeats": 1, "folds": 2}
 
 
 def finals_config(**finals):
@@ -50,9 +51,9 @@ def test_seed_and_finalists_train_alike(finished):
     runs = FinalsStore(study.path).runs(kind="finals")
     finalists = sorted({r.candidate_id for r in runs})
     assert len(finalists) == 2 and finalists[0] == 1  # the seed and one child
-    assert all(r.status == "done" for r in runs) and len(runs) == 2 * 2 * 2
+    assert all(r.status == "done" for r in runs) and len(runs) == 2 * 2
     configs = run_configs(finished)
-    for repeat in range(2):
+    for repeat in range(1):
         for fold in range(2):
             alike = [configs[f"finals-{cid}-r{repeat}-f{fold}"] for cid in finalists]
             for key in ("seed", "total_epochs", "lr"):
@@ -60,10 +61,18 @@ def test_seed_and_finalists_train_alike(finished):
             assert len({json.dumps(c["input"]["data"]) for c in alike}) == 1
             assert alike[0]["input"]["data"]["fold"] == fold
             assert alike[0]["eval"]["test_split"] == ""  # the finals never read test
-    assert configs["finals-1-r0-f0"]["seed"] != configs["finals-1-r1-f0"]["seed"]
+    # a second repeat: its own seed and folds, the same for every architecture
+    config = finals_config(repeats=2)
+    again = Finals(study, config.train, config.search)
+    second = [again.task(dataclasses.replace(runs[0], candidate_id=cid, repeat=1))
+              .train_config for cid in finalists]
+    assert second[0]["seed"] == second[1]["seed"] == configs["finals-1-r0-f0"]["seed"] + 1
+    assert second[0]["input"]["data"] == second[1]["input"]["data"]
+    assert second[0]["input"]["data"]["fold_seed"] != \
+        configs["finals-1-r0-f0"]["input"]["data"]["fold_seed"]
     # every example of the training split predicted once per repeat, by its fold
     for cid in finalists:
-        for repeat in range(2):
+        for repeat in range(1):
             positions = np.concatenate([r.positions for r in runs
                                         if r.candidate_id == cid and r.repeat == repeat])
             assert np.array_equal(np.sort(positions), np.arange(positions.size))
@@ -96,7 +105,7 @@ def test_recommendation_is_what_the_finals_table_decides(finished):
     assert found.recommendation.candidate.id == decided.candidate.id
     assert found.recommendation.reason.startswith("finals:")
     text = summary(study)
-    assert "finals (2 repeat(s)" in text and "finals cost: 8 trainings" in text
+    assert "finals (1 repeat(s)" in text and "finals cost: 4 trainings" in text
     assert "recommended: " in text and "taken home" in text
 
 

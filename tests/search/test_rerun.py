@@ -11,6 +11,7 @@ from tests.search.conftest import SEARCH_CONFIG
 
 def _config(**search):
     config = runpy.run_path(SEARCH_CONFIG)["get_config"]()
+    config.search.finals = {"k": 0}  # finished when its candidates are
     config.search.update(search)
     validate_search(config)  # as the driver stores it
     return config

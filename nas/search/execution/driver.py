@@ -273,7 +273,7 @@ class Driver:
         except DuplicateCandidateError:  # another driver started together added it first
             logging.info("the seed is already in the study (added by another driver)")
 
-    def choose_parent(self, done: list[Any], rng: np.random.Generator) -> int:
+    def choose_parent(self, done: Any, rng: np.random.Generator) -> int:
         """The parent of the next child: selection from the Pareto fronts (a subclass may
         choose otherwise, e.g. a random-search baseline that always mutates the seed)."""
         if isinstance(done, Population):  # the driver's own: its columns are kept
@@ -375,7 +375,7 @@ class Driver:
         if seed is not None and seed.checkpoint_path:
             self.parent_variables(seed)
 
-    def check_size(self, child: Any, done: list[Any]) -> None:
+    def check_size(self, child: Any, done: Any) -> None:
         """Refuses a child over `search.max_params_ratio` times the seed's parameters.
 
         Why: synthesis may widen a layer a lot (say a grouped convolution of the flattened

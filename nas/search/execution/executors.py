@@ -309,7 +309,7 @@ LOST_NODE_ERRORS = ("NodeDiedError", "WorkerCrashedError", "ObjectLostError",
                     "LocalRayletDiedError", "OutOfMemoryError", "RaySystemError")
 
 
-def _lost_errors(ray: Any) -> tuple[type, ...]:
+def _lost_errors(ray: Any) -> tuple[type[BaseException], ...]:
     return tuple(getattr(ray.exceptions, n) for n in LOST_NODE_ERRORS
                  if hasattr(ray.exceptions, n))
 
@@ -365,7 +365,7 @@ class RayExecutor:
                    {"CPU": num_cpus, "GPU": num_gpus, **(resources or {})}.items() if v}
         start_or_join(ray, address or None, self.capacity, request)
         check_fits(ray, request)
-        self._lost = _lost_errors(ray)
+        self._lost: tuple[type[BaseException], ...] = _lost_errors(ray)
         # Ray sets CUDA_VISIBLE_DEVICES to the GPUs it gave the task; the task must not
         # preallocate them, and a fractional GPU gets that fraction of its memory.
         env = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}

@@ -165,7 +165,8 @@ class Finals:
             if "val_correct" in metrics else None
         path = None
         if run.kind == "home":
-            path = save_variables(os.path.join(self.folder(run), "final"), outcome.variables)
+            path = save_variables(os.path.join(self.folder(run), "final"),
+                                  outcome.variables or {})
         self.store.record(run.name, metrics=metrics, correct=correct,
                           positions=self.positions(run, correct), checkpoint_path=path)
 

@@ -305,7 +305,7 @@ def _error(out: Mapping[str, Any], target: Mapping[str, Any],
 def _part_outputs(part: Any, frozen: Mapping[str, Any], params: Mapping[str, Any],
                   batch_stats: Mapping[str, Any], x: Any, train_bn: bool) -> tuple[Any, Any]:
     """(outputs of the fitted part, its batch statistics: updated in training mode)."""
-    variables = {"params": {**frozen, **params}}
+    variables: dict[str, Any] = {"params": {**frozen, **params}}
     if batch_stats:
         variables["batch_stats"] = batch_stats
     if train_bn and batch_stats:
@@ -332,7 +332,7 @@ def _equal_trees(a: Any, b: Any) -> bool:
     import jax
 
     (la, ta), (lb, tb) = jax.tree.flatten(a), jax.tree.flatten(b)
-    return ta == tb and all(
+    return str(ta) == str(tb) and all(
         np.shape(x) == np.shape(y) and np.asarray(x).dtype == np.asarray(y).dtype
         and np.array_equal(x, y) for x, y in zip(la, lb, strict=True))
 
@@ -407,7 +407,7 @@ def _descend(part: Any, pairs: Sequence[tuple[str, str]], new_bn: Sequence[str],
     from nas.train import compilation, optim
 
     tx = optax.adam(config.lr)
-    new_bn = set(new_bn)
+    new_bn_names = set(new_bn)
 
     def loss_fn(params, batch_stats, x, target):
         out, new_stats = _part_outputs(part, frozen, params, batch_stats, x, True)
@@ -419,7 +419,7 @@ def _descend(part: Any, pairs: Sequence[tuple[str, str]], new_bn: Sequence[str],
             params, batch_stats, x, target)
         updates, opt_state = tx.update(grads, opt_state, params)
         # inherited BN statistics stay the parent's; only new ones follow the batches
-        kept = {k: (new_stats[k] if k in new_bn else batch_stats[k]) for k in batch_stats}
+        kept = {k: (new_stats[k] if k in new_bn_names else batch_stats[k]) for k in batch_stats}
         return optax.apply_updates(params, updates), opt_state, kept, loss
 
     inputs, targets = evaluated["inputs"], evaluated["targets"]

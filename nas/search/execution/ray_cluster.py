@@ -59,7 +59,7 @@ def start_or_join(ray: Any, address: str | None, slots: int, request: dict[str, 
 def check_reachable(address: str) -> None:
     """One ValueError line when nothing answers at `address` (within REACH_TIMEOUT_S):
     "auto" naming no running cluster, or a host:port that refuses or does not answer."""
-    target = address.removeprefix("ray://")
+    target: str | None = address.removeprefix("ray://")
     if not address.startswith("ray://"):
         try:
             from ray._private.services import canonicalize_bootstrap_address
@@ -76,7 +76,7 @@ def check_reachable(address: str) -> None:
             raise ValueError(f"config field 'search.ray_address': {address!r} names no "
                              f"running Ray cluster (start one with `ray start --head`, or "
                              f"leave the field empty for a local Ray)")
-    host, _, port = target.rpartition(":")
+    host, _, port = str(target).rpartition(":")
     try:
         with socket.create_connection((host.strip("[]"), int(port)), REACH_TIMEOUT_S):
             pass

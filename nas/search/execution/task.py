@@ -142,7 +142,7 @@ def make_task(study: Study, train: ml_collections.ConfigDict, search: ml_collect
     elif os.path.isdir(legacy):
         variables = load_variables(legacy)
     elif candidate.parent_id is not None:
-        variables = load_variables(study.get(candidate.parent_id).checkpoint_path)
+        variables = load_variables(str(study.get(candidate.parent_id).checkpoint_path))
     return Task(
         candidate_id, train_config, candidate.graph_json, variables,
         time_limit_s=float(search.time_limit_s),
@@ -163,7 +163,7 @@ def fit_task(study: Study, train: ml_collections.ConfigDict, search: ml_collecti
 
     parent = study.get(candidate.parent_id)
     try:
-        parent_variables = load_variables(parent.checkpoint_path, shared=True)
+        parent_variables = load_variables(str(parent.checkpoint_path), shared=True)
     except ValueError as e:  # damaged since the child was proposed: train it unfitted
         logging.warning("candidate %d: not fitted, its parent's weights cannot be read: %s",
                         candidate.id, str(e).splitlines()[0])
@@ -196,7 +196,7 @@ def record_outcome(study: Study, outcome: Outcome, worker: str | None = None,
         record_rung(study, outcome, candidate.rung, epochs, rungs, worker)
         return
     path = save_variables(os.path.join(candidate_dir(str(study.workdir), cid), "final"),
-                          outcome.variables)
+                          outcome.variables or {})
     try:
         study.tell(cid, outcome.metrics, checkpoint_path=path, worker=worker,
                    rung_epochs=epochs)
@@ -212,7 +212,7 @@ def record_rung(study: Study, outcome: Outcome, rung: int, epochs: float, rungs:
 
     cid = outcome.candidate_id
     path = save_variables(os.path.join(candidate_dir(str(study.workdir), cid), f"rung{rung}"),
-                          outcome.variables)
+                          outcome.variables or {})
     metrics = dict(outcome.metrics or {}, epochs=epochs)
     try:
         after = study.record_rung(cid, rung, epochs, metrics, rungs.decide,

@@ -82,7 +82,7 @@ def train_candidate(
     fitted: dict[str, float] = {}
 
     def refit(variables: dict[str, Any], built: Callable[[], None]) -> dict[str, Any]:
-        out, metrics = fit_for_task(task.fit, graph, constants, variables, built)
+        out, metrics = fit_for_task(task.fit or {}, graph, constants, variables, built)
         fitted.update(metrics)
         return out
 

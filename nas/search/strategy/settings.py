@@ -8,6 +8,7 @@ out-of-range values are ValueErrors naming the field and what was expected.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import ml_collections
@@ -83,7 +84,7 @@ def search_defaults() -> ml_collections.ConfigDict:
         "fidelity": {},
         # nas.search.strategy.finals_config.FinalsConfig: after the search, the finalists and
         # the seed train alike and the recommendation reads them ({"k": 0}: off)
-        "finals": {},
+        "finals": dataclasses.asdict(FinalsConfig()),
         # nas.search.strategy.splits: decisions read a validation split, carved out of the training
         # split (this fraction, never trained on) unless `validation_split` names one; the
         # test split (train.eval.data.split) is only reported
