@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from nas.search.store import recommend
 from nas.search.store.candidate import Candidate
-from nas.search.store.finals_table import answer
+from nas.search.store.finals_table import Answer, answer
 from nas.search.strategy.pareto import ParetoCurve
 from nas.search.strategy.selection import cost_value, higher_better
 
@@ -68,15 +68,17 @@ class Highlights:
     pairs: recommend.Comparisons
     done: int  # finished candidates with an accuracy
     user_costs: tuple[str, ...] = ()  # the search's own costs (`Study.user_costs`)
+    found: Answer | None = None  # the recommendation's source (the finals or the search)
 
     @classmethod
     def of(cls, study: object, candidates: Sequence[Candidate], k: int) -> Highlights:
         pairs = recommend.Comparisons.of(study)
+        found = answer(study, pairs)
         return cls({cost: front_of(candidates, cost) for cost in ranked_costs(study)},
                    best_of(candidates, k), recommend.seed_of(candidates),
-                   answer(study).recommendation, pairs,
+                   found.recommendation, pairs,
                    sum(c.status == "done" and c.accuracy is not None for c in candidates),
-                   tuple(getattr(study, "user_costs", ())))
+                   tuple(getattr(study, "user_costs", ())), found)
 
     @property
     def large(self) -> bool:

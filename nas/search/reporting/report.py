@@ -93,6 +93,7 @@ def render_html(study: Study, png: bytes, candidates: Sequence[Candidate], k: in
     ranked = list(hl.fronts)
     front_ids, shown = hl.front_ids, hl.ids()
     seed, rec, pairs = hl.seed, hl.recommendation, hl.pairs
+    finals_costs = ("flops", "params", *study.user_costs)
     points = {seed.id: "seed"} if seed is not None else {}
     if rec.candidate is not None and seed is not None and rec.candidate.id != seed.id:
         points[rec.candidate.id] = "recommended"
@@ -122,7 +123,7 @@ def render_html(study: Study, png: bytes, candidates: Sequence[Candidate], k: in
         f"{esc(count_text)}<br>generated {esc(time.strftime('%Y-%m-%d %H:%M:%S'))}</p>"
         f'<section id="fronts"><h2>Accuracy against cost</h2>'
         f"{_recommendation_html(rec, study)}"
-        f"{plots}</section>{finals_html(answer(study), ('flops', 'params', *study.user_costs))}"
+        f"{plots}</section>{finals_html(hl.found or answer(study, pairs), finals_costs)}"
         f'<section id="progress"><h2>Search progress</h2>{progress(candidates)}</section>'
         f"{best_table(study, k)}"
         f"{table(study, listed, by_id, shown, front_ids, rows_at, hl.large, len(candidates))}"

@@ -122,7 +122,8 @@ def summary(study: Study, k: int = 5, *, candidates: Sequence[Candidate] | None 
             lines.append(f"cheapest child tied with the seed on validation: candidate "
                          f"{cheap.id} at {cheap.flops / seed.flops:.3f} of the seed's FLOPs; "
                          f"on test: {versus_seed(cheap, seed) or 'not measured'}")
-    found = answer(study)
+    found = (marks.found if marks is not None and marks.found is not None
+             else answer(study, pairs))
     lines += finals_lines(found, ("flops", "params", *users))
     rec = marks.recommendation if marks is not None else found.recommendation
     home = rec.candidate is not None and rec.candidate.id in found.home

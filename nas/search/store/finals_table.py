@@ -163,7 +163,7 @@ def decide(found: FinalsTable, margin_pt: float, cost: str,
         why += f"; the search alone would have picked candidate {search_pick.candidate.id}"
     vs_ref = versus[chosen.candidate.id] if chosen is not reference else None
     return Recommendation(chosen.candidate, seed, chosen.vs_seed, None, margin_pt, why,
-                          reference.candidate, vs_ref, cost)
+                          reference.candidate, vs_ref, cost, decided_on="finals")
 
 
 def _versus(found: FinalsTable, row: Row, reference: Row) -> Paired | None:
@@ -210,12 +210,13 @@ def finals_finished(study: Any) -> bool:
         study.candidates("done", with_graphs=False))
 
 
-def answer(study: Any) -> Answer:
-    """The study's recommendation, read from its finals where they are complete."""
+def answer(study: Any, pairs: Comparisons | None = None) -> Answer:
+    """The study's recommendation, read from its finals where they are complete (`pairs`:
+    the study's comparisons, when the caller has them already)."""
     config = getattr(study, "config", None)
     margin, cost = margin_pt(config), recommend_cost(config)
-    done = study.candidates("done")
-    pairs = Comparisons.of(study)
+    done = study.candidates("done", with_graphs=False)
+    pairs = pairs if pairs is not None else Comparisons.of(study)
     pick = recommend(done, pairs, margin, cost)
     state = study.get_state(FINALS_STATE, None)
     if not state:

@@ -137,6 +137,8 @@ class Recommendation:
     reference: Candidate | None = None
     versus_reference: paired.Paired | None = None  # candidate - reference on validation
     cost: str = "flops"  # what "cheapest" minimized (`search.selection.recommend_cost`)
+    # what `validation` was measured on: the search's validation split, or the finals
+    decided_on: str = "validation"
 
     @property
     def flops_ratio(self) -> float | None:
@@ -261,7 +263,7 @@ def recommendation_lines(rec: Recommendation, workdir: Any, take_home: bool = Fa
         cost = (f"{rec.cost_ratio:.3f} of the seed's {name}" if rec.cost_ratio is not None
                 else f"{name} not comparable with the seed's")
         v = rec.validation
-        versus = (f", validation {100 * v.difference:+.2f} pt [{100 * v.low:+.2f}, "
+        versus = (f", {rec.decided_on} {100 * v.difference:+.2f} pt [{100 * v.low:+.2f}, "
                   f"{100 * v.high:+.2f}] paired vs the seed" if v is not None else "")
         line = (f"recommended: candidate {c.id}, {cost}{versus} ({notes}"
                 + (f"; test {rec.test.text()}" if rec.test is not None else "") + ")")
