@@ -2,7 +2,7 @@
 
 For the children of a finished study (e.g. `python benchmarks/search.py --time-split 4
 --workdir /tmp/ts4`), trains each child as its worker would, in alternating order within
-each round: `serial` fits the new ops (`nas.search.execution.fit.fit_for_task`) and then trains,
+each round: `serial` fits the new ops (`nas.train.fit.fit_for_task`) and then trains,
 `overlapped` hands the fit to `train_and_eval` as `refit`, which runs it while the train
 and eval steps compile (what a worker does now). The persistent compilation cache is off,
 so every run compiles its steps and fitting programs as on a fresh machine. Prints each
@@ -21,10 +21,10 @@ import statistics
 import time
 
 from nas.graph.serialize import load
-from nas.search.execution.fit import fit_for_task
 from nas.search.execution.task import Task, make_task
 from nas.search.execution.worker import train_candidate
 from nas.search.store.study import Study
+from nas.train.fit import fit_for_task
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -2,7 +2,7 @@
 
 For the first children of a finished study, rebuilds each child's starting weights (its
 parent's weights where they fit, fresh ones elsewhere), fits its new ops with each setting
-(`nas.search.execution.fit`) and prints the fit error left on held-out training images (normalized
+(`nas.train.fit`) and prints the fit error left on held-out training images (normalized
 mean squared error against the parent's replaced tensors; lower is better) and the seconds
 the fit took (after an untimed one-step fit that compiled its programs, as a search's
 workers find them in the persistent compilation cache). A child whose fit fails prints the
@@ -26,9 +26,8 @@ import numpy as np
 from nas.graph import Model
 from nas.graph.serialize import load
 from nas.graph.subgraph import inherit_params
-from nas.search.execution import fit
 from nas.search.store.study import Study
-from nas.train import compilation
+from nas.train import compilation, fit
 from nas.train import data as data_lib
 from nas.train.checkpoint import load_variables
 

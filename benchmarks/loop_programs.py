@@ -1,6 +1,6 @@
 """Steps dispatched one by one against the same steps inside one program's loop.
 
-Why: a fit (`nas.search.execution.fit`) of a child's new ops is 40 small Adam steps. Moving them
+Why: a fit (`nas.train.fit`) of a child's new ops is 40 small Adam steps. Moving them
 into the program that prepares and evaluates the fit (a `lax.while_loop`) would make the
 fit one program instead of two, but XLA:CPU runs convolutions inside control flow (loops,
 conditionals) far slower than in a program's top level. This prints both, side by side,

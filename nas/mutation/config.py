@@ -102,7 +102,7 @@ class MutationConfig:
     # copy of a block with block_add_prob, delete one with block_delete_prob, else redefine
     # one block; each other instance of that block follows with block_mutate_prob.
     # Off by default: whole-graph subgraph mutation also edits the stem and the classifier,
-    # and its new ops are fitted before training (nas.search.execution.fit).
+    # and its new ops are fitted before training (nas.train.fit).
     mutate_by_block: bool = False
     block_add_prob: float = 0.2
     block_delete_prob: float = 0.2

@@ -6,14 +6,14 @@ import pytest
 
 from nas.graph import Model, new_graph, new_op
 from nas.mutation import propose_child
-from nas.search.execution.fit import (
+from nas.search.execution.task import Task
+from nas.train.fit import (
     ConstantOutputError,
     FitConfig,
     check_varies,
     fit_new_ops,
     replaced_tensors,
 )
-from nas.search.execution.task import Task
 from nas.zoo import cnn
 from tests.mutation.helpers import parent_variables
 
@@ -165,7 +165,7 @@ def test_bad_fit_config_names_the_field(bad, field):
 
 def test_fitting_steps_run_the_new_ops_and_what_depends_on_them_only():
     """The frozen network before the new ops is computed once per batch, not per step."""
-    from nas.search.execution.fit import _fitted_part
+    from nas.train.fit import _fitted_part
 
     ops = [new_op("a", "CONV", ["input"], op_kwargs={"features": 4, "kernel_size": 3}),
            new_op("new1", "RELU", ["a"]),
@@ -183,8 +183,8 @@ def test_the_worker_fits_a_fresh_child_first_and_not_a_resumed_one(tmp_path, sea
     child resuming its own checkpoint (a later rung, a retried candidate) keeps its weights."""
     from nas import zoo
     from nas.graph.serialize import graph_to_json
-    from nas.search.execution import fit
     from nas.search.execution.worker import describe_failure, train_candidate
+    from nas.train import fit
     from nas.train.data import check_num_classes  # 0 in the config: the data's
 
     train = search_config().train
@@ -226,8 +226,8 @@ def test_a_child_compiles_at_most_four_programs_and_its_repeat_none(tmp_path, se
     batch-norm statistics); the same child again compiles nothing."""
     from nas import zoo
     from nas.graph.serialize import graph_to_json
-    from nas.search.execution import fit
     from nas.search.execution.worker import train_candidate
+    from nas.train import fit
     from nas.train.data import check_num_classes  # 0 in the config: the data's
 
     train = search_config().train
@@ -253,7 +253,7 @@ def test_a_child_compiles_at_most_four_programs_and_its_repeat_none(tmp_path, se
 def test_the_fit_evaluation_runs_a_prefix_shared_with_the_parent_once():
     """The child's frozen ops equal to the parent's read the parent's arrays, so XLA computes
     the prefix both networks share once (compare: the same child with weights of its own)."""
-    from nas.search.execution import fit
+    from nas.train import fit
 
     def net(last):
         ops = [new_op("a", "CONV", ["input"], op_kwargs={"features": 4, "kernel_size": 3}),

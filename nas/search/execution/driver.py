@@ -32,7 +32,6 @@ from nas.properties import op_cache
 from nas.search.execution import user_functions
 from nas.search.execution.executors import make_executor
 from nas.search.execution.finals import Finals
-from nas.search.execution.fit import FitConfig
 from nas.search.execution.task import (
     Executor,
     Outcome,
@@ -59,6 +58,7 @@ from nas.search.strategy.selector import Selector, select_parents
 from nas.search.strategy.settings import OPERATIONAL, candidate_train_config, validate_search
 from nas.train.checkpoint import load_variables, save_variables
 from nas.train.config import image_shape
+from nas.train.fit import FitConfig
 from nas.train.perf import count_params
 
 
@@ -296,7 +296,7 @@ class Driver:
     def propose(self) -> int | None:
         """Adds one mutated child of a selected parent; None if this proposal failed."""
         from nas.mutation import NoChildFound, propose_child
-        from nas.search.execution.fit import ConstantOutputError
+        from nas.train.fit import ConstantOutputError
 
         done = self.population()
         if not done:
@@ -420,8 +420,8 @@ class Driver:
 
     def fit_pairs(self, child: Any) -> list[tuple[str, str]]:
         """(child tensor, parent tensor) pairs the worker fits the child's new ops on before
-        it trains (see `nas.search.execution.fit`); none where fitting does not apply."""
-        from nas.search.execution import fit
+        it trains (see `nas.train.fit`); none where fitting does not apply."""
+        from nas.train import fit
 
         if (not self.fit.steps or not child.new
                 or child.kind != "subgraph" or child.function_preserving):
@@ -431,8 +431,8 @@ class Driver:
     def check_varies(self, child: Any, parent: tuple[Any, Any, Any],
                      pairs: list[tuple[str, str]]) -> None:
         """Raises `ConstantOutputError` for a child whose new outputs cannot depend on the
-        image (`nas.search.execution.fit.check_varies`, on the first fitting batch)."""
-        from nas.search.execution import fit
+        image (`nas.train.fit.check_varies`, on the first fitting batch)."""
+        from nas.train import fit
         from nas.train.data import plain_batches
 
         if not pairs:

@@ -31,7 +31,7 @@ class Task:
     `run` names a finals run (`nas.search.execution.finals`), None for the candidate's own
     training. `workdir` holds the run's checkpoints, so a run started again resumes;
     `stop_epochs` stops at a multi-fidelity rung; `fit` is what the worker fits the child's
-    new ops with first (`nas.search.execution.fit.task`); `costs` {name: "module:function"}
+    new ops with first (`nas.train.fit.task`); `costs` {name: "module:function"}
     run on the trained model; `functions` ships the user's own functions by value
     (`nas.search.execution.user_functions.pack`)."""
 
@@ -159,7 +159,7 @@ def fit_task(study: Study, train: ml_collections.ConfigDict, search: ml_collecti
     pairs = (candidate.inheritance or {}).get("fit_pairs")
     if not pairs:
         return None
-    from nas.search.execution import fit as fit_lib
+    from nas.train import fit as fit_lib
 
     parent = study.get(candidate.parent_id)
     try:

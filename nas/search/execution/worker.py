@@ -63,9 +63,9 @@ def train_candidate(
 
     from nas.graph.serialize import load
     from nas.search.execution.device_turns import DeviceTurn, lock_path
-    from nas.search.execution.fit import fit_for_task
     from nas.search.execution.user_functions import cost_functions, measure_costs, unpack
     from nas.train import train_and_eval
+    from nas.train.fit import fit_for_task
     from nas.train.train import DeviceDataCache
 
     global _DEVICE_DATA

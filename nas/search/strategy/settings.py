@@ -17,9 +17,9 @@ from nas import schema
 from nas.search.strategy import splits
 from nas.search.strategy.fidelity import FidelityConfig
 from nas.search.strategy.finals_config import FinalsConfig
-from nas.search.strategy.fit_config import FitConfig
 from nas.search.strategy.ray_config import RAY_SCHEMA, RayConfig, ray_defaults
 from nas.search.strategy.selection import SelectionConfig, check_user_costs
+from nas.train.fit_config import FitConfig
 
 # Fields of the search section a resumed search takes from the command line rather than
 # from the stored config: how far and where to run, not what to search. Changing them on
@@ -76,7 +76,7 @@ def search_defaults() -> ml_collections.ConfigDict:
         # trained candidate, lower is better; search.selection.costs may name them
         "costs": {},
         "mutation": {},  # passed to nas.mutation.propose_child as its config
-        # nas.search.strategy.fit_config.FitConfig: a child's new ops are fitted to the
+        # nas.train.fit_config.FitConfig: a child's new ops are fitted to the
         # parent's tensors they replace before it trains ({"steps": 0} disables)
         "fit": {},
         # nas.search.strategy.fidelity.FidelityConfig: children train to each of `rungs` (epochs)

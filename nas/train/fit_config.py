@@ -1,5 +1,5 @@
 """Settings of the fit of a child's new ops (`search.fit`), checked like the rest of the
-search config; the fit itself is `nas.search.execution.fit`."""
+search config; the fit itself is `nas.train.fit`."""
 
 from __future__ import annotations
 
