@@ -32,8 +32,10 @@ def candidate_id(study: Study, value: int | str) -> tuple[int, str]:
             chosen = recommend.best_by_validation(done)
         else:
             pairs = recommend.Comparisons.of(study)
-            chosen = recommend.recommend(done, pairs, recommend.margin_pt(study.config),
-                                         recommend.recommend_cost(study.config)).candidate
+            rec = recommend.recommend_for(done, pairs, study.config)
+            if rec.candidate is None and rec.closest is not None:  # none within the bounds
+                raise ValueError(f"id={value}: {rec.reason}")
+            chosen = rec.candidate
         if chosen is None:
             raise ValueError(f"id={value}: no finished candidate in the study yet")
         return chosen.id, (" (recommended)" if text == "recommended"

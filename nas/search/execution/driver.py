@@ -45,9 +45,15 @@ from nas.search.strategy import splits
 from nas.search.strategy.fidelity import RungPlan
 from nas.search.strategy.population import DoneCache, Population
 from nas.search.strategy.ray_config import RayConfig
-from nas.search.strategy.selection import Individual, SelectionConfig, select_parents
+from nas.search.strategy.selection import Individual, select_parents
 from nas.search.strategy.selector import Selector
-from nas.search.strategy.settings import OPERATIONAL, candidate_train_config, validate_search
+from nas.search.strategy.settings import (
+    OPERATIONAL,
+    candidate_train_config,
+    latency_settings,
+    selection_config,
+    validate_search,
+)
 from nas.train.checkpoint import load_variables, save_variables
 from nas.train.config import image_shape
 from nas.train.perf import count_params
@@ -165,6 +171,7 @@ def candidate_task(study: Study, train: ml_collections.ConfigDict,
         "stop_epochs": rung_plan(train, search).stop_epochs(candidate),
         "fit": fit,
         "costs": dict(search.get("costs", {}) or {}),
+        "latency": latency_settings(search),  # None: latency_ms is not timed
     }
 
 
@@ -337,8 +344,7 @@ class Driver:
         self._shipped = fn_lib.pack(self.functions) if self.functions else None
         self._callbacks: tuple[Callable[[Any], Any], ...] = ()
         self.rungs = rung_plan(self.train, self.search)
-        self.selection = SelectionConfig.from_dict(dict(self.search.selection),
-                                                   tuple(self.search.get("costs", {})))
+        self.selection = selection_config(self.search)  # with latency_ms and the bounds
         self.fit = FitConfig.from_dict(dict(self.search.fit))
         self.input_shape = (1, *image_shape(self.train))
         self.worker = default_worker("driver")

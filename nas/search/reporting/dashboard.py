@@ -37,6 +37,7 @@ from nas.search.reporting.svg import esc
 from nas.search.store import recommend
 from nas.search.store.candidate import FINISHED, Candidate
 from nas.search.store.study import Study
+from nas.search.strategy.constraints import bounds_text
 from nas.search.strategy.selection import cost_value
 
 POLL_MS = 2000  # how often the overview asks for news
@@ -68,8 +69,17 @@ def overview(study: Study, k: int = 10, recent: int = 10,
             "max_candidates": study.get_state("max_candidates"),
             "best": [_row(c) for c in study.best(k)],
             "recent": [_row(c) for c in study.latest(recent, FINISHED)],
-            "fronts": fronts, "k": k,
+            "fronts": fronts, "k": k, **_bounds(study),
             **({"pictures": live.pictures()} if live is not None else {})}
+
+
+def _bounds(study: Study) -> dict[str, Any]:
+    """`search.constraints` and how many done candidates are within them (nothing
+    without bounds)."""
+    bounds = study.constraints
+    if not bounds:
+        return {}
+    return {"bounds": bounds_text(bounds), "feasible": study.feasible_count(bounds)}
 
 
 class Dashboard:
@@ -261,7 +271,8 @@ async function refresh() {{
     document.querySelector("#bar > span").style.width =
       Math.min(100, 100 * o.finished / total) + "%";
     document.getElementById("counts").textContent =
-      Object.entries(o.counts).map(([s, n]) => s + " " + n).join(", ");
+      Object.entries(o.counts).map(([s, n]) => s + " " + n).join(", ") +
+      (o.bounds ? "; within the bounds (" + o.bounds + "): " + o.feasible : "");
     document.getElementById("best-head").textContent =
       "Best " + o.k + " by validation accuracy (it decides; test is only reported)";
     fill(document.getElementById("recent-table"), o.recent);

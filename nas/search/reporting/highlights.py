@@ -71,11 +71,9 @@ class Highlights:
     @classmethod
     def of(cls, study: object, candidates: Sequence[Candidate], k: int) -> Highlights:
         pairs = recommend.Comparisons.of(study)
-        margin = recommend.margin_pt(getattr(study, "config", None))
         return cls({cost: front_of(candidates, cost) for cost in ranked_costs(study)},
                    best_of(candidates, k), recommend.seed_of(candidates),
-                   recommend.recommend(candidates, pairs, margin,
-                                       recommend.recommend_cost(getattr(study, "config", None))),
+                   recommend.recommend_for(candidates, pairs, getattr(study, "config", None)),
                    pairs,
                    sum(c.status == "done" and c.accuracy is not None for c in candidates),
                    tuple(getattr(study, "user_costs", ())))

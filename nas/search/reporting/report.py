@@ -283,8 +283,8 @@ def summary(study: Study, k: int = 5, *, candidates: Sequence[Candidate] | None 
                          f"{cheap.id} at {cheap.flops / seed.flops:.3f} of the seed's FLOPs; "
                          f"on test: {versus_seed(cheap, seed) or 'not measured'}")
     rec = (marks.recommendation if marks is not None
-           else recommend.recommend(done, pairs, recommend.margin_pt(study.config),
-                                    recommend.recommend_cost(study.config)))
+           else recommend.recommend_for(done, pairs, study.config))
+    lines += recommend.bounds_lines(done, recommend.constraints(study.config))
     lines += recommend.recommendation_lines(rec, study.workdir)
     return "\n".join(lines)
 

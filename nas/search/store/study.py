@@ -48,7 +48,13 @@ from nas.search.store.candidate import (
 from nas.search.strategy.fidelity import RungResult
 from nas.search.strategy.pareto import ParetoCurve
 from nas.search.strategy.population import Finished
-from nas.search.strategy.selection import check_cost, higher_better
+from nas.search.strategy.selection import (
+    MEASURED_COSTS,
+    check_cost,
+    higher_better,
+    spread_name,
+)
+from nas.search.strategy.settings import measured_costs
 
 DB_NAME = "study.db"
 DEFAULT_MAX_ATTEMPTS = 3
@@ -232,14 +238,22 @@ class Study:
 
     @property
     def user_costs(self) -> tuple[str, ...]:
-        """The names of the search's own costs (the keys of `search.costs` in its config):
-        numbers in each done candidate's metrics, lower is better, which fronts and the
-        recommendation may rank by like the built-in costs."""
+        """The names of the costs measured in the worker (the keys of `search.costs` in its
+        config, and `latency_ms` where it is timed: `settings.measured_costs`): numbers in
+        each done candidate's metrics, lower is better, which fronts and the recommendation
+        may rank by like the built-in costs."""
         search = self.config.get("search") if isinstance(self.config, Mapping) else None
-        costs = search.get("costs") if isinstance(search, Mapping) else None
-        if not isinstance(costs, Mapping):
+        if not isinstance(search, Mapping) or not isinstance(search.get("costs", {}), Mapping):
             return ()
-        return tuple(k for k in costs if isinstance(k, str) and k.isidentifier())
+        return tuple(k for k in measured_costs(search) if k.isidentifier())
+
+    @property
+    def constraints(self) -> dict[str, float]:
+        """`search.constraints` of its config: {cost: upper bound} (empty: no bound)."""
+        search = self.config.get("search") if isinstance(self.config, Mapping) else None
+        bounds = search.get("constraints") if isinstance(search, Mapping) else None
+        return {str(k): float(v) for k, v in (bounds or {}).items()} \
+            if isinstance(bounds, Mapping) else {}
 
     # ------------------------------------------------------------------ writing
 
@@ -656,7 +670,8 @@ class Study:
         id, with only what selection reads (no graph; the packed validation results that
         paired ties compare): a primary-key range read, so the
         driver reads each finished candidate once (`nas.search.strategy.population`)."""
-        users = self.user_costs  # read from the metrics' JSON, only those configured
+        measured = self.user_costs  # read from the metrics' JSON, only those configured
+        users = (*measured, *map(spread_name, measured))  # with their spreads
         query = (f"SELECT id, parent_id, accuracy, {', '.join(_LIGHT_COSTS)}, "
                  f"{_schema.VAL_EXAMPLES}, e.count, e.bits"
                  + "".join(", json_extract(metrics_json, ?)" for _ in users)
@@ -691,6 +706,23 @@ class Study:
         out.update(rows)
         return out
 
+    def feasible_count(self, bounds: Mapping[str, float]) -> int:
+        """How many done candidates are within every bound ({cost: upper bound}, as
+        `search.constraints`): one count over the table, whatever the study's size."""
+        where, args = [], []
+        for cost, bound in bounds.items():
+            check_cost(cost, user_costs=self.user_costs)
+            if cost in self.user_costs or cost in MEASURED_COSTS:
+                where.append("json_extract(metrics_json, ?) <= ?")
+                args += [_json_path(cost), float(bound)]
+            else:
+                where.append(f"{cost} <= ?")
+                args.append(float(bound))
+        with self._db.read() as c:
+            return int(c.execute(
+                "SELECT COUNT(*) FROM candidates WHERE status='done' AND accuracy IS NOT NULL"
+                + "".join(f" AND {w}" for w in where), args).fetchone()[0])
+
     def pareto_front(self, cost: str = "flops") -> list[Candidate]:
         """Done candidates on the accuracy/`cost` front, from most accurate to cheapest.
 
@@ -699,7 +731,7 @@ class Study:
         """
         check_cost(cost, user_costs=self.user_costs)
         column, args = cost, []
-        if cost in self.user_costs:  # a number in the metrics' JSON
+        if cost in self.user_costs or cost in MEASURED_COSTS:  # a number in the metrics' JSON
             column = "json_extract(metrics_json, ?)"
             args = [_json_path(cost)]
             where = "json_type(metrics_json, ?) IN ('integer', 'real')"
