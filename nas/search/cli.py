@@ -127,7 +127,8 @@ def _parse(argv: Sequence[str]) -> list[str]:
         sys.exit(0)
     from nas.search.inputs import add_open_overrides, split_open_overrides
 
-    argv, bounds = split_open_overrides(argv)
+    argv, bounds = split_open_overrides(argv)  # ml_collections reads sys.argv as well
+    sys.argv = split_open_overrides(sys.argv)[0]
     try:
         rest = FLAGS(list(argv))
         if FLAGS["config"].present:

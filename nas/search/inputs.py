@@ -251,7 +251,8 @@ def apply_overrides(config: ml_collections.ConfigDict, overrides: Mapping[str, A
                                  f"{'.'.join(parts[:i + 1])!r})")
             node = node[part]
         if parts[:-1] == list(OPEN_SECTION) and isinstance(node, ml_collections.ConfigDict):
-            node[parts[-1]] = value  # a bound on any cost: checked with the config
+            with node.unlocked():
+                node[parts[-1]] = value  # a bound on any cost: checked with the config
             continue
         if not isinstance(node, ml_collections.ConfigDict) or parts[-1] not in node:
             raise ValueError(f"overrides: unknown key {key!r} (the config has no such field)")

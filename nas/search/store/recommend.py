@@ -86,7 +86,7 @@ def bounds_lines(candidates: Sequence[Candidate], bounds: Mapping[str, float]) -
     within = len(feasible_ids(done, bounds))
     return [f"bounds (search.constraints): {', '.join(parts)}; {within} of {len(done)} done "
             f"candidates are within every bound" + ("" if within else
-                                                   " (no candidate could meet them)")]
+                                                   " (none met them)")]
 
 
 def recommend_for(candidates: Sequence[Candidate], pairs: Comparisons,
