@@ -232,3 +232,20 @@ def test_a_bound_nothing_meets_is_one_line_with_the_closest(tmp_path):
 
     with pytest.raises(ValueError, match="no done candidate is within search.constraints"):
         candidate_id(study, "recommended")
+
+
+@pytest.mark.parametrize("overrides, match", [
+    ({"search.constraints.flops": -1.0}, r"^search\.constraints\.flops: expected an upper "
+     r"bound, a finite number >= 0, got -1"),
+    ({"search.constraints.energy": 1.0}, r"^search\.constraints\.energy: unknown cost"),
+    ({"search.selection.recommend_cost": "energy"},
+     r"^search\.selection: recommend_cost: unknown cost objective 'energy'"),
+])
+def test_run_search_refuses_a_bad_bound_or_cost_in_one_line_before_any_workdir(
+        tmp_path, overrides, match):
+    import nas
+
+    with pytest.raises(ValueError, match=match) as e:
+        nas.run_search("cnn", "digits", workdir=tmp_path / "w", max_candidates=2,
+                       overrides=overrides, progress=False)
+    assert "\n" not in str(e.value) and not (tmp_path / "w").exists()

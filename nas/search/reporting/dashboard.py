@@ -76,7 +76,7 @@ def overview(study: Study, k: int = 10, recent: int = 10,
 def _bounds(study: Study) -> dict[str, Any]:
     """`search.constraints` and how many done candidates are within them (nothing
     without bounds)."""
-    bounds = study.constraints
+    bounds = recommend.constraints(study.config)
     if not bounds:
         return {}
     return {"bounds": bounds_text(bounds), "feasible": study.feasible_count(bounds)}

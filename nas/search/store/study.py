@@ -247,14 +247,6 @@ class Study:
             return ()
         return tuple(k for k in measured_costs(search) if k.isidentifier())
 
-    @property
-    def constraints(self) -> dict[str, float]:
-        """`search.constraints` of its config: {cost: upper bound} (empty: no bound)."""
-        search = self.config.get("search") if isinstance(self.config, Mapping) else None
-        bounds = search.get("constraints") if isinstance(search, Mapping) else None
-        return {str(k): float(v) for k, v in (bounds or {}).items()} \
-            if isinstance(bounds, Mapping) else {}
-
     # ------------------------------------------------------------------ writing
 
     def add(
