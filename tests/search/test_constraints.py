@@ -208,7 +208,8 @@ def test_a_bound_that_excludes_the_seed_recommends_a_feasible_child(tmp_path):
             "done candidates are within every bound") in text
     assert "recommended: candidate 3" in text
     assert study.feasible_count({"flops": 5.0e6}) == 3
-    write_report(study, tmp_path / "report", k=3)
+    html = write_report(study, tmp_path / "report", k=3).read_text()
+    assert "flops &lt;= 5e+06 (met by 3, least 1e+06); 3 of 5 done candidates are within" in html
     with open(tmp_path / "report" / "report.csv") as f:
         rows = list(csv.DictReader(f))
     assert {int(r["id"]): int(r["feasible"]) for r in rows} == {1: 0, 2: 0, 3: 1, 4: 1, 5: 1}

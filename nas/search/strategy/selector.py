@@ -102,6 +102,8 @@ class Selector:
         if isinstance(num, bool) or not isinstance(num, int) or not 1 <= num <= len(pool):
             raise ValueError(f"num: must be an integer in [1, {len(pool)}], got {num!r}")
         acc = self._accuracies(pool)
+        violation = (bounds_lib.violations(pool.costs, config.constraints, len(pool))
+                     if config.constraints else None)  # of the medians measured
         pool, tied = _with_cost_ties(pool, config.user_costs)
 
         def front(cost: str) -> ParetoCurve | None:
@@ -110,10 +112,8 @@ class Selector:
         def index(cost: str) -> CostIndex | None:
             return None if cost in tied else self._index(pool, acc, cost)
 
-        if config.constraints:
-            violation = bounds_lib.violations(pool.costs, config.constraints, len(pool))
-            if not (violation <= 0).all():
-                return _draw_constrained(pool, acc, violation, config, rng, num)
+        if violation is not None and not (violation <= 0).all():
+            return _draw_constrained(pool, acc, violation, config, rng, num)
         return _draw(pool, acc, config, rng, num, front, index)
 
     def _update(self, columns: Columns) -> Columns:
