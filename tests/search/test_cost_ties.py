@@ -103,3 +103,18 @@ def test_a_cost_is_named_and_digested_as_its_function():
     assert functions.name_of(nas.Cost(fn, 3)) == functions.name_of(fn)
     assert functions.digest_of(nas.Cost(fn, 3)) != functions.digest_of(nas.Cost(fn, 5))
     assert functions.digest_of(nas.Cost(fn, 3)) == functions.digest_of(nas.Cost(fn, 3))
+
+
+def test_the_reports_front_ties_by_the_spread_too():
+    from types import SimpleNamespace
+
+    from nas.search.reporting.highlights import front_of
+
+    def candidate(cid, acc, lat, iqr):  # what front_of reads of a study's Candidate
+        return SimpleNamespace(id=cid, status="done", accuracy=acc,
+                               extra_metrics={"latency_ms": lat, "latency_ms_iqr": iqr})
+
+    tight = [candidate(1, 0.9, 1.2, 0.01), candidate(2, 0.8, 1.0, 0.01)]
+    wide = [candidate(1, 0.9, 1.2, 0.5), candidate(2, 0.8, 1.0, 0.5)]
+    assert [c.id for c in front_of(tight, "latency_ms")] == [2, 1]
+    assert [c.id for c in front_of(wide, "latency_ms")] == [1]
