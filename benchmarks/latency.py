@@ -26,7 +26,7 @@ import flax.serialization, jax, numpy as np
 sys.path.insert(0, sys.argv[1])
 from model import INPUT_SHAPE, Model
 with open(sys.argv[1] + "/variables.msgpack", "rb") as f:
-    variables = flax.serialization.msgpack_restore(f.read())
+    variables = jax.device_put(flax.serialization.msgpack_restore(f.read()))
 infer = jax.jit(lambda v, x: Model().apply(v, x))
 x = jax.device_put(np.zeros((1, *INPUT_SHAPE), np.float32))
 for _ in range(10):
