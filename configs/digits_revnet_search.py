@@ -41,7 +41,8 @@ def get_config(arg=None):
     config.search.child_lr = 1e-3
     config.search.log_every_steps = 4  # a child's epoch is ~22 steps: a curve of 6 points
     config.search.time_limit_s = 600.0
-    config.search.selection = {"costs": ("flops", "params"), "min_acc": 0.0}
+    config.search.selection = {"costs": ("flops", "params"), "min_acc": 0.0,
+                               "recommend_cost": "flops"}
     # nas.mutation.MutationConfig fields; a reversible parent's children are mutated
     # inside one coupling function or standard layer, or gain or lose a coupling.
     config.search.mutation = {

@@ -8,18 +8,23 @@
 `nas.export_flax(candidate_or_path, directory)` writes one as plain Flax code
 (`nas.interop.flax_code`), and `nas.run_search(seed, data, workdir=..., max_candidates=...)`
 runs a search from Python, returning a `nas.SearchResult` (`nas.search.api`; a callback
-raising `nas.StopSearch` stops it). Each is imported on first use so that `import nas`
+raising `nas.StopSearch` stops it; `nas.Cost(fn, repeats=5)` is a cost of its own timed
+with a spread). Each is imported on first use so that `import nas`
 stays cheap.
 """
 
 from typing import Any
 
-__all__ = ["SearchResult", "StopSearch", "check_import", "export_flax", "from_flax",
+__all__ = ["Cost", "SearchResult", "StopSearch", "check_import", "export_flax", "from_flax",
            "load_candidate", "run_search", "save_candidate"]
 _SEARCH_API = ("run_search", "SearchResult", "StopSearch")
 
 
 def __getattr__(name: str) -> Any:
+    if name == "Cost":
+        from nas.functions import Cost
+
+        return Cost
     if name == "load_candidate":
         from nas.io.candidate import load_candidate
 

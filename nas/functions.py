@@ -19,6 +19,7 @@ cell or `__main__` to another process by value.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib
 import sys
@@ -30,6 +31,28 @@ from typing import Any
 import cloudpickle
 
 DIGEST_CHARS = 16
+
+
+@dataclasses.dataclass(frozen=True)
+class Cost:
+    """A user's cost measured `repeats` times on each candidate (`nas.Cost(fn, repeats=5)`
+    in `search.costs` or `nas.run_search(costs=...)`): the median is the cost and the
+    interquartile range, kept beside it as `<name>_iqr`, its spread; on fronts, costs that
+    differ by less than their spread tie. Why: a timing taken once is ordered by noise.
+    Calling it calls `func` once."""
+
+    func: Callable[..., Any]
+    repeats: int = 1
+
+    def __post_init__(self) -> None:
+        if not callable(self.func):
+            raise ValueError(f"Cost: expected a function, got {type(self.func).__name__}")
+        if isinstance(self.repeats, bool) or not isinstance(self.repeats, int) or \
+                self.repeats < 1:
+            raise ValueError(f"Cost: repeats must be an integer >= 1, got {self.repeats!r}")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.func(*args, **kwargs)
 
 
 def name_of(fn: Callable[..., Any]) -> str:
@@ -69,6 +92,10 @@ def _feed(h: Any, value: Any, depth: int) -> None:
         h.update(repr(value.co_names).encode())
         for const in value.co_consts:
             _feed(h, const, depth + 1)
+        return
+    if isinstance(value, Cost):
+        h.update(f"cost x{value.repeats}".encode())
+        _feed(h, value.func, depth + 1)
         return
     if hasattr(value, "func") and hasattr(value, "args"):  # functools.partial
         h.update(b"partial")

@@ -125,10 +125,15 @@ def _parse(argv: Sequence[str]) -> list[str]:
             len(argv) > 1 and argv[1] == "help"):
         print(__doc__.strip())
         sys.exit(0)
+    from nas.search.inputs import add_open_overrides, split_open_overrides
+
+    argv, bounds = split_open_overrides(argv)  # ml_collections reads sys.argv as well
+    sys.argv = split_open_overrides(sys.argv)[0]
     try:
         rest = FLAGS(list(argv))
         if FLAGS["config"].present:
             FLAGS.config.keys()
+            add_open_overrides(FLAGS.config, bounds)
         return rest
     except flags.Error as e:
         fail(flag_error_line(e))

@@ -199,6 +199,40 @@ def base_search_config(config: Any) -> ml_collections.ConfigDict:
     return ml_collections.ConfigDict(config.to_dict())  # the caller's stays unchanged
 
 
+# The one section whose keys are names the user picks (a bound per cost), so an override
+# may add a key there: "search.constraints.latency_ms" (the command line's too).
+OPEN_SECTION = ("search", "constraints")
+
+
+def split_open_overrides(argv: Sequence[str]) -> tuple[list[str], dict[str, Any]]:
+    """(`argv` without them, {key: value}) of the `--config.search.constraints.NAME=V`
+    arguments: ml_collections refuses a key its config lacks, and a bound may name any
+    cost. A value reads as a number where it is one (else it stays text, refused with the
+    config)."""
+    prefix = "--config." + ".".join(OPEN_SECTION) + "."
+    rest, found = [], {}
+    for arg in argv:
+        name, sep, text = arg[len(prefix):].partition("=")
+        if not arg.startswith(prefix) or not sep or not name or "." in name:
+            rest.append(arg)
+            continue
+        try:
+            found[name] = float(text)
+        except ValueError:
+            found[name] = text
+    return rest, found
+
+
+def add_open_overrides(config: ml_collections.ConfigDict, values: Mapping[str, Any]) -> None:
+    """Set `split_open_overrides`' values in `config.search.constraints` (made if missing)."""
+    if not values or "search" not in config:
+        return
+    if "constraints" not in config.search:
+        with config.search.unlocked():
+            config.search.constraints = {}
+    apply_overrides(config, {".".join((*OPEN_SECTION, k)): v for k, v in values.items()})
+
+
 def apply_overrides(config: ml_collections.ConfigDict, overrides: Mapping[str, Any] | None
                     ) -> list[str]:
     """Sets each dotted key (e.g. "train.total_epochs") as `--config.KEY=V` would: a key
@@ -216,6 +250,10 @@ def apply_overrides(config: ml_collections.ConfigDict, overrides: Mapping[str, A
                 raise ValueError(f"overrides: unknown key {key!r} (the config has no field "
                                  f"{'.'.join(parts[:i + 1])!r})")
             node = node[part]
+        if parts[:-1] == list(OPEN_SECTION) and isinstance(node, ml_collections.ConfigDict):
+            with node.unlocked():
+                node[parts[-1]] = value  # a bound on any cost: checked with the config
+            continue
         if not isinstance(node, ml_collections.ConfigDict) or parts[-1] not in node:
             raise ValueError(f"overrides: unknown key {key!r} (the config has no such field)")
         try:

@@ -38,7 +38,7 @@ def evolution(train: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     # images (docs/benchmarks.md, "Trusting the recommendation"; docs/guide.md says what
     # it asks of a child with Tango's paired interval).
     config.search.selection = {"costs": ("flops", "params"), "min_acc": 0.5,
-                               "noninferiority_pt": 2.0}
+                               "noninferiority_pt": 2.0, "recommend_cost": "flops"}
     # nas.mutation.MutationConfig fields. Limits are counts (retries, max_steps), so a proposal
     # is the same for its seed on any machine; time_limit_s is only a safety net.
     config.search.mutation = {

@@ -33,7 +33,10 @@ def candidate_id(study: Study, value: int | str) -> tuple[int, str]:
         if text == "best":
             chosen = recommend.best_by_validation(done)
         else:
-            chosen = answer(study).recommendation.candidate
+            rec = answer(study).recommendation
+            if rec.candidate is None and rec.closest is not None:  # none within the bounds
+                raise ValueError(f"id={value}: {rec.reason}")
+            chosen = rec.candidate
         if chosen is None:
             raise ValueError(f"id={value}: no finished candidate in the study yet")
         return chosen.id, (" (recommended)" if text == "recommended"

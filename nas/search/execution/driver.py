@@ -31,7 +31,7 @@ from nas.graph.serialize import graph_to_json, load
 from nas.properties import op_cache
 from nas.search.execution import user_functions
 from nas.search.execution.executors import make_executor
-from nas.search.execution.finals import Finals
+from nas.search.execution.finals import Finals, run_finals
 from nas.search.execution.task import (
     Executor,
     Outcome,
@@ -53,9 +53,14 @@ from nas.search.strategy import blocks as blocks_lib
 from nas.search.strategy import splits
 from nas.search.strategy.population import DoneCache, Population
 from nas.search.strategy.ray_config import RayConfig
-from nas.search.strategy.selection import Individual, SelectionConfig
+from nas.search.strategy.selection import Individual
 from nas.search.strategy.selector import Selector, select_parents
-from nas.search.strategy.settings import OPERATIONAL, candidate_train_config, validate_search
+from nas.search.strategy.settings import (
+    OPERATIONAL,
+    candidate_train_config,
+    selection_config,
+    validate_search,
+)
 from nas.train.checkpoint import load_variables, save_variables
 from nas.train.config import image_shape
 from nas.train.fit import FitConfig
@@ -229,8 +234,7 @@ class Driver:
         self._shipped = fn_lib.pack(self.functions) if self.functions else None
         self._callbacks: tuple[Callable[[Any], Any], ...] = ()
         self.rungs = rung_plan(self.train, self.search)
-        self.selection = SelectionConfig.from_dict(dict(self.search.selection),
-                                                   tuple(self.search.get("costs", {})))
+        self.selection = selection_config(self.search)  # with latency_ms and the bounds
         self.fit = FitConfig.from_dict(dict(self.search.fit))
         self.input_shape = (1, *image_shape(self.train))
         self.worker = default_worker("driver")
@@ -527,38 +531,14 @@ class Driver:
 
     def run_finals(self, executor: Executor) -> None:
         """Trains what the finals still need (`nas.search.execution.finals`) on the
-        search's executor, recording each run as it ends. Runs go in the order planned;
-        the take-home runs follow once the finals have decided."""
+        search's executor (inline when external workers train the candidates)."""
         if not self._done.any_done():
             return
-        finals = Finals(self.study, self.train, self.search, self._shipped)
-        if not finals.config.on:
-            return
-        if executor.capacity == 0:  # external workers train candidates only
+        if executor.capacity == 0:
             executor = make_executor("inline", workers=1, ray_address=None,
                                      hard_timeout_s=0.0)
-        start = time.monotonic()
-        inflight: set[str] = set()
-        try:
-            with tqdm(desc="finals", unit="run", disable=not self._progress) as bar:
-                while True:
-                    left = [r for r in finals.plan() if r.name not in inflight]
-                    if not left and not inflight:
-                        break
-                    bar.total = bar.n + len(left) + len(inflight)
-                    for run in left[:max(0, executor.capacity - executor.running())]:
-                        executor.submit(finals.task(run))
-                        inflight.add(run.name)
-                    for outcome in executor.poll(timeout=1.0):
-                        finals.record(outcome)
-                        inflight.discard(outcome.run)
-                        bar.update(1)
-            finals.finish(time.monotonic() - start, complete=True)
-        except BaseException:
-            finals.finish(time.monotonic() - start, complete=False)
-            raise
-        finally:
-            finals.close()
+        run_finals(Finals(self.study, self.train, self.search, self._shipped), executor,
+                   self._progress)
 
     def release_claims(self, inflight: set[int]) -> None:
         """Gives back every claim this driver still holds: those in flight and any the

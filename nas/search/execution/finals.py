@@ -16,16 +16,18 @@ cut short trains again from its own checkpoint.
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 import ml_collections
 import numpy as np
+from tqdm.auto import tqdm
 
 from nas.io import examples
-from nas.search.execution.task import Outcome, Task
+from nas.search.execution.task import Executor, Outcome, Task
 from nas.search.store.finals import FinalsStore, Run, run_name
 from nas.search.store.finals_table import FINALS_STATE, answer, choose_finalists
-from nas.search.store.recommend import Comparisons, margin_pt, recommend_cost
+from nas.search.store.recommend import Comparisons, constraints, margin_pt, recommend_cost
 from nas.search.store.study import Study
 from nas.search.strategy import splits
 from nas.search.strategy.finals_config import FinalsConfig, Recipe, recipe
@@ -68,9 +70,10 @@ class Finals:
         settings = {"recipe": key, "repeats": self.config.repeats, "k": self.config.k,
                     "candidates": len(done)}
         if any(state.get(name) != value for name, value in settings.items()):
+            config = self.study.config
             finalists = choose_finalists(done, Comparisons.of(self.study), self.config.k,
-                                         margin_pt(self.study.config),
-                                         recommend_cost(self.study.config))
+                                         margin_pt(config), recommend_cost(config),
+                                         constraints(config))
             state = {**settings, "finalists": [c.id for c in finalists], "complete": False,
                      "wall_s": float(state.get("wall_s", 0.0))}
             self.study.set_state(FINALS_STATE, state)
@@ -186,6 +189,36 @@ class Finals:
 
     def close(self) -> None:
         self.store.close()
+
+
+def run_finals(finals: Finals, executor: Executor, progress: bool = True) -> None:
+    """Trains every run `finals` still needs on `executor`, recording each as it ends:
+    the finals runs in the order planned, then the take-home runs once they decided."""
+    if not finals.config.on:
+        finals.close()
+        return
+    start = time.monotonic()
+    inflight: set[str | None] = set()
+    try:
+        with tqdm(desc="finals", unit="run", disable=not progress) as bar:
+            while True:
+                left = [r for r in finals.plan() if r.name not in inflight]
+                if not left and not inflight:
+                    break
+                bar.total = bar.n + len(left) + len(inflight)
+                for run in left[:max(0, executor.capacity - executor.running())]:
+                    executor.submit(finals.task(run))
+                    inflight.add(run.name)
+                for outcome in executor.poll(timeout=1.0):
+                    finals.record(outcome)
+                    inflight.discard(outcome.run)
+                    bar.update(1)
+        finals.finish(time.monotonic() - start, complete=True)
+    except BaseException:
+        finals.finish(time.monotonic() - start, complete=False)
+        raise
+    finally:
+        finals.close()
 
 
 def fold_seed(rec: Recipe, repeat: int) -> int:

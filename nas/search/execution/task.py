@@ -20,7 +20,7 @@ from absl import logging
 
 from nas.search.store.study import Study
 from nas.search.strategy.fidelity import RungPlan
-from nas.search.strategy.settings import candidate_train_config
+from nas.search.strategy.settings import candidate_train_config, latency_settings
 from nas.train.checkpoint import load_variables, save_variables
 
 
@@ -45,6 +45,7 @@ class Task:
     fit: dict[str, Any] | None = dataclasses.field(default=None, repr=False)
     costs: dict[str, str] = dataclasses.field(default_factory=dict)
     functions: bytes | None = dataclasses.field(default=None, repr=False)
+    latency: dict[str, Any] | None = None  # `nas.train.latency.LatencySettings`; None: untimed
     run: str | None = None
 
     def replace(self, **changes: Any) -> Task:
@@ -149,7 +150,8 @@ def make_task(study: Study, train: ml_collections.ConfigDict, search: ml_collect
         workdir=os.path.join(directory, "train"),
         stop_epochs=rung_plan(train, search).stop_epochs(candidate),
         fit=fit_task(study, train, search, candidate) if candidate.rung == 0 else None,
-        costs=dict(search.get("costs", {}) or {}), functions=functions)
+        costs=dict(search.get("costs", {}) or {}), functions=functions,
+        latency=latency_settings(search))
 
 
 def fit_task(study: Study, train: ml_collections.ConfigDict, search: ml_collections.ConfigDict,

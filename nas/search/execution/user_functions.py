@@ -14,8 +14,11 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import numpy as np
+
 from nas import functions as fn_lib
 from nas.functions import unpack
+from nas.search.strategy.selection import spread_name
 from nas.train import custom
 
 STATE = "functions"  # the study's record: {key: {"name", "digest"}}
@@ -87,18 +90,29 @@ def measure_costs(costs: Mapping[str, Callable[..., Any]], graph_json: str,
     out = {}
     for key, fn in costs.items():
         name = key.removeprefix(COST_PREFIX)
-        try:
-            value = fn(candidate)
-        except Exception as e:  # noqa: BLE001 - the user's code: its cause is the record
-            first = str(e).splitlines()[0] if str(e) else ""
-            raise CostFailed(f"cost {name!r} ({fn_lib.name_of(fn)}) raised "
-                             f"{type(e).__name__}: {first}") from None
-        try:
-            number = float(value)
-        except (TypeError, ValueError):
-            raise CostFailed(f"cost {name!r} returned {type(value).__name__} {value!r:.80}, "
-                             f"expected a number") from None
-        if not math.isfinite(number):
-            raise CostFailed(f"cost {name!r} returned {number}, expected a finite number")
-        out[name] = number
+        repeats = fn.repeats if isinstance(fn, fn_lib.Cost) else 1
+        values = [_one_value(name, fn, candidate) for _ in range(repeats)]
+        if repeats == 1:
+            out[name] = values[0]
+        else:  # the median is the cost, the interquartile range its spread
+            q1, median, q3 = np.percentile(values, [25, 50, 75])
+            out[name], out[spread_name(name)] = float(median), float(q3 - q1)
     return out
+
+
+def _one_value(name: str, fn: Callable[..., Any], candidate: Any) -> float:
+    """One call of a user's cost: a finite number, else `CostFailed` with its cause."""
+    try:
+        value = fn(candidate)
+    except Exception as e:  # noqa: BLE001 - the user's code: its cause is the record
+        first = str(e).splitlines()[0] if str(e) else ""
+        raise CostFailed(f"cost {name!r} ({fn_lib.name_of(fn)}) raised "
+                         f"{type(e).__name__}: {first}") from None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise CostFailed(f"cost {name!r} returned {type(value).__name__} {value!r:.80}, "
+                         f"expected a number") from None
+    if not math.isfinite(number):
+        raise CostFailed(f"cost {name!r} returned {number}, expected a finite number")
+    return number

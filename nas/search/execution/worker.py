@@ -57,7 +57,9 @@ def train_candidate(
     to resume; its errors and time join the metrics. `functions`: the user's loss,
     optimizer, augmentation and costs by value; `costs`: each cost runs on the trained
     candidate once it reaches its last rung, and its value joins the metrics under its
-    name (a cost that raises fails the candidate).
+    name (a cost that raises fails the candidate). `latency` (None: not timed): at its last
+    rung, the trained model's inference is timed holding this process's device turn, and
+    `latency_ms` with its spread `latency_ms_iqr` join the metrics.
     """
     import jax
 
@@ -97,10 +99,37 @@ def train_candidate(
     if not all(math.isfinite(v) for v in values.values() if isinstance(v, float)):
         raise FloatingPointError(f"training diverged: non-finite metrics {values}")
     variables = jax.tree.map(np.asarray, jax.block_until_ready(state))
+    if task.latency is not None and task.stop_epochs is None:
+        values.update(latency_metrics(graph, constants, variables, dict(task.train_config),
+                                      task.latency, turn))
     if cost_fns:
         values.update(measure_costs(cost_fns, task.graph_json, variables, dict(task.train_config),
                                     values))
     return values, variables
+
+
+def latency_metrics(graph: Any, constants: Any, variables: dict[str, Any],
+                    train_config: dict[str, Any], settings: dict[str, Any],
+                    turn: Any = None) -> dict[str, float]:
+    """`latency_ms` (the median), `latency_ms_iqr` (its spread) and the calls timed, of the
+    trained model's compiled inference (`nas.train.latency`). Timed while holding the
+    device `turn` (when the worker shares its device), so that no other process of the
+    search trains on it meanwhile."""
+    import contextlib
+
+    from nas.graph import Model
+    from nas.train.config import image_shape
+    from nas.train.latency import LatencySettings, inference_latency
+
+    model = Model(graph, constants)
+
+    def infer(v: Any, x: Any) -> Any:
+        return model.apply(v, x, deterministic=True, training=False)
+
+    with turn if turn is not None else contextlib.nullcontext():
+        timing = inference_latency(infer, variables, image_shape(train_config),
+                                   LatencySettings(**settings))
+    return timing.metrics()
 
 
 def stopper(time_limit_s: float, turn: Any, owner_pid: int | None,

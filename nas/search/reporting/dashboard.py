@@ -39,6 +39,7 @@ from nas.search.store import recommend
 from nas.search.store.candidate import FINISHED, Candidate
 from nas.search.store.finals_table import FINALS_STATE, answer
 from nas.search.store.study import Study
+from nas.search.strategy.constraints import bounds_text
 from nas.search.strategy.selection import cost_value
 
 POLL_MS = 2000  # how often the overview asks for news
@@ -70,7 +71,7 @@ def overview(study: Study, k: int = 10, recent: int = 10,
             "max_candidates": study.get_state("max_candidates"),
             "best": [_row(c) for c in study.best(k)],
             "recent": [_row(c) for c in study.latest(recent, FINISHED)],
-            "fronts": fronts, "k": k, "finals": finals_section(study),
+            "fronts": fronts, "k": k, "finals": finals_section(study), **_bounds(study),
             **({"pictures": live.pictures()} if live is not None else {})}
 
 
@@ -79,6 +80,15 @@ def finals_section(study: Study) -> str:
     if not study.get_state(FINALS_STATE, None):
         return ""
     return finals_html(answer(study), ("flops", "params", *study.user_costs))
+
+
+def _bounds(study: Study) -> dict[str, Any]:
+    """`search.constraints` and how many done candidates are within them (nothing
+    without bounds)."""
+    bounds = recommend.constraints(study.config)
+    if not bounds:
+        return {}
+    return {"bounds": bounds_text(bounds), "feasible": study.feasible_count(bounds)}
 
 
 class Dashboard:
@@ -271,7 +281,8 @@ async function refresh() {{
     document.querySelector("#bar > span").style.width =
       Math.min(100, 100 * o.finished / total) + "%";
     document.getElementById("counts").textContent =
-      Object.entries(o.counts).map(([s, n]) => s + " " + n).join(", ");
+      Object.entries(o.counts).map(([s, n]) => s + " " + n).join(", ") +
+      (o.bounds ? "; within the bounds (" + o.bounds + "): " + o.feasible : "");
     document.getElementById("best-head").textContent =
       "Best " + o.k + " by validation accuracy (it decides; test is only reported)";
     fill(document.getElementById("recent-table"), o.recent);

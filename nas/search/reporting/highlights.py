@@ -13,11 +13,14 @@ import dataclasses
 import heapq
 from collections.abc import Sequence
 
+import numpy as np
+
 from nas.search.store import recommend
 from nas.search.store.candidate import Candidate
 from nas.search.store.finals_table import Answer, answer
+from nas.search.strategy.cost_ties import has_spread, tied_values
 from nas.search.strategy.pareto import ParetoCurve
-from nas.search.strategy.selection import cost_value, higher_better
+from nas.search.strategy.selection import cost_value, higher_better, spread_name
 
 # Finished candidates up to which the report draws every point and lists every row.
 SCALE_LIMIT = 300
@@ -25,16 +28,23 @@ SCALE_LIMIT = 300
 
 def front_of(candidates: Sequence[Candidate], cost: str) -> list[Candidate]:
     """Done candidates of `candidates` on the accuracy/`cost` front (cost order); `cost`
-    may be a user's (a number in each candidate's metrics, lower is better)."""
+    may be a user's (a number in each candidate's metrics, lower is better). A measured
+    cost with a spread (`<cost>_iqr`) is tied within it, as selection's fronts tie it
+    (`nas.search.strategy.cost_ties`)."""
     values = {c.id: v for c in candidates if c.status == "done" and c.accuracy is not None
               and (v := cost_value(c, cost)) is not None}
     done = [c for c in candidates if c.id in values]
     if not done:
         return []
-    curve = ParetoCurve([(c.accuracy, values[c.id]) for c in done],
+    ranked = np.array([values[c.id] for c in done], dtype=float)
+    spreads = np.array([cost_value(c, spread_name(cost)) or 0.0 for c in done])
+    if has_spread(spreads):
+        ranked = tied_values(ranked, spreads, higher_better(cost))
+    curve = ParetoCurve(np.stack([[c.accuracy for c in done], ranked], axis=1),
                         (True, higher_better(cost)))
     on = {tuple(p) for p in curve.points.tolist()}
-    front = [c for c in done if (c.accuracy, float(values[c.id])) in on]
+    front = [c for c, v in zip(done, ranked.tolist(), strict=True)
+             if (c.accuracy, float(v)) in on]
     return sorted(front, key=lambda c: (float(values[c.id]), c.id))
 
 

@@ -154,8 +154,7 @@ class LiveFronts:
     def _draw(self, done: list[Any]) -> dict[str, Any]:
         cols = self._columns
         config = getattr(self.study, "config", None)
-        rec = recommend.recommend(done, self._pairs, recommend.margin_pt(config),
-                                  recommend.recommend_cost(config)).candidate
+        rec = recommend.recommend_for(done, self._pairs, config).candidate
         seed = recommend.seed_of(done)
         marks = {seed.id: "seed"} if seed is not None else {}
         if rec is not None and seed is not None and rec.id != seed.id:

@@ -103,7 +103,8 @@ def render_html(study: Study, png: bytes, candidates: Sequence[Candidate], k: in
     listed = [c for c in candidates if c.id in shown] if hl.large else list(candidates)
     rows_at = {c.id for c in listed}
     counts = study.counts()
-    count_text = ", ".join(f"{s}: {n}" for s, n in counts.items())
+    count_text = "; ".join([", ".join(f"{s}: {n}" for s, n in counts.items()),
+                            *recommend.bounds_lines(candidates, rec.bounds)])
     order = sorted(shown, key=lambda i: (-(by_id[i].accuracy or 0.0), i))
     full = _with_graphs(study, order, by_id)
     archs: dict[int, Architecture] = {}

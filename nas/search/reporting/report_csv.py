@@ -10,7 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from operator import attrgetter
 from pathlib import Path
 
@@ -19,7 +19,7 @@ from nas.search.reporting.highlights import Highlights
 from nas.search.store import recommend
 from nas.search.store.candidate import Candidate
 from nas.search.strategy import paired
-from nas.search.strategy.selection import cost_value
+from nas.search.strategy.selection import cost_value, spread_name
 
 # accuracy: on the validation split (decides); test_accuracy: reported only
 CSV_COLUMNS = ("id", "parent_id", "generation", "status", "accuracy", "val_examples",
@@ -64,11 +64,18 @@ _PAIRED = tuple(k for k in CSV_COLUMNS if "_vs_seed" in k)
 
 def csv_rows(candidates: Iterable[Candidate], front: set[int], seed: Candidate | None,
              pairs: recommend.Comparisons, chosen: Candidate | None,
-             user_costs: Sequence[str] = ()) -> Iterator[list]:
+             user_costs: Sequence[str] = (), bounds: Mapping[str, float] | None = None
+             ) -> Iterator[list]:
     """The header, then one row per candidate (`on_front`: 1 if its id is in `front`), in
-    `CSV_COLUMNS` order, then a column per name of `user_costs` (the search's own costs);
-    None as an empty cell."""
-    yield [*CSV_COLUMNS, *user_costs]
+    `CSV_COLUMNS` order, then a column per name of `user_costs` (the search's own costs,
+    and `latency_ms`, each with its spread where measured), then with `bounds`
+    (`search.constraints`) `feasible`: 1 within every bound, 0 over one, empty unless
+    done; None as an empty cell."""
+    candidates = candidates if isinstance(candidates, Sequence) else list(candidates)
+    spreads = [spread_name(u) for u in user_costs
+               if any(spread_name(u) in c.extra_metrics for c in candidates)]
+    yield [*CSV_COLUMNS, *user_costs, *spreads, *(["feasible"] if bounds else [])]
+    within = recommend.feasible_ids(candidates, bounds) if bounds else set()
     chosen_id = chosen.id if chosen is not None else None
     versus = {split: pairs.against(seed, split) for split in ("validation", "test")}
     for c in candidates:
@@ -77,7 +84,8 @@ def csv_rows(candidates: Iterable[Candidate], front: set[int], seed: Candidate |
         row = [*_HEAD(c), *(extra.get(k) for k in _EXTRA), *_COSTS(c), int(c.id in front),
                rung_summary(c), c.fingerprint, c.worker, c.error,
                *(cells.get(k) for k in _PAIRED), int(c.id == chosen_id),
-               *(cost_value(c, u) for u in user_costs)]
+               *(cost_value(c, u) for u in user_costs), *(cost_value(c, u) for u in spreads),
+               *([int(c.id in within) if c.status == "done" else None] if bounds else [])]
         yield ["" if v is None else v for v in row]
 
 
@@ -92,7 +100,7 @@ def to_csv(study: object, candidates: Sequence[Candidate] | None = None) -> str:
 
 def _rows(candidates: Iterable[Candidate], marks: Highlights) -> Iterator[list]:
     return csv_rows(candidates, marks.front_ids, marks.seed, marks.pairs, marks.recommended,
-                    marks.user_costs)
+                    marks.user_costs, marks.recommendation.bounds)
 
 
 def write_csv(path: str | os.PathLike, candidates: Iterable[Candidate], marks: Highlights

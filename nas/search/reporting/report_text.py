@@ -124,6 +124,7 @@ def summary(study: Study, k: int = 5, *, candidates: Sequence[Candidate] | None 
                          f"on test: {versus_seed(cheap, seed) or 'not measured'}")
     found = (marks.found if marks is not None and marks.found is not None
              else answer(study, pairs))
+    lines += recommend.bounds_lines(done, recommend.constraints(study.config))
     lines += finals_lines(found, ("flops", "params", *users))
     rec = marks.recommendation if marks is not None else found.recommendation
     home = rec.candidate is not None and rec.candidate.id in found.home

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -25,9 +25,10 @@ from nas.search.store.recommend import (
     Recommendation,
     best_by_validation,
     cheapness,
+    feasible_ids,
     margin_pt,
-    recommend,
     recommend_cost,
+    recommend_for,
     seed_of,
 )
 from nas.search.strategy import paired
@@ -37,14 +38,17 @@ from nas.search.strategy.repeated import accuracy_interval, compare_repeated
 
 
 def choose_finalists(candidates: Sequence[Candidate], pairs: Comparisons, k: int,
-                     margin_pt: float, cost: str) -> list[Candidate]:
+                     margin_pt: float, cost: str, bounds: Mapping[str, float] | None = None
+                     ) -> list[Candidate]:
     """The seed first, then the `k` cheapest children not ruled out at the margin on
-    validation (paired with the seed), then the most accurate child if not among them."""
+    validation (paired with the seed), then the most accurate child if not among them;
+    with `bounds` (`search.constraints`), children within them only."""
     seed = seed_of(candidates)
     if seed is None or k <= 0:
         return []
+    within = feasible_ids(candidates, bounds) if bounds else None
     done = [c for c in candidates if c.status == "done" and c.accuracy is not None
-            and c.id != seed.id]
+            and c.id != seed.id and (within is None or c.id in within)]
     vs_seed = pairs.against(seed)
     alive = [c for c in done if c.id not in vs_seed
              or vs_seed[c.id].high >= -margin_pt / 100.0]
@@ -135,9 +139,12 @@ def table(store: FinalsStore, candidates: dict[int, Candidate], recipe: Recipe, 
 
 
 def decide(found: FinalsTable, margin_pt: float, cost: str,
-           search_pick: Recommendation | None = None) -> Recommendation:
+           search_pick: Recommendation | None = None,
+           bounds: Mapping[str, float] | None = None) -> Recommendation:
     """The recommendation read from the finals (the search's rule, on the finals' paired
-    comparisons); its `reason` says so and names the search-time pick where it differs."""
+    comparisons); its `reason` says so and names the search-time pick where it differs.
+    With `bounds`, a seed over them is not recommended: the most accurate finalist within
+    them is."""
     seed_row = found.rows[0]
     seed = seed_row.candidate
     better = [r for r in found.rows[1:] if r.vs_seed is not None and r.vs_seed.decision ==
@@ -154,6 +161,13 @@ def decide(found: FinalsTable, margin_pt: float, cost: str,
         versus[r.candidate.id] is not None and versus[r.candidate.id].noninferior(margin_pt))]
     chosen = min(good, key=lambda r: (cheapness(r.candidate, cost), r is not reference,
                                       r.candidate.id))
+    within = feasible_ids([r.candidate for r in found.rows], bounds) if bounds else None
+    if within is not None and chosen.candidate.id not in within:
+        inside = [r for r in found.rows if r.candidate.id in within]
+        if inside:
+            chosen = max(inside, key=lambda r: (r.accuracy.difference, -r.candidate.id))
+            why += (f"; the seed is over a bound, so the most accurate finalist within "
+                    f"them (candidate {chosen.candidate.id})")
     why += (f"; the cheapest of {len(good)} of {len(found.rows)} architectures non-inferior "
             f"at {margin_pt:g} pt over {found.repeats} repeat(s)"
             + (f" of {found.recipe.folds}-fold cross-validation" if found.recipe.folds > 1
@@ -163,7 +177,8 @@ def decide(found: FinalsTable, margin_pt: float, cost: str,
         why += f"; the search alone would have picked candidate {search_pick.candidate.id}"
     vs_ref = versus[chosen.candidate.id] if chosen is not reference else None
     return Recommendation(chosen.candidate, seed, chosen.vs_seed, None, margin_pt, why,
-                          reference.candidate, vs_ref, cost, decided_on="finals")
+                          reference.candidate, vs_ref, cost, decided_on="finals",
+                          bounds=dict(bounds or {}))
 
 
 def _versus(found: FinalsTable, row: Row, reference: Row) -> Paired | None:
@@ -217,11 +232,10 @@ def answer(study: Any, pairs: Comparisons | None = None) -> Answer:
     margin, cost = margin_pt(config), recommend_cost(config)
     done = study.candidates("done", with_graphs=False)
     pairs = pairs if pairs is not None else Comparisons.of(study)
-    pick = recommend(done, pairs, margin, cost)
+    pick = recommend_for(done, pairs, config)
     state = study.get_state(FINALS_STATE, None)
-    if not state:
-        on = FinalsConfig.from_dict(((config or {}).get("search") or {}).get("finals")).on
-        return Answer(pick, pick, None, {}, "" if not on else "the finals have not run yet")
+    if not state:  # off, or not started: the search's own answer, said as before
+        return Answer(pick, pick, None, {}, "")
     recipe = Recipe(**json.loads(state["recipe"]))
     store = FinalsStore(study.path, read_only=True)
     try:
@@ -235,7 +249,7 @@ def answer(study: Any, pairs: Comparisons | None = None) -> Answer:
         store.close()
     if found is None or not found.rows:
         return Answer(pick, pick, found, home, "the finals are not complete")
-    chosen = decide(found, margin, cost, pick)
+    chosen = decide(found, margin, cost, pick, pick.bounds)
     seed = found.rows[0].candidate
     test = test_line({cid: run.correct for cid, run in home.items()}, chosen.candidate, seed)
     return Answer(dataclasses.replace(chosen, test=test), pick, found, home, "")

@@ -14,12 +14,13 @@ A study written before per-example results were kept falls back to the Wilson ru
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from nas.search.store.candidate import Candidate
+from nas.search.strategy import constraints as bounds_lib
 from nas.search.strategy import intervals, paired
 from nas.search.strategy.selection import (
     OBJECTIVES,
@@ -42,6 +43,57 @@ def recommend_cost(config: dict[str, Any] | None) -> str:
     minimizes (FLOPs when unset), a built-in cost or one of the search's own."""
     selection = ((config or {}).get("search") or {}).get("selection") or {}
     return str(selection.get("recommend_cost", SelectionConfig.recommend_cost))
+
+
+def constraints(config: dict[str, Any] | None) -> dict[str, float]:
+    """`search.constraints` of a study's config: {cost: upper bound} (empty: none)."""
+    bounds = ((config or {}).get("search") or {}).get("constraints") or {}
+    return {str(k): float(v) for k, v in dict(bounds).items()}
+
+
+def feasible_ids(candidates: Sequence[Candidate], bounds: Mapping[str, float]) -> set[int]:
+    """Ids of the done candidates within every bound (all done ones without bounds)."""
+    return {c.id for c in candidates if c.status == "done" and c.accuracy is not None
+            and bounds_lib.violation(_costs_of(c, bounds), bounds) <= 0}
+
+
+def _costs_of(c: Candidate, bounds: Mapping[str, float]) -> dict[str, float | None]:
+    return {cost: cost_value(c, cost) for cost in bounds}
+
+
+def closest_to_bounds(candidates: Sequence[Candidate], bounds: Mapping[str, float]
+                      ) -> Candidate | None:
+    """The done candidate of least total normalized violation (ties: more accurate, then
+    older): what to look at when none meets the bounds."""
+    done = [c for c in candidates if c.status == "done" and c.accuracy is not None]
+    return min(done, key=lambda c: (bounds_lib.violation(_costs_of(c, bounds), bounds),
+                                    -c.accuracy, c.id), default=None)
+
+
+def bounds_lines(candidates: Sequence[Candidate], bounds: Mapping[str, float]) -> list[str]:
+    """The summary's line on `search.constraints` (none without bounds): each bound, how
+    many done candidates meet it and the least value reached, and how many meet all. A
+    bound nothing met is said here, when the search ends, not refused before it."""
+    if not bounds:
+        return []
+    done = [c for c in candidates if c.status == "done" and c.accuracy is not None]
+    parts = []
+    for cost, bound in bounds.items():
+        values = [v for c in done if (v := cost_value(c, cost)) is not None]
+        met = sum(v <= bound for v in values)
+        least = f", least {min(values):.4g}" if values else ""
+        parts.append(f"{cost} <= {bound:.4g} (met by {met}{least})")
+    within = len(feasible_ids(done, bounds))
+    return [f"bounds (search.constraints): {', '.join(parts)}; {within} of {len(done)} done "
+            f"candidates are within every bound" + ("" if within else
+                                                   " (none met them)")]
+
+
+def recommend_for(candidates: Sequence[Candidate], pairs: Comparisons,
+                  config: dict[str, Any] | None) -> Recommendation:
+    """`recommend` with a study config's margin, cost and bounds."""
+    return recommend(candidates, pairs, margin_pt(config), recommend_cost(config),
+                     constraints(config))
 
 
 def seed_of(candidates: Sequence[Candidate]) -> Candidate | None:
@@ -139,6 +191,10 @@ class Recommendation:
     cost: str = "flops"  # what "cheapest" minimized (`search.selection.recommend_cost`)
     # what `validation` was measured on: the search's validation split, or the finals
     decided_on: str = "validation"
+    # `search.constraints`: only candidates within them were considered; with none
+    # feasible, `candidate` is None and `closest` the least violating one
+    bounds: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    closest: Candidate | None = None
 
     @property
     def flops_ratio(self) -> float | None:
@@ -157,7 +213,8 @@ class Recommendation:
 
 
 def recommend(candidates: Sequence[Candidate], pairs: Comparisons, margin: float,
-              cost: str = "flops") -> Recommendation:
+              cost: str = "flops", bounds: Mapping[str, float] | None = None
+              ) -> Recommendation:
     """The cheapest (`cost`, then the reference, then id) done candidate whose paired
     validation interval against the reference has its lower end at or above -`margin`
     points; the reference itself counts (it is never worse than itself).
@@ -167,10 +224,18 @@ def recommend(candidates: Sequence[Candidate], pairs: Comparisons, margin: float
     (`best_by_validation` among those paired with the seed). Why: "as good as the seed" is
     the question for a trained seed, and the rule keeps that answer for one; an untrained
     seed (an imported model at chance) is not worth matching, and the children that beat
-    it are."""
+    it are.
+
+    With `bounds` (`search.constraints`) only candidates within them are recommended: the
+    rule above over the seed and the feasible children (the reference is the seed, or the
+    most accurate feasible child when one is better than the seed); if it picks the seed
+    while the seed is over a bound, the most accurate feasible candidate is recommended;
+    with none feasible, none is (the reason names the closest)."""
     seed = seed_of(candidates)
     if seed is None:
         return Recommendation(None, None, None, None, margin, "the seed has not finished")
+    if bounds:
+        return _bounded(candidates, pairs, margin, cost, dict(bounds), seed)
     if seed.id not in pairs.validation:
         return _wilson_fallback(candidates, seed, margin)
     done = [c for c in candidates if c.status == "done" and c.accuracy is not None
@@ -205,6 +270,42 @@ def recommend(candidates: Sequence[Candidate], pairs: Comparisons, margin: float
         chosen, seed, pairs.pair(chosen, seed) if chosen.id != seed.id else None,
         pairs.pair(chosen, seed, "test") if chosen.id != seed.id else None, margin, why,
         reference, versus.get(chosen.id) if chosen.id != reference.id else None, cost)
+
+
+def _bounded(candidates: Sequence[Candidate], pairs: Comparisons, margin: float, cost: str,
+             bounds: dict[str, float], seed: Candidate) -> Recommendation:
+    """`recommend` among the candidates within `bounds` (see there)."""
+    within = feasible_ids(candidates, bounds)
+    done = [c for c in candidates if c.status == "done" and c.accuracy is not None]
+    limits = bounds_lib.bounds_text(bounds)
+    if not within:
+        near = closest_to_bounds(done, bounds)
+        what = ", ".join(f"{k} {_number(cost_value(near, k))}" for k in bounds) \
+            if near is not None else ""
+        return Recommendation(
+            None, seed, None, None, margin,
+            f"no done candidate is within search.constraints ({limits}); the closest is "
+            f"candidate {near.id} ({what})" if near is not None else "nothing done",
+            cost=cost, bounds=bounds, closest=near)
+    free = recommend([c for c in candidates if c.id in within or c.id == seed.id], pairs,
+                     margin, cost)
+    chosen, why = free.candidate, free.reason
+    if chosen is not None and chosen.id not in within:  # only the seed was non-inferior
+        chosen = best_by_validation([c for c in done if c.id in within])
+        why += (f"; the seed is over a bound, so the most accurate candidate within them "
+                f"(candidate {chosen.id})")
+    why += f"; {len(within)} of {len(done)} done candidates are within {limits}"
+    ref = free.reference
+    return dataclasses.replace(
+        free, candidate=chosen, reason=why, bounds=bounds,
+        validation=pairs.pair(chosen, seed) if chosen.id != seed.id else None,
+        test=pairs.pair(chosen, seed, "test") if chosen.id != seed.id else None,
+        versus_reference=(pairs.pair(chosen, ref) if ref is not None and chosen.id != ref.id
+                          else None))
+
+
+def _number(value: float | None) -> str:
+    return "unmeasured" if value is None else f"{value:.4g}"
 
 
 def cheapness(c: Candidate, cost: str) -> float:
@@ -250,6 +351,8 @@ def recommendation_lines(rec: Recommendation, workdir: Any, take_home: bool = Fa
     """The summary's last lines: `recommended: ...` (against the seed, which reference it
     was held to and why) and the export command."""
     c, seed = rec.candidate, rec.seed
+    if c is None and rec.closest is not None:
+        return [f"recommended: none: {rec.reason}"]
     if c is None or seed is None:
         return [f"recommended: none yet ({rec.reason})"]
     ref, vr = rec.reference, rec.versus_reference

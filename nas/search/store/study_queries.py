@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,12 @@ from nas.search.store.study_rows import (
 )
 from nas.search.strategy.pareto import ParetoCurve
 from nas.search.strategy.population import Finished
-from nas.search.strategy.selection import check_cost, higher_better
+from nas.search.strategy.selection import (
+    MEASURED_COSTS,
+    check_cost,
+    higher_better,
+    spread_name,
+)
 
 
 class StudyQueries(StudyRows):
@@ -96,7 +101,8 @@ class StudyQueries(StudyRows):
         id, with only what selection reads (no graph; the packed validation results that
         paired ties compare): a primary-key range read, so the
         driver reads each finished candidate once (`nas.search.strategy.population`)."""
-        users = self.user_costs  # read from the metrics' JSON, only those configured
+        measured = self.user_costs  # read from the metrics' JSON, only those configured
+        users = (*measured, *map(spread_name, measured))  # with their spreads
         query = (f"SELECT id, parent_id, accuracy, {', '.join(LIGHT_COSTS)}, "
                  f"{_schema.VAL_EXAMPLES}, e.count, e.bits"
                  + "".join(", json_extract(metrics_json, ?)" for _ in users)
@@ -138,6 +144,23 @@ class StudyQueries(StudyRows):
                              " ORDER BY rung").fetchall()
         return {int(r): (float(e), int(n)) for r, e, n in rows}
 
+    def feasible_count(self, bounds: Mapping[str, float]) -> int:
+        """How many done candidates are within every bound ({cost: upper bound}, as
+        `search.constraints`): one count over the table, whatever the study's size."""
+        where, args = [], []
+        for cost, bound in bounds.items():
+            check_cost(cost, user_costs=self.user_costs)
+            if cost in self.user_costs or cost in MEASURED_COSTS:
+                where.append("json_extract(metrics_json, ?) <= ?")
+                args += [json_path(cost), float(bound)]
+            else:
+                where.append(f"{cost} <= ?")
+                args.append(float(bound))
+        with self._db.read() as c:
+            return int(c.execute(
+                "SELECT COUNT(*) FROM candidates WHERE status='done' AND accuracy IS NOT NULL"
+                + "".join(f" AND {w}" for w in where), args).fetchone()[0])
+
     def pareto_front(self, cost: str = "flops") -> list[Candidate]:
         """Done candidates on the accuracy/`cost` front, from most accurate to cheapest.
 
@@ -146,7 +169,7 @@ class StudyQueries(StudyRows):
         """
         check_cost(cost, user_costs=self.user_costs)
         column, args = cost, []
-        if cost in self.user_costs:  # a number in the metrics' JSON
+        if cost in self.user_costs or cost in MEASURED_COSTS:  # a number in the metrics' JSON
             column = "json_extract(metrics_json, ?)"
             args = [json_path(cost)]
             where = "json_type(metrics_json, ?) IN ('integer', 'real')"

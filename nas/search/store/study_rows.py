@@ -44,14 +44,16 @@ class StudyRows:
 
     @property
     def user_costs(self) -> tuple[str, ...]:
-        """The names of the search's own costs (the keys of `search.costs` in its config):
-        numbers in each done candidate's metrics, lower is better, which fronts and the
-        recommendation may rank by like the built-in costs."""
+        """The names of the costs measured in the worker (the keys of `search.costs` in its
+        config, and `latency_ms` where it is timed: `settings.measured_costs`): numbers in
+        each done candidate's metrics, lower is better, which fronts and the recommendation
+        may rank by like the built-in costs."""
+        from nas.search.strategy.settings import measured_costs
+
         search = self.config.get("search") if isinstance(self.config, Mapping) else None
-        costs = search.get("costs") if isinstance(search, Mapping) else None
-        if not isinstance(costs, Mapping):
+        if not isinstance(search, Mapping) or not isinstance(search.get("costs", {}), Mapping):
             return ()
-        return tuple(k for k in costs if isinstance(k, str) and k.isidentifier())
+        return tuple(k for k in measured_costs(search) if k.isidentifier())
 
     def _get(self, c: sqlite3.Connection, candidate_id: int) -> Candidate:
         row = c.execute(SELECT + " WHERE id=?", (candidate_id,)).fetchone()

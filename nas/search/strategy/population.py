@@ -17,7 +17,14 @@ from typing import Any
 import numpy as np
 
 from nas.search.strategy.pareto import ParetoCurve
-from nas.search.strategy.selection import COSTS, Columns, check_cost, cost_value, higher_better
+from nas.search.strategy.selection import (
+    COSTS,
+    Columns,
+    check_cost,
+    cost_value,
+    higher_better,
+    spread_name,
+)
 from nas.search.strategy.selector import GrowingColumns
 
 
@@ -95,7 +102,8 @@ class DoneCache:
                                 else user_costs)
         self._through = 0  # every id <= this is finished and read
         self._rows: list[Finished] = []
-        self._columns = GrowingColumns((*COSTS, *self.user_costs))  # of `_rows`
+        self._measured = (*self.user_costs, *map(spread_name, self.user_costs))
+        self._columns = GrowingColumns((*COSTS, *self._measured))  # of `_rows`
         self._tail: list[Finished] = []
         self._best: Finished | None = None  # of `_rows`
         self._fronts: dict[str, tuple[int, dict[tuple[float, float], int]]] = {}
@@ -157,7 +165,7 @@ class DoneCache:
             np.array([f.id for f in rows], dtype=np.int64),
             np.array([f.accuracy for f in rows], dtype=float),
             {c: np.array([_nan(cost_value(f, c)) for f in rows], dtype=float)
-             for c in (*COSTS, *self.user_costs)},
+             for c in (*COSTS, *self._measured)},
             np.array([_size(f.val_examples) for f in rows], dtype=float),
             np.array([f.val_count or 0 for f in rows], dtype=np.int64),
             _bit_rows([f.val_bits for f in rows])))

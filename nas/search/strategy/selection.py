@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from nas.search.strategy.constraints import check_constraints
 from nas.search.strategy.pareto import ParetoCurve
 
 # Objective name -> whether higher is better.
@@ -31,6 +32,13 @@ OBJECTIVES: dict[str, bool] = {
     "im_sec_core_infer": True,
 }
 COSTS = tuple(k for k in OBJECTIVES if k != "accuracy")
+# A built-in cost measured in the worker after training (`search.latency`), kept in the
+# candidate's metrics like a user's cost, with its spread under `<name>_iqr`: lower is
+# better, and measured only when a front, a bound or the recommendation reads it. A
+# user's cost of that name (`search.costs`) measures it instead (on their device).
+LATENCY = "latency_ms"
+MEASURED_COSTS = (LATENCY,)
+SPREAD_SUFFIX = "_iqr"  # a measured cost's interquartile range, beside it in the metrics
 AGING_MODES = ("cosine", "step")
 # Metric names a candidate's record holds besides the `nas.train.Metrics` fields (the
 # study's renamed ones): a user's cost (`search.costs`) may take none of them.
@@ -47,13 +55,20 @@ def higher_better(cost: str) -> bool:
 
 
 def check_cost(cost: str, field: str = "cost", user_costs: Sequence[str] = ()) -> str:
-    """Validate a cost objective name: a built-in cost or one of `user_costs`."""
-    if cost not in COSTS and (not isinstance(cost, str) or cost not in user_costs):
-        users = (f" or the user's costs {tuple(user_costs)} (search.costs)" if user_costs
+    """Validate a cost objective name: a built-in cost (`latency_ms` included) or one of
+    `user_costs`."""
+    if cost not in COSTS + MEASURED_COSTS and (not isinstance(cost, str)
+                                               or cost not in user_costs):
+        named = (f" or the user's costs {tuple(user_costs)} (search.costs)" if user_costs
                  else " (or a user's cost named in search.costs)")
         raise ValueError(f"{field}: unknown cost objective {cost!r}; expected one of the "
-                         f"built-in costs {COSTS}{users}")
+                         f"built-in costs {COSTS + MEASURED_COSTS}{named}")
     return cost
+
+
+def spread_name(cost: str) -> str:
+    """Where a measured cost's spread (its interquartile range) is kept: `<cost>_iqr`."""
+    return cost + SPREAD_SUFFIX
 
 
 def check_user_costs(names: Sequence[str], field: str = "search.costs") -> tuple[str, ...]:
@@ -114,6 +129,8 @@ class Individual:
             )
         extra = getattr(candidate, "extra_metrics", None) or {}
         names = extra if user_costs is None else user_costs
+        names = [*names, *(spread_name(n) for n in names)] if user_costs is not None \
+            else names
         found = {n: cost_value(candidate, n) for n in names if n not in OBJECTIVES}
         return cls(
             id=int(candidate.id),
@@ -149,7 +166,7 @@ class Columns:
             np.array([ind.id for ind in pool], dtype=np.int64),
             np.array([ind.accuracy for ind in pool], dtype=float),
             {c: np.array([_number(cost_value(ind, c)) for ind in pool], dtype=float)
-             for c in (*COSTS, *user_costs)},
+             for c in (*COSTS, *user_costs, *map(spread_name, user_costs))},
             np.array([float(int(ind.examples)) if ind.examples else math.nan
                       for ind in pool], dtype=float))
 
@@ -195,9 +212,13 @@ class SelectionConfig:
         (Tango's) of candidate - reference validation accuracy is at least minus this
         many accuracy points (`nas.search.store.recommend`).
     recommend_cost: the cost the recommendation minimizes among those non-inferior
-        children (a built-in cost or a user's; default FLOPs).
+        children (a built-in cost, `latency_ms` or a user's; default FLOPs).
     user_costs: names of the user's own costs (`search.costs`, lower is better): not a
         field of `search.selection`, `from_dict` takes them from the search section.
+        `latency_ms` joins them when a front, the recommendation or a bound names it.
+    constraints: {cost: upper bound} (`search.constraints`, not a field of
+        `search.selection` either): parents are drawn by constrained domination
+        (`nas.search.strategy.constraints`).
     """
 
     costs: tuple[str, ...] = ("flops", "params")
@@ -215,12 +236,19 @@ class SelectionConfig:
     noninferiority_pt: float = 1.0
     recommend_cost: str = "flops"
     user_costs: tuple[str, ...] = ()
+    constraints: Mapping[str, float] = dataclasses.field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         costs = (self.costs,) if isinstance(self.costs, str) else tuple(self.costs)
         object.__setattr__(self, "costs", costs)
+        named = {*costs, self.recommend_cost, *dict(self.constraints or {})}
         users = check_user_costs(self.user_costs, "user_costs")
+        users += tuple(m for m in MEASURED_COSTS if m in named and m not in users)
         object.__setattr__(self, "user_costs", users)
+        object.__setattr__(self, "constraints", check_constraints(
+            self.constraints, [c for c in dict.fromkeys(COSTS + MEASURED_COSTS + users)
+                               if not higher_better(c)],
+            "constraints"))
         if not costs:
             raise ValueError("costs: need at least one cost objective")
         for c in costs:
@@ -247,18 +275,20 @@ class SelectionConfig:
             raise ValueError(f"aging: expected one of {AGING_MODES}, got {self.aging!r}")
 
     @classmethod
-    def from_dict(cls, values: Mapping[str, Any] | None, user_costs: Sequence[str] = ()
-                  ) -> SelectionConfig:
+    def from_dict(cls, values: Mapping[str, Any] | None, user_costs: Sequence[str] = (),
+                  constraints: Mapping[str, Any] | None = None) -> SelectionConfig:
         """Build from a plain dict (e.g. `config.selection.to_dict()`), naming unknown keys;
-        `user_costs`: the names of the search's own costs (the keys of `search.costs`)."""
+        `user_costs`: the names of the search's own costs (the keys of `search.costs`);
+        `constraints`: `search.constraints`."""
         values = dict(values or {})
-        known = {f.name for f in dataclasses.fields(cls)} - {"user_costs"}
+        known = {f.name for f in dataclasses.fields(cls)} - {"user_costs", "constraints"}
         unknown = sorted(set(values) - known)
         if unknown:
             raise ValueError(
                 f"selection config: unknown field(s) {unknown}; known: {sorted(known)}"
             )
-        return cls(**values, user_costs=tuple(user_costs))
+        return cls(**values, user_costs=tuple(user_costs),
+                   constraints=dict(constraints or {}))
 
 
 def age(accuracy: float, alive: int, config: SelectionConfig) -> float:

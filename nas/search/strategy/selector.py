@@ -13,7 +13,9 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from nas.search.strategy import constraints as bounds_lib
 from nas.search.strategy.closest import CostIndex
+from nas.search.strategy.cost_ties import has_spread, tied_values
 from nas.search.strategy.growing import Growing
 from nas.search.strategy.pareto import ParetoCurve
 from nas.search.strategy.selection import (
@@ -27,6 +29,7 @@ from nas.search.strategy.selection import (
     lowest_rows,
     ranked_behind,
     sample_from_weights,
+    spread_name,
     top_k,
 )
 from nas.search.strategy.ties import NoiseTies
@@ -72,7 +75,8 @@ class Selector:
     def __init__(self, config: SelectionConfig | None = None, closest: bool = True) -> None:
         self.config = config or SelectionConfig()
         self.closest = closest  # keep closest-k indexes (worth it over many calls)
-        self._costs = (*COSTS, *self.config.user_costs)  # the pool's cost columns
+        users = self.config.user_costs
+        self._costs = (*COSTS, *users, *map(spread_name, users))  # the pool's columns
         self._seen = np.zeros(0, dtype=np.int64)  # ids of the population last given
         self._pool: GrowingColumns | None = None  # its rows reaching min_acc
         self._ties = NoiseTies()  # of the pool's accuracies (when they do not age)
@@ -98,8 +102,19 @@ class Selector:
         if isinstance(num, bool) or not isinstance(num, int) or not 1 <= num <= len(pool):
             raise ValueError(f"num: must be an integer in [1, {len(pool)}], got {num!r}")
         acc = self._accuracies(pool)
-        return _draw(pool, acc, config, rng, num, lambda cost: self._front(pool, acc, cost),
-                     lambda cost: self._index(pool, acc, cost))
+        violation = (bounds_lib.violations(pool.costs, config.constraints, len(pool))
+                     if config.constraints else None)  # of the medians measured
+        pool, tied = _with_cost_ties(pool, config.user_costs)
+
+        def front(cost: str) -> ParetoCurve | None:
+            return None if cost in tied else self._front(pool, acc, cost)
+
+        def index(cost: str) -> CostIndex | None:
+            return None if cost in tied else self._index(pool, acc, cost)
+
+        if violation is not None and not (violation <= 0).all():
+            return _draw_constrained(pool, acc, violation, config, rng, num)
+        return _draw(pool, acc, config, rng, num, front, index)
 
     def _update(self, columns: Columns) -> Columns:
         """The pool of `columns`: the kept one plus the rows new since the last call."""
@@ -244,8 +259,10 @@ def _draw_row(pool: Columns, acc: np.ndarray, config: SelectionConfig,
             raise ValueError(f"population: cost {cost!r} must be finite, got "
                              f"{float(cost_values[~np.isfinite(cost_values)][0])}")
         if curve is None:
-            curve = (front(cost) if front is not None else ParetoCurve(
-                np.stack([first, cost_values], axis=1), (True, higher_better(cost))))
+            curve = front(cost) if front is not None else None
+            if curve is None:
+                curve = ParetoCurve(np.stack([first, cost_values], axis=1),
+                                    (True, higher_better(cost)))
             anchor = curve.sample_point(rng) if config.balanced else None
         # In the curve's frame (accuracy, cost negated when lower is better): exact.
         second = _higher_better(cost_values, cost)
@@ -268,3 +285,37 @@ def select_parents(
     driver keeps them as results come in), so a proposal makes no pass over objects.
     """
     return Selector(config, closest=False).select(population, rng, num)
+def _with_cost_ties(pool: Columns, costs: Sequence[str]) -> tuple[Columns, set[str]]:
+    """`pool` with each measured cost that has a spread read as its tie group's best
+    (`nas.search.strategy.cost_ties`), and the names of those costs (their fronts and
+    indexes are not kept: a new row may regroup old ones)."""
+    tied = {}
+    for cost in costs:
+        spreads = pool.costs.get(spread_name(cost))
+        if cost in pool.costs and has_spread(spreads):
+            tied[cost] = tied_values(pool.costs[cost], spreads, higher_better(cost))
+    if not tied:
+        return pool, set()
+    return Columns(pool.ids, pool.accuracy, {**pool.costs, **tied}, pool.examples,
+                   pool.correct_counts, pool.correct_bits), set(tied)
+
+
+def _draw_constrained(pool: Columns, acc: np.ndarray, violation: np.ndarray,
+                      config: SelectionConfig, rng: np.random.Generator, num: int
+                      ) -> list[int]:
+    """Parents by constrained domination (Deb's rule), where some rows are infeasible:
+    drawn from the feasible rows as from a whole pool, as many as there are; the rest
+    (or all, when none is feasible) from the infeasible rows, p ∝ 10^(-normalized
+    violation) among the top-k least violating."""
+    feasible = violation <= 0
+    chosen: list[int] = []
+    if feasible.any():
+        chosen = _draw(pool.take(feasible), acc[feasible], config, rng,
+                       min(num, int(feasible.sum())))
+    rest = np.flatnonzero(~feasible)
+    weights = bounds_lib.constrained_order(violation[rest], np.zeros(len(rest)))
+    while len(chosen) < num:
+        at = sample_from_weights(weights, config, rng)
+        chosen.append(int(pool.ids[rest[at]]))
+        rest, weights = np.delete(rest, at), np.delete(weights, at)
+    return chosen

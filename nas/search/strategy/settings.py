@@ -15,10 +15,18 @@ import ml_collections
 
 from nas import schema
 from nas.search.strategy import splits
+from nas.search.strategy.constraints import check_constraints
 from nas.search.strategy.fidelity import FidelityConfig
 from nas.search.strategy.finals_config import FinalsConfig
 from nas.search.strategy.ray_config import RAY_SCHEMA, RayConfig, ray_defaults
-from nas.search.strategy.selection import SelectionConfig, check_user_costs
+from nas.search.strategy.selection import (
+    COSTS,
+    LATENCY,
+    MEASURED_COSTS,
+    SelectionConfig,
+    check_user_costs,
+    higher_better,
+)
 from nas.train.fit_config import FitConfig
 
 # Fields of the search section a resumed search takes from the command line rather than
@@ -71,10 +79,17 @@ def search_defaults() -> ml_collections.ConfigDict:
         # training); external `nas-search worker`s on one device take turns when it is > 0;
         # 0: one process per device
         "prepare_ahead": 1,
-        "selection": {"costs": ("flops", "params"), "min_acc": 0.0, "noninferiority_pt": 1.0},
+        "selection": {"costs": ("flops", "params"), "min_acc": 0.0, "noninferiority_pt": 1.0,
+                      "recommend_cost": "flops"},
         # a user's own costs, {name: "package.module:function"}: each measured on every
         # trained candidate, lower is better; search.selection.costs may name them
         "costs": {},
+        # upper bounds, {cost: bound} (a built-in cost, latency_ms or a user's): a candidate
+        # over one is done but infeasible (nas.search.strategy.constraints)
+        "constraints": {},
+        # latency_ms, timed in the worker after training (nas.train.latency): "auto" times
+        # it when a front, a bound or the recommendation names it, "on" always, "off" never
+        "latency": latency_defaults(),
         "mutation": {},  # passed to nas.mutation.propose_child as its config
         # nas.train.fit_config.FitConfig: a child's new ops are fitted to the
         # parent's tensors they replace before it trains ({"steps": 0} disables)
@@ -122,6 +137,8 @@ SEARCH_SCHEMA: dict[str, schema.Field] = {
     "prepare_ahead": schema.at_least(0, expected="(0: one worker process per device)"),
     "selection": schema.Field(dict),  # SelectionConfig checks its fields
     "costs": schema.Field(dict),  # names: check_user_costs
+    "constraints": schema.Field(dict),  # check_constraints
+    "latency": schema.Field(dict),  # latency_settings
     "mutation": schema.Field(dict),  # MutationConfig checks its fields
     "fit": schema.Field(dict),  # FitConfig checks its fields
     "fidelity": schema.Field(dict),  # FidelityConfig checks its fields
@@ -160,8 +177,10 @@ def validate_search(config: Any) -> ml_collections.ConfigDict:
                          f"{search.hard_time_limit_s:g}")
     _prefixed("search.mutation.", MutationConfig.from_dict, dict(search.mutation))
     users = check_user_costs(list(search.costs), "search.costs")
+    check_constraints(dict(search.constraints), bounded_costs(users))
     _prefixed("search.selection.", lambda s: SelectionConfig.from_dict(s, users),
               dict(search.selection))
+    latency_settings(search)
     _prefixed("search.fit.", FitConfig.from_dict, dict(search.fit))
     _prefixed("search.finals.", FinalsConfig.from_dict, dict(search.finals))
     RayConfig.from_dict(search.ray)
@@ -176,6 +195,83 @@ def validate_search(config: Any) -> ml_collections.ConfigDict:
         with config.train.unlocked():
             config.train.num_classes = data_lib.check_num_classes(train)
     return search
+
+
+def latency_defaults() -> dict[str, Any]:
+    """`search.latency`: whether `latency_ms` is measured, and how (`LatencySettings`)."""
+    from nas.train.latency import LatencySettings
+
+    return {"measure": "auto", **dataclasses.asdict(LatencySettings())}
+
+
+LATENCY_MEASURE = ("auto", "on", "off")
+
+
+def bounded_costs(users: Any) -> list[str]:
+    """The costs a bound may apply to: every lower-is-better one (throughput is not)."""
+    return [c for c in dict.fromkeys((*COSTS, *MEASURED_COSTS, *users))
+            if not higher_better(c)]
+
+
+def latency_named(search: Any) -> str:
+    """Which field names `latency_ms` ("" if none): a front, the recommendation's cost, a
+    bound or the rungs' cost reads it."""
+    selection = dict(search.get("selection", {}) or {})
+    costs = selection.get("costs", ())
+    costs = (costs,) if isinstance(costs, str) else tuple(costs or ())
+    for field, named in (("search.selection.costs", LATENCY in costs),
+                         ("search.selection.recommend_cost",
+                          selection.get("recommend_cost") == LATENCY),
+                         ("search.constraints", LATENCY in dict(search.get("constraints", {})
+                                                                or {}))):
+        if named:
+            return field
+    return ""
+
+
+def latency_settings(search: Any) -> dict[str, Any] | None:
+    """`search.latency` as `nas.train.latency.LatencySettings` fields, or None when
+    `latency_ms` is not measured. A bad field, or "off" while something names latency_ms,
+    is one line."""
+    from nas.train.latency import LatencySettings
+
+    given = dict(search.get("latency", {}) or {})
+    values = {**latency_defaults(), **given}
+    measure = values.pop("measure")
+    if measure not in LATENCY_MEASURE:
+        raise ValueError(f"config field 'search.latency.measure' must be one of "
+                         f"{LATENCY_MEASURE}, got {measure!r}")
+    known = {f.name for f in dataclasses.fields(LatencySettings)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ValueError(f"config field 'search.latency.{unknown[0]}' is unknown; expected "
+                         f"one of {sorted(known | {'measure'})}")
+    settings = _prefixed("search.latency.", lambda v: LatencySettings(**v), values)
+    named = latency_named(search)
+    if measure == "off" and named:
+        raise ValueError(f"config field 'search.latency.measure' is 'off', but {named} "
+                         f"names latency_ms; set it to 'auto' or 'on'")
+    if measure == "off" or (measure == "auto" and not named) or \
+            LATENCY in dict(search.get("costs", {}) or {}):  # the user's function times it
+        return None
+    return dataclasses.asdict(settings)
+
+
+def measured_costs(search: Any) -> tuple[str, ...]:
+    """The costs a worker measures besides the built-in ones, kept in the metrics: the
+    user's (`search.costs`) and `latency_ms` when it is timed."""
+    users = tuple(k for k in dict(search.get("costs", {}) or {}) if isinstance(k, str))
+    try:
+        timed = latency_settings(search) is not None
+    except ValueError:
+        timed = bool(latency_named(search))
+    return (*users, LATENCY) if timed and LATENCY not in users else users
+
+
+def selection_config(search: Any) -> SelectionConfig:
+    """`search.selection` with the measured costs and the bounds (`search.constraints`)."""
+    return SelectionConfig.from_dict(dict(search.selection), measured_costs(search),
+                                     dict(search.get("constraints", {}) or {}))
 
 
 def candidate_train_config(train: dict[str, Any], search: Any, is_seed: bool
