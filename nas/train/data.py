@@ -39,6 +39,7 @@ import numpy as np
 import tensorflow_datasets as tfds
 
 from nas.train import digits as digits_lib
+from nas.train import extras as extras_lib
 from nas.train import userdata, userfiles
 
 CIFAR_MEAN = np.array([0.4914, 0.4822, 0.4465], np.float32)
@@ -109,11 +110,34 @@ def _rgb(image: np.ndarray, channels: int = 3) -> np.ndarray:
     return np.round(grey)[..., None].astype(image.dtype)
 
 
+def scale(images: Any) -> Any:
+    """uint8 pixel values (0..255) to the [-1, 1] a model sees: `x / 127.5 - 1` (numpy or
+    jax arrays). Every dataset but CIFAR's (normalized by its mean and std) is scaled so;
+    `nas.preprocess` is this, after the eval-time resizing."""
+    return images / 127.5 - 1.0
+
+
 def make_preprocess(
-    name: str, train: bool, image_size: int, augment: bool = True, channels: int = 3
+    name: str, train: bool, image_size: int, augment: bool = True, channels: int = 3,
+    keep_extras: bool = True,
 ) -> Callable[[Example, np.random.Generator | None], Example]:
-    """(example, rng) -> {"image": float32 HWC, "label": int32}; rng is None for eval.
-    Images have `channels` channels (`_rgb`)."""
+    """(example, rng) -> {"image": float32 HWC, "label": int32, and the example's extras
+    (`nas.train.extras`) unless not `keep_extras`}; rng is None for eval. Images have
+    `channels` channels (`_rgb`)."""
+    pp = _make_preprocess(name, train, image_size, augment, channels)
+
+    def with_extras(ex: Example, rng: np.random.Generator | None) -> Example:
+        out = pp(ex, rng)
+        if keep_extras:
+            out.update({k: np.asarray(ex[k]) for k in extras_lib.keys_of(ex)})
+        return out
+
+    return with_extras
+
+
+def _make_preprocess(
+    name: str, train: bool, image_size: int, augment: bool, channels: int
+) -> Callable[[Example, np.random.Generator | None], Example]:
     base = name.split("/")[0].split(":")[0]
 
     def finish(image: np.ndarray, label: Any) -> Example:
@@ -125,7 +149,7 @@ def make_preprocess(
             image = _rgb(ex["image"], channels)
             if train and augment and rng is not None:
                 image = _pad_crop(image, 2, rng)
-            return finish(image / 127.5 - 1.0, ex["label"])
+            return finish(scale(image), ex["label"])
 
     elif base in userdata.KINDS:
 
@@ -133,7 +157,7 @@ def make_preprocess(
             image = _resize(_rgb(ex["image"], channels), (image_size, image_size))
             if train and augment and rng is not None:
                 image = _pad_crop(image, 2, rng)
-            return finish(image / 127.5 - 1.0, ex["label"])
+            return finish(scale(image), ex["label"])
 
     elif base == "cifar10" or base == "cifar100":
 
@@ -157,7 +181,7 @@ def make_preprocess(
                     image = image[:, ::-1]
             else:
                 image = _center_crop(image, image_size)
-            return finish(image / 127.5 - 1.0, ex["label"])
+            return finish(scale(image), ex["label"])
 
     return pp
 
@@ -528,7 +552,8 @@ def make_eval_data(
     data = EvalData(
         source=source,
         preprocess=make_preprocess(name, train=False, image_size=image_size,
-                                   channels=int(inp.get("channels", 3)) if inp else 3),
+                                   channels=int(inp.get("channels", 3)) if inp else 3,
+                                   keep_extras=carries_extras(inp, split)),
         batch_size=local,
         num_batches=max(1, math.ceil(largest_share / local)),
     )
@@ -537,6 +562,12 @@ def make_eval_data(
            data.num_batches, len(source), pi, pc,
            int(inp.get("channels", 3)) if inp else 3)
     return kept_batches(data, key, image_size)
+
+
+def carries_extras(inp: Any, split: str) -> bool:
+    """Whether `split` holds real extras: the training split and its carved validation
+    part do; the test split (zeros where the data is stored) does not."""
+    return inp is not None and (split == HOLDOUT or split.startswith(inp.data.split))
 
 
 _EVAL_BATCHES: dict[tuple, tuple[dict[str, np.ndarray], ...]] = {}
