@@ -637,6 +637,8 @@ def _train_and_eval(config: ml_collections.ConfigDict, eval_perf: bool,
         metrics.eval_correct = examples.to_text(per_example)
     if test is not None:
         metrics.test_acc, metrics.test_loss, _, test_bits = test
+        if math.isnan(metrics.test_loss):  # the loss reads extras the test split lacks
+            metrics.test_loss = -1.0  # not measured (`steps.make_eval_step`)
         metrics.test_examples = data.test_data.num_examples
         if test_bits is not None:
             metrics.test_correct = examples.to_text(test_bits)
