@@ -6,16 +6,18 @@
 (`nas.interop.importer`), `nas.check_import(candidate, module, x, variables=...,
 **call_kwargs)` compares an import's outputs with the module's (`nas.interop.check`) and
 `nas.export_flax(candidate_or_path, directory)` writes one as plain Flax code
-(`nas.interop.flax_code`), and `nas.run_search(seed, data, workdir=..., max_candidates=...)`
-runs a search from Python, returning a `nas.SearchResult` (`nas.search.api`; a callback
-raising `nas.StopSearch` stops it). Each is imported on first use so that `import nas`
+(`nas.interop.flax_code`), `nas.preprocess(images)` is what a model sees of uint8
+images at evaluation (`x / 127.5 - 1`, `nas.train.data.preprocess`), and
+`nas.run_search(seed, data, workdir=..., max_candidates=...)` runs a search from Python,
+returning a `nas.SearchResult` (`nas.search.api`; a callback raising `nas.StopSearch`
+stops it). Each is imported on first use so that `import nas`
 stays cheap.
 """
 
 from typing import Any
 
 __all__ = ["SearchResult", "StopSearch", "check_import", "export_flax", "from_flax",
-           "load_candidate", "run_search", "save_candidate"]
+           "load_candidate", "preprocess", "run_search", "save_candidate"]
 _SEARCH_API = ("run_search", "SearchResult", "StopSearch")
 
 
@@ -40,6 +42,10 @@ def __getattr__(name: str) -> Any:
         from nas.search import api
 
         return getattr(api, name)
+    if name == "preprocess":
+        from nas.train.data import preprocess
+
+        return preprocess
     if name == "export_flax":
         from nas.interop.flax_code import export_flax
 

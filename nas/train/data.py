@@ -67,6 +67,8 @@ def _resize(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
 
     if image.shape[:2] == size:
         return image
+    if image.ndim == 3 and image.shape[-1] == 1:  # PIL takes grey as (H, W)
+        return _resize(image[..., 0], size)[..., None]
     return np.asarray(Image.fromarray(image).resize((size[1], size[0]), Image.BILINEAR))
 
 
@@ -111,10 +113,32 @@ def _rgb(image: np.ndarray, channels: int = 3) -> np.ndarray:
 
 
 def scale(images: Any) -> Any:
-    """uint8 pixel values (0..255) to the [-1, 1] a model sees: `x / 127.5 - 1` (numpy or
-    jax arrays). Every dataset but CIFAR's (normalized by its mean and std) is scaled so;
-    `nas.preprocess` is this, after the eval-time resizing."""
-    return images / 127.5 - 1.0
+    """uint8 pixel values (0..255) to the [-1, 1] a model sees: `x / 127.5 - 1` in float32
+    (numpy or jax arrays). Every dataset but CIFAR's (normalized by its mean and std) is
+    scaled so; `preprocess` is this, after the eval-time resizing."""
+    return images.astype(np.float32) / 127.5 - 1.0
+
+
+def preprocess(images: Any, image_size: int | None = None, channels: int | None = None
+               ) -> np.ndarray:
+    """`nas.preprocess`: the exact transform a model of a search on images given as arrays,
+    an npz or a folder (and on the digits) sees at evaluation: uint8 images (N, H, W) or
+    (N, H, W, C) to float32 (N, image_size, image_size, channels) in [-1, 1], `x / 127.5 -
+    1`, after a bilinear resize to `image_size` and grey <-> RGB to `channels` when given
+    (the model's input shape; by default the images' own). A teacher, a pretrained model
+    or a deployment feeds the model this. (CIFAR-10/100 by tfds name are normalized by
+    their mean and std instead: `make_preprocess`.)"""
+    x = np.asarray(images)
+    if x.dtype != np.uint8 or x.ndim not in (3, 4):
+        raise ValueError(f"preprocess: images have dtype {x.dtype} and shape {x.shape}, "
+                         f"expected uint8 (N, H, W) or (N, H, W, C)")
+    if x.ndim == 3:
+        x = x[..., None]
+    size = image_size or x.shape[1]
+    if size == x.shape[1] == x.shape[2] and (channels or x.shape[-1]) == x.shape[-1]:
+        return scale(x)  # the pipeline's own scaling, without a per-image loop
+    pp = make_preprocess("npz:", False, size, channels=channels or x.shape[-1])
+    return np.stack([pp({"image": image, "label": 0}, None)["image"] for image in x])
 
 
 def make_preprocess(
