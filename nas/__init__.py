@@ -10,15 +10,15 @@
 images at evaluation (`x / 127.5 - 1`, `nas.train.data.preprocess`), and
 `nas.run_search(seed, data, workdir=..., max_candidates=...)` runs a search from Python,
 returning a `nas.SearchResult` (`nas.search.api`; a callback raising `nas.StopSearch`
-stops it). Each is imported on first use so that `import nas`
-stays cheap.
+stops it; an interrupt raises `nas.SearchInterrupted`, a KeyboardInterrupt). Each is
+imported on first use so that `import nas` stays cheap.
 """
 
 from typing import Any
 
-__all__ = ["SearchResult", "StopSearch", "check_import", "export_flax", "from_flax",
-           "load_candidate", "preprocess", "run_search", "save_candidate"]
-_SEARCH_API = ("run_search", "SearchResult", "StopSearch")
+__all__ = ["SearchInterrupted", "SearchResult", "StopSearch", "check_import", "export_flax",
+           "from_flax", "load_candidate", "preprocess", "run_search", "save_candidate"]
+_SEARCH_API = ("run_search", "SearchResult", "StopSearch", "SearchInterrupted")
 
 
 def __getattr__(name: str) -> Any:

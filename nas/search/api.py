@@ -23,7 +23,13 @@ from nas.search.result import SearchResult
 from nas.search.store.study import Study
 from nas.train.config import image_shape
 
-__all__ = ["SearchResult", "StopSearch", "run_search", "run_study"]
+__all__ = ["SearchInterrupted", "SearchResult", "StopSearch", "run_search", "run_study"]
+
+
+class SearchInterrupted(KeyboardInterrupt):
+    """`run_search` was interrupted (Ctrl-C, a notebook's interrupt): its message says how
+    many candidates are done and how to go on. A KeyboardInterrupt, raised from
+    `run_search` itself, without the library's frames below it."""
 
 
 def run_study(config: ml_collections.ConfigDict, workdir: str, *, budget_given: bool,
@@ -105,17 +111,60 @@ def run_search(seed: Any, data: Any, *, workdir: str | os.PathLike, max_candidat
       its example into the loss's `batch[name]` (the validation loss's too; the test split
       has none, so a loss reading one reports no test loss).
 
+    When the search ends it writes `workdir/report/report.html`, as `nas-search` does.
     Every mistake in the arguments is one ValueError naming the argument, before anything
     is written (no workdir is created)."""
+    from nas.search.execution.worker_death import refuse_spawned_import
+
+    refuse_spawned_import("run_search")  # a worker importing a script without the guard
     workdir = os.fspath(workdir)
     prepared = prepare(seed, data, workdir=workdir, max_candidates=max_candidates,
                        config=config, overrides=overrides, loss=loss, optimizer=optimizer,
                        augment=augment, costs=costs, callbacks=callbacks, extras=extras)
     prepared.write(workdir)
-    study, _ = run_study(prepared.config, workdir, budget_given=True,
-                         functions=prepared.functions, progress=progress,
-                         callbacks=tuple(callbacks))
+    line = _resuming_line(workdir, max_candidates)
+    if line:
+        print(line, flush=True)
+    try:
+        study, trained = run_study(prepared.config, workdir, budget_given=True,
+                                   functions=prepared.functions, progress=progress,
+                                   callbacks=tuple(callbacks))
+    except KeyboardInterrupt:
+        raise SearchInterrupted(_interrupted_line(workdir, max_candidates)) from None
+    if trained:  # as nas-search: the report of what the search holds now
+        from nas.search.reporting.report_state import write_if_stale
+
+        path = write_if_stale(study)
+        if progress:
+            print(f"report: {path}", flush=True)
     return SearchResult(study)
+
+
+def _finished(workdir: str) -> tuple[int, bool] | None:
+    """(finished candidates, whether the study has any) of the study in `workdir`; None
+    when there is none."""
+    from nas.search.store.candidate import FINISHED
+    from nas.search.store.study import StudyNotFoundError
+
+    try:
+        counts = Study.load(workdir).counts()
+    except StudyNotFoundError:
+        return None
+    return sum(counts[s] for s in FINISHED), any(counts.values())
+
+
+def _resuming_line(workdir: str, max_candidates: int) -> str | None:
+    """"resuming: N done, M to go" for a study that has candidates and is not finished."""
+    found = _finished(workdir)
+    if found is None or not found[1] or found[0] >= max_candidates:
+        return None
+    return f"resuming: {found[0]} done, {max_candidates - found[0]} to go"
+
+
+def _interrupted_line(workdir: str, max_candidates: int) -> str:
+    done = (_finished(workdir) or (0, False))[0]
+    return (f"interrupted: {done} of {max_candidates} candidates done, the running ones "
+            f"went back to pending; call run_search again to resume")
 
 
 class Prepared:

@@ -24,6 +24,7 @@ from absl import logging
 from nas.search.execution.interrupts import deferred_interrupt
 from nas.search.execution.ray_cluster import fork_then_exec
 from nas.search.execution.worker import describe_failure, train_candidate
+from nas.search.execution.worker_death import death_cause
 
 
 @dataclass
@@ -264,13 +265,14 @@ class LocalExecutor:
             else:
                 suspects.append((cid, kwargs))
         self._inflight.clear()
-        for process in list(getattr(self._pool, "_processes", {}).values()):
+        processes = list(getattr(self._pool, "_processes", {}).values())
+        cause = death_cause(processes)  # before the kills below: those that ended alone
+        for process in processes:
             process.kill()
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._pool = self._new_pool()
         if len(suspects) == 1:
-            return outcomes + [Outcome(suspects[0][0], error="worker process died (killed "
-                                                             "or out of memory)")]
+            return outcomes + [Outcome(suspects[0][0], error=cause)]
         logging.warning("a worker process died with candidates %s in flight; each runs again "
                         "alone", ", ".join(str(cid) for cid, _ in suspects))
         self._suspects += suspects
