@@ -18,6 +18,12 @@ from nas.search.store.study import Study
 EXPORTS = "exports"  # loaded candidates are exported here once, in the workdir
 
 
+def _plain(key: str, value: Any) -> bool:
+    """A metric that fits a table cell: a number, a flag or a short text (not the
+    per-example right/wrong bits, `*_correct`)."""
+    return isinstance(value, int | float | bool | str) and not key.endswith("_correct")
+
+
 def candidate_id(study: Study, value: int | str) -> tuple[int, str]:
     """(candidate id, a note) for an id, "recommended" (the summary's recommendation) or
     "best" (highest validation accuracy); one ValueError line when there is none yet."""
@@ -89,6 +95,28 @@ class SearchResult:
     def candidates(self, status: str | None = None) -> list[Candidate]:
         """Every candidate (or those with `status`), by id."""
         return self.study.candidates(status) if status else self.study.candidates()
+
+    def dataframe(self) -> Any:
+        """A pandas DataFrame of the trials, as Optuna's `trials_dataframe()`: one row per
+        candidate (indexed by id) with its parent, status, generation, every metric and
+        cost it reported (accuracy, loss, flops, params, the user's costs, ...; per-example
+        bit strings left out), its error and times. Needs pandas (the `notebook` extra)."""
+        try:
+            import pandas
+        except ImportError:
+            raise ValueError("dataframe: needs pandas (pip install -e '.[notebook]' "
+                             "--config-settings editable_mode=compat)") from None
+        rows = []
+        for c in self.study.candidates():
+            row: dict[str, Any] = {"id": c.id, "parent": c.parent_id, "status": c.status,
+                                   "generation": c.generation}
+            row.update({k: v for k, v in c.metrics.items() if _plain(k, v)})
+            row.update(error=c.error, fingerprint=c.fingerprint, worker=c.worker,
+                       created_at=c.created_at, started_at=c.started_at,
+                       finished_at=c.finished_at)
+            rows.append(row)
+        frame = pandas.DataFrame(rows, columns=None if rows else ["id", "parent", "status"])
+        return frame.set_index("id")
 
     def summary(self) -> str:
         """The text `nas-search` prints at the end: counts, the best five, the seed, the
