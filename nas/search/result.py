@@ -130,16 +130,17 @@ class SearchResult:
         cid, _ = candidate_id(self.study, id)
         return self.study.export(cid, path)
 
-    def export_flax(self, directory: str | os.PathLike, id: int | str = "recommended"  # noqa: A002
-                    ) -> Path:
+    def export_flax(self, directory: str | os.PathLike, id: int | str = "recommended",  # noqa: A002
+                    api: str | None = None) -> Path:
         """Candidate `id` as plain Flax code: `directory/model.py` and its variables
-        (`nas-search export --format=flax`), runnable without nas."""
+        (`nas-search export --format=flax`), runnable without nas; `api` "linen" or "nnx"
+        (by default the seed's, as `nas.from_flax` imported it)."""
         from nas.interop.flax_code import check_out_dir
         from nas.search.store.export import export_flax_code
 
         check_out_dir(Path(directory))
         cid, _ = candidate_id(self.study, id)
-        return export_flax_code(self.study, cid, directory)
+        return export_flax_code(self.study, cid, directory, api=api)
 
     def __repr__(self) -> str:
         counts = ", ".join(f"{s} {n}" for s, n in self.study.counts().items() if n)
