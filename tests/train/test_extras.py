@@ -4,6 +4,10 @@ arrays reach the loss row by row, through shuffling, the devices and the validat
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -100,3 +104,25 @@ def test_a_two_argument_loss_still_works_beside_extras(tmp_path):
                                    eval_perf=False, functions={"loss": ce})
     assert 0 < metrics.loss < 3.0 and 0 < metrics.test_loss < 3.0
     assert jax.numpy.isfinite(metrics.test_loss)
+
+
+def test_the_command_line_names_extras_as_the_npz_files_arrays(tmp_path):
+    """nas-train on an npz with an array `offset` (3.0 for every example) and a loss named
+    on the command line that reads batch["offset"]: the validation loss shows it."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    arrays = digits_arrays(8)
+    arrays["offset"] = np.full(len(arrays["x_train"]), 3.0)
+    name = "npz:" + write_npz(str(tmp_path / "d.npz"), arrays)
+    env = dict(os.environ, PYTHONPATH=root, NAS_DATA_DIR=str(tmp_path / "tfds"))
+    run = subprocess.run(
+        [sys.executable, "-m", "nas.train.cli", f"--config={root}/configs/digits_cnn.py",
+         f"--config.input.data.name={name}", "--config.total_epochs=0.2",
+         "--config.input.data.validation_fraction=0.2", "--config.eval.data.split=holdout",
+         "--config.eval.test_split=test",
+         "--config.loss=tests.search._user_functions:offset_from_the_batch",
+         f"--workdir={tmp_path / 'run'}"], capture_output=True, text=True, env=env,
+        timeout=900, cwd=root)
+    assert run.returncode == 0, run.stderr[-3000:]
+    loss = float(re.search(r"^validation loss\s+([\d.]+)", run.stdout, re.M).group(1))
+    assert 3.0 <= loss < 3.0 + 5.0, run.stdout
+    assert re.search(r"^test loss\s+not measured", run.stdout, re.M), run.stdout
