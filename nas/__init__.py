@@ -6,18 +6,21 @@
 (`nas.interop.importer`), `nas.check_import(candidate, module, x, variables=...,
 **call_kwargs)` compares an import's outputs with the module's (`nas.interop.check`) and
 `nas.export_flax(candidate_or_path, directory)` writes one as plain Flax code
-(`nas.interop.flax_code`), and `nas.run_search(seed, data, workdir=..., max_candidates=...)`
-runs a search from Python, returning a `nas.SearchResult` (`nas.search.api`; a callback
-raising `nas.StopSearch` stops it; `nas.Cost(fn, repeats=5)` is a cost of its own timed
-with a spread). Each is imported on first use so that `import nas`
-stays cheap.
+(`nas.interop.flax_code`), `nas.preprocess(images)` is what a model sees of uint8
+images at evaluation (`x / 127.5 - 1`, `nas.train.data.preprocess`), and
+`nas.run_search(seed, data, workdir=..., max_candidates=...)` runs a search from Python,
+returning a `nas.SearchResult` (`nas.search.api`; a callback raising `nas.StopSearch`
+stops it; an interrupt raises `nas.SearchInterrupted`, a KeyboardInterrupt;
+`nas.Cost(fn, repeats=5)` is a cost of its own timed with a spread). Each is imported on
+first use so that `import nas` stays cheap.
 """
 
 from typing import Any
 
-__all__ = ["Cost", "SearchResult", "StopSearch", "check_import", "export_flax", "from_flax",
-           "load_candidate", "run_search", "save_candidate"]
-_SEARCH_API = ("run_search", "SearchResult", "StopSearch")
+__all__ = ["Cost", "SearchInterrupted", "SearchResult", "StopSearch", "check_import",
+           "export_flax", "from_flax", "load_candidate", "preprocess", "run_search",
+           "save_candidate"]
+_SEARCH_API = ("run_search", "SearchResult", "StopSearch", "SearchInterrupted")
 
 
 def __getattr__(name: str) -> Any:
@@ -45,6 +48,10 @@ def __getattr__(name: str) -> Any:
         from nas.search import api
 
         return getattr(api, name)
+    if name == "preprocess":
+        from nas.train.data import preprocess
+
+        return preprocess
     if name == "export_flax":
         from nas.interop.flax_code import export_flax
 

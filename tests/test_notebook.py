@@ -1,7 +1,7 @@
 """examples/your_model.ipynb runs top to bottom in a real Jupyter kernel, as a user runs
 it: a Flax model imported, arrays in memory, a custom loss, a search with its progress bar
-as a widget, the front plotted, the recommendation exported as Flax code and run without
-nas."""
+as a widget, the front plotted, the candidates as a DataFrame, the recommendation exported
+as Flax code and run without nas, and a second search distilled from the first's answer."""
 
 import os
 import shutil
@@ -33,8 +33,20 @@ def test_the_example_notebook_runs_in_a_kernel(tmp_path, monkeypatch):
     assert same < 1e-4  # the exported Flax code gives nas's logits
     study = Study.load(tmp_path / "runs" / "your_model")
     assert sum(study.counts().values()) == 4
+    student = Study.load(tmp_path / "runs" / "your_model_kd")
+    assert student.counts()["done"] == 2  # the distilled search trained with the teacher
+    assert (tmp_path / "runs" / "your_model" / "report" / "report.html").is_file()
     shown = [o.get("data", {}) for cell in notebook.cells for o in cell.get("outputs", [])
              if o.get("output_type") == "display_data"]
     assert any("image/png" in d for d in shown), "no front drawn"
     # tqdm.auto's bar is a Jupyter widget there, not text
     assert any("application/vnd.jupyter.widget-view+json" in d for d in shown), shown
+    assert any("text/html" in d and "accuracy" in d["text/html"] for d in
+               [o.get("data", {}) for cell in notebook.cells for o in cell.get("outputs", [])
+                if o.get("output_type") == "execute_result"])  # the DataFrame
+    # the saved widgets read the finished counts (4 of 4, then 2 of 2), not 0
+    state = notebook.metadata.get("widgets", {}).get(
+        "application/vnd.jupyter.widget-state+json", {}).get("state", {})
+    counts = sorted((m["state"].get("value"), m["state"].get("max")) for m in state.values()
+                    if m.get("model_name") == "FloatProgressModel")
+    assert counts == [(2, 2), (4, 4)], counts

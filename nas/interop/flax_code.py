@@ -28,7 +28,7 @@ import numpy as np
 
 from nas.graph import grouped_conv, model, pooling
 from nas.graph.ops import Graph, canonical_name
-from nas.interop import flax_ops
+from nas.interop import flax_nnx_code, flax_ops
 from nas.properties.resolved import freeze, resolve_kwargs
 from nas.properties.tensor_shapes import graph_shapes
 
@@ -37,14 +37,19 @@ VARIABLES_FILE = "variables.msgpack"
 # Two batch sizes: a kwarg or a shape that differs between them depends on the batch size.
 _BATCHES = (2, 3)
 _BASE_IMPORTS = ("import flax.linen as nn", "import jax", "import jax.numpy as jnp",
-                 "from jax import lax")
+                 "import numpy as np", "from jax import lax")
 
 
-def export_flax(candidate_or_path: Any, directory: str | os.PathLike) -> Path:
+def export_flax(candidate_or_path: Any, directory: str | os.PathLike,
+                api: str | None = None) -> Path:
     """Write `model.py` and `variables.msgpack` for a candidate (a `nas.load_candidate`
     result, or the path of an exported candidate) into `directory` (created; it must not
     hold anything yet). Everything is generated before anything is written, and the files
-    appear together, so a refused candidate leaves nothing behind. Returns the directory."""
+    appear together, so a refused candidate leaves nothing behind. Returns the directory.
+
+    api: "linen" (`Model` a linen module) or "nnx" (`Model` an nnx.Module,
+    `nas.interop.flax_nnx_code`); by default the API the candidate was imported from
+    (`info["api"]`, set by `nas.from_flax`), else linen."""
     from flax import serialization
 
     from nas.io.candidate import ExportedCandidate, load_candidate
@@ -59,13 +64,15 @@ def export_flax(candidate_or_path: Any, directory: str | os.PathLike) -> Path:
         raise ValueError(f"export_flax: expected an exported candidate or its path, got "
                          f"{type(candidate_or_path).__name__}")
     where = candidate.path
+    api = flax_nnx_code.check_api(api, candidate.info.get("api") or "linen")
     if candidate.input_shape is None:
         raise ValueError(f"{where}: the candidate has no input_shape (an export of an earlier "
                          f"version); Flax code needs it to resolve the graph's sizes")
     if candidate.variables is None:
         raise ValueError(f"{where}: the candidate was exported without trained weights")
     try:
-        source = model_source(candidate.graph, candidate.constants, candidate.input_shape)
+        source = model_source(candidate.graph, candidate.constants, candidate.input_shape,
+                              data_name=_data_name(candidate.train_config), api=api)
     except ValueError as e:
         raise ValueError(f"{where}: {e}") from None
     variables = jax.tree.map(np.asarray, dict(candidate.variables))
@@ -107,9 +114,45 @@ def _umask() -> int:
     return mask
 
 
+def _data_name(train_config: Mapping[str, Any] | None) -> str:
+    """The dataset name (`input.data.name`) the candidate was trained on, "" if unknown."""
+    try:
+        return str(train_config["input"]["data"]["name"])  # type: ignore[index]
+    except (KeyError, TypeError):
+        return ""
+
+
+def preprocess_source(data_name: str) -> str:
+    """The text of `model.py`'s `preprocess`: what the model saw of uint8 images at
+    evaluation (`nas.train.data.preprocess`; CIFAR's mean and std for CIFAR by name)."""
+    from nas.train import data as data_lib
+
+    base = data_name.split("/")[0].split(":")[0]
+    doc = ['def preprocess(images: np.ndarray) -> np.ndarray:',
+           '    """uint8 images (N, *INPUT_SHAPE), values 0..255, as `Model` expects them:']
+    if base in ("cifar10", "cifar100"):
+        mean = ", ".join(repr(float(v)) for v in data_lib.CIFAR_MEAN)
+        std = ", ".join(repr(float(v)) for v in data_lib.CIFAR_STD)
+        return "\n".join([
+            *doc, f"    float32, divided by 255, normalized by {base}'s mean and std (the",
+            '    channels are RGB), as nas evaluated it (numpy: the same float32 values)."""',
+            "    x = np.asarray(images).astype(np.float32) / 255.0",
+            f"    return (x - np.array([{mean}], np.float32)) / np.array([{std}], np.float32)"])
+    resize = ("    Resize them to INPUT_SHAPE first (nas resized bilinearly)."
+              if base in ("", "digits", "folder", "npz") else
+              "    Resize them first as nas did: the short side to INPUT_SHAPE[0] * 256 / 224,"
+              "\n    then a center crop to INPUT_SHAPE.")
+    return "\n".join([
+        *doc, "    float32 in [-1, 1], x / 127.5 - 1, as nas evaluated it (`nas.preprocess`).",
+        resize, "    In numpy, so that the values are nas' own to the bit.", '    """',
+        "    return np.asarray(images).astype(np.float32) / 127.5 - 1.0"])
+
+
 def model_source(graph: Graph, constants: Mapping[str, Any] | None,
-                 input_shape: Sequence[int]) -> str:
-    """The text of `model.py` for `graph` on inputs of shape (batch, *input_shape)."""
+                 input_shape: Sequence[int], data_name: str = "", api: str = "linen") -> str:
+    """The text of `model.py` for `graph` on inputs of shape (batch, *input_shape), with
+    `preprocess` for images of the dataset `data_name` (its training data), its `Model` a
+    linen module or (`api="nnx"`) an nnx.Module."""
     constants = dict(constants or {})
     if len(graph.input_names) != 1 or len(graph.output_names) != 1:
         raise ValueError(f"the graph has inputs {graph.input_names} and outputs "
@@ -135,7 +178,8 @@ def model_source(graph: Graph, constants: Mapping[str, Any] | None,
         shape = shape_text(shapes[0].shape(out), shapes[1].shape(out))
         lines.append(f"{names[out]} = {expression}  # {shape}")
     output = names[canonical_name(graph.output_names[0])]
-    source = _render(lines, output, helpers, tuple(input_shape), shapes[0], input_name)
+    source = _render(lines, output, helpers, tuple(input_shape), shapes[0], input_name,
+                     preprocess_source(data_name), api)
     compile(source, MODEL_FILE, "exec")  # a bug here, not a broken file for the user
     return source
 
@@ -191,16 +235,16 @@ gives its output shape (B: the batch size). The candidate was trained on inputs 
     import flax.serialization
     with open("variables.msgpack", "rb") as f:
         variables = flax.serialization.msgpack_restore(f.read())
-    logits = Model().apply(variables, batch)  # inference
+    logits = Model().apply(variables, preprocess(images))  # inference on uint8 images
     logits, updates = Model().apply(variables, batch, train=True, mutable=["batch_stats"],
                                     rngs={"dropout": key})  # a training step\'s forward pass
 """'''
 
 
 def _render(lines: list[str], output: str, helpers: set[str], input_shape: tuple[int, ...],
-            shapes: Any, input_name: str) -> str:
+            shapes: Any, input_name: str, preprocess: str, api: str = "linen") -> str:
     sources = [_helper_source(name) for name in sorted(helpers)]
-    imports = set(_BASE_IMPORTS)
+    imports = set(_BASE_IMPORTS) | ({"from flax import nnx"} if api == "nnx" else set())
     bodies = []
     for imported, body in sources:
         imports |= imported
@@ -209,14 +253,16 @@ def _render(lines: list[str], output: str, helpers: set[str], input_shape: tuple
                                                                                 "numpy")),
                     key=_import_order)
     third = sorted((i for i in imports if i not in stdlib), key=_import_order)
-    header = [_DOC, "", "from __future__ import annotations", ""]
+    doc = flax_nnx_code.DOC if api == "nnx" else _DOC
+    header = [doc, "", "from __future__ import annotations", ""]
     header += ([*stdlib, ""] if stdlib else []) + third
     batch_shape = shape_text(shapes.shape(input_name), (-1, *input_shape))
     body = [
-        "", "", f"INPUT_SHAPE = {input_shape!r}", "", "",
-        "class Model(nn.Module):",
+        "", "", f"INPUT_SHAPE = {input_shape!r}", "", "", preprocess, "", "",
+        f"class {'LinenModel' if api == 'nnx' else 'Model'}(nn.Module):",
         '    """The candidate\'s graph, op by op: `train` turns on batch statistics, dropout',
-        '    and stochastic depth, as in the candidate\'s training."""',
+        '    and stochastic depth, as in the candidate\'s training. It expects float32',
+        '    images (B, *INPUT_SHAPE) as `preprocess` makes them of uint8 ones."""',
         "",
         "    @nn.compact",
         "    def __call__(self, x: jax.Array, train: bool = False) -> jax.Array:",
@@ -224,6 +270,8 @@ def _render(lines: list[str], output: str, helpers: set[str], input_shape: tuple
         *[f"        {line}" for line in lines],
         f"        return {output}",
     ]
+    if api == "nnx":
+        body += ["", "", flax_nnx_code.SOURCE]
     if bodies:
         body += ["", "", "# Helpers copied from nas: the same values as plain flax/jax, with "
                  "gradients that", "# run faster on CPU.", ""]

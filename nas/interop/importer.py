@@ -78,7 +78,8 @@ def from_flax(model: Any, example_input: Any, *, variables: Mapping[str, Any] | 
     out_vars = jax.tree.map(lambda a: np.asarray(a), out_vars)
     candidate = ExportedCandidate(path=f"<{PREFIX}({root})>", graph=graph, constants={},
                                   variables=out_vars, input_shape=tuple(x.shape[1:]),
-                                  info={"imported_from": f"{type(model).__module__}.{root}"})
+                                  info={"imported_from": f"{type(model).__module__}.{root}",
+                                        "api": "linen" if layers.is_linen(model) else "nnx"})
     if check.checking():
         check.check_import(candidate, model, x, variables=variables, **call_kwargs)
     return candidate

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import ml_collections
+import numpy as np
 
 from nas import functions as fn_lib
 from nas.search import inputs
@@ -22,7 +23,13 @@ from nas.search.result import SearchResult
 from nas.search.store.study import Study
 from nas.train.config import image_shape
 
-__all__ = ["SearchResult", "StopSearch", "run_search", "run_study"]
+__all__ = ["SearchInterrupted", "SearchResult", "StopSearch", "run_search", "run_study"]
+
+
+class SearchInterrupted(KeyboardInterrupt):
+    """`run_search` was interrupted (Ctrl-C, a notebook's interrupt): its message says how
+    many candidates are done and how to go on. A KeyboardInterrupt, raised from
+    `run_search` itself, without the library's frames below it."""
 
 
 def run_study(config: ml_collections.ConfigDict, workdir: str, *, budget_given: bool,
@@ -74,7 +81,8 @@ def run_search(seed: Any, data: Any, *, workdir: str | os.PathLike, max_candidat
                augment: Callable[..., Any] | None = None,
                costs: Mapping[str, Callable[..., Any]] | None = None,
                callbacks: Sequence[Callable[[Any], Any]] = (),
-               progress: bool = True) -> SearchResult:
+               progress: bool = True,
+               extras: Mapping[str, Any] | None = None) -> SearchResult:
     """Searches from `seed` on `data` in `workdir` until `max_candidates` (the seed
     included) are finished; returns the `SearchResult`. Called again with the same
     workdir it resumes the study, or returns the finished result without training.
@@ -88,7 +96,9 @@ def run_search(seed: Any, data: Any, *, workdir: str | os.PathLike, max_candidat
     config: a search config (ConfigDict or a config file's path); by default the README
       search's settings (`nas.search.presets.evolution`). overrides: dotted keys to
       values, e.g. {"train.total_epochs": 1.0, "search.selection.min_acc": 0.0}.
-    loss(logits, labels) -> scalar, optimizer(learning_rate_schedule) -> optax transform,
+    loss(logits, labels) -> scalar, or loss(logits, labels, batch) -> scalar with batch a
+      dict of "images" (as the model saw them: augmented, scaled), "labels" and each
+      extra (`nas.train.extras`); optimizer(learning_rate_schedule) -> optax transform,
       augment(key, images) -> images: run inside the compiled train step of every
       candidate (`nas.train.custom`); costs {name: fn(candidate) -> float}: measured on
       each trained candidate (lower is better), its metrics' `name`, and a possible
@@ -96,18 +106,65 @@ def run_search(seed: Any, data: Any, *, workdir: str | os.PathLike, max_candidat
     callbacks: fn(candidate) for each candidate as it finishes; raising `nas.StopSearch`
       stops the search there (resumable). Ctrl-C (or a notebook's interrupt) does too.
     progress: a progress bar (tqdm.auto: a widget in Jupyter).
+    extras: {name: array} with one row per example of x_train (e.g. a teacher's soft
+      labels, sample weights), with data given as arrays or "npz:FILE": each row follows
+      its example into the loss's `batch[name]` (the validation loss's too; the test split
+      has none, so a loss reading one reports no test loss).
 
+    When the search ends it writes `workdir/report/report.html`, as `nas-search` does.
     Every mistake in the arguments is one ValueError naming the argument, before anything
     is written (no workdir is created)."""
+    from nas.search.execution.worker_death import refuse_spawned_import
+
+    refuse_spawned_import("run_search")  # a worker importing a script without the guard
     workdir = os.fspath(workdir)
     prepared = prepare(seed, data, workdir=workdir, max_candidates=max_candidates,
                        config=config, overrides=overrides, loss=loss, optimizer=optimizer,
-                       augment=augment, costs=costs, callbacks=callbacks)
+                       augment=augment, costs=costs, callbacks=callbacks, extras=extras)
     prepared.write(workdir)
-    study, _ = run_study(prepared.config, workdir, budget_given=True,
-                         functions=prepared.functions, progress=progress,
-                         callbacks=tuple(callbacks))
+    line = _resuming_line(workdir, max_candidates)
+    if line:
+        print(line, flush=True)
+    try:
+        study, trained = run_study(prepared.config, workdir, budget_given=True,
+                                   functions=prepared.functions, progress=progress,
+                                   callbacks=tuple(callbacks))
+    except KeyboardInterrupt:
+        raise SearchInterrupted(_interrupted_line(workdir, max_candidates)) from None
+    if trained:  # as nas-search: the report of what the search holds now
+        from nas.search.reporting.report_state import write_if_stale
+
+        path = write_if_stale(study)
+        if progress:
+            print(f"report: {path}", flush=True)
     return SearchResult(study)
+
+
+def _finished(workdir: str) -> tuple[int, bool] | None:
+    """(finished candidates, whether the study has any) of the study in `workdir`; None
+    when there is none."""
+    from nas.search.store.candidate import FINISHED
+    from nas.search.store.study import StudyNotFoundError
+
+    try:
+        counts = Study.load(workdir).counts()
+    except StudyNotFoundError:
+        return None
+    return sum(counts[s] for s in FINISHED), any(counts.values())
+
+
+def _resuming_line(workdir: str, max_candidates: int) -> str | None:
+    """"resuming: N done, M to go" for a study that has candidates and is not finished."""
+    found = _finished(workdir)
+    if found is None or not found[1] or found[0] >= max_candidates:
+        return None
+    return f"resuming: {found[0]} done, {max_candidates - found[0]} to go"
+
+
+def _interrupted_line(workdir: str, max_candidates: int) -> str:
+    done = (_finished(workdir) or (0, False))[0]
+    return (f"interrupted: {done} of {max_candidates} candidates done, the running ones "
+            f"went back to pending; call run_search again to resume")
 
 
 class Prepared:
@@ -130,7 +187,8 @@ class Prepared:
 
 def prepare(seed: Any, data: Any, *, workdir: str, max_candidates: int, config: Any,
             overrides: Mapping[str, Any] | None, loss: Any, optimizer: Any, augment: Any,
-            costs: Mapping[str, Any] | None, callbacks: Sequence[Any]) -> Prepared:
+            costs: Mapping[str, Any] | None, callbacks: Sequence[Any],
+            extras: Mapping[str, Any] | None = None) -> Prepared:
     """Every argument checked (one ValueError line naming it) into a search config."""
     from nas.cli_messages import check_workdir
     from nas.search.strategy.settings import validate_search
@@ -169,6 +227,11 @@ def prepare(seed: Any, data: Any, *, workdir: str, max_candidates: int, config: 
         raise ValueError(f"data: expected (x_train, y_train, x_test, y_test) arrays or a "
                          f"dataset name ('folder:DIR', 'npz:FILE', a tfds name), got "
                          f"{type(data).__name__}")
+    if extras is not None:
+        if arrays is None and not (isinstance(data, str) and data.startswith("npz:")):
+            raise ValueError(f"extras: need data given as arrays or 'npz:FILE' (where the "
+                             f"extras are stored beside the images), got {data!r}")
+        arrays = (arrays or inputs.read_npz_arrays(data)).with_extras(extras)
 
     _seed_into(cfg, the_seed, workdir, set_keys)
     inputs.check_same_seed(the_seed, cfg.search.seed_graph)
@@ -179,7 +242,8 @@ def prepare(seed: Any, data: Any, *, workdir: str, max_candidates: int, config: 
     cfg.train.num_classes = found
     shape = image_shape(cfg.train)
     inputs.check_classes(found, the_seed.outputs(shape), arrays)
-    _check_traces(functions, found, shape)
+    stored = arrays.extras if arrays is not None else _npz_extras(cfg.train.input.data.name)
+    _check_traces(functions, found, shape, stored)
     fn_lib.pack(functions)  # each can be shipped, or one line naming it
     if arrays is not None:  # checked: kept as an npz in the data cache (not the workdir)
         cfg.train.input.data.name = f"npz:{arrays.save(_arrays_root(cfg))}"
@@ -216,18 +280,39 @@ def _functions(cfg: ml_collections.ConfigDict, **given: Any) -> dict[str, Callab
     return out
 
 
+def _npz_extras(name: str) -> dict[str, Any]:
+    """The extras an "npz:FILE" dataset carries (none for other datasets)."""
+    if not name.startswith("npz:"):
+        return {}
+    return inputs.read_npz_arrays(name).extras
+
+
 def _check_traces(functions: Mapping[str, Callable[..., Any]], num_classes: int,
-                  shape: tuple[int, ...]) -> None:
-    """The loss traces to a scalar on logits and integer labels, the augmentation keeps the
-    images' shape, the optimizer returns an optax transformation: else one line each."""
+                  shape: tuple[int, ...], extras: Mapping[str, Any] | None = None) -> None:
+    """The loss traces to a scalar on logits and integer labels (and the batch, for a loss
+    that takes it), the augmentation keeps the images' shape, the optimizer returns an
+    optax transformation: else one line each."""
     import jax
     import jax.numpy as jnp
+
+    from nas.train import extras as extras_lib
 
     if "loss" in functions:
         logits = jax.ShapeDtypeStruct((2, num_classes), jnp.float32)
         labels = jax.ShapeDtypeStruct((2,), jnp.int32)
-        out = _traced("loss", functions["loss"], logits, labels,
-                      what=f"logits {logits.shape} float32 and labels {labels.shape} int32")
+        what = f"logits {logits.shape} float32 and labels {labels.shape} int32"
+        args: tuple[Any, ...] = (logits, labels)
+        loss = functions["loss"]
+        if extras_lib.takes_batch(loss):
+            batch = {"images": jax.ShapeDtypeStruct((2, *shape), jnp.float32), "labels": labels,
+                     **{k: jax.ShapeDtypeStruct((2, *np.shape(v)[1:]), np.asarray(v).dtype)
+                        for k, v in (extras or {}).items()}}
+            args = (logits, labels, batch)
+            what += f" and a batch of {', '.join(batch)}"
+
+            def loss(lg: Any, lb: Any, b: Any, fn: Any = functions["loss"]) -> Any:
+                return extras_lib.call_loss(fn, lg, lb, b)
+        out = _traced("loss", loss, *args, what=what, name=fn_lib.name_of(functions["loss"]))
         if not hasattr(out, "shape") or tuple(out.shape) != ():
             shape = getattr(out, "shape", type(out).__name__)
             raise ValueError(f"loss: {fn_lib.name_of(functions['loss'])} returned shape "
@@ -253,13 +338,17 @@ def _check_traces(functions: Mapping[str, Callable[..., Any]], num_classes: int,
                              f"raised {type(e).__name__}: {_first(e)}") from None
 
 
-def _traced(key: str, fn: Callable[..., Any], *args: Any, what: str) -> Any:
+def _traced(key: str, fn: Callable[..., Any], *args: Any, what: str, name: str = "") -> Any:
     import jax
+
+    from nas.train.extras import MissingExtra
 
     try:
         return jax.eval_shape(fn, *args)
+    except MissingExtra:
+        raise
     except Exception as e:  # noqa: BLE001 - the user's code: its error, named
-        raise ValueError(f"{key}: {fn_lib.name_of(fn)} fails to trace on {what}: "
+        raise ValueError(f"{key}: {name or fn_lib.name_of(fn)} fails to trace on {what}: "
                          f"{type(e).__name__}: {_first(e)}") from None
 
 

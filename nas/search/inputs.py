@@ -118,15 +118,23 @@ class Arrays:
     arrays: dict[str, np.ndarray]
     num_classes: int
     image_shape: tuple[int, int, int]  # (H, W, C) of every image
+    extras: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)  # per example
 
     @property
     def digest(self) -> str:
         h = hashlib.sha256()
-        for name in ARRAY_NAMES:
-            a = np.ascontiguousarray(self.arrays[name])
+        for name, a in [*((n, self.arrays[n]) for n in ARRAY_NAMES),
+                        *sorted(self.extras.items())]:
+            a = np.ascontiguousarray(a)
             h.update(f"{name}:{a.dtype.str}:{a.shape};".encode())
             h.update(a.tobytes())
         return h.hexdigest()[:20]
+
+    def with_extras(self, extras: Any) -> Arrays:
+        """These arrays and `extras` ({name: one row per training example}), checked."""
+        from nas.train.extras import checked
+
+        return dataclasses.replace(self, extras=checked(extras, len(self.arrays["x_train"])))
 
     def save(self, root: str) -> str:
         """The npz under `root`, named by the arrays' content: written once, read by every
@@ -136,7 +144,7 @@ class Arrays:
         path = os.path.join(os.path.abspath(root), f"arrays-{self.digest}.npz")
         if not os.path.isfile(path):
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            atomic_write_with(path, lambda f: np.savez(f, **self.arrays))
+            atomic_write_with(path, lambda f: np.savez(f, **self.arrays, **self.extras))
         return path
 
 
@@ -152,6 +160,16 @@ def read_arrays(data: Sequence[Any]) -> Arrays:
     given = dict(zip(ARRAY_NAMES, (np.asarray(a) for a in data), strict=True))
     arrays, shape, num_classes = checked_arrays("data", given)
     return Arrays(arrays, num_classes, shape)
+
+
+def read_npz_arrays(name: str) -> Arrays:
+    """The arrays of the data named "npz:FILE", checked as its conversion checks them (to
+    save them again beside extras given in memory)."""
+    from nas.train import userdata, userfiles
+
+    content = userfiles.read("npz", userdata.path_of(name))
+    return Arrays(dict(content.reader.arrays), content.num_classes,
+                  tuple(content.shape), dict(content.extras))
 
 
 def check_classes(num_classes: int, outputs: int | None, labels: Arrays | None) -> None:

@@ -20,6 +20,12 @@ from nas.search.store.study import Study
 EXPORTS = "exports"  # loaded candidates are exported here once, in the workdir
 
 
+def _plain(key: str, value: Any) -> bool:
+    """A metric that fits a table cell: a number, a flag or a short text (not the
+    per-example right/wrong bits, `*_correct`)."""
+    return isinstance(value, int | float | bool | str) and not key.endswith("_correct")
+
+
 def candidate_id(study: Study, value: int | str) -> tuple[int, str]:
     """(candidate id, a note) for an id, "recommended" (the summary's recommendation) or
     "best" (highest validation accuracy); one ValueError line when there is none yet."""
@@ -106,6 +112,28 @@ class SearchResult:
         """Every candidate (or those with `status`), by id."""
         return self.study.candidates(status) if status else self.study.candidates()
 
+    def dataframe(self) -> Any:
+        """A pandas DataFrame of the trials, as Optuna's `trials_dataframe()`: one row per
+        candidate (indexed by id) with its parent, status, generation, every metric and
+        cost it reported (accuracy, loss, flops, params, the user's costs, ...; per-example
+        bit strings left out), its error and times. Needs pandas (the `notebook` extra)."""
+        try:
+            import pandas
+        except ImportError:
+            raise ValueError("dataframe: needs pandas (pip install -e '.[notebook]' "
+                             "--config-settings editable_mode=compat)") from None
+        rows = []
+        for c in self.study.candidates():
+            row: dict[str, Any] = {"id": c.id, "parent": c.parent_id, "status": c.status,
+                                   "generation": c.generation}
+            row.update({k: v for k, v in c.metrics.items() if _plain(k, v)})
+            row.update(error=c.error, fingerprint=c.fingerprint, worker=c.worker,
+                       created_at=c.created_at, started_at=c.started_at,
+                       finished_at=c.finished_at)
+            rows.append(row)
+        frame = pandas.DataFrame(rows, columns=None if rows else ["id", "parent", "status"])
+        return frame.set_index("id")
+
     def summary(self) -> str:
         """The text `nas-search` prints at the end: counts, the best five, the seed, the
         paired comparisons and the recommendation."""
@@ -118,16 +146,17 @@ class SearchResult:
         cid, _ = candidate_id(self.study, id)
         return export_candidate(self.study, cid, path, take_home(self.study, id))
 
-    def export_flax(self, directory: str | os.PathLike, id: int | str = "recommended"  # noqa: A002
-                    ) -> Path:
+    def export_flax(self, directory: str | os.PathLike, id: int | str = "recommended",  # noqa: A002
+                    api: str | None = None) -> Path:
         """Candidate `id` as plain Flax code: `directory/model.py` and its variables
-        (`nas-search export --format=flax`), runnable without nas."""
+        (`nas-search export --format=flax`), runnable without nas; `api` "linen" or "nnx"
+        (by default the seed's, as `nas.from_flax` imported it)."""
         from nas.interop.flax_code import check_out_dir
         from nas.search.store.export import export_flax_code
 
         check_out_dir(Path(directory))
         cid, _ = candidate_id(self.study, id)
-        return export_flax_code(self.study, cid, directory, take_home(self.study, id))
+        return export_flax_code(self.study, cid, directory, take_home(self.study, id), api=api)
 
     def __repr__(self) -> str:
         counts = ", ".join(f"{s} {n}" for s, n in self.study.counts().items() if n)

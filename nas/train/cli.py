@@ -168,7 +168,8 @@ def accuracy_rows(metrics: dict, config: ml_collections.ConfigDict | None
         test = split_text(config, str(config.eval.test_split)) if config else "eval.test_split"
         rows += [("test accuracy", accuracy(metrics["test_acc"], int(metrics["test_examples"]),
                                             test)),
-                 ("test loss", f"{metrics['test_loss']:.4f}")]
+                 ("test loss", f"{metrics['test_loss']:.4f}" if metrics["test_loss"] >= 0
+                  else "not measured (the loss reads extras the test split has not)")]
     return rows
 
 

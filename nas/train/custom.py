@@ -8,6 +8,8 @@ functions themselves (`nas.run_search`, a search worker) passes them by value, a
 win over the names, which must then name them.
 
     loss(logits, labels) -> scalar        float32 logits (batch, classes), integer labels
+    loss(logits, labels, batch) -> scalar the same, and the batch: its images as the model
+                                          saw them and per-example extras (`nas.train.extras`)
     optimizer(learning_rate_schedule) -> optax.GradientTransformation
     augment(key, images) -> images        float32 images (batch, H, W, C) as the model
                                           sees them, on the device, inside the step

@@ -39,6 +39,7 @@ import numpy as np
 import tensorflow_datasets as tfds
 
 from nas.train import digits as digits_lib
+from nas.train import extras as extras_lib
 from nas.train import userdata, userfiles
 
 CIFAR_MEAN = np.array([0.4914, 0.4822, 0.4465], np.float32)
@@ -67,6 +68,8 @@ def _resize(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
 
     if image.shape[:2] == size:
         return image
+    if image.ndim == 3 and image.shape[-1] == 1:  # PIL takes grey as (H, W)
+        return _resize(image[..., 0], size)[..., None]
     return np.asarray(Image.fromarray(image).resize((size[1], size[0]), Image.BILINEAR))
 
 
@@ -110,11 +113,56 @@ def _rgb(image: np.ndarray, channels: int = 3) -> np.ndarray:
     return np.round(grey)[..., None].astype(image.dtype)
 
 
+def scale(images: Any) -> Any:
+    """uint8 pixel values (0..255) to the [-1, 1] a model sees: `x / 127.5 - 1` in float32
+    (numpy or jax arrays). Every dataset but CIFAR's (normalized by its mean and std) is
+    scaled so; `preprocess` is this, after the eval-time resizing."""
+    return images.astype(np.float32) / 127.5 - 1.0
+
+
+def preprocess(images: Any, image_size: int | None = None, channels: int | None = None
+               ) -> np.ndarray:
+    """`nas.preprocess`: the exact transform a model of a search on images given as arrays,
+    an npz or a folder (and on the digits) sees at evaluation: uint8 images (N, H, W) or
+    (N, H, W, C) to float32 (N, image_size, image_size, channels) in [-1, 1], `x / 127.5 -
+    1`, after a bilinear resize to `image_size` and grey <-> RGB to `channels` when given
+    (the model's input shape; by default the images' own). A teacher, a pretrained model
+    or a deployment feeds the model this. (CIFAR-10/100 by tfds name are normalized by
+    their mean and std instead: `make_preprocess`.)"""
+    x = np.asarray(images)
+    if x.dtype != np.uint8 or x.ndim not in (3, 4):
+        raise ValueError(f"preprocess: images have dtype {x.dtype} and shape {x.shape}, "
+                         f"expected uint8 (N, H, W) or (N, H, W, C)")
+    if x.ndim == 3:
+        x = x[..., None]
+    size = image_size or x.shape[1]
+    if size == x.shape[1] == x.shape[2] and (channels or x.shape[-1]) == x.shape[-1]:
+        return scale(x)  # the pipeline's own scaling, without a per-image loop
+    pp = make_preprocess("npz:", False, size, channels=channels or x.shape[-1])
+    return np.stack([pp({"image": image, "label": 0}, None)["image"] for image in x])
+
+
 def make_preprocess(
-    name: str, train: bool, image_size: int, augment: bool = True, channels: int = 3
+    name: str, train: bool, image_size: int, augment: bool = True, channels: int = 3,
+    keep_extras: bool = True,
 ) -> Callable[[Example, np.random.Generator | None], Example]:
-    """(example, rng) -> {"image": float32 HWC, "label": int32}; rng is None for eval.
-    Images have `channels` channels (`_rgb`)."""
+    """(example, rng) -> {"image": float32 HWC, "label": int32, and the example's extras
+    (`nas.train.extras`) unless not `keep_extras`}; rng is None for eval. Images have
+    `channels` channels (`_rgb`)."""
+    pp = _make_preprocess(name, train, image_size, augment, channels)
+
+    def with_extras(ex: Example, rng: np.random.Generator | None) -> Example:
+        out = pp(ex, rng)
+        if keep_extras:
+            out.update({k: np.asarray(ex[k]) for k in extras_lib.keys_of(ex)})
+        return out
+
+    return with_extras
+
+
+def _make_preprocess(
+    name: str, train: bool, image_size: int, augment: bool, channels: int
+) -> Callable[[Example, np.random.Generator | None], Example]:
     base = name.split("/")[0].split(":")[0]
 
     def finish(image: np.ndarray, label: Any) -> Example:
@@ -126,7 +174,7 @@ def make_preprocess(
             image = _rgb(ex["image"], channels)
             if train and augment and rng is not None:
                 image = _pad_crop(image, 2, rng)
-            return finish(image / 127.5 - 1.0, ex["label"])
+            return finish(scale(image), ex["label"])
 
     elif base in userdata.KINDS:
 
@@ -134,7 +182,7 @@ def make_preprocess(
             image = _resize(_rgb(ex["image"], channels), (image_size, image_size))
             if train and augment and rng is not None:
                 image = _pad_crop(image, 2, rng)
-            return finish(image / 127.5 - 1.0, ex["label"])
+            return finish(scale(image), ex["label"])
 
     elif base == "cifar10" or base == "cifar100":
 
@@ -158,7 +206,7 @@ def make_preprocess(
                     image = image[:, ::-1]
             else:
                 image = _center_crop(image, image_size)
-            return finish(image / 127.5 - 1.0, ex["label"])
+            return finish(scale(image), ex["label"])
 
     return pp
 
@@ -571,7 +619,8 @@ def make_eval_data(
     data = EvalData(
         source=source,
         preprocess=make_preprocess(name, train=False, image_size=image_size,
-                                   channels=int(inp.get("channels", 3)) if inp else 3),
+                                   channels=int(inp.get("channels", 3)) if inp else 3,
+                                   keep_extras=carries_extras(inp, split)),
         batch_size=local,
         num_batches=max(1, math.ceil(largest_share / local)),
     )
@@ -581,6 +630,12 @@ def make_eval_data(
            data.num_batches, len(source), pi, pc,
            int(inp.get("channels", 3)) if inp else 3)
     return kept_batches(data, key, image_size)
+
+
+def carries_extras(inp: Any, split: str) -> bool:
+    """Whether `split` holds real extras: the training split and its carved validation
+    part do; the test split (zeros where the data is stored) does not."""
+    return inp is not None and (split == HOLDOUT or split.startswith(inp.data.split))
 
 
 _EVAL_BATCHES: dict[tuple, tuple[dict[str, np.ndarray], ...]] = {}

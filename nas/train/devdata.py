@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from nas.train import data as data_lib
+from nas.train import extras as extras_lib
 
 # dataset -> (pad, flip, value of a zero pixel after normalization)
 _AUGMENT: dict[str, tuple[int, bool, Any]] = {
@@ -51,14 +52,15 @@ def nbytes(source: Any, name: str, image_size: int, channels: int = 3) -> int:
     """Bytes the preprocessed (float32) split would take on the devices."""
     first = data_lib.make_preprocess(name, False, image_size, channels=channels)(source[0],
                                                                                  None)
-    return len(source) * (first["image"].nbytes + 4)
+    return len(source) * (sum(np.asarray(v).nbytes for k, v in first.items()
+                              if k != "label") + 4)
 
 
 @dataclass
 class DeviceData:
     """This host's training examples on its devices, and how to draw each step's batch."""
 
-    arrays: dict[str, jax.Array]  # {"image", "label"}, leading axis = device (pmap layout)
+    arrays: dict[str, jax.Array]  # {"image", "label", extras}, leading axis = device
     per_device: int  # examples per device
     seed: int
     pad: int
@@ -95,7 +97,7 @@ class DeviceData:
         return out
 
     def augment_fn(self) -> Callable[[Mapping[str, jax.Array], jax.Array, jax.Array], dict]:
-        """(device share, indices, key) -> batch {"image", "label"}, run inside pmap."""
+        """(device share, indices, key) -> batch {"image", "label", extras}, inside pmap."""
         pad, flip, fill = self.pad, self.flip, jnp.asarray(self.fill, jnp.float32)
 
         def one(image: jax.Array, key: jax.Array) -> jax.Array:
@@ -112,7 +114,7 @@ class DeviceData:
             images = share["image"][idx]
             if pad:
                 images = jax.vmap(one)(images, jax.random.split(key, idx.shape[0]))
-            return {"image": images, "label": share["label"][idx]}
+            return {"image": images, **{k: v[idx] for k, v in share.items() if k != "image"}}
 
         return fn
 
@@ -135,4 +137,6 @@ def load(source: Any, name: str, image_size: int, seed: int,
     labels = np.asarray([ex["label"] for ex in examples], np.int32)[order]
     put = jax.pmap(lambda x: x, devices=devices)  # the pmap layout, one copy per device
     arrays = {"image": put(images), "label": put(labels)}
+    for key in extras_lib.keys_of(examples[0]):  # each follows its example
+        arrays[key] = put(np.stack([ex[key] for ex in examples])[order])
     return DeviceData(arrays, per_device, seed, pad, flip, np.broadcast_to(fill, (3,)))

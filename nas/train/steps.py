@@ -21,11 +21,12 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from nas.train import optim, precise_bn
+from nas.train import extras, optim, precise_bn
 
 AXIS = "batch"
 State = dict[str, Any]
-LossFn = Callable[[jax.Array, jax.Array], jax.Array]  # (logits, integer labels) -> scalar
+# (logits, integer labels) -> scalar, or (logits, labels, batch) -> scalar (`extras`)
+LossFn = Callable[..., jax.Array]
 AugmentFn = Callable[[jax.Array, jax.Array], jax.Array]  # (key, images) -> images
 _AUGMENT_STREAM = 0x5EED  # folded into a step's key: the augmentation's own draws
 
@@ -41,13 +42,41 @@ def mean_xent(num_classes: int) -> LossFn:
                                                                               num_classes)))
 
 
-def example_losses(loss_fn: LossFn | None, num_classes: int
-                   ) -> Callable[[jax.Array, jax.Array], jax.Array]:
-    """(logits, labels) -> each example's loss: the user's loss of a batch of one."""
+def batch_loss(loss_fn: LossFn | None, num_classes: int
+               ) -> Callable[[jax.Array, jax.Array, jax.Array, Any], jax.Array]:
+    """(logits, labels, images, batch) -> the batch's loss: the user's two-argument loss, or
+    their batch-taking one given `extras.loss_batch` (the images as the model saw them and
+    the batch's extras), or the built-in mean cross-entropy."""
     if loss_fn is None:
-        return lambda logits, labels: softmax_xent(logits, jax.nn.one_hot(labels, num_classes))
-    one = lambda lg, lb: jnp.reshape(loss_fn(lg[None], lb[None]), ())  # noqa: E731
-    return jax.vmap(one)
+        built_in = mean_xent(num_classes)
+        return lambda logits, labels, images, batch: built_in(logits, labels)
+    if not extras.takes_batch(loss_fn):
+        return lambda logits, labels, images, batch: loss_fn(logits, labels)
+    return lambda logits, labels, images, batch: extras.call_loss(
+        loss_fn, logits, labels, extras.loss_batch(images, labels, batch))
+
+
+def example_losses(loss_fn: LossFn | None, num_classes: int
+                   ) -> Callable[..., jax.Array]:
+    """(logits, labels, images=None, batch=None) -> each example's loss: the user's loss of
+    a batch of one (a batch-taking loss sees that example's images and extras)."""
+    if loss_fn is None:
+        return lambda logits, labels, images=None, batch=None: softmax_xent(
+            logits, jax.nn.one_hot(labels, num_classes))
+    whole = batch_loss(loss_fn, num_classes)
+
+    def one(lg: jax.Array, lb: jax.Array, im: jax.Array, b: Any) -> jax.Array:
+        b = jax.tree.map(lambda x: x[None], b)
+        return jnp.reshape(whole(lg[None], lb[None], im[None], b), ())
+
+    def fn(logits: jax.Array, labels: jax.Array, images: jax.Array | None = None,
+           batch: Any = None) -> jax.Array:
+        if images is None:
+            images = jnp.zeros((logits.shape[0], 0), jnp.float32)
+        b = {k: batch[k] for k in extras.keys_of(batch)} if batch is not None else {}
+        return jax.vmap(one)(logits, labels, images, b)
+
+    return fn
 
 
 def cast_floats(tree: Any, dtype: Any) -> Any:
@@ -88,11 +117,12 @@ def make_train_step(
     activations and matmuls run in it; params, gradients, optimizer state, batch-norm
     statistics and the loss stay float32.
 
-    loss_fn(logits, labels) -> scalar (integer labels; a user's loss, `nas.train.custom`)
-    replaces the mean cross-entropy; augment_fn(key, images) -> images runs on each
+    loss_fn(logits, labels) -> scalar (integer labels; a user's loss, `nas.train.custom`),
+    or loss_fn(logits, labels, batch) (`nas.train.extras`), replaces the mean
+    cross-entropy; augment_fn(key, images) -> images runs on each
     device's float32 images first, with a key of its own per step and device.
     """
-    objective = loss_fn or mean_xent(num_classes)
+    objective = batch_loss(loss_fn, num_classes)
 
     def step_fn(state: State, batch: dict[str, jax.Array], rng: jax.Array):
         step = state["step"]
@@ -111,7 +141,7 @@ def make_train_step(
                 mutable=["batch_stats"],
             )
             loss = jnp.reshape(objective(logits.astype(jnp.float32),
-                                         batch["label"].reshape(-1)), ())
+                                         batch["label"].reshape(-1), images, batch), ())
             stats = jax.tree.map(lambda new, old: new.astype(old.dtype),
                                  new_vars.get("batch_stats", {}), state["batch_stats"])
             correct = jnp.mean(jnp.argmax(logits, axis=-1) == batch["label"].reshape(-1))
@@ -167,6 +197,17 @@ def make_eval_step(model: Any, num_classes: int, compute_dtype: Any = None,
     choosing the statistics inside the network instead broke XLA:CPU's fusion of the whole
     evaluated network and doubled an evaluation)."""
     per_example = example_losses(loss_fn, num_classes)
+
+    def per_example_loss(logits: jax.Array, batch: dict[str, jax.Array]) -> jax.Array:
+        """A split without the extras a loss reads (the test split) has no loss: NaN."""
+        labels = batch["label"].reshape(-1)
+        try:
+            return per_example(logits, labels, batch["image"], batch)
+        except extras.MissingExtra:
+            if extras.keys_of(batch):
+                raise
+            return jnp.full(labels.shape, jnp.nan, jnp.float32)
+
     momenta = precise_bn.recomputable(model.graph)
     statistics = precise_bn.batch_statistics(model, momenta) if statistics_rows else None
 
@@ -179,7 +220,7 @@ def make_eval_step(model: Any, num_classes: int, compute_dtype: Any = None,
         logits = model.apply(cast, cast_floats(batch["image"], compute_dtype),
                              deterministic=True, training=False).astype(jnp.float32)
         mask = batch["mask"]
-        loss = per_example(logits, batch["label"].reshape(-1)) * mask
+        loss = per_example_loss(logits, batch) * mask
         correct = (jnp.argmax(logits, axis=-1) == batch["label"]).astype(jnp.float32) * mask
         return (jnp.sum(correct), jnp.sum(loss), jnp.sum(mask)), correct.astype(jnp.uint8), \
             running(variables)

@@ -647,21 +647,34 @@ def _train_and_eval(config: ml_collections.ConfigDict, eval_perf: bool,
     if per_example is not None:
         metrics.eval_correct = examples.to_text(per_example)
     if test is not None:
-        metrics.test_acc, metrics.test_loss, _, test_bits = test
-        metrics.test_examples = data.test_data.num_examples
-        if test_bits is not None:
-            metrics.test_correct = examples.to_text(test_bits)
+        _add_test(metrics, test, data.test_data.num_examples)
     if eval_perf:
-        t = time.perf_counter()
-        metrics.num_params = perf.count_params(out_vars["params"])
-        model = _apply_model(graph, constants)
-        metrics.flops = perf.flops_per_example(model, out_vars, config_lib.image_shape(config))
-        metrics.measure_seconds = time.perf_counter() - t
+        _add_costs(metrics, out_vars, graph, constants, config)
     else:
         metrics.im_sec_core_train = metrics.im_sec_core_infer = 0.0
     writer.write({"step": step, "epoch": epoch, "final": metrics.to_dict()})
     return metrics, epoch, {"params": out_vars["params"],
                             "batch_stats": out_vars.get("batch_stats", {})}
+
+
+def _add_test(metrics: Metrics, test: tuple[Any, ...], examples_count: int) -> None:
+    """The test split's accuracy, loss and per-example results (reported only)."""
+    metrics.test_acc, metrics.test_loss, _, test_bits = test
+    if math.isnan(metrics.test_loss):  # the loss reads extras the test split lacks
+        metrics.test_loss = -1.0  # not measured (`steps.make_eval_step`)
+    metrics.test_examples = examples_count
+    if test_bits is not None:
+        metrics.test_correct = examples.to_text(test_bits)
+
+
+def _add_costs(metrics: Metrics, out_vars: Any, graph: Any, constants: Any,
+               config: ml_collections.ConfigDict) -> None:
+    """Parameters and FLOPs per example of the trained model."""
+    t = time.perf_counter()
+    metrics.num_params = perf.count_params(out_vars["params"])
+    model = _apply_model(graph, constants)
+    metrics.flops = perf.flops_per_example(model, out_vars, config_lib.image_shape(config))
+    metrics.measure_seconds = time.perf_counter() - t
 
 
 def _apply_model(graph: Any, constants: Any) -> Callable[..., Any]:

@@ -105,6 +105,7 @@ class StandardTrainer:
             if self.bn_batches else 0, loss_fn=functions.get("loss")), axis_name=steps.AXIS)
         self._flags = {use: steps.replicate(np.asarray(use), self.ndev) for use in (False, True)}
         self._train_c = self._eval_c = None
+        self._eval_keys: set[str] = set()
         self._memory = (0, 0)
         self._local_batch = 0
         self._precise: tuple[int, dict[str, Any]] | None = None  # (step, variables)
@@ -160,6 +161,11 @@ class StandardTrainer:
         that compile are the ones that train, and threads measured slower: one thread
         there."""
         t = time.perf_counter()
+        self._eval_keys = set(eval_batch)
+        self._statistics_batches = [  # the eval batch's extras (zeros): its program
+            ({**{k: np.zeros((len(b["label"]), *np.shape(v)[1:]), np.asarray(v).dtype)
+                 for k, v in eval_batch.items() if k not in b}, **b}, n)
+            for b, n in self._statistics_batches]
         eval_vars = steps.replicate(self._trained_variables(), self.ndev)
         jobs = [lambda: self._train.lower(self._state_r, *self._args(batch)).compile(
                     compiler_options=compilation.gradient_options()),
@@ -188,8 +194,10 @@ class StandardTrainer:
     def _evaluate(self, variables_r: Any, batch: Mapping[str, np.ndarray], use_batch: bool
                   ) -> dict[str, Any]:
         """The eval program's outputs (host arrays, one row per device)."""
-        # Not compiled ahead when a resumed run had no step left to train.
-        step_fn = self._eval_c if self._eval_c is not None else self._eval
+        # Not compiled ahead when a resumed run had no step left to train; a split without
+        # the validation split's extras (the test split) is traced for its own batches.
+        compiled = self._eval_c is not None and set(batch) == self._eval_keys
+        step_fn = self._eval_c if compiled else self._eval
         out = step_fn(variables_r, steps.shard(dict(batch), self.ndev), self._flags[use_batch])
         return jax.device_get(out)
 

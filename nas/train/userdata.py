@@ -27,7 +27,7 @@ import numpy as np
 import tensorflow_datasets as tfds
 from absl import logging
 
-from nas.train import userfiles
+from nas.train import extras, userfiles
 
 KINDS = ("folder", "npz")
 SUBDIR = "nas_user_data"  # under the tfds data dir
@@ -70,7 +70,9 @@ class UserImages(tfds.core.GeneratorBasedBuilder):
         return tfds.core.DatasetInfo(
             builder=self,
             description=f"{c.kind}:{c.path}, converted by nas",
-            features=tfds.features.FeaturesDict({"image": image, "label": label}),
+            features=tfds.features.FeaturesDict({"image": image, "label": label, **{
+                extras.PREFIX + k: tfds.features.Tensor(shape=v.shape[1:], dtype=v.dtype)
+                for k, v in c.extras.items()}}),
             supervised_keys=("image", "label"),
         )
 

@@ -10,10 +10,13 @@ writes. Nothing here writes to disk.
   if any image has colour, every image becomes RGB.
 * `npz:FILE`: arrays `x_train, y_train, x_test, y_test` (as Keras publishes mnist, cifar10):
   uint8 images NHW (greyscale) or NHWC (1 or 3 channels), integer labels (N,) or (N, 1).
+  Any other array is an extra (`nas.train.extras`): one row per training example (e.g. a
+  teacher's soft labels, sample weights), handed to a loss that takes the batch.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import zipfile
@@ -23,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from nas.train import extras as extras_lib
 
 SPLITS = ("train", "test")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
@@ -47,6 +52,7 @@ class Content:
     classes: tuple[str, ...] | None
     sizes: dict[str, int]  # examples per split
     reader: Any  # _FolderReader | _NpzReader
+    extras: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)  # npz: train rows
 
     def examples(self, split: str) -> Iterator[Example]:
         """(key, {"image": uint8 HWC, "label": int}) for every example of `split`."""
@@ -202,11 +208,18 @@ def _read_folder(root: Path) -> Content:
 @dataclass(frozen=True)
 class _NpzReader:
     arrays: dict[str, np.ndarray]
+    extras: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
 
     def examples(self, split: str) -> Iterator[Example]:
+        """The training split's examples carry their extras; the test split's zeros (tfds
+        declares one set of features for both; the pipeline drops them there)."""
         x, y = self.arrays[f"x_{split}"], self.arrays[f"y_{split}"]
         for i in range(len(x)):
-            yield str(i), {"image": x[i], "label": int(y[i])}
+            ex = {"image": x[i], "label": int(y[i])}
+            for name, rows in self.extras.items():
+                ex[extras_lib.PREFIX + name] = rows[i] if split == "train" else \
+                    np.zeros(rows.shape[1:], rows.dtype)
+            yield str(i), ex
 
 
 def _read_npz(path: str) -> Content:
@@ -226,11 +239,14 @@ def _read_npz(path: str) -> Content:
                              f"{what})")
         try:
             arrays = {k: npz[k] for k in _NPZ_ARRAYS}
+            others = {k: npz[k] for k in npz.files if k not in _NPZ_ARRAYS}
         except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
             raise ValueError(f"{path}: unreadable npz ({_reason(e)}; {what})") from None
     arrays, shape, num_classes = checked_arrays(path, arrays)
+    extras = extras_lib.checked(others, len(arrays["x_train"]), f"{path}: extra array")
     sizes = {s: len(arrays[f"x_{s}"]) for s in SPLITS}
-    return Content("npz", path, shape, num_classes, None, sizes, _NpzReader(arrays))
+    return Content("npz", path, shape, num_classes, None, sizes,
+                   _NpzReader(arrays, extras), extras)
 
 
 def checked_arrays(where: str, arrays: dict[str, np.ndarray]

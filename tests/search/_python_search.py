@@ -4,17 +4,22 @@
     python tests/search/_python_search.py WORKDIR OUT.json
 
 A Flax model imported with `nas.from_flax`, the digits held in memory as arrays (8x8x3, so a
-candidate trains in seconds), a loss with a constant offset (the reported losses must show
-it), a cost of the user's, 2 worker processes. Three calls: the first stops itself from a
-callback once 2 candidates are done; the second is interrupted (SIGINT, as a notebook's
-interrupt or Ctrl-C) when the third finishes; the third resumes to 4; the fourth trains
-nothing.
+candidate trains in seconds), a loss that sees the batch and adds the mean of a per-example
+extra `offset` (OFFSET for every example: the reported losses must show it, so the extra
+reached the worker processes), a cost of the user's, 2 worker processes. Four calls: the
+first stops itself from a callback once 2 candidates are done; the second is interrupted
+(SIGINT, as a notebook's interrupt or Ctrl-C) when the third finishes, and raises
+`nas.SearchInterrupted` with one line; the third resumes to 4, saying so in one line; the
+fourth trains nothing.
 """
 
+import contextlib
+import io
 import json
 import os
 import signal
 import sys
+import traceback
 
 import flax.linen as nn
 import jax
@@ -37,8 +42,9 @@ class Net(nn.Module):
         return nn.Dense(10)(jnp.mean(x, axis=(1, 2)))
 
 
-def offset_loss(logits, labels):
-    return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean() + OFFSET
+def offset_loss(logits, labels, batch):
+    ce = optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
+    return ce + jnp.mean(batch["offset"])
 
 
 def kilo_params(candidate):
@@ -97,21 +103,29 @@ def main(workdir, out):
     def search(**kw):
         return nas.run_search(seed, data, workdir=workdir, max_candidates=4, loss=offset_loss,
                               costs={"kilo_params": kilo_params}, overrides=OVERRIDES,
-                              progress=False, **kw)
+                              progress=False, extras={"offset": np.full(len(data[0]), OFFSET)},
+                              **kw)
 
     def interrupt(candidate):
         os.kill(os.getpid(), signal.SIGINT)
 
     stopped = search(callbacks=[stop_at_two])
-    report = {"stopped": {"counts": stopped.study.counts(), "told": finished}}
+    report = {"stopped": {"counts": stopped.study.counts(), "told": finished,
+                          "report": os.path.isfile(os.path.join(workdir, "report",
+                                                                "report.html"))}}
     try:
         search(callbacks=[interrupt])
         report["interrupted"] = None
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         report["interrupted"] = {
             "counts": nas.SearchResult.load(workdir).study.counts(),
-            "workers": worker_processes()}
-    done = search()
+            "workers": worker_processes(), "type": type(e).__name__, "message": str(e),
+            "frames": [f"{f.filename}:{f.name}" for f in traceback.extract_tb(e.__traceback__)],
+            "context": e.__context__ is not None and not e.__suppress_context__}
+    said = io.StringIO()
+    with contextlib.redirect_stdout(said):
+        done = search()
+    report["resumed_output"] = said.getvalue()
     recommended = done.recommended
     batch = np.zeros((3, *recommended.input_shape), np.float32)
     report["done"] = {

@@ -117,3 +117,22 @@ def test_export_recommended_exports_it(untrained, tmp_path):
     assert proc.stdout.startswith(f"wrote {tmp_path}/rec.zip: candidate 3 (recommended)")
     cand = nas.load_candidate(tmp_path / "rec.zip")
     assert cand.info["id"] == 3 and cand.metrics["vs_seed"]["validation"]["decision"] == "better"
+
+
+def test_when_the_seed_wins_the_reason_names_the_cost(untrained, tmp_path):
+    """Seed 1 and one child worse than it everywhere: the seed is recommended, and the line
+    says in which cost no child is cheaper."""
+    graph, seed_right = untrained
+    study = Study.create(tmp_path / "s", {"search": {"selection": {"noninferiority_pt": 2.0}}})
+    worse = seed_right.copy()
+    worse[np.flatnonzero(seed_right)[:20]] = False
+    for parent, right in ((None, seed_right), (1, worse)):
+        cid = study.add(graph, parent_id=parent)
+        study.claim("w", cid)
+        study.tell(cid, {"accuracy": float(right.mean()), "flops": 100.0, "params": 100.0,
+                         "latency_ms": 2.0, "val_examples": N,
+                         "val_correct": examples.to_text(right)}, worker="w")
+    rec = recommend.recommend(study.candidates("done"), recommend.Comparisons.of(study), 2.0,
+                              cost="params")
+    assert rec.candidate.id == 1
+    assert "no child is cheaper than the seed in params and non-inferior" in rec.reason

@@ -58,6 +58,7 @@ def test_a_callback_raising_stop_search_stops_there_and_the_next_call_resumes(py
     _, report = python_search
     counts = report["stopped"]["counts"]
     assert len(report["stopped"]["told"]) == 2  # it stopped at the callback that raised
+    assert report["stopped"]["report"]  # report/report.html written when it ended
     assert counts["running"] == 0  # every claim handed back
     assert counts["done"] + counts["failed"] == 2, counts
     assert len(report["done"]["rows"]) == 4  # resumed to the budget
@@ -72,6 +73,18 @@ def test_an_interrupt_stops_it_with_no_process_left_and_the_next_call_resumes(
     assert interrupted["counts"]["running"] == 0
     assert sum(interrupted["counts"][s] for s in ("done", "failed")) == 3
     assert sum(r["status"] == "done" for r in report["done"]["rows"]) >= 3
+
+
+def test_an_interrupt_is_one_line_without_the_librarys_frames_and_a_resume_says_so(
+        python_search):
+    interrupted = python_search[1]["interrupted"]
+    assert interrupted["type"] == "SearchInterrupted"
+    assert interrupted["message"] == ("interrupted: 3 of 4 candidates done, the running ones "
+                                      "went back to pending; call run_search again to resume")
+    inside = [f for f in interrupted["frames"] if "/nas/" in f]
+    assert inside == [f for f in inside if f.endswith("api.py:run_search")], inside
+    assert len(inside) <= 1 and not interrupted["context"]
+    assert python_search[1]["resumed_output"].splitlines() == ["resuming: 3 done, 1 to go"]
 
 
 def test_a_finished_search_called_again_trains_nothing(python_search):

@@ -27,6 +27,7 @@ from nas.search.execution.ray_cluster import fork_then_exec
 from nas.search.execution.ray_files import read_files, replace_folder
 from nas.search.execution.task import Executor, Outcome, Task, outcome_of
 from nas.search.execution.worker import describe_failure, train_candidate, train_or_failure
+from nas.search.execution.worker_death import death_cause
 
 # ----------------------------------------------------------------------------- devices
 
@@ -229,13 +230,14 @@ class LocalExecutor:
             else:
                 suspects.append(task)
         self._inflight.clear()
-        for process in list(getattr(self._pool, "_processes", {}).values()):
+        processes = list(getattr(self._pool, "_processes", {}).values())
+        cause = death_cause(processes)  # before the kills below: those that ended alone
+        for process in processes:
             process.kill()
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._pool = self._new_pool()
         if len(suspects) == 1:
-            return outcomes + [Outcome.failed(suspects[0], "worker process died (killed or "
-                                                           "out of memory)")]
+            return outcomes + [Outcome.failed(suspects[0], cause)]
         logging.warning("a worker process died with candidates %s in flight; each runs again "
                         "alone", ", ".join(str(t.candidate_id) for t in suspects))
         self._suspects += suspects

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from nas.io.candidate import ExportedCandidate, write_candidate
+from nas.io.candidate import ExportedCandidate, load_candidate, write_candidate
 
 
 def export_candidate(study: Any, candidate_id: int, path: str | os.PathLike,
@@ -86,10 +86,11 @@ def home_model(home: Any) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def export_flax_code(study: Any, candidate_id: int, directory: str | os.PathLike,
-                     home: Any = None) -> Path:
+                     home: Any = None, api: str | None = None) -> Path:
     """Write candidate `candidate_id` of `study` as `model.py` and `variables.msgpack` into
     `directory` (new or empty), from its final checkpoint and the image size it trained on.
-    A candidate without trained weights (failed, pending) is refused in one line."""
+    A candidate without trained weights (failed, pending) is refused in one line. `api`
+    ("linen" or "nnx", `nas.export_flax`): by default the seed's, as it was imported."""
     from nas.graph.serialize import graph_from_dict
     from nas.interop.flax_code import check_out_dir, export_flax
     from nas.train.checkpoint import load_variables
@@ -109,8 +110,21 @@ def export_flax_code(study: Any, candidate_id: int, directory: str | os.PathLike
                  else load_variables(cand.checkpoint_path))
     candidate = ExportedCandidate(
         path=f"candidate {cand.id}", graph=graph, constants=dict(constants or {}),
-        variables=variables, input_shape=shape)
-    return export_flax(candidate, directory)
+        variables=variables, input_shape=shape,
+        train_config=dict(study.config["train"]), info={"api": seed_api(study)})
+    return export_flax(candidate, directory, api=api)
+
+
+def seed_api(study: Any) -> str:
+    """"nnx" when the study's seed was imported from an NNX module (`nas.from_flax` records
+    it in the seed's file), else "linen"."""
+    path = (study.config.get("search") or {}).get("seed_graph") or ""
+    if not path.endswith(".zip") or not os.path.isfile(path):
+        return "linen"
+    try:
+        return load_candidate(path).info.get("api") or "linen"
+    except ValueError:  # an unreadable seed file: the linen default
+        return "linen"
 
 
 def paired_metrics(study: Any, cand: Any) -> dict[str, Any]:

@@ -260,8 +260,8 @@ def recommend(candidates: Sequence[Candidate], pairs: Comparisons, margin: float
                                        if unpaired else ""))
     name = "the seed" if reference.id == seed.id else f"candidate {reference.id}"
     if chosen.id == seed.id and reference.id == seed.id:
-        why += (f"; no child is cheaper than the seed and non-inferior to it at {margin:g} "
-                f"pt on validation (paired) ({held})")
+        why += (f"; no child is cheaper than the seed in {cost} and non-inferior to it at "
+                f"{margin:g} pt on validation (paired) ({held})")
     else:
         why += (f"; the cheapest candidate non-inferior to {name} at {margin:g} pt on "
                 f"validation (paired): {len(good)} of {len(done)} done candidates are"
