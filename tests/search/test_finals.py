@@ -26,7 +26,7 @@ from nas.search.strategy.finals_config import FinalsConfig
 from nas.train.checkpoint import load_variables
 from tests.search.conftest import ROOT, tiny_search_config
 
-FINALS = {"k": 1, "repeats": 1, "folds": 2}
+FINALS = {"k": 1, "repeats": 1, "folds": 2, "epochs": 0.5}
 
 
 def finals_config(**finals):
