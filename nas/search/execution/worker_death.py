@@ -65,10 +65,7 @@ def death_cause(processes: Iterable[Any]) -> str:
     """The driver's line for the worker processes that ended (multiprocessing `Process`
     objects with `pid` and `exitcode`): a recorded cause first, else from the exit code."""
     codes = []
-    for process in processes:
-        code = getattr(process, "exitcode", None)
-        if code is None:
-            continue
+    for process in processes:  # a recorded line counts before the process is reaped
         path = cause_path(os.getpid(), process.pid)
         try:
             with open(path) as f:
@@ -78,7 +75,9 @@ def death_cause(processes: Iterable[Any]) -> str:
             line = ""
         if line:
             return line
-        codes.append(code)
+        code = getattr(process, "exitcode", None)
+        if code is not None:
+            codes.append(code)
     if any(code > 0 for code in codes):  # the pool terminates the others: -SIGTERM
         return (f"worker process exited with status {max(codes)} on an exception (its "
                 f"traceback is on stderr)")

@@ -249,6 +249,8 @@ def answer(study: Any, pairs: Comparisons | None = None) -> Answer:
         store.close()
     if found is None or not found.rows:
         return Answer(pick, pick, found, home, "the finals are not complete")
+    if pick.bounds and pick.candidate is None:  # nothing within the bounds: none, as said
+        return Answer(pick, pick, found, home, "")
     chosen = decide(found, margin, cost, pick, pick.bounds)
     seed = found.rows[0].candidate
     test = test_line({cid: run.correct for cid, run in home.items()}, chosen.candidate, seed)
