@@ -47,7 +47,12 @@ from nas.search.strategy.population import DoneCache, Population
 from nas.search.strategy.ray_config import RayConfig
 from nas.search.strategy.selection import Individual, SelectionConfig, select_parents
 from nas.search.strategy.selector import Selector
-from nas.search.strategy.settings import OPERATIONAL, candidate_train_config, validate_search
+from nas.search.strategy.settings import (
+    OPERATIONAL,
+    candidate_train_config,
+    seed_rounds,
+    validate_search,
+)
 from nas.train.checkpoint import load_variables, save_variables
 from nas.train.config import image_shape
 from nas.train.perf import count_params
@@ -165,6 +170,8 @@ def candidate_task(study: Study, train: ml_collections.ConfigDict,
         "stop_epochs": rung_plan(train, search).stop_epochs(candidate),
         "fit": fit,
         "costs": dict(search.get("costs", {}) or {}),
+        # the seed trains on while its validation accuracy rises (search.seed_max_epochs)
+        "rounds": seed_rounds(train.to_dict(), search) if candidate.parent_id is None else None,
     }
 
 

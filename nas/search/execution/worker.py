@@ -43,6 +43,7 @@ def train_candidate(
     share_device: str | None = None,
     functions: bytes | None = None,
     costs: dict[str, str] | None = None,
+    rounds: dict[str, Any] | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Trains and evaluates a candidate; returns (metrics, final variables as numpy).
 
@@ -61,7 +62,11 @@ def train_candidate(
     join the metrics. `functions` (`nas.search.execution.user_functions.pack`): the user's
     loss, optimizer, augmentation and costs by value; `costs` {name: "module:function"}:
     each cost runs on the trained candidate once it reaches its last rung, and its value
-    joins the metrics under its name (a cost that raises fails the candidate).
+    joins the metrics under its name (a cost that raises fails the candidate). `rounds`
+    (`nas.train.rounds.Rounds` fields; a search's seed): the schedule is run again from
+    where it ended while the validation accuracy still rises; the best round is returned,
+    with `rounds`, `round_accuracies`, `best_round`, `curve` (validation accuracy after
+    every epoch) and the epochs of all rounds in the metrics. The time limit is per round.
     """
     import jax
 
@@ -80,23 +85,8 @@ def train_candidate(
     config = ml_collections.ConfigDict(train_config)
     shipped = unpack(functions)
     cost_fns = cost_functions(costs or {}, shipped) if stop_epochs is None else {}
-    start = time.monotonic()
     turn = DeviceTurn(lock_path(share_device)) if share_device else None
-
-    def stop_now(step: int) -> bool:
-        """Called after every train step: stopping raises at once, so nothing more is
-        spent (no final evaluation or checkpoint of a candidate that is not recorded)."""
-        waited = turn.waited if turn is not None else 0.0
-        if time_limit_s and time.monotonic() - start - waited > time_limit_s:
-            where = f"step {step}" if step >= 0 else "an epoch's end"
-            raise CandidateTimeout(f"exceeded its time limit of {time_limit_s:g} s "
-                                   f"(stopped at {where})")
-        if owner_pid is not None and os.getppid() != owner_pid:
-            os._exit(1)  # orphaned: the driver died; its successor may train this candidate
-        if should_stop is not None and should_stop():
-            raise ClaimLost("this worker's lease on the candidate was lost")
-        return False
-
+    stop_now = StopCheck(time_limit_s, owner_pid, should_stop, turn)
     fitted: dict[str, float] = {}
 
     def refit(variables: dict[str, Any], built: Callable[[], None]) -> dict[str, Any]:
@@ -106,18 +96,99 @@ def train_candidate(
 
     if workdir:
         os.makedirs(workdir, exist_ok=True)
-    metrics, epochs, state = train_and_eval(
-        config, eval_perf=True, callback=lambda epoch, _: not stop_now(-1), graph=graph,
-        constants=constants, workdir=workdir, init_variables=init_variables,
-        should_stop=stop_now, device_data_cache=_DEVICE_DATA, stop_epochs=stop_epochs,
-        refit=refit if fit is not None else None, device_stage=turn, functions=shipped)
-    values = {**metrics_dict(metrics), **fitted, "epochs": epochs}
+
+    def run(variables: Any, where: str | None, seen: list[float]) -> tuple[Any, int, Any]:
+        def on_eval(epoch: int, m: Any) -> bool:
+            seen.append(float(m.acc))
+            return not stop_now(-1)
+
+        return train_and_eval(
+            config, eval_perf=True, callback=on_eval, graph=graph, constants=constants,
+            workdir=where, init_variables=variables, should_stop=stop_now,
+            device_data_cache=_DEVICE_DATA, stop_epochs=stop_epochs,
+            refit=refit if fit is not None else None, device_stage=turn, functions=shipped)
+
+    if rounds:
+        values, state = _train_rounds(run, rounds, workdir, init_variables, stop_now.restart)
+    else:
+        metrics, epochs, state = run(init_variables, workdir, [])
+        values = {**metrics_dict(metrics), "epochs": epochs}
+    values.update(fitted)
     if not all(math.isfinite(v) for v in values.values() if isinstance(v, float)):
         raise FloatingPointError(f"training diverged: non-finite metrics {values}")
     variables = jax.tree.map(np.asarray, jax.block_until_ready(state))
     if cost_fns:
         values.update(measure_costs(cost_fns, graph_json, variables, dict(train_config), values))
     return values, variables
+
+
+class StopCheck:
+    """Called after every train step: stopping raises at once, so nothing more is spent
+    (no final evaluation or checkpoint of a candidate that is not recorded). The soft time
+    limit counts from the last `restart` (a seed's round), without device waits."""
+
+    def __init__(self, time_limit_s: float, owner_pid: int | None,
+                 should_stop: Callable[[], bool] | None, turn: Any) -> None:
+        self.time_limit_s, self.owner_pid = time_limit_s, owner_pid
+        self.should_stop, self.turn = should_stop, turn
+        self.restart()
+
+    def restart(self) -> None:
+        self.start = time.monotonic()
+        self.waited_before = self.turn.waited if self.turn is not None else 0.0
+
+    def __call__(self, step: int) -> bool:
+        waited = (self.turn.waited if self.turn is not None else 0.0) - self.waited_before
+        if self.time_limit_s and time.monotonic() - self.start - waited > self.time_limit_s:
+            where = f"step {step}" if step >= 0 else "an epoch's end"
+            raise CandidateTimeout(f"exceeded its time limit of {self.time_limit_s:g} s "
+                                   f"(stopped at {where})")
+        if self.owner_pid is not None and os.getppid() != self.owner_pid:
+            os._exit(1)  # orphaned: the driver died; its successor may train this candidate
+        if self.should_stop is not None and self.should_stop():
+            raise ClaimLost("this worker's lease on the candidate was lost")
+        return False
+
+
+def _train_rounds(run: Callable[..., Any], rounds: dict[str, Any], workdir: str | None,
+                  start: Any, new_round: Callable[[], None]) -> tuple[dict[str, Any], Any]:
+    """`run` in rounds (`nas.train.rounds`): round 0 in `workdir`, round k in
+    `workdir/round<k>`, so a resumed seed replays its finished rounds from their
+    checkpoints. Each round's curve is read from its metrics.jsonl where it has one (the
+    same after a resume), else from its evaluations."""
+    from nas.train.rounds import Rounds, train_in_rounds
+
+    def run_round(index: int, variables: Any) -> tuple[dict[str, Any], int, Any, list]:
+        new_round()
+        where = workdir if not workdir or index == 0 else os.path.join(workdir, f"round{index}")
+        seen: list[float] = []
+        metrics, epochs, state = run(variables, where, seen)
+        values = metrics_dict(metrics)
+        logged = epoch_accuracies(where) if where else []
+        return values, epochs, state, logged or [*seen, float(values["accuracy"])]
+
+    result = train_in_rounds(run_round, Rounds(**rounds), start)
+    values = {**result.metrics, "epochs": result.epochs, "rounds": result.rounds,
+              "best_round": result.best_round, "curve": result.curve,
+              "round_accuracies": result.round_accuracies,
+              "rounds_stopped": result.stopped_because}
+    return values, result.variables
+
+
+def epoch_accuracies(workdir: str) -> list[float]:
+    """Validation accuracy after each epoch, from a run's metrics.jsonl (the last record
+    of an epoch wins: a resumed run may have logged it twice)."""
+    import json
+
+    path = os.path.join(workdir, "metrics.jsonl")
+    by_epoch: dict[int, float] = {}
+    if os.path.isfile(path):
+        with open(path) as f:
+            for line in f:
+                record = json.loads(line)
+                if "eval_acc" in record and "epoch" in record:
+                    by_epoch[int(record["epoch"])] = float(record["eval_acc"])
+    return [by_epoch[e] for e in sorted(by_epoch)]
 
 
 def metrics_dict(metrics: Any) -> dict[str, Any]:

@@ -35,6 +35,13 @@ def search_defaults() -> ml_collections.ConfigDict:
         "seed": 0,
         "max_candidates": 12,  # including the seed model
         "seed_epochs": 0.0,  # epochs for the seed model (0: train.total_epochs, like children)
+        # The seed trains in rounds of seed_epochs (each a whole schedule, from where the
+        # last ended) while a round's validation accuracy beats the best by more than
+        # seed_min_gain, stopping after seed_patience rounds without; at most
+        # seed_max_epochs in all (0: one round, as before). nas.train.rounds says why.
+        "seed_max_epochs": 0.0,
+        "seed_patience": 1,
+        "seed_min_gain": 0.0,
         "child_lr": 0.0,  # learning rate for children, which fine-tune (0: train.lr)
         # every candidate logs its training loss and accuracy every this many steps, so its
         # report shows a curve, not one point (0: train.log_training_steps)
@@ -99,6 +106,9 @@ SEARCH_SCHEMA: dict[str, schema.Field] = {
     "seed": schema.Field(int, low=0, high=2**63 - 1),  # stored as an SQLite INTEGER
     "max_candidates": schema.positive(),
     "seed_epochs": schema.at_least(0, float, expected="(0: train.total_epochs)"),
+    "seed_max_epochs": schema.at_least(0, float, expected="(0: one round of seed_epochs)"),
+    "seed_patience": schema.positive(),
+    "seed_min_gain": schema.Field(float, low=0.0, high=0.5),
     "child_lr": schema.at_least(0, float, expected="(0: train.lr)"),
     "log_every_steps": schema.at_least(0, expected="(0: train.log_training_steps)"),
     "executor": schema.one_of(*EXECUTORS),
@@ -191,6 +201,21 @@ def candidate_train_config(train: dict[str, Any], search: Any, is_seed: bool
     if int(search.get("log_every_steps", 0)) > 0:
         config["log_training_steps"] = int(search["log_every_steps"])
     return config
+
+
+def seed_rounds(train: dict[str, Any], search: Any) -> dict[str, Any] | None:
+    """`nas.train.rounds.Rounds` fields for the seed's training, or None for one round
+    (`search.seed_max_epochs` 0, or no room for a second round)."""
+    from nas.train.rounds import Rounds
+
+    max_epochs = float(search.get("seed_max_epochs", 0.0))
+    epochs = float(candidate_train_config(train, search, is_seed=True)["total_epochs"])
+    rounds = Rounds.for_seed(epochs, max_epochs, int(search.get("seed_patience", 1)),
+                             float(search.get("seed_min_gain", 0.0)))
+    if max_epochs <= 0:
+        return None
+    return {"max_rounds": rounds.max_rounds, "patience": rounds.patience,
+            "min_gain": rounds.min_gain}
 
 
 def check_dataset(train: ml_collections.ConfigDict) -> None:
