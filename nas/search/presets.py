@@ -13,7 +13,7 @@ from nas.search.strategy.settings import search_defaults
 
 def evolution(train: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     """A short evolution search around `train` (a `nas.train` config, changed in place):
-    the seed trains 3 epochs, children inherit their parent's weights, are fitted, then
+    the seed trains 3 epochs a round while it improves, children inherit their parent's weights, are fitted, then
     fine-tune 2 epochs."""
     # Children start from their parent's weights: two epochs of fine-tuning (one left most
     # cheap children a few test images short of the seed: docs/benchmarks.md, issue 25).
@@ -25,6 +25,12 @@ def evolution(train: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     config.search = search_defaults()
     config.search.max_candidates = 8
     config.search.seed_epochs = 3.0
+    # The seed trains on in rounds of 3 epochs while a round gains more than a point of
+    # validation accuracy, 15 epochs at most (nas.train.rounds): an untrained model of a
+    # user's is far from what it reaches after 3 (issue 51); a trained one stops after one.
+    config.search.seed_max_epochs = 15.0
+    config.search.seed_patience = 1
+    config.search.seed_min_gain = 0.01
     config.search.child_lr = 5e-4  # children fine-tune from inherited weights
     config.search.log_every_steps = 4  # a digits child's epoch is ~22 steps: 11 points
     config.search.time_limit_s = 1800.0  # a safety net only: a loaded machine never decides

@@ -80,6 +80,10 @@ class SearchFailed(ValueError):
 UNUSABLE_PARENTS = "unusable_parents"
 
 
+# Study state: whether the search said that its seed is below search.selection.min_acc.
+SEED_BELOW_MIN_ACC = "seed_below_min_acc_said"
+
+
 def unusable_parents(study: Study) -> dict[int, str]:
     """The candidates marked unusable as parents, with the reason recorded for each."""
     return {int(k): str(v) for k, v in (study.get_state(UNUSABLE_PARENTS, {}) or {}).items()}
@@ -421,9 +425,11 @@ class Driver:
         try:
             parent_id = self.choose_parent(done, rng)
         except ValueError as e:  # e.g. nobody reaches min_acc
-            logging.warning("no parent can be selected: %s", e)
-            self.study.set_state("proposals", k + 1)
-            return None
+            parent_id = self.seed_below_min_acc(done)
+            if parent_id is None:
+                logging.warning("no parent can be selected: %s", e)
+                self.study.set_state("proposals", k + 1)
+                return None
         parent = self.study.get(parent_id)
         child_seed = int(rng.integers(2**31 - 1))
         graph, constants = load(parent.graph_json)
@@ -463,6 +469,24 @@ class Driver:
             self.study.set_state("proposals", k + 1)
             return None
         return child_id
+
+    def seed_below_min_acc(self, done: Sequence[Any]) -> int | None:
+        """The seed, when no done candidate reaches `search.selection.min_acc` (issue 51):
+        its own children are proposed from it rather than the search ending with the seed
+        alone; said once per study, in one line naming what to set. None otherwise."""
+        min_acc = self.selection.min_acc
+        seed = next((c for c in done if c.parent_id is None), None)
+        if min_acc is None or seed is None or any(c.accuracy >= min_acc for c in done):
+            return None
+        if not self.study.get_state(SEED_BELOW_MIN_ACC, False):
+            line = (f"the seed's validation accuracy {seed.accuracy:.3f} is below "
+                    f"search.selection.min_acc={min_acc:g}: its children are proposed from "
+                    f"it until one reaches that bar; set search.selection.min_acc lower, "
+                    f"or search.seed_max_epochs to train the seed on")
+            print(line, flush=True)
+            logging.warning("%s", line)
+            self.study.set_state(SEED_BELOW_MIN_ACC, True)
+        return int(seed.id)
 
     def parent_variables(self, parent: Any) -> dict[str, Any] | None:
         """The weights of `parent`, or None when they cannot be read: it is then marked
