@@ -13,8 +13,8 @@ from nas.search.strategy.settings import search_defaults
 
 def evolution(train: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     """A short evolution search around `train` (a `nas.train` config, changed in place):
-    the seed trains 3 epochs a round while it improves, children inherit their parent's weights, are fitted, then
-    fine-tune 2 epochs."""
+    the seed trains 3 epochs a round while it improves, children inherit their parent's
+    weights, are fitted, then fine-tune 2 epochs (at least `min_child_steps` steps)."""
     # Children start from their parent's weights: two epochs of fine-tuning (one left most
     # cheap children a few test images short of the seed: docs/benchmarks.md, issue 25).
     train.total_epochs = 2.0
@@ -32,6 +32,10 @@ def evolution(train: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     config.search.seed_patience = 1
     config.search.seed_min_gain = 0.01
     config.search.child_lr = 5e-4  # children fine-tune from inherited weights
+    # ... for at least 100 steps: 2 epochs of the digits are 40, and children of users'
+    # models on small data collapsed after about 45 (issue 51); on 4,000 images 2 epochs
+    # are already 112 steps, so this binds only on small data
+    config.search.min_child_steps = 100
     config.search.log_every_steps = 4  # a digits child's epoch is ~22 steps: 11 points
     config.search.time_limit_s = 1800.0  # a safety net only: a loaded machine never decides
     # Candidate k reads the results of candidates up to k - 2, so while one child trains the

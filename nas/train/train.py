@@ -184,7 +184,7 @@ def setup_data(config: ml_collections.ConfigDict, on_device_ok: bool,
             shuffle=inp.shuffle_buffer_size > 0, num_threads=inp.num_threads,
             prefetch=inp.prefetch))
     steps_per_epoch = n_train / global_batch
-    total_steps = max(1, int(steps_per_epoch * config.total_epochs))
+    total_steps = config_lib.total_steps(config, steps_per_epoch)
     eval_data = data_lib.make_eval_data(inp.data.name, config.eval.data.split, data_dir,
                                         inp.image_size, config.eval.batch_size,
                                         jax.local_device_count(), inp=inp)
@@ -493,6 +493,16 @@ def run_loop(config: ml_collections.ConfigDict, trainer: Any, data: Data, meta: 
     return step, epoch, acc, loss, per_example
 
 
+def start_accuracy(trainer: Any, data: Data, meta: dict[str, Any], timings: Timings) -> None:
+    """The eval accuracy of the starting weights, before the first step, into `meta`
+    (which checkpoints keep); not measured again by a run resumed past step 0."""
+    if "start_acc" in meta or int(np.asarray(trainer.state()["step"])) > 0:
+        return
+    t = time.perf_counter()
+    meta["start_acc"] = float(evaluate(trainer, data.eval_data)[0])
+    timings.eval += time.perf_counter() - t
+
+
 def finish_checkpoints(ckpt: Checkpointer | None, timings: Timings) -> None:
     """Waits for the checkpoints still being written, after the device stage."""
     if ckpt is not None:
@@ -523,6 +533,7 @@ def train_and_eval(
     device_stage: contextlib.AbstractContextManager | None = None,
     progress: bool | None = None,
     functions: Mapping[str, Callable[..., Any]] | None = None,
+    evaluate_start: bool = False,
 ) -> tuple[Metrics, int, dict[str, Any]]:
     """Train `graph` (or the config's zoo model); return (metrics, epochs, state).
 
@@ -549,6 +560,8 @@ def train_and_eval(
       fields naming "package.module:function" without a value here are imported.
     progress: show a bar of the training steps on stderr (None: only when stderr is a
       terminal; `nas-train` shows it unless --noprogress, as `nas-search` does).
+    evaluate_start: evaluate the starting weights (after `refit`) before the first step,
+      as `metrics.start_acc` (kept in the checkpoint: a resumed run reports it too).
     state: {"params", "batch_stats"} (the EMA of them when ema_decay > 0).
     """
     if "train" in config:  # a search config: its `train` part trains one candidate
@@ -565,7 +578,7 @@ def train_and_eval(
         metrics, epoch, state = _train_and_eval(
             config, eval_perf, callback, graph, constants, workdir, init_variables, freeze,
             freeze_inherited, should_stop, device_data_cache, stop_epochs, refit,
-            device_stage, progress, functions)
+            device_stage, progress, functions, evaluate_start)
     metrics.compilations, metrics.compile_cache_hits = counter.compiles, counter.cache_hits
     logging.info("%d compilations, %d persistent cache hits; compiled: %s", counter.compiles,
                  counter.cache_hits, ", ".join(counter.compiled) or "nothing")
@@ -582,6 +595,7 @@ def _train_and_eval(config: ml_collections.ConfigDict, eval_perf: bool,
                     device_stage: contextlib.AbstractContextManager | None,
                     progress: bool | None = None,
                     functions: Mapping[str, Callable[..., Any]] | None = None,
+                    evaluate_start: bool = False,
                     ) -> tuple[Metrics, int, dict[str, Any]]:
     """The stages, top to bottom (see the module docstring)."""
     start = time.perf_counter()
@@ -611,6 +625,8 @@ def _train_and_eval(config: ml_collections.ConfigDict, eval_perf: bool,
     waiting = time.time()
     with device_stage or contextlib.nullcontext():
         started = time.time()
+        if evaluate_start:
+            start_accuracy(trainer, data, meta, timings)
         step, epoch, acc, loss, per_example = run_loop(
             config, trainer, data, meta, ckpt, writer, timings, callback, should_stop, end,
             pending, progress)
@@ -629,6 +645,7 @@ def _train_and_eval(config: ml_collections.ConfigDict, eval_perf: bool,
     finish_checkpoints(ckpt, timings)
 
     metrics = _metrics(acc, loss, meta, timings, trainer.memory(), step)
+    metrics.start_acc = float(meta.get("start_acc", -1.0))
     metrics.setup_seconds = setup_seconds
     metrics.eval_examples = data.eval_data.num_examples
     metrics.device_wait_seconds = started - waiting

@@ -106,7 +106,8 @@ def train_candidate(
             config, eval_perf=True, callback=on_eval, graph=graph, constants=constants,
             workdir=where, init_variables=variables, should_stop=stop_now,
             device_data_cache=_DEVICE_DATA, stop_epochs=stop_epochs,
-            refit=refit if fit is not None else None, device_stage=turn, functions=shipped)
+            refit=refit if fit is not None else None, device_stage=turn, functions=shipped,
+            evaluate_start=variables is not None)
 
     if rounds:
         values, state = _train_rounds(run, rounds, workdir, init_variables, stop_now.restart)
@@ -167,8 +168,18 @@ def _train_rounds(run: Callable[..., Any], rounds: dict[str, Any], workdir: str 
         logged = epoch_accuracies(where) if where else []
         return values, epochs, state, logged or [*seen, float(values["accuracy"])]
 
-    result = train_in_rounds(run_round, Rounds(**rounds), start)
-    values = {**result.metrics, "epochs": result.epochs, "rounds": result.rounds,
+    starts: list[float] = []
+
+    def first_start(index: int, variables: Any) -> tuple[dict[str, Any], int, Any, list]:
+        out = run_round(index, variables)
+        if index == 0 and "start_accuracy" in out[0]:  # the seed as it arrived
+            starts.append(out[0]["start_accuracy"])
+        return out
+
+    result = train_in_rounds(first_start, Rounds(**rounds), start)
+    values = {**{k: v for k, v in result.metrics.items() if k != "start_accuracy"},
+              **({"start_accuracy": starts[0]} if starts else {}),
+              "epochs": result.epochs, "rounds": result.rounds,
               "best_round": result.best_round, "curve": result.curve,
               "round_accuracies": result.round_accuracies,
               "rounds_stopped": result.stopped_because}
@@ -195,8 +206,11 @@ def metrics_dict(metrics: Any) -> dict[str, Any]:
     """The study's metric names (accuracy: on the validation split, which decides;
     test_accuracy: reported only; params, ...) plus every other measured field."""
     names = {"acc": "accuracy", "num_params": "params", "eval_examples": "val_examples",
-             "test_acc": "test_accuracy", "eval_correct": "val_correct"}
+             "test_acc": "test_accuracy", "eval_correct": "val_correct",
+             "start_acc": "start_accuracy"}
     values = metrics.to_dict()
+    if values.get("start_acc", -1.0) < 0:  # not measured
+        values.pop("start_acc", None)
     if not values.get("test_examples"):  # no test split was evaluated
         values = {k: v for k, v in values.items() if not k.startswith("test_")}
     if not values.get("eval_correct"):  # not recorded (several hosts)

@@ -49,6 +49,7 @@ from nas.search.reporting.report_csv import (  # noqa: F401 - public here too
     to_csv,
     write_csv,
 )
+from nas.search.reporting.starts import start_text, summary_lines
 from nas.search.reporting.svg import Point, esc, generation_colour, line_chart, scatter
 from nas.search.store import recommend
 from nas.search.store.candidate import STATUSES, Candidate
@@ -276,6 +277,7 @@ def summary(study: Study, k: int = 5, *, candidates: Sequence[Candidate] | None 
                  "per-example results):")
     for r in table:
         lines.append("  ".join(cell.rjust(w) for cell, w in zip(r, widths, strict=True)))
+    lines += summary_lines(done, shown, seed, study.config)
     if seed is not None and seed.id not in pairs.validation:  # an older study: Wilson
         cheap = cheapest_matching_seed(done, seed)
         if cheap is not None:
@@ -491,6 +493,7 @@ def _candidate_section(study: Study, c: Candidate, by_id: dict[int, Candidate],
     metrics = ", ".join(f"{k} {_fmt(v)}" for k in ("accuracy", *costs)
                         if (v := c.accuracy if k == "accuracy" else cost_value(c, k))
                         is not None)
+    metrics = ", ".join(filter(None, (metrics, start_text(c, parent))))
     up = "" if parent is None else f" from {_link(parent.id, sections, 'cand-')}"
     fronts = ", ".join(front_label(cost) for cost in on) or "none"
     shown = (f'<p class="shown-for"><b>shown as</b>: {esc(", ".join(why))}</p>'

@@ -43,6 +43,9 @@ def search_defaults() -> ml_collections.ConfigDict:
         "seed_patience": 1,
         "seed_min_gain": 0.0,
         "child_lr": 0.0,  # learning rate for children, which fine-tune (0: train.lr)
+        # a child fine-tunes for at least this many optimizer steps, however few its
+        # train.total_epochs make on a small dataset (train.min_steps; 0: epochs decide)
+        "min_child_steps": 0,
         # every candidate logs its training loss and accuracy every this many steps, so its
         # report shows a curve, not one point (0: train.log_training_steps)
         "log_every_steps": 10,
@@ -110,6 +113,7 @@ SEARCH_SCHEMA: dict[str, schema.Field] = {
     "seed_patience": schema.positive(),
     "seed_min_gain": schema.Field(float, low=0.0, high=0.5),
     "child_lr": schema.at_least(0, float, expected="(0: train.lr)"),
+    "min_child_steps": schema.at_least(0, expected="(0: train.total_epochs decides)"),
     "log_every_steps": schema.at_least(0, expected="(0: train.log_training_steps)"),
     "executor": schema.one_of(*EXECUTORS),
     "workers": schema.at_least(0, expected="(0: only external nas-search workers train)"),
@@ -185,7 +189,8 @@ def candidate_train_config(train: dict[str, Any], search: Any, is_seed: bool
                            ) -> dict[str, Any]:
     """The training settings one candidate trains with: the search's `train` section, with
     the seed's own epochs (`search.seed_epochs`) or the children's learning rate
-    (`search.child_lr`: children start from inherited weights, so they fine-tune), logging
+    (`search.child_lr`: children start from inherited weights, so they fine-tune) and
+    least steps (`search.min_child_steps`), logging
     every `search.log_every_steps` steps so each candidate has a curve, and evaluated on the
     search's validation split with the test split once at the end (`nas.search.strategy.splits`)."""
     from nas.search.strategy import splits
@@ -198,6 +203,9 @@ def candidate_train_config(train: dict[str, Any], search: Any, is_seed: bool
         config["total_epochs"] = float(search["seed_epochs"])
     if not is_seed and float(search.get("child_lr", 0.0)) > 0:
         config["lr"] = float(search["child_lr"])
+    if not is_seed and int(search.get("min_child_steps", 0)) > 0:
+        config["min_steps"] = max(int(config.get("min_steps", 0) or 0),
+                                  int(search["min_child_steps"]))
     if int(search.get("log_every_steps", 0)) > 0:
         config["log_training_steps"] = int(search["log_every_steps"])
     return config
