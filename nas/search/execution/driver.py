@@ -41,6 +41,7 @@ from nas.search.store.study import (
     default_worker,
 )
 from nas.search.strategy import blocks as blocks_lib
+from nas.search.strategy import hparams as hparams_lib
 from nas.search.strategy import splits
 from nas.search.strategy.fidelity import RungPlan
 from nas.search.strategy.population import DoneCache, Population
@@ -139,6 +140,8 @@ def candidate_task(study: Study, train: ml_collections.ConfigDict,
     candidate = study.get(candidate_id)
     train_config = candidate_train_config(train.to_dict(), search,
                                           is_seed=candidate.parent_id is None)
+    train_config = hparams_lib.apply(train_config, (candidate.inheritance or {}).get("hparams"),
+                                     candidate.parent_id is None, search)
     directory = candidate_dir(str(study.workdir), candidate_id)
     saved = (candidate.inheritance or {}).get("init_path")
     legacy = os.path.join(directory, "init")  # studies written before init_path existed
@@ -203,8 +206,10 @@ def record_outcome(study: Study, outcome: Outcome, worker: str | None = None,
         return
     path = save_variables(os.path.join(candidate_dir(str(study.workdir), cid), "final"),
                           outcome.variables)
+    hparams = (candidate.inheritance or {}).get("hparams")
+    metrics = {**outcome.metrics, "hparams": hparams} if hparams else outcome.metrics
     try:
-        study.tell(cid, outcome.metrics, checkpoint_path=path, worker=worker,
+        study.tell(cid, metrics, checkpoint_path=path, worker=worker,
                    rung_epochs=epochs)
     except ValueError as e:  # e.g. NaN metrics
         study.fail(cid, str(e), worker=worker)
@@ -378,9 +383,12 @@ class Driver:
                             "children are subgraph mutations", self.search.seed_graph)
             self._told_no_blocks = True
         inheritance = None
+        hparams = hparams_lib.seed_values(self.train, self.search)
+        if hparams:  # search.hparams: the seed's values, its children's starting point
+            inheritance = {"hparams": hparams}
         if variables is not None:  # saved before the candidate exists, as for children
-            inheritance = {"init_path": os.path.join(os.path.abspath(self.workdir), "inits",
-                                                     "seed")}
+            inheritance = {**(inheritance or {}), "init_path": os.path.join(
+                os.path.abspath(self.workdir), "inits", "seed")}
             shutil.rmtree(inheritance["init_path"], ignore_errors=True)
             save_variables(inheritance["init_path"], variables)
         try:
@@ -461,7 +469,8 @@ class Driver:
                 properties=child.properties_json(), blocks=child_blocks,
                 inheritance={"kind": child.kind, "inherited": sorted(child.inherited),
                              "new": sorted(child.new), "init_path": init,
-                             **({"fit_pairs": fit_pairs} if fit_pairs else {})},
+                             **({"fit_pairs": fit_pairs} if fit_pairs else {}),
+                             **self.child_hparams(parent, k)},
                 state={"proposals": k + 1})
         except (NoChildFound, DuplicateCandidateError, ChildTooLargeError,
                 ConstantOutputError) as e:
@@ -469,6 +478,12 @@ class Driver:
             self.study.set_state("proposals", k + 1)
             return None
         return child_id
+
+    def child_hparams(self, parent: Any, proposal: int) -> dict[str, Any]:
+        """{"hparams": values} of a child of `parent` (`search.hparams`), {} when off."""
+        values = hparams_lib.perturb((parent.inheritance or {}).get("hparams"), self.train,
+                                     self.search, int(self.search.seed), proposal)
+        return {"hparams": values} if values else {}
 
     def seed_below_min_acc(self, done: Sequence[Any]) -> int | None:
         """The seed, when no done candidate reaches `search.selection.min_acc` (issue 51):

@@ -13,6 +13,7 @@ from typing import Any
 import ml_collections
 
 from nas import schema
+from nas.search.strategy import hparams as hparams_lib
 from nas.search.strategy import splits
 from nas.search.strategy.fidelity import FidelityConfig
 from nas.search.strategy.fit_config import FitConfig
@@ -99,6 +100,9 @@ def search_defaults() -> ml_collections.ConfigDict:
         # a proposed child with more parameters than this times the seed's is refused
         # before it is fitted or trained (0: no bound)
         "max_params_ratio": 4.0,
+        # nas.search.strategy.hparams: {"lr" | "wd" | "child_lr": (low, high)}; a child
+        # takes its parent's values, each times 0.8 or 1.25 within its range ({}: off)
+        "hparams": {},
         # nas.properties.op_cache: per-op shapes and pairings kept across processes
         # ("": $NAS_PROPERTY_CACHE or ~/.cache/nas/op_properties.sqlite; "none": off)
         "property_cache": "",
@@ -138,6 +142,7 @@ SEARCH_SCHEMA: dict[str, schema.Field] = {
     "validation_split": schema.Field(str),
     "seed_graph": schema.Field(str),
     "max_params_ratio": schema.at_least(0, float, expected="(0: no bound)"),
+    "hparams": schema.Field(dict),  # nas.search.strategy.hparams.check checks its fields
     "property_cache": schema.Field(str),
 }
 
@@ -171,6 +176,7 @@ def validate_search(config: Any) -> ml_collections.ConfigDict:
     _prefixed("search.selection.", lambda s: SelectionConfig.from_dict(s, users),
               dict(search.selection))
     _prefixed("search.fit.", FitConfig.from_dict, dict(search.fit))
+    hparams_lib.check(search.get("hparams", {}) or {})
     RayConfig.from_dict(search.ray)
     train = _prefixed("train.", train_config.with_defaults, config.train)
     splits.check(train, search)
