@@ -118,6 +118,31 @@ def _check_variables(variables: Any) -> None:
                          f"{type(variables).__name__} with keys {keys}")
 
 
+def _net2net_child(graph: Graph, constants: Any, variables: Any, cfg: MutationConfig,
+                   seed: int, child_id: int, start: float) -> Child | None:
+    """A Net2Net child (`nas.mutation.net2net`), or None where no move applies (the
+    proposal then mutates a subgraph as usual)."""
+    import numpy as np
+
+    from nas.mutation import net2net
+    from nas.mutation.model_mutator import fingerprint_at
+
+    rng = np.random.default_rng([seed, 2])
+    try:
+        kind, child, consts, values = net2net.propose(
+            graph, dict(constants or {}), variables, rng, f"c{child_id}/", cfg.input_shape)
+    except net2net.NotApplicable:
+        return None
+    parent = variables["params"]
+    same = {k for k, v in values["params"].items() if k in parent and all(
+        np.shape(a) == np.shape(parent[k].get(n)) for n, a in v.items())}
+    return Child(graph=child, constants=consts, variables=values, inherited=same,
+                 new=set(values["params"]) - same,
+                 fingerprint=fingerprint_at(child, consts, cfg.input_shape), kind=kind,
+                 function_preserving=True, host_graph=child, host_constants=consts,
+                 seed=seed, seconds=time.monotonic() - start)
+
+
 def propose_child(
     graph: Graph,
     constants: Mapping[str, Any] | None,
@@ -148,6 +173,11 @@ def propose_child(
     start = time.monotonic()
     rng = random.Random(seed)
     child_id = cfg.child_id if cfg.child_id is not None else seed
+    if cfg.net2net_p and variables and not is_reversible(constants) and \
+            rng.random() < cfg.net2net_p:
+        moved = _net2net_child(graph, constants, variables, cfg, seed, child_id, start)
+        if moved is not None:
+            return moved
     if is_reversible(constants):  # the child must stay reversible
         proposal = propose_reversible(graph, constants, cfg, rng, child_id)
     else:
