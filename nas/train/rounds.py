@@ -8,8 +8,9 @@ last round ended with, so every round ends annealed and is a fair point to stop 
 search goes on from the best round.
 
 The rule, all counts: after each round, a round whose final validation accuracy beats
-the best so far by more than `min_gain` is the new best; `patience` rounds in a row
-without one stop it; so does `max_rounds`. A model that arrives trained (starting weights
+the best so far by more than `min_gain` is a gain; `patience` rounds in a row without one
+stop it; so does `max_rounds`. The round returned is the one with the highest final
+validation accuracy (the later one of equals). A model that arrives trained (starting weights
 given, and its first round's first validation accuracy already within `min_gain` of that
 round's last, the round having evaluated more than once) trains one round only.
 """
@@ -81,10 +82,10 @@ def train_in_rounds(run_round: RunRound, rounds: Rounds, start: Any = None
         curve += seen
         finals.append(accuracy)
         epochs += int(round_epochs)
-        if best is None or accuracy > float(best[0]["accuracy"]) + rounds.min_gain:
-            best, flat = (metrics, variables, index), 0
-        else:
-            flat += 1
+        top = -1.0 if best is None else float(best[0]["accuracy"])
+        flat = 0 if accuracy > top + rounds.min_gain else flat + 1
+        if accuracy >= top:  # a gain inside min_gain still keeps the later weights
+            best = (metrics, variables, index)
         if (index == 0 and start is not None and len(seen) > 1
                 and seen[0] >= accuracy - rounds.min_gain):
             reason = "it arrived trained (its first evaluation within min_gain of its last)"

@@ -26,7 +26,7 @@ def _scripted(finals, firsts=None):
 
 
 @pytest.mark.parametrize("finals, patience, cap, rounds, best", [
-    ((0.4, 0.6, 0.7, 0.7, 0.9), 1, 5, 4, 2),  # stops at the first round without a gain
+    ((0.4, 0.6, 0.7, 0.7, 0.9), 1, 5, 4, 3),  # stops at the first round without a gain
     ((0.4, 0.6, 0.7, 0.7, 0.9), 2, 5, 5, 4),  # patience 2 rides over one flat round
     ((0.4, 0.6, 0.7, 0.8, 0.9), 1, 3, 3, 2),  # still rising: stops at its cap
     ((0.5, 0.45, 0.44), 1, 3, 2, 0),  # worse: the best (first) round is kept
@@ -42,7 +42,8 @@ def test_rounds_go_on_while_the_validation_accuracy_rises(finals, patience, cap,
 
 def test_a_gain_inside_min_gain_is_no_gain_and_a_trained_arrival_trains_once():
     run_round, calls = _scripted((0.80, 0.805, 0.9))
-    assert train_in_rounds(run_round, Rounds(3, 1, 0.01)).rounds == 2
+    result = train_in_rounds(run_round, Rounds(3, 1, 0.01))
+    assert result.rounds == 2 and result.best_round == 1  # no gain, but the higher one
     run_round, calls = _scripted((0.90, 0.95), firsts=(0.895, 0.9))  # arrived trained
     result = train_in_rounds(run_round, Rounds(5, 1, 0.01), start="given")
     assert calls == [0] and "arrived trained" in result.stopped_because
