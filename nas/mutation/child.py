@@ -24,6 +24,7 @@ from nas.graph.subgraph import SubgraphModel, SubgraphNode
 from nas.mutation.config import MutationConfig
 from nas.mutation.model_mutator import Builder, ModelMutator, NoChildFound, probe_inputs
 from nas.mutation.reversible import propose_reversible
+from nas.mutation.warm_start import copy_replaced
 from nas.properties.tensor_shapes import graph_shapes
 from nas.synthesis.base import verify_property
 from nas.synthesis.variables import build_variables
@@ -185,6 +186,8 @@ def propose_child(
                                                          child_id)
     inputs = probe_inputs(proposal.graph, cfg.input_shape)
     built = build_variables(proposal.graph, proposal.constants, inputs, variables, seed=seed)
+    if variables and proposal.kind == "subgraph" and not proposal.preserving:
+        copy_replaced(graph, proposal.spec, variables, built.variables)
     return Child(
         graph=proposal.graph,
         constants=proposal.constants,
