@@ -84,7 +84,7 @@ def main() -> None:
         start = c.metrics.get("start_accuracy")
         ok = c.accuracy >= parent.accuracy - 0.02
         within += ok
-        new = sorted({op.split("/")[-1] for op in c.inheritance.get("new", [])})
+        new = [node["op"]["type"] for node in (study.get(c.id).spec or [])]
         print(f"| {c.id} | {c.parent_id} | {parent.accuracy:.3f} | "
               f"{'' if start is None else f'{start:.3f}'} | {c.accuracy:.3f} | "
               f"{'yes' if ok else 'no'} | {c.inheritance.get('kind')} | {', '.join(new)} |")
