@@ -120,18 +120,24 @@ def _check_variables(variables: Any) -> None:
 
 
 def _net2net_child(graph: Graph, constants: Any, variables: Any, cfg: MutationConfig,
-                   seed: int, child_id: int, start: float) -> Child | None:
-    """A Net2Net child (`nas.mutation.net2net`), or None where no move applies (the
-    proposal then mutates a subgraph as usual)."""
+                   seed: int, child_id: int, start: float, shrink: bool = False
+                   ) -> Child | None:
+    """A Net2Net child (`nas.mutation.net2net`; with `shrink`, a narrowed one), or None
+    where no move applies (the proposal then mutates a subgraph as usual)."""
     import numpy as np
 
     from nas.mutation import net2net
     from nas.mutation.model_mutator import fingerprint_at
 
-    rng = np.random.default_rng([seed, 2])
+    rng = np.random.default_rng([seed, 3 if shrink else 2])
     try:
-        kind, child, consts, values = net2net.propose(
-            graph, dict(constants or {}), variables, rng, f"c{child_id}/", cfg.input_shape)
+        if shrink:
+            kind, child, consts, values = net2net.propose_shrink(
+                graph, dict(constants or {}), variables, rng, cfg.input_shape)
+        else:
+            kind, child, consts, values = net2net.propose(
+                graph, dict(constants or {}), variables, rng, f"c{child_id}/",
+                cfg.input_shape)
     except net2net.NotApplicable:
         return None
     parent = variables["params"]
@@ -140,7 +146,7 @@ def _net2net_child(graph: Graph, constants: Any, variables: Any, cfg: MutationCo
     return Child(graph=child, constants=consts, variables=values, inherited=same,
                  new=set(values["params"]) - same,
                  fingerprint=fingerprint_at(child, consts, cfg.input_shape), kind=kind,
-                 function_preserving=True, host_graph=child, host_constants=consts,
+                 function_preserving=not shrink, host_graph=child, host_constants=consts,
                  seed=seed, seconds=time.monotonic() - start)
 
 
@@ -174,11 +180,12 @@ def propose_child(
     start = time.monotonic()
     rng = random.Random(seed)
     child_id = cfg.child_id if cfg.child_id is not None else seed
-    if cfg.net2net_p and variables and not is_reversible(constants) and \
-            rng.random() < cfg.net2net_p:
-        moved = _net2net_child(graph, constants, variables, cfg, seed, child_id, start)
-        if moved is not None:
-            return moved
+    for chance, shrink in ((cfg.net2net_p, False), (cfg.shrink_p, True)):
+        if chance and variables and not is_reversible(constants) and rng.random() < chance:
+            moved = _net2net_child(graph, constants, variables, cfg, seed, child_id, start,
+                                   shrink)
+            if moved is not None:
+                return moved
     if is_reversible(constants):  # the child must stay reversible
         proposal = propose_reversible(graph, constants, cfg, rng, child_id)
     else:

@@ -68,6 +68,7 @@ MUTATION_SCHEMA: dict[str, schema.Field] = {
                                 expected="of positive ints, batch first, e.g. (1, 32, 32, 3)"),
     "function_preserving": schema.Field(bool),
     "net2net_p": schema.fraction(),
+    "shrink_p": schema.fraction(),
     "mutate_by_block": schema.Field(bool),
     "block_add_prob": schema.fraction(),
     "block_delete_prob": schema.fraction(),
@@ -102,6 +103,10 @@ class MutationConfig:
     # widened by copying units, or an identity layer inserted): it starts exactly at its
     # parent's function (0: never; draws nothing, so other children are unchanged)
     net2net_p: float = 0.0
+    # probability that a child is a shrink move (nas.mutation.net2net.propose_shrink: one
+    # layer's or every layer's width scaled by 1/2 or 1/4, the largest-norm units kept);
+    # drawn after net2net_p; 0: never
+    shrink_p: float = 0.0
     # Block-level mutation (needs the parent's blocks and a zoo builder; a graph without
     # blocks, e.g. a user's seed graph, is mutated by subgraph). One draw per child: add a
     # copy of a block with block_add_prob, delete one with block_delete_prob, else redefine

@@ -180,6 +180,56 @@ def deepen(graph: Graph, constants: Mapping[str, Any], variables: Mapping[str, A
     return child, dict(constants), out
 
 
+def narrow(graph: Graph, constants: Mapping[str, Any], variables: Mapping[str, Any],
+           name: str, width: int, input_shape: tuple[int, ...]
+           ) -> tuple[Graph, dict[str, Any], dict[str, Any]]:
+    """The child with layer `name` `width` units wide (at most what it has), keeping the
+    units whose kernel columns have the largest norms, in their order, with the next
+    layer's weights from them (issue 51, item 4: cheap children in large steps). Not
+    function-preserving: the dropped units' contributions are gone."""
+    graph = fixed_widths(graph, constants, input_shape)
+    path, nxt, flatten = widen_path(graph, name)
+    params = {k: dict(v) for k, v in variables["params"].items()}
+    stats = {k: dict(v) for k, v in (variables.get("batch_stats") or {}).items()}
+    kernel = np.asarray(params[name]["kernel"])
+    old = kernel.shape[-1]
+    if not 1 <= width <= old:
+        raise NotApplicable(f"narrow: {name} has {old} units, asked for {width}")
+    norms = np.linalg.norm(kernel.reshape(-1, old), axis=0)
+    keep = np.sort(np.argsort(-norms, kind="stable")[:width])
+    params[name] = {k: np.asarray(v)[..., keep] for k, v in params[name].items()}
+    for op in path:
+        for store in (params, stats):
+            if op.type is OpType.BATCH_NORM and op.name in store:
+                store[op.name] = {k: np.asarray(v)[keep] for k, v in store[op.name].items()}
+    next_kernel = np.asarray(params[nxt.name]["kernel"])
+    if flatten:
+        rows = next_kernel.reshape(-1, old, next_kernel.shape[-1])[:, keep, :]
+        params[nxt.name] = {**params[nxt.name], "kernel": rows.reshape(-1, rows.shape[-1])}
+    else:
+        params[nxt.name] = {**params[nxt.name], "kernel": next_kernel[..., keep, :]}
+    ops = [copy.deepcopy(op) for op in graph.ops]
+    for op in ops:
+        if op.name == name:
+            op.op_kwargs["features"] = int(width)
+    out = {"params": params, **({"batch_stats": stats} if stats else {})}
+    return new_graph(graph.input_names, graph.output_names, ops), dict(constants), out
+
+
+def scale_widths(graph: Graph, constants: Mapping[str, Any], variables: Mapping[str, Any],
+                 names: list[str], factor: float, input_shape: tuple[int, ...]
+                 ) -> tuple[Graph, dict[str, Any], dict[str, Any]]:
+    """`narrow` applied to each of `names` (e.g. every widenable layer: the whole
+    network), each to `factor` of its units (at least 1)."""
+    values: Mapping[str, Any] = variables
+    consts = dict(constants)
+    for name in names:
+        units = int(np.asarray(values["params"][name]["kernel"]).shape[-1])
+        graph, consts, values = narrow(graph, consts, values, name,
+                                       max(1, int(round(units * factor))), input_shape)
+    return graph, consts, dict(values)
+
+
 def widenable(graph: Graph) -> list[str]:
     """Names of the layers `widen` applies to."""
     out = []
@@ -199,6 +249,20 @@ def deepenable(graph: Graph) -> list[str]:
     kinds = LINEAR | IDEMPOTENT | {OpType.GELU, OpType.SWISH, OpType.TANH, OpType.ELU}
     return [op.name for op in graph.ops if op.type in kinds
             and canonical_name(op.output_names[0]) not in outputs]
+
+
+def propose_shrink(graph: Graph, constants: Mapping[str, Any], variables: Mapping[str, Any],
+                   rng: np.random.Generator, input_shape: tuple[int, ...]
+                   ) -> tuple[str, Graph, dict[str, Any], dict[str, Any]]:
+    """("shrink", graph, constants, variables): the widths of one layer or of the whole
+    network (drawn evenly) scaled by 1/2 or 1/4, largest-norm units kept."""
+    names = widenable(graph)
+    if not names:
+        raise NotApplicable("shrink: no layer to narrow")
+    if rng.random() < 0.5:
+        names = [names[int(rng.integers(len(names)))]]
+    factor = (0.5, 0.25)[int(rng.integers(2))]
+    return ("shrink", *scale_widths(graph, constants, variables, names, factor, input_shape))
 
 
 def propose(graph: Graph, constants: Mapping[str, Any], variables: Mapping[str, Any],

@@ -97,3 +97,45 @@ def test_moves_that_do_not_apply_say_where():
                       SHAPE)
     with pytest.raises(ValueError, match="deepen: no op 'nope'"):
         net2net.deepen(graph, constants, variables, "nope", "c/", SHAPE)
+
+
+def test_narrowing_keeps_the_largest_units_and_all_of_them_keep_the_function():
+    """Issue 51, item 4: cheap children in large steps, inheriting the units that matter."""
+    graph, constants = TINY_BN
+    variables = _parent(graph, constants)
+    before = _logits(graph, constants, variables)
+    child, consts, values = net2net.narrow(graph, constants, variables, "conv", 8, SHAPE)
+    np.testing.assert_allclose(_logits(child, consts, values), before, atol=1e-6)
+    kernel = variables["params"]["conv"]["kernel"]
+    norms = np.linalg.norm(kernel.reshape(-1, 8), axis=0)
+    child, consts, values = net2net.narrow(graph, constants, variables, "conv", 2, SHAPE)
+    kept = np.sort(np.argsort(-norms)[:2])
+    np.testing.assert_array_equal(values["params"]["conv"]["kernel"], kernel[..., kept])
+    np.testing.assert_array_equal(values["batch_stats"]["bn"]["mean"],
+                                  variables["batch_stats"]["bn"]["mean"][kept])
+    assert _logits(child, consts, values).shape == before.shape
+
+
+def test_shrinking_the_whole_network_by_a_quarter_and_through_propose_child():
+    from nas.train.perf import count_params
+
+    graph, constants = CIFARNET
+    variables = _parent(graph, constants)
+    names = net2net.widenable(graph)
+    child, consts, values = net2net.scale_widths(graph, constants, variables, names, 0.25,
+                                                 SHAPE)
+    for name in names:
+        assert values["params"][name]["kernel"].shape[-1] == \
+            variables["params"][name]["kernel"].shape[-1] // 4
+    assert count_params(values["params"]) < count_params(variables["params"]) / 4
+    assert np.isfinite(_logits(child, consts, values)).all()
+    kids = [propose_child(graph, constants, variables, seed=s,
+                          config={"shrink_p": 1.0, "input_shape": SHAPE}) for s in range(3)]
+    for kid in kids:
+        assert kid.kind == "shrink" and not kid.function_preserving
+        assert count_params(kid.variables["params"]) < count_params(variables["params"])
+    again = propose_child(graph, constants, variables, seed=0,
+                          config={"shrink_p": 1.0, "input_shape": SHAPE})
+    assert again.fingerprint == kids[0].fingerprint
+    with pytest.raises(ValueError, match="narrow: fc/dense has 256 units, asked for 300"):
+        net2net.narrow(graph, constants, variables, "fc/dense", 300, SHAPE)
