@@ -58,6 +58,11 @@ def evolution(train: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
         "depth_p": 0.5,
         "linear_p": 0.5,
         "function_preserving": False,
+        # Net2Net moves (children at exactly their parent's function, growing) and shrink
+        # moves (a layer or the network at 1/2 or 1/4 width): off here, so the README's
+        # measured search holds; docs/function-preservation.md (issue 51)
+        "net2net_p": 0.0,
+        "shrink_p": 0.0,
         "max_steps": 4000,
         "time_limit_s": 600.0,
         # What synthesis may build: softmax/sigmoid, scalar multiplies and whole-input pool
