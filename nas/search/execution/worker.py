@@ -8,6 +8,7 @@ or in an external `nas-search worker`. Failures are exceptions with a clear mess
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import re
@@ -63,10 +64,7 @@ def train_candidate(
     loss, optimizer, augmentation and costs by value; `costs` {name: "module:function"}:
     each cost runs on the trained candidate once it reaches its last rung, and its value
     joins the metrics under its name (a cost that raises fails the candidate). `rounds`
-    (`nas.train.rounds.Rounds` fields; a search's seed): the schedule is run again from
-    where it ended while the validation accuracy still rises; the best round is returned,
-    with `rounds`, `round_accuracies`, `best_round`, `curve` (validation accuracy after
-    every epoch) and the epochs of all rounds in the metrics. The time limit is per round.
+    (a search's seed): trains on while it gains, `_train_rounds`.
     """
     import jax
 
@@ -74,7 +72,6 @@ def train_candidate(
     from nas.search.execution.device_turns import DeviceTurn, lock_path
     from nas.search.execution.fit import fit_for_task
     from nas.search.execution.user_functions import cost_functions, measure_costs, unpack
-    from nas.train import train_and_eval
     from nas.train.train import DeviceDataCache
 
     global _DEVICE_DATA
@@ -96,19 +93,10 @@ def train_candidate(
 
     if workdir:
         os.makedirs(workdir, exist_ok=True)
-
-    def run(variables: Any, where: str | None, seen: list[float]) -> tuple[Any, int, Any]:
-        def on_eval(epoch: int, m: Any) -> bool:
-            seen.append(float(m.acc))
-            return not stop_now(-1)
-
-        return train_and_eval(
-            config, eval_perf=True, callback=on_eval, graph=graph, constants=constants,
-            workdir=where, init_variables=variables, should_stop=stop_now,
-            device_data_cache=_DEVICE_DATA, stop_epochs=stop_epochs,
-            refit=refit if fit is not None else None, device_stage=turn, functions=shipped,
-            evaluate_start=variables is not None)
-
+    run = functools.partial(
+        _run_once, stop_now=stop_now, config=config, eval_perf=True, graph=graph,
+        constants=constants, device_data_cache=_DEVICE_DATA, stop_epochs=stop_epochs,
+        refit=refit if fit is not None else None, device_stage=turn, functions=shipped)
     if rounds:
         values, state = _train_rounds(run, rounds, workdir, init_variables, stop_now.restart)
     else:
@@ -121,6 +109,20 @@ def train_candidate(
     if cost_fns:
         values.update(measure_costs(cost_fns, graph_json, variables, dict(train_config), values))
     return values, variables
+
+
+def _run_once(variables: Any, where: str | None, seen: list[float], *,
+              stop_now: Callable[[int], bool], **kwargs: Any) -> tuple[Any, int, Any]:
+    """One `train_and_eval` run from `variables` in `where`, each evaluation's accuracy
+    appended to `seen`; starting weights given are evaluated first (`start_accuracy`)."""
+    from nas.train import train_and_eval
+
+    def on_eval(epoch: int, m: Any) -> bool:
+        seen.append(float(m.acc))
+        return not stop_now(-1)
+
+    return train_and_eval(callback=on_eval, workdir=where, init_variables=variables,
+                          should_stop=stop_now, evaluate_start=variables is not None, **kwargs)
 
 
 class StopCheck:
@@ -153,7 +155,11 @@ class StopCheck:
 
 def _train_rounds(run: Callable[..., Any], rounds: dict[str, Any], workdir: str | None,
                   start: Any, new_round: Callable[[], None]) -> tuple[dict[str, Any], Any]:
-    """`run` in rounds (`nas.train.rounds`): round 0 in `workdir`, round k in
+    """`run` in rounds (`nas.train.rounds.Rounds` fields `rounds`): the schedule is run
+    again from where it ended while the validation accuracy still rises; the best round
+    is returned, with `rounds`, `round_accuracies`, `best_round`, `curve` (validation
+    accuracy after every epoch) and the epochs of all rounds in its metrics. The time
+    limit is per round. Round 0 runs in `workdir`, round k in
     `workdir/round<k>`, so a resumed seed replays its finished rounds from their
     checkpoints. Each round's curve is read from its metrics.jsonl where it has one (the
     same after a resume), else from its evaluations."""
