@@ -8,6 +8,7 @@ import pytest
 from nas.graph.serialize import graph_to_json
 from nas.search.execution.driver import run_search
 from nas.search.execution.worker import train_candidate
+from nas.search.reporting.report import summary
 from nas.search.strategy.settings import candidate_train_config, seed_rounds, validate_search
 from nas.train.rounds import Rounds, train_in_rounds
 from tests.train.helpers import tiny_graph
@@ -100,3 +101,5 @@ def test_the_seeds_rounds_and_curve_are_in_the_study(tmp_path, search_config):
     assert 1 <= seed.metrics["rounds"] <= 3
     assert len(seed.metrics["curve"]) == seed.metrics["rounds"]
     assert seed.metrics["epochs"] >= 0 and seed.metrics["rounds_stopped"]
+    line = next(ln for ln in summary(study).splitlines() if ln.startswith("the seed trained"))
+    assert f"in {seed.metrics['rounds']} round(s)" in line
