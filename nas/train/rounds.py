@@ -74,7 +74,7 @@ def train_in_rounds(run_round: RunRound, rounds: Rounds, start: Any = None
     best: tuple[dict[str, Any], Any, int] | None = None
     epochs = flat = 0
     variables = start
-    reason = f"its cap of {rounds.max_rounds} round(s)"
+    reason = f"at its cap of {rounds.max_rounds} round(s)"
     for index in range(rounds.max_rounds):
         metrics, round_epochs, variables, seen = run_round(index, variables)
         accuracy = float(metrics["accuracy"])

@@ -25,7 +25,7 @@ def seed_line(seed: Any) -> str | None:
     return (f"the seed trained {seed.epochs if seed.epochs is not None else '?'} epochs in "
             f"{metrics['rounds']} round(s), validation accuracy at their ends {finals} "
             f"(best: round {int(metrics.get('best_round', 0)) + 1}; "
-            f"{len(curve)} evaluations); it stopped at {metrics.get('rounds_stopped', '?')}")
+            f"{len(curve)} evaluations); it stopped: {metrics.get('rounds_stopped', '?')}")
 
 
 def start_text(child: Any, parent: Any) -> str:
