@@ -110,8 +110,8 @@ def check(values: Any, schema: Schema, prefix: str = "", *, partial: bool = True
         if not isinstance(key, str) or key not in schema:
             known = ", ".join(sorted(schema))
             name = repr(f"{prefix}{key}")  # escapes a newline in the key: one line
-            if len(name) > 60:
-                name = name[:57] + "..."
+            if len(name) > 48:  # the line stays short beside a long list of known fields
+                name = name[:45] + "..."
             raise ValueError(f"config field {name} is unknown; expected one of {known}")
     for key, spec in schema.items():
         path = f"{prefix}{key}"

@@ -24,6 +24,7 @@ from nas.graph.subgraph import SubgraphModel, SubgraphNode
 from nas.mutation.config import MutationConfig
 from nas.mutation.model_mutator import Builder, ModelMutator, NoChildFound, probe_inputs
 from nas.mutation.reversible import propose_reversible
+from nas.mutation.warm_start import copy_replaced
 from nas.properties.tensor_shapes import graph_shapes
 from nas.synthesis.base import verify_property
 from nas.synthesis.variables import build_variables
@@ -118,6 +119,37 @@ def _check_variables(variables: Any) -> None:
                          f"{type(variables).__name__} with keys {keys}")
 
 
+def _net2net_child(graph: Graph, constants: Any, variables: Any, cfg: MutationConfig,
+                   seed: int, child_id: int, start: float, shrink: bool = False
+                   ) -> Child | None:
+    """A Net2Net child (`nas.mutation.net2net`; with `shrink`, a narrowed one), or None
+    where no move applies (the proposal then mutates a subgraph as usual)."""
+    import numpy as np
+
+    from nas.mutation import net2net
+    from nas.mutation.model_mutator import fingerprint_at
+
+    rng = np.random.default_rng([seed, 3 if shrink else 2])
+    try:
+        if shrink:
+            kind, child, consts, values = net2net.propose_shrink(
+                graph, dict(constants or {}), variables, rng, cfg.input_shape)
+        else:
+            kind, child, consts, values = net2net.propose(
+                graph, dict(constants or {}), variables, rng, f"c{child_id}/",
+                cfg.input_shape)
+    except net2net.NotApplicable:
+        return None
+    parent = variables["params"]
+    same = {k for k, v in values["params"].items() if k in parent and all(
+        np.shape(a) == np.shape(parent[k].get(n)) for n, a in v.items())}
+    return Child(graph=child, constants=consts, variables=values, inherited=same,
+                 new=set(values["params"]) - same,
+                 fingerprint=fingerprint_at(child, consts, cfg.input_shape), kind=kind,
+                 function_preserving=not shrink, host_graph=child, host_constants=consts,
+                 seed=seed, seconds=time.monotonic() - start)
+
+
 def propose_child(
     graph: Graph,
     constants: Mapping[str, Any] | None,
@@ -148,6 +180,12 @@ def propose_child(
     start = time.monotonic()
     rng = random.Random(seed)
     child_id = cfg.child_id if cfg.child_id is not None else seed
+    for chance, shrink in ((cfg.net2net_p, False), (cfg.shrink_p, True)):
+        if chance and variables and not is_reversible(constants) and rng.random() < chance:
+            moved = _net2net_child(graph, constants, variables, cfg, seed, child_id, start,
+                                   shrink)
+            if moved is not None:
+                return moved
     if is_reversible(constants):  # the child must stay reversible
         proposal = propose_reversible(graph, constants, cfg, rng, child_id)
     else:
@@ -155,6 +193,8 @@ def propose_child(
                                                          child_id)
     inputs = probe_inputs(proposal.graph, cfg.input_shape)
     built = build_variables(proposal.graph, proposal.constants, inputs, variables, seed=seed)
+    if variables and proposal.kind == "subgraph" and not proposal.preserving:
+        copy_replaced(graph, proposal.spec, variables, built.variables)
     return Child(
         graph=proposal.graph,
         constants=proposal.constants,

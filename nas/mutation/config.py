@@ -67,6 +67,8 @@ MUTATION_SCHEMA: dict[str, schema.Field] = {
     "input_shape": schema.Field(list, check=_input_shape_ok,
                                 expected="of positive ints, batch first, e.g. (1, 32, 32, 3)"),
     "function_preserving": schema.Field(bool),
+    "net2net_p": schema.fraction(),
+    "shrink_p": schema.fraction(),
     "mutate_by_block": schema.Field(bool),
     "block_add_prob": schema.fraction(),
     "block_delete_prob": schema.fraction(),
@@ -97,6 +99,14 @@ class MutationConfig:
     retries: int = 8  # subgraph selections tried before giving up
     input_shape: tuple[int, ...] = (1, 32, 32, 3)  # probe input, batch dimension included
     function_preserving: bool = False  # add new subgraphs as zero-initialized residuals
+    # probability that a child is a Net2Net move instead (nas.mutation.net2net: a layer
+    # widened by copying units, or an identity layer inserted): it starts exactly at its
+    # parent's function (0: never; draws nothing, so other children are unchanged)
+    net2net_p: float = 0.0
+    # probability that a child is a shrink move (nas.mutation.net2net.propose_shrink: one
+    # layer's or every layer's width scaled by 1/2 or 1/4, the largest-norm units kept);
+    # drawn after net2net_p; 0: never
+    shrink_p: float = 0.0
     # Block-level mutation (needs the parent's blocks and a zoo builder; a graph without
     # blocks, e.g. a user's seed graph, is mutated by subgraph). One draw per child: add a
     # copy of a block with block_add_prob, delete one with block_delete_prob, else redefine

@@ -70,6 +70,10 @@ def base_config() -> ml_collections.ConfigDict:
     c.eval.every_epochs = 1
 
     c.total_epochs = 10.0
+    # At least this many optimizer steps, whatever `total_epochs` makes of a small dataset
+    # (the schedule spans them): a search's children fine-tune for `search.min_child_steps`
+    # (0: total_epochs alone decides)
+    c.min_steps = 0
     c.optax_name = "scale_by_adam"
     c.optax = ml_collections.ConfigDict()  # kwargs of the named optax transform
     c.lr = 1e-3
@@ -103,6 +107,13 @@ def image_shape(config: Any) -> tuple[int, int, int]:
     `input.channels` (3 unless set). `config` is a training config or its dict."""
     inp = config["input"]
     return (int(inp["image_size"]), int(inp["image_size"]), int(inp.get("channels", 3)))
+
+
+def total_steps(config: Any, steps_per_epoch: float) -> int:
+    """The run's optimizer steps: `total_epochs` of `steps_per_epoch`, at least
+    `min_steps` (and 1). `config` is a training config or its dict."""
+    steps = int(steps_per_epoch * float(config["total_epochs"]))
+    return max(1, steps, int(config.get("min_steps", 0) or 0))
 
 
 def _function_field(key: str) -> schema.Field:
@@ -149,6 +160,7 @@ RULES: dict[str, schema.Field] = {
     "eval.batch_size": schema.positive(),
     "eval.every_epochs": schema.positive(),
     "total_epochs": schema.positive(float),
+    "min_steps": schema.at_least(0, expected="(0: total_epochs alone decides)"),
     "optax_name": schema.Field(str, check=lambda n: not n.startswith("_") and callable(
         getattr(optax, n, None)), expected="(an optax transform, e.g. 'scale_by_adam')"),
     "lr": schema.at_least(0, float),

@@ -11,7 +11,8 @@ examples and walks through a fresh permutation of its share every epoch (numpy, 
 only the `batch / devices` indices of a step travel to the device). So the same seed gives
 the same batches, and a resumed run needs no iterator state.
 
-Augmentation, as the grain path's: digits, folder: and npz: pad 2 + random crop;
+Augmentation, as the grain path's: digits, folder: and npz: a random shift of
+`data.shift_pad(image_size)` pixels (2 at 32x32);
 CIFAR-10/100 pad 4 + random crop + horizontal flip; the padding value is what a zero pixel
 becomes after normalization.
 Other datasets (variable-size images, inception crops) stay on the grain path.
@@ -30,13 +31,14 @@ import numpy as np
 from nas.train import data as data_lib
 from nas.train import extras as extras_lib
 
-# dataset -> (pad, flip, value of a zero pixel after normalization)
+# dataset -> (pad, flip, value of a zero pixel after normalization); a pad of None is
+# `data.shift_pad` of the image size
 _AUGMENT: dict[str, tuple[int, bool, Any]] = {
-    "digits": (2, False, -1.0),
+    "digits": (None, False, -1.0),
     "cifar10": (4, True, -data_lib.CIFAR_MEAN / data_lib.CIFAR_STD),
     "cifar100": (4, True, -data_lib.CIFAR_MEAN / data_lib.CIFAR_STD),
-    "folder": (2, False, -1.0),  # users' own images (nas.train.userdata): as digits
-    "npz": (2, False, -1.0),
+    "folder": (None, False, -1.0),  # users' own images (nas.train.userdata): as digits
+    "npz": (None, False, -1.0),
 }
 
 
@@ -123,6 +125,7 @@ def load(source: Any, name: str, image_size: int, seed: int,
          devices: list[jax.Device], channels: int = 3) -> DeviceData:
     """Preprocess every example once (eval mode) and put an equal share on each device."""
     pad, flip, fill = _AUGMENT[base_name(name)]
+    pad = data_lib.shift_pad(image_size) if pad is None else pad
     pp = data_lib.make_preprocess(name, False, image_size, channels=channels)
     examples = [pp(source[i], None) for i in range(len(source))]
     n = len(devices)

@@ -73,7 +73,17 @@ def fit_for_task(fit: Mapping[str, Any], graph: Any, constants: Any,
         logging.info("new ops not fitted: %s", e)
         out, errors = dict(variables), {}
     metrics = {f"fit_{k}": float(v) for k, v in errors.items()}
+    limit = float(fit["config"].get("max_error", 0.0) or 0.0)
+    if limit and metrics.get("fit_mse_after", 0.0) > limit:
+        raise PoorFitError(f"its new ops fit the parent's tensors they replace with error "
+                           f"{metrics['fit_mse_after']:.3g} > search.fit.max_error="
+                           f"{limit:g}: it cannot start near its parent")
     return out, {**metrics, "fit_seconds": time.perf_counter() - start}
+
+
+class PoorFitError(ValueError):
+    """A child's fitted new ops stay far from the parent's tensors (`search.fit.max_error`):
+    it would start far below its parent, so it is not trained."""
 
 
 def replaced_tensors(spec: Sequence[Mapping[str, Any]] | Sequence[Any]) -> list[tuple[str, str]]:

@@ -26,6 +26,11 @@ class FitConfig:
     # the same fit on any machine).
     patience: int = 10
     min_improvement: float = 0.01
+    # A child whose fitted new ops still miss the parent's tensors by more than this
+    # (normalized mean squared error) fails before it trains: it cannot start near its
+    # parent (issue 51: errors of 0.8 and more started children 54-98 points down on the
+    # README's "From Python" model, docs/benchmarks.md). 0: never refused.
+    max_error: float = 0.0
 
     @property
     def images_per_batch(self) -> int:
@@ -47,4 +52,5 @@ FIT_SCHEMA: dict[str, schema.Field] = {
     "lr": schema.positive(float),
     "patience": schema.positive(),
     "min_improvement": schema.fraction(),
+    "max_error": schema.at_least(0, float, expected="(0: no fit error refuses a child)"),
 }

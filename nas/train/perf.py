@@ -41,6 +41,9 @@ class Metrics:
     test_acc: float = -1.0
     test_loss: float = -1.0
     test_examples: int = 0
+    # accuracy on the eval split before the first step (train_and_eval's evaluate_start;
+    # a search's child: after fitting, before fine-tuning); -1: not measured
+    start_acc: float = -1.0
     # Which eval (validation) and test examples were right, in the split's order, as
     # `nas.io.examples.to_text` ("N:base64 bits"; "": not recorded): paired comparisons.
     eval_correct: str = ""

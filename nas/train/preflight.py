@@ -19,7 +19,7 @@ import ml_collections
 from nas.graph.reversible import is_reversible
 from nas.train import data as data_lib
 from nas.train import optim, trainers
-from nas.train.config import image_shape
+from nas.train.config import image_shape, total_steps
 
 
 def training_steps(config: ml_collections.ConfigDict) -> tuple[int, float]:
@@ -29,7 +29,7 @@ def training_steps(config: ml_collections.ConfigDict) -> tuple[int, float]:
     inp = config.input
     size = data_lib.split_size(inp, inp.data.split, inp.data_dir or None)
     steps_per_epoch = size / int(inp.batch_size)
-    return max(1, int(steps_per_epoch * float(config.total_epochs))), steps_per_epoch
+    return total_steps(config, steps_per_epoch), steps_per_epoch
 
 
 def _schedules(schedule: Any) -> list[tuple[str, Mapping[str, Any]]]:
@@ -73,6 +73,8 @@ def schedule_notes(config: ml_collections.ConfigDict) -> list[str]:
     total_steps, steps_per_epoch = training_steps(config)
     where = (f"total_epochs {float(config.total_epochs):g} x {steps_per_epoch:.1f} steps per "
              f"epoch at batch size {int(config.input.batch_size)}")
+    if total_steps > int(steps_per_epoch * float(config.total_epochs)) > 0:
+        where += f", raised to min_steps {int(config.min_steps)}"
     notes = []
     for field, sched in _schedules(config.schedule):
         try:

@@ -41,6 +41,7 @@ from nas.train import compilation, custom, devdata, memory, perf, trainers
 from nas.train import config as config_lib
 from nas.train import data as data_lib
 from nas.train.checkpoint import Checkpointer, has_checkpoint
+from nas.train.feeds import DeviceDataCache, DeviceFeed, HostFeed
 from nas.train.perf import Metrics
 
 Callback = Callable[[int, Metrics], bool]
@@ -90,58 +91,6 @@ class Data:
     test_data: data_lib.EvalData | None = None  # eval.test_split: reported, never decided on
 
 
-class HostFeed:
-    """Host batches from grain; its iterator state is what a checkpoint stores."""
-
-    on_device = False
-
-    def __init__(self, dataset: Any) -> None:
-        self._it = iter(dataset)
-
-    def next(self, step: int) -> dict[str, np.ndarray]:
-        return next(self._it)
-
-    def get_state(self) -> Any:
-        return self._it.get_state()
-
-    def set_state(self, state: Any) -> None:
-        self._it.set_state(state)
-
-
-class DeviceFeed:
-    """Indices into a device-resident dataset: a function of the step, so no state."""
-
-    on_device = True
-
-    def __init__(self, device_data: devdata.DeviceData, local_batch: int) -> None:
-        self.device_data = device_data
-        self.local_batch = local_batch
-
-    def next(self, step: int) -> np.ndarray:
-        return self.device_data.indices(step, self.local_batch)
-
-    def get_state(self) -> Any:
-        return {}
-
-    def set_state(self, state: Any) -> None:
-        pass
-
-
-class DeviceDataCache:
-    """Device-resident datasets kept for the life of their owner (e.g. a search worker),
-    so consecutive candidates on the same data do not load it again. Bounded: one entry."""
-
-    def __init__(self) -> None:
-        self._key: tuple | None = None
-        self._value: devdata.DeviceData | None = None
-
-    def get(self, key: tuple, make: Callable[[], devdata.DeviceData]) -> devdata.DeviceData:
-        if key != self._key:
-            self._key, self._value = None, None  # release the old arrays first
-            self._value, self._key = make(), key
-        return self._value
-
-
 def setup_data(config: ml_collections.ConfigDict, on_device_ok: bool,
                cache: DeviceDataCache | None) -> Data:
     """Open the train source once (this host's share), choose the feed, build eval data."""
@@ -186,7 +135,7 @@ def setup_data(config: ml_collections.ConfigDict, on_device_ok: bool,
             shuffle=inp.shuffle_buffer_size > 0, num_threads=inp.num_threads,
             prefetch=inp.prefetch))
     steps_per_epoch = n_train / global_batch
-    total_steps = max(1, int(steps_per_epoch * config.total_epochs))
+    total_steps = config_lib.total_steps(config, steps_per_epoch)
     eval_data = data_lib.make_eval_data(inp.data.name, config.eval.data.split, data_dir,
                                         inp.image_size, config.eval.batch_size,
                                         jax.local_device_count(), inp=inp)
@@ -504,6 +453,17 @@ def _evaluate_epoch(trainer: Any, data: Data, meta: dict, timings: Timings,
     logging.info("epoch %d step %d: eval acc %.4f loss %.4f", epoch, step, acc, loss)
     return acc, loss, per_example
 
+
+def start_accuracy(trainer: Any, data: Data, meta: dict[str, Any], timings: Timings) -> None:
+    """The eval accuracy of the starting weights, before the first step, into `meta`
+    (which checkpoints keep); not measured again by a run resumed past step 0."""
+    if "start_acc" in meta or int(np.asarray(trainer.state()["step"])) > 0:
+        return
+    t = time.perf_counter()
+    meta["start_acc"] = float(evaluate(trainer, data.eval_data)[0])
+    timings.eval += time.perf_counter() - t
+
+
 def finish_checkpoints(ckpt: Checkpointer | None, timings: Timings) -> None:
     """Waits for the checkpoints still being written, after the device stage."""
     if ckpt is not None:
@@ -534,6 +494,7 @@ def train_and_eval(
     device_stage: contextlib.AbstractContextManager | None = None,
     progress: bool | None = None,
     functions: Mapping[str, Callable[..., Any]] | None = None,
+    evaluate_start: bool = False,
 ) -> tuple[Metrics, int, dict[str, Any]]:
     """Train `graph` (or the config's zoo model); return (metrics, epochs, state).
 
@@ -560,6 +521,8 @@ def train_and_eval(
       fields naming "package.module:function" without a value here are imported.
     progress: show a bar of the training steps on stderr (None: only when stderr is a
       terminal; `nas-train` shows it unless --noprogress, as `nas-search` does).
+    evaluate_start: evaluate the starting weights (after `refit`) before the first step,
+      as `metrics.start_acc` (kept in the checkpoint: a resumed run reports it too).
     state: {"params", "batch_stats"} (the EMA of them when ema_decay > 0).
     """
     if "train" in config:  # a search config: its `train` part trains one candidate
@@ -576,7 +539,7 @@ def train_and_eval(
         metrics, epoch, state = _train_and_eval(
             config, eval_perf, callback, graph, constants, workdir, init_variables, freeze,
             freeze_inherited, should_stop, device_data_cache, stop_epochs, refit,
-            device_stage, progress, functions)
+            device_stage, progress, functions, evaluate_start)
     metrics.compilations, metrics.compile_cache_hits = counter.compiles, counter.cache_hits
     logging.info("%d compilations, %d persistent cache hits; compiled: %s", counter.compiles,
                  counter.cache_hits, ", ".join(counter.compiled) or "nothing")
@@ -593,6 +556,7 @@ def _train_and_eval(config: ml_collections.ConfigDict, eval_perf: bool,
                     device_stage: contextlib.AbstractContextManager | None,
                     progress: bool | None = None,
                     functions: Mapping[str, Callable[..., Any]] | None = None,
+                    evaluate_start: bool = False,
                     ) -> tuple[Metrics, int, dict[str, Any]]:
     """The stages, top to bottom (see the module docstring)."""
     start = time.perf_counter()
@@ -622,6 +586,8 @@ def _train_and_eval(config: ml_collections.ConfigDict, eval_perf: bool,
     waiting = time.time()
     with device_stage or contextlib.nullcontext():
         started = time.time()
+        if evaluate_start:
+            start_accuracy(trainer, data, meta, timings)
         step, epoch, acc, loss, per_example = run_loop(
             config, trainer, data, meta, ckpt, writer, timings, callback, should_stop, end,
             pending, progress)
@@ -640,6 +606,7 @@ def _train_and_eval(config: ml_collections.ConfigDict, eval_perf: bool,
     finish_checkpoints(ckpt, timings)
 
     metrics = _metrics(acc, loss, meta, timings, trainer.memory(), step)
+    metrics.start_acc = float(meta.get("start_acc", -1.0))
     metrics.setup_seconds = setup_seconds
     metrics.eval_examples = data.eval_data.num_examples
     metrics.device_wait_seconds = started - waiting

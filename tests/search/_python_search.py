@@ -59,7 +59,8 @@ def digits():
 
 
 OVERRIDES = {
-    "train.total_epochs": 0.5, "search.seed_epochs": 1.0, "train.ckpt_steps": 0,
+    "train.total_epochs": 0.5, "search.seed_epochs": 1.0,
+    "search.seed_max_epochs": 0.0, "search.min_child_steps": 0, "train.ckpt_steps": 0,
     "search.workers": 2, "search.selection.min_acc": 0.0, "search.finals": {"k": 0},
     "search.selection.costs": ("kilo_params", "flops"),
     "search.fit": {"steps": 3, "batches": 1, "batch_size": 8, "bn_batch_size": 16},

@@ -22,6 +22,8 @@ def tiny_search_config(**search):
     config.train.log_training_steps = 1000
     config.search.max_candidates = 3
     config.search.seed_epochs = 0.5
+    config.search.seed_max_epochs = 0.0  # one round (tests of rounds pass seed_max_epochs)
+    config.search.min_child_steps = 0  # epochs decide (tests of it pass min_child_steps)
     config.search.fit = {"steps": 3, "batches": 1, "batch_size": 8,  # the real path, briefly
                          "bn_batch_size": 16}
     config.search.executor = "inline"

@@ -43,6 +43,8 @@ def test_ctrl_c_of_a_pool_search_is_one_line_and_exit_130(tmp_path):
         [sys.executable, "-m", "nas.search.cli", f"--config={SEARCH_CONFIG}",
          f"--workdir={workdir}", "--noprogress", "--config.train.total_epochs=2",
          "--config.train.ckpt_steps=0", "--config.search.seed_epochs=0",
+    "--config.search.seed_max_epochs=0",
+    "--config.search.min_child_steps=0",
          "--config.search.max_candidates=3", "--config.search.workers=1",
          "--config.search.executor=local", "--config.search.log_every_steps=1",
          "--config.search.fidelity.rungs=()", "--config.search.finals.k=0"],

@@ -23,6 +23,8 @@ FLAGS = [
     f"--config={SEARCH_CONFIG}", "--noprogress", "--config.train.total_epochs=0.5",
     "--config.train.ckpt_steps=0", "--config.train.log_training_steps=1000",
     "--config.train.schedule.warmup_steps=2", "--config.search.seed_epochs=0.5",
+    "--config.search.seed_max_epochs=0",
+    "--config.search.min_child_steps=0",
     "--config.search.executor=inline", "--config.search.selection.min_acc=0.0",
     "--config.search.fidelity.rungs=()", "--config.search.pipeline_depth=1",
 ]

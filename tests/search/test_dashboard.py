@@ -265,7 +265,8 @@ def test_the_dashboard_follows_a_real_search(tmp_path):
         [sys.executable, "-m", "nas.search.cli", f"--config={SEARCH_CONFIG}",
          f"--workdir={tmp_path}", "--noprogress", "--config.search.max_candidates=3",
          "--config.train.total_epochs=0.5", "--config.search.seed_epochs=0.5",
-         "--config.search.finals.k=0"],
+         "--config.search.finals.k=0", "--config.search.seed_max_epochs=0",
+         "--config.search.min_child_steps=0"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env())
     for _ in range(600):
         if (tmp_path / "study.db").exists():

@@ -95,6 +95,8 @@ OVERRIDES = [
     "--config.train.total_epochs=0.5", "--config.train.ckpt_steps=2",
     "--config.train.log_training_steps=1000", "--config.search.max_candidates=3",
     "--config.train.schedule.warmup_steps=2", "--config.search.seed_epochs=0.5",
+    "--config.search.seed_max_epochs=0",
+    "--config.search.min_child_steps=0",
     "--config.search.executor=inline", "--config.search.selection.min_acc=0.0",
     "--config.search.fidelity.keep=1.0", "--config.search.fidelity.parent_ratio=0.0",
     "--config.search.fidelity.rungs=(0.25,)", "--config.search.fidelity.cost=",

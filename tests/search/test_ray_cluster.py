@@ -24,7 +24,9 @@ from ray_nodes import LocalCluster, unshare_refusal  # noqa: E402
 CONFIG = os.path.join(os.path.dirname(__file__), "..", "..", "configs", "digits_cnn_search.py")
 SMALL = ["--config.train.total_epochs=0.5", "--config.train.ckpt_steps=0",
          "--config.train.log_training_steps=1000", "--config.train.schedule.warmup_steps=2",
-         "--config.search.seed_epochs=0.5", "--config.search.max_candidates=6",
+         "--config.search.seed_epochs=0.5",
+    "--config.search.seed_max_epochs=0",
+    "--config.search.min_child_steps=0", "--config.search.max_candidates=6",
          "--config.search.selection.min_acc=0.0", "--config.search.fidelity.rungs=()",
          "--config.search.fit.steps=3", "--config.search.fit.batches=1",
          "--config.search.fit.batch_size=8", "--config.search.fit.bn_batch_size=16",

@@ -24,6 +24,7 @@ def test_ray_tasks_train_with_the_users_loss_and_measure_the_users_cost(tmp_path
                            __import__("jax").tree.leaves(candidate.variables["params"])) / 1e3
 
     overrides = {"train.total_epochs": 0.25, "search.seed_epochs": 0.25,
+                 "search.seed_max_epochs": 0.0, "search.min_child_steps": 0,
                  "train.ckpt_steps": 0, "search.executor": "ray",
                  "search.selection.min_acc": 0.0, "search.pipeline_depth": 1,
                  "search.fit": {"steps": 2, "batches": 1, "batch_size": 8,

@@ -89,7 +89,9 @@ def test_sigkill_at_several_points_then_resume(tmp_path):
 
 PIPELINED = ["--config.search.executor=local", "--config.search.pipeline_depth=2",
              "--config.search.prepare_ahead=1", "--config.search.max_candidates=4",
-             "--config.search.seed_epochs=0.5"]
+             "--config.search.seed_epochs=0.5",
+    "--config.search.seed_max_epochs=0",
+    "--config.search.min_child_steps=0"]
 
 
 @pytest.mark.slow
@@ -162,7 +164,9 @@ def test_external_workers_take_turns_on_their_device(tmp_path):
     workdir = str(tmp_path / "study")
     driver = start_driver(workdir, "--config.search.workers=0",
                           "--config.search.pipeline_depth=2", "--config.search.prepare_ahead=1",
-                          "--config.search.max_candidates=4", "--config.search.seed_epochs=0.5")
+                          "--config.search.max_candidates=4", "--config.search.seed_epochs=0.5",
+    "--config.search.seed_max_epochs=0",
+    "--config.search.min_child_steps=0")
     workers = [subprocess.Popen([sys.executable, "-m", "nas.search.cli", "worker",
                                  f"--workdir={workdir}", "--wait_s=120"],
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

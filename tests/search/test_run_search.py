@@ -138,6 +138,7 @@ def test_the_python_call_and_the_command_give_the_same_candidates(tmp_path, monk
     value in Python, by name on the command line)."""
     monkeypatch.setenv("NAS_DATA_DIR", str(tmp_path / "data"))
     overrides = {"train.total_epochs": 0.25, "search.seed_epochs": 0.25,
+                 "search.seed_max_epochs": 0.0, "search.min_child_steps": 0,
                  "train.ckpt_steps": 0, "search.executor": "inline",
                  "search.selection.min_acc": 0.0, "search.finals.k": 0,
                  "search.fit": {"steps": 2, "batches": 1, "batch_size": 8,
@@ -265,6 +266,7 @@ def test_a_model_of_grey_images_trains_on_them_at_its_own_input_shape(tmp_path, 
     grey = arrays(n=80, shape=(8, 8))
     result = nas.run_search(seed, grey, workdir=tmp_path / "study", max_candidates=1,
                             overrides={"train.total_epochs": 0.5, "search.seed_epochs": 0.5,
+                                       "search.seed_max_epochs": 0.0, "search.min_child_steps": 0,
                                        "search.executor": "inline", "train.ckpt_steps": 0,
                                        "train.input.batch_size": 16, "search.finals.k": 0},
                             progress=False)

@@ -18,7 +18,9 @@ OVERRIDES = [
     "--config.search.finals.k=0",  # the finals have tests of their own
     "--config.train.total_epochs=0.5", "--config.train.ckpt_steps=0",
     "--config.train.log_training_steps=1000", "--config.train.schedule.warmup_steps=2",
-    "--config.search.seed_epochs=0", "--config.search.executor=inline",
+    "--config.search.seed_epochs=0",
+    "--config.search.seed_max_epochs=0",
+    "--config.search.min_child_steps=0", "--config.search.executor=inline",
     "--config.search.selection.min_acc=0.0", "--config.search.lease_s=30",
     "--config.search.fidelity.rungs=()",
 ]

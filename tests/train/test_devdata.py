@@ -19,11 +19,14 @@ class _Indexed:
         return self.n
 
     def __getitem__(self, i: int):
-        return {"image": np.full((8, 8, 3), i, np.uint8), "label": np.int64(i)}
+        return {"image": np.full((SIZE, SIZE, 3), i, np.uint8), "label": np.int64(i)}
 
 
-def _load(n=40, seed=0):
-    return devdata.load(_Indexed(n), "digits", 8, seed, jax.local_devices()[:1])
+SIZE = 16  # the smallest side that is shifted (`data.shift_pad`)
+
+
+def _load(n=40, seed=0, name="digits", size=SIZE):
+    return devdata.load(_Indexed(n), name, size, seed, jax.local_devices()[:1])
 
 
 def test_each_epoch_visits_every_example_once_and_seed_fixes_the_order():
@@ -53,11 +56,26 @@ def test_augmentation_crops_with_the_normalized_zero_and_keeps_labels():
     np.testing.assert_array_equal(out["image"], again["image"])  # same key, same batch
     labels = np.asarray(out["label"])
     images = np.asarray(out["image"])
-    pp = data.make_preprocess("digits", False, 8)
+    pp = data.make_preprocess("digits", False, SIZE)
     for img, lab in zip(images, labels, strict=True):
-        value = pp({"image": np.full((8, 8, 3), lab, np.uint8), "label": lab}, None)["image"]
+        value = pp({"image": np.full((SIZE, SIZE, 3), lab, np.uint8), "label": lab},
+                   None)["image"]
         assert set(np.unique(img)) <= {-1.0, float(value[0, 0, 0])}
     assert (images == -1.0).any()  # some crop moved the padding in
+
+
+def test_the_shift_is_a_sixteenth_of_the_side_and_none_on_small_images():
+    """Issue 51: a 2-pixel shift is 14 % of a 14x14 image and cost a first try 7 points;
+    32x32 keeps its 2 pixels, 28x28 gets 1, and 14x14 is not shifted on either path."""
+    assert [data.shift_pad(s) for s in (8, 14, 16, 28, 32, 64)] == [0, 0, 1, 1, 2, 4]
+    assert _load(size=SIZE).pad == 1 and _load(size=32).pad == 2
+    assert _load(size=14).pad == 0
+    rng = np.random.default_rng(0)
+    ex = {"image": np.arange(14 * 14 * 3, dtype=np.uint8).reshape(14, 14, 3), "label": 1}
+    plain = data.make_preprocess("npz", False, 14)(ex, None)["image"]
+    for _ in range(8):  # the grain path: the image as it is
+        np.testing.assert_array_equal(data.make_preprocess("npz", True, 14)(ex, rng)["image"],
+                                      plain)
 
 
 def test_digits_train_on_device_like_on_grain(data_dir):

@@ -187,14 +187,14 @@ def test_a_search_says_which_schedules_it_shortens():
         "get_config"]()
     search = validate_search(config)
     assert schedule_lines(config.train, search) == []  # 20 warmup steps fit
-    config.train.schedule.warmup_steps = 100
+    config.train.schedule.warmup_steps = 150  # children: 2 epochs, at least 100 steps
     assert schedule_lines(config.train, search) == [
-        "the seed: config field 'train.schedule': warmup (100) + cooldown (0) steps exceed "
+        "the seed: config field 'train.schedule': warmup (150) + cooldown (0) steps exceed "
         "the run's 60 steps: shortened to warmup 30 + cooldown 0, half the run (total_epochs "
         "3 x 20.2 steps per epoch at batch size 64)",
-        "each child: config field 'train.schedule': warmup (100) + cooldown (0) steps exceed "
-        "the run's 40 steps: shortened to warmup 20 + cooldown 0, half the run (total_epochs "
-        "2 x 20.2 steps per epoch at batch size 64)"]
+        "each child: config field 'train.schedule': warmup (150) + cooldown (0) steps exceed "
+        "the run's 100 steps: shortened to warmup 50 + cooldown 0, half the run (total_epochs "
+        "2 x 20.2 steps per epoch at batch size 64, raised to min_steps 100)"]
 
 
 def test_a_search_takes_the_folder_s_classes_and_checks_its_seed_graph(tmp_path):

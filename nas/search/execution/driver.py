@@ -11,7 +11,6 @@ waits for them instead of stopping.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import time
@@ -32,6 +31,7 @@ from nas.properties import op_cache
 from nas.search.execution import user_functions
 from nas.search.execution.executors import make_executor
 from nas.search.execution.finals import Finals, run_finals
+from nas.search.execution.study_setup import open_study, resumed_config
 from nas.search.execution.task import (
     Executor,
     Outcome,
@@ -46,17 +46,16 @@ from nas.search.store.lease import LeaseKeeper
 from nas.search.store.study import (
     DuplicateCandidateError,
     Study,
-    StudyNotFoundError,
     default_worker,
 )
 from nas.search.strategy import blocks as blocks_lib
+from nas.search.strategy import hparams as hparams_lib
 from nas.search.strategy import splits
 from nas.search.strategy.population import DoneCache, Population
 from nas.search.strategy.ray_config import RayConfig
 from nas.search.strategy.selection import Individual
 from nas.search.strategy.selector import Selector, select_parents
 from nas.search.strategy.settings import (
-    OPERATIONAL,
     candidate_train_config,
     selection_config,
     validate_search,
@@ -83,6 +82,10 @@ class SearchFailed(ValueError):
 # Study state: {candidate id: why its weights cannot be read}. Such a candidate is no
 # longer chosen as a parent (its children could not inherit), and the search goes on.
 UNUSABLE_PARENTS = "unusable_parents"
+
+
+# Study state: whether the search said that its seed is below search.selection.min_acc.
+SEED_BELOW_MIN_ACC = "seed_below_min_acc_said"
 
 
 def unusable_parents(study: Study) -> dict[int, str]:
@@ -115,46 +118,6 @@ def remove_partial_saves(study: Study) -> list[str]:
     if removed:
         logging.info("removed %d partial save(s): %s", len(removed), removed)
     return removed
-
-
-def resumed_config(given: ml_collections.ConfigDict, study: Study) -> ml_collections.ConfigDict:
-    """The stored config of a resumed study, with the given operational search fields."""
-    if not study.config:
-        return given
-    config = ml_collections.ConfigDict(study.config)
-    for key in OPERATIONAL:
-        if key in given.get("search", {}):
-            config.search[key] = given.search[key]
-    return config
-
-
-def open_study(workdir: str, config: ml_collections.ConfigDict,
-               check_new: Callable[[ml_collections.ConfigDict], Any] | None = None) -> Study:
-    """Resume the study in `workdir` (its stored config wins, except `OPERATIONAL` search
-    fields, which may change silently), or create it. Other differences are named once.
-
-    A study with no candidates yet has not started (its first run failed before seeding):
-    the given config replaces the stored one, so a corrected command starts it. `check_new`
-    runs on the config first in both of those cases, before anything is written."""
-    try:
-        study = Study.load(workdir)
-    except StudyNotFoundError:
-        if check_new is not None:
-            check_new(config)
-        return Study.open(workdir, config=config.to_dict())
-    if not any(study.counts().values()):
-        if check_new is not None:
-            check_new(config)
-        if study.replace_config(config.to_dict()):
-            return study
-    given = json.loads(json.dumps(config.to_dict(), default=list))
-    ignored = [f for f in _differences(given, study.config, "")
-               if f.removeprefix("search.") not in OPERATIONAL]
-    if ignored:
-        logging.warning("%s: resuming with its stored config; the given values of %s are "
-                        "ignored (only %s may change on resume)", study.path,
-                        ", ".join(ignored), ", ".join(f"search.{k}" for k in OPERATIONAL))
-    return study
 
 
 def seed_parts(train: ml_collections.ConfigDict, search: ml_collections.ConfigDict
@@ -201,15 +164,6 @@ def check_seed(config: ml_collections.ConfigDict) -> None:
     """Builds the seed a new study would start from (`seed_parts`), so a bad model or
     seed graph is refused before the study exists."""
     seed_parts(config.train, validate_search(config))
-
-
-def _differences(given: Any, stored: Any, prefix: str) -> list[str]:
-    if isinstance(given, dict) and isinstance(stored, dict):
-        out = []
-        for key in sorted(set(given) | set(stored)):
-            out += _differences(given.get(key), stored.get(key), f"{prefix}{key}.")
-        return out
-    return [] if given == stored else [prefix.rstrip(".")]
 
 
 class Driver:
@@ -263,12 +217,15 @@ class Driver:
                             "block_delete_prob, block_mutate_prob) does not apply; its "
                             "children are subgraph mutations", self.search.seed_graph)
             self._told_no_blocks = True
-        inheritance = None
+        inheritance: dict[str, Any] | None = None
+        hparams = hparams_lib.seed_values(self.train, self.search)
+        if hparams:  # search.hparams: the seed's values, its children's starting point
+            inheritance = {"hparams": hparams}
         if variables is not None:  # saved before the candidate exists, as for children
-            inheritance = {"init_path": os.path.join(os.path.abspath(self.workdir), "inits",
-                                                     "seed")}
-            shutil.rmtree(inheritance["init_path"], ignore_errors=True)
-            save_variables(inheritance["init_path"], variables)
+            path = os.path.join(os.path.abspath(self.workdir), "inits", "seed")
+            inheritance = {**(inheritance or {}), "init_path": path}
+            shutil.rmtree(path, ignore_errors=True)
+            save_variables(path, variables)
         try:
             self.study.add(
                 graph_to_json(graph, constants), generation=0, seed=self.search.seed,
@@ -311,9 +268,12 @@ class Driver:
         try:
             parent_id = self.choose_parent(done, rng)
         except ValueError as e:  # e.g. nobody reaches min_acc
-            logging.warning("no parent can be selected: %s", e)
-            self.study.set_state("proposals", k + 1)
-            return None
+            below = self.seed_below_min_acc(done)
+            if below is None:
+                logging.warning("no parent can be selected: %s", e)
+                self.study.set_state("proposals", k + 1)
+                return None
+            parent_id = below
         parent = self.study.get(parent_id)
         child_seed = int(rng.integers(2**31 - 1))
         graph, constants = load(parent.graph_json)
@@ -345,7 +305,8 @@ class Driver:
                 properties=child.properties_json(), blocks=child_blocks,
                 inheritance={"kind": child.kind, "inherited": sorted(child.inherited),
                              "new": sorted(child.new), "init_path": init,
-                             **({"fit_pairs": fit_pairs} if fit_pairs else {})},
+                             **({"fit_pairs": fit_pairs} if fit_pairs else {}),
+                             **self.child_hparams(parent, k)},
                 state={"proposals": k + 1})
         except (NoChildFound, DuplicateCandidateError, ChildTooLargeError,
                 ConstantOutputError) as e:
@@ -353,6 +314,30 @@ class Driver:
             self.study.set_state("proposals", k + 1)
             return None
         return child_id
+
+    def child_hparams(self, parent: Any, proposal: int) -> dict[str, Any]:
+        """{"hparams": values} of a child of `parent` (`search.hparams`), {} when off."""
+        values = hparams_lib.perturb((parent.inheritance or {}).get("hparams"), self.train,
+                                     self.search, int(self.search.seed), proposal)
+        return {"hparams": values} if values else {}
+
+    def seed_below_min_acc(self, done: Sequence[Any]) -> int | None:
+        """The seed, when no done candidate reaches `search.selection.min_acc` (issue 51):
+        its own children are proposed from it rather than the search ending with the seed
+        alone; said once per study, in one line naming what to set. None otherwise."""
+        min_acc = self.selection.min_acc
+        seed = next((c for c in done if c.parent_id is None), None)
+        if min_acc is None or seed is None or any(c.accuracy >= min_acc for c in done):
+            return None
+        if not self.study.get_state(SEED_BELOW_MIN_ACC, False):
+            line = (f"the seed's validation accuracy {seed.accuracy:.3f} is below "
+                    f"search.selection.min_acc={min_acc:g}: its children are proposed from "
+                    f"it until one reaches that bar; set search.selection.min_acc lower, "
+                    f"or search.seed_max_epochs to train the seed on")
+            print(line, flush=True)
+            logging.warning("%s", line)
+            self.study.set_state(SEED_BELOW_MIN_ACC, True)
+        return int(seed.id)
 
     def parent_variables(self, parent: Any) -> dict[str, Any] | None:
         """The weights of `parent`, or None when they cannot be read: it is then marked

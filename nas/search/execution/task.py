@@ -19,8 +19,9 @@ import ml_collections
 from absl import logging
 
 from nas.search.store.study import Study
+from nas.search.strategy import hparams as hparams_lib
 from nas.search.strategy.fidelity import RungPlan
-from nas.search.strategy.settings import candidate_train_config, latency_settings
+from nas.search.strategy.settings import candidate_train_config, latency_settings, seed_rounds
 from nas.train.checkpoint import load_variables, save_variables
 
 
@@ -46,6 +47,8 @@ class Task:
     costs: dict[str, str] = dataclasses.field(default_factory=dict)
     functions: bytes | None = dataclasses.field(default=None, repr=False)
     latency: dict[str, Any] | None = None  # `nas.train.latency.LatencySettings`; None: untimed
+    # `nas.train.rounds.Rounds` fields: a search's seed trains on while it gains; None: once
+    rounds: dict[str, Any] | None = None
     run: str | None = None
 
     def replace(self, **changes: Any) -> Task:
@@ -134,6 +137,8 @@ def make_task(study: Study, train: ml_collections.ConfigDict, search: ml_collect
     candidate = study.get(candidate_id)
     train_config = candidate_train_config(train.to_dict(), search,
                                           is_seed=candidate.parent_id is None)
+    train_config = hparams_lib.apply(train_config, (candidate.inheritance or {}).get("hparams"),
+                                     candidate.parent_id is None, search)
     directory = candidate_dir(str(study.workdir), candidate_id)
     saved = (candidate.inheritance or {}).get("init_path")
     legacy = os.path.join(directory, "init")  # studies written before init_path existed
@@ -151,7 +156,9 @@ def make_task(study: Study, train: ml_collections.ConfigDict, search: ml_collect
         stop_epochs=rung_plan(train, search).stop_epochs(candidate),
         fit=fit_task(study, train, search, candidate) if candidate.rung == 0 else None,
         costs=dict(search.get("costs", {}) or {}), functions=functions,
-        latency=latency_settings(search))
+        latency=latency_settings(search),
+        # the seed trains on while its validation accuracy rises (search.seed_max_epochs)
+        rounds=seed_rounds(train.to_dict(), search) if candidate.parent_id is None else None)
 
 
 def fit_task(study: Study, train: ml_collections.ConfigDict, search: ml_collections.ConfigDict,
@@ -199,9 +206,10 @@ def record_outcome(study: Study, outcome: Outcome, worker: str | None = None,
         return
     path = save_variables(os.path.join(candidate_dir(str(study.workdir), cid), "final"),
                           outcome.variables or {})
+    hparams = (candidate.inheritance or {}).get("hparams")
+    metrics = {**(outcome.metrics or {}), "hparams": hparams} if hparams else outcome.metrics
     try:
-        study.tell(cid, outcome.metrics, checkpoint_path=path, worker=worker,
-                   rung_epochs=epochs)
+        study.tell(cid, metrics, checkpoint_path=path, worker=worker, rung_epochs=epochs)
     except ValueError as e:  # e.g. NaN metrics
         study.fail(cid, str(e), worker=worker)
 

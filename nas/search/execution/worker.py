@@ -8,6 +8,7 @@ or in an external `nas-search worker`. Failures are exceptions with a clear mess
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import re
@@ -57,7 +58,8 @@ def train_candidate(
     to resume; its errors and time join the metrics. `functions`: the user's loss,
     optimizer, augmentation and costs by value; `costs`: each cost runs on the trained
     candidate once it reaches its last rung, and its value joins the metrics under its
-    name (a cost that raises fails the candidate). `latency` (None: not timed): at its last
+    name (a cost that raises fails the candidate). `rounds` (a search's seed): trains on
+    while it gains, `_train_rounds`. `latency` (None: not timed): at its last
     rung, the trained model's inference is timed holding this process's device turn, and
     `latency_ms` with its spread `latency_ms_iqr` join the metrics.
     """
@@ -66,7 +68,6 @@ def train_candidate(
     from nas.graph.serialize import load
     from nas.search.execution.device_turns import DeviceTurn, lock_path
     from nas.search.execution.user_functions import cost_functions, measure_costs, unpack
-    from nas.train import train_and_eval
     from nas.train.fit import fit_for_task
     from nas.train.train import DeviceDataCache
 
@@ -79,8 +80,7 @@ def train_candidate(
     shipped = unpack(task.functions)
     cost_fns = cost_functions(task.costs, shipped) if task.stop_epochs is None else {}
     turn = DeviceTurn(lock_path(share_device)) if share_device else None
-    stop_now = stopper(task.time_limit_s, turn, owner_pid, should_stop)
-
+    stop_now = StopCheck(task.time_limit_s, owner_pid, should_stop, turn)
     fitted: dict[str, float] = {}
 
     def refit(variables: dict[str, Any], built: Callable[[], None]) -> dict[str, Any]:
@@ -90,12 +90,17 @@ def train_candidate(
 
     if task.workdir:
         os.makedirs(task.workdir, exist_ok=True)
-    metrics, epochs, state = train_and_eval(
-        config, eval_perf=True, callback=lambda epoch, _: not stop_now(-1), graph=graph,
-        constants=constants, workdir=task.workdir, init_variables=task.init_variables,
-        should_stop=stop_now, device_data_cache=_DEVICE_DATA, stop_epochs=task.stop_epochs,
+    run = functools.partial(
+        _run_once, stop_now=stop_now, config=config, eval_perf=True, graph=graph,
+        constants=constants, device_data_cache=_DEVICE_DATA, stop_epochs=task.stop_epochs,
         refit=refit if task.fit is not None else None, device_stage=turn, functions=shipped)
-    values = {**metrics_dict(metrics), **fitted, "epochs": epochs}
+    if task.rounds:
+        values, state = _train_rounds(run, task.rounds, task.workdir, task.init_variables,
+                                      stop_now.restart)
+    else:
+        metrics, epochs, state = run(task.init_variables, task.workdir, [])
+        values = {**metrics_dict(metrics), "epochs": epochs}
+    values.update(fitted)
     if not all(math.isfinite(v) for v in values.values() if isinstance(v, float)):
         raise FloatingPointError(f"training diverged: non-finite metrics {values}")
     variables = jax.tree.map(np.asarray, jax.block_until_ready(state))
@@ -132,34 +137,112 @@ def latency_metrics(graph: Any, constants: Any, variables: dict[str, Any],
     return timing.metrics()
 
 
-def stopper(time_limit_s: float, turn: Any, owner_pid: int | None,
-            should_stop: Callable[[], bool] | None) -> Callable[[int], bool]:
-    """What `train_candidate` calls after every train step: stopping raises at once, so
-    nothing more is spent (no final evaluation or checkpoint of a candidate that is not
-    recorded). Time waiting for the device (`turn`) does not count against the limit."""
-    start = time.monotonic()
+def _run_once(variables: Any, where: str | None, seen: list[float], *,
+              stop_now: Callable[[int], bool], **kwargs: Any) -> tuple[Any, int, Any]:
+    """One `train_and_eval` run from `variables` in `where`, each evaluation's accuracy
+    appended to `seen`; starting weights given are evaluated first (`start_accuracy`)."""
+    from nas.train import train_and_eval
 
-    def stop_now(step: int) -> bool:
-        waited = turn.waited if turn is not None else 0.0
-        if time_limit_s and time.monotonic() - start - waited > time_limit_s:
+    def on_eval(epoch: int, m: Any) -> bool:
+        seen.append(float(m.acc))
+        return not stop_now(-1)
+
+    return train_and_eval(callback=on_eval, workdir=where, init_variables=variables,
+                          should_stop=stop_now, evaluate_start=variables is not None, **kwargs)
+
+
+class StopCheck:
+    """Called after every train step: stopping raises at once, so nothing more is spent
+    (no final evaluation or checkpoint of a candidate that is not recorded). The soft time
+    limit counts from the last `restart` (a seed's round), without device waits."""
+
+    def __init__(self, time_limit_s: float, owner_pid: int | None,
+                 should_stop: Callable[[], bool] | None, turn: Any) -> None:
+        self.time_limit_s, self.owner_pid = time_limit_s, owner_pid
+        self.should_stop, self.turn = should_stop, turn
+        self.restart()
+
+    def restart(self) -> None:
+        self.start = time.monotonic()
+        self.waited_before = self.turn.waited if self.turn is not None else 0.0
+
+    def __call__(self, step: int) -> bool:
+        waited = (self.turn.waited if self.turn is not None else 0.0) - self.waited_before
+        if self.time_limit_s and time.monotonic() - self.start - waited > self.time_limit_s:
             where = f"step {step}" if step >= 0 else "an epoch's end"
-            raise CandidateTimeout(f"exceeded its time limit of {time_limit_s:g} s "
+            raise CandidateTimeout(f"exceeded its time limit of {self.time_limit_s:g} s "
                                    f"(stopped at {where})")
-        if owner_pid is not None and os.getppid() != owner_pid:
+        if self.owner_pid is not None and os.getppid() != self.owner_pid:
             os._exit(1)  # orphaned: the driver died; its successor may train this candidate
-        if should_stop is not None and should_stop():
+        if self.should_stop is not None and self.should_stop():
             raise ClaimLost("this worker's lease on the candidate was lost")
         return False
 
-    return stop_now
+
+def _train_rounds(run: Callable[..., Any], rounds: dict[str, Any], workdir: str | None,
+                  start: Any, new_round: Callable[[], None]) -> tuple[dict[str, Any], Any]:
+    """`run` in rounds (`nas.train.rounds.Rounds` fields `rounds`): the schedule is run
+    again from where it ended while the validation accuracy still rises; the best round
+    is returned, with `rounds`, `round_accuracies`, `best_round`, `curve` (validation
+    accuracy after every epoch) and the epochs of all rounds in its metrics. The time
+    limit is per round. Round 0 runs in `workdir`, round k in
+    `workdir/round<k>`, so a resumed seed replays its finished rounds from their
+    checkpoints. Each round's curve is read from its metrics.jsonl where it has one (the
+    same after a resume), else from its evaluations."""
+    from nas.train.rounds import Rounds, train_in_rounds
+
+    def run_round(index: int, variables: Any) -> tuple[dict[str, Any], int, Any, list]:
+        new_round()
+        where = workdir if not workdir or index == 0 else os.path.join(workdir, f"round{index}")
+        seen: list[float] = []
+        metrics, epochs, state = run(variables, where, seen)
+        values = metrics_dict(metrics)
+        logged = epoch_accuracies(where) if where else []
+        return values, epochs, state, logged or [*seen, float(values["accuracy"])]
+
+    starts: list[float] = []
+
+    def first_start(index: int, variables: Any) -> tuple[dict[str, Any], int, Any, list]:
+        out = run_round(index, variables)
+        if index == 0 and "start_accuracy" in out[0]:  # the seed as it arrived
+            starts.append(out[0]["start_accuracy"])
+        return out
+
+    result = train_in_rounds(first_start, Rounds(**rounds), start)
+    values = {**{k: v for k, v in result.metrics.items() if k != "start_accuracy"},
+              **({"start_accuracy": starts[0]} if starts else {}),
+              "epochs": result.epochs, "rounds": result.rounds,
+              "best_round": result.best_round, "curve": result.curve,
+              "round_accuracies": result.round_accuracies,
+              "rounds_stopped": result.stopped_because}
+    return values, result.variables
+
+
+def epoch_accuracies(workdir: str) -> list[float]:
+    """Validation accuracy after each epoch, from a run's metrics.jsonl (the last record
+    of an epoch wins: a resumed run may have logged it twice)."""
+    import json
+
+    path = os.path.join(workdir, "metrics.jsonl")
+    by_epoch: dict[int, float] = {}
+    if os.path.isfile(path):
+        with open(path) as f:
+            for line in f:
+                record = json.loads(line)
+                if "eval_acc" in record and "epoch" in record:
+                    by_epoch[int(record["epoch"])] = float(record["eval_acc"])
+    return [by_epoch[e] for e in sorted(by_epoch)]
 
 
 def metrics_dict(metrics: Any) -> dict[str, Any]:
     """The study's metric names (accuracy: on the validation split, which decides;
     test_accuracy: reported only; params, ...) plus every other measured field."""
     names = {"acc": "accuracy", "num_params": "params", "eval_examples": "val_examples",
-             "test_acc": "test_accuracy", "eval_correct": "val_correct"}
+             "test_acc": "test_accuracy", "eval_correct": "val_correct",
+             "start_acc": "start_accuracy"}
     values = metrics.to_dict()
+    if values.get("start_acc", -1.0) < 0:  # not measured
+        values.pop("start_acc", None)
     if not values.get("test_examples"):  # no test split was evaluated
         values = {k: v for k, v in values.items() if not k.startswith("test_")}
     if not values.get("eval_correct"):  # not recorded (several hosts)

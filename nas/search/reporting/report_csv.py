@@ -31,7 +31,10 @@ CSV_COLUMNS = ("id", "parent_id", "generation", "status", "accuracy", "val_examp
                # summary's recommendation
                "val_vs_seed_pt", "val_vs_seed_low_pt", "val_vs_seed_high_pt", "val_vs_seed",
                "test_vs_seed_pt", "test_vs_seed_low_pt", "test_vs_seed_high_pt",
-               "test_vs_seed", "recommended")
+               "test_vs_seed", "recommended",
+               # a child's validation accuracy with the weights it started from (inherited,
+               # fitted), before fine-tuning, next to its parent's; its hparams (search.hparams)
+               "parent_accuracy", "start_accuracy", "hparams")
 # then a column per cost of the search's own (`search.costs`), named as the cost
 _EXTRA = ("val_examples", "test_accuracy", "test_examples")
 
@@ -56,6 +59,13 @@ def paired_columns(c: Candidate, seed: Candidate | None,
     return out
 
 
+def hparams_text(hparams: object) -> str | None:
+    """A candidate's `search.hparams` values as "lr=0.001 wd=0.0001" (None: none)."""
+    if not isinstance(hparams, dict) or not hparams:
+        return None
+    return " ".join(f"{k}={float(v):.4g}" for k, v in sorted(hparams.items()))
+
+
 _HEAD = attrgetter("id", "parent_id", "generation", "status", "accuracy")
 _COSTS = attrgetter("loss", "flops", "params", "im_sec_core_train", "im_sec_core_infer",
                     "epochs", "attempts")
@@ -78,12 +88,16 @@ def csv_rows(candidates: Iterable[Candidate], front: set[int], seed: Candidate |
     within = recommend.feasible_ids(candidates, bounds) if bounds else set()
     chosen_id = chosen.id if chosen is not None else None
     versus = {split: pairs.against(seed, split) for split in ("validation", "test")}
+    accuracies: dict[int, float | None] = {}  # parents are listed before their children
     for c in candidates:
         extra = c.extra_metrics
+        accuracies[c.id] = c.accuracy
         cells = paired_columns(c, seed, versus)
         row = [*_HEAD(c), *(extra.get(k) for k in _EXTRA), *_COSTS(c), int(c.id in front),
                rung_summary(c), c.fingerprint, c.worker, c.error,
                *(cells.get(k) for k in _PAIRED), int(c.id == chosen_id),
+               accuracies.get(c.parent_id) if c.parent_id is not None else None,
+               extra.get("start_accuracy"), hparams_text(extra.get("hparams")),
                *(cost_value(c, u) for u in user_costs), *(cost_value(c, u) for u in spreads),
                *([int(c.id in within) if c.status == "done" else None] if bounds else [])]
         yield ["" if v is None else v for v in row]

@@ -35,6 +35,7 @@ from nas.search.reporting.report_text import (
     reported_test_text,
     val_accuracy_text,
 )
+from nas.search.reporting.starts import start_text
 from nas.search.reporting.svg import Point, esc, generation_colour, line_chart, scatter
 from nas.search.store import recommend
 from nas.search.store.candidate import Candidate
@@ -197,6 +198,7 @@ def candidate_section(study: Study, c: Candidate, by_id: dict[int, Candidate],
     metrics = ", ".join(f"{k} {fmt(v)}" for k in ("accuracy", *costs)
                         if (v := c.accuracy if k == "accuracy" else cost_value(c, k))
                         is not None)
+    metrics = ", ".join(filter(None, (metrics, start_text(c, parent))))
     up = "" if parent is None else f" from {link(parent.id, sections, 'cand-')}"
     fronts = ", ".join(front_label(cost) for cost in on) or "none"
     shown = (f'<p class="shown-for"><b>shown as</b>: {esc(", ".join(why))}</p>'

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from nas.search.reporting.finals_report import finals_lines
 from nas.search.reporting.highlights import Highlights
+from nas.search.reporting.starts import summary_lines
 from nas.search.store import recommend
 from nas.search.store.candidate import STATUSES, Candidate
 from nas.search.store.finals_table import answer
@@ -116,6 +117,7 @@ def summary(study: Study, k: int = 5, *, candidates: Sequence[Candidate] | None 
                  "per-example results):")
     for r in table:
         lines.append("  ".join(cell.rjust(w) for cell, w in zip(r, widths, strict=True)))
+    lines += summary_lines(done, shown, seed, study.config)
     if seed is not None and seed.id not in pairs.validation:  # an older study: Wilson
         cheap = cheapest_matching_seed(done, seed)
         if cheap is not None:

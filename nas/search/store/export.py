@@ -24,6 +24,7 @@ def export_candidate(study: Any, candidate_id: int, path: str | os.PathLike,
     as this candidate trained with it (`candidate_train_config`). With `home` (a take-home
     run of the finals, `nas.search.store.finals.Run`): that model's weights and training
     settings instead, its lineage and search-time metrics kept beside them."""
+    from nas.search.strategy import hparams as hparams_lib
     from nas.search.strategy.settings import candidate_train_config
     from nas.train.checkpoint import load_variables
     from nas.train.config import image_shape, with_defaults
@@ -33,9 +34,10 @@ def export_candidate(study: Any, candidate_id: int, path: str | os.PathLike,
     train_config = input_shape = None
     if "train" in study.config:
         train = with_defaults(study.config["train"]).to_dict()
-        train_config = candidate_train_config(
-            train, study.config.get("search") or {}, is_seed=cand.parent_id is None
-        )
+        search = study.config.get("search") or {}
+        train_config = hparams_lib.apply(
+            candidate_train_config(train, search, is_seed=cand.parent_id is None),
+            (cand.inheritance or {}).get("hparams"), cand.parent_id is None, search)
         input_shape = image_shape(train_config)
     if home is not None:
         variables, train_config = home_model(home)

@@ -14,6 +14,7 @@ from typing import Any
 import ml_collections
 
 from nas import schema
+from nas.search.strategy import hparams as hparams_lib
 from nas.search.strategy import splits
 from nas.search.strategy.constraints import check_constraints
 from nas.search.strategy.fidelity import FidelityConfig
@@ -40,15 +41,10 @@ OPERATIONAL = ("max_candidates", "executor", "workers", "ray_address", "num_cpus
 EXECUTORS = ("local", "ray", "inline")
 
 
-def search_defaults() -> ml_collections.ConfigDict:
-    return ml_collections.ConfigDict({
-        "seed": 0,
-        "max_candidates": 12,  # including the seed model
-        "seed_epochs": 0.0,  # epochs for the seed model (0: train.total_epochs, like children)
-        "child_lr": 0.0,  # learning rate for children, which fine-tune (0: train.lr)
-        # every candidate logs its training loss and accuracy every this many steps, so its
-        # report shows a curve, not one point (0: train.log_training_steps)
-        "log_every_steps": 10,
+def execution_defaults() -> dict[str, Any]:
+    """The fields of the search section that say where and how candidates train (most of
+    them `OPERATIONAL`: a resumed search may change them)."""
+    return {
         "executor": "local",  # local | ray | inline
         "workers": 1,  # candidates the driver trains at once (0: only nas-search workers)
         "ray_address": "",  # "" starts a local Ray; "auto" joins a running cluster
@@ -79,6 +75,29 @@ def search_defaults() -> ml_collections.ConfigDict:
         # training); external `nas-search worker`s on one device take turns when it is > 0;
         # 0: one process per device
         "prepare_ahead": 1,
+    }
+
+
+def search_defaults() -> ml_collections.ConfigDict:
+    return ml_collections.ConfigDict({
+        "seed": 0,
+        "max_candidates": 12,  # including the seed model
+        "seed_epochs": 0.0,  # epochs for the seed model (0: train.total_epochs, like children)
+        # The seed trains in rounds of seed_epochs (each a whole schedule, from where the
+        # last ended) while a round's validation accuracy beats the best by more than
+        # seed_min_gain, stopping after seed_patience rounds without; at most
+        # seed_max_epochs in all (0: one round, as before). nas.train.rounds says why.
+        "seed_max_epochs": 0.0,
+        "seed_patience": 1,
+        "seed_min_gain": 0.0,
+        "child_lr": 0.0,  # learning rate for children, which fine-tune (0: train.lr)
+        # a child fine-tunes for at least this many optimizer steps, however few its
+        # train.total_epochs make on a small dataset (train.min_steps; 0: epochs decide)
+        "min_child_steps": 0,
+        # every candidate logs its training loss and accuracy every this many steps, so its
+        # report shows a curve, not one point (0: train.log_training_steps)
+        "log_every_steps": 10,
+        **execution_defaults(),
         "selection": {"costs": ("flops", "params"), "min_acc": 0.0, "noninferiority_pt": 1.0,
                       "recommend_cost": "flops"},
         # a user's own costs, {name: "package.module:function"}: each measured on every
@@ -109,6 +128,9 @@ def search_defaults() -> ml_collections.ConfigDict:
         # a proposed child with more parameters than this times the seed's is refused
         # before it is fitted or trained (0: no bound)
         "max_params_ratio": 4.0,
+        # nas.search.strategy.hparams: {"lr" | "wd" | "child_lr": (low, high)}; a child
+        # takes its parent's values, each times 0.8 or 1.25 within its range ({}: off)
+        "hparams": {},
         # nas.properties.op_cache: per-op shapes and pairings kept across processes
         # ("": $NAS_PROPERTY_CACHE or ~/.cache/nas/op_properties.sqlite; "none": off)
         "property_cache": "",
@@ -119,7 +141,11 @@ SEARCH_SCHEMA: dict[str, schema.Field] = {
     "seed": schema.Field(int, low=0, high=2**63 - 1),  # stored as an SQLite INTEGER
     "max_candidates": schema.positive(),
     "seed_epochs": schema.at_least(0, float, expected="(0: train.total_epochs)"),
+    "seed_max_epochs": schema.at_least(0, float, expected="(0: one round of seed_epochs)"),
+    "seed_patience": schema.positive(),
+    "seed_min_gain": schema.Field(float, low=0.0, high=0.5),
     "child_lr": schema.at_least(0, float, expected="(0: train.lr)"),
+    "min_child_steps": schema.at_least(0, expected="(0: train.total_epochs decides)"),
     "log_every_steps": schema.at_least(0, expected="(0: train.log_training_steps)"),
     "executor": schema.one_of(*EXECUTORS),
     "workers": schema.at_least(0, expected="(0: only external nas-search workers train)"),
@@ -147,6 +173,7 @@ SEARCH_SCHEMA: dict[str, schema.Field] = {
     "validation_split": schema.Field(str),
     "seed_graph": schema.Field(str),
     "max_params_ratio": schema.at_least(0, float, expected="(0: no bound)"),
+    "hparams": schema.Field(dict),  # nas.search.strategy.hparams.check checks its fields
     "property_cache": schema.Field(str),
 }
 
@@ -183,6 +210,7 @@ def validate_search(config: Any) -> ml_collections.ConfigDict:
     latency_settings(search)
     _prefixed("search.fit.", FitConfig.from_dict, dict(search.fit))
     _prefixed("search.finals.", FinalsConfig.from_dict, dict(search.finals))
+    hparams_lib.check(search.get("hparams", {}) or {})
     RayConfig.from_dict(search.ray)
     train = _prefixed("train.", train_config.with_defaults, config.train)
     splits.check(train, search)
@@ -278,7 +306,8 @@ def candidate_train_config(train: dict[str, Any], search: Any, is_seed: bool
                            ) -> dict[str, Any]:
     """The training settings one candidate trains with: the search's `train` section, with
     the seed's own epochs (`search.seed_epochs`) or the children's learning rate
-    (`search.child_lr`: children start from inherited weights, so they fine-tune), logging
+    (`search.child_lr`: children start from inherited weights, so they fine-tune) and
+    least steps (`search.min_child_steps`), logging
     every `search.log_every_steps` steps so each candidate has a curve, and evaluated on the
     search's validation split with the test split once at the end (`nas.search.strategy.splits`)."""
     from nas.search.strategy import splits
@@ -291,9 +320,27 @@ def candidate_train_config(train: dict[str, Any], search: Any, is_seed: bool
         config["total_epochs"] = float(search["seed_epochs"])
     if not is_seed and float(search.get("child_lr", 0.0)) > 0:
         config["lr"] = float(search["child_lr"])
+    if not is_seed and int(search.get("min_child_steps", 0)) > 0:
+        config["min_steps"] = max(int(config.get("min_steps", 0) or 0),
+                                  int(search["min_child_steps"]))
     if int(search.get("log_every_steps", 0)) > 0:
         config["log_training_steps"] = int(search["log_every_steps"])
     return config
+
+
+def seed_rounds(train: dict[str, Any], search: Any) -> dict[str, Any] | None:
+    """`nas.train.rounds.Rounds` fields for the seed's training, or None for one round
+    (`search.seed_max_epochs` 0, or no room for a second round)."""
+    from nas.train.rounds import Rounds
+
+    max_epochs = float(search.get("seed_max_epochs", 0.0))
+    epochs = float(candidate_train_config(train, search, is_seed=True)["total_epochs"])
+    rounds = Rounds.for_seed(epochs, max_epochs, int(search.get("seed_patience", 1)),
+                             float(search.get("seed_min_gain", 0.0)))
+    if max_epochs <= 0:
+        return None
+    return {"max_rounds": rounds.max_rounds, "patience": rounds.patience,
+            "min_gain": rounds.min_gain}
 
 
 def check_dataset(train: ml_collections.ConfigDict) -> None:
