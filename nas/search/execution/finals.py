@@ -27,13 +27,7 @@ from nas.io import examples
 from nas.search.execution.task import Executor, Outcome, Task
 from nas.search.store.finals import FinalsStore, Run, run_name
 from nas.search.store.finals_table import FINALS_STATE, answer, choose_finalists
-from nas.search.store.recommend import (
-    Comparisons,
-    constraints,
-    margin_pt,
-    recommend_cost,
-    seed_of,
-)
+from nas.search.store.recommend import Comparisons, constraints, margin_pt, recommend_cost
 from nas.search.store.study import Study
 from nas.search.strategy import splits
 from nas.search.strategy.finals_config import FinalsConfig, Recipe, recipe
@@ -61,10 +55,8 @@ class Finals:
             inp = ml_collections.ConfigDict(self.decision.input.to_dict())
             inp.data.validation_fraction = 0.0
             images = data_lib.split_size(inp, inp.data.split, inp.data_dir or None)
-            seed = seed_of(self.study.candidates("done", with_graphs=False))
-            trained = float(seed.epochs or 0.0) if seed is not None else 0.0
             self._recipe = recipe(self.config, self.train.to_dict(), self.search.to_dict(),
-                                  images, trained if self.config.start == "scratch" else 0.0)
+                                  images)
         return self._recipe
 
     def plan(self) -> list[Run]:

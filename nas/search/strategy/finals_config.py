@@ -31,8 +31,8 @@ class FinalsConfig:
     # fold); otherwise the validation split alone decides.
     folds: int = 3
     cv_below: int = 20_000
-    # Epochs of every finals training (0: as many as the seed trained in the search, which
-    # trains on while its validation accuracy rises: the search's from-scratch recipe).
+    # Epochs of every finals training (0: the seed's from-scratch recipe, one round of
+    # `search.seed_epochs`, else `train.total_epochs`). A user with more compute raises it.
     epochs: float = 0.0
     # "scratch": every architecture trains from a fresh initialization (compares
     # architectures). "weights": for a seed that came trained, each trains on from its own
@@ -84,12 +84,11 @@ class Recipe:
 
 
 def recipe(finals: FinalsConfig, train: Mapping[str, Any], search: Mapping[str, Any],
-           training_images: int, seed_trained: float = 0.0) -> Recipe:
+           training_images: int) -> Recipe:
     """The finals' recipe for a search whose training split (validation included) holds
-    `training_images` images and whose seed trained `seed_trained` epochs (0: unknown).
-    Starting from weights never cross-validates: the weights were trained on the folds
-    that would be held out."""
-    epochs = finals.epochs or seed_trained or float(search.get("seed_epochs") or 0.0) or \
+    `training_images` images. Starting from weights never cross-validates: the weights
+    were trained on the folds that would be held out."""
+    epochs = finals.epochs or float(search.get("seed_epochs") or 0.0) or \
         float(train.get("total_epochs") or 1.0)
     folds = finals.folds if (finals.start == "scratch" and training_images < finals.cv_below
                              and not search.get("validation_split")) else 1
