@@ -10,7 +10,7 @@ import io
 import pytest
 
 from nas.graph.serialize import graph_to_json
-from nas.search.execution.driver import run_search
+from nas.search.execution.driver import Driver
 from nas.search.reporting.report import summary, to_csv, write_report
 from nas.search.strategy.settings import candidate_train_config, validate_search
 from nas.train import train_and_eval
@@ -47,7 +47,7 @@ def test_a_childs_start_is_recorded_next_to_its_parents(tmp_path, search_config)
     config = search_config(max_candidates=3, seed_epochs=0.1, seed_graph=str(path),
                            min_child_steps=6)
     config.train.total_epochs = 0.05  # 1 step by epochs; min_child_steps makes it 6
-    study = run_search(config, str(tmp_path / "s"), progress=False)
+    study = Driver(config, str(tmp_path / "s")).run(progress=False)
     children = [c for c in study.candidates("done") if c.parent_id is not None]
     assert children
     for child in children:
@@ -75,7 +75,7 @@ def test_a_child_that_cannot_fit_its_parent_is_refused_before_it_trains(tmp_path
                            fit={"steps": 2, "batches": 1, "batch_size": 8,
                                 "bn_batch_size": 16, "max_error": 1e-9})
     config.train.total_epochs = 0.1
-    study = run_search(config, str(tmp_path / "s"), progress=False)
+    study = Driver(config, str(tmp_path / "s")).run(progress=False)
     fitted = [c for c in study.candidates() if (c.inheritance or {}).get("fit_pairs")]
     assert fitted
     for child in fitted:

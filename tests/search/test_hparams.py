@@ -8,7 +8,7 @@ import json
 import pytest
 
 from nas.graph.serialize import graph_to_json
-from nas.search.execution.driver import run_search
+from nas.search.execution.driver import Driver
 from nas.search.reporting.report import summary, to_csv
 from nas.search.strategy import hparams
 from nas.search.strategy.settings import validate_search
@@ -69,7 +69,7 @@ def test_a_search_records_each_candidates_values(tmp_path, search_config):
     config = search_config(max_candidates=3, seed_epochs=0.1, seed_graph=str(path),
                            hparams={"lr": (1e-3, 4e-3), "child_lr": (2e-4, 1e-3)})
     config.train.total_epochs = 0.1
-    study = run_search(config, str(tmp_path / "s"), progress=False)
+    study = Driver(config, str(tmp_path / "s")).run(progress=False)
     done = {c.id: c for c in study.candidates("done")}
     assert done[1].metrics["hparams"] == {"lr": 2e-3, "child_lr": 5e-4}
     children = [c for c in done.values() if c.parent_id is not None]

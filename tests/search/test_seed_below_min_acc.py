@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from nas.graph.serialize import graph_to_json
-from nas.search.execution.driver import run_search
+from nas.search.execution.driver import Driver
 from tests.train.helpers import tiny_graph
 
 
@@ -15,7 +15,7 @@ def test_a_seed_below_min_acc_still_has_children_and_one_line_says_why(
     config = search_config(max_candidates=2, seed_epochs=0.1, seed_graph=str(path))
     config.train.total_epochs = 0.1
     config.search.selection = {"costs": ("flops", "params"), "min_acc": 0.999}
-    study = run_search(config, str(tmp_path / "s"), progress=False)
+    study = Driver(config, str(tmp_path / "s")).run(progress=False)
     seed = study.get(1)
     assert seed.accuracy < 0.999
     children = [c for c in study.candidates() if c.parent_id is not None]

@@ -50,7 +50,7 @@ def test_export_file_seeds_the_study_with_its_weights(tmp_path, search_config, v
     same = jax.tree.map(np.array_equal, init["params"], variables["params"])
     assert all(jax.tree.leaves(same))
     task = driver.task(driver.study.claim("w").id)  # the seed trains from those weights
-    assert task["init_variables"] is not None
+    assert task.init_variables is not None
 
 
 @pytest.mark.parametrize("content, message", [

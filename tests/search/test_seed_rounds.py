@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from nas.graph.serialize import graph_to_json
-from nas.search.execution.driver import run_search
+from nas.search.execution.driver import Driver
+from nas.search.execution.task import Task
 from nas.search.execution.worker import train_candidate
 from nas.search.reporting.report import summary
 from nas.search.strategy.settings import candidate_train_config, seed_rounds, validate_search
@@ -78,8 +79,8 @@ def test_the_seed_trains_until_its_validation_stops_rising_and_not_past_its_cap(
     train = candidate_train_config(config.train.to_dict(), search, is_seed=True)
     graph, constants = tiny_graph()
     rounds = {"max_rounds": 4, "patience": 1, "min_gain": 0.0}
-    metrics, _ = train_candidate(train, graph_to_json(graph, constants), None,
-                                 workdir=str(tmp_path / "seed"), rounds=rounds)
+    metrics, _ = train_candidate(Task(1, train, graph_to_json(graph, constants),
+                                      workdir=str(tmp_path / "seed"), rounds=rounds))
     finals = metrics["round_accuracies"]
     assert 1 <= metrics["rounds"] == len(finals) <= 4
     assert metrics["accuracy"] == max(finals) == finals[metrics["best_round"]]
@@ -96,7 +97,7 @@ def test_the_seeds_rounds_and_curve_are_in_the_study(tmp_path, search_config):
     path.write_text(graph_to_json(*tiny_graph()))
     config = search_config(max_candidates=1, seed_epochs=0.25, seed_max_epochs=0.75,
                            seed_graph=str(path))
-    study = run_search(config, str(tmp_path / "s"), progress=False)
+    study = Driver(config, str(tmp_path / "s")).run(progress=False)
     seed = study.get(1)
     assert 1 <= seed.metrics["rounds"] <= 3
     assert len(seed.metrics["curve"]) == seed.metrics["rounds"]
