@@ -7,6 +7,7 @@ the finals cost and, where it differs, what the search alone would have picked.
 
 from __future__ import annotations
 
+from nas.search.reporting.cells import fmt
 from nas.search.store.finals_table import Answer
 from nas.search.strategy import intervals
 from nas.search.strategy.selection import cost_value
@@ -57,7 +58,7 @@ def finals_rows(found: Answer, costs: tuple[str, ...]) -> list[tuple[str, ...]]:
                   f"{100 * row.vs_seed.high:+.2f}] {row.vs_seed.decision}")
         rows.append((str(row.candidate.id), f"{acc.difference:.4f} [{acc.low:.4f}, "
                      f"{acc.high:.4f}]", versus,
-                     *(_number(cost_value(row.candidate, c)) for c in costs)))
+                     *(fmt(cost_value(row.candidate, c)) for c in costs)))
     return rows
 
 
@@ -79,10 +80,3 @@ def finals_html(found: Answer, costs: tuple[str, ...] = ("flops", "params")) -> 
     return (f'<section id="finals"><h2>Finals</h2><p>{escape(lines[0])}</p><table>'
             f"<tr>{cells(finals_header(costs), 'th')}</tr>{body}</table>{notes}</section>")
 
-
-def _number(value: object) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from nas.search.reporting.cells import fmt
 from nas.search.reporting.finals_report import finals_lines
 from nas.search.reporting.highlights import Highlights
 from nas.search.reporting.starts import summary_lines
@@ -43,15 +44,6 @@ def lineage(cid: int, by_id: dict[int, Candidate]) -> list[int]:
         seen.add(parent)
         parent = by_id[parent].parent_id if parent in by_id else None
     return chain[::-1]
-
-
-def fmt(value: object) -> str:
-    """A table cell: empty for None, 4 significant digits for a float."""
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
 
 
 def error_bar(c: Candidate) -> tuple[float, float] | None:

@@ -190,7 +190,7 @@ def _versus(found: FinalsTable, row: Row, reference: Row) -> Paired | None:
     return compare_repeated(row.bits, reference.bits, row.run_ids)
 
 
-def test_line(home: dict[int, np.ndarray], chosen: Candidate, seed: Candidate
+def take_home_versus_seed(home: dict[int, np.ndarray], chosen: Candidate, seed: Candidate
               ) -> Paired | None:
     """The take-home models on test: chosen - seed, Tango's paired interval."""
     a, b = home.get(chosen.id), home.get(seed.id)
@@ -253,5 +253,6 @@ def answer(study: Any, pairs: Comparisons | None = None) -> Answer:
         return Answer(pick, pick, found, home, "")
     chosen = decide(found, margin, cost, pick, pick.bounds)
     seed = found.rows[0].candidate
-    test = test_line({cid: run.correct for cid, run in home.items()}, chosen.candidate, seed)
+    test = take_home_versus_seed({cid: run.correct for cid, run in home.items()},
+                                 chosen.candidate, seed)
     return Answer(dataclasses.replace(chosen, test=test), pick, found, home, "")
