@@ -124,7 +124,7 @@ def table(store: FinalsStore, candidates: dict[int, Candidate], recipe: Recipe, 
     seed_id = finalists[0] if finalists else None
     if seed_id is None or complete.get(seed_id) is None:
         return None
-    seed_bits, seed_runs = complete[seed_id]
+    seed_bits, _ = complete[seed_id]
     rows = []
     for cid in finalists:
         found = complete.get(cid)
@@ -165,8 +165,9 @@ def decide(found: FinalsTable, margin_pt: float, cost: str,
     if within is not None and chosen.candidate.id not in within:
         inside = [r for r in found.rows if r.candidate.id in within]
         if inside:
+            over = "the seed" if chosen is seed_row else f"candidate {chosen.candidate.id}"
             chosen = max(inside, key=lambda r: (r.accuracy.difference, -r.candidate.id))
-            why += (f"; the seed is over a bound, so the most accurate finalist within "
+            why += (f"; {over} is over a bound, so the most accurate finalist within "
                     f"them (candidate {chosen.candidate.id})")
     why += (f"; the cheapest of {len(good)} of {len(found.rows)} architectures non-inferior "
             f"at {margin_pt:g} pt over {found.repeats} repeat(s)"
@@ -190,8 +191,8 @@ def _versus(found: FinalsTable, row: Row, reference: Row) -> Paired | None:
     return compare_repeated(row.bits, reference.bits, row.run_ids)
 
 
-def take_home_versus_seed(home: dict[int, np.ndarray], chosen: Candidate, seed: Candidate
-              ) -> Paired | None:
+def take_home_versus_seed(home: dict[int, np.ndarray], chosen: Candidate,
+                          seed: Candidate) -> Paired | None:
     """The take-home models on test: chosen - seed, Tango's paired interval."""
     a, b = home.get(chosen.id), home.get(seed.id)
     if a is None or b is None or chosen.id == seed.id or not paired.comparable(a, b):
