@@ -8,6 +8,7 @@ import re
 
 import jax
 import numpy as np
+import pytest
 
 import nas
 from nas.graph import Model
@@ -36,6 +37,7 @@ def _candidate():
     return graph, constants, jax.tree.map(np.asarray, dict(variables))
 
 
+@pytest.mark.slow  # a jax process per candidate timed: about a minute of the default suite
 def test_the_guides_cost_times_the_exported_model_in_another_process():
     cost_code, search_code = _guide_blocks()
     assert "nas.run_search(" in search_code and "deployed_latency_ms" in search_code
