@@ -98,15 +98,24 @@ def widen_path(graph: Graph, name: str) -> tuple[list[Op], Op, bool]:
         tensor = canonical_name(op.output_names[0])
 
 
-def widen(graph: Graph, constants: Mapping[str, Any], variables: Mapping[str, Any],
-          name: str, width: int, rng: np.random.Generator,
-          input_shape: tuple[int, ...]) -> tuple[Graph, dict[str, Any], dict[str, Any]]:
-    """The child with layer `name` `width` units wide (more than it has)."""
+def _layer(graph: Graph, constants: Mapping[str, Any], variables: Mapping[str, Any],
+           name: str, input_shape: tuple[int, ...]) -> tuple[Any, ...]:
+    """What widening or narrowing layer `name` starts from: the graph with fixed widths,
+    the ops whose width follows it (path, next layer, flatten between), copies of the
+    params and batch statistics to change, and its kernel."""
     graph = fixed_widths(graph, constants, input_shape)
     path, nxt, flatten = widen_path(graph, name)
     params = {k: dict(v) for k, v in variables["params"].items()}
     stats = {k: dict(v) for k, v in (variables.get("batch_stats") or {}).items()}
-    kernel = np.asarray(params[name]["kernel"])
+    return graph, path, nxt, flatten, params, stats, np.asarray(params[name]["kernel"])
+
+
+def widen(graph: Graph, constants: Mapping[str, Any], variables: Mapping[str, Any],
+          name: str, width: int, rng: np.random.Generator,
+          input_shape: tuple[int, ...]) -> tuple[Graph, dict[str, Any], dict[str, Any]]:
+    """The child with layer `name` `width` units wide (more than it has)."""
+    graph, path, nxt, flatten, params, stats, kernel = _layer(graph, constants, variables,
+                                                               name, input_shape)
     old = kernel.shape[-1]
     if width <= old:
         raise NotApplicable(f"widen: {name} has {old} units, asked for {width}")
@@ -187,11 +196,8 @@ def narrow(graph: Graph, constants: Mapping[str, Any], variables: Mapping[str, A
     units whose kernel columns have the largest norms, in their order, with the next
     layer's weights from them (issue 51, item 4: cheap children in large steps). Not
     function-preserving: the dropped units' contributions are gone."""
-    graph = fixed_widths(graph, constants, input_shape)
-    path, nxt, flatten = widen_path(graph, name)
-    params = {k: dict(v) for k, v in variables["params"].items()}
-    stats = {k: dict(v) for k, v in (variables.get("batch_stats") or {}).items()}
-    kernel = np.asarray(params[name]["kernel"])
+    graph, path, nxt, flatten, params, stats, kernel = _layer(graph, constants, variables,
+                                                               name, input_shape)
     old = kernel.shape[-1]
     if not 1 <= width <= old:
         raise NotApplicable(f"narrow: {name} has {old} units, asked for {width}")
