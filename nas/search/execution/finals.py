@@ -66,7 +66,7 @@ class Finals:
             return []
         state = self.study.get_state(FINALS_STATE, None) or {}
         key = self.recipe.to_json()
-        done = self.study.candidates("done")
+        done = self.study.candidates("done", with_graphs=False)
         settings = {"recipe": key, "repeats": self.config.repeats, "k": self.config.k,
                     "candidates": len(done)}
         if any(state.get(name) != value for name, value in settings.items()):
@@ -199,20 +199,22 @@ def run_finals(finals: Finals, executor: Executor, progress: bool = True) -> Non
         return
     start = time.monotonic()
     inflight: set[str | None] = set()
+    left = finals.plan()  # planned again only when a result came in: it reads the study
     try:
         with tqdm(desc="finals", unit="run", disable=not progress) as bar:
-            while True:
-                left = [r for r in finals.plan() if r.name not in inflight]
-                if not left and not inflight:
-                    break
+            while left or inflight:
                 bar.total = bar.n + len(left) + len(inflight)
-                for run in left[:max(0, executor.capacity - executor.running())]:
+                while left and executor.running() < executor.capacity:
+                    run = left.pop(0)
                     executor.submit(finals.task(run))
                     inflight.add(run.name)
-                for outcome in executor.poll(timeout=1.0):
+                outcomes = executor.poll(timeout=1.0)
+                for outcome in outcomes:
                     finals.record(outcome)
                     inflight.discard(outcome.run)
                     bar.update(1)
+                if outcomes:
+                    left = [r for r in finals.plan() if r.name not in inflight]
         finals.finish(time.monotonic() - start, complete=True)
     except BaseException:
         finals.finish(time.monotonic() - start, complete=False)
