@@ -184,8 +184,10 @@ def _make_preprocess(
 
         def pp(ex: Example, rng: np.random.Generator | None) -> Example:
             image = _rgb(ex["image"], channels)
+            if image.shape[0] != image_size:  # stored at 32x32; a config may ask for less
+                image = _resize(image, (image_size, image_size))
             if train and augment and rng is not None:
-                image = _pad_crop(image, shift_pad(image.shape[0]), rng)
+                image = _pad_crop(image, shift_pad(image_size), rng)
             return finish(scale(image), ex["label"])
 
     elif base in userdata.KINDS:

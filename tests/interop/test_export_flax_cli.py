@@ -47,7 +47,9 @@ def study(tmp_path_factory):
     root = tmp_path_factory.mktemp("cli")
     graph, constants, _ = cnn.CifarNet()
     variables = random_variables(graph, constants, (32, 32, 3))
-    study = Study.create(root / "s", tiny_search_config())
+    config = tiny_search_config()
+    config.train.input.image_size = 32  # CifarNet's own size, as its variables
+    study = Study.create(root / "s", config)
     done = study.add(graph_to_json(graph, constants))
     assert study.claim(candidate_id=done).id == done
     path = save_variables(str(root / "ckpt"), variables)

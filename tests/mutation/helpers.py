@@ -18,9 +18,10 @@ from nas.synthesis.variables import build_variables
 INPUT = {"input": jax.ShapeDtypeStruct((1, 32, 32, 3), jnp.float32)}
 
 
-def parent_variables(graph, constants, seed: int = 0):
+def parent_variables(graph, constants, seed: int = 0, image_size: int = 32):
     """Fresh parent variables (host-side initializers: no compile)."""
-    return build_variables(graph, constants, INPUT, None, seed=seed).variables
+    inputs = {"input": jax.ShapeDtypeStruct((1, image_size, image_size, 3), jnp.float32)}
+    return build_variables(graph, constants, inputs, None, seed=seed).variables
 
 
 def check_child(child, graph, constants, variables, num_classes=10, forward=True):

@@ -11,11 +11,15 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SEARCH_CONFIG = os.path.join(ROOT, "configs", "digits_cnn_search.py")
+# The search tests' digits: 16x16, a quarter of the README's FLOPs per candidate (the
+# suite's time is mostly compiling and training them).
+TINY_IMAGE_SIZE = 16
 
 
 def tiny_search_config(**search):
     """The README's search, shrunk so a candidate trains in seconds."""
     config = runpy.run_path(SEARCH_CONFIG)["get_config"]()
+    config.train.input.image_size = TINY_IMAGE_SIZE
     config.train.total_epochs = 0.5
     config.train.ckpt_steps = 0
     config.train.schedule = {"decay_type": "cosine", "warmup_steps": 2}

@@ -17,6 +17,7 @@ from nas.search.strategy import blocks as blocks_lib
 from nas.train.checkpoint import save_variables
 from nas.zoo import cnn
 from tests.mutation.helpers import parent_variables
+from tests.search.conftest import TINY_IMAGE_SIZE
 
 BLOCK_KINDS = {"block_add", "block_delete", "block_mutate"}
 # With mutate_by_block every child is block-level: one draw adds a block (0.4), deletes
@@ -40,7 +41,8 @@ def _trained_seed(driver, tmp_path, accuracy=0.9):
     from nas.graph.serialize import load
 
     graph, constants = load(seed.graph_json)
-    path = save_variables(str(tmp_path / f"w{seed.id}"), parent_variables(graph, constants))
+    path = save_variables(str(tmp_path / f"w{seed.id}"), parent_variables(
+        graph, constants, image_size=TINY_IMAGE_SIZE))
     driver.study.claim("w", seed.id)
     driver.study.tell(seed.id, {"accuracy": accuracy, "flops": 7e7, "params": 2e6,
                                 "im_sec_core_train": 100.0}, checkpoint_path=path)
@@ -49,7 +51,7 @@ def _trained_seed(driver, tmp_path, accuracy=0.9):
 
 def _check_rebuilds(candidate):
     blocks, build, args = blocks_lib.read_blocks(candidate.blocks, f"candidate {candidate.id}")
-    assert args == {"model_name": "cnn", "num_classes": 10, "image_size": 32}
+    assert args == {"model_name": "cnn", "num_classes": 10, "image_size": TINY_IMAGE_SIZE}
     assert blocks_lib.rebuilds(build, blocks, candidate.graph_json)
     return blocks
 
@@ -134,7 +136,7 @@ def test_damaged_blocks_record_names_the_candidate(tmp_path, search_config):
     with pytest.raises(ValueError, match=f"candidate {cid}: blocks record field 'builder'"):
         driver.parent_blocks(study.get(cid))
     bad = study.add("{}", generation=0, blocks={
-        "builder": {"model_name": "cnn", "num_classes": 10, "image_size": 32},
+        "builder": {"model_name": "cnn", "num_classes": 10, "image_size": TINY_IMAGE_SIZE},
         "blocks": [{"name": "conv_layer", "base": {"format": "nope"}}]})
     with pytest.raises(ValueError, match=f"candidate {bad}: blocks record: serialized block #0"):
         driver.parent_blocks(study.get(bad))
@@ -163,7 +165,8 @@ def test_blocks_survive_a_new_driver(tmp_path, search_config):
     child = driver.study.get(driver.propose())
     path = save_variables(str(tmp_path / "child"), parent_variables(
         *blocks_lib.read_blocks(child.blocks, "child")[1](
-            blocks=blocks_lib.read_blocks(child.blocks, "child")[0])[:2]))
+            blocks=blocks_lib.read_blocks(child.blocks, "child")[0])[:2],
+        image_size=TINY_IMAGE_SIZE))
     driver.study.claim("w", child.id)
     driver.study.tell(child.id, {"accuracy": 0.99, "flops": 1.0, "params": 1.0},
                       checkpoint_path=path)

@@ -17,7 +17,7 @@ from nas.graph import Model
 from nas.graph.serialize import load
 from nas.search.execution.driver import Driver
 from nas.train.checkpoint import load_variables
-from tests.search.conftest import ROOT, tiny_search_config
+from tests.search.conftest import ROOT, TINY_IMAGE_SIZE, tiny_search_config
 
 TRAIN_CONFIG = os.path.join(ROOT, "configs", "digits_cnn.py")  # lr 2e-3, 5 epochs
 LR = 7e-4  # the study's, unlike the config file's
@@ -47,7 +47,8 @@ def exported(tmp_path_factory):
     (seed,) = Driver(config, str(workdir)).run(progress=False).candidates()
     assert seed.status == "done"
     graph, constants = load(seed.graph_json)
-    batch = np.random.default_rng(0).normal(size=(4, 32, 32, 3)).astype(np.float32)
+    size = TINY_IMAGE_SIZE
+    batch = np.random.default_rng(0).normal(size=(4, size, size, 3)).astype(np.float32)
     logits = Model(graph, constants).apply(load_variables(seed.checkpoint_path), batch)
     np.savez(root / "reference.npz", batch=batch, logits=np.asarray(logits))
     proc = _run(
@@ -79,7 +80,7 @@ def test_the_export_holds_settings_and_metrics(exported):
     assert cand.info["id"] == seed.id
     assert cand.train_config["lr"] == LR
     assert cand.train_config["total_epochs"] == SEED_EPOCHS  # the seed's own budget
-    assert cand.input_shape == (32, 32, 3)
+    assert cand.input_shape == (TINY_IMAGE_SIZE, TINY_IMAGE_SIZE, 3)
 
 
 def _readme_example() -> str:

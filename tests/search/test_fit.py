@@ -189,9 +189,9 @@ def test_the_worker_fits_a_fresh_child_first_and_not_a_resumed_one(tmp_path, sea
 
     train = search_config().train
     train.total_epochs = 0.1
-    graph, constants, _ = zoo.build(train.model_name, check_num_classes(train),
-                                    int(train.input.image_size))
-    variables = parent_variables(graph, constants)
+    train.input.image_size = size = 32  # propose_child's CONFIG mutates at 32x32
+    graph, constants, _ = zoo.build(train.model_name, check_num_classes(train), size)
+    variables = parent_variables(graph, constants, image_size=size)
     child = _child_with_new_params(graph, constants, variables)
     task = fit.task(graph_to_json(graph, constants), variables, child.new,
                     replaced_tensors(child.spec), train.input,
@@ -233,9 +233,9 @@ def test_a_child_compiles_at_most_four_programs_and_its_repeat_none(tmp_path, se
     train = search_config().train
     train.total_epochs = 0.1
     train.compilation_cache_dir = str(tmp_path / "cache")
-    graph, constants, _ = zoo.build(train.model_name, check_num_classes(train),
-                                    int(train.input.image_size))
-    variables = parent_variables(graph, constants)
+    size = int(train.input.image_size)
+    graph, constants, _ = zoo.build(train.model_name, check_num_classes(train), size)
+    variables = parent_variables(graph, constants, image_size=size)
     parent_json = graph_to_json(graph, constants)
     train_candidate(Task(0, train.to_dict(), parent_json, variables))
     child = _child_with_new_params(graph, constants, variables, new_type)

@@ -39,6 +39,14 @@ def test_preprocess_is_what_evaluation_feeds_the_model(tmp_path, size, channels)
     np.testing.assert_array_equal(ours, fed)
 
 
+def test_the_bundled_digits_follow_the_configs_image_size(tmp_path):
+    """Stored at 32x32, the digits are resized like any images when a config asks for
+    another size (the search tests train at 16x16), not fed at 32 to a model built for 16."""
+    fed, stored = _eval_images(tmp_path, "digits", 16)
+    assert stored.shape[1:] == (32, 32, 3) and fed.shape[1:] == (16, 16, 3)
+    np.testing.assert_array_equal(nas.preprocess(stored, image_size=16), fed)
+
+
 def test_preprocess_at_the_images_own_size_is_x_over_127_5_minus_1():
     x = np.arange(2 * 4 * 4 * 3, dtype=np.uint8).reshape(2, 4, 4, 3)
     np.testing.assert_array_equal(nas.preprocess(x), x.astype(np.float32) / 127.5 - 1.0)
