@@ -53,7 +53,7 @@ def train_candidate(
     nobody would record the result and a new claim may already train it). `should_stop()`
     (in-process callers only) True means the claim was lost (ClaimLost).
 
-    Of the task: `stop_epochs` stops at a multi-fidelity rung (see `train_and_eval`);
+    Of the task: `stop_epochs` stops at a multi-fidelity rung (see `TrainOptions`);
     `workdir` holds the checkpoint that the next rung (or a restarted run) resumes from.
     `fit`: the child's new ops are first fitted to the tensors they replace, on this
     worker's device while its steps compile, unless `workdir` already holds a checkpoint
