@@ -30,7 +30,7 @@ import optax
 
 import nas
 from nas.graph import Model
-from nas.train import train_and_eval
+from nas.train import TrainOptions, train_and_eval
 from nas.train.recipes import small_images
 
 
@@ -179,9 +179,11 @@ def main() -> None:
     for change in [""] + [c for c in args.changes.split(",") if c]:
         config = recipe_config(npz, args.size, args.epochs, change)
         t = time.perf_counter()
-        metrics, _, _ = train_and_eval(config, eval_perf=False, graph=seed.graph,
-                                       constants=seed.constants,
-                                       init_variables=seed.variables, progress=False)
+        metrics, _, _ = train_and_eval(config, eval_perf=False,
+                                       options=TrainOptions(graph=seed.graph,
+                                                            constants=seed.constants,
+                                                            init_variables=seed.variables,
+                                                            progress=False))
         label = "recipe" + (f" -{change}" if change else "")
         print(f"| {label} | {metrics.acc:.3f} | {time.perf_counter() - t:.0f} s | "
               f"{metrics.steps} steps |", flush=True)

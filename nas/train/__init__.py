@@ -1,4 +1,5 @@
-"""Training and measurement of candidates: `train_and_eval` and its `Metrics`.
+"""Training and measurement of candidates: `train_and_eval`, its `TrainOptions` and its
+`Metrics`.
 
 Each is imported on first use, so that a leaf such as `nas.train.intervals` (the Wilson
 interval the search's reports use) does not pull in JAX, grain and TensorFlow Datasets:
@@ -8,9 +9,10 @@ a rerun of a finished search or a report needs none of them.
 import importlib
 from typing import Any
 
-__all__ = ["Metrics", "train_and_eval", "zoo_graph"]
+__all__ = ["Metrics", "TrainOptions", "train_and_eval", "zoo_graph"]
 
 _LAZY = {"Metrics": ("nas.train.perf", "Metrics"),
+         "TrainOptions": ("nas.train.options", "TrainOptions"),
          "train_and_eval": ("nas.train.train", "train_and_eval"),
          "zoo_graph": ("nas.train.train", "build_graph")}
 

@@ -312,6 +312,7 @@ def run() -> None:
     """The default action: train the config's model (or --graph) and print the table.
     Every check that needs no training runs before the first line is printed."""
     from nas.train import preflight
+    from nas.train.options import TrainOptions
     from nas.train.train import train_and_eval
 
     graph = constants = init = exported = None
@@ -329,9 +330,9 @@ def run() -> None:
     if init is not None:
         print("starting from the exported candidate's trained weights", flush=True)
     sys.stdout.flush()
-    metrics, epochs, _ = train_and_eval(train, graph=graph, constants=constants,
-                                        workdir=_WORKDIR.value, init_variables=init,
-                                        progress=_PROGRESS.value)
+    options = TrainOptions(graph=graph, constants=constants, workdir=_WORKDIR.value,
+                           init_variables=init, progress=_PROGRESS.value)
+    metrics, epochs, _ = train_and_eval(train, options=options)
     print(format_table(metrics.to_dict(), epochs, train))
     settings = os.path.join(_WORKDIR.value or "", "config.json")
     if _WORKDIR.value and os.path.isfile(settings):

@@ -3,7 +3,7 @@
 The driver records which tensors to fit (`replaced_tensors`, kept in the candidate's
 inheritance as `fit_pairs`); the worker that trains the child fits them first
 (`fit_for_task`), on its own device, while the child's train and eval steps compile
-(`train_and_eval`'s `refit`).
+(`TrainOptions.refit` of `train_and_eval`).
 
 Why (measured with benchmarks/child_collapse.py on the README search): a child starts with
 freshly initialized ops in the middle of a trained network, so before its first step it
@@ -54,7 +54,7 @@ def fit_for_task(fit: Mapping[str, Any], graph: Any, constants: Any,
                  ) -> tuple[dict[str, Any], dict[str, float]]:
     """The child's starting variables with its new ops fitted, and the metrics of the fit
     (`fit_mse_before`, `fit_mse_after`, `fit_seconds`); `fit` is from `task`. `built()` is
-    called once the fit's programs are built (`train_and_eval`'s refit protocol).
+    called once the fit's programs are built (`TrainOptions.refit`'s protocol).
 
     A replaced tensor the child no longer has (or another mismatch the fit cannot use)
     leaves the variables unfitted, with a log line; `ConstantOutputError` propagates."""

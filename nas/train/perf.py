@@ -41,7 +41,7 @@ class Metrics:
     test_acc: float = -1.0
     test_loss: float = -1.0
     test_examples: int = 0
-    # accuracy on the eval split before the first step (train_and_eval's evaluate_start;
+    # accuracy on the eval split before the first step (TrainOptions.evaluate_start;
     # a search's child: after fitting, before fine-tuning); -1: not measured
     start_acc: float = -1.0
     # Which eval (validation) and test examples were right, in the split's order, as
@@ -53,7 +53,7 @@ class Metrics:
     im_sec_core_train: float = 0.0  # median over epochs, after compilation
     im_sec_core_infer: float = 0.0  # median over evals, after compilation
     compile_seconds: float = 0.0  # train step + eval step compilation
-    refit_overlap_seconds: float = 0.0  # compiling while `refit` ran (train_and_eval)
+    refit_overlap_seconds: float = 0.0  # compiling while `refit` ran (TrainOptions.refit)
     train_temp_bytes: int = 0  # XLA temporaries of one train step (per device)
     train_peak_bytes: int = 0  # arguments + outputs + temporaries - aliased (per device)
     train_seconds: float = 0.0  # the step loop, without evaluation and checkpoints

@@ -27,7 +27,7 @@ import statistics
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -42,12 +42,12 @@ from nas.train import config as config_lib
 from nas.train import data as data_lib
 from nas.train.checkpoint import Checkpointer, has_checkpoint
 from nas.train.feeds import DeviceDataCache, DeviceFeed, HostFeed
+from nas.train.options import Refit as Refit
+from nas.train.options import ShouldStop as ShouldStop
+from nas.train.options import TrainOptions
 from nas.train.perf import Metrics
 
 Callback = Callable[[int, Metrics], bool]
-ShouldStop = Callable[[int], bool]
-# refit(variables, built) -> variables; it calls built() once its own programs are built
-Refit = Callable[[dict[str, Any], Callable[[], None]], dict[str, Any]]
 
 
 def build_graph(model_name: str, num_classes: int, image_size: int,
@@ -188,23 +188,23 @@ def _inherit(
     return {**new, **inherited}, set(inherited)
 
 
-def setup_trainer(config: ml_collections.ConfigDict, graph: Any, constants: Any, data: Data,
-                  reversible: bool, init_variables: dict[str, Any] | None,
-                  freeze: Iterable[str], freeze_inherited: bool,
-                  functions: Mapping[str, Callable[..., Any]] | None = None) -> Any:
-    """The model's initial (inherited, partly frozen) variables inside a trainer strategy."""
+def setup_trainer(config: ml_collections.ConfigDict, data: Data, reversible: bool,
+                  options: TrainOptions) -> Any:
+    """The model's initial (inherited, partly frozen) variables inside a trainer strategy:
+    `options.graph` from `options.init_variables`, `freeze` and `freeze_inherited` applied."""
     from nas.graph import Model
 
+    graph, constants, functions = options.graph, options.constants, options.functions
     model = Model(graph, constants)
     size = config.input.image_size
-    parent = init_variables or {}
+    parent = dict(options.init_variables or {})
     sched_kw = dict(total_steps=data.total_steps, steps_per_epoch=data.steps_per_epoch,
                     global_batch_size=data.global_batch)
     # The reversible trainer initializes layer by layer itself unless there is a parent.
     fresh = (_init_variables(model, config_lib.image_shape(config), config.seed, parent)
              if not reversible or parent.get("params") else None)
     params, inherited = _inherit(fresh["params"], parent.get("params")) if fresh else ({}, set())
-    frozen_names = set(freeze) | (inherited if freeze_inherited else set())
+    frozen_names = set(options.freeze) | (inherited if options.freeze_inherited else set())
     unknown = frozen_names - set(params) if fresh else set()
     if unknown:
         raise ValueError(f"freeze: ops {sorted(unknown)} have no parameters in this graph")
@@ -363,14 +363,13 @@ def refit_while_compiling(trainer: Any, data: Data, end: int, refit: Refit | Non
 
 def run_loop(config: ml_collections.ConfigDict, trainer: Any, data: Data, meta: dict,
              ckpt: Checkpointer | None, writer: JsonlWriter, timings: Timings,
-             callback: Callback | None, should_stop: ShouldStop | None, end: int,
-             pending: Any, progress: bool | None = None
+             callback: Callback | None, end: int, pending: Any, options: TrainOptions
              ) -> tuple[int, int, float | None, float | None, np.ndarray | None]:
     """Step from `pending` (the first batch, None when no step is left) until `end` or a
-    stop; returns (step, epoch, acc, loss, the last evaluation's per-example bits). The
-    schedule always spans total_steps, so a run stopped before it and resumed later
-    continues exactly where an unbroken run would be. progress: show the step bar (None:
-    only when stderr is a terminal)."""
+    stop (`callback`, `options.should_stop`); returns (step, epoch, acc, loss, the last
+    evaluation's per-example bits). The schedule always spans total_steps, so a run
+    stopped before it and resumed later continues exactly where an unbroken run would be.
+    `options.progress` shows the step bar (None: only when stderr is a terminal)."""
     step = int(np.asarray(trainer.state()["step"]))
     epoch = int(meta["epoch"])
     feed = data.feed
@@ -381,7 +380,8 @@ def run_loop(config: ml_collections.ConfigDict, trainer: Any, data: Data, meta: 
             ckpt.save(step, trainer.state(), dict(meta, data=feed.get_state()), force=force)
             timings.checkpoint += time.perf_counter() - t
 
-    shown = sys.stderr.isatty() if progress is None else progress
+    should_stop = options.should_stop
+    shown = sys.stderr.isatty() if options.progress is None else options.progress
     bar = tqdm(total=data.total_steps, initial=step, unit="step", dynamic_ncols=True,
                disable=not (jax.process_index() == 0 and shown))
     acc = loss = per_example = None
@@ -481,65 +481,30 @@ def train_and_eval(
     eval_perf: bool = True,
     callback: Callback | None = None,
     *,
-    graph: Any = None,
-    constants: Any = None,
-    workdir: str | None = None,
-    init_variables: dict[str, Any] | None = None,
-    freeze: Iterable[str] = frozenset(),
-    freeze_inherited: bool = False,
-    should_stop: ShouldStop | None = None,
-    device_data_cache: DeviceDataCache | None = None,
-    stop_epochs: float | None = None,
-    refit: Refit | None = None,
-    device_stage: contextlib.AbstractContextManager | None = None,
-    progress: bool | None = None,
-    functions: Mapping[str, Callable[..., Any]] | None = None,
-    evaluate_start: bool = False,
+    options: TrainOptions | None = None,
 ) -> tuple[Metrics, int, dict[str, Any]]:
-    """Train `graph` (or the config's zoo model); return (metrics, epochs, state).
+    """Train `options.graph` (or the config's zoo model); return (metrics, epochs, state).
 
-    init_variables: a parent's {"params", "batch_stats"}; every op whose name and shapes
-      match is inherited (frozen if `freeze_inherited`, else fine-tuned from it).
-    freeze: op names whose params get no updates (and no optimizer state).
-    callback(epoch, metrics) -> bool is called after each eval; False stops early.
-    should_stop(step) -> bool is called after every train step; True stops early. Either
-      way the candidate is then evaluated and its metrics (with `steps` trained) returned.
-    device_data_cache: keeps a device-resident training set between calls (a worker's).
-    stop_epochs: train only this far into the `total_epochs` schedule (a rung of
-      multi-fidelity search), then evaluate and checkpoint; a later call with the same
-      `workdir` and a larger (or no) `stop_epochs` resumes from there, ending where one
-      uninterrupted run would.
-    refit(variables, built) -> variables: new values (same names and shapes) for the
-      starting {"params", "batch_stats"}, computed while the steps compile (on the CPU
-      from when it calls `built()`, its own programs built, or returns); not called when
-      `workdir` holds a checkpoint to resume. A search fits a child's new ops with it.
-    device_stage: held while the steps and evaluations run, entered once setup, fitting and
-      compilation are done (a search worker's lock on its device, shared with the worker
-      processes preparing the next candidates for that device while this one trains).
-    functions: a user's loss, optimizer and augmentation by value ({"loss": fn, ...}),
-      for the config's `loss`, `optimizer` and `augment` fields (`nas.train.custom`);
-      fields naming "package.module:function" without a value here are imported.
-    progress: show a bar of the training steps on stderr (None: only when stderr is a
-      terminal; `nas-train` shows it unless --noprogress, as `nas-search` does).
-    evaluate_start: evaluate the starting weights (after `refit`) before the first step,
-      as `metrics.start_acc` (kept in the checkpoint: a resumed run reports it too).
+    callback(epoch, metrics) -> bool is called after each eval; False stops early (the
+    candidate is then evaluated and its metrics, with `steps` trained, returned).
+    options: how the run goes (`TrainOptions`: the graph, a workdir to resume, a parent's
+      variables to inherit, freezing, stops, a refit, a device stage...); None: defaults.
     state: {"params", "batch_stats"} (the EMA of them when ema_decay > 0).
     """
+    if options is None:
+        options = TrainOptions()
+    elif not isinstance(options, TrainOptions):
+        raise ValueError(f"train_and_eval: options: expected a TrainOptions, got {options!r}")
     if "train" in config:  # a search config: its `train` part trains one candidate
         config = config.train
     config = config_lib.with_defaults(config)
-    if stop_epochs is not None and (isinstance(stop_epochs, bool) or not isinstance(
-            stop_epochs, int | float) or not 0 < stop_epochs < math.inf):
-        raise ValueError(f"stop_epochs: expected a number of epochs > 0, got {stop_epochs!r}")
     trainers.compute_dtype(config)  # a bad value fails before any data is read
     config = data_lib.with_num_classes(config)  # 0: the data's; disagreeing: one line
-    functions = custom.train_functions(config, functions)
+    options = dataclasses.replace(
+        options, functions=custom.train_functions(config, options.functions))
     compilation.enable_cache(config.compilation_cache_dir)
     with compilation.CompileCounter() as counter:
-        metrics, epoch, state = _train_and_eval(
-            config, eval_perf, callback, graph, constants, workdir, init_variables, freeze,
-            freeze_inherited, should_stop, device_data_cache, stop_epochs, refit,
-            device_stage, progress, functions, evaluate_start)
+        metrics, epoch, state = _train_and_eval(config, eval_perf, callback, options)
     metrics.compilations, metrics.compile_cache_hits = counter.compiles, counter.cache_hits
     logging.info("%d compilations, %d persistent cache hits; compiled: %s", counter.compiles,
                  counter.cache_hits, ", ".join(counter.compiled) or "nothing")
@@ -547,32 +512,15 @@ def train_and_eval(
 
 
 def _train_and_eval(config: ml_collections.ConfigDict, eval_perf: bool,
-                    callback: Callback | None, graph: Any, constants: Any,
-                    workdir: str | None, init_variables: dict[str, Any] | None,
-                    freeze: Iterable[str], freeze_inherited: bool,
-                    should_stop: ShouldStop | None,
-                    device_data_cache: DeviceDataCache | None,
-                    stop_epochs: float | None, refit: Refit | None,
-                    device_stage: contextlib.AbstractContextManager | None,
-                    progress: bool | None = None,
-                    functions: Mapping[str, Callable[..., Any]] | None = None,
-                    evaluate_start: bool = False,
+                    callback: Callback | None, options: TrainOptions,
                     ) -> tuple[Metrics, int, dict[str, Any]]:
     """The stages, top to bottom (see the module docstring)."""
     start = time.perf_counter()
-    if graph is None:
-        graph, constants = build_graph(config.model_name, config.num_classes,
-                                       config.input.image_size, config.get("model"))
-    reversible = memory.select_trainer(config, graph, constants) == "reversible"
+    options, reversible = _settle(config, options)
+    graph, constants, workdir = options.graph, options.constants, options.workdir
     writer = JsonlWriter(workdir, jax.process_index() == 0)
-    if workdir and has_checkpoint(workdir):
-        refit = None  # resuming: the checkpoint holds the variables
-    if refit is not None and reversible:  # its steps compile lazily: nothing to overlap
-        init_variables, refit = refit(dict(init_variables or {}), lambda: None), None
-
-    data = setup_data(config, on_device_ok=not reversible, cache=device_data_cache)
-    trainer = setup_trainer(config, graph, constants, data, reversible, init_variables,
-                            freeze, freeze_inherited, functions)
+    data = setup_data(config, on_device_ok=not reversible, cache=options.device_data_cache)
+    trainer = setup_trainer(config, data, reversible, options)
     if workdir and jax.process_index() == 0:
         write_run_files(workdir, config, graph, constants)
     ckpt = Checkpointer(workdir, keep=config.keep_ckpts) if workdir else None
@@ -580,17 +528,18 @@ def _train_and_eval(config: ml_collections.ConfigDict, eval_perf: bool,
     timings = Timings()
     setup_seconds = time.perf_counter() - start
 
+    stop_epochs = options.stop_epochs
     end = (data.total_steps if stop_epochs is None else
            min(data.total_steps, max(1, int(data.steps_per_epoch * float(stop_epochs)))))
-    pending = refit_while_compiling(trainer, data, end, refit, timings)
+    pending = refit_while_compiling(trainer, data, end, options.refit, timings)
     waiting = time.time()
-    with device_stage or contextlib.nullcontext():
+    with options.device_stage or contextlib.nullcontext():
         started = time.time()
-        if evaluate_start:
+        if options.evaluate_start:
             start_accuracy(trainer, data, meta, timings)
         step, epoch, acc, loss, per_example = run_loop(
-            config, trainer, data, meta, ckpt, writer, timings, callback, should_stop, end,
-            pending, progress)
+            config, trainer, data, meta, ckpt, writer, timings, callback, end, pending,
+            options)
         if acc is None:  # resumed after the last step: evaluate the restored weights
             t = time.perf_counter()
             acc, loss, rate, per_example = evaluate_examples(trainer, data.eval_data)
@@ -622,6 +571,25 @@ def _train_and_eval(config: ml_collections.ConfigDict, eval_perf: bool,
     writer.write({"step": step, "epoch": epoch, "final": metrics.to_dict()})
     return metrics, epoch, {"params": out_vars["params"],
                             "batch_stats": out_vars.get("batch_stats", {})}
+
+
+def _settle(config: ml_collections.ConfigDict, options: TrainOptions
+            ) -> tuple[TrainOptions, bool]:
+    """(`options` as the run uses them, whether the candidate takes the reversible trainer):
+    the config's zoo model built when no graph is given, and the refit dropped when
+    resuming (the checkpoint holds the variables) or run at once for a reversible
+    candidate (its steps compile lazily: there is nothing to overlap it with)."""
+    if options.graph is None:
+        graph, constants = build_graph(config.model_name, config.num_classes,
+                                       config.input.image_size, config.get("model"))
+        options = dataclasses.replace(options, graph=graph, constants=constants)
+    reversible = memory.select_trainer(config, options.graph, options.constants) == "reversible"
+    if options.workdir and has_checkpoint(options.workdir):
+        options = dataclasses.replace(options, refit=None)
+    if options.refit is not None and reversible:
+        starting = options.refit(dict(options.init_variables or {}), lambda: None)
+        options = dataclasses.replace(options, init_variables=starting, refit=None)
+    return options, reversible
 
 
 def _add_test(metrics: Metrics, test: tuple[Any, ...], examples_count: int) -> None:

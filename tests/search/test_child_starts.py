@@ -13,7 +13,7 @@ from nas.graph.serialize import graph_to_json
 from nas.search.execution.driver import Driver
 from nas.search.reporting.report import summary, to_csv, write_report
 from nas.search.strategy.settings import candidate_train_config, validate_search
-from nas.train import train_and_eval
+from nas.train import TrainOptions, train_and_eval
 from tests.train.helpers import tiny_config, tiny_graph
 
 
@@ -22,10 +22,12 @@ def test_min_steps_holds_on_a_small_data_set(tmp_path):
     and the schedule spans the 7."""
     graph, constants = tiny_graph()
     config = tiny_config(str(tmp_path / "data"), total_epochs=0.1, min_steps=7)
-    metrics, _, _ = train_and_eval(config, eval_perf=False, graph=graph, constants=constants)
+    metrics, _, _ = train_and_eval(config, eval_perf=False,
+                                   options=TrainOptions(graph=graph, constants=constants))
     assert metrics.steps == 7
     config = tiny_config(str(tmp_path / "data"), total_epochs=0.1)
-    metrics, _, _ = train_and_eval(config, eval_perf=False, graph=graph, constants=constants)
+    metrics, _, _ = train_and_eval(config, eval_perf=False,
+                                   options=TrainOptions(graph=graph, constants=constants))
     assert metrics.steps == 2 and metrics.start_acc == -1.0  # not asked for
 
 

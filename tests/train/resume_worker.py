@@ -16,8 +16,8 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 from helpers import tiny_config, tiny_graph  # noqa: E402
 
+from nas.train import TrainOptions, train_and_eval  # noqa: E402
 from nas.train import train as train_lib  # noqa: E402
-from nas.train import train_and_eval  # noqa: E402
 
 
 def main() -> None:
@@ -35,8 +35,9 @@ def main() -> None:
     config = tiny_config(data_dir, total_epochs=1.0, ckpt_steps=4, ema_decay=0.9,
                          **{"input.batch_size": 32,
                             "input.device_data_bytes": 2**30 if feed == "device" else 0})
-    _, _, state = train_and_eval(config, eval_perf=False, graph=graph, constants=constants,
-                                 workdir=workdir)
+    _, _, state = train_and_eval(config, eval_perf=False,
+                                 options=TrainOptions(graph=graph, constants=constants,
+                                                      workdir=workdir))
     flat = {jax.tree_util.keystr(k): np.asarray(v)
             for k, v in jax.tree_util.tree_leaves_with_path(state)}
     np.savez(out, **flat)

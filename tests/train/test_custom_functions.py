@@ -11,7 +11,7 @@ import pytest
 from nas.graph import Model
 from nas.graph.serialize import graph_to_json
 from nas.search.execution.user_functions import CostFailed, check_recorded, measure_costs
-from nas.train import steps, train_and_eval
+from nas.train import TrainOptions, steps, train_and_eval
 from nas.train.custom import refuse_reversible, train_functions
 from tests.search._user_functions import OFFSET, offset_loss
 from tests.train.helpers import tiny_config, tiny_graph
@@ -106,9 +106,10 @@ def test_the_users_optimizer_replaces_the_built_in_one(tmp_path):
 
     start = Model(graph, constants).init(jax.random.PRNGKey(3), jnp.zeros((1, 32, 32, 3)))
     start = jax.tree.map(np.asarray, start)
-    metrics, _, state = train_and_eval(config, eval_perf=False, graph=graph,
-                                       constants=constants, init_variables=start,
-                                       functions={"optimizer": frozen_sgd})
+    metrics, _, state = train_and_eval(config, eval_perf=False,
+                                       options=TrainOptions(graph=graph, constants=constants,
+                                                            init_variables=start,
+                                                            functions={"optimizer": frozen_sgd}))
     _assert_same_params(state, start, rtol=0, atol=0)
     assert schedules and float(schedules[0](0)) == pytest.approx(config.lr, rel=1e-6)
 

@@ -6,7 +6,7 @@ import jax
 import numpy as np
 from helpers import tiny_config, tiny_graph
 
-from nas.train import data, devdata, train_and_eval
+from nas.train import TrainOptions, data, devdata, train_and_eval
 
 
 class _Indexed:
@@ -83,7 +83,7 @@ def test_digits_train_on_device_like_on_grain(data_dir):
     accs = {}
     for name, limit in (("device", 2**30), ("grain", 0)):
         config = tiny_config(data_dir, total_epochs=2.0, **{"input.device_data_bytes": limit})
-        metrics, _, _ = train_and_eval(config, eval_perf=False, graph=graph,
-                                       constants=constants)
+        metrics, _, _ = train_and_eval(config, eval_perf=False,
+                                       options=TrainOptions(graph=graph, constants=constants))
         accs[name] = metrics.acc
     assert accs["device"] > 0.6 and abs(accs["device"] - accs["grain"]) < 0.1, accs

@@ -17,7 +17,7 @@ import pytest
 from helpers import tiny_config, tiny_graph
 from userdata_helpers import digits_arrays, write_npz
 
-from nas.train import extras, train_and_eval
+from nas.train import TrainOptions, extras, train_and_eval
 
 
 def ce(logits, labels):
@@ -59,9 +59,10 @@ def test_extras_follow_their_examples_into_the_training_and_validation_loss(
         "input.data.validation_fraction": 0.2, "eval.data.split": "holdout",
         "eval.test_split": "test", "total_epochs": 2.0})
     graph, constants = tiny_graph()
-    metrics, _, _ = train_and_eval(config, graph=graph, constants=constants,
-                                   workdir=str(tmp_path / "run"), eval_perf=False,
-                                   functions={"loss": weighted_and_aligned})
+    metrics, _, _ = train_and_eval(config, eval_perf=False,
+                                   options=TrainOptions(graph=graph, constants=constants,
+                                                        workdir=str(tmp_path / "run"),
+                                                        functions={"loss": weighted_and_aligned}))
     # validation: the same loss, w = 3 and every label copy aligned
     assert 3.0 <= metrics.loss < 3.0 + 5.0, metrics.loss
     assert metrics.test_acc > 0.0
@@ -81,8 +82,9 @@ def test_a_loss_reading_a_missing_extra_is_one_line(tmp_path):
 
     with pytest.raises(ValueError, match=r"^loss: reads batch\['teacher'\], which the data "
                                          r"does not carry .*'w'") as e:
-        train_and_eval(config, graph=graph, constants=constants, eval_perf=False,
-                       functions={"loss": reads_teacher})
+        train_and_eval(config, eval_perf=False,
+                       options=TrainOptions(graph=graph, constants=constants,
+                                            functions={"loss": reads_teacher}))
     assert "\n" not in str(e.value)
 
 
@@ -100,8 +102,9 @@ def test_a_two_argument_loss_still_works_beside_extras(tmp_path):
         "input.data.name": _npz(tmp_path), "input.image_size": 8, "total_epochs": 0.2,
         "eval.test_split": "test"})
     graph, constants = tiny_graph()
-    metrics, _, _ = train_and_eval(config, graph=graph, constants=constants,
-                                   eval_perf=False, functions={"loss": ce})
+    metrics, _, _ = train_and_eval(config, eval_perf=False,
+                                   options=TrainOptions(graph=graph, constants=constants,
+                                                        functions={"loss": ce}))
     assert 0 < metrics.loss < 3.0 and 0 < metrics.test_loss < 3.0
     assert jax.numpy.isfinite(metrics.test_loss)
 

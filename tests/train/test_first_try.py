@@ -167,14 +167,14 @@ def test_a_bad_image_is_found_before_converting(tmp_path):
 def test_training_shortens_the_schedule_as_the_checks_said(data_dir):
     """`train_and_eval`, which every search worker runs, builds the shortened schedule
     itself: a warmup of 1000 steps in a 2-step run trains instead of failing."""
-    from nas.train import optim, train_and_eval
+    from nas.train import TrainOptions, optim, train_and_eval
 
     config = tiny_config(data_dir, total_epochs=0.1, precise_bn_batches=0,
                          **{"schedule.warmup_steps": 1000, "input.batch_size": 64})
     steps, _ = preflight.training_steps(config)
     assert steps == 2 and optim.fitted_ramps(config.schedule, steps) == (1, 0)
     graph, constants = tiny_graph()
-    metrics, _, _ = train_and_eval(config, graph=graph, constants=constants)
+    metrics, _, _ = train_and_eval(config, options=TrainOptions(graph=graph, constants=constants))
     assert metrics.steps == 2 and np.isfinite(metrics.loss)
 
 

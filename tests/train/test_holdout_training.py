@@ -6,7 +6,7 @@ import pytest
 from helpers import tiny_config, tiny_graph
 
 from nas.io import examples
-from nas.train import train_and_eval
+from nas.train import TrainOptions, train_and_eval
 
 
 @pytest.mark.parametrize("device_data_bytes", [2**30, 0])  # device-resident, grain
@@ -17,7 +17,8 @@ def test_validation_is_held_out_and_test_is_reported(data_dir, device_data_bytes
     config.input.data.validation_fraction = 0.1
     config.eval.data.split = "holdout"
     config.eval.test_split = "test"
-    metrics, _, _ = train_and_eval(config, eval_perf=False, graph=graph, constants=constants)
+    metrics, _, _ = train_and_eval(config, eval_perf=False,
+                                   options=TrainOptions(graph=graph, constants=constants))
     assert metrics.eval_examples == 143 and metrics.test_examples == 360
     assert metrics.steps == int(1294 / 64 * 0.25)  # 1437 - 143 training examples
     assert 0.0 <= metrics.acc <= 1.0 and 0.0 <= metrics.test_acc <= 1.0
@@ -42,7 +43,8 @@ def test_a_fold_is_held_out_and_evaluated(data_dir):
     config = tiny_config(data_dir, total_epochs=0.25, precise_bn_batches=0)
     config.input.data.folds, config.input.data.fold, config.input.data.fold_seed = 3, 1, 7
     config.eval.data.split = data_lib.FOLD
-    metrics, _, _ = train_and_eval(config, eval_perf=False, graph=graph, constants=constants)
+    metrics, _, _ = train_and_eval(config, eval_perf=False,
+                                   options=TrainOptions(graph=graph, constants=constants))
     assert metrics.eval_examples == 479 and metrics.steps == int(958 / 64 * 0.25)
     labels = data_lib.split_labels("digits", "train", data_dir,
                                    data_lib.open_source("digits", "train", data_dir))

@@ -9,7 +9,7 @@ import pytest
 from helpers import tiny_config, tiny_graph
 
 from nas.graph import Model
-from nas.train import flops, optim, steps, train_and_eval
+from nas.train import TrainOptions, flops, optim, steps, train_and_eval
 from nas.train.config import base_config
 
 
@@ -58,6 +58,7 @@ def test_bf16_digits_within_one_point_of_f32(data_dir):
         graph, constants = tiny_graph(with_bn=True)
         metrics, _, _ = train_and_eval(tiny_config(data_dir, total_epochs=3.0,
                                                    compute_dtype=dtype),
-                                       eval_perf=False, graph=graph, constants=constants)
+                                       eval_perf=False,
+                                       options=TrainOptions(graph=graph, constants=constants))
         acc[dtype] = metrics.acc
     assert acc["float32"] > 0.85 and abs(acc["bfloat16"] - acc["float32"]) <= 0.01, acc

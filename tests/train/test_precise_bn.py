@@ -2,6 +2,8 @@
 averages that still describe a parent (the cause of children collapsing after a short
 fine-tune)."""
 
+from dataclasses import replace
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -9,7 +11,7 @@ import pytest
 from helpers import tiny_config, tiny_graph
 
 from nas.graph import Model, new_graph, new_op
-from nas.train import precise_bn, train_and_eval
+from nas.train import TrainOptions, precise_bn, train_and_eval
 from nas.train.compilation import CompileCounter
 from nas.train.config import with_defaults
 
@@ -41,7 +43,7 @@ def stale_parent(data_dir):
     graph, constants = tiny_graph(with_bn=True)
     trained, _, state = train_and_eval(
         tiny_config(data_dir, total_epochs=1.0, precise_bn_batches=0), eval_perf=False,
-        graph=graph, constants=constants)
+        options=TrainOptions(graph=graph, constants=constants))
     stats = {"bn": {"mean": state["batch_stats"]["bn"]["mean"] + 40.0,
                     "var": state["batch_stats"]["bn"]["var"]}}
     return graph, constants, {"params": state["params"], "batch_stats": stats}, trained.acc
@@ -54,7 +56,7 @@ def test_short_fine_tune_is_evaluated_with_its_own_statistics(stale_parent, data
     metrics, _, state = train_and_eval(
         tiny_config(data_dir, total_epochs=0.2, lr=0.0, precise_bn_batches=batches),
         eval_perf=False,
-        graph=graph, constants=constants, init_variables=variables)
+        options=TrainOptions(graph=graph, constants=constants, init_variables=variables))
     shifted = state["batch_stats"]["bn"]["mean"] - variables["batch_stats"]["bn"]["mean"]
     if batches:  # the returned statistics are the recomputed ones: children inherit them
         assert metrics.acc > parent_acc - 0.05 and np.all(np.abs(shifted) > 30)
@@ -116,10 +118,11 @@ def test_a_trainer_compiles_before_its_device_stage_not_in_it(data_dir):
     graph, constants = tiny_graph(with_bn=True)
     with_stats = tiny_config(data_dir, total_epochs=0.2, precise_bn_batches=2)
     # Once per process, the logged learning rate's eager ops compile in the first run.
-    train_and_eval(with_stats, graph=graph, constants=constants, eval_perf=False)
+    options = TrainOptions(graph=graph, constants=constants)
+    train_and_eval(with_stats, eval_perf=False, options=options)
     with CompileCounter() as everything:
         counter = CompileCounter()
-        metrics, _, _ = train_and_eval(with_stats, graph=graph, constants=constants,
-                                       eval_perf=False, device_stage=counter)
+        metrics, _, _ = train_and_eval(with_stats, eval_perf=False,
+                                       options=replace(options, device_stage=counter))
     assert everything.requests > 0 and counter.requests == 0
     assert 0.0 < metrics.acc <= 1.0

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from helpers import tiny_config
 
-from nas.train import train_and_eval
+from nas.train import TrainOptions, train_and_eval
 from nas.train.memory import DeviceBudgetExceeded, select_trainer
 from nas.zoo import revnet
 
@@ -29,8 +29,8 @@ def test_plain_graph_over_the_budget_fails_before_any_data_or_step(tmp_path):
     config = tiny_config(str(tmp_path / "no_data_here"), trainer="auto",
                          device_memory_budget=1)
     with pytest.raises(DeviceBudgetExceeded, match="not reversible"):
-        train_and_eval(config, graph=plain, constants=plain_consts,
-                       workdir=str(tmp_path / "run"))
+        train_and_eval(config, options=TrainOptions(graph=plain, constants=plain_consts,
+                                                    workdir=str(tmp_path / "run")))
     assert not (tmp_path / "run").exists() and not (tmp_path / "no_data_here").exists()
 
 
@@ -39,8 +39,9 @@ def test_train_and_eval_runs_the_reversible_trainer(data_dir, tmp_path):
     graph, constants, _ = revnet.RevNet(depth=2, width=8)
     config = tiny_config(data_dir, trainer="reversible", **{"input.image_size": 16})
     config.total_epochs = 0.1
-    metrics, epochs, state = train_and_eval(config, graph=graph, constants=constants,
-                                            workdir=str(tmp_path))
+    metrics, epochs, state = train_and_eval(config,
+                                            options=TrainOptions(graph=graph, constants=constants,
+                                                                 workdir=str(tmp_path)))
     assert metrics.steps >= 1 and 0.0 <= metrics.acc <= 1.0
     assert metrics.train_temp_bytes > 0 and np.isfinite(metrics.loss)
     assert "block0/rev0/f/conv" in state["params"]
@@ -53,4 +54,4 @@ def test_reversible_trainer_rejects_plain_graph(data_dir):
     graph, constants, _ = cnn.CifarNet()
     config = tiny_config(data_dir, trainer="reversible")
     with pytest.raises(ValueError, match="not marked reversible"):
-        train_and_eval(config, graph=graph, constants=constants)
+        train_and_eval(config, options=TrainOptions(graph=graph, constants=constants))

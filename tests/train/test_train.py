@@ -11,16 +11,16 @@ import pytest
 from helpers import tiny_config, tiny_graph
 
 from nas.graph.serialize import graph_to_json
-from nas.train import Metrics, train_and_eval
+from nas.train import Metrics, TrainOptions, train_and_eval
 
 
 @pytest.fixture(scope="module")
 def parent(data_dir, tmp_path_factory):
     graph, constants = tiny_graph(with_bn=True)
     workdir = str(tmp_path_factory.mktemp("parent"))
-    metrics, epochs, state = train_and_eval(
-        tiny_config(data_dir, total_epochs=2.0), graph=graph, constants=constants,
-        workdir=workdir)
+    metrics, epochs, state = train_and_eval(tiny_config(data_dir, total_epochs=2.0),
+                                            options=TrainOptions(graph=graph, constants=constants,
+                                                                 workdir=workdir))
     return metrics, epochs, state, workdir
 
 
@@ -41,9 +41,9 @@ def test_trains_and_measures(parent):
 def test_inherits_and_freezes_parent_weights(parent, data_dir):
     _, _, pstate, _ = parent
     graph, constants = tiny_graph(with_bn=True, features=8)
-    _, _, state = train_and_eval(
-        tiny_config(data_dir, total_epochs=0.2), eval_perf=False, graph=graph,
-        constants=constants, init_variables=pstate, freeze_inherited=True)
+    _, _, state = train_and_eval(tiny_config(data_dir, total_epochs=0.2), eval_perf=False,
+                                 options=TrainOptions(graph=graph, constants=constants,
+                                                      init_variables=pstate, freeze_inherited=True))
     for op in ("conv", "logits"):  # all inherited and frozen: unchanged
         for name, value in pstate["params"][op].items():
             np.testing.assert_array_equal(state["params"][op][name], value)
@@ -52,9 +52,9 @@ def test_inherits_and_freezes_parent_weights(parent, data_dir):
 def test_inherits_only_matching_shapes_and_finetunes(parent, data_dir):
     _, _, pstate, _ = parent
     graph, constants = tiny_graph(with_bn=True, features=4)  # conv and logits change shape
-    metrics, _, state = train_and_eval(
-        tiny_config(data_dir, total_epochs=0.2), eval_perf=False, graph=graph,
-        constants=constants, init_variables=pstate, freeze={"bn"})
+    metrics, _, state = train_and_eval(tiny_config(data_dir, total_epochs=0.2), eval_perf=False,
+                                       options=TrainOptions(graph=graph, constants=constants,
+                                                            init_variables=pstate, freeze={"bn"}))
     assert state["params"]["conv"]["kernel"].shape == (3, 3, 3, 4)
     assert metrics.acc > 0.0
 
@@ -92,15 +92,16 @@ def test_callback_stops_early(data_dir):
         return False
 
     _, epochs, _ = train_and_eval(tiny_config(data_dir, total_epochs=3.0), eval_perf=False,
-                                  callback=callback, graph=graph, constants=constants)
+                                  callback=callback,
+                                  options=TrainOptions(graph=graph, constants=constants))
     assert epochs == 1 and len(calls) == 1
 
 
 def test_bad_freeze_name_is_value_error(data_dir):
     graph, constants = tiny_graph()
     with pytest.raises(ValueError, match="freeze"):
-        train_and_eval(tiny_config(data_dir), graph=graph, constants=constants,
-                       freeze={"nope"})
+        train_and_eval(tiny_config(data_dir), options=TrainOptions(graph=graph, constants=constants,
+                                                                   freeze={"nope"}))
 
 
 def _cli(*args, env=None):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import os
 import time
+from dataclasses import replace
 
 import jax
 import numpy as np
@@ -13,7 +14,7 @@ from helpers import tiny_config, tiny_graph
 
 import nas.train
 from nas.graph import Model
-from nas.train import memory, perf, train_and_eval
+from nas.train import TrainOptions, memory, perf, train_and_eval
 from nas.train.compilation import CompileCounter
 from nas.zoo import revnet
 
@@ -26,9 +27,9 @@ def test_should_stop_is_asked_after_every_step_and_stops(data_dir):
         asked.append(step)
         return step == 3
 
-    metrics, epochs, state = train_and_eval(
-        tiny_config(data_dir, total_epochs=2.0), graph=graph, constants=constants,
-        should_stop=should_stop)
+    metrics, epochs, state = train_and_eval(tiny_config(data_dir, total_epochs=2.0),
+                                            options=TrainOptions(graph=graph, constants=constants,
+                                                                 should_stop=should_stop))
     assert asked == [1, 2, 3]
     assert metrics.steps == 3 and epochs == 0
     assert 0.0 < metrics.acc <= 1.0 and np.isfinite(metrics.loss)  # evaluated normally
@@ -40,8 +41,9 @@ def test_reversible_result_is_measured_like_any_candidate(data_dir, tmp_path):
     graph, constants, _ = revnet.RevNet(depth=2, width=8, num_classes=10)
     config = tiny_config(data_dir, trainer="reversible", total_epochs=0.1,
                          **{"input.image_size": 16})
-    metrics, _, state = train_and_eval(config, graph=graph, constants=constants,
-                                       workdir=str(tmp_path))
+    metrics, _, state = train_and_eval(config,
+                                       options=TrainOptions(graph=graph, constants=constants,
+                                                            workdir=str(tmp_path)))
     model = Model(graph, constants)
     apply = lambda v, x: model.apply(v, x, deterministic=True, training=False)  # noqa: E731
     assert metrics.flops == perf.flops_per_example(apply, {"params": state["params"]},
@@ -96,8 +98,8 @@ def test_one_loop_and_no_import_cycle():
 def test_bad_compute_dtype_is_value_error(data_dir):
     graph, constants = tiny_graph()
     with pytest.raises(ValueError, match="compute_dtype"):
-        train_and_eval(tiny_config(data_dir, compute_dtype="float16"), graph=graph,
-                       constants=constants)
+        train_and_eval(tiny_config(data_dir, compute_dtype="float16"),
+                       options=TrainOptions(graph=graph, constants=constants))
 
 
 def test_compilations_are_counted_and_the_persistent_cache_serves_a_rerun(data_dir,
@@ -105,8 +107,9 @@ def test_compilations_are_counted_and_the_persistent_cache_serves_a_rerun(data_d
     graph, constants = tiny_graph()
     config = tiny_config(data_dir, total_epochs=0.2,
                          compilation_cache_dir=str(tmp_path / "cache"))
-    first, _, _ = train_and_eval(config, graph=graph, constants=constants)
-    second, _, _ = train_and_eval(config, graph=graph, constants=constants)
+    options = TrainOptions(graph=graph, constants=constants)
+    first, _, _ = train_and_eval(config, options=options)
+    second, _, _ = train_and_eval(config, options=options)
     assert first.compilations >= 2  # at least the train and eval steps
     assert second.compile_cache_hits >= 2  # both loaded, not compiled again
     assert second.compilations < first.compilations
@@ -133,10 +136,10 @@ def test_refit_while_compiling_trains_like_starting_from_its_result(data_dir, tm
         seen.append(variables)
         return _scaled(variables)
 
-    refitted, _, a = train_and_eval(config, graph=graph, constants=constants,
-                                    init_variables=start, refit=refit)
-    plain, _, b = train_and_eval(config, graph=graph, constants=constants,
-                                 init_variables=_scaled(start))
+    options = TrainOptions(graph=graph, constants=constants)
+    refitted, _, a = train_and_eval(
+        config, options=replace(options, init_variables=start, refit=refit))
+    plain, _, b = train_and_eval(config, options=replace(options, init_variables=_scaled(start)))
     assert len(seen) == 1  # given the trainer's starting variables: the inherited ones
     np.testing.assert_array_equal(seen[0]["params"]["conv"]["kernel"],
                                   start["params"]["conv"]["kernel"])
@@ -176,7 +179,8 @@ def test_the_steps_compile_once_the_refit_has_built_its_programs(data_dir):
         counts["after"] = after.requests
         return variables
 
-    metrics, _, _ = train_and_eval(config, graph=graph, constants=constants, refit=refit)
+    metrics, _, _ = train_and_eval(config, options=TrainOptions(graph=graph, constants=constants,
+                                                                refit=refit))
     if on_cpu:
         assert counts["before"] == 0 and counts["after"] > 0
     else:
@@ -193,10 +197,10 @@ def test_refit_is_skipped_when_resuming_and_bad_refits_are_value_errors(data_dir
         calls.append(1)
         return variables
 
-    train_and_eval(config, graph=graph, constants=constants, workdir=str(tmp_path),
-                   stop_epochs=0.1, refit=refit)
-    train_and_eval(config, graph=graph, constants=constants, workdir=str(tmp_path),
-                   refit=refit)  # resumes from the checkpoint of the first call
+    options = TrainOptions(graph=graph, constants=constants)
+    resumed = replace(options, workdir=str(tmp_path), refit=refit)
+    train_and_eval(config, options=replace(resumed, stop_epochs=0.1))
+    train_and_eval(config, options=resumed)  # resumes from the checkpoint of the first call
     assert calls == [1]
 
     def reshaped(variables, built):
@@ -205,10 +209,10 @@ def test_refit_is_skipped_when_resuming_and_bad_refits_are_value_errors(data_dir
         return out
 
     with pytest.raises(ValueError, match="names, shapes and dtypes"):
-        train_and_eval(config, graph=graph, constants=constants, refit=reshaped)
+        train_and_eval(config, options=replace(options, refit=reshaped))
 
     def failing(variables, built):
         raise ValueError("fit: no usable pair")
 
     with pytest.raises(ValueError, match="no usable pair"):  # the compile thread is joined
-        train_and_eval(config, graph=graph, constants=constants, refit=failing)
+        train_and_eval(config, options=replace(options, refit=failing))

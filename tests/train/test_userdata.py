@@ -15,7 +15,7 @@ from helpers import tiny_config, tiny_graph
 from PIL import Image
 from userdata_helpers import digits_arrays, small_arrays, write_folder, write_npz
 
-from nas.train import data, devdata, train_and_eval, userdata
+from nas.train import TrainOptions, data, devdata, train_and_eval, userdata
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -293,8 +293,9 @@ def test_npz_digits_train_with_a_validation_split(tmp_path):
     config.eval.data.split = data.HOLDOUT
     config.eval.test_split = "test"
     assert devdata.supported(config.input.data.name)  # small: trained from the devices
-    metrics, epochs, _ = train_and_eval(config, eval_perf=False, graph=tiny_graph()[0],
-                                        constants=tiny_graph()[1])
+    metrics, epochs, _ = train_and_eval(config, eval_perf=False,
+                                        options=TrainOptions(graph=tiny_graph()[0],
+                                                             constants=tiny_graph()[1]))
     assert epochs == 2 and metrics.acc > 0.6 and metrics.test_acc > 0.6
     held = data.split_source(config.input, data.HOLDOUT, config.input.data_dir)
     kept = data.split_source(config.input, "train", config.input.data_dir)

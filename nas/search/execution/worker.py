@@ -8,6 +8,7 @@ or in an external `nas-search worker`. Failures are exceptions with a clear mess
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import os
@@ -20,6 +21,7 @@ import ml_collections
 import numpy as np
 
 from nas.search.execution.task import Failure, Task
+from nas.train.options import TrainOptions
 
 _DEVICE_DATA: Any = None  # this process's device-resident training set, kept between candidates
 
@@ -51,7 +53,7 @@ def train_candidate(
     nobody would record the result and a new claim may already train it). `should_stop()`
     (in-process callers only) True means the claim was lost (ClaimLost).
 
-    Of the task: `stop_epochs` stops at a multi-fidelity rung (see `train_and_eval`);
+    Of the task: `stop_epochs` stops at a multi-fidelity rung (see `TrainOptions`);
     `workdir` holds the checkpoint that the next rung (or a restarted run) resumes from.
     `fit`: the child's new ops are first fitted to the tensors they replace, on this
     worker's device while its steps compile, unless `workdir` already holds a checkpoint
@@ -90,10 +92,10 @@ def train_candidate(
 
     if task.workdir:
         os.makedirs(task.workdir, exist_ok=True)
-    run = functools.partial(
-        _run_once, stop_now=stop_now, config=config, eval_perf=True, graph=graph,
-        constants=constants, device_data_cache=_DEVICE_DATA, stop_epochs=task.stop_epochs,
-        refit=refit if task.fit is not None else None, device_stage=turn, functions=shipped)
+    options = TrainOptions(graph=graph, constants=constants, device_data_cache=_DEVICE_DATA,
+                           stop_epochs=task.stop_epochs, device_stage=turn, functions=shipped,
+                           refit=refit if task.fit is not None else None, should_stop=stop_now)
+    run = functools.partial(_run_once, stop_now=stop_now, config=config, options=options)
     if task.rounds:
         values, state = _train_rounds(run, task.rounds, task.workdir, task.init_variables,
                                       stop_now.restart)
@@ -138,17 +140,20 @@ def latency_metrics(graph: Any, constants: Any, variables: dict[str, Any],
 
 
 def _run_once(variables: Any, where: str | None, seen: list[float], *,
-              stop_now: Callable[[int], bool], **kwargs: Any) -> tuple[Any, int, Any]:
-    """One `train_and_eval` run from `variables` in `where`, each evaluation's accuracy
-    appended to `seen`; starting weights given are evaluated first (`start_accuracy`)."""
+              stop_now: Callable[[int], bool], config: Any,
+              options: TrainOptions) -> tuple[Any, int, Any]:
+    """One `train_and_eval` run of `options` from `variables` in `where`, each
+    evaluation's accuracy appended to `seen`; starting weights given are evaluated first
+    (`start_accuracy`)."""
     from nas.train import train_and_eval
 
     def on_eval(epoch: int, m: Any) -> bool:
         seen.append(float(m.acc))
         return not stop_now(-1)
 
-    return train_and_eval(callback=on_eval, workdir=where, init_variables=variables,
-                          should_stop=stop_now, evaluate_start=variables is not None, **kwargs)
+    here = dataclasses.replace(options, workdir=where, init_variables=variables,
+                               evaluate_start=variables is not None)
+    return train_and_eval(config, True, on_eval, options=here)
 
 
 class StopCheck:
