@@ -30,8 +30,9 @@ def _mutate_many(graph, constants, seeds, config, forward_every=1):
 
 def test_cifarnet_many_seeds():
     graph, constants, _ = cnn.CifarNet()
-    children, _ = _mutate_many(graph, constants, range(12), FAST, forward_every=3)
-    assert children >= 9
+    # seeds 0-9 (seed 10 synthesizes for 13 s alone: the slow suite's 20 seeds cover it)
+    children, _ = _mutate_many(graph, constants, range(10), FAST, forward_every=3)
+    assert children >= 8
 
 
 @pytest.mark.slow  # cold linear pairings compile one Jacobian per op kind (~0.3 s each)
@@ -87,6 +88,7 @@ def test_sequential_mutator_and_other_synthesizers():
                 continue
             check_child(child, graph, constants, variables, forward=False)
             found += 1
+            break  # one valid child per synthesizer is the claim
         assert found >= 1, synthesizer
 
 

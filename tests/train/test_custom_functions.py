@@ -14,7 +14,7 @@ from nas.search.execution.user_functions import CostFailed, check_recorded, meas
 from nas.train import TrainOptions, steps, train_and_eval
 from nas.train.custom import refuse_reversible, train_functions
 from tests.search._user_functions import OFFSET, offset_loss
-from tests.train.helpers import tiny_config, tiny_graph
+from tests.train.helpers import AT_32, tiny_config, tiny_graph
 
 AXIS = steps.AXIS
 
@@ -97,7 +97,8 @@ def test_the_users_optimizer_replaces_the_built_in_one(tmp_path):
     """sgd at a learning rate of 0 leaves every weight where it started; the schedule it is
     given is the config's lr times its decay."""
     graph, constants = tiny_graph()
-    config = tiny_config(str(tmp_path / "data"), total_epochs=0.25)
+    config = tiny_config(str(tmp_path / "data"), total_epochs=0.25,
+                         **AT_32)
     schedules = []
 
     def frozen_sgd(schedule):

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import tiny_config, tiny_graph
+from helpers import AT_32, tiny_config, tiny_graph
 
 from nas.graph import Model, new_graph, new_op
 from nas.train import TrainOptions, precise_bn, train_and_eval
@@ -42,7 +42,7 @@ def stale_parent(data_dir):
     activations moved away from its statistics)."""
     graph, constants = tiny_graph(with_bn=True)
     trained, _, state = train_and_eval(
-        tiny_config(data_dir, total_epochs=1.0, precise_bn_batches=0), eval_perf=False,
+        tiny_config(data_dir, total_epochs=1.0, precise_bn_batches=0, **AT_32), eval_perf=False,
         options=TrainOptions(graph=graph, constants=constants))
     stats = {"bn": {"mean": state["batch_stats"]["bn"]["mean"] + 40.0,
                     "var": state["batch_stats"]["bn"]["var"]}}
@@ -54,7 +54,8 @@ def test_short_fine_tune_is_evaluated_with_its_own_statistics(stale_parent, data
     graph, constants, variables, parent_acc = stale_parent
     assert parent_acc > 0.5
     metrics, _, state = train_and_eval(
-        tiny_config(data_dir, total_epochs=0.2, lr=0.0, precise_bn_batches=batches),
+        tiny_config(data_dir, total_epochs=0.2, lr=0.0, precise_bn_batches=batches,
+                    **AT_32),
         eval_perf=False,
         options=TrainOptions(graph=graph, constants=constants, init_variables=variables))
     shifted = state["batch_stats"]["bn"]["mean"] - variables["batch_stats"]["bn"]["mean"]

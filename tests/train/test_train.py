@@ -8,7 +8,7 @@ import sys
 
 import numpy as np
 import pytest
-from helpers import tiny_config, tiny_graph
+from helpers import AT_32, tiny_config, tiny_graph
 
 from nas.graph.serialize import graph_to_json
 from nas.train import Metrics, TrainOptions, train_and_eval
@@ -18,7 +18,7 @@ from nas.train import Metrics, TrainOptions, train_and_eval
 def parent(data_dir, tmp_path_factory):
     graph, constants = tiny_graph(with_bn=True)
     workdir = str(tmp_path_factory.mktemp("parent"))
-    metrics, epochs, state = train_and_eval(tiny_config(data_dir, total_epochs=2.0),
+    metrics, epochs, state = train_and_eval(tiny_config(data_dir, total_epochs=2.0, **AT_32),
                                             options=TrainOptions(graph=graph, constants=constants,
                                                                  workdir=workdir))
     return metrics, epochs, state, workdir
@@ -41,7 +41,7 @@ def test_trains_and_measures(parent):
 def test_inherits_and_freezes_parent_weights(parent, data_dir):
     _, _, pstate, _ = parent
     graph, constants = tiny_graph(with_bn=True, features=8)
-    _, _, state = train_and_eval(tiny_config(data_dir, total_epochs=0.2), eval_perf=False,
+    _, _, state = train_and_eval(tiny_config(data_dir, total_epochs=0.2, **AT_32), eval_perf=False,
                                  options=TrainOptions(graph=graph, constants=constants,
                                                       init_variables=pstate, freeze_inherited=True))
     for op in ("conv", "logits"):  # all inherited and frozen: unchanged
@@ -52,7 +52,8 @@ def test_inherits_and_freezes_parent_weights(parent, data_dir):
 def test_inherits_only_matching_shapes_and_finetunes(parent, data_dir):
     _, _, pstate, _ = parent
     graph, constants = tiny_graph(with_bn=True, features=4)  # conv and logits change shape
-    metrics, _, state = train_and_eval(tiny_config(data_dir, total_epochs=0.2), eval_perf=False,
+    config = tiny_config(data_dir, total_epochs=0.2, **AT_32)
+    metrics, _, state = train_and_eval(config, eval_perf=False,
                                        options=TrainOptions(graph=graph, constants=constants,
                                                             init_variables=pstate, freeze={"bn"}))
     assert state["params"]["conv"]["kernel"].shape == (3, 3, 3, 4)

@@ -10,7 +10,7 @@ from dataclasses import replace
 import jax
 import numpy as np
 import pytest
-from helpers import tiny_config, tiny_graph
+from helpers import AT_32, tiny_config, tiny_graph
 
 import nas.train
 from nas.graph import Model
@@ -125,7 +125,8 @@ def _scaled(variables):
 
 def test_refit_while_compiling_trains_like_starting_from_its_result(data_dir, tmp_path):
     graph, constants = tiny_graph(with_bn=True)
-    config = tiny_config(data_dir, total_epochs=0.1, ema_decay=0.9)
+    config = tiny_config(data_dir, total_epochs=0.1, ema_decay=0.9,
+                         **AT_32)
     model = Model(graph, constants)
     start = {k: dict(v) for k, v in model.init(
         {"params": np.asarray([0, 7], np.uint32), "dropout": np.asarray([0, 7], np.uint32)},

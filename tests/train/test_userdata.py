@@ -11,7 +11,7 @@ import sys
 import ml_collections
 import numpy as np
 import pytest
-from helpers import tiny_config, tiny_graph
+from helpers import AT_32, tiny_config, tiny_graph
 from PIL import Image
 from userdata_helpers import digits_arrays, small_arrays, write_folder, write_npz
 
@@ -287,7 +287,8 @@ def test_npz_digits_train_with_a_validation_split(tmp_path):
     """The same training path as every dataset, at another image size than the data's:
     device-resident, with a validation part carved out of train (as a search does)."""
     path = write_npz(str(tmp_path / "d.npz"), digits_arrays(8))
-    config = tiny_config(str(tmp_path / "tfds"), total_epochs=2.0)
+    config = tiny_config(str(tmp_path / "tfds"), total_epochs=2.0,
+                         **AT_32)
     config.input.data.name = f"npz:{path}"
     config.input.data.validation_fraction = 0.1
     config.eval.data.split = data.HOLDOUT
