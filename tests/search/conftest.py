@@ -3,6 +3,7 @@ import fcntl
 import json
 import os
 import runpy
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -51,6 +52,23 @@ def run_cli_probe(cases: list) -> list[tuple[int, str]]:
                           timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return [(code, stderr) for code, stderr in json.loads(proc.stdout)]
+
+
+def headless_browser() -> str | None:
+    """Debian's chromium (or another Chromium) on PATH; None: the browser tests skip."""
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        if shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+def dump_dom(browser: str, path) -> str:
+    """The DOM of the page at `path` after its scripts ran, from a headless browser."""
+    out = subprocess.run(
+        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=5000",
+         "--dump-dom", f"file://{path}"],
+        capture_output=True, text=True, timeout=300, check=True)
+    return out.stdout
 
 
 @contextlib.contextmanager

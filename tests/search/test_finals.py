@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -17,14 +18,14 @@ import pytest
 
 from nas.search.execution.driver import Driver
 from nas.search.execution.finals import Finals
-from nas.search.reporting.report import summary
+from nas.search.reporting.report import summary, write_report
 from nas.search.result import SearchResult
 from nas.search.store.finals import FinalsStore
 from nas.search.store.finals_table import answer, decide
 from nas.search.store.recommend import margin_pt, recommend_cost
 from nas.search.strategy.finals_config import FinalsConfig
 from nas.train.checkpoint import load_variables
-from tests.search.conftest import ROOT, tiny_search_config
+from tests.search.conftest import ROOT, dump_dom, headless_browser, tiny_search_config
 
 FINALS = {"k": 1, "repeats": 1, "folds": 2, "epochs": 0.5}
 
@@ -107,6 +108,36 @@ def test_recommendation_is_what_the_finals_table_decides(finished):
     text = summary(study)
     assert "finals (1 repeat(s)" in text and "finals cost: 4 trainings" in text
     assert "recommended: " in text and "taken home" in text
+
+
+FINALS_PROBE = """<script>
+  var section = document.getElementById('finals');
+  var box = section ? section.getBoundingClientRect() : {width: 0, height: 0};
+  var rows = section ? Array.from(section.querySelectorAll('table tr')).map(function(r){
+    return Array.from(r.cells).map(function(c){ return c.textContent; }).join('|'); }) : [];
+  document.body.setAttribute('data-finals', JSON.stringify(
+      {shown: box.width > 0 && box.height > 0, rows: rows,
+       text: section ? section.textContent : ''}));
+</script></body>"""
+
+
+@pytest.mark.skipif(headless_browser() is None, reason="no headless browser (chromium) "
+                    "installed; .ci/run installs one")
+def test_the_report_page_shows_the_finals_table_in_a_browser(finished, tmp_path):
+    """Rendered by chromium: a finals section with a header and one row per architecture
+    (the seed and the finalist), each with its accuracy interval, and what they cost."""
+    import html
+
+    study = SearchResult.load(finished).study
+    page = write_report(study).read_text()
+    path = tmp_path / "probe.html"
+    path.write_text(page.replace("</body>", FINALS_PROBE))
+    found = re.search(r'data-finals="([^"]*)"', dump_dom(headless_browser(), path))
+    probe = json.loads(html.unescape(found.group(1)))
+    table = answer(study).table
+    assert probe["shown"] and len(probe["rows"]) == 1 + len(table.rows) == 3, probe
+    assert all(re.search(r"\[[-+]?\d+\.\d+, [-+]?\d+\.\d+\]", r) for r in probe["rows"][1:])
+    assert "4 trainings" in probe["text"], probe["text"]
 
 
 def test_exported_recommendation_is_the_take_home_model(finished, tmp_path):

@@ -6,7 +6,6 @@ import io
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 
@@ -21,6 +20,7 @@ from nas.search.reporting.report import CSV_COLUMNS, progress_series, to_csv, wr
 from nas.search.reporting.svg import nice_ticks
 from nas.zoo import cnn
 from tests.mutation.helpers import parent_variables
+from tests.search.conftest import dump_dom, headless_browser
 
 CHILD_CONFIG = {"linear_p": None, "time_limit_s": 600.0}  # never binding, even at load
 BEST_K = 2  # fewer than the 3 done candidates: the best block must stop at k
@@ -141,26 +141,11 @@ def test_nice_ticks_are_round():
     assert nice_ticks(3.0, 3.0) == [3.0]
 
 
-def _browser():
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        if shutil.which(name):
-            return shutil.which(name)
-    return None
-
-
-def _dump_dom(browser, path):
-    out = subprocess.run(
-        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=5000",
-         "--dump-dom", f"file://{path}"],
-        capture_output=True, text=True, timeout=300, check=True)
-    return out.stdout
-
-
-@pytest.mark.skipif(_browser() is None, reason="no headless browser (chromium) installed; "
+@pytest.mark.skipif(headless_browser() is None, reason="no headless browser (chromium) installed; "
                     ".ci/run installs one")
 def test_page_renders_in_a_browser_and_sorts(study_dir, tmp_path):
     workdir, seed, kid, _ = study_dir
-    browser = _browser()
+    browser = headless_browser()
     page = (workdir / "report" / "report.html").read_text()
     # Click the accuracy header once (ascending) and record the row order in the DOM.
     probe = page.replace("</body>", """<script>
@@ -180,7 +165,7 @@ def test_page_renders_in_a_browser_and_sorts(study_dir, tmp_path):
     </script></body>""")
     path = tmp_path / "probe.html"
     path.write_text(probe.replace('src="data:image/png', 'data-x="'))
-    dom = _dump_dom(browser, path)
+    dom = dump_dom(browser, path)
     assert f'id="cand-{kid}"' in dom and 'class="graph-diagram"' in dom
     assert re.search(r'data-sorted="3,1,2,4"', dom), re.search(r'data-sorted="[^"]*"', dom)
     assert 'data-missing=""' in dom  # every in-page link has its target
@@ -198,7 +183,7 @@ def _probe(page: str, script: str, tmp_path) -> dict:
   document.body.setAttribute('data-probe', btoa(unescape(encodeURIComponent(
       JSON.stringify(out)))));
 </script></body>""")))
-    dom = _dump_dom(_browser(), path)
+    dom = dump_dom(headless_browser(), path)
     return json.loads(base64.b64decode(re.search(r'data-probe="([^"]*)"', dom).group(1)))
 
 
@@ -226,7 +211,7 @@ _EXPLAINS_PROBE = """<script>
 </script>"""
 
 
-@pytest.mark.skipif(_browser() is None, reason="no headless browser (chromium) installed; "
+@pytest.mark.skipif(headless_browser() is None, reason="no headless browser (chromium) installed; "
                     ".ci/run installs one")
 def test_page_explains_itself_in_a_browser(study_dir, tmp_path):
     """Rendered: a curve of several points, ops named for people, symbolic sizes explained,
@@ -285,7 +270,7 @@ _NOISE_PROBE = """<script>
 </script>"""
 
 
-@pytest.mark.skipif(_browser() is None, reason="no headless browser (chromium) installed; "
+@pytest.mark.skipif(headless_browser() is None, reason="no headless browser (chromium) installed; "
                     ".ci/run installs one")
 def test_page_shows_noise_the_seed_and_the_recommendation(study_dir, tmp_path):
     """Rendered: every point has its 95 % error bar, the seed is drawn on top of every

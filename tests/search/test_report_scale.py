@@ -15,7 +15,7 @@ from nas.search.reporting.highlights import SCALE_LIMIT
 from nas.search.reporting.report import write_report
 from nas.search.store import recommend
 from nas.zoo import cnn
-from tests.search.test_report_page import _browser, _dump_dom
+from tests.search.conftest import dump_dom, headless_browser
 
 K = 5
 LARGE = SCALE_LIMIT + 20
@@ -137,12 +137,12 @@ _DENSITY_PROBE = """<script>
 </script></body>"""
 
 
-@pytest.mark.skipif(_browser() is None, reason="no headless browser (chromium) installed; "
+@pytest.mark.skipif(headless_browser() is None, reason="no headless browser (chromium) installed; "
                     ".ci/run installs one")
 def test_large_report_renders_its_density_in_a_browser(large, tmp_path):
     study, page = large
     path = tmp_path / "probe.html"
     path.write_text(page.replace("</body>", _DENSITY_PROBE))
-    dom = _dump_dom(_browser(), path)
+    dom = dump_dom(headless_browser(), path)
     assert int(re.search(r'data-cells="(\d+)"', dom).group(1)) > 30
     assert 'data-missing=""' in dom
