@@ -163,6 +163,18 @@ def test_a_second_call_trains_nothing(finished):
     assert after == before
 
 
+def test_a_study_from_before_the_finals_has_no_runs_and_reads_none(tmp_path):
+    """A study written before the finals existed has no finals table: reading it (read-only,
+    as a report does) finds no runs instead of failing; writing creates the table."""
+    from nas.search import Study
+
+    study = Study.create(tmp_path / "s", finals_config())
+    assert FinalsStore(study.path, read_only=True).runs() == []
+    store = FinalsStore(study.path)
+    store.plan([("finals-1-r0-f0", 1, "finals", 0, 0, "recipe")])
+    assert [r.status for r in FinalsStore(study.path, read_only=True).runs()] == ["pending"]
+
+
 def test_bad_finals_settings_are_one_line():
     for bad, field in (({"k": -1}, "k"), ({"start": "warm"}, "start"),
                        ({"repeats": 0}, "repeats"), ({"nope": 1}, "nope")):

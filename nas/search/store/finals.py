@@ -111,16 +111,15 @@ class FinalsStore:
                        json.dumps(metrics or {}), checkpoint_path, error, time.time(), name))
 
     def runs(self, recipe: str | None = None, kind: str | None = None) -> list[Run]:
-        """Every run (of `recipe`, of `kind`), by name; none when the table is not there."""
-        try:
-            with self._db.read() as c:
-                rows = c.execute("SELECT name, candidate_id, kind, repeat, fold, recipe, "
-                                 "status, positions, correct, metrics_json, checkpoint_path, "
-                                 "error FROM finals_runs ORDER BY name").fetchall()
-        except Exception as e:  # noqa: BLE001 - a study written before the finals existed
-            if "no such table" in str(e):
+        """Every run (of `recipe`, of `kind`), by name; none when the table is not there
+        (a study written before the finals existed, or opened read-only before any)."""
+        with self._db.read() as c:
+            if c.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND "
+                         "name='finals_runs'").fetchone() is None:
                 return []
-            raise
+            rows = c.execute("SELECT name, candidate_id, kind, repeat, fold, recipe, "
+                             "status, positions, correct, metrics_json, checkpoint_path, "
+                             "error FROM finals_runs ORDER BY name").fetchall()
         out = []
         for row in rows:
             run = Run(row[0], int(row[1]), row[2], int(row[3]), int(row[4]), row[5], row[6],
