@@ -188,9 +188,10 @@ def compare(seeds: list[int], minutes: float, workdir: str, candidates: int = 0,
                   f"{'yes' if m['cheapest_ok'] else 'no'} | {m['min_test_ratio']:.3f} | "
                   f"{m['hv_ratio']:.3f} |", flush=True)
             if arm == "optuna":
+                limit = ("a count fixed by --optuna-trials" if (optuna or {}).get("trials")
+                         else f"a CPU budget of {budget / 60:.1f} min")
                 notes.append(f"seed {seed}: optuna ran {study.get_state('optuna_trials')} "
-                             f"trials ({m['candidates']} distinct shapes) on a CPU budget "
-                             f"of {budget / 60:.1f} min")
+                             f"trials ({m['candidates']} distinct shapes) on {limit}")
         beats = {arm: "evolution" in hv and hv["evolution"] > hv[arm] for arm in ahead}
         for arm, won in beats.items():
             ahead[arm] += won
