@@ -230,17 +230,11 @@ def pipeline(max_candidates: int, workdir: str, settings: list[str] = ()) -> Non
     print(f"\nsame candidates (fingerprints and parents, in order) off and on: {same}")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--minutes", type=float, default=30.0)
-    parser.add_argument("--workdir", default="")
-    parser.add_argument("--time-split", type=int, default=0, metavar="N",
-                        help="only run the README search for N candidates; print its time split")
-    parser.add_argument("--executor", default="inline", help="for --time-split")
-    parser.add_argument("--pipeline", action="store_true",
-                        help="with --time-split N: the pipeline off, then on, side by side")
+def add_arm_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of `--arms` (benchmarks/search_arms.py)."""
     parser.add_argument("--arms", action="store_true",
-                        help="compare evolution with random search (benchmarks/search_arms.py)")
+                        help="compare evolution with random search and Optuna's NSGA-II "
+                             "(benchmarks/search_arms.py)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--candidates", type=int, default=0,
                         help="for --arms: a budget of candidates per arm instead of minutes")
@@ -256,6 +250,18 @@ def main() -> None:
                         help="for --arm optuna: NSGA-II's population size")
     parser.add_argument("--resume", action="store_true",
                         help="for --arms --candidates: extend the studies already in --workdir")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--minutes", type=float, default=30.0)
+    parser.add_argument("--workdir", default="")
+    parser.add_argument("--time-split", type=int, default=0, metavar="N",
+                        help="only run the README search for N candidates; print its time split")
+    parser.add_argument("--executor", default="inline", help="for --time-split")
+    parser.add_argument("--pipeline", action="store_true",
+                        help="with --time-split N: the pipeline off, then on, side by side")
+    add_arm_arguments(parser)
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                         help="set a config field of the README search (--time-split) or of "
                              "every arm (--arms), e.g. search.validation_fraction=0.2 "
