@@ -230,6 +230,28 @@ def pipeline(max_candidates: int, workdir: str, settings: list[str] = ()) -> Non
     print(f"\nsame candidates (fingerprints and parents, in order) off and on: {same}")
 
 
+def add_arm_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of `--arms` (benchmarks/search_arms.py)."""
+    parser.add_argument("--arms", action="store_true",
+                        help="compare evolution with random search and Optuna's NSGA-II "
+                             "(benchmarks/search_arms.py)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--candidates", type=int, default=0,
+                        help="for --arms: a budget of candidates per arm instead of minutes")
+    parser.add_argument("--arm", nargs="+", choices=("evolution", "random", "optuna"),
+                        default=["evolution", "random"],
+                        help="for --arms: which arms to run (optuna: Optuna's NSGA-II on the "
+                             "evolution arm's CPU time, benchmarks/search_optuna.py; needs "
+                             "pip install -e '.[bench]')")
+    parser.add_argument("--optuna-trials", type=int, default=0, metavar="N",
+                        help="for --arm optuna: N trials instead of the evolution arm's CPU "
+                             "time (to repeat a run exactly)")
+    parser.add_argument("--optuna-population", type=int, default=8,
+                        help="for --arm optuna: NSGA-II's population size")
+    parser.add_argument("--resume", action="store_true",
+                        help="for --arms --candidates: extend the studies already in --workdir")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--minutes", type=float, default=30.0)
@@ -239,15 +261,7 @@ def main() -> None:
     parser.add_argument("--executor", default="inline", help="for --time-split")
     parser.add_argument("--pipeline", action="store_true",
                         help="with --time-split N: the pipeline off, then on, side by side")
-    parser.add_argument("--arms", action="store_true",
-                        help="compare evolution with random search (benchmarks/search_arms.py)")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--candidates", type=int, default=0,
-                        help="for --arms: a budget of candidates per arm instead of minutes")
-    parser.add_argument("--arm", nargs="+", choices=("evolution", "random"),
-                        default=["evolution", "random"], help="for --arms: which arms to run")
-    parser.add_argument("--resume", action="store_true",
-                        help="for --arms --candidates: extend the studies already in --workdir")
+    add_arm_arguments(parser)
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                         help="set a config field of the README search (--time-split) or of "
                              "every arm (--arms), e.g. search.validation_fraction=0.2 "
@@ -257,7 +271,8 @@ def main() -> None:
         from search_arms import compare
 
         compare(args.seeds, args.minutes, args.workdir or tempfile.mkdtemp(prefix="arms_"),
-                args.candidates, args.resume, tuple(args.arm), args.set)
+                args.candidates, args.resume, tuple(args.arm), args.set,
+                {"trials": args.optuna_trials, "population": args.optuna_population})
         return
     if args.time_split and args.pipeline:
         pipeline(args.time_split, args.workdir or tempfile.mkdtemp(prefix="bench_pipe_"),

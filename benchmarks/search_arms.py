@@ -15,6 +15,12 @@ executor trains in it; with --resume, the time of this run only).
     python benchmarks/search.py --arms --candidates 48 --seeds 0 --workdir DIR --resume
     python benchmarks/search.py --arms --candidates 24 --set search.validation_fraction=0.2
 
+A third arm, `--arm evolution random optuna`, is Optuna's NSGA-II over CifarNet's shapes,
+each trial trained from scratch with the seed's recipe, on the evolution arm's CPU time of
+the same seed (`benchmarks/search_optuna.py`, which says why; `pip install -e '.[bench]'`):
+
+    python benchmarks/search.py --arms --arm evolution random optuna --candidates 24 --seeds 0 1 2
+
 A budget in candidates gives the same searches on any machine at any load (the evolution
 arm with `--candidates 8` is the README search of that seed); a budget in minutes gives
 each arm the same wall time, so how many candidates it trains depends on the machine.
@@ -68,6 +74,13 @@ def apply_settings(config: Any, settings: list[str]) -> None:
         node[name] = value
 
 
+def readme_config(settings: list[str] = ()) -> Any:
+    """The README search's config with `settings` (`FIELD=VALUE`, `apply_settings`)."""
+    config = runpy.run_path(os.path.join(ROOT, "configs", "digits_cnn_search.py"))["get_config"]()
+    apply_settings(config, list(settings))
+    return config
+
+
 def run_arm(arm: str, seed: int, minutes: float, workdir: str, candidates: int = 0,
             resume: bool = False, settings: list[str] = ()) -> Any:
     """Runs one arm for `candidates` candidates (seed model included) or, without a count,
@@ -77,8 +90,7 @@ def run_arm(arm: str, seed: int, minutes: float, workdir: str, candidates: int =
     `settings` (`FIELD=VALUE`, `apply_settings`) change the README config first."""
     if not resume:
         shutil.rmtree(workdir, ignore_errors=True)
-    config = runpy.run_path(os.path.join(ROOT, "configs", "digits_cnn_search.py"))["get_config"]()
-    apply_settings(config, list(settings))
+    config = readme_config(settings)
     config.search.max_candidates = candidates or 10_000
     config.search.executor = "inline"
     config.search.seed = seed
@@ -129,30 +141,71 @@ def arm_metrics(study: Any) -> dict[str, float]:
     }
 
 
+def run_timed(arm: str, seed: int, minutes: float, workdir: str, candidates: int,
+              resume: bool, settings: list[str], cpu_budget_s: float,
+              optuna: dict[str, int]) -> tuple[Any, float]:
+    """(study, CPU seconds this process spent on the arm). The optuna arm gets
+    `cpu_budget_s` (the evolution arm's CPU time, or `minutes`) unless `optuna["trials"]`
+    fixes its count (`search_optuna`)."""
+    cpu = time.process_time()
+    where = os.path.join(workdir, f"{arm}{seed}")
+    if arm == "optuna":
+        from search_optuna import run_optuna_arm
+
+        study = run_optuna_arm(readme_config(settings), seed, where, cpu_budget_s,
+                               optuna.get("trials", 0), optuna.get("population", 8))
+    else:
+        study = run_arm(arm, seed, minutes, where, candidates, resume, settings)
+    return study, time.process_time() - cpu
+
+
 def compare(seeds: list[int], minutes: float, workdir: str, candidates: int = 0,
             resume: bool = False, arms: tuple[str, ...] = ("evolution", "random"),
-            settings: list[str] = ()) -> None:
+            settings: list[str] = (), optuna: dict[str, int] | None = None) -> None:
+    """One row per seed and arm; the optuna arm runs after evolution, on its CPU time."""
+    if "optuna" in arms:
+        from search_optuna import import_optuna
+
+        import_optuna()  # a missing Optuna fails before any arm trains
+        arms = tuple(sorted(arms, key=lambda a: a == "optuna"))
     print("| seed | arm | done | CPU min | seed val / test acc | cheapest val-tied child: FLOPs "
           "/ seed, test acc, inside seed's test interval | min FLOPs / seed of any child "
           "inside the seed's test interval | test hypervolume of the val front / seed's |")
     print("|---|---|---|---|---|---|---|---|")
-    wins = 0
+    ahead = {arm: 0 for arm in arms if arm != "evolution"}
+    notes, ahead_of_all = [], 0
     for seed in seeds:
-        hv = {}
+        hv, cpu = {}, {}
         for arm in arms:
-            cpu = time.process_time()
-            study = run_arm(arm, seed, minutes, os.path.join(workdir, f"{arm}{seed}"),
-                            candidates, resume, settings)
-            cpu = (time.process_time() - cpu) / 60
+            budget = cpu.get("evolution", minutes * 60)
+            study, cpu[arm] = run_timed(arm, seed, minutes, workdir, candidates, resume,
+                                        settings, budget, optuna or {})
             m = arm_metrics(study)
             hv[arm] = m["hv_ratio"]
-            print(f"| {seed} | {arm} | {m['candidates']} | {cpu:.1f} | {m['seed_val']:.4f} / "
+            print(f"| {seed} | {arm} | {m['candidates']} | {cpu[arm] / 60:.1f} | "
+                  f"{m['seed_val']:.4f} / "
                   f"{m['seed_test']:.4f} | {m['cheapest_ratio']:.3f}, {m['cheapest_test']:.4f}, "
                   f"{'yes' if m['cheapest_ok'] else 'no'} | {m['min_test_ratio']:.3f} | "
                   f"{m['hv_ratio']:.3f} |", flush=True)
-        wins += len(hv) == 2 and hv["evolution"] > hv["random"]
-    if len(arms) < 2:
+            if arm == "optuna":
+                limit = ("a count fixed by --optuna-trials" if (optuna or {}).get("trials")
+                         else f"a CPU budget of {budget / 60:.1f} min")
+                notes.append(f"seed {seed}: optuna ran {study.get_state('optuna_trials')} "
+                             f"trials ({m['candidates']} distinct shapes) on {limit}")
+        beats = {arm: "evolution" in hv and hv["evolution"] > hv[arm] for arm in ahead}
+        for arm, won in beats.items():
+            ahead[arm] += won
+        ahead_of_all += bool(beats) and all(beats.values())
+    for note in notes:
+        print(note)
+    if "evolution" not in arms or not ahead:
         return
     budget = f"{candidates} candidates" if candidates else f"{minutes:g} min"
-    print(f"evolution's hypervolume beats random search's in {wins} of {len(seeds)} seeds "
-          f"({budget} per arm)")
+    if "optuna" in arms:
+        budget += "; optuna: evolution's CPU time"
+    for arm, wins in ahead.items():
+        print(f"evolution's hypervolume beats {arm}'s in {wins} of {len(seeds)} seeds "
+              f"({budget})")
+    if len(ahead) > 1:
+        print(f"evolution's hypervolume beats all of {', '.join(ahead)} in {ahead_of_all} of "
+              f"{len(seeds)} seeds")
