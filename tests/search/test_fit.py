@@ -13,6 +13,7 @@ from nas.train.fit import (
     check_varies,
     fit_new_ops,
     replaced_tensors,
+    resized_in_place,
 )
 from nas.zoo import cnn
 from tests.mutation.helpers import parent_variables
@@ -145,6 +146,24 @@ def test_a_fit_stops_when_its_loss_stops_falling_counted_in_steps_and_repeats_ex
     assert 4 <= info["steps"] < 400 and info["steps"] % 2 == 0, info  # whole rounds
     assert info == again and all(jax.tree.leaves(jax.tree.map(np.array_equal, a, b)))
     assert fit(steps=6, patience=100)[1]["steps"] == 6
+
+
+def test_a_shrunk_childs_next_layers_are_fitted_to_their_parents_outputs():
+    """Issue 51, item 4: after a narrowing, the layers reading the narrowed ones learn to
+    do without the dropped units before the child trains."""
+    graph, constants, _ = cnn.CifarNet()
+    variables = parent_variables(graph, constants)
+    child = propose_child(graph, constants, variables, seed=2,
+                          config={"shrink_p": 1.0, "input_shape": (1, 32, 32, 3)})
+    assert child.kind == "shrink" and {"conv_layer0/conv", "conv_layer1/conv"} <= child.new
+    pairs = resized_in_place(child.new)
+    assert ("conv_layer1/conv:0", "conv_layer1/conv:0") in pairs
+    rng = np.random.default_rng(0)
+    images = [rng.standard_normal((16, 32, 32, 3)).astype(np.float32) for _ in range(4)]
+    _, info = fit_new_ops((graph, constants, variables),
+                          (child.graph, child.constants, child.variables),
+                          child.new, pairs, images, FitConfig(steps=40, lr=3e-3))
+    assert info["mse_after"] < 0.5 * info["mse_before"], info
 
 
 def test_replaced_tensors_reads_both_spec_forms():

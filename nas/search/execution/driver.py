@@ -412,10 +412,11 @@ class Driver:
         it trains (see `nas.train.fit`); none where fitting does not apply."""
         from nas.train import fit
 
-        if (not self.fit.steps or not child.new
-                or child.kind != "subgraph" or child.function_preserving):
+        if not self.fit.steps or not child.new or child.function_preserving:
             return []
-        return fit.replaced_tensors(child.spec)
+        if child.kind == "shrink":
+            return fit.resized_in_place(child.new)
+        return fit.replaced_tensors(child.spec) if child.kind == "subgraph" else []
 
     def check_varies(self, child: Any, parent: tuple[Any, Any, Any],
                      pairs: list[tuple[str, str]]) -> None:
