@@ -1,28 +1,49 @@
-"""Where do children of a user's imported model start, and where do they end?
+"""Where do children of a user's model start, and where do they end?
 
-A user's linen model (`--model gated`: conv, GroupNorm, a sigmoid gate, a residual, a
-flatten-dense head; `--model plain`: `benchmarks/first_try.py`'s CNN) is imported
-untrained with `nas.from_flax` and searched with `nas.run_search`'s defaults on 4,000 small
-grey images (Fashion-MNIST with `--fashion DIR`, else scikit-learn's digits). For each
-child the table shows its parent's validation accuracy, its own before fine-tuning
-(`start_accuracy`: inherited and fitted weights) and after, and the ops its mutation made.
+Each `--model` is searched once, and each child's parent's validation accuracy, its own
+before fine-tuning (`start_accuracy`: inherited and fitted weights) and after are shown,
+with the ops its mutation made (issue 51's "Done when": the share of children within 2 pt
+of their parent, and a child at <= 0.8x the seed's FLOPs within 1 pt of it on validation).
 
-    python benchmarks/child_starts.py --workdir /tmp/cs [--fashion DIR] [--candidates 8]
+- `gated`: a user's linen model (conv, GroupNorm, a sigmoid gate, a residual, a
+  flatten-dense head); `plain`: `benchmarks/first_try.py`'s CNN; `nnx`: a user's NNX
+  residual CNN (BatchNorm, a two-conv residual block). Each is imported untrained with
+  `nas.from_flax` and searched with `nas.run_search`'s defaults on small grey images
+  (14x14: Fashion-MNIST with `--fashion DIR`, else scikit-learn's digits).
+- `python`: the README's "From Python" example as written (its `Net`, digits at 8x8x3, its
+  split, loss, cost and overrides; 6 candidates).
+- `readme`: the README search (`configs/digits_cnn_search.py`: CifarNet on the bundled
+  digits) through the driver, as `nas-search --config=configs/digits_cnn_search.py` runs it.
+
+`--set KEY=VALUE` (a Python literal) goes on top of each model's own overrides. The last
+line is `SUMMARY key=value ...` for scripts.
+
+    python benchmarks/child_starts.py --workdir /tmp/cs --model python [--candidates 6]
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import os
 import runpy
 import shutil
+import time
+from typing import Any
 
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
 
 import nas
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+MODELS = ("gated", "plain", "nnx", "python", "readme")
+DEFAULT_CANDIDATES = {"python": 6}  # the README's; the others: 8 (readme: its config's)
 
 
 class GatedNet(nn.Module):
@@ -41,60 +62,168 @@ class GatedNet(nn.Module):
         return nn.Dense(10)(x)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--workdir", required=True)
-    parser.add_argument("--fashion", default="")
-    parser.add_argument("--model", default="gated", choices=("gated", "plain"))
-    parser.add_argument("--candidates", type=int, default=8)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--set", action="append", default=[],
-                        help="an override KEY=VALUE (python literal), e.g. "
-                             "search.mutation.net2net_p=0.5")
-    args = parser.parse_args()
+class ResidualNnx(nnx.Module):
+    """A user's NNX residual CNN: conv + BatchNorm, a block of two 3x3 convs with a skip
+    add, a max pool, a wider conv, a global mean pool and a linear head."""
+
+    def __init__(self, rngs: nnx.Rngs):
+        self.stem = nnx.Conv(1, 16, (3, 3), rngs=rngs)
+        self.bn = nnx.BatchNorm(16, rngs=rngs)
+        self.block_a = nnx.Conv(16, 16, (3, 3), rngs=rngs)
+        self.block_b = nnx.Conv(16, 16, (3, 3), rngs=rngs)
+        self.wide = nnx.Conv(16, 32, (3, 3), rngs=rngs)
+        self.head = nnx.Linear(32, 10, rngs=rngs)
+
+    def __call__(self, x):
+        x = nnx.relu(self.bn(self.stem(x)))
+        x = nnx.relu(x + self.block_b(nnx.relu(self.block_a(x))))
+        x = nnx.max_pool(x, (2, 2), (2, 2))
+        x = nnx.relu(self.wide(x))
+        return self.head(jnp.mean(x, axis=(1, 2)))
+
+
+# The README's "From Python" example, as written there (module level: workers import it;
+# two lines keep the README's length).
+class Net(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        x = nn.relu(nn.Conv(32, (3, 3))(nn.max_pool(nn.relu(nn.Conv(16, (3, 3))(x)), (2, 2), (2, 2))))  # noqa: E501
+        return nn.Dense(10)(x.reshape((x.shape[0], -1)))
+
+
+def smoothed_loss(logits, labels):  # runs inside the compiled train step
+    return optax.softmax_cross_entropy(logits, optax.smooth_labels(jax.nn.one_hot(labels, 10), 0.1)).mean()  # noqa: E501
+
+
+def kilo_params(candidate):  # a cost of your own, lower is better
+    return sum(np.size(p) for p in jax.tree.leaves(candidate.variables["params"])) / 1e3
+
+
+def python_search(workdir: str, candidates: int, overrides: dict[str, Any]) -> Any:
+    """The README's "From Python" search, its overrides under `overrides`."""
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    x = np.repeat(np.uint8(d.images * 255 / 16)[..., None], 3, axis=-1)  # (1797, 8, 8, 3)
+    test = np.arange(len(x)) % 5 == 0
+    probe = jnp.zeros((1, 8, 8, 3))
+    seed = nas.from_flax(Net(), probe, variables=Net().init(jax.random.PRNGKey(0), probe))
+    readme = {"search.seed_epochs": 20.0, "search.selection.min_acc": 0.0,
+              "search.selection.costs": ("flops", "kilo_params")}
+    result = nas.run_search(seed, (x[~test], d.target[~test], x[test], d.target[test]),
+                            workdir=workdir, max_candidates=candidates, loss=smoothed_loss,
+                            costs={"kilo_params": kilo_params},
+                            overrides={**readme, **overrides}, progress=False)
+    return result.study
+
+
+def readme_search(workdir: str, candidates: int | None, overrides: dict[str, Any]) -> Any:
+    """The README search (`configs/digits_cnn_search.py`) through the driver, as
+    `nas-search` runs it; `candidates` None keeps the config's max_candidates."""
+    from nas.search.execution.driver import Driver
+    from nas.search.inputs import apply_overrides
+
+    config = runpy.run_path(os.path.join(ROOT, "configs", "digits_cnn_search.py"))[
+        "get_config"]()
+    apply_overrides(config, overrides)
+    if candidates is not None:
+        config.search.max_candidates = candidates
+    return Driver(config, workdir).run(progress=False)
+
+
+def user_search(model: str, fashion: str, workdir: str, candidates: int,
+                overrides: dict[str, Any]) -> tuple[Any, str]:
+    """A user's untrained model imported with `nas.from_flax` and searched with
+    `nas.run_search`'s defaults on 14x14 grey images; (study, data name)."""
     first_try = runpy.run_path(os.path.join(HERE, "first_try.py"))
-    n = 4000 if args.fashion else 1797
-    images, labels, name = first_try["load_images"](args.fashion, n, 14)
+    n = 4000 if fashion else 1797
+    images, labels, name = first_try["load_images"](fashion, n, 14)
     cut = n * 9 // 10
     data = (images[:cut], labels[:cut], images[cut:], labels[cut:])
-    module = GatedNet() if args.model == "gated" else first_try["UserCNN"]()
-    seed = nas.from_flax(module, jnp.zeros((1, 14, 14, 1), jnp.float32))
-    overrides = {"search.seed": args.seed}
-    for item in args.set:
-        key, value = item.split("=", 1)
-        import ast
-
-        overrides[key] = ast.literal_eval(value)
-    shutil.rmtree(args.workdir, ignore_errors=True)
-    result = nas.run_search(seed, data, workdir=args.workdir, max_candidates=args.candidates,
+    probe = jnp.zeros((1, 14, 14, 1), jnp.float32)
+    if model == "nnx":
+        module = ResidualNnx(nnx.Rngs(0))
+        module.eval()  # BatchNorm reads its running statistics when imported
+    else:
+        module = GatedNet() if model == "gated" else first_try["UserCNN"]()
+    seed = nas.from_flax(module, probe)
+    result = nas.run_search(seed, data, workdir=workdir, max_candidates=candidates,
                             overrides=overrides, progress=False)
-    study = result.study
+    return result.study, name
+
+
+def report(study: Any, model: str, name: str, seconds: float) -> None:
+    """The per-child markdown table, then one `SUMMARY` line."""
     done = {c.id: c for c in study.candidates("done")}
-    seed_row = done.get(1)
-    print(f"{name}, {args.model}: seed {seed_row.accuracy:.3f} after "
+    seed_row = min((c for c in done.values() if c.parent_id is None), key=lambda c: c.id)
+    print(f"{name}, {model}: seed {seed_row.accuracy:.3f} after "
           f"{seed_row.metrics.get('epochs')} epochs in {seed_row.metrics.get('rounds', 1)} "
           f"round(s) ({seed_row.metrics.get('round_accuracies')})")
-    print("| child | parent | parent acc | start acc | final acc | within 2 pt | kind | "
-          "new ops |")
-    print("|---|---|---|---|---|---|---|---|")
-    within = 0
-    children = [c for c in done.values() if c.parent_id is not None]
+    print("| child | parent | parent acc | start acc | final acc | within 2 pt | FLOPs x seed "
+          "| kind | new ops |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    children = [c for c in done.values() if c.parent_id is not None and c.parent_id in done]
+    within = starts_within = 0
+    near_seed: list[tuple[float, int]] = []  # (FLOPs ratio, id) within 1 pt of the seed
     for c in children:
         parent = done[c.parent_id]
         start = c.metrics.get("start_accuracy")
         ok = c.accuracy >= parent.accuracy - 0.02
         within += ok
+        starts_within += start is not None and start >= parent.accuracy - 0.02
+        ratio = c.flops / seed_row.flops if c.flops and seed_row.flops else None
+        if ratio is not None and c.accuracy >= seed_row.accuracy - 0.01:
+            near_seed.append((ratio, c.id))
         new = [node["op"]["type"] for node in (study.get(c.id).spec or [])]
         print(f"| {c.id} | {c.parent_id} | {parent.accuracy:.3f} | "
               f"{'' if start is None else f'{start:.3f}'} | {c.accuracy:.3f} | "
-              f"{'yes' if ok else 'no'} | {c.inheritance.get('kind')} | {', '.join(new)} |")
-    cheap = [c for c in children if c.flops and seed_row.flops
-             and c.flops <= 0.8 * seed_row.flops and c.accuracy >= seed_row.accuracy - 0.01]
+              f"{'yes' if ok else 'no'} | {'' if ratio is None else f'{ratio:.3f}'} | "
+              f"{c.inheritance.get('kind')} | {', '.join(new)} |")
+    cheap = sorted(i for r, i in near_seed if r <= 0.8)
+    failed = study.counts().get("failed", 0)
     print(f"within 2 pt of their parent: {within} of {len(children)}; at <= 0.8x the seed's "
-          f"FLOPs within 1 pt of it: {[c.id for c in cheap] or 'none'}; failed: "
-          f"{study.counts().get('failed', 0)}")
-    print(result.study.workdir)
+          f"FLOPs within 1 pt of it: {cheap or 'none'}; failed: {failed}")
+    print(study.workdir)
+    share = within / len(children) if children else 0.0
+    cheapest = f"{min(near_seed)[0]:.3f}" if near_seed else "none"
+    print(f"SUMMARY model={model} children={len(children)} within2={within} share={share:.2f} "
+          f"starts_within2={starts_within} cheap=[{','.join(map(str, cheap))}] "
+          f"cheapest_within1={cheapest} failed={failed} seed_acc={seed_row.accuracy:.3f} "
+          f"seconds={seconds:.0f}", flush=True)
 
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workdir", required=True)
+    parser.add_argument("--fashion", default="")
+    parser.add_argument("--model", default="gated", choices=MODELS)
+    parser.add_argument("--candidates", type=int, default=None,
+                        help="max_candidates, the seed included (default: python 6, readme "
+                             "its config's, else 8)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--set", action="append", default=[],
+                        help="an override KEY=VALUE (python literal), e.g. "
+                             "search.mutation.net2net_p=0.5")
+    args = parser.parse_args()
+    overrides: dict[str, Any] = {"search.seed": args.seed}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            parser.error(f"--set {item!r}: expected KEY=VALUE")
+        overrides[key] = ast.literal_eval(value)
+    shutil.rmtree(args.workdir, ignore_errors=True)
+    start = time.perf_counter()
+    name = "digits"
+    if args.model == "readme":
+        study = readme_search(args.workdir, args.candidates, overrides)
+    elif args.model == "python":
+        candidates = args.candidates or DEFAULT_CANDIDATES["python"]
+        study = python_search(args.workdir, candidates, overrides)
+        name = "digits 8x8x3"
+    else:
+        study, name = user_search(args.model, args.fashion, args.workdir,
+                                  args.candidates or 8, overrides)
+    report(study, args.model, name, time.perf_counter() - start)
 
 
 if __name__ == "__main__":
