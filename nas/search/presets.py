@@ -59,10 +59,11 @@ def evolution(train: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
         "linear_p": 0.5,
         "function_preserving": False,
         # Net2Net moves (children at exactly their parent's function, growing) and shrink
-        # moves (a layer or the network at 1/2 or 1/4 width): off here, so the README's
-        # measured search holds; docs/function-preservation.md (issue 51)
-        "net2net_p": 0.0,
-        "shrink_p": 0.0,
+        # moves (a layer or the network at 1/2 or 1/4 width, then fitted): children that
+        # start near their parent, and cheap ones in large steps; a child of a user's
+        # model collapsed far more often without them (docs/benchmarks.md, issue 51)
+        "net2net_p": 0.3,
+        "shrink_p": 0.3,
         "max_steps": 4000,
         "time_limit_s": 600.0,
         # What synthesis may build: softmax/sigmoid, scalar multiplies and whole-input pool
