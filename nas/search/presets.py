@@ -36,6 +36,10 @@ def evolution(train: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     # models on small data collapsed after about 45 (issue 51); on 4,000 images 2 epochs
     # are already 112 steps, so this binds only on small data
     config.search.min_child_steps = 100
+    # A child starting more than 30 points below its parent is not trained: every such
+    # child of the measured searches ended more than 2 points below it (issue 51), while
+    # children 12 points down at their start still caught up
+    config.search.max_start_drop = 0.3
     config.search.log_every_steps = 4  # a digits child's epoch is ~22 steps: 11 points
     config.search.time_limit_s = 1800.0  # a safety net only: a loaded machine never decides
     # Candidate k reads the results of candidates up to k - 2, so while one child trains the

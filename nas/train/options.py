@@ -70,6 +70,9 @@ class TrainOptions:
     evaluate_start: bool = False
     """Evaluate the starting weights (after `refit`) before the first step, as
     `metrics.start_acc` (kept in the checkpoint: a resumed run reports it too)."""
+    min_start_accuracy: float | None = None
+    """With `evaluate_start`: a start below it raises `PoorStartError` before any step
+    (a search's child that cannot start near its parent is not trained)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "freeze", _names(self.freeze))
@@ -100,6 +103,10 @@ def _check(options: TrainOptions) -> None:
     for name in ("freeze_inherited", "evaluate_start"):
         if not isinstance(getattr(options, name), bool):
             _fail(name, "True or False", getattr(options, name))
+    low = options.min_start_accuracy
+    if low is not None and (isinstance(low, bool) or not isinstance(low, int | float)
+                            or not math.isfinite(low)):
+        _fail("min_start_accuracy", "an accuracy (or None)", low)
     if options.progress is not None and not isinstance(options.progress, bool):
         _fail("progress", "True, False or None", options.progress)
     if options.workdir is not None and not isinstance(options.workdir, str):

@@ -464,6 +464,20 @@ def start_accuracy(trainer: Any, data: Data, meta: dict[str, Any], timings: Timi
     timings.eval += time.perf_counter() - t
 
 
+class PoorStartError(ValueError):
+    """The starting weights score below `TrainOptions.min_start_accuracy`: a search's child
+    that cannot start near its parent, so it is not trained (`search.max_start_drop`)."""
+
+
+def check_start(meta: dict[str, Any], low: float | None) -> None:
+    """Raises `PoorStartError` when the measured start accuracy is below `low`."""
+    start = meta.get("start_acc")
+    if low is not None and start is not None and float(start) < low:
+        raise PoorStartError(f"its validation accuracy at its start, {float(start):.3f}, is "
+                             f"below {low:.3f} (its parent's less search.max_start_drop): it "
+                             f"cannot start near its parent, so it is not trained")
+
+
 def finish_checkpoints(ckpt: Checkpointer | None, timings: Timings) -> None:
     """Waits for the checkpoints still being written, after the device stage."""
     if ckpt is not None:
@@ -537,6 +551,7 @@ def _train_and_eval(config: ml_collections.ConfigDict, eval_perf: bool,
         started = time.time()
         if options.evaluate_start:
             start_accuracy(trainer, data, meta, timings)
+            check_start(meta, options.min_start_accuracy)
         step, epoch, acc, loss, per_example = run_loop(
             config, trainer, data, meta, ckpt, writer, timings, callback, end, pending,
             options)

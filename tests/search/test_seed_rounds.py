@@ -69,6 +69,9 @@ def test_seed_rounds_come_from_the_search_section(search_config):
     assert seed_rounds(config.train.to_dict(), validate_search(search_config())) is None
     with pytest.raises(ValueError, match="search.seed_patience"):
         validate_search(search_config(seed_patience=0))
+    for drop in (-0.1, 1.5):  # search.max_start_drop: a drop in accuracy, 0 to 1
+        with pytest.raises(ValueError, match="search.max_start_drop"):
+            validate_search(search_config(max_start_drop=drop))
 
 
 def test_the_seed_trains_until_its_validation_stops_rising_and_not_past_its_cap(

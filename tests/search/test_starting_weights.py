@@ -5,6 +5,7 @@ import json
 import os
 
 import numpy as np
+import pytest
 
 from nas.search.execution.driver import init_path, remove_partial_saves
 from nas.search.execution.task import make_task
@@ -40,3 +41,21 @@ def test_child_trains_from_the_weights_saved_before_it_was_added(tmp_path):
     np.testing.assert_array_equal(task.init_variables["params"]["d"]["kernel"],
                                   weights["params"]["d"]["kernel"])
     assert not os.path.exists(os.path.join(tmp_path, "candidates", str(child), "init"))
+
+
+def test_a_childs_task_bounds_its_start_by_its_parents_accuracy(tmp_path):
+    """search.max_start_drop (issue 51): a child's worker refuses a start more than that
+    below its parent's validation accuracy; the seed and an unset drop have no bound."""
+    config = tiny_search_config()
+    study = Study.create(tmp_path, config.to_dict())
+    seed = study.add(json.dumps({"g": 0}))
+    study.tell(seed, {"accuracy": 0.9})
+    path = save_variables(init_path(tmp_path, 0), {"params": {}})
+    child = study.add(json.dumps({"g": 1}), parent_id=seed,
+                      inheritance={"inherited": [], "new": [], "init_path": path})
+    config.search.max_start_drop = 0.3
+    assert make_task(study, config.train, config.search, child).min_start_accuracy == \
+        pytest.approx(0.6)
+    assert make_task(study, config.train, config.search, seed).min_start_accuracy is None
+    config.search.max_start_drop = 0.0
+    assert make_task(study, config.train, config.search, child).min_start_accuracy is None

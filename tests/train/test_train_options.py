@@ -14,7 +14,7 @@ from nas.train import TrainOptions, train_and_eval
 
 FIELDS = ["graph", "constants", "workdir", "init_variables", "freeze", "freeze_inherited",
           "should_stop", "device_data_cache", "stop_epochs", "refit", "device_stage",
-          "progress", "functions", "evaluate_start"]
+          "progress", "functions", "evaluate_start", "min_start_accuracy"]
 
 
 def test_train_and_eval_takes_the_reference_arguments_and_one_options_value():
@@ -63,6 +63,8 @@ def test_values_are_settled_when_made():
     ("freeze", {"conv", 1}, "op names (str)"),
     ("freeze_inherited", "yes", "True or False"),
     ("evaluate_start", 1, "True or False"),
+    ("min_start_accuracy", "0.5", "an accuracy (or None)"),
+    ("min_start_accuracy", float("nan"), "an accuracy (or None)"),
     ("progress", "no", "True, False or None"),
     ("workdir", 7, "a directory path"),
     ("init_variables", [1, 2], "a mapping"),
@@ -81,10 +83,30 @@ def test_a_bad_field_is_one_line_naming_it(field, value, expected):
 
 def test_a_good_value_of_every_kind_is_taken():
     TrainOptions(stop_epochs=0.5, freeze=("a",), freeze_inherited=True, evaluate_start=True,
+                 min_start_accuracy=0.4,
                  progress=False, workdir="/tmp/x", init_variables={"params": {}},
                  functions={}, should_stop=lambda step: False,
                  refit=lambda variables, built: variables,
                  device_stage=contextlib.nullcontext())
+
+
+def test_a_start_below_min_start_accuracy_is_refused_before_any_step(data_dir, tmp_path):
+    """Issue 51: a search's child that cannot start near its parent is not trained."""
+    from nas.train.train import PoorStartError
+
+    config = tiny_config(data_dir, total_epochs=0.1, seed=3)
+    _, _, state = train_and_eval(config, False, options=TrainOptions())
+    steps = []
+    options = TrainOptions(init_variables=state, evaluate_start=True, min_start_accuracy=1.01,
+                           workdir=str(tmp_path / "refused"),
+                           should_stop=lambda step: steps.append(step) or False)
+    with pytest.raises(PoorStartError, match=r"at its start, 0\.\d+, is below 1\.010"):
+        train_and_eval(config, False, options=options)
+    assert steps == []  # not one step was taken
+    metrics, _, _ = train_and_eval(config, False, options=dataclasses.replace(
+        options, min_start_accuracy=0.0, workdir=str(tmp_path / "kept")))
+    assert metrics.steps == 2 and 0 <= metrics.start_acc <= 1
+    assert steps  # the same check was called on each step of the run that went on
 
 
 def test_train_and_eval_refuses_what_is_not_options(data_dir):

@@ -50,6 +50,8 @@ class Task:
     # `nas.train.rounds.Rounds` fields: a search's seed trains on while it gains; None: once
     rounds: dict[str, Any] | None = None
     run: str | None = None
+    # a child's start below this is not trained (`search.max_start_drop`); None: no bound
+    min_start_accuracy: float | None = None
 
     def replace(self, **changes: Any) -> Task:
         return dataclasses.replace(self, **changes)
@@ -158,7 +160,21 @@ def make_task(study: Study, train: ml_collections.ConfigDict, search: ml_collect
         costs=dict(search.get("costs", {}) or {}), functions=functions,
         latency=latency_settings(search),
         # the seed trains on while its validation accuracy rises (search.seed_max_epochs)
-        rounds=seed_rounds(train.to_dict(), search) if candidate.parent_id is None else None)
+        rounds=seed_rounds(train.to_dict(), search) if candidate.parent_id is None else None,
+        min_start_accuracy=start_bound(study, search, candidate))
+
+
+def start_bound(study: Study, search: ml_collections.ConfigDict, candidate: Any
+                ) -> float | None:
+    """The least start accuracy of a child at its first rung: its parent's validation
+    accuracy less `search.max_start_drop` (None: off, a seed, or a later rung). Why: a
+    child that starts far below its parent ended below it after fine-tuning in every
+    measured case (docs/benchmarks.md, issue 51), so its training is not spent."""
+    drop = float(search.get("max_start_drop", 0.0) or 0.0)
+    if not drop or candidate.parent_id is None or candidate.rung != 0:
+        return None
+    parent = study.get(candidate.parent_id)
+    return None if parent.accuracy is None else float(parent.accuracy) - drop
 
 
 def fit_task(study: Study, train: ml_collections.ConfigDict, search: ml_collections.ConfigDict,

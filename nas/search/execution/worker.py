@@ -94,7 +94,8 @@ def train_candidate(
         os.makedirs(task.workdir, exist_ok=True)
     options = TrainOptions(graph=graph, constants=constants, device_data_cache=_DEVICE_DATA,
                            stop_epochs=task.stop_epochs, device_stage=turn, functions=shipped,
-                           refit=refit if task.fit is not None else None, should_stop=stop_now)
+                           refit=refit if task.fit is not None else None, should_stop=stop_now,
+                           min_start_accuracy=task.min_start_accuracy)
     run = functools.partial(_run_once, stop_now=stop_now, config=config, options=options)
     if task.rounds:
         values, state = _train_rounds(run, task.rounds, task.workdir, task.init_variables,

@@ -94,6 +94,9 @@ def search_defaults() -> ml_collections.ConfigDict:
         # a child fine-tunes for at least this many optimizer steps, however few its
         # train.total_epochs make on a small dataset (train.min_steps; 0: epochs decide)
         "min_child_steps": 0,
+        # a child whose validation accuracy at its start (inherited and fitted weights) is
+        # more than this below its parent's is not trained: it fails with one line (0: off)
+        "max_start_drop": 0.0,
         # every candidate logs its training loss and accuracy every this many steps, so its
         # report shows a curve, not one point (0: train.log_training_steps)
         "log_every_steps": 10,
@@ -146,6 +149,7 @@ SEARCH_SCHEMA: dict[str, schema.Field] = {
     "seed_min_gain": schema.Field(float, low=0.0, high=0.5),
     "child_lr": schema.at_least(0, float, expected="(0: train.lr)"),
     "min_child_steps": schema.at_least(0, expected="(0: train.total_epochs decides)"),
+    "max_start_drop": schema.Field(float, low=0.0, high=1.0),
     "log_every_steps": schema.at_least(0, expected="(0: train.log_training_steps)"),
     "executor": schema.one_of(*EXECUTORS),
     "workers": schema.at_least(0, expected="(0: only external nas-search workers train)"),
