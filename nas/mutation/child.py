@@ -180,8 +180,12 @@ def propose_child(
     start = time.monotonic()
     rng = random.Random(seed)
     child_id = cfg.child_id if cfg.child_id is not None else seed
+    # Net2Net and shrink moves edit the graph, not its blocks: not where every child must
+    # be a block edit its builder rebuilds (mutate_by_block), nor for a reversible parent
+    by_block = bool(blocks) and builder is not None and cfg.mutate_by_block
     for chance, shrink in ((cfg.net2net_p, False), (cfg.shrink_p, True)):
-        if chance and variables and not is_reversible(constants) and rng.random() < chance:
+        if (chance and variables and not by_block and not is_reversible(constants)
+                and rng.random() < chance):
             moved = _net2net_child(graph, constants, variables, cfg, seed, child_id, start,
                                    shrink)
             if moved is not None:

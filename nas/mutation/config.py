@@ -101,7 +101,8 @@ class MutationConfig:
     function_preserving: bool = False  # add new subgraphs as zero-initialized residuals
     # probability that a child is a Net2Net move instead (nas.mutation.net2net: a layer
     # widened by copying units, or an identity layer inserted): it starts exactly at its
-    # parent's function (0: never; draws nothing, so other children are unchanged)
+    # parent's function (0: never; draws nothing, so other children are unchanged; not
+    # with block-level mutation, whose children must be block edits)
     net2net_p: float = 0.0
     # probability that a child is a shrink move (nas.mutation.net2net.propose_shrink: one
     # layer's or every layer's width scaled by 1/2 or 1/4, the largest-norm units kept);
