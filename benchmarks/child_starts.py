@@ -11,14 +11,14 @@ of their parent, and a child at <= 0.8x the seed's FLOPs within 1 pt of it on va
   `nas.from_flax` and searched with `nas.run_search`'s defaults on small grey images
   (14x14: Fashion-MNIST with `--fashion DIR`, else scikit-learn's digits).
 - `python`: the README's "From Python" example as written (its `Net`, digits at 8x8x3, its
-  split, loss, cost and overrides; 6 candidates).
+  split, loss, cost and overrides; 10 candidates).
 - `readme`: the README search (`configs/digits_cnn_search.py`: CifarNet on the bundled
   digits) through the driver, as `nas-search --config=configs/digits_cnn_search.py` runs it.
 
 `--set KEY=VALUE` (a Python literal) goes on top of each model's own overrides. The last
 line is `SUMMARY key=value ...` for scripts.
 
-    python benchmarks/child_starts.py --workdir /tmp/cs --model python [--candidates 6]
+    python benchmarks/child_starts.py --workdir /tmp/cs --model python [--candidates 10]
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ import nas
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 MODELS = ("gated", "plain", "nnx", "python", "readme")
-DEFAULT_CANDIDATES = {"python": 10}  # the README's; the others: 8 (readme: its config's)
+README_PYTHON_CANDIDATES = 10  # the README's From Python example; others 8 (readme: its config's)
 
 
 class GatedNet(nn.Module):
@@ -217,7 +217,7 @@ def main() -> None:
     if args.model == "readme":
         study = readme_search(args.workdir, args.candidates, overrides)
     elif args.model == "python":
-        candidates = args.candidates or DEFAULT_CANDIDATES["python"]
+        candidates = args.candidates or README_PYTHON_CANDIDATES
         study = python_search(args.workdir, candidates, overrides)
         name = "digits 8x8x3"
     else:

@@ -56,10 +56,8 @@ def run_cli_probe(cases: list) -> list[tuple[int, str]]:
 
 def headless_browser() -> str | None:
     """Debian's chromium (or another Chromium) on PATH; None: the browser tests skip."""
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        if shutil.which(name):
-            return shutil.which(name)
-    return None
+    return next(filter(None, map(shutil.which, ("chromium", "chromium-browser",
+                                                  "google-chrome"))), None)
 
 
 def dump_dom(browser: str, path) -> str:

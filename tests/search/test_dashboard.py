@@ -17,10 +17,9 @@ import pytest
 from nas.graph.serialize import graph_to_json
 from nas.search import Study
 from nas.zoo import cnn
-from tests.search.conftest import ROOT, SEARCH_CONFIG
+from tests.search.conftest import ROOT, SEARCH_CONFIG, headless_browser
 
-BROWSER = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")
-                if shutil.which(n)), None)
+BROWSER = headless_browser()
 needs_browser = pytest.mark.skipif(BROWSER is None, reason="no headless browser (chromium) "
                                    "installed; .ci/run installs one")
 
