@@ -361,7 +361,8 @@ class RayExecutor:
         try:
             import ray
         except ImportError:
-            raise ValueError("executor 'ray' needs ray: pip install 'nas[ray]'") from None
+            raise ValueError("executor 'ray' needs ray: pip install 'alphanas-search[ray]' "
+                             "(from a clone: pip install -e '.[ray]')") from None
         self._ray = ray
         request = {k: float(v) for k, v in
                    {"CPU": num_cpus, "GPU": num_gpus, **(resources or {})}.items() if v}
