@@ -120,8 +120,8 @@ class SearchResult:
         try:
             import pandas
         except ImportError:
-            raise ValueError("dataframe: needs pandas (pip install -e '.[notebook]' "
-                             "--config-settings editable_mode=compat)") from None
+            raise ValueError("dataframe: needs pandas (pip install -e '.[notebook]', "
+                             "or pip install pandas)") from None
         rows = []
         for c in self.study.candidates():
             row: dict[str, Any] = {"id": c.id, "parent": c.parent_id, "status": c.status,
