@@ -241,7 +241,7 @@ def _export(workdir: str) -> None:
     cid, why = export_id(study, _ID.value)
     home = take_home(study, _ID.value)
     if home is not None:
-        why += ", the model the finals trained on train plus validation"
+        why += ", the finals' retrain of it (more accurate on validation than the search's weights)"
     try:
         if _FORMAT.value == "flax":
             from nas.search.store.export import export_flax_code

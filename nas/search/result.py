@@ -55,14 +55,14 @@ def candidate_id(study: Study, value: int | str) -> tuple[int, str]:
 
 
 def take_home(study: Study, value: int | str) -> Any:
-    """For "recommended": the model the finals trained on train plus validation for it
-    (`nas.search.store.finals.Run`), when there is one; else None (the candidate's own
+    """For "recommended": the finals' retrain of it (`nas.search.store.finals.Run`) when
+    that is the model taken home (more accurate on validation than the search's own
+    weights, `nas.search.store.finals_table.TakeHome`); else None (the candidate's own
     weights are exported)."""
     if str(value).strip().lower() != "recommended":
         return None
-    found = answer(study)
-    chosen = found.recommendation.candidate
-    return found.home.get(chosen.id) if chosen is not None else None
+    kept = answer(study).take_home
+    return kept.run if kept is not None else None
 
 
 class SearchResult:

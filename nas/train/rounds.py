@@ -63,6 +63,7 @@ class RoundsResult:
     curve: list[float]  # validation accuracy after every epoch of every round
     round_accuracies: list[float]  # each round's final validation accuracy
     stopped_because: str
+    arrived_trained: bool = False  # stopped after one round: it came trained
 
 
 def train_in_rounds(run_round: RunRound, rounds: Rounds, start: Any = None
@@ -75,6 +76,7 @@ def train_in_rounds(run_round: RunRound, rounds: Rounds, start: Any = None
     epochs = flat = 0
     variables = start
     reason = f"at its cap of {rounds.max_rounds} round(s)"
+    arrived = False
     for index in range(rounds.max_rounds):
         metrics, round_epochs, variables, seen = run_round(index, variables)
         accuracy = float(metrics["accuracy"])
@@ -89,10 +91,12 @@ def train_in_rounds(run_round: RunRound, rounds: Rounds, start: Any = None
         if (index == 0 and start is not None and len(seen) > 1
                 and seen[0] >= accuracy - rounds.min_gain):
             reason = "it arrived trained (its first evaluation within min_gain of its last)"
+            arrived = True
             break
         if flat >= rounds.patience:
             reason = f"{flat} round(s) without a gain over {rounds.min_gain:g}"
             break
     if best is None:  # max_rounds >= 1: unreachable
         raise RuntimeError("rounds: no round ran")
-    return RoundsResult(best[0], best[1], epochs, len(finals), best[2], curve, finals, reason)
+    return RoundsResult(best[0], best[1], epochs, len(finals), best[2], curve, finals, reason,
+                        arrived)

@@ -2,11 +2,17 @@
 
 Why: a child of the search inherited its lineage's training and was compared with a seed
 that trained less, on one small validation split. Here every finalist and the seed train
-the same recipe (`nas.search.strategy.finals_config.Recipe`) `repeats` times, each repeat
-with its own initialization and data order, as a k-fold cross-validation over train plus
-validation when data are small, so every training example is predicted once per repeat.
-Then the recommended architecture and the seed train once on all of train plus
-validation: the model a user takes home, reported on the test split only.
+the same recipe (`nas.search.strategy.finals_config.Recipe`: as long as the seed trained in
+the search) `repeats` times, each repeat with its own initialization and data order, as a
+k-fold cross-validation over train plus validation when data are small, so every training
+example is predicted once per repeat. Every run trains a fixed count of epochs, so no run
+reads the examples it is scored on before it is scored.
+
+Then the recommended architecture trains once more the way the search trained (its
+training split, its validation split held out): what a user takes home is whichever of
+that model and the search's own weights of it is more accurate on validation, which
+neither trained on (`nas.search.store.finals_table.take_home_choice`); the test split is
+evaluated for the report only.
 
 Each training is a `Task` on the search's executor, recorded in the study's finals table
 (`nas.search.store.finals`) by the driver: a run that finished is never trained again, one
@@ -15,6 +21,7 @@ cut short trains again from its own checkpoint.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from typing import Any
@@ -27,7 +34,13 @@ from nas.io import examples
 from nas.search.execution.task import Executor, Outcome, Task
 from nas.search.store.finals import FinalsStore, Run, run_name
 from nas.search.store.finals_table import FINALS_STATE, answer, choose_finalists
-from nas.search.store.recommend import Comparisons, constraints, margin_pt, recommend_cost
+from nas.search.store.recommend import (
+    Comparisons,
+    constraints,
+    margin_pt,
+    recommend_cost,
+    seed_of,
+)
 from nas.search.store.study import Study
 from nas.search.strategy import splits
 from nas.search.strategy.finals_config import FinalsConfig, Recipe, recipe
@@ -55,8 +68,9 @@ class Finals:
             inp = ml_collections.ConfigDict(self.decision.input.to_dict())
             inp.data.validation_fraction = 0.0
             images = data_lib.split_size(inp, inp.data.split, inp.data_dir or None)
+            seed = seed_of(self.study.candidates("done", with_graphs=False))
             self._recipe = recipe(self.config, self.train.to_dict(), self.search.to_dict(),
-                                  images)
+                                  images, seed.metrics if seed is not None else None)
         return self._recipe
 
     def plan(self) -> list[Run]:
@@ -87,13 +101,12 @@ class Finals:
         if left or not self.config.take_home:
             return left
         found = answer(self.study)
-        chosen, seed = found.recommendation.candidate, found.recommendation.seed
-        if found.table is None or chosen is None or seed is None:
+        chosen = found.recommendation.candidate
+        if found.table is None or chosen is None:
             return []
-        homes = sorted({chosen.id, seed.id})
-        self.store.plan((run_name("home", cid), cid, "home", 0, 0, key) for cid in homes)
+        self.store.plan([(run_name("home", chosen.id), chosen.id, "home", 0, 0, key)])
         return [r for r in self.store.runs(key, kind="home")
-                if r.candidate_id in homes and r.status == "pending"]
+                if r.candidate_id == chosen.id and r.status == "pending"]
 
     def finish(self, seconds: float, complete: bool) -> None:
         """Adds `seconds` of finals wall time to the study (reported, never decides) and
@@ -107,25 +120,26 @@ class Finals:
     # ------------------------------------------------------------------ tasks
     def task(self, run: Run) -> Task:
         """The task that trains `run`: the recipe from scratch (or from the candidate's own
-        weights), its repeat's seed, its fold held out (or, taken home: train plus
-        validation, evaluated on the test split)."""
+        weights), its repeat's seed, its fold held out (or, taken home: the search's
+        training split, evaluated on its validation split, the test split reported)."""
         candidate = self.study.get(run.candidate_id)
         config = ml_collections.ConfigDict(self.decision.to_dict())
         rec = self.recipe
         config.seed = rec.seed + run.repeat
         config.total_epochs = self.epochs(candidate)
+        # scored once, at its end: no decision reads an earlier evaluation, and on small
+        # data the per-epoch ones cost an eighth of the run
+        config.eval.every_epochs = max(1, math.ceil(config.total_epochs))
         if int(self.search.get("log_every_steps", 0)) > 0:
             config.log_training_steps = int(self.search.log_every_steps)
-        if run.kind == "home":
-            config.input.data.validation_fraction = 0.0
-            config.eval.data.split = config.eval.test_split
-        elif rec.folds > 1:
-            config.input.data.validation_fraction = 0.0
-            config.input.data.folds = rec.folds
-            config.input.data.fold = run.fold
-            config.input.data.fold_seed = fold_seed(rec, run.repeat)
-            config.eval.data.split = data_lib.FOLD
-        config.eval.test_split = ""  # the finals never read the test split
+        if run.kind == "finals":
+            if rec.folds > 1:
+                config.input.data.validation_fraction = 0.0
+                config.input.data.folds = rec.folds
+                config.input.data.fold = run.fold
+                config.input.data.fold_seed = fold_seed(rec, run.repeat)
+                config.eval.data.split = data_lib.FOLD
+            config.eval.test_split = ""  # what the finals decide on never reads test
         init = (load_variables(candidate.checkpoint_path) if rec.start == "weights"
                 and candidate.checkpoint_path else None)
         return Task(candidate.id, config.to_dict(), candidate.graph_json, init,

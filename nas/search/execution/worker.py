@@ -220,7 +220,8 @@ def _train_rounds(run: Callable[..., Any], rounds: dict[str, Any], workdir: str 
               "epochs": result.epochs, "rounds": result.rounds,
               "best_round": result.best_round, "curve": result.curve,
               "round_accuracies": result.round_accuracies,
-              "rounds_stopped": result.stopped_because}
+              "rounds_stopped": result.stopped_because,
+              "arrived_trained": result.arrived_trained}
     return values, result.variables
 
 

@@ -1,8 +1,11 @@
 """The finals table as the summary prints it (and the report and dashboard show it).
 
-One row per architecture of the finals: its mean accuracy over the repeats with its
-interval, its paired difference with the seed with its interval, and its costs; then what
-the finals cost and, where it differs, what the search alone would have picked.
+One row per architecture of the finals: the epochs each of its runs trained, its mean
+accuracy over the repeats with its interval beside its validation accuracy in the search
+(so a reader sees whether the finals trained it as far as the search did), its paired
+difference with the seed with its interval, and its costs; then what the finals cost,
+what the search alone would have picked where it differs, and which trained model of the
+recommended architecture is taken home.
 """
 
 from __future__ import annotations
@@ -21,9 +24,10 @@ def finals_lines(found: Answer, costs: tuple[str, ...] = ("flops", "params")) ->
     recipe = table.recipe
     how = (f"{recipe.folds}-fold cross-validation over train plus validation"
            if recipe.folds > 1 else "the validation split")
-    lines = [f"finals ({table.repeats} repeat(s) of {recipe.epochs:g} epochs from "
-             f"{'scratch' if recipe.start == 'scratch' else 'their own weights'}, decided on "
-             f"{how}; 95% intervals over repeats and examples):"]
+    start = ("from scratch, as long as the seed trained in the search"
+             if recipe.start == "scratch" else "on from their own weights, to the same total")
+    lines = [f"finals ({table.repeats} repeat(s) of {recipe.epochs:g} epochs {start}, "
+             f"decided on {how}; 95% intervals over repeats and examples):"]
     rows = [finals_header(costs), *finals_rows(found, costs)]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines += ["  " + "  ".join(cell.rjust(w) for cell, w in zip(r, widths, strict=True))
@@ -35,17 +39,33 @@ def finals_lines(found: Answer, costs: tuple[str, ...] = ("flops", "params")) ->
     if pick is not None and chosen is not None and pick.id != chosen.id:
         lines.append(f"the search alone would have picked candidate {pick.id}; the finals "
                      f"pick candidate {chosen.id}")
-    if found.home:
-        lines.append("taken home (trained on train plus validation, test reported only): "
-                     + ", ".join(f"candidate {cid} test "
-                                 + intervals.text(run.metrics.get("accuracy", 0.0),
-                                                  run.metrics.get("val_examples"))
-                                 for cid, run in sorted(found.home.items())))
+    lines += take_home_lines(found)
     return lines
 
 
+def take_home_lines(found: Answer) -> list[str]:
+    """Which trained model of the recommended architecture is taken home, and why; its
+    test accuracy (reported only) beside the search's seed's."""
+    kept = found.take_home
+    if kept is None:
+        return []
+    lines = [f"taken home for candidate {kept.candidate.id}: {kept.reason}"]
+    tested = kept.metrics.get("test_accuracy")
+    if tested is None:
+        return lines
+    text = f"  test (reported only): {intervals.text(tested, kept.metrics.get('test_examples'))}"
+    seed = found.recommendation.seed
+    if seed is not None and "test_accuracy" in seed.metrics:
+        text += (f"; the search's seed, candidate {seed.id}: "
+                 + intervals.text(seed.metrics["test_accuracy"],
+                                  seed.metrics.get("test_examples")))
+    if found.recommendation.test is not None:
+        text += f"; {found.recommendation.test.text()}"
+    return [*lines, text]
+
+
 def finals_header(costs: tuple[str, ...]) -> tuple[str, ...]:
-    return ("id", "accuracy [95%]", "vs seed [95%]", *costs)
+    return ("id", "epochs", "accuracy [95%]", "in the search", "vs seed [95%]", *costs)
 
 
 def finals_rows(found: Answer, costs: tuple[str, ...]) -> list[tuple[str, ...]]:
@@ -56,8 +76,11 @@ def finals_rows(found: Answer, costs: tuple[str, ...]) -> list[tuple[str, ...]]:
         versus = ("seed" if row.vs_seed is None else
                   f"{100 * row.vs_seed.difference:+.2f} pt [{100 * row.vs_seed.low:+.2f}, "
                   f"{100 * row.vs_seed.high:+.2f}] {row.vs_seed.decision}")
-        rows.append((str(row.candidate.id), f"{acc.difference:.4f} [{acc.low:.4f}, "
-                     f"{acc.high:.4f}]", versus,
+        searched = row.candidate.accuracy
+        rows.append((str(row.candidate.id),
+                     "?" if row.epochs is None else f"{row.epochs:g}",
+                     f"{acc.difference:.4f} [{acc.low:.4f}, {acc.high:.4f}]",
+                     "-" if searched is None else f"{searched:.4f}", versus,
                      *(fmt(cost_value(row.candidate, c)) for c in costs)))
     return rows
 

@@ -121,7 +121,8 @@ def summary(study: Study, k: int = 5, *, candidates: Sequence[Candidate] | None 
     lines += recommend.bounds_lines(done, recommend.constraints(study.config))
     lines += finals_lines(found, ("flops", "params", *users))
     rec = marks.recommendation if marks is not None else found.recommendation
-    home = rec.candidate is not None and rec.candidate.id in found.home
+    home = (rec.candidate is not None and found.take_home is not None
+            and found.take_home.candidate.id == rec.candidate.id)
     lines += recommend.recommendation_lines(rec, study.workdir, take_home=home)
     return "\n".join(lines)
 

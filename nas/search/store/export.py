@@ -21,9 +21,10 @@ def export_candidate(study: Any, candidate_id: int, path: str | os.PathLike,
 
     Its weights are copied from its final checkpoint (a candidate without one, e.g. a failed
     one, is exported without weights); its training settings are the study's `train` section
-    as this candidate trained with it (`candidate_train_config`). With `home` (a take-home
-    run of the finals, `nas.search.store.finals.Run`): that model's weights and training
-    settings instead, its lineage and search-time metrics kept beside them."""
+    as this candidate trained with it (`candidate_train_config`). With `home` (the finals'
+    retrain of it, `nas.search.store.finals.Run`): that model's weights, training settings
+    and metrics instead, so the file's metrics describe exactly the weights it holds; its
+    lineage is kept beside them."""
     from nas.search.strategy import hparams as hparams_lib
     from nas.search.strategy.settings import candidate_train_config
     from nas.train.checkpoint import load_variables
@@ -60,17 +61,22 @@ def export_candidate(study: Any, candidate_id: int, path: str | os.PathLike,
             "test_accuracy": "test (reported only)",
         },
     }
+    metrics = {**cand.metrics, **paired_metrics(study, cand)}
     if home is not None:
-        info["take_home"] = {"run": home.name, "trained_on": "train plus validation (the "
-                             "finals' recipe)", "test_accuracy": home.metrics.get("accuracy"),
-                             "test_examples": home.metrics.get("val_examples")}
+        from nas.search.store.finals_table import retrain_metrics
+
+        info["take_home"] = {"run": home.name, "trained_on": "the search's training split "
+                             "(the finals' recipe), chosen over the search's weights on "
+                             "validation", "test_accuracy": home.metrics.get("test_accuracy"),
+                             "test_examples": home.metrics.get("test_examples")}
+        metrics = {**retrain_metrics(cand, home), **paired_metrics(study, cand, home)}
     return write_candidate(
         path,
         cand.graph,
         variables,
         input_shape=input_shape,
         train_config=train_config,
-        metrics={**cand.metrics, **paired_metrics(study, cand)},
+        metrics=metrics,
         info=info,
     )
 
@@ -129,23 +135,32 @@ def seed_api(study: Any) -> str:
         return "linen"
 
 
-def paired_metrics(study: Any, cand: Any) -> dict[str, Any]:
+def paired_metrics(study: Any, cand: Any, home: Any = None) -> dict[str, Any]:
     """Its per-example results ("val_correct", "test_correct": `nas.io.examples.to_text`)
-    and its paired comparison with the seed on each split ("vs_seed": {split: difference,
-    95 % interval, decision}), where the study has them: the file then still tells how
-    the candidate compares after the study is gone."""
+    and its paired comparison with the seed (the search's) on each split ("vs_seed":
+    {split: difference, 95 % interval, decision}), where the study has them: the file then
+    still tells how the candidate compares after the study is gone. With `home` (a finals
+    retrain of it), that model's results."""
     from nas.io import examples
     from nas.search.store import recommend
+    from nas.search.strategy import paired
 
     out: dict[str, Any] = {}
     pairs = recommend.Comparisons.of(study)
-    for name, bits in (("val_correct", pairs.validation), ("test_correct", pairs.test)):
-        if cand.id in bits:
-            out[name] = examples.to_text(bits[cand.id])
+    mine = {"validation": pairs.validation.get(cand.id), "test": pairs.test.get(cand.id)}
+    if home is not None:
+        text = home.metrics.get("test_correct")
+        mine = {"validation": home.correct,
+                "test": examples.from_text(text, "test_correct") if text else None}
+    for name, split in (("val_correct", "validation"), ("test_correct", "test")):
+        if mine[split] is not None:
+            out[name] = examples.to_text(mine[split])
     seed = recommend.seed_of(study.candidates("done"))
-    if seed is not None and seed.id != cand.id:
-        versus = {split: found.to_dict() for split in ("validation", "test")
-                  if (found := pairs.pair(cand, seed, split)) is not None}
+    if seed is not None and (seed.id != cand.id or home is not None):
+        theirs = {"validation": pairs.validation.get(seed.id), "test": pairs.test.get(seed.id)}
+        versus = {split: paired.compare(mine[split], theirs[split]).to_dict()
+                  for split in ("validation", "test")
+                  if paired.comparable(mine[split], theirs[split])}
         if versus:
             out["vs_seed"] = {"seed_id": seed.id, **versus}
     return out

@@ -46,7 +46,8 @@ CREATE TABLE IF NOT EXISTS finals_runs (
 @dataclasses.dataclass(frozen=True)
 class Run:
     """One finals training: candidate `candidate_id`'s architecture, repeat `repeat`, fold
-    `fold` (0 without folds); kind "home" is the model trained on train plus validation."""
+    `fold` (0 without folds); kind "home" is the recommended architecture retrained the
+    way the search trained, a candidate for the model taken home."""
 
     name: str
     candidate_id: int

@@ -1,8 +1,10 @@
 """Which candidates go to the finals, and what the finals decide.
 
-The finalists are the candidates the recommendation could choose: the `k` cheapest whose
-validation interval against the seed does not already rule them out at the margin (its
-upper end at or above -margin), plus the most accurate candidate; the seed always runs.
+The finalists are the candidates the recommendation could choose: the `k` cheapest on the
+validation front (accuracy against the recommendation's cost) whose validation interval
+against the seed does not already rule them out at the margin (its upper end at or above
+-margin), plus the most accurate candidate; the seed always runs. A child off the front
+is beaten on validation by one at most as costly, so it would spend a finalist's place.
 The finals table then compares every finalist with the seed over all repeats and examples
 (`nas.search.strategy.repeated`), and the recommendation keeps the search's rule, read from
 it: the cheapest finalist non-inferior to the reference (the seed, or the most accurate
@@ -12,12 +14,14 @@ finalist when one is better than the seed), else the reference.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from nas.io import examples
 from nas.search.store.candidate import Candidate
 from nas.search.store.finals import FinalsStore, Run
 from nas.search.store.recommend import (
@@ -34,15 +38,20 @@ from nas.search.store.recommend import (
 from nas.search.strategy import paired
 from nas.search.strategy.finals_config import FinalsConfig, Recipe
 from nas.search.strategy.paired import Paired
-from nas.search.strategy.repeated import accuracy_interval, compare_repeated
+from nas.search.strategy.repeated import (
+    RunNoise,
+    accuracy_interval,
+    compare_repeated,
+    run_noise,
+)
 
 
 def choose_finalists(candidates: Sequence[Candidate], pairs: Comparisons, k: int,
                      margin_pt: float, cost: str, bounds: Mapping[str, float] | None = None
                      ) -> list[Candidate]:
-    """The seed first, then the `k` cheapest children not ruled out at the margin on
-    validation (paired with the seed), then the most accurate child if not among them;
-    with `bounds` (`search.constraints`), children within them only."""
+    """The seed first, then the `k` cheapest children on the validation front not ruled
+    out at the margin on validation (paired with the seed), then the most accurate child
+    if not among them; with `bounds` (`search.constraints`), children within them only."""
     seed = seed_of(candidates)
     if seed is None or k <= 0:
         return []
@@ -50,13 +59,30 @@ def choose_finalists(candidates: Sequence[Candidate], pairs: Comparisons, k: int
     done = [c for c in candidates if c.status == "done" and c.accuracy is not None
             and c.id != seed.id and (within is None or c.id in within)]
     vs_seed = pairs.against(seed)
-    alive = [c for c in done if c.id not in vs_seed
-             or vs_seed[c.id].high >= -margin_pt / 100.0]
+    front = on_front([seed, *done], cost)
+    alive = [c for c in done if c.id in front and (
+        c.id not in vs_seed or vs_seed[c.id].high >= -margin_pt / 100.0)]
     chosen = sorted(alive, key=lambda c: (cheapness(c, cost), c.id))[:k]
     best = best_by_validation(done)
     if best is not None and best.id not in {c.id for c in chosen}:
         chosen.append(best)
     return [seed, *chosen]
+
+
+def on_front(candidates: Sequence[Candidate], cost: str) -> set[int]:
+    """Ids of the candidates no other one beats on validation accuracy at a cost at most
+    theirs (ties on both stay on it); one sweep in cost order."""
+    ranked = sorted((cheapness(c, cost), -float(c.accuracy), c.id) for c in candidates
+                    if c.accuracy is not None)
+    front: set[int] = set()
+    best_cheaper = -float("inf")  # the highest accuracy at a lower cost
+    for _, group in itertools.groupby(ranked, key=lambda r: r[0]):
+        rows = list(group)
+        top = -rows[0][1]
+        if top > best_cheaper:
+            front.update(cid for _, neg, cid in rows if -neg == top)
+        best_cheaper = max(best_cheaper, top)
+    return front
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,6 +96,7 @@ class Row:
     runs: int
     bits: np.ndarray = dataclasses.field(repr=False)  # (repeats, examples) correct
     run_ids: np.ndarray = dataclasses.field(repr=False)  # the fold that predicted each
+    epochs: float | None = None  # epochs each of its runs trained (their mean)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +109,7 @@ class FinalsTable:
     trainings: int
     failed: tuple[str, ...]  # "candidate N: error" of runs that failed
     wall_s: float | None
+    noise: RunNoise | None = None  # the run part its comparisons share
 
 
 def correctness(runs: Sequence[Run], repeats: int) -> tuple[np.ndarray, np.ndarray] | None:
@@ -125,17 +153,25 @@ def table(store: FinalsStore, candidates: dict[int, Candidate], recipe: Recipe, 
     if seed_id is None or complete.get(seed_id) is None:
         return None
     seed_bits, _ = complete[seed_id]
+    paired_rows = {cid: found for cid, found in complete.items()
+                   if found is not None and found[0].shape == seed_bits.shape}
+    # the run part of every comparison, pooled over the table (`nas.search.strategy.repeated`)
+    noise = run_noise([(bits, seed_bits, ids) for cid, (bits, ids) in paired_rows.items()
+                       if cid != seed_id])
     rows = []
     for cid in finalists:
-        found = complete.get(cid)
-        if found is None or found[0].shape != seed_bits.shape:
+        if cid not in paired_rows:
             continue
-        bits, run_ids = found
+        bits, run_ids = paired_rows[cid]
+        trained = [float(r.metrics["epochs"]) for r in wanted[cid]
+                   if r.status == "done" and "epochs" in r.metrics]
         rows.append(Row(candidates[cid], accuracy_interval(bits, run_ids),
-                        None if cid == seed_id else compare_repeated(bits, seed_bits, run_ids),
-                        int(bits.shape[0]), bits, run_ids))
+                        None if cid == seed_id else compare_repeated(bits, seed_bits, run_ids,
+                                                                     noise=noise),
+                        int(bits.shape[0]), bits, run_ids,
+                        float(np.mean(trained)) if trained else None))
     return FinalsTable(tuple(rows), recipe, repeats, sum(len(rs) for rs in wanted.values()),
-                       failed, wall_s)
+                       failed, wall_s, noise)
 
 
 def decide(found: FinalsTable, margin_pt: float, cost: str,
@@ -188,16 +224,80 @@ def _versus(found: FinalsTable, row: Row, reference: Row) -> Paired | None:
         return None
     if reference is found.rows[0]:
         return row.vs_seed
-    return compare_repeated(row.bits, reference.bits, row.run_ids)
+    return compare_repeated(row.bits, reference.bits, row.run_ids, noise=found.noise)
 
 
-def take_home_versus_seed(home: dict[int, np.ndarray], chosen: Candidate,
-                          seed: Candidate) -> Paired | None:
-    """The take-home models on test: chosen - seed, Tango's paired interval."""
-    a, b = home.get(chosen.id), home.get(seed.id)
-    if a is None or b is None or chosen.id == seed.id or not paired.comparable(a, b):
+@dataclasses.dataclass(frozen=True)
+class TakeHome:
+    """The model a user takes home for the recommended architecture: the search's own
+    weights of it, or the finals' retrain of it (`retrain`: trained on the search's
+    training split), whichever is more accurate on the search's validation split, which
+    neither trained on; a tie keeps the search's weights. The search's weights may have
+    been chosen on that split (the seed's best round, the most accurate child), which only
+    favours keeping them. Test accuracies are reported, never read here."""
+
+    candidate: Candidate
+    retrain: Run | None  # None: not trained (take_home off) or it failed
+    source: str  # "search" or "retrain"
+    reason: str
+
+    @property
+    def run(self) -> Run | None:
+        """The finals run whose weights are taken home (None: the search's own)."""
+        return self.retrain if self.source == "retrain" else None
+
+    @property
+    def test_correct(self) -> np.ndarray | None:
+        """Which test examples the model taken home gets right (None: not evaluated)."""
+        if self.run is not None:
+            text = self.run.metrics.get("test_correct")
+            return examples.from_text(text, "take-home test_correct") if text else None
         return None
-    return paired.compare(a, b)
+
+    @property
+    def metrics(self) -> dict[str, Any]:
+        """The metrics of exactly the weights taken home: the retrain's (with the
+        candidate's costs), else the candidate's own."""
+        if self.run is None:
+            return dict(self.candidate.metrics)
+        return retrain_metrics(self.candidate, self.run)
+
+
+def retrain_metrics(candidate: Candidate, run: Run) -> dict[str, Any]:
+    """The metrics of a finals retrain of `candidate`: the run's own, with the candidate's
+    costs."""
+    costs = {k: v for k, v in candidate.metrics.items()
+             if k not in TRAINING_METRICS and not k.startswith("fit_")}
+    return {**costs, **run.metrics}
+
+
+# What a candidate's training measured of its own weights (the rest of its metrics are
+# costs, the same for any weights of its architecture, and timings the retrain measures
+# again; `fit_*` describe the fit before it trained): a retrain drops all of them.
+TRAINING_METRICS = frozenset({
+    "accuracy", "loss", "test_accuracy", "test_loss", "val_examples", "test_examples",
+    "val_correct", "test_correct", "start_accuracy", "epochs", "steps", "curve", "rounds",
+    "best_round", "round_accuracies", "rounds_stopped", "arrived_trained"})
+
+
+def take_home_choice(candidate: Candidate, retrain: Run | None) -> TakeHome:
+    """Which trained model of `candidate` to take home (see `TakeHome`)."""
+    searched = candidate.accuracy
+    again = retrain.metrics.get("accuracy") if retrain is not None else None
+    if retrain is None or again is None or "test_accuracy" not in retrain.metrics:
+        return TakeHome(candidate, retrain, "search", "the search's own weights (no retrain "
+                        "to compare with)")
+    if searched is None or float(again) > float(searched):
+        return TakeHome(candidate, retrain, "retrain",
+                        f"the finals' retrain, validation {float(again):.4f} against the "
+                        f"search's weights' {_acc(searched)}")
+    return TakeHome(candidate, retrain, "search",
+                    f"the search's own weights, validation {_acc(searched)} against the "
+                    f"finals' retrain's {float(again):.4f}")
+
+
+def _acc(value: float | None) -> str:
+    return "unmeasured" if value is None else f"{float(value):.4f}"
 
 
 FINALS_STATE = "finals"  # study state: {"recipe", "finalists", "repeats", "wall_s"}
@@ -211,8 +311,9 @@ class Answer:
     recommendation: Recommendation
     search_pick: Recommendation
     table: FinalsTable | None
-    home: dict[int, Run]  # the take-home models trained, by candidate id
+    home: dict[int, Run]  # the finals' retrains of recommended architectures, by id
     note: str
+    take_home: TakeHome | None = None  # what `--id=recommended` gives (None: no finals)
 
 
 def finals_finished(study: Any) -> bool:
@@ -254,6 +355,11 @@ def answer(study: Any, pairs: Comparisons | None = None) -> Answer:
         return Answer(pick, pick, found, home, "")
     chosen = decide(found, margin, cost, pick, pick.bounds)
     seed = found.rows[0].candidate
-    test = take_home_versus_seed({cid: run.correct for cid, run in home.items()},
-                                 chosen.candidate, seed)
-    return Answer(dataclasses.replace(chosen, test=test), pick, found, home, "")
+    if chosen.candidate is None:
+        return Answer(chosen, pick, found, home, "")
+    kept = take_home_choice(chosen.candidate, home.get(chosen.candidate.id))
+    mine = kept.test_correct if kept.run is not None else pairs.test.get(chosen.candidate.id)
+    theirs = pairs.test.get(seed.id)
+    test = (paired.compare(mine, theirs) if chosen.candidate.id != seed.id or
+            kept.run is not None else None) if paired.comparable(mine, theirs) else None
+    return Answer(dataclasses.replace(chosen, test=test), pick, found, home, "", kept)

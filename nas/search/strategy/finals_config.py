@@ -16,14 +16,15 @@ from typing import Any
 
 from nas import schema
 
-STARTS = ("scratch", "weights")
+STARTS = ("auto", "scratch", "weights")
 
 
 @dataclasses.dataclass(frozen=True)
 class FinalsConfig:
-    # The finalists: the `k` cheapest candidates whose validation interval against the
-    # seed does not already rule them out at the margin, plus the most accurate one. 0: no
-    # finals (the recommendation is read from the search alone).
+    # The finalists: the `k` cheapest candidates on the validation front (accuracy against
+    # the recommendation's cost) whose interval against the seed does not already rule them
+    # out at the margin, plus the most accurate one. 0: no finals (the recommendation is
+    # read from the search alone).
     k: int = 2
     repeats: int = 1  # trainings per architecture, each with its own init and data order
     # With fewer training images than `cv_below`, each repeat is a `folds`-fold
@@ -31,15 +32,21 @@ class FinalsConfig:
     # fold); otherwise the validation split alone decides.
     folds: int = 3
     cv_below: int = 20_000
-    # Epochs of every finals training (0: the seed's from-scratch recipe, one round of
-    # `search.seed_epochs`, else `train.total_epochs`). A user with more compute raises it.
+    # Epochs of every finals training. 0: the seed's rule. From scratch, as many epochs as
+    # the seed trained in the search (all its rounds): a shorter run ranks how fast an
+    # architecture starts to learn, not what it reaches. From weights, one round of
+    # `search.seed_epochs` (else `train.total_epochs`) on top of the most trained lineage.
     epochs: float = 0.0
     # "scratch": every architecture trains from a fresh initialization (compares
-    # architectures). "weights": for a seed that came trained, each trains on from its own
-    # weights until all have had the same epochs in total.
-    start: str = "scratch"
-    # Train the recommendation and the seed once more on train plus validation (the model
-    # you take home, `export --id=recommended`), with its test accuracy reported.
+    # architectures). "weights": each trains on from its own weights until all have had
+    # the same epochs in total. "auto": "weights" when the seed arrived trained (its
+    # search training gives no epoch count a retrain from scratch could copy), else
+    # "scratch".
+    start: str = "auto"
+    # Train the recommended architecture once more as the search trained (its training
+    # split, its validation split held out, the finals' epochs), and take home whichever of
+    # that model and the search's own weights of it is more accurate on validation
+    # (`export --id=recommended`); test accuracy is reported only.
     take_home: bool = True
 
     @classmethod
@@ -58,7 +65,7 @@ FINALS_SCHEMA: dict[str, schema.Field] = {
     "repeats": schema.positive(),
     "folds": schema.positive(expected="(1: the validation split alone)"),
     "cv_below": schema.at_least(0, expected="(training images below which folds apply)"),
-    "epochs": schema.at_least(0, float, expected="(0: the seed's epochs)"),
+    "epochs": schema.at_least(0, float, expected="(0: the seed's rule)"),
     "start": schema.one_of(*STARTS),
     "take_home": schema.Field(bool),
 }
@@ -84,13 +91,26 @@ class Recipe:
 
 
 def recipe(finals: FinalsConfig, train: Mapping[str, Any], search: Mapping[str, Any],
-           training_images: int) -> Recipe:
+           training_images: int, seed: Mapping[str, Any] | None = None) -> Recipe:
     """The finals' recipe for a search whose training split (validation included) holds
-    `training_images` images. Starting from weights never cross-validates: the weights
-    were trained on the folds that would be held out."""
-    epochs = finals.epochs or float(search.get("seed_epochs") or 0.0) or \
-        float(train.get("total_epochs") or 1.0)
-    folds = finals.folds if (finals.start == "scratch" and training_images < finals.cv_below
+    `training_images` images and whose seed ended with `seed` (its metrics; None: not
+    known, the round's epochs apply). Starting from weights never cross-validates: the
+    weights were trained on the folds that would be held out."""
+    start = finals.start
+    if start == "auto":
+        start = "weights" if seed is not None and arrived_trained(seed) else "scratch"
+    one_round = float(search.get("seed_epochs") or 0.0) or float(train.get("total_epochs")
+                                                                  or 1.0)
+    seed_epochs = float((seed or {}).get("epochs") or 0.0)
+    epochs = finals.epochs or (seed_epochs if start == "scratch" and seed_epochs else one_round)
+    folds = finals.folds if (start == "scratch" and training_images < finals.cv_below
                              and not search.get("validation_split")) else 1
-    return Recipe(float(epochs), int(folds), finals.start, int(train.get("seed", 0) or 0),
+    return Recipe(float(epochs), int(folds), start, int(train.get("seed", 0) or 0),
                   int(search.get("seed", 0) or 0))
+
+
+def arrived_trained(seed: Mapping[str, Any]) -> bool:
+    """Whether the seed's rounds found it trained as it arrived (`nas.train.rounds`):
+    its first evaluation already within `min_gain` of its round's end."""
+    return bool(seed.get("arrived_trained")) or str(seed.get("rounds_stopped", "")
+                                                    ).startswith("it arrived trained")

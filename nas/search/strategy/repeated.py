@@ -1,28 +1,36 @@
-"""Paired comparison of two architectures trained several times on the same examples.
+"""Paired comparison of architectures trained several times on the same examples.
 
 Why: in the finals (`nas.search.execution.finals`) each architecture is trained `repeats`
 times (different initialization and data order; with cross-validation, different folds),
 and every training predicts every example once. Two sources of noise then move the
 difference of accuracies: which examples we happened to have (the same for both, so they
-pair) and which training run we happened to get (a whole run is lucky or not, for every
-example at once). One run's interval (Tango's, `paired`) sees only the first.
+pair) and which training run we happened to get. One run's interval (Tango's, `paired`)
+sees only the first.
 
-The interval here adds the two parts. The example part is the variance of the per-example
-mean differences (across repeats) over the number of examples, read at a t quantile; like
-the add-one adjustments for paired proportions, one pseudo-example won by each side keeps
-it from vanishing when the two never disagree. The run part treats each training run (a
-repeat, or a fold of a repeat under cross-validation) as a cluster: the variance of the
-runs' mean differences over the number of runs, read at a t quantile with runs - 1
-degrees of freedom. That spread still holds the examples' own noise, so the run part
-counts some of it twice: conservative, and deliberately so. Subtracting it (a moment
-estimate) left the run part at zero too often with two to six runs, and coverage fell to
-0.89. With a single run (one repeat, no folds) the run part is not seen at all.
-Coverage is checked by simulation at small counts in `tests/search/test_repeated_interval.py`.
+The variance of the mean difference here has two parts. The example part is the variance
+of the per-example mean differences (across repeats) over the number of examples; like the
+add-one adjustments for paired proportions, one pseudo-example won by each side keeps it
+from vanishing when the two never disagree. It already holds the noise of which examples a
+run happens to get right, since every run predicts its examples once. The run part is what
+is left: how much a whole run is lucky or not for every example it predicts. Per run (a
+repeat, or a fold of a repeat), the spread of the runs' mean differences is their examples'
+variance plus this run variance, so the run variance is estimated as the excess of the one
+over the other (`run_noise`). With three folds, one comparison gives it two degrees of
+freedom, and a t quantile of 4.3 on it leaves no power to find a finalist non-inferior.
+So the finals pool the excess over every comparison of their table (each finalist against
+the seed: the same folds, the same recipe, so the same kind of run luck), and the whole
+interval reads a t quantile at the pooled run part's degrees of freedom. That quantile,
+not one from the Satterthwaite degrees of freedom of the two parts, is what kept coverage
+at 95 % when the run part is large and its estimate small (truncated at 0) by chance.
+Coverage and power are checked by simulation at the finals' counts, with training noise
+of both kinds, in `tests/search/test_repeated_interval.py`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Sequence
 
 import numpy as np
 from scipy import stats
@@ -30,24 +38,43 @@ from scipy import stats
 from nas.search.strategy.paired import Paired
 
 
+@dataclasses.dataclass(frozen=True)
+class RunNoise:
+    """The variance of one training run's mean difference beyond its examples' noise
+    (`variance`), estimated with `df` degrees of freedom."""
+
+    variance: float
+    df: int
+
+
+def run_noise(comparisons: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray | None]]
+              ) -> RunNoise:
+    """The run part pooled over `comparisons`, each (a, b, runs) as `compare_repeated`
+    takes them: the mean over comparisons of (variance of the runs' mean differences less
+    the mean of their examples' variances), at least 0."""
+    excess, df = [], 0
+    for a, b, runs in comparisons:
+        d, runs = _difference(a, b, runs)
+        means, within = _per_run(d, runs)
+        if len(means) > 1:
+            excess.append(float(np.var(means, ddof=1)) - float(np.mean(within)))
+            df += len(means) - 1
+    return RunNoise(max(0.0, float(np.mean(excess))) if excess else 0.0, df)
+
+
 def compare_repeated(a: np.ndarray, b: np.ndarray, runs: np.ndarray | None = None,
-                     level: float = 0.95) -> Paired:
+                     level: float = 0.95, noise: RunNoise | None = None) -> Paired:
     """a against b: boolean (repeats, examples) arrays of which examples each run got
     right, repeat r of a paired with repeat r of b (same seeds, same folds). `runs`
     (repeats, examples) names the training run (the fold) that predicted each example in
-    its repeat; None: one run per repeat. The result's `n` counts predictions (repeats x
-    examples); `only_a`, `only_b` the disagreements."""
+    its repeat; None: one run per repeat. `noise`: the run part pooled over a table
+    (`run_noise`); None: from this comparison alone. The result's `n` counts predictions
+    (repeats x examples); `only_a`, `only_b` the disagreements."""
     a = np.atleast_2d(np.asarray(a, dtype=bool))
     b = np.atleast_2d(np.asarray(b, dtype=bool))
-    if a.shape != b.shape or a.size == 0:
-        raise ValueError(f"paired repeats need equal non-empty shapes, got {a.shape} and "
-                         f"{b.shape}")
-    repeats, n = a.shape
-    runs = np.zeros(a.shape, np.int64) if runs is None else np.asarray(runs, np.int64)
-    if runs.shape != a.shape:
-        raise ValueError(f"runs has shape {runs.shape}, expected {a.shape}")
-    d = a.astype(np.float64) - b.astype(np.float64)
-    low, high = _interval(d, runs, level, pseudo=(1.0, -1.0))
+    d, runs = _difference(a, b, runs)
+    noise = noise if noise is not None else run_noise([(a, b, runs)])
+    low, high = _interval(d, runs, level, (1.0, -1.0), noise)
     return Paired(float(d.mean()), max(-1.0, low), min(1.0, high), int(a.size),
                   int(np.count_nonzero(a & ~b)), int(np.count_nonzero(~a & b)))
 
@@ -55,33 +82,54 @@ def compare_repeated(a: np.ndarray, b: np.ndarray, runs: np.ndarray | None = Non
 def accuracy_interval(a: np.ndarray, runs: np.ndarray | None = None, level: float = 0.95
                       ) -> Paired:
     """One architecture's accuracy over its repeats (`difference`: the mean, `low`, `high`
-    its interval), by the same two-part variance: `a` and `runs` as `compare_repeated`
-    takes them."""
+    its interval), by the same two-part variance (its own runs' excess): `a` and `runs` as
+    `compare_repeated` takes them."""
     a = np.atleast_2d(np.asarray(a, dtype=bool))
     runs = np.zeros(a.shape, np.int64) if runs is None else np.asarray(runs, np.int64)
-    low, high = _interval(a.astype(np.float64), runs, level, pseudo=(1.0, 0.0))
+    x = a.astype(np.float64)
+    means, within = _per_run(x, runs)
+    excess = float(np.var(means, ddof=1)) - float(np.mean(within)) if len(means) > 1 else 0.0
+    noise = RunNoise(max(0.0, excess), len(means) - 1)
+    low, high = _interval(x, runs, level, (1.0, 0.0), noise)
     return Paired(float(a.mean()), max(0.0, low), min(1.0, high), int(a.size), 0, 0)
 
 
-def _interval(d: np.ndarray, runs: np.ndarray, level: float, pseudo: tuple[float, float]
-              ) -> tuple[float, float]:
-    """(low, high) around d's mean: the example part (with `pseudo` examples added) and
-    the run part, each at its own t quantile."""
+def _difference(a: np.ndarray, b: np.ndarray, runs: np.ndarray | None
+                ) -> tuple[np.ndarray, np.ndarray]:
+    a = np.atleast_2d(np.asarray(a, dtype=bool))
+    b = np.atleast_2d(np.asarray(b, dtype=bool))
+    if a.shape != b.shape or a.size == 0:
+        raise ValueError(f"paired repeats need equal non-empty shapes, got {a.shape} and "
+                         f"{b.shape}")
+    runs = np.zeros(a.shape, np.int64) if runs is None else np.asarray(runs, np.int64)
+    if runs.shape != a.shape:
+        raise ValueError(f"runs has shape {runs.shape}, expected {a.shape}")
+    return a.astype(np.float64) - b.astype(np.float64), runs
+
+
+def _per_run(d: np.ndarray, runs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each training run's mean of `d` over its examples, and that mean's variance from
+    its examples alone."""
+    means, within = [], []
+    for r in range(d.shape[0]):
+        for run in np.unique(runs[r]):
+            x = d[r][runs[r] == run]
+            means.append(x.mean())
+            within.append(x.var(ddof=1) / x.size if x.size > 1 else 0.0)
+    return np.asarray(means), np.asarray(within)
+
+
+def _interval(d: np.ndarray, runs: np.ndarray, level: float, pseudo: tuple[float, float],
+              noise: RunNoise) -> tuple[float, float]:
+    """(low, high) around d's mean: the example part (with `pseudo` examples added) plus
+    the run part, read at a t quantile with the run part's degrees of freedom (the
+    examples' own where there is no run part to estimate, a single run)."""
     n = d.shape[1]
     per_example = np.concatenate([d.mean(axis=0), pseudo])
-    var_examples = float(per_example.var(ddof=1)) / n
-    var_runs, clusters = _run_variance(d, runs)
-    q = 0.5 + level / 2
-    half = math.hypot(float(stats.t.ppf(q, n)) * math.sqrt(var_examples),
-                      float(stats.t.ppf(q, max(1, clusters - 1))) * math.sqrt(var_runs))
+    examples_var = float(per_example.var(ddof=1)) / n
+    sizes = np.asarray([np.count_nonzero(runs[r] == run) for r in range(d.shape[0])
+                        for run in np.unique(runs[r])], dtype=np.float64)
+    runs_var = noise.variance * float(np.sum((sizes / sizes.sum()) ** 2))
+    df = noise.df if noise.df > 0 else n
+    half = float(stats.t.ppf(0.5 + level / 2, df)) * math.sqrt(examples_var + runs_var)
     return float(d.mean()) - half, float(d.mean()) + half
-
-
-def _run_variance(d: np.ndarray, runs: np.ndarray) -> tuple[float, int]:
-    """(variance of the mean difference from the spread of the training runs' mean
-    differences, number of runs)."""
-    means = [d[r][runs[r] == run].mean() for r in range(d.shape[0])
-             for run in np.unique(runs[r])]
-    if len(means) < 2:
-        return 0.0, len(means)
-    return float(np.var(means, ddof=1)) / len(means), len(means)
