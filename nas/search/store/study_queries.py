@@ -84,9 +84,16 @@ class StudyQueries(StudyRows):
             return [self._get(c, i) for i in ids]
 
     def last_id(self) -> int:
-        """The newest candidate's id, 0 in an empty study (one primary-key lookup)."""
+        """The newest id given to a candidate, 0 in an empty study (a refused child's
+        included: its row left the table, its id is not given again). Why not the largest
+        id in the table: the driver's next proposal reads results by id
+        (`search.pipeline_depth`), which must not depend on whether the newest child was
+        refused yet."""
         with self._db.read() as c:
-            return int(c.execute("SELECT MAX(id) FROM candidates").fetchone()[0] or 0)
+            newest = int(c.execute("SELECT MAX(id) FROM candidates").fetchone()[0] or 0)
+            given = c.execute("SELECT seq FROM sqlite_sequence WHERE name='candidates'"
+                              ).fetchone()
+        return max(newest, int(given[0]) if given else 0)
 
     def first_unfinished_id(self) -> int | None:
         """The oldest pending or running candidate's id; None when every one is finished.
