@@ -126,6 +126,13 @@ class StudyQueries(StudyRows):
                          user_costs={u: v for u, v in zip(users, row[10:], strict=True)
                                      if v is not None}) for row in rows]
 
+    def has_candidate(self, candidate_id: int) -> bool:
+        """Whether the study has a candidate `candidate_id` (a refused child's id has
+        none)."""
+        with self._db.read() as c:
+            return c.execute("SELECT 1 FROM candidates WHERE id=?",
+                             (int(candidate_id),)).fetchone() is not None
+
     def find(self, fingerprint: str) -> list[int]:
         """Ids of candidates with this fingerprint."""
         with self._db.read() as c:
