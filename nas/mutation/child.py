@@ -23,13 +23,14 @@ from nas.graph.serialize import blocks_to_list, graph_to_dict, graph_to_json
 from nas.graph.subgraph import SubgraphModel, SubgraphNode
 from nas.mutation.config import MutationConfig
 from nas.mutation.model_mutator import Builder, ModelMutator, NoChildFound, probe_inputs
+from nas.mutation.move_errors import MoveFailed, raised_as
 from nas.mutation.reversible import propose_reversible
 from nas.mutation.warm_start import copy_replaced
 from nas.properties.tensor_shapes import graph_shapes
 from nas.synthesis.base import verify_property
 from nas.synthesis.variables import build_variables
 
-__all__ = ["Child", "NoChildFound", "propose_child"]
+__all__ = ["Child", "MoveFailed", "NoChildFound", "propose_child"]
 
 
 @dataclass
@@ -141,13 +142,24 @@ def _net2net_child(graph: Graph, constants: Any, variables: Any, cfg: MutationCo
     except net2net.NotApplicable:
         return None
     parent = variables["params"]
-    same = {k for k, v in values["params"].items() if k in parent and all(
-        np.shape(a) == np.shape(parent[k].get(n)) for n, a in v.items())}
+    with raised_as(kind):
+        same = {k for k, v in values["params"].items()
+                if k in parent and _shapes(v) == _shapes(parent[k])}
+        fingerprint = fingerprint_at(child, consts, cfg.input_shape)
     return Child(graph=child, constants=consts, variables=values, inherited=same,
-                 new=set(values["params"]) - same,
-                 fingerprint=fingerprint_at(child, consts, cfg.input_shape), kind=kind,
+                 new=set(values["params"]) - same, fingerprint=fingerprint, kind=kind,
                  function_preserving=not shrink, host_graph=child, host_constants=consts,
                  seed=seed, seconds=time.monotonic() - start)
+
+
+def _shapes(entry: Any) -> Any:
+    """The shapes of an op's params: {name: shape} of its mapping, or the shape of the
+    array it holds directly (a PARAM op)."""
+    import numpy as np
+
+    if isinstance(entry, Mapping):
+        return {n: np.shape(a) for n, a in entry.items()}
+    return np.shape(entry)
 
 
 def propose_child(
@@ -172,6 +184,8 @@ def propose_child(
     the reasons when no child is found within `config.retries` attempts and
     `config.max_steps` synthesis steps (counts: the same seed gives the same child on any
     machine). `clock` serves only the wall-clock safety net `config.time_limit_s`.
+    Any other exception a move raises (a bug, a graph it was not written for) is raised as
+    `MoveFailed`, naming the move, the exception and where it was raised.
     """
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise ValueError(f"seed must be an int, got {seed!r}")
@@ -191,14 +205,18 @@ def propose_child(
             if moved is not None:
                 return moved
     if is_reversible(constants):  # the child must stay reversible
-        proposal = propose_reversible(graph, constants, cfg, rng, child_id)
+        with raised_as("reversible", NoChildFound):
+            proposal = propose_reversible(graph, constants, cfg, rng, child_id)
     else:
-        proposal = ModelMutator(cfg, rng, clock).propose(graph, constants, blocks, builder,
-                                                         child_id)
-    inputs = probe_inputs(proposal.graph, cfg.input_shape)
-    built = build_variables(proposal.graph, proposal.constants, inputs, variables, seed=seed)
-    if variables and proposal.kind == "subgraph" and not proposal.preserving:
-        copy_replaced(graph, proposal.spec, variables, built.variables)
+        with raised_as("block" if by_block else "subgraph", NoChildFound):
+            proposal = ModelMutator(cfg, rng, clock).propose(graph, constants, blocks,
+                                                             builder, child_id)
+    with raised_as(proposal.kind):
+        inputs = probe_inputs(proposal.graph, cfg.input_shape)
+        built = build_variables(proposal.graph, proposal.constants, inputs, variables,
+                                seed=seed)
+        if variables and proposal.kind == "subgraph" and not proposal.preserving:
+            copy_replaced(graph, proposal.spec, variables, built.variables)
     return Child(
         graph=proposal.graph,
         constants=proposal.constants,

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from nas.graph.ops import Graph, Op, OpType, canonical_name, new_graph, new_op
+from nas.mutation.move_errors import raised_as
 from nas.properties.tensor_shapes import graph_shapes
 
 # Ops between a widened layer and its consumer that act on each channel alone.
@@ -42,6 +43,14 @@ LINEAR = {OpType.CONV, OpType.DENSE}
 
 class NotApplicable(ValueError):
     """The move does not apply where it was asked (the op or its path is not supported)."""
+
+
+def copied(collection: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A variable collection whose entries a move may replace: each op's own mapping of
+    arrays copied, and an array an op holds directly (a PARAM op: a layer scale, a
+    position embedding) kept as it is (a move replaces such an array whole, never edits
+    it in place)."""
+    return {k: dict(v) if isinstance(v, Mapping) else v for k, v in (collection or {}).items()}
 
 
 def _consumers(graph: Graph) -> dict[str, list[Op]]:
@@ -105,8 +114,7 @@ def _layer(graph: Graph, constants: Mapping[str, Any], variables: Mapping[str, A
     params and batch statistics to change, and its kernel."""
     graph = fixed_widths(graph, constants, input_shape)
     path, nxt, flatten = widen_path(graph, name)
-    params = {k: dict(v) for k, v in variables["params"].items()}
-    stats = {k: dict(v) for k, v in (variables.get("batch_stats") or {}).items()}
+    params, stats = copied(variables["params"]), copied(variables.get("batch_stats"))
     return graph, path, nxt, flatten, params, stats, np.asarray(params[name]["kernel"])
 
 
@@ -182,7 +190,7 @@ def deepen(graph: Graph, constants: Mapping[str, Any], variables: Mapping[str, A
     outputs = [end if canonical_name(n) == tensor else n for n in graph.output_names]
     child = new_graph(graph.input_names, outputs, ops)
     eye = np.eye(channels, dtype=np.float32)
-    params = {k: dict(v) for k, v in variables["params"].items()}
+    params = copied(variables["params"])
     params[layer] = {"kernel": eye.reshape(1, 1, channels, channels) if len(shape) == 4
                      else eye, "bias": np.zeros(channels, np.float32)}
     out = {**{k: v for k, v in variables.items() if k != "params"}, "params": params}
@@ -264,13 +272,15 @@ def propose_shrink(graph: Graph, constants: Mapping[str, Any], variables: Mappin
     network (drawn evenly) scaled by 1/2, or by 1/4 one time in four, largest-norm units
     kept. Why mostly 1/2: the README's 8x8 model at 1/4 everywhere (0.13x FLOPs) ended 8
     points below its parent after fine-tuning, at 1/2 (0.48x) within 1 (issue 51)."""
-    names = widenable(graph)
-    if not names:
-        raise NotApplicable("shrink: no layer to narrow")
-    if rng.random() < 0.5:
-        names = [names[int(rng.integers(len(names)))]]
-    factor = 0.25 if rng.random() < 0.25 else 0.5
-    return ("shrink", *scale_widths(graph, constants, variables, names, factor, input_shape))
+    with raised_as("shrink", NotApplicable):
+        names = widenable(graph)
+        if not names:
+            raise NotApplicable("shrink: no layer to narrow")
+        if rng.random() < 0.5:
+            names = [names[int(rng.integers(len(names)))]]
+        factor = 0.25 if rng.random() < 0.25 else 0.5
+        return ("shrink", *scale_widths(graph, constants, variables, names, factor,
+                                        input_shape))
 
 
 def propose(graph: Graph, constants: Mapping[str, Any], variables: Mapping[str, Any],
@@ -279,15 +289,18 @@ def propose(graph: Graph, constants: Mapping[str, Any], variables: Mapping[str, 
     """(kind "widen" or "deepen", graph, constants, variables) of one Net2Net move drawn
     with `rng`: a widenable layer 1.5x or 2x as wide, or an identity layer after a drawn
     op. NotApplicable when neither move applies."""
-    widths, deeps = widenable(graph), deepenable(graph)
+    with raised_as("net2net", NotApplicable):
+        widths, deeps = widenable(graph), deepenable(graph)
     if not widths and not deeps:
         raise NotApplicable("net2net: no layer to widen and no place to deepen")
     if widths and (not deeps or rng.random() < 0.5):
         name = widths[int(rng.integers(len(widths)))]
-        old = int(np.asarray(variables["params"][name]["kernel"]).shape[-1])
-        factor = (1.5, 2.0)[int(rng.integers(2))]
-        child = widen(graph, constants, variables, name, max(old + 1, int(old * factor)), rng,
-                      input_shape)
+        with raised_as("widen", NotApplicable):
+            old = int(np.asarray(variables["params"][name]["kernel"]).shape[-1])
+            factor = (1.5, 2.0)[int(rng.integers(2))]
+            child = widen(graph, constants, variables, name, max(old + 1, int(old * factor)),
+                          rng, input_shape)
         return ("widen", *child)
     after = deeps[int(rng.integers(len(deeps)))]
-    return ("deepen", *deepen(graph, constants, variables, after, prefix, input_shape))
+    with raised_as("deepen", NotApplicable):
+        return ("deepen", *deepen(graph, constants, variables, after, prefix, input_shape))

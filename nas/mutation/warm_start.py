@@ -42,7 +42,11 @@ def copy_replaced(parent: Graph, spec: Sequence[Any], parent_variables: Mapping[
     return copied
 
 
-def _same_shapes(mine: Mapping[str, Any] | None, theirs: Mapping[str, Any] | None) -> bool:
+def _same_shapes(mine: Any, theirs: Any) -> bool:
+    """Whether two ops' params have the same names, shapes and dtypes (an array an op holds
+    directly, a PARAM op's, is never copied: synthesis makes no such op)."""
+    if not isinstance(mine, Mapping) or not isinstance(theirs, Mapping):
+        return False
     if not mine or not theirs or set(mine) != set(theirs):
         return False
     return all(np.shape(mine[k]) == np.shape(theirs[k]) and

@@ -153,6 +153,27 @@ class NnxCNN(nnx.Module):
         return self.head(x)
 
 
+class NnxConvNeXt(nnx.Module):
+    """A ConvNeXt-style block: a depthwise 7x7 conv, layer norm, an inverted GELU MLP and a
+    layer scale held directly by the module (an `nnx.Param`, not inside a layer), added
+    back to the block's input."""
+
+    def __init__(self, num_classes: int = 10, width: int = 8, *, rngs: nnx.Rngs):
+        self.stem = nnx.Conv(3, width, (4, 4), strides=(4, 4), padding="VALID", rngs=rngs)
+        self.dw = nnx.Conv(width, width, (7, 7), feature_group_count=width, rngs=rngs)
+        self.norm = nnx.LayerNorm(width, rngs=rngs)
+        self.up = nnx.Linear(width, 4 * width, rngs=rngs)
+        self.down = nnx.Linear(4 * width, width, rngs=rngs)
+        self.gamma = nnx.Param(jnp.full((width,), 0.5))
+        self.head = nnx.Linear(width, num_classes, rngs=rngs)
+
+    def __call__(self, x):
+        x = self.stem(x)
+        y = self.down(nnx.gelu(self.up(self.norm(self.dw(x)))))
+        x = x + self.gamma * y
+        return self.head(jnp.mean(nnx.relu(x), axis=(1, 2)))
+
+
 class LinenBranches(nn.Module):
     """Concatenation and the activations the ops branch adds (relu6, hard swish, tanh,
     leaky relu, elu, exact gelu)."""
@@ -217,7 +238,7 @@ class CountsItsCalls(nn.Module):
 
 
 LINEN = {"resnet": LinenResNet, "mobile": LinenMobile, "branches": LinenBranches}
-NNX = {"vit": NnxViT, "mixer": NnxMixer, "cnn": NnxCNN}
+NNX = {"vit": NnxViT, "mixer": NnxMixer, "cnn": NnxCNN, "convnext": NnxConvNeXt}
 
 
 def build(name: str):

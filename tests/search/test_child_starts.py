@@ -72,8 +72,9 @@ def test_a_childs_start_is_recorded_next_to_its_parents(tmp_path, search_config)
 
 def test_a_child_that_cannot_fit_its_parent_is_refused_before_it_trains(tmp_path,
                                                                          search_config):
-    """search.fit.max_error: a fit error above it fails the child with one line."""
-    config = search_config(max_candidates=3, seed_epochs=0.1,
+    """search.fit.max_error: a fit error above it refuses the child with one line; with
+    search.max_refusals=0 the refused child fails as a candidate."""
+    config = search_config(max_candidates=3, seed_epochs=0.1, max_refusals=0,
                            fit={"steps": 2, "batches": 1, "batch_size": 8,
                                 "bn_batch_size": 16, "max_error": 1e-9})
     config.train.total_epochs = 0.1
@@ -83,5 +84,6 @@ def test_a_child_that_cannot_fit_its_parent_is_refused_before_it_trains(tmp_path
     for child in fitted:
         assert child.status == "failed" and "search.fit.max_error=1e-09" in child.error
         assert "cannot start near its parent" in child.error
+        assert "(search.max_refusals=0)" in child.error
     with pytest.raises(ValueError, match="search.fit.max_error"):
         validate_search(search_config(fit={"max_error": -1.0}))

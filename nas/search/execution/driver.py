@@ -251,12 +251,16 @@ class Driver:
         They are `nas.search.strategy.population.Finished` rows (id, parent, accuracy, costs,
         validation size; no graph), read once each: a proposal costs a few indexed
         queries however large the study (`Study.get` gives a whole candidate)."""
-        bound = max(1, self.study.last_id() + 1 - int(self.search.pipeline_depth))
-        return self._done.population(bound)
+        return self._done.population(self.read_through())
+
+    def read_through(self) -> int:
+        """The newest id the next proposal reads: the next id - `search.pipeline_depth`
+        (the seed at least). Refused children's ids count (`Study.last_id`)."""
+        return max(1, self.study.last_id() + 1 - int(self.search.pipeline_depth))
 
     def propose(self) -> int | None:
         """Adds one mutated child of a selected parent; None if this proposal failed."""
-        from nas.mutation import NoChildFound, propose_child
+        from nas.mutation import MoveFailed, NoChildFound, propose_child
         from nas.train.fit import ConstantOutputError
 
         done = self.population()
@@ -281,6 +285,7 @@ class Driver:
         if variables is None:  # just marked unusable: the same proposal from the others
             return self.propose()
         blocks, builder, args = self.parent_blocks(parent)
+        child = None
         try:
             child = propose_child(graph, constants, variables, seed=child_seed,
                                   config=self.mutation, blocks=blocks, builder=builder)
@@ -298,6 +303,9 @@ class Driver:
             child_blocks = None
             if args is not None and child.blocks is not None:  # built by the zoo builder
                 child_blocks = blocks_lib.blocks_record(args, child.blocks)
+            # a child refused at its start gives its slot to this one (the oldest such
+            # slot among the results this proposal reads: counts decide, not timing)
+            slot = self.study.open_refusal(self.read_through())
             child_id = self.study.add(
                 child.graph_json(), parent_id=parent.id,
                 generation=parent.generation + 1, seed=child_seed,
@@ -306,10 +314,18 @@ class Driver:
                 inheritance={"kind": child.kind, "inherited": sorted(child.inherited),
                              "new": sorted(child.new), "init_path": init,
                              **({"fit_pairs": fit_pairs} if fit_pairs else {}),
-                             **self.child_hparams(parent, k)},
-                state={"proposals": k + 1})
-        except (NoChildFound, DuplicateCandidateError, ChildTooLargeError,
-                ConstantOutputError) as e:
+                             **self.child_hparams(parent, k), "proposal": k,
+                             **({"slot_refusals": slot.slot_refusals} if slot else {})},
+                state={"proposals": k + 1}, replaces=slot.id if slot else None)
+        except (MoveFailed, ConstantOutputError) as e:  # refused: recorded, and counted
+            stage = "move" if isinstance(e, MoveFailed) else "start"
+            kind = e.kind if isinstance(e, MoveFailed) else getattr(child, "kind", None)
+            cause = e.line if isinstance(e, MoveFailed) else f"{type(e).__name__}: {e}"
+            logging.warning("proposal %d from parent %d refused: %s", k, parent.id, cause)
+            self.study.record_refusal(stage=stage, cause=cause, kind=kind, proposal=k,
+                                      parent_id=parent.id, state={"proposals": k + 1})
+            return None
+        except (NoChildFound, DuplicateCandidateError, ChildTooLargeError) as e:
             logging.info("proposal %d from parent %d failed: %s", k, parent.id, e)
             self.study.set_state("proposals", k + 1)
             return None
@@ -616,7 +632,10 @@ class Driver:
         not finish it). StopSearch passes through: it ends the run."""
         if not self._callbacks:
             return
-        candidate = self.study.get(candidate_id)
+        try:
+            candidate = self.study.get(candidate_id)
+        except ValueError:  # refused at its start: no longer a candidate
+            return
         if candidate.status in FINISHED:
             for callback in self._callbacks:
                 callback(candidate)

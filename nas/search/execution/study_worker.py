@@ -127,7 +127,8 @@ def run_worker(workdir: str | Path, candidate_id: int | None = None, *, wait_s: 
             continue
         logging.info("%s: training candidate %d", worker, candidate.id)
         train_claimed(study, config, search, candidate, worker)
-        trained.append(study.get(candidate.id))
+        if study.has_candidate(candidate.id):  # else refused at its start: no longer a candidate
+            trained.append(study.get(candidate.id))
         idle_since = time.monotonic()
         if candidate_id is not None:
             return trained

@@ -211,6 +211,9 @@ def record_outcome(study: Study, outcome: Outcome, worker: str | None = None,
                         worker)
         return
     if outcome.error is not None:
+        if refused_at_start(outcome.error) and record_refusal(study, cid, outcome.error,
+                                                             worker):
+            return
         logging.warning("candidate %d failed: %s", cid, outcome.error)
         study.fail(cid, outcome.error, infeasible=outcome.infeasible, worker=worker)
         return
@@ -228,6 +231,42 @@ def record_outcome(study: Study, outcome: Outcome, worker: str | None = None,
         study.tell(cid, metrics, checkpoint_path=path, worker=worker, rung_epochs=epochs)
     except ValueError as e:  # e.g. NaN metrics
         study.fail(cid, str(e), worker=worker)
+
+
+# What a child refused at its start raised (`nas.train.train.PoorStartError`,
+# `nas.train.fit.PoorFitError`, `nas.train.fit.ConstantOutputError`), as the first word of
+# the one-line cause that every executor (processes, Ray, external workers) carries back.
+REFUSED_AT_START = ("PoorStartError", "PoorFitError", "ConstantOutputError")
+
+
+def refused_at_start(error: str) -> bool:
+    """Whether a task's one-line error says its child could not start near its parent."""
+    return error.split(":", 1)[0].strip() in REFUSED_AT_START
+
+
+def record_refusal(study: Study, candidate_id: int, error: str, worker: str | None) -> bool:
+    """Records a child refused at its start (`Study.refuse`) and deletes what it left on
+    disk (its starting weights, its training folder). False when it was not refused: its
+    slot had `search.max_refusals` refusals (it failed, naming the cause), or `worker` no
+    longer holds it."""
+    import shutil
+
+    try:
+        saved = (study.get(candidate_id).inheritance or {}).get("init_path")
+        refusal = study.refuse(candidate_id, error, worker=worker)
+        if refusal is None:
+            after = study.get(candidate_id)
+            if after.status == "failed":  # its slot failed, with the cause
+                logging.warning("candidate %d failed: %s", candidate_id, after.error)
+            return after.status == "failed"
+    except ValueError:  # refused already (by the worker that held it before): gone
+        return True
+    logging.info("candidate %d refused at its start (%s; its slot's refusal %d): %s",
+                 candidate_id, refusal.kind, refusal.slot_refusals, error)
+    for path in (saved, candidate_dir(str(study.workdir), candidate_id)):
+        if path:
+            shutil.rmtree(path, ignore_errors=True)
+    return True
 
 
 def record_rung(study: Study, outcome: Outcome, rung: int, epochs: float, rungs: RungPlan,

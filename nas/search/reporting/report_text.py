@@ -63,6 +63,7 @@ def summary(study: Study, k: int = 5, *, candidates: Sequence[Candidate] | None 
     lines = [
         f"study {study.workdir}: " + ", ".join(f"{s} {counts[s]}" for s in STATUSES),
     ]
+    lines += refusal_lines(study)
     rungs = study.rung_counts()
     if rungs:  # multi-fidelity: results per rung, and the children stopped at one
         lines.append("rungs: " + ", ".join(f"{e:g} epochs {n} result(s)"
@@ -125,6 +126,26 @@ def summary(study: Study, k: int = 5, *, candidates: Sequence[Candidate] | None 
             and found.take_home.candidate.id == rec.candidate.id)
     lines += recommend.recommendation_lines(rec, study.workdir, take_home=home)
     return "\n".join(lines)
+
+
+def refusal_lines(study: Study) -> list[str]:
+    """The refused proposals, by move kind: children that could not start near their
+    parent (not candidates: others were proposed in their place), and moves that raised,
+    with the last one's cause; none when nothing was refused."""
+    counts = study.refusal_counts()
+    lines = []
+    for stage, label in (("start", "proposals refused at their start"),
+                         ("move", "proposals whose move raised")):
+        kinds = counts.get(stage) or {}
+        if not kinds:
+            continue
+        ranked = sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0]))
+        line = (f"{label}: {sum(kinds.values())} (kinds: "
+                + ", ".join(f"{k} {n}" for k, n in ranked) + ")")
+        if stage == "move":
+            line += f"; the last: {study.refusals('move')[-1].cause}"
+        lines.append(line)
+    return lines
 
 
 def val_accuracy_text(c: Candidate) -> str:

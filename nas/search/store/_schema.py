@@ -123,14 +123,32 @@ CREATE TABLE IF NOT EXISTS examples (
     PRIMARY KEY (candidate_id, split)
 );
 """
-ADDED_TABLES = {"examples": EXAMPLES}
+# Refused proposals (`nas.search.store.study_refusals`): added like `examples`, so an
+# older study gets the table when opened; older code ignores it.
+REFUSALS = """
+CREATE TABLE IF NOT EXISTS refusals (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    proposal INTEGER,
+    candidate_id INTEGER,
+    parent_id INTEGER,
+    kind TEXT,
+    stage TEXT NOT NULL CHECK (stage IN ('start', 'move')),
+    cause TEXT NOT NULL,
+    slot_refusals INTEGER NOT NULL DEFAULT 0,
+    replaced_by INTEGER,
+    worker TEXT,
+    recorded_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS refusals_open ON refusals(replaced_by, candidate_id);
+"""
+ADDED_TABLES = {"examples": EXAMPLES, "refusals": REFUSALS}
 
 SCHEMA = """
 CREATE TABLE meta (
     key TEXT PRIMARY KEY,
     value TEXT NOT NULL
 );
-""" + CANDIDATES + RUNGS + EXAMPLES + "".join(
+""" + CANDIDATES + RUNGS + EXAMPLES + REFUSALS + "".join(
     f"CREATE INDEX {name} ON {target};\n" for name, target in ADDED_INDEXES.items())
 
 

@@ -15,8 +15,9 @@ Typical use (the driver and any external worker share the workdir):
 
 `Study` is split by what it does, each part a mixin over `study_rows.StudyRows` (one
 object, one connection, every method where it was): `study_writes` (new candidates,
-results, failures, state), `study_leases` (claims), `study_queries` (reads),
-`study_examples` (per-example results); this module opens, creates and configures it.
+results, failures, state), `study_refusals` (refused proposals), `study_leases` (claims),
+`study_queries` (reads), `study_examples` (per-example results); this module opens,
+creates and configures it.
 """
 
 from __future__ import annotations
@@ -42,16 +43,17 @@ from nas.search.store.study_leases import (
     default_worker,
 )
 from nas.search.store.study_queries import StudyQueries
-from nas.search.store.study_writes import Decide, DuplicateCandidateError, StudyWrites
+from nas.search.store.study_refusals import Refusal, StudyRefusals
+from nas.search.store.study_writes import Decide, DuplicateCandidateError
 
 __all__ = ["DB_NAME", "DEFAULT_LEASE_S", "DEFAULT_MAX_ATTEMPTS", "EXAMPLE_SPLITS", "Candidate",
-           "Decide", "DuplicateCandidateError", "Study", "StudyNotFoundError",
+           "Decide", "DuplicateCandidateError", "Refusal", "Study", "StudyNotFoundError",
            "default_worker", "split_examples"]
 
 DB_NAME = "study.db"
 
 
-class Study(StudyWrites, StudyLeases, StudyQueries, StudyExamples):
+class Study(StudyRefusals, StudyLeases, StudyQueries, StudyExamples):
     """A search's candidates and state in `<workdir>/study.db`. Use create/load/open."""
 
     def __init__(self, workdir: str | os.PathLike, *, _token: object = None,

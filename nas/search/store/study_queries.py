@@ -84,9 +84,16 @@ class StudyQueries(StudyRows):
             return [self._get(c, i) for i in ids]
 
     def last_id(self) -> int:
-        """The newest candidate's id, 0 in an empty study (one primary-key lookup)."""
+        """The newest id given to a candidate, 0 in an empty study (a refused child's
+        included: its row left the table, its id is not given again). Why not the largest
+        id in the table: the driver's next proposal reads results by id
+        (`search.pipeline_depth`), which must not depend on whether the newest child was
+        refused yet."""
         with self._db.read() as c:
-            return int(c.execute("SELECT MAX(id) FROM candidates").fetchone()[0] or 0)
+            newest = int(c.execute("SELECT MAX(id) FROM candidates").fetchone()[0] or 0)
+            given = c.execute("SELECT seq FROM sqlite_sequence WHERE name='candidates'"
+                              ).fetchone()
+        return max(newest, int(given[0]) if given else 0)
 
     def first_unfinished_id(self) -> int | None:
         """The oldest pending or running candidate's id; None when every one is finished.
@@ -118,6 +125,13 @@ class StudyQueries(StudyRows):
                          val_bits=None if row[9] is None else bytes(row[9]),
                          user_costs={u: v for u, v in zip(users, row[10:], strict=True)
                                      if v is not None}) for row in rows]
+
+    def has_candidate(self, candidate_id: int) -> bool:
+        """Whether the study has a candidate `candidate_id` (a refused child's id has
+        none)."""
+        with self._db.read() as c:
+            return c.execute("SELECT 1 FROM candidates WHERE id=?",
+                             (int(candidate_id),)).fetchone() is not None
 
     def find(self, fingerprint: str) -> list[int]:
         """Ids of candidates with this fingerprint."""

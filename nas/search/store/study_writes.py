@@ -58,6 +58,7 @@ class StudyWrites(StudyRows):
         error: str | None = None,
         allow_duplicate: bool = False,
         state: Mapping[str, Any] | None = None,
+        replaces: int | None = None,
     ) -> int:
         """Record a new candidate and return its id.
 
@@ -68,6 +69,8 @@ class StudyWrites(StudyRows):
         training. `state` entries are saved with `set_state` in the same transaction, so
         the driver's RNG/counters always match the candidates they produced. `blocks` is
         any JSON value (the driver stores how to rebuild the architecture from blocks).
+        `replaces`: the id of the refused proposal (`Study.refusals`) this one takes the
+        place of, marked in the same transaction.
         """
         check_new_candidate(graph_json, status, fingerprint, seed)
         fields = {
@@ -106,6 +109,9 @@ class StudyWrites(StudyRows):
                 ),
             )  # fmt: skip
             c.executemany("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", state_rows)
+            if replaces is not None:
+                c.execute("UPDATE refusals SET replaced_by=? WHERE id=?",
+                          (int(cur.lastrowid), int(replaces)))
             return int(cur.lastrowid)
 
     def tell(

@@ -78,6 +78,10 @@ def execution_defaults() -> dict[str, Any]:
     }
 
 
+# `search.max_refusals`'s default: what a study's config without it reads (the store).
+MAX_REFUSALS = 8
+
+
 def search_defaults() -> ml_collections.ConfigDict:
     return ml_collections.ConfigDict({
         "seed": 0,
@@ -95,8 +99,13 @@ def search_defaults() -> ml_collections.ConfigDict:
         # train.total_epochs make on a small dataset (train.min_steps; 0: epochs decide)
         "min_child_steps": 0,
         # a child whose validation accuracy at its start (inherited and fitted weights) is
-        # more than this below its parent's is not trained: it fails with one line (0: off)
+        # more than this below its parent's is not trained: it is refused (0: off)
         "max_start_drop": 0.0,
+        # a child refused at its start (max_start_drop, fit.max_error, a constant output)
+        # is no candidate: the driver proposes another in its place, up to this many times
+        # per candidate slot; the next refusal fails the slot with its cause (0: a refused
+        # child fails as a candidate)
+        "max_refusals": MAX_REFUSALS,
         # every candidate logs its training loss and accuracy every this many steps, so its
         # report shows a curve, not one point (0: train.log_training_steps)
         "log_every_steps": 10,
@@ -150,6 +159,7 @@ SEARCH_SCHEMA: dict[str, schema.Field] = {
     "child_lr": schema.at_least(0, float, expected="(0: train.lr)"),
     "min_child_steps": schema.at_least(0, expected="(0: train.total_epochs decides)"),
     "max_start_drop": schema.Field(float, low=0.0, high=1.0),
+    "max_refusals": schema.at_least(0, expected="(0: a refused child fails its slot)"),
     "log_every_steps": schema.at_least(0, expected="(0: train.log_training_steps)"),
     "executor": schema.one_of(*EXECUTORS),
     "workers": schema.at_least(0, expected="(0: only external nas-search workers train)"),
