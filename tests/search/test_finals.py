@@ -16,18 +16,27 @@ import jax
 import numpy as np
 import pytest
 
+from nas.io import examples
 from nas.search.execution.driver import Driver
 from nas.search.execution.finals import Finals
 from nas.search.reporting.report import summary, write_report
 from nas.search.result import SearchResult
-from nas.search.store.finals import FinalsStore
-from nas.search.store.finals_table import answer, decide
-from nas.search.store.recommend import margin_pt, recommend_cost
-from nas.search.strategy.finals_config import FinalsConfig
+from nas.search.store.finals import FinalsStore, Run
+from nas.search.store.finals_table import (
+    answer,
+    choose_finalists,
+    decide,
+    on_front,
+    take_home_choice,
+)
+from nas.search.store.recommend import Comparisons, margin_pt, recommend_cost
+from nas.search.store.study import Study
+from nas.search.strategy.finals_config import FinalsConfig, recipe, trained_repeats
 from nas.train.checkpoint import load_variables
 from tests.search.conftest import ROOT, dump_dom, headless_browser, tiny_search_config
 
-FINALS = {"k": 1, "repeats": 1, "folds": 2, "epochs": 0.5}
+# epochs: the seed's (0.5, one round); one repeat however few degrees of freedom it leaves
+FINALS = {"k": 1, "repeats": 1, "folds": 2, "min_run_df": 0}
 
 
 def finals_config(**finals):
@@ -140,17 +149,152 @@ def test_the_report_page_shows_the_finals_table_in_a_browser(finished, tmp_path)
     assert "4 trainings" in probe["text"], probe["text"]
 
 
-def test_exported_recommendation_is_the_take_home_model(finished, tmp_path):
+def test_finals_train_as_long_as_the_seed_trained(finished):
+    """The seed's rule: every run trains the epochs of all the seed's rounds in the search,
+    from scratch; a seed that arrived trained gives no count, so they train on from weights."""
+    study = SearchResult.load(finished).study
+    seed = study.get(1)
+    configs = run_configs(finished)
+    assert {c["total_epochs"] for c in configs.values()} == {0.5}
+    assert seed.metrics.get("rounds", 1) * 0.5 == 0.5
+    search = finals_config().search.to_dict()
+    train = finals_config().train.to_dict()
+    three_rounds = recipe(FinalsConfig(), train, {**search, "seed_epochs": 3.0}, 1437,
+                          {"rounds": 3, "epochs": 9})
+    assert (three_rounds.epochs, three_rounds.start, three_rounds.folds) == (9.0, "scratch", 3)
+    arrived = recipe(FinalsConfig(), train, {**search, "seed_epochs": 3.0}, 1437,
+                     {"rounds": 1, "arrived_trained": True})
+    assert (arrived.epochs, arrived.start, arrived.folds) == (3.0, "weights", 1)
+    asked = recipe(FinalsConfig(epochs=5.0, start="scratch"), train, search, 1437,
+                   {"rounds": 1, "arrived_trained": True})
+    assert (asked.epochs, asked.start) == (5.0, "scratch")
+
+
+def test_a_lone_finalist_gets_the_repeats_its_interval_needs():
+    three_folds = FinalsConfig()
+    assert trained_repeats(three_folds, 1, 3) == 2  # 5 runs: 4 degrees of freedom
+    assert trained_repeats(three_folds, 2, 3) == 1  # 2 x 2
+    assert trained_repeats(FinalsConfig(repeats=3), 2, 3) == 3
+    assert trained_repeats(three_folds, 1, 1) == 1  # the validation split: as asked
+    assert trained_repeats(FinalsConfig(min_run_df=0), 1, 3) == 1
+
+
+def test_a_fold_is_scored_once_and_never_read_before(finished):
+    """Early stopping inside a fold never reads its held-out examples: a finals run trains
+    a fixed count of epochs, in one round, evaluated on its fold only at its end, and the
+    fold is what it does not train on."""
+    study = SearchResult.load(finished).study
+    config = finals_config()
+    finals = Finals(study, config.train, config.search)
+    from nas.train import data as data_lib
+
+    for run in FinalsStore(study.path).runs(kind="finals"):
+        task = finals.task(run)
+        assert task.rounds is None and task.min_start_accuracy is None
+        assert task.stop_epochs is None
+        train = task.train_config
+        assert train["eval"]["data"]["split"] == data_lib.FOLD
+        assert train["eval"]["every_epochs"] >= train["total_epochs"]
+        assert train["input"]["data"]["fold"] == run.fold
+        assert run.metrics["epochs"] == 1 and run.correct.size == run.positions.size
+
+
+def _run(name: str, accuracy: float, test_accuracy: float) -> Run:
+    return Run(name, 2, "home", 0, 0, "recipe", "done", np.arange(4),
+               np.array([True, True, False, True]),
+               {"accuracy": accuracy, "test_accuracy": test_accuracy}, None, None)
+
+
+def test_the_take_home_choice_reads_validation_never_test(finished):
+    study = SearchResult.load(finished).study
+    child = study.get(2)
+    searched = float(child.accuracy)
+    worse_on_test = take_home_choice(child, _run("home-2", searched + 0.01, 0.0))
+    assert worse_on_test.source == "retrain" and worse_on_test.run is not None
+    assert worse_on_test.metrics["test_accuracy"] == 0.0  # its own, however bad
+    better_on_test = take_home_choice(child, _run("home-2", searched - 0.01, 1.0))
+    assert better_on_test.source == "search" and better_on_test.run is None
+    tie = take_home_choice(child, _run("home-2", searched, 1.0))
+    assert tie.source == "search"
+    assert take_home_choice(child, None).source == "search"
+
+
+def _test_accuracy(loaded) -> float:
+    """The loaded model's accuracy on the test split, evaluated here."""
+    from nas.train import data as data_lib
+    from tests.search.conftest import TINY_IMAGE_SIZE
+
+    data = data_lib.make_eval_data("digits", "test", None, TINY_IMAGE_SIZE, 128, 1)
+    right = total = 0
+    for batch in data:
+        keep = batch["mask"] > 0
+        predicted = np.asarray(loaded(batch["image"])).argmax(-1)
+        right += int(np.sum((predicted == batch["label"]) & keep))
+        total += int(keep.sum())
+    return right / total
+
+
+def test_the_recommended_model_is_what_its_metrics_describe(finished, tmp_path):
+    """`result.recommended` holds the model taken home, and evaluated on test here it
+    scores the test accuracy it records (either way: search weights or the retrain)."""
+    import shutil
+
     result = SearchResult.load(finished)
     found = answer(result.study)
-    chosen = found.recommendation.candidate
-    home = found.home[chosen.id]
+    kept = found.take_home
+    assert kept is not None and kept.candidate.id == found.recommendation.candidate.id
     loaded = result.recommended
-    assert loaded.info["take_home"]["run"] == home.name
-    assert loaded.info["id"] == chosen.id
+    assert loaded.info["id"] == kept.candidate.id
+    assert loaded.metrics["accuracy"] == pytest.approx(kept.metrics["accuracy"])
+    assert _test_accuracy(loaded) == pytest.approx(loaded.metrics["test_accuracy"], abs=1e-9)
+    # a retrain more accurate on validation is the one taken home, with its own metrics
+    copy = tmp_path / "study"
+    shutil.copytree(finished, copy)
+    store = FinalsStore(str(copy / "study.db"))
+    home = next(r for r in store.runs(kind="home"))
+    store.record(home.name, metrics={**home.metrics, "accuracy": 1.0}, correct=home.correct,
+                 positions=home.positions, checkpoint_path=home.checkpoint_path)
+    store.close()
+    again = SearchResult.load(copy)
+    retrained = again.recommended
+    assert retrained.info["take_home"]["run"] == home.name
     expected = load_variables(home.checkpoint_path)
-    assert all(jax.tree.leaves(jax.tree.map(np.array_equal, loaded.variables["params"],
+    assert all(jax.tree.leaves(jax.tree.map(np.array_equal, retrained.variables["params"],
                                             expected["params"])))
+    assert retrained.metrics["test_accuracy"] == home.metrics["test_accuracy"]
+    assert _test_accuracy(retrained) == pytest.approx(home.metrics["test_accuracy"], abs=1e-9)
+    assert "taken home for candidate" in again.summary()
+
+
+def _front_study(path) -> Study:
+    """Seed 1 (0.90 at FLOPs 100); 2: 0.90 at 50 (on the front); 3: 0.88 at 60 (beaten
+    by 2, cheaper and as accurate); 4: 0.86 at 20 (the cheapest, on the front); 5: 0.95
+    at 120 (the most accurate)."""
+    n = 200
+    rng = np.random.default_rng(0)
+    seed_right = rng.random(n) < 0.9
+    study = Study.create(path, {"search": {"selection": {"noninferiority_pt": 5.0}}})
+    for parent, accuracy, flops in ((None, 0.90, 100.0), (1, 0.90, 50.0), (1, 0.88, 60.0),
+                                    (1, 0.86, 20.0), (1, 0.95, 120.0)):
+        right = seed_right.copy()
+        flip = rng.choice(n, 12, replace=False)
+        right[flip] = rng.random(12) < accuracy
+        cid = study.add(f'{{"graph": {flops}}}', parent_id=parent)
+        study.claim("w", cid)
+        study.tell(cid, {"accuracy": accuracy, "flops": flops, "params": flops,
+                         "val_examples": n, "val_correct": examples.to_text(right)},
+                   worker="w")
+    return study
+
+
+def test_finalists_are_the_cheapest_on_the_validation_front(tmp_path):
+    study = _front_study(tmp_path / "s")
+    done = study.candidates("done", with_graphs=False)
+    pairs = Comparisons.of(study)
+    chosen = [c.id for c in choose_finalists(done, pairs, 2, 5.0, "flops")]
+    assert chosen == [1, 4, 2, 5]  # seed, the front cheapest first, then the most accurate
+    assert 3 not in [c.id for c in choose_finalists(done, pairs, 4, 5.0, "flops")]
+    assert on_front(done, "flops") == {2, 4, 5}  # the seed is beaten by 2
 
 
 def test_a_second_call_trains_nothing(finished):

@@ -477,7 +477,7 @@ class Driver:
         finals ran (a resumed search with nothing left to do: no worker needs to start)."""
         counts = self.study.counts()
         return sum(counts[s] for s in FINISHED) >= int(self.search.max_candidates) and \
-            finals_finished(self.study)
+            finals_finished(self.study, dict(self.search.get("finals", {}) or {}))
 
     def run(self, progress: bool = True,
             callbacks: Sequence[Callable[[Any], Any]] = ()) -> Study:

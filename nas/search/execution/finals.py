@@ -21,6 +21,7 @@ cut short trains again from its own checkpoint.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import time
@@ -33,7 +34,7 @@ from tqdm.auto import tqdm
 from nas.io import examples
 from nas.search.execution.task import Executor, Outcome, Task
 from nas.search.store.finals import FinalsStore, Run, run_name
-from nas.search.store.finals_table import FINALS_STATE, answer, choose_finalists
+from nas.search.store.finals_table import FINALS_STATE, answer, choose_finalists, repeats_of
 from nas.search.store.recommend import (
     Comparisons,
     constraints,
@@ -43,7 +44,7 @@ from nas.search.store.recommend import (
 )
 from nas.search.store.study import Study
 from nas.search.strategy import splits
-from nas.search.strategy.finals_config import FinalsConfig, Recipe, recipe
+from nas.search.strategy.finals_config import FinalsConfig, Recipe, recipe, trained_repeats
 from nas.train import data as data_lib
 from nas.train.checkpoint import load_variables, save_variables
 
@@ -89,14 +90,19 @@ class Finals:
                                          margin_pt(config), recommend_cost(config),
                                          constraints(config))
             state = {**settings, "finalists": [c.id for c in finalists], "complete": False,
-                     "wall_s": float(state.get("wall_s", 0.0))}
+                     "wall_s": float(state.get("wall_s", 0.0)),
+                     "trained_repeats": trained_repeats(self.config, len(finalists) - 1,
+                                                        self.recipe.folds)}
+        if state.get("settings") != dataclasses.asdict(self.config):
+            state = {**state, "settings": dataclasses.asdict(self.config), "complete": False}
             self.study.set_state(FINALS_STATE, state)
+        repeats = repeats_of(state)
         self.store.plan((run_name("finals", cid, r, f), cid, "finals", r, f, key)
-                        for cid in state["finalists"] for r in range(self.config.repeats)
+                        for cid in state["finalists"] for r in range(repeats)
                         for f in range(self.recipe.folds))
         runs = self.store.runs(key, kind="finals")
         wanted = {run_name("finals", cid, r, f) for cid in state["finalists"]
-                  for r in range(self.config.repeats) for f in range(self.recipe.folds)}
+                  for r in range(repeats) for f in range(self.recipe.folds)}
         left = [r for r in runs if r.name in wanted and r.status == "pending"]
         if left or not self.config.take_home:
             return left

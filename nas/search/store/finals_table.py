@@ -300,7 +300,13 @@ def _acc(value: float | None) -> str:
     return "unmeasured" if value is None else f"{float(value):.4f}"
 
 
-FINALS_STATE = "finals"  # study state: {"recipe", "finalists", "repeats", "wall_s"}
+FINALS_STATE = "finals"  # study state: {"recipe", "finalists", "repeats", "wall_s", ...}
+
+
+def repeats_of(state: Mapping[str, Any]) -> int:
+    """The repeats the finals of `state` train (`trained_repeats`; an older study: those
+    asked)."""
+    return int(state.get("trained_repeats") or state["repeats"])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -316,14 +322,21 @@ class Answer:
     take_home: TakeHome | None = None  # what `--id=recommended` gives (None: no finals)
 
 
-def finals_finished(study: Any) -> bool:
+def finals_finished(study: Any, finals: Mapping[str, Any] | None = None) -> bool:
     """Whether the study needs no more finals training: they are off, or they ran to the
-    end (the driver marks it) for the candidates there are now."""
+    end (the driver marks it) for the candidates there are now and for these finals
+    settings (`finals`: a resumed search's `search.finals`, which may differ from the
+    stored ones; None: the stored ones)."""
     config = getattr(study, "config", None) or {}
-    if not FinalsConfig.from_dict((config.get("search") or {}).get("finals")).on:
+    given = finals if finals is not None else (config.get("search") or {}).get("finals")
+    wanted = FinalsConfig.from_dict(dict(given or {}))
+    if not wanted.on:
         return True
     state = study.get_state(FINALS_STATE, None) or {}
-    return bool(state.get("complete")) and state.get("candidates") == len(
+    ran = state.get("settings")
+    same = (ran == dataclasses.asdict(wanted) if ran is not None else  # an older study's
+            (state.get("k"), state.get("repeats")) == (wanted.k, wanted.repeats))
+    return bool(state.get("complete")) and same and state.get("candidates") == len(
         study.candidates("done", with_graphs=False))
 
 
@@ -343,7 +356,7 @@ def answer(study: Any, pairs: Comparisons | None = None) -> Answer:
     try:
         by_id = {c.id: c for c in done}
         finalists = [i for i in state["finalists"] if i in by_id]
-        found = table(store, by_id, recipe, int(state["repeats"]), finalists,
+        found = table(store, by_id, recipe, repeats_of(state), finalists,
                       state.get("wall_s"))
         home = {r.candidate_id: r for r in store.runs(recipe.to_json(), kind="home")
                 if r.status == "done"}
