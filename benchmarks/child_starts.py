@@ -10,10 +10,15 @@ of their parent, and a child at <= 0.8x the seed's FLOPs within 1 pt of it on va
   residual CNN (BatchNorm, a two-conv residual block). Each is imported untrained with
   `nas.from_flax` and searched with `nas.run_search`'s defaults on small grey images
   (14x14: Fashion-MNIST with `--fashion DIR`, else scikit-learn's digits).
+- `trained`: `gated` trained first by a plain optax loop (Adam, 15 epochs) and imported
+  with its weights, as a user who brings a trained model does.
 - `python`: the README's "From Python" example as written (its `Net`, digits at 8x8x3, its
   split, loss, cost and overrides; 10 candidates).
 - `readme`: the README search (`configs/digits_cnn_search.py`: CifarNet on the bundled
   digits) through the driver, as `nas-search --config=configs/digits_cnn_search.py` runs it.
+
+Then what the user takes home: `result.recommended` evaluated here on the test images
+(every model but `readme`), beside the seed the search trained, evaluated the same way.
 
 `--set KEY=VALUE` (a Python literal) goes on top of each model's own overrides. The last
 line is `SUMMARY key=value ...` for scripts.
@@ -42,7 +47,7 @@ import nas
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-MODELS = ("gated", "plain", "nnx", "python", "readme")
+MODELS = ("gated", "plain", "nnx", "trained", "python", "readme")
 README_PYTHON_CANDIDATES = 10  # the README's From Python example; others 8 (readme: its config's)
 
 
@@ -99,8 +104,10 @@ def kilo_params(candidate):  # a cost of your own, lower is better
     return sum(np.size(p) for p in jax.tree.leaves(candidate.variables["params"])) / 1e3
 
 
-def python_search(workdir: str, candidates: int, overrides: dict[str, Any]) -> Any:
-    """The README's "From Python" search, its overrides under `overrides`."""
+def python_search(workdir: str, candidates: int, overrides: dict[str, Any]
+                  ) -> tuple[Any, tuple[np.ndarray, np.ndarray]]:
+    """The README's "From Python" search, its overrides under `overrides`; (study, its
+    test images and labels)."""
     from sklearn.datasets import load_digits
 
     d = load_digits()
@@ -114,7 +121,7 @@ def python_search(workdir: str, candidates: int, overrides: dict[str, Any]) -> A
                             workdir=workdir, max_candidates=candidates, loss=smoothed_loss,
                             costs={"kilo_params": kilo_params},
                             overrides={**readme, **overrides}, progress=False)
-    return result.study
+    return result.study, (x[test], d.target[test])
 
 
 def readme_search(workdir: str, candidates: int | None, overrides: dict[str, Any]) -> Any:
@@ -131,10 +138,39 @@ def readme_search(workdir: str, candidates: int | None, overrides: dict[str, Any
     return Driver(config, workdir).run(progress=False)
 
 
+def plain_trained(module: nn.Module, x: np.ndarray, y: np.ndarray, epochs: int = 15
+                  ) -> Any:
+    """`module`'s variables after a user's own optax loop: Adam 1e-3, batches of 64."""
+    images = np.asarray(nas.preprocess(x))
+    variables = module.init(jax.random.PRNGKey(0), images[:1])
+    tx = optax.adam(1e-3)
+    state = tx.init(variables["params"])
+
+    @jax.jit
+    def step(params, state, xb, yb):
+        def loss(p):
+            logits = module.apply({"params": p}, xb)
+            return optax.softmax_cross_entropy_with_integer_labels(logits, yb).mean()
+
+        grads = jax.grad(loss)(params)
+        updates, state = tx.update(grads, state, params)
+        return optax.apply_updates(params, updates), state
+
+    params = variables["params"]
+    rng = np.random.default_rng(0)
+    for _ in range(epochs):
+        order = rng.permutation(len(images))
+        for i in range(0, len(order) - 63, 64):
+            batch = order[i:i + 64]
+            params, state = step(params, state, images[batch], y[batch])
+    return {"params": params}
+
+
 def user_search(model: str, fashion: str, workdir: str, candidates: int,
-                overrides: dict[str, Any]) -> tuple[Any, str]:
-    """A user's untrained model imported with `nas.from_flax` and searched with
-    `nas.run_search`'s defaults on 14x14 grey images; (study, data name)."""
+                overrides: dict[str, Any]) -> tuple[Any, str, tuple[np.ndarray, np.ndarray]]:
+    """A user's model imported with `nas.from_flax` (untrained, or trained by a plain
+    optax loop) and searched with `nas.run_search`'s defaults on 14x14 grey images;
+    (study, data name, its test images and labels)."""
     first_try = runpy.run_path(os.path.join(HERE, "first_try.py"))
     n = 4000 if fashion else 1797
     images, labels, name = first_try["load_images"](fashion, n, 14)
@@ -145,15 +181,55 @@ def user_search(model: str, fashion: str, workdir: str, candidates: int,
         module = ResidualNnx(nnx.Rngs(0))
         module.eval()  # BatchNorm reads its running statistics when imported
     else:
-        module = GatedNet() if model == "gated" else first_try["UserCNN"]()
-    seed = nas.from_flax(module, probe)
+        module = GatedNet() if model in ("gated", "trained") else first_try["UserCNN"]()
+    variables = (plain_trained(module, data[0][..., None], data[1]) if model == "trained"
+                 else None)
+    seed = nas.from_flax(module, probe, variables=variables)
+    if variables is not None:
+        print(f"the user's own loop: test {test_accuracy(seed, data[2], data[3]):.4f}")
     result = nas.run_search(seed, data, workdir=workdir, max_candidates=candidates,
                             overrides=overrides, progress=False)
-    return result.study, name
+    return result.study, name, (data[2], data[3])
 
 
-def report(study: Any, model: str, name: str, seconds: float) -> None:
-    """The per-child markdown table, then one `SUMMARY` line."""
+def test_accuracy(model: Any, images: np.ndarray, labels: np.ndarray) -> float:
+    """`model` (anything called on a batch, as `nas.load_candidate` gives) on uint8
+    `images`, preprocessed as the search's evaluation sees them."""
+    x = np.asarray(nas.preprocess(images if images.ndim == 4 else images[..., None]))
+    right = sum(int(np.sum(np.asarray(model(x[i:i + 256])).argmax(-1) == labels[i:i + 256]))
+                for i in range(0, len(x), 256))
+    return right / len(x)
+
+
+def take_home(study: Any, test: tuple[np.ndarray, np.ndarray] | None) -> str:
+    """What `result.recommended` is, and its test accuracy evaluated here beside the
+    search's seed's (`key=value` words for the SUMMARY line)."""
+    from nas.search.result import SearchResult
+    from nas.search.store.finals_table import answer
+
+    result = SearchResult(study)
+    found = answer(study)
+    chosen, kept = found.recommendation, found.take_home
+    ratio = chosen.cost_ratio if chosen.cost_ratio is not None else 1.0
+    source = kept.source if kept is not None else "search"
+    seed_id = chosen.seed.id if chosen.seed is not None else 1
+    if test is None:
+        home = kept.metrics.get("test_accuracy") if kept is not None else None
+        seed = chosen.seed.metrics.get("test_accuracy") if chosen.seed is not None else None
+    else:
+        home = test_accuracy(result.recommended, *test)
+        seed = test_accuracy(result.load_candidate(seed_id), *test)
+    finals = found.table.wall_s if found.table is not None else 0.0
+    print(f"taken home: candidate {chosen.candidate.id} at {ratio:.3f}x the seed's FLOPs "
+          f"({source}), test {home}; the search's seed (candidate {seed_id}) test {seed}; "
+          f"finals {finals or 0:.0f} s")
+    return (f"home_id={chosen.candidate.id} home_flops={ratio:.3f} home_source={source} "
+            f"home_test={home} seed_test={seed} finals_s={finals or 0:.0f}")
+
+
+def report(study: Any, model: str, name: str, seconds: float,
+           test: tuple[np.ndarray, np.ndarray] | None = None) -> None:
+    """The per-child markdown table and what is taken home, then one `SUMMARY` line."""
     done = {c.id: c for c in study.candidates("done")}
     seed_row = min((c for c in done.values() if c.parent_id is None), key=lambda c: c.id)
     print(f"{name}, {model}: seed {seed_row.accuracy:.3f} after "
@@ -184,12 +260,13 @@ def report(study: Any, model: str, name: str, seconds: float) -> None:
     print(f"within 2 pt of their parent: {within} of {len(children)}; at <= 0.8x the seed's "
           f"FLOPs within 1 pt of it: {cheap or 'none'}; failed: {failed}")
     print(study.workdir)
+    home = take_home(study, test)
     share = within / len(children) if children else 0.0
     cheapest = f"{min(near_seed)[0]:.3f}" if near_seed else "none"
     print(f"SUMMARY model={model} children={len(children)} within2={within} share={share:.2f} "
           f"starts_within2={starts_within} cheap=[{','.join(map(str, cheap))}] "
           f"cheapest_within1={cheapest} failed={failed} seed_acc={seed_row.accuracy:.3f} "
-          f"seconds={seconds:.0f}", flush=True)
+          f"seconds={seconds:.0f} {home}", flush=True)
 
 
 def main() -> None:
@@ -213,17 +290,17 @@ def main() -> None:
         overrides[key] = ast.literal_eval(value)
     shutil.rmtree(args.workdir, ignore_errors=True)
     start = time.perf_counter()
-    name = "digits"
+    name, test = "digits", None
     if args.model == "readme":
         study = readme_search(args.workdir, args.candidates, overrides)
     elif args.model == "python":
         candidates = args.candidates or README_PYTHON_CANDIDATES
-        study = python_search(args.workdir, candidates, overrides)
+        study, test = python_search(args.workdir, candidates, overrides)
         name = "digits 8x8x3"
     else:
-        study, name = user_search(args.model, args.fashion, args.workdir,
-                                  args.candidates or 8, overrides)
-    report(study, args.model, name, time.perf_counter() - start)
+        study, name, test = user_search(args.model, args.fashion, args.workdir,
+                                        args.candidates or 8, overrides)
+    report(study, args.model, name, time.perf_counter() - start, test)
 
 
 if __name__ == "__main__":

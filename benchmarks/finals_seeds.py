@@ -1,13 +1,16 @@
-"""The README search with its finals, on several search seeds: the search-time pick against
-the finals' pick, what the finals cost, and how each pick does on test when trained alike.
+"""The README search with its finals, on several search seeds: what the user takes home
+against the seed the search trained, on test, and what the finals cost beside the search.
 
     python benchmarks/finals_seeds.py --workdir=/tmp/finals_seeds --seeds 0 1 2 3 4 5
 
 For each seed it runs `configs/digits_cnn_search.py` (finals on, their defaults) in its own
-workdir, or reads the study already there. Where the search alone would have picked
-another candidate, that architecture also trains once on train plus validation with the
-finals' recipe, as the finals' pick and the seed did, so the three are compared on test
-trained alike (paired with the seed's take-home model, Tango's interval).
+workdir, or reads the study already there. Per seed: the search's and the finals' wall time
+(their ratio: the finals should take no longer), the recommendation's FLOPs against the
+seed's, which trained model of it is taken home (the search's weights or the finals'
+retrain, chosen on validation), and that model's test accuracy against the search's seed's
+(paired, Tango's interval; test is only reported). The SUMMARY line counts the seeds whose
+take-home model is within 1 point of the search's seed on test, and those recommending at
+most half the seed's FLOPs.
 """
 
 from __future__ import annotations
@@ -18,11 +21,7 @@ import runpy
 import time
 
 from nas.search.execution.driver import Driver
-from nas.search.execution.executors import make_executor
-from nas.search.execution.finals import Finals
-from nas.search.store.finals import run_name
 from nas.search.store.finals_table import answer
-from nas.search.strategy import paired
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -38,56 +37,33 @@ def search(seed: int, workdir: str) -> tuple[float, Driver]:
     return time.perf_counter() - start, driver
 
 
-def train_home(driver: Driver, candidate_id: int) -> None:
-    """Trains `candidate_id` as a take-home run (train plus validation, the finals'
-    recipe), unless it has one."""
-    finals = Finals(driver.study, driver.train, driver.search)
-    key = finals.recipe.to_json()
-    finals.store.plan([(run_name("home", candidate_id), candidate_id, "home", 0, 0, key)])
-    runs = [r for r in finals.store.runs(key, kind="home")
-            if r.candidate_id == candidate_id and r.status == "pending"]
-    executor = make_executor("inline", workers=1, ray_address=None, hard_timeout_s=0.0)
-    for run in runs:
-        executor.submit(finals.task(run))
-        for outcome in executor.poll(0):
-            finals.record(outcome)
-    finals.close()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workdir", required=True)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4, 5])
     args = parser.parse_args()
-    print("seed | wall (search+finals) | finals wall | trainings | search pick (FLOPs x) | "
-          "finals pick (FLOPs x) | finals vs seed (pt) | test vs seed, trained alike: "
-          "search pick | finals pick")
+    print("seed | search wall | finals wall (x search) | trainings | recommended (FLOPs x) | "
+          "taken home | its test | the search's seed's test | take-home vs seed on test (pt)")
+    within = cheap = 0
     for seed in args.seeds:
         wall, driver = search(seed, os.path.join(args.workdir, f"seed{seed}"))
         found = answer(driver.study)
-        pick, chosen = found.search_pick, found.recommendation
-        for c in (pick.candidate, chosen.candidate):
-            if c is not None:
-                train_home(driver, c.id)
-        found = answer(driver.study)
-        home = {cid: run.correct for cid, run in found.home.items()}
-        seed_c = chosen.seed
-
-        def test_vs_seed(c, home=home, seed_c=seed_c) -> str:
-            if c is None or seed_c is None or c.id == seed_c.id:
-                return "the seed"
-            a, b = home.get(c.id), home.get(seed_c.id)
-            return paired.compare(a, b).text() if a is not None and b is not None else "-"
-
-        def ratio(rec) -> str:
-            return (f"{rec.candidate.id} ({rec.cost_ratio:.3f})" if rec.cost_ratio is not None
-                    else str(rec.candidate.id))
-
-        table = found.table
-        versus = chosen.validation.text() if chosen.validation is not None else "the seed"
-        print(f"{seed} | {wall:.0f} s | {table.wall_s:.0f} s | {table.trainings} | "
-              f"{ratio(pick)} | {ratio(chosen)} | {versus} | {test_vs_seed(pick.candidate)} | "
-              f"{test_vs_seed(chosen.candidate)}", flush=True)
+        chosen, kept, table = found.recommendation, found.take_home, found.table
+        finals_s = (table.wall_s or 0.0) if table is not None else 0.0
+        ratio = chosen.cost_ratio if chosen.cost_ratio is not None else 1.0
+        seed_test = chosen.seed.metrics.get("test_accuracy") if chosen.seed else None
+        test = kept.metrics.get("test_accuracy") if kept is not None else None
+        versus = chosen.test.text() if chosen.test is not None else "the seed's own weights"
+        near = test is not None and seed_test is not None and test >= seed_test - 0.01
+        within += near
+        cheap += ratio <= 0.5
+        print(f"{seed} | {wall - finals_s:.0f} s | {finals_s:.0f} s "
+              f"({finals_s / max(wall - finals_s, 1e-9):.2f}) | "
+              f"{table.trainings if table else 0} | {chosen.candidate.id} ({ratio:.3f}) | "
+              f"{kept.source if kept else '-'} | {test} | {seed_test} | {versus}", flush=True)
+    print(f"SUMMARY take-home within 1 pt of the search's seed on test: {within} of "
+          f"{len(args.seeds)}; recommended at most 0.5x the seed's FLOPs: {cheap} of "
+          f"{len(args.seeds)}")
 
 
 if __name__ == "__main__":

@@ -114,18 +114,24 @@ class SearchResult:
 
     def dataframe(self) -> Any:
         """A pandas DataFrame of the trials, as Optuna's `trials_dataframe()`: one row per
-        candidate (indexed by id) with its parent, status, generation, every metric and
-        cost it reported (accuracy, loss, flops, params, the user's costs, ...; per-example
-        bit strings left out), its error and times. Needs pandas (the `notebook` extra)."""
+        candidate (indexed by id) with its parent, status, generation, the move that made
+        it (`kind`), each hyperparameter it trained with (`hparams_<name>`, as Optuna's
+        `params_*`), every metric and cost it reported (accuracy, start_accuracy, loss,
+        flops, params, the user's costs, ...; per-example bit strings left out), its error
+        and times. Needs pandas (the `notebook` extra)."""
         try:
             import pandas
         except ImportError:
-            raise ValueError("dataframe: needs pandas (pip install -e '.[notebook]', "
-                             "or pip install pandas)") from None
+            raise ValueError("dataframe: needs pandas (pip install -e '.[notebook]')") from None
         rows = []
         for c in self.study.candidates():
+            inheritance = c.inheritance if isinstance(c.inheritance, dict) else {}
             row: dict[str, Any] = {"id": c.id, "parent": c.parent_id, "status": c.status,
-                                   "generation": c.generation}
+                                   "generation": c.generation,
+                                   "kind": inheritance.get("kind") or (
+                                       "seed" if c.parent_id is None else None)}
+            row.update({f"hparams_{k}": v for k, v in
+                        sorted((inheritance.get("hparams") or {}).items())})
             row.update({k: v for k, v in c.metrics.items() if _plain(k, v)})
             row.update(error=c.error, fingerprint=c.fingerprint, worker=c.worker,
                        created_at=c.created_at, started_at=c.started_at,

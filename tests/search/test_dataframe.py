@@ -32,3 +32,19 @@ def test_one_row_per_candidate_with_every_metric_cost_parent_and_status(tmp_path
     assert frame.loc[2, "flops"] == 100.0 and frame.loc[2, "loss"] == 0.4
     assert frame.loc[3, "error"] == "FloatingPointError: training diverged"
     assert "val_correct" not in frame.columns  # per-example bits stay in the study
+    assert frame.loc[1, "kind"] == "seed"
+
+
+def test_the_move_and_each_hyperparameter_are_columns(tmp_path):
+    study = Study.create(tmp_path / "s", {"search": {}})
+    seed = study.add(GRAPH)
+    child = study.add(GRAPH, parent_id=seed,
+                      inheritance={"kind": "shrink", "hparams": {"lr": 0.002, "wd": 1e-4}})
+    for cid, start in ((seed, None), (child, 0.7)):
+        study.claim("w", cid)
+        study.tell(cid, {"accuracy": 0.8, "flops": 10.0, **(
+            {"start_accuracy": start} if start is not None else {})}, worker="w")
+    frame = nas.SearchResult(study).dataframe()
+    assert list(frame["kind"]) == ["seed", "shrink"]
+    assert frame.loc[child, "hparams_lr"] == 0.002 and frame.loc[child, "hparams_wd"] == 1e-4
+    assert frame.loc[child, "start_accuracy"] == 0.7 and frame.loc[child, "parent"] == seed

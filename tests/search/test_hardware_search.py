@@ -38,7 +38,7 @@ def searched(tmp_path_factory):
     folder = tmp_path_factory.mktemp("hardware")
     overrides = {"train.total_epochs": 0.25, "search.seed_epochs": 0.25,
                  "train.input.image_size": TINY_IMAGE_SIZE, "search.seed_max_epochs": 0.0,
-                 "search.finals": {"k": 1, "folds": 2},  # the finals read the bound too
+                 "search.finals": {"k": 1, "folds": 2, "min_run_df": 0},  # read the bound too
                  "train.ckpt_steps": 0, "search.executor": "inline",
                  "search.selection.min_acc": 0.0,
                  "search.selection.recommend_cost": "params",

@@ -79,22 +79,25 @@ class Finals:
         once they are all finished, the take-home runs; returns the runs still to train."""
         if not self.config.on:
             return []
-        state = self.study.get_state(FINALS_STATE, None) or {}
+        before = self.study.get_state(FINALS_STATE, None) or {}
         key = self.recipe.to_json()
         done = self.study.candidates("done", with_graphs=False)
         settings = {"recipe": key, "repeats": self.config.repeats, "k": self.config.k,
                     "candidates": len(done)}
+        state = dict(before)
         if any(state.get(name) != value for name, value in settings.items()):
             config = self.study.config
             finalists = choose_finalists(done, Comparisons.of(self.study), self.config.k,
                                          margin_pt(config), recommend_cost(config),
                                          constraints(config))
-            state = {**settings, "finalists": [c.id for c in finalists], "complete": False,
+            state = {**settings, "finalists": [c.id for c in finalists],
                      "wall_s": float(state.get("wall_s", 0.0)),
                      "trained_repeats": trained_repeats(self.config, len(finalists) - 1,
                                                         self.recipe.folds)}
-        if state.get("settings") != dataclasses.asdict(self.config):
-            state = {**state, "settings": dataclasses.asdict(self.config), "complete": False}
+        # every setting, so that a resumed search with other finals settings runs them
+        state["settings"] = dataclasses.asdict(self.config)
+        if state != before:
+            state["complete"] = False
             self.study.set_state(FINALS_STATE, state)
         repeats = repeats_of(state)
         self.store.plan((run_name("finals", cid, r, f), cid, "finals", r, f, key)
