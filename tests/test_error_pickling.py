@@ -20,6 +20,8 @@ import nas
 # Classes whose constructor takes more than a message: how to build one of each.
 BUILDERS = {
     "nas.graph.model.OpError": lambda cls: cls("op 'x' (RESHAPE) failed", "cannot reshape"),
+    "nas.mutation.move_errors.MoveFailed": lambda cls: cls("deepen", "TypeError: bad",
+                                                           "nas/mutation/net2net.py:3"),
     "nas.search.store.study_writes.DuplicateCandidateError": lambda cls: cls("abc123", 7),
     "nas.train.memory.DeviceBudgetExceeded": lambda cls: cls(3 << 20, 1 << 20),
 }

@@ -170,13 +170,15 @@ def test_finals_train_as_long_as_the_seed_trained(finished):
     assert (asked.epochs, asked.start) == (5.0, "scratch")
 
 
-def test_a_lone_finalist_gets_the_repeats_its_interval_needs():
-    three_folds = FinalsConfig()
-    assert trained_repeats(three_folds, 1, 3) == 2  # 5 runs: 4 degrees of freedom
-    assert trained_repeats(three_folds, 2, 3) == 1  # 2 x 2
-    assert trained_repeats(FinalsConfig(repeats=3), 2, 3) == 3
-    assert trained_repeats(three_folds, 1, 1) == 1  # the validation split: as asked
-    assert trained_repeats(FinalsConfig(min_run_df=0), 1, 3) == 1
+def test_the_repeats_give_the_interval_its_degrees_of_freedom():
+    defaults = FinalsConfig()  # 6: two finalists and the seed over 3 folds have them
+    assert trained_repeats(defaults, 2, 3) == 1
+    assert trained_repeats(defaults, 1, 3) == 2  # a lone finalist: 2 x (6 - 1)
+    assert trained_repeats(defaults, 2, 2) == 2  # 2 folds: 3 x (2 - 1) a repeat
+    assert trained_repeats(FinalsConfig(min_run_df=4), 1, 3) == 1
+    assert trained_repeats(FinalsConfig(repeats=3), 2, 3) == 3  # never fewer than asked
+    assert trained_repeats(defaults, 1, 1) == 1  # the validation split: as asked
+    assert trained_repeats(FinalsConfig(min_run_df=0), 1, 2) == 1
 
 
 def test_a_fold_is_scored_once_and_never_read_before(finished):
@@ -293,7 +295,9 @@ def test_finalists_are_the_cheapest_on_the_validation_front(tmp_path):
     pairs = Comparisons.of(study)
     chosen = [c.id for c in choose_finalists(done, pairs, 2, 5.0, "flops")]
     assert chosen == [1, 4, 2, 5]  # seed, the front cheapest first, then the most accurate
-    assert 3 not in [c.id for c in choose_finalists(done, pairs, 4, 5.0, "flops")]
+    assert [c.id for c in choose_finalists(done, pairs, 3, 5.0, "flops")] == [1, 4, 2, 5]
+    # a front shorter than k: the cheapest others fill it
+    assert [c.id for c in choose_finalists(done, pairs, 4, 5.0, "flops")] == [1, 4, 2, 5, 3]
     assert on_front(done, "flops") == {2, 4, 5}  # the seed is beaten by 2
 
 

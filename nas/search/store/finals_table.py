@@ -4,7 +4,8 @@ The finalists are the candidates the recommendation could choose: the `k` cheape
 validation front (accuracy against the recommendation's cost) whose validation interval
 against the seed does not already rule them out at the margin (its upper end at or above
 -margin), plus the most accurate candidate; the seed always runs. A child off the front
-is beaten on validation by one at most as costly, so it would spend a finalist's place.
+is beaten on validation by one at most as costly, so it takes a finalist's place only
+where the front has fewer than `k`.
 The finals table then compares every finalist with the seed over all repeats and examples
 (`nas.search.strategy.repeated`), and the recommendation keeps the search's rule, read from
 it: the cheapest finalist non-inferior to the reference (the seed, or the most accurate
@@ -50,8 +51,10 @@ def choose_finalists(candidates: Sequence[Candidate], pairs: Comparisons, k: int
                      margin_pt: float, cost: str, bounds: Mapping[str, float] | None = None
                      ) -> list[Candidate]:
     """The seed first, then the `k` cheapest children on the validation front not ruled
-    out at the margin on validation (paired with the seed), then the most accurate child
-    if not among them; with `bounds` (`search.constraints`), children within them only."""
+    out at the margin on validation (paired with the seed), then, if the front has fewer,
+    the cheapest others not ruled out (each finalist adds degrees of freedom to the
+    finals' interval, and a cheap one costs little), then the most accurate child if not
+    among them; with `bounds` (`search.constraints`), children within them only."""
     seed = seed_of(candidates)
     if seed is None or k <= 0:
         return []
@@ -59,10 +62,11 @@ def choose_finalists(candidates: Sequence[Candidate], pairs: Comparisons, k: int
     done = [c for c in candidates if c.status == "done" and c.accuracy is not None
             and c.id != seed.id and (within is None or c.id in within)]
     vs_seed = pairs.against(seed)
+    alive = [c for c in done if c.id not in vs_seed
+             or vs_seed[c.id].high >= -margin_pt / 100.0]
     front = on_front([seed, *done], cost)
-    alive = [c for c in done if c.id in front and (
-        c.id not in vs_seed or vs_seed[c.id].high >= -margin_pt / 100.0)]
-    chosen = sorted(alive, key=lambda c: (cheapness(c, cost), c.id))[:k]
+    by_cost = sorted(alive, key=lambda c: (c.id not in front, cheapness(c, cost), c.id))
+    chosen = by_cost[:k]
     best = best_by_validation(done)
     if best is not None and best.id not in {c.id for c in chosen}:
         chosen.append(best)
@@ -156,8 +160,7 @@ def table(store: FinalsStore, candidates: dict[int, Candidate], recipe: Recipe, 
     paired_rows = {cid: found for cid, found in complete.items()
                    if found is not None and found[0].shape == seed_bits.shape}
     # the run part of every comparison, pooled over the table (`nas.search.strategy.repeated`)
-    noise = run_noise([(bits, seed_bits, ids) for cid, (bits, ids) in paired_rows.items()
-                       if cid != seed_id])
+    noise = run_noise(list(paired_rows.values()))
     rows = []
     for cid in finalists:
         if cid not in paired_rows:

@@ -23,17 +23,18 @@ STARTS = ("auto", "scratch", "weights")
 class FinalsConfig:
     # The finalists: the `k` cheapest candidates on the validation front (accuracy against
     # the recommendation's cost) whose interval against the seed does not already rule them
-    # out at the margin, plus the most accurate one. 0: no finals (the recommendation is
-    # read from the search alone).
+    # out at the margin (where the front has fewer, the cheapest others), plus the most
+    # accurate one. 0: no finals (the recommendation is read from the search alone).
     k: int = 2
     # trainings per architecture, each with its own init and data order; at least as many
     # as give the run part of the finals' interval `min_run_df` degrees of freedom
     # (`trained_repeats`)
     repeats: int = 1
-    # With two (one finalist, three folds) a finalist tied with the seed was found
-    # non-inferior at 2 points in 60 % of simulated finals, with four or more in over 80 %
-    # (tests/search/test_repeated_interval.py). 0: `repeats` alone.
-    min_run_df: int = 4
+    # A finalist tied with the seed was found non-inferior at 2 points in 60 % of simulated
+    # finals with two (one architecture's three folds), 79 % with four (a lone finalist
+    # and the seed), 85 % with six (two finalists) and 98 % with ten (a lone finalist
+    # twice) (tests/search/test_repeated_interval.py). 0: `repeats` alone.
+    min_run_df: int = 6
     # With fewer training images than `cv_below`, each repeat is a `folds`-fold
     # cross-validation over train plus validation (every example predicted once, out of
     # fold); otherwise the validation split alone decides.
@@ -80,13 +81,13 @@ FINALS_SCHEMA: dict[str, schema.Field] = {
 
 
 def trained_repeats(finals: FinalsConfig, finalists: int, folds: int) -> int:
-    """Repeats the finals train: those asked, or more when `finalists` comparisons with
-    the seed over `folds` runs a repeat would leave the pooled run part (degrees of
-    freedom: finalists x (runs - 1)) under `min_run_df`. Without folds (the validation
-    split decides) each run is a whole training, and the count asked stands."""
+    """Repeats the finals train: those asked, or more when `finalists` and the seed over
+    `folds` runs a repeat would leave the pooled run part (degrees of freedom:
+    architectures x (runs - 1)) under `min_run_df`. Without folds (the validation split
+    decides) each run is a whole training, and the count asked stands."""
     if folds <= 1 or finalists <= 0 or finals.min_run_df <= 0:
         return finals.repeats
-    runs = -(-finals.min_run_df // finalists) + 1
+    runs = -(-finals.min_run_df // (finalists + 1)) + 1
     return max(finals.repeats, -(-runs // folds))
 
 

@@ -12,16 +12,19 @@ of the per-example mean differences (across repeats) over the number of examples
 add-one adjustments for paired proportions, one pseudo-example won by each side keeps it
 from vanishing when the two never disagree. It already holds the noise of which examples a
 run happens to get right, since every run predicts its examples once. The run part is what
-is left: how much a whole run is lucky or not for every example it predicts. Per run (a
-repeat, or a fold of a repeat), the spread of the runs' mean differences is their examples'
-variance plus this run variance, so the run variance is estimated as the excess of the one
-over the other (`run_noise`). With three folds, one comparison gives it two degrees of
-freedom, and a t quantile of 4.3 on it leaves no power to find a finalist non-inferior.
-So the finals pool the excess over every comparison of their table (each finalist against
-the seed: the same folds, the same recipe, so the same kind of run luck), and the whole
-interval reads a t quantile at the pooled run part's degrees of freedom. That quantile,
-not one from the Satterthwaite degrees of freedom of the two parts, is what kept coverage
-at 95 % when the run part is large and its estimate small (truncated at 0) by chance.
+is left: how much a whole run is lucky or not for every example it predicts. Each
+architecture's runs (a repeat, or a fold of a repeat) are lucky on their own, so per
+architecture the spread of its runs' accuracies is their examples' variance plus its run
+variance, and the run variance is estimated as the excess of the one over the other; a
+difference's run part is two architectures' (`run_noise`). With three folds one
+architecture gives it two degrees of freedom, and a t quantile of 4.3 on them leaves no
+power to find a finalist non-inferior. So the finals pool the excess over every
+architecture of their table (the same folds, the same recipe, so the same kind of run
+luck), and the whole interval reads a t quantile at the pooled degrees of freedom. That
+quantile, not one from the Satterthwaite degrees of freedom of the two parts, is what kept
+coverage at 95 % when the run part is large and its estimate small (truncated at 0) by
+chance; pooling over architectures rather than over comparisons with the seed counts each
+run once, and gave a lone finalist four degrees of freedom instead of two.
 Coverage and power are checked by simulation at the finals' counts, with training noise
 of both kinds, in `tests/search/test_repeated_interval.py`.
 """
@@ -47,19 +50,22 @@ class RunNoise:
     df: int
 
 
-def run_noise(comparisons: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray | None]]
-              ) -> RunNoise:
-    """The run part pooled over `comparisons`, each (a, b, runs) as `compare_repeated`
-    takes them: the mean over comparisons of (variance of the runs' mean differences less
-    the mean of their examples' variances), at least 0."""
+def run_noise(architectures: Sequence[tuple[np.ndarray, np.ndarray | None]]) -> RunNoise:
+    """The run part of a paired difference, pooled over `architectures` ((correct, runs)
+    of each, as `compare_repeated` takes them): each architecture's runs are lucky or not
+    on their own (their own initialization), so a difference's run part is the sum of two
+    architectures' run variances. Each is the excess of the spread of its runs' accuracies
+    over what their examples explain; the pooled one is their mean (at least 0), twice
+    over for a difference, with the degrees of freedom of all architectures' runs."""
     excess, df = [], 0
-    for a, b, runs in comparisons:
-        d, runs = _difference(a, b, runs)
-        means, within = _per_run(d, runs)
+    for correct, runs in architectures:
+        x = np.atleast_2d(np.asarray(correct, dtype=bool)).astype(np.float64)
+        runs = np.zeros(x.shape, np.int64) if runs is None else np.asarray(runs, np.int64)
+        means, within = _per_run(x, runs)
         if len(means) > 1:
             excess.append(float(np.var(means, ddof=1)) - float(np.mean(within)))
             df += len(means) - 1
-    return RunNoise(max(0.0, float(np.mean(excess))) if excess else 0.0, df)
+    return RunNoise(2.0 * max(0.0, float(np.mean(excess))) if excess else 0.0, df)
 
 
 def compare_repeated(a: np.ndarray, b: np.ndarray, runs: np.ndarray | None = None,
@@ -73,7 +79,7 @@ def compare_repeated(a: np.ndarray, b: np.ndarray, runs: np.ndarray | None = Non
     a = np.atleast_2d(np.asarray(a, dtype=bool))
     b = np.atleast_2d(np.asarray(b, dtype=bool))
     d, runs = _difference(a, b, runs)
-    noise = noise if noise is not None else run_noise([(a, b, runs)])
+    noise = noise if noise is not None else run_noise([(a, runs), (b, runs)])
     low, high = _interval(d, runs, level, (1.0, -1.0), noise)
     return Paired(float(d.mean()), max(-1.0, low), min(1.0, high), int(a.size),
                   int(np.count_nonzero(a & ~b)), int(np.count_nonzero(~a & b)))
@@ -86,11 +92,9 @@ def accuracy_interval(a: np.ndarray, runs: np.ndarray | None = None, level: floa
     `compare_repeated` takes them."""
     a = np.atleast_2d(np.asarray(a, dtype=bool))
     runs = np.zeros(a.shape, np.int64) if runs is None else np.asarray(runs, np.int64)
-    x = a.astype(np.float64)
-    means, within = _per_run(x, runs)
-    excess = float(np.var(means, ddof=1)) - float(np.mean(within)) if len(means) > 1 else 0.0
-    noise = RunNoise(max(0.0, excess), len(means) - 1)
-    low, high = _interval(x, runs, level, (1.0, 0.0), noise)
+    pooled = run_noise([(a, runs)])
+    noise = RunNoise(pooled.variance / 2.0, pooled.df)  # one architecture's runs
+    low, high = _interval(a.astype(np.float64), runs, level, (1.0, 0.0), noise)
     return Paired(float(a.mean()), max(0.0, low), min(1.0, high), int(a.size), 0, 0)
 
 
