@@ -84,6 +84,11 @@ class SearchFailed(ValueError):
 UNUSABLE_PARENTS = "unusable_parents"
 
 
+# Moves whose changed ops keep their names: each is fitted to its parent's output where
+# that output keeps its shape (the layers after a narrowed group or a removed branch).
+RESIZED_IN_PLACE = ("shrink", "prune", "drop_branch")
+
+
 # Study state: whether the search said that its seed is below search.selection.min_acc.
 SEED_BELOW_MIN_ACC = "seed_below_min_acc_said"
 
@@ -430,7 +435,7 @@ class Driver:
 
         if not self.fit.steps or not child.new or child.function_preserving:
             return []
-        if child.kind == "shrink":
+        if child.kind in RESIZED_IN_PLACE:
             return fit.resized_in_place(child.new)
         return fit.replaced_tensors(child.spec) if child.kind == "subgraph" else []
 
