@@ -175,6 +175,28 @@ def _graph_move(move: str, graph: Graph, constants: Any, variables: Any,
                  host_constants=consts, seed=seed, seconds=time.monotonic() - start)
 
 
+def _drawn_move(graph: Graph, constants: Any, variables: Any, cfg: MutationConfig,
+                rng: random.Random, seed: int, child_id: int, start: float) -> Child | None:
+    """The child of the first family drawn (`cfg.moves`, else net2net_p then shrink_p)
+    that applies, None where that is "subgraph" or none applies."""
+    if cfg.moves is not None:
+        for move in draw_moves(cfg.moves, rng):
+            if move == "subgraph":
+                return None
+            moved = _graph_move(move, graph, constants, variables, cfg, seed, child_id,
+                                start)
+            if moved is not None:
+                return moved
+        return None
+    for chance, shrink in ((cfg.net2net_p, False), (cfg.shrink_p, True)):
+        if chance and rng.random() < chance:
+            moved = _net2net_child(graph, constants, variables, cfg, seed, child_id, start,
+                                   shrink)
+            if moved is not None:
+                return moved
+    return None
+
+
 def draw_moves(weights: Mapping[str, float], rng: random.Random) -> list[str]:
     """The families of `weights` in the order drawn, each by its weight among those not
     drawn yet (those of weight 0 never): the first that applies to the parent makes the
@@ -239,21 +261,10 @@ def propose_child(
     # Net2Net and shrink moves edit the graph, not its blocks: not where every child must
     # be a block edit its builder rebuilds (mutate_by_block), nor for a reversible parent
     by_block = bool(blocks) and builder is not None and cfg.mutate_by_block
-    edits = bool(variables) and not by_block and not is_reversible(constants)
-    if cfg.moves is not None:
-        for move in draw_moves(cfg.moves, rng) if edits else []:
-            if move == "subgraph":
-                break
-            moved = _graph_move(move, graph, constants, variables, cfg, seed, child_id,
-                                start)
-            if moved is not None:
-                return moved
-    for chance, shrink in ((cfg.net2net_p, False), (cfg.shrink_p, True)):
-        if chance and edits and rng.random() < chance:
-            moved = _net2net_child(graph, constants, variables, cfg, seed, child_id, start,
-                                   shrink)
-            if moved is not None:
-                return moved
+    if bool(variables) and not by_block and not is_reversible(constants):
+        moved = _drawn_move(graph, constants, variables, cfg, rng, seed, child_id, start)
+        if moved is not None:
+            return moved
     if is_reversible(constants):  # the child must stay reversible
         with raised_as("reversible", NoChildFound):
             proposal = propose_reversible(graph, constants, cfg, rng, child_id)

@@ -178,81 +178,20 @@ def _same_structure(cg: ChannelGroups, a: _Layout, b: _Layout) -> bool:
 def _rule(cg: ChannelGroups, op: Op, ins: list[_Layout], in_shapes: list[tuple[int, ...]],
           out_shape: tuple[int, ...]) -> _Layout | None:
     """The output layout of `op`, recording what it slices; None: `op` freezes."""
-    t, kw, ikw = op.type, op.op_kwargs, op.input_kwargs
+    t, ikw = op.type, op.input_kwargs
     x = ins[0] if ins else None
-    if t is OpType.CONV:
-        groups = int(kw.get("feature_group_count", 1) or 1)
-        channels = in_shapes[0][-1]
-        if x.repeat != 1:
-            return None
-        if groups == 1:
-            cg.consumers.append((op.name, x, "conv"))
-            space = cg.new(int(kw["features"]))
-            cg.producers.append((op.name, space))
-            cg.kwargs.append((op.name, "features", _Layout([space])))
-            return _Layout([space])
-        if groups == channels == int(kw["features"]):  # depthwise: its input's channels
-            cg.carriers.append((op.name, x))
-            cg.kwargs.append((op.name, "depthwise", x))
-            return x
-        return None
-    if t is OpType.DENSE:
-        cg.consumers.append((op.name, x, "dense"))
-        space = cg.new(int(kw["features"]))
-        cg.producers.append((op.name, space))
-        cg.kwargs.append((op.name, "features", _Layout([space])))
-        return _Layout([space])
-    if t is OpType.DENSE_GENERAL and kw.get("axis", -1) in (-1, [-1], (-1,)) \
-            and isinstance(kw.get("features"), int):
-        cg.consumers.append((op.name, x, "dense"))
-        return _Layout([cg.new(int(kw["features"]), frozen=True)])
+    if t in (OpType.CONV, OpType.DENSE, OpType.DENSE_GENERAL):
+        return _linear(cg, op, x, in_shapes)
     if t in NORMS:
-        if x.repeat != 1 or any(kw.get(k, -1) not in (-1, [-1], (-1,))
-                                for k in ("axis", "reduction_axes", "feature_axes")):
-            return None
-        if t is OpType.GROUP_NORM:
-            if kw.get("group_size") is not None or len(x.spaces) != 1:
-                return None
-            num = kw.get("num_groups", 32)
-            if not isinstance(num, int):
-                return None
-            root = cg.find(x.spaces[0])
-            cg.blocks.setdefault(root, []).append(num)
-        cg.carriers.append((op.name, x))
-        return x
+        return _norm(cg, op, x)
+    if t in (OpType.ADD, OpType.MUL):
+        return _binary(cg, ins, in_shapes, out_shape)
+    if t is OpType.CONCAT:
+        return _concat(cg, ins, ikw, out_shape)
     if t in ELEMENTWISE or (t is OpType.SCALAR_MUL and ikw.get("const") is not None):
         return x
     if t in POOLS:
         return x if x.repeat == 1 else None
-    if t in (OpType.ADD, OpType.MUL):
-        if len(ins) != 2:
-            return None
-        (a, b), (sa, sb) = ins, in_shapes
-        last = out_shape[-1] if out_shape else 1
-        if sa and sb and sa[-1] == sb[-1] == last:
-            if not _same_structure(cg, a, b):
-                return None
-            for p, q in zip(a.spaces, b.spaces, strict=True):
-                cg.union(p, q)
-            return a
-        if sb and sb[-1] == 1 and sa and sa[-1] == last:
-            return a
-        if sa and sa[-1] == 1 and sb and sb[-1] == last:
-            return b
-        return None
-    if t is OpType.CONCAT:
-        rank = len(out_shape)
-        axis = _axis(ikw.get("axis", -1), rank)[0]
-        if any(layout.repeat != 1 for layout in ins):
-            return None
-        if axis == rank - 1:
-            return _Layout([s for layout in ins for s in layout.spaces])
-        if not all(_same_structure(cg, ins[0], layout) for layout in ins[1:]):
-            return None
-        for layout in ins[1:]:
-            for p, q in zip(ins[0].spaces, layout.spaces, strict=True):
-                cg.union(p, q)
-        return ins[0]
     if t is OpType.FLATTEN:
         if x.repeat != 1 or len(in_shapes[0]) < 2:
             return None
@@ -274,12 +213,94 @@ def _rule(cg: ChannelGroups, op: Op, ins: list[_Layout], in_shapes: list[tuple[i
         shape = ikw.get("shape")
         if not isinstance(shape, (list, tuple)) or not shape:
             return None
-        space = cg.new(int(shape[-1]))
-        layout = _Layout([space])
+        layout = _Layout([cg.new(int(shape[-1]))])
         cg.carriers.append((op.name, layout))
         cg.kwargs.append((op.name, "param", layout))
         return layout
     return None
+
+
+def _linear(cg: ChannelGroups, op: Op, x: _Layout, in_shapes: list[tuple[int, ...]]
+            ) -> _Layout | None:
+    """CONV, DENSE, DENSE_GENERAL: a consumer of `x` and a producer of a new space (a
+    depthwise conv carries `x` through)."""
+    t, kw = op.type, op.op_kwargs
+    if t is OpType.CONV:
+        groups = int(kw.get("feature_group_count", 1) or 1)
+        if x.repeat != 1:
+            return None
+        if groups == 1:
+            cg.consumers.append((op.name, x, "conv"))
+            space = cg.new(int(kw["features"]))
+            cg.producers.append((op.name, space))
+            cg.kwargs.append((op.name, "features", _Layout([space])))
+            return _Layout([space])
+        if groups == in_shapes[0][-1] == int(kw["features"]):  # depthwise
+            cg.carriers.append((op.name, x))
+            cg.kwargs.append((op.name, "depthwise", x))
+            return x
+        return None
+    if t is OpType.DENSE:
+        cg.consumers.append((op.name, x, "dense"))
+        space = cg.new(int(kw["features"]))
+        cg.producers.append((op.name, space))
+        cg.kwargs.append((op.name, "features", _Layout([space])))
+        return _Layout([space])
+    if kw.get("axis", -1) in (-1, [-1], (-1,)) and isinstance(kw.get("features"), int):
+        cg.consumers.append((op.name, x, "dense"))
+        return _Layout([cg.new(int(kw["features"]), frozen=True)])
+    return None
+
+
+def _norm(cg: ChannelGroups, op: Op, x: _Layout) -> _Layout | None:
+    """A norm over the last axis carries its channels (a GroupNorm: whole groups)."""
+    kw = op.op_kwargs
+    if x.repeat != 1 or any(kw.get(k, -1) not in (-1, [-1], (-1,))
+                            for k in ("axis", "reduction_axes", "feature_axes")):
+        return None
+    if op.type is OpType.GROUP_NORM:
+        num = kw.get("num_groups", 32)
+        if kw.get("group_size") is not None or len(x.spaces) != 1 or not isinstance(num, int):
+            return None
+        cg.blocks.setdefault(cg.find(x.spaces[0]), []).append(num)
+    cg.carriers.append((op.name, x))
+    return x
+
+
+def _binary(cg: ChannelGroups, ins: list[_Layout], in_shapes: list[tuple[int, ...]],
+            out_shape: tuple[int, ...]) -> _Layout | None:
+    """ADD, MUL: equal widths are one group; an input of width 1 broadcasts."""
+    if len(ins) != 2:
+        return None
+    (a, b), (sa, sb) = ins, in_shapes
+    last = out_shape[-1] if out_shape else 1
+    if sa and sb and sa[-1] == sb[-1] == last:
+        if not _same_structure(cg, a, b):
+            return None
+        for p, q in zip(a.spaces, b.spaces, strict=True):
+            cg.union(p, q)
+        return a
+    if sb and sb[-1] == 1 and sa and sa[-1] == last:
+        return a
+    if sa and sa[-1] == 1 and sb and sb[-1] == last:
+        return b
+    return None
+
+
+def _concat(cg: ChannelGroups, ins: list[_Layout], ikw: Mapping[str, Any],
+            out_shape: tuple[int, ...]) -> _Layout | None:
+    """CONCAT: on the last axis its inputs' spaces side by side; else one group each."""
+    rank = len(out_shape)
+    if any(layout.repeat != 1 for layout in ins):
+        return None
+    if _axis(ikw.get("axis", -1), rank)[0] == rank - 1:
+        return _Layout([s for layout in ins for s in layout.spaces])
+    if not all(_same_structure(cg, ins[0], layout) for layout in ins[1:]):
+        return None
+    for layout in ins[1:]:
+        for p, q in zip(ins[0].spaces, layout.spaces, strict=True):
+            cg.union(p, q)
+    return ins[0]
 
 
 def importance(cg: ChannelGroups, variables: Mapping[str, Any], root: int) -> np.ndarray:

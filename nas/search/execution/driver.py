@@ -50,7 +50,7 @@ from nas.search.store.study import (
 )
 from nas.search.strategy import blocks as blocks_lib
 from nas.search.strategy import hparams as hparams_lib
-from nas.search.strategy import splits
+from nas.search.strategy import move_mix, splits
 from nas.search.strategy.population import DoneCache, Population
 from nas.search.strategy.ray_config import RayConfig
 from nas.search.strategy.selection import Individual
@@ -292,8 +292,10 @@ class Driver:
         blocks, builder, args = self.parent_blocks(parent)
         child = None
         try:
+            mutation = move_mix.for_proposal(self.study, self.mutation, self.read_through(),
+                                             k, float(self.selection.noninferiority_pt))
             child = propose_child(graph, constants, variables, seed=child_seed,
-                                  config=self.mutation, blocks=blocks, builder=builder)
+                                  config=mutation, blocks=blocks, builder=builder)
             existing = self.study.find(child.fingerprint)
             if existing:
                 raise DuplicateCandidateError(child.fingerprint, existing[0])
