@@ -61,7 +61,10 @@ def family(kind: str | None) -> str:
 
 
 def _moves_ok(moves: Any) -> bool:
-    return (isinstance(moves, Mapping) and bool(moves) and set(moves) <= set(MOVES)
+    if not hasattr(moves, "items"):  # a dict, or a config's (ml_collections) mapping
+        return False
+    moves = dict(moves.items())
+    return (bool(moves) and set(moves) <= set(MOVES)
             and all(isinstance(w, (int, float)) and not isinstance(w, bool) and w >= 0
                     for w in moves.values()) and sum(moves.values()) > 0)
 
