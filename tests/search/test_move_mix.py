@@ -79,3 +79,18 @@ def test_the_mix_is_the_same_from_the_same_counts():
     off = move_mix.for_proposal(study, {**mutation, "adapt_moves": False}, 6, 7, 2.0)
     assert off["moves"] == WEIGHTS
     assert move_mix.for_proposal(study, {"net2net_p": 0.3}, 6, 7, 2.0) == {"net2net_p": 0.3}
+
+
+def test_the_digits_search_weighs_the_families_and_grows_in_few_of_its_children():
+    import os
+    import runpy
+
+    from nas.mutation import MutationConfig
+    from nas.search.strategy.settings import validate_search
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    config = runpy.run_path(os.path.join(root, "configs", "digits_cnn_search.py"))[
+        "get_config"]()
+    mutation = MutationConfig.from_dict(dict(validate_search(config).mutation))
+    assert mutation.adapt_moves and set(mutation.moves) == set(WEIGHTS)
+    assert mutation.moves["net2net"] / sum(mutation.moves.values()) < 1 / 3
