@@ -179,8 +179,8 @@ def _drawn_move(graph: Graph, constants: Any, variables: Any, cfg: MutationConfi
                 rng: random.Random, seed: int, child_id: int, start: float) -> Child | None:
     """The child of the first family drawn (`cfg.moves`, else net2net_p then shrink_p)
     that applies, None where that is "subgraph" or none applies."""
-    if cfg.moves is not None:
-        for move in draw_moves(cfg.moves, rng):
+    if cfg.drawn_moves is not None:
+        for move in draw_moves(cfg.drawn_moves, rng):
             if move == "subgraph":
                 return None
             moved = _graph_move(move, graph, constants, variables, cfg, seed, child_id,

@@ -138,9 +138,10 @@ class MutationConfig:
     # layer's or every layer's width scaled by 1/2 or 1/4, the largest-norm units kept);
     # drawn after net2net_p; 0: never
     shrink_p: float = 0.0
-    # The share of each family of moves (MOVES; missing: 0), in place of net2net_p and
-    # shrink_p: one weighted draw per child, a family that does not apply to the parent
-    # giving its turn to the next one drawn (None: net2net_p and shrink_p decide)
+    # The share of each family of moves (MOVES; missing: 0): one weighted draw per child,
+    # a family that does not apply to the parent giving its turn to the next one drawn.
+    # net2net_p or shrink_p above 0 decide instead, as they did before `moves` existed
+    # (so a config that sets them over the digits preset means what it meant)
     moves: dict[str, float] | None = None
     # Whether the search draws `moves` by what paid in the study so far: each family's
     # share times its (children that reached the validation front or stayed within the
@@ -174,10 +175,6 @@ class MutationConfig:
                 f"config field 'block_add_prob' + 'block_delete_prob' must be <= 1 (one draw "
                 f"per child decides add, delete or redefine a block), got "
                 f"{self.block_add_prob:g} + {self.block_delete_prob:g}")
-        if self.moves is not None and (self.net2net_p or self.shrink_p):
-            raise ValueError("config field 'moves': set it or net2net_p and shrink_p, not "
-                             "both (moves weighs every family of moves, net2net and shrink "
-                             "included)")
         if self.moves is not None:
             self.moves = {k: float(self.moves[k]) for k in MOVES if k in self.moves}
         self.input_shape = tuple(self.input_shape)
@@ -195,6 +192,11 @@ class MutationConfig:
                              f"{type(data).__name__}")
         schema.check(data, MUTATION_SCHEMA)  # unknown fields named before construction
         return cls(**dict(data))
+
+    @property
+    def drawn_moves(self) -> dict[str, float] | None:
+        """The `moves` a child is drawn by; None where net2net_p and shrink_p decide."""
+        return None if self.net2net_p or self.shrink_p else self.moves
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -105,7 +105,7 @@ def for_proposal(study: Any, mutation: Mapping[str, Any], through: int, proposal
     from nas.mutation.config import MutationConfig
 
     cfg = MutationConfig.from_dict(dict(mutation))
-    if cfg.moves is None or not cfg.adapt_moves:
+    if cfg.drawn_moves is None or not cfg.adapt_moves:
         return dict(mutation)
     counts = move_counts(study, through, proposal, margin_pt)
     return {**dict(mutation), "moves": adapted(cfg.moves, counts, cfg.move_floor)}
