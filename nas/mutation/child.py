@@ -43,8 +43,10 @@ class Child:
     for a block-level mutation the mutated block's definition). `fingerprint` identifies
     what the child computes (resolved at the probe input shape), so equal networks match.
     `kind` says what changed: "subgraph", "block_add", "block_delete", "block_mutate"
-    (one block redefined), or for reversible parents "coupling_add", "coupling_delete",
-    "reversible_block". `blocks` are the child's blocks when it was built from blocks.
+    (one block redefined), "widen", "deepen", "shrink", "prune" (coupled channels
+    narrowed), "drop_branch" (a residual branch removed), or for reversible parents
+    "coupling_add", "coupling_delete", "reversible_block". `blocks` are the child's
+    blocks when it was built from blocks.
     """
 
     graph: Graph
@@ -120,36 +122,98 @@ def _check_variables(variables: Any) -> None:
                          f"{type(variables).__name__} with keys {keys}")
 
 
+# The seed of each family's own numpy draws (`_graph_move`): 2 and 3 as net2net and shrink
+# always had, so their children are the same as before for the same seed.
+_STREAMS = {"net2net": 2, "shrink": 3, "prune": 4, "drop_branch": 5}
+
+
 def _net2net_child(graph: Graph, constants: Any, variables: Any, cfg: MutationConfig,
                    seed: int, child_id: int, start: float, shrink: bool = False
                    ) -> Child | None:
     """A Net2Net child (`nas.mutation.net2net`; with `shrink`, a narrowed one), or None
     where no move applies (the proposal then mutates a subgraph as usual)."""
+    return _graph_move("shrink" if shrink else "net2net", graph, constants, variables, cfg,
+                       seed, child_id, start)
+
+
+def _graph_move(move: str, graph: Graph, constants: Any, variables: Any,
+                cfg: MutationConfig, seed: int, child_id: int, start: float) -> Child | None:
+    """A child of the move family `move` other than "subgraph" (`nas.mutation.net2net`,
+    `nas.mutation.prune`), or None where it does not apply to this parent."""
     import numpy as np
 
-    from nas.mutation import net2net
+    from nas.mutation import net2net, prune
     from nas.mutation.model_mutator import fingerprint_at
 
-    rng = np.random.default_rng([seed, 3 if shrink else 2])
+    rng = np.random.default_rng([seed, _STREAMS[move]])
+    consts = dict(constants or {})
+    refit: list[str] = []
     try:
-        if shrink:
+        if move == "shrink":
             kind, child, consts, values = net2net.propose_shrink(
-                graph, dict(constants or {}), variables, rng, cfg.input_shape)
-        else:
+                graph, consts, variables, rng, cfg.input_shape)
+        elif move == "net2net":
             kind, child, consts, values = net2net.propose(
-                graph, dict(constants or {}), variables, rng, f"c{child_id}/",
-                cfg.input_shape)
+                graph, consts, variables, rng, f"c{child_id}/", cfg.input_shape)
+        elif move == "prune":
+            kind, child, consts, values = prune.propose_prune(
+                graph, consts, variables, rng, cfg.input_shape)
+        else:
+            kind, child, consts, values, refit = prune.propose_drop_branch(
+                graph, consts, variables, rng, cfg.input_shape)
     except net2net.NotApplicable:
         return None
     parent = variables["params"]
     with raised_as(kind):
+        # a removed branch changes no shape: the layers after it are the ones to fit
         same = {k for k, v in values["params"].items()
-                if k in parent and _shapes(v) == _shapes(parent[k])}
+                if k in parent and _shapes(v) == _shapes(parent[k]) and k not in refit}
         fingerprint = fingerprint_at(child, consts, cfg.input_shape)
     return Child(graph=child, constants=consts, variables=values, inherited=same,
                  new=set(values["params"]) - same, fingerprint=fingerprint, kind=kind,
-                 function_preserving=not shrink, host_graph=child, host_constants=consts,
-                 seed=seed, seconds=time.monotonic() - start)
+                 function_preserving=move == "net2net", host_graph=child,
+                 host_constants=consts, seed=seed, seconds=time.monotonic() - start)
+
+
+def _drawn_move(graph: Graph, constants: Any, variables: Any, cfg: MutationConfig,
+                rng: random.Random, seed: int, child_id: int, start: float) -> Child | None:
+    """The child of the first family drawn (`cfg.moves`, else net2net_p then shrink_p)
+    that applies, None where that is "subgraph" or none applies."""
+    if cfg.drawn_moves is not None:
+        for move in draw_moves(cfg.drawn_moves, rng):
+            if move == "subgraph":
+                return None
+            moved = _graph_move(move, graph, constants, variables, cfg, seed, child_id,
+                                start)
+            if moved is not None:
+                return moved
+        return None
+    for chance, shrink in ((cfg.net2net_p, False), (cfg.shrink_p, True)):
+        if chance and rng.random() < chance:
+            moved = _net2net_child(graph, constants, variables, cfg, seed, child_id, start,
+                                   shrink)
+            if moved is not None:
+                return moved
+    return None
+
+
+def draw_moves(weights: Mapping[str, float], rng: random.Random) -> list[str]:
+    """The families of `weights` in the order drawn, each by its weight among those not
+    drawn yet (those of weight 0 never): the first that applies to the parent makes the
+    child."""
+    left = {k: float(w) for k, w in weights.items() if w > 0}
+    order = []
+    while left:
+        u, total = rng.random() * sum(left.values()), 0.0
+        pick = list(left)[-1]
+        for name, w in left.items():
+            total += w
+            if u < total:
+                pick = name
+                break
+        order.append(pick)
+        del left[pick]
+    return order
 
 
 def _shapes(entry: Any) -> Any:
@@ -197,13 +261,10 @@ def propose_child(
     # Net2Net and shrink moves edit the graph, not its blocks: not where every child must
     # be a block edit its builder rebuilds (mutate_by_block), nor for a reversible parent
     by_block = bool(blocks) and builder is not None and cfg.mutate_by_block
-    for chance, shrink in ((cfg.net2net_p, False), (cfg.shrink_p, True)):
-        if (chance and variables and not by_block and not is_reversible(constants)
-                and rng.random() < chance):
-            moved = _net2net_child(graph, constants, variables, cfg, seed, child_id, start,
-                                   shrink)
-            if moved is not None:
-                return moved
+    if bool(variables) and not by_block and not is_reversible(constants):
+        moved = _drawn_move(graph, constants, variables, cfg, rng, seed, child_id, start)
+        if moved is not None:
+            return moved
     if is_reversible(constants):  # the child must stay reversible
         with raised_as("reversible", NoChildFound):
             proposal = propose_reversible(graph, constants, cfg, rng, child_id)

@@ -43,6 +43,32 @@ DEFAULT_SYNTHESIS: dict[str, dict[str, Any]] = {
 }
 
 
+# The families of moves `moves` weighs: a subgraph rewrite (or a block edit), a Net2Net move
+# (widen or deepen: function-preserving, growing), a shrink (one layer and the next), a
+# prune (groups of coupled channels), a drop_branch (a residual branch removed).
+MOVES = ("subgraph", "net2net", "shrink", "prune", "drop_branch")
+# The move kinds a child records (`Child.kind`) that are not their family's name.
+FAMILY_OF = {"widen": "net2net", "deepen": "net2net", "block_add": "subgraph",
+             "block_delete": "subgraph", "block_mutate": "subgraph",
+             "coupling_add": "subgraph", "coupling_delete": "subgraph",
+             "reversible_block": "subgraph"}
+
+
+def family(kind: str | None) -> str:
+    """The family of `moves` a child's kind belongs to ("subgraph" for an unknown one)."""
+    kind = str(kind or "subgraph")
+    return kind if kind in MOVES else FAMILY_OF.get(kind, "subgraph")
+
+
+def _moves_ok(moves: Any) -> bool:
+    if not hasattr(moves, "items"):  # a dict, or a config's (ml_collections) mapping
+        return False
+    moves = dict(moves.items())
+    return (bool(moves) and set(moves) <= set(MOVES)
+            and all(isinstance(w, (int, float)) and not isinstance(w, bool) and w >= 0
+                    for w in moves.values()) and sum(moves.values()) > 0)
+
+
 def _input_shape_ok(shape: Any) -> bool:
     return len(shape) >= 2 and all(isinstance(d, int) and not isinstance(d, bool) and d > 0
                                    for d in shape)
@@ -69,6 +95,10 @@ MUTATION_SCHEMA: dict[str, schema.Field] = {
     "function_preserving": schema.Field(bool),
     "net2net_p": schema.fraction(),
     "shrink_p": schema.fraction(),
+    "moves": schema.Field(dict, nullable=True, check=_moves_ok,
+                          expected=f"of weights >= 0 (not all 0) of {', '.join(MOVES)}"),
+    "adapt_moves": schema.Field(bool),
+    "move_floor": schema.Field(float, low=0.0, high=0.2),
     "mutate_by_block": schema.Field(bool),
     "block_add_prob": schema.fraction(),
     "block_delete_prob": schema.fraction(),
@@ -108,6 +138,18 @@ class MutationConfig:
     # layer's or every layer's width scaled by 1/2 or 1/4, the largest-norm units kept);
     # drawn after net2net_p; 0: never
     shrink_p: float = 0.0
+    # The share of each family of moves (MOVES; missing: 0): one weighted draw per child,
+    # a family that does not apply to the parent giving its turn to the next one drawn.
+    # net2net_p or shrink_p above 0 decide instead, as they did before `moves` existed
+    # (so a config that sets them over the digits preset means what it meant)
+    moves: dict[str, float] | None = None
+    # Whether the search draws `moves` by what paid in the study so far: each family's
+    # share times its (children that reached the validation front or stayed within the
+    # recommendation's margin at a lower cost + 1) / (tries + 2), counted over the results
+    # a proposal reads, so the same after a resume; each family keeps `move_floor` of the
+    # draws (nas.search.strategy.move_mix)
+    adapt_moves: bool = True
+    move_floor: float = 0.05
     # Block-level mutation (needs the parent's blocks and a zoo builder; a graph without
     # blocks, e.g. a user's seed graph, is mutated by subgraph). One draw per child: add a
     # copy of a block with block_add_prob, delete one with block_delete_prob, else redefine
@@ -133,6 +175,8 @@ class MutationConfig:
                 f"config field 'block_add_prob' + 'block_delete_prob' must be <= 1 (one draw "
                 f"per child decides add, delete or redefine a block), got "
                 f"{self.block_add_prob:g} + {self.block_delete_prob:g}")
+        if self.moves is not None:
+            self.moves = {k: float(self.moves[k]) for k in MOVES if k in self.moves}
         self.input_shape = tuple(self.input_shape)
         if self.search_space is not None:
             self.search_space = SearchSpace.from_dict(self.search_space).to_dict()
@@ -148,6 +192,11 @@ class MutationConfig:
                              f"{type(data).__name__}")
         schema.check(data, MUTATION_SCHEMA)  # unknown fields named before construction
         return cls(**dict(data))
+
+    @property
+    def drawn_moves(self) -> dict[str, float] | None:
+        """The `moves` a child is drawn by; None where net2net_p and shrink_p decide."""
+        return None if self.net2net_p or self.shrink_p else self.moves
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

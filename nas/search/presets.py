@@ -62,12 +62,11 @@ def evolution(train: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
         "depth_p": 0.5,
         "linear_p": 0.5,
         "function_preserving": False,
-        # Net2Net moves (children at exactly their parent's function, growing) and shrink
-        # moves (a layer or the network at 1/2 or 1/4 width, then fitted): children that
-        # start near their parent, and cheap ones in large steps; a child of a user's
-        # model collapsed far more often without them (docs/benchmarks.md, issue 51)
-        "net2net_p": 0.3,
-        "shrink_p": 0.3,
+        # Shares of the families of moves, adapted to what paid (MutationConfig.moves):
+        # Net2Net moves only grow the network; shrink, prune and drop_branch give cheap
+        # children in large steps, also where widths are coupled (docs/benchmarks.md)
+        "moves": {"subgraph": 0.35, "net2net": 0.1, "shrink": 0.15, "prune": 0.25,
+                  "drop_branch": 0.15},
         "max_steps": 4000,
         "time_limit_s": 600.0,
         # What synthesis may build: softmax/sigmoid, scalar multiplies and whole-input pool

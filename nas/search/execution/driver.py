@@ -50,7 +50,7 @@ from nas.search.store.study import (
 )
 from nas.search.strategy import blocks as blocks_lib
 from nas.search.strategy import hparams as hparams_lib
-from nas.search.strategy import splits
+from nas.search.strategy import move_mix, splits
 from nas.search.strategy.population import DoneCache, Population
 from nas.search.strategy.ray_config import RayConfig
 from nas.search.strategy.selection import Individual
@@ -82,6 +82,11 @@ class SearchFailed(ValueError):
 # Study state: {candidate id: why its weights cannot be read}. Such a candidate is no
 # longer chosen as a parent (its children could not inherit), and the search goes on.
 UNUSABLE_PARENTS = "unusable_parents"
+
+
+# Moves whose changed ops keep their names: each is fitted to its parent's output where
+# that output keeps its shape (the layers after a narrowed group or a removed branch).
+RESIZED_IN_PLACE = ("shrink", "prune", "drop_branch")
 
 
 # Study state: whether the search said that its seed is below search.selection.min_acc.
@@ -287,8 +292,10 @@ class Driver:
         blocks, builder, args = self.parent_blocks(parent)
         child = None
         try:
+            mutation = move_mix.for_proposal(self.study, self.mutation, self.read_through(),
+                                             k, float(self.selection.noninferiority_pt))
             child = propose_child(graph, constants, variables, seed=child_seed,
-                                  config=self.mutation, blocks=blocks, builder=builder)
+                                  config=mutation, blocks=blocks, builder=builder)
             existing = self.study.find(child.fingerprint)
             if existing:
                 raise DuplicateCandidateError(child.fingerprint, existing[0])
@@ -430,7 +437,7 @@ class Driver:
 
         if not self.fit.steps or not child.new or child.function_preserving:
             return []
-        if child.kind == "shrink":
+        if child.kind in RESIZED_IN_PLACE:
             return fit.resized_in_place(child.new)
         return fit.replaced_tensors(child.spec) if child.kind == "subgraph" else []
 

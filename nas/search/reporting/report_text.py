@@ -19,7 +19,7 @@ from nas.search.store.candidate import STATUSES, Candidate
 from nas.search.store.finals_table import answer
 from nas.search.store.recommend import cheapest_matching_seed
 from nas.search.store.study import Study
-from nas.search.strategy import intervals
+from nas.search.strategy import intervals, move_mix
 from nas.search.strategy.selection import OBJECTIVES, cost_value
 
 # Every cost a candidate is measured by, in the order the report shows them.
@@ -64,6 +64,8 @@ def summary(study: Study, k: int = 5, *, candidates: Sequence[Candidate] | None 
         f"study {study.workdir}: " + ", ".join(f"{s} {counts[s]}" for s in STATUSES),
     ]
     lines += refusal_lines(study)
+    lines += move_mix.move_lines(move_mix.move_counts(study, study.last_id(), None,
+                                                      recommend.margin_pt(study.config)))
     rungs = study.rung_counts()
     if rungs:  # multi-fidelity: results per rung, and the children stopped at one
         lines.append("rungs: " + ", ".join(f"{e:g} epochs {n} result(s)"

@@ -126,6 +126,17 @@ class StudyQueries(StudyRows):
                          user_costs={u: v for u, v in zip(users, row[10:], strict=True)
                                      if v is not None}) for row in rows]
 
+    def move_rows(self, through: int) -> list[tuple[int, int | None, str, float | None,
+                                                    float | None, str | None]]:
+        """(id, parent id, status, accuracy, flops, move kind) of every candidate with id
+        <= `through`, by id: what `nas.search.strategy.move_mix` counts."""
+        with self._db.read() as c:
+            rows = c.execute(
+                "SELECT id, parent_id, status, accuracy, flops,"
+                " json_extract(inheritance_json, '$.kind') FROM candidates WHERE id <= ?"
+                " ORDER BY id", (int(through),)).fetchall()
+        return [tuple(r) for r in rows]
+
     def has_candidate(self, candidate_id: int) -> bool:
         """Whether the study has a candidate `candidate_id` (a refused child's id has
         none)."""
