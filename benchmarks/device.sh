@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# The accelerator figures of issue 24 in one call on a lent GPU machine (about 6 minutes on
-# an H200): the README search with the pipeline off and on, the same search pipelined
-# deeper over the host's cores, steps in one program's loop against dispatched ones, and
-# the compiler's effort settings. Each part has a time limit, so a slow one leaves the
+# The pipelined search's accelerator figures in one call on a lent GPU machine (about 6
+# minutes on an H200): the README search with the pipeline off and on, the same search
+# pipelined deeper over the host's cores, steps in one program's loop against dispatched
+# ones, and the compiler's effort settings. Each part has a time limit, so a slow one leaves the
 # others their turn.
-# From the project root, after `bash ../shared/tools/accelerator/wheels.sh` here:
+# From the project root, with the accelerator wheels and their prelude.sh in .whl/:
 #   run(command="source .whl/prelude.sh; bash benchmarks/device.sh", carry=[".whl"])
 # Logs land in $OUT (prelude.sh sets it).
 set -u

@@ -1,6 +1,6 @@
-"""The house rules of DESIGN.md, checked on the source: the layers (no arrow up), no import
-cycle between modules, no private name taken from another module, and rooms that fit in a
-head (no module over 700 lines, no function over 80).
+"""The house rules (docs/architecture.md), checked on the source: the layers (no arrow
+up), no import cycle between modules, no private name taken from another module, and rooms
+that fit in a head (no module over 700 lines, no function over 80).
 
 Every module is parsed with `ast` and every import statement in it counts, wherever it
 stands: at the top, inside a function (the lazy ones) or under `if TYPE_CHECKING`.

@@ -1,10 +1,9 @@
 """The reference's (alphaNAS) public names, called as its users call them.
 
 Users arrive with code written against the reference: every class, method, argument and
-return type listed here (from shared/reference/alphanas-behavior.md, at the module paths of
-DESIGN.md's Public API) must exist AND do what the reference documents. Where we have a
-clearer name, the reference's name is a thin alias of it; the tests check both give the
-same result.
+return type listed here (at the module paths where the reference's users import it) must
+exist AND do what the reference documents. Where we have a clearer name, the reference's
+name is a thin alias of it; the tests check both give the same result.
 
 Not kept (reference interpreter internals that this design replaced: there is no Model
 subclass per property, shapes and pairings flow op by op from per-op caches):

@@ -1,4 +1,4 @@
-"""Candidates to and from other code, below the search (DESIGN.md layers).
+"""Candidates to and from other code, below the search.
 
 The way in: `importer.from_flax` traces a user's Flax model (linen or NNX) with its weights
 into the `nas.io.candidate.ExportedCandidate` that `nas.load_candidate` returns, so an

@@ -1,4 +1,4 @@
-"""Net2Net moves: children that compute exactly what their parent computed (issue 51).
+"""Net2Net moves: children that compute exactly what their parent computed.
 
 `widen`: a CONV or DENSE layer gets more output units. Each new unit copies an existing
 one (its kernel column, bias and any per-channel batch-norm values on the way); the next
@@ -202,7 +202,7 @@ def narrow(graph: Graph, constants: Mapping[str, Any], variables: Mapping[str, A
            ) -> tuple[Graph, dict[str, Any], dict[str, Any]]:
     """The child with layer `name` `width` units wide (at most what it has), keeping the
     units whose kernel columns have the largest norms, in their order, with the next
-    layer's weights from them (issue 51, item 4: cheap children in large steps). Not
+    layer's weights from them (cheap children in large steps). Not
     function-preserving: the dropped units' contributions are gone."""
     graph, path, nxt, flatten, params, stats, kernel = _layer(graph, constants, variables,
                                                                name, input_shape)
@@ -271,7 +271,7 @@ def propose_shrink(graph: Graph, constants: Mapping[str, Any], variables: Mappin
     """("shrink", graph, constants, variables): the widths of one layer or of the whole
     network (drawn evenly) scaled by 1/2, or by 1/4 one time in four, largest-norm units
     kept. Why mostly 1/2: the README's 8x8 model at 1/4 everywhere (0.13x FLOPs) ended 8
-    points below its parent after fine-tuning, at 1/2 (0.48x) within 1 (issue 51)."""
+    points below its parent after fine-tuning, at 1/2 (0.48x) within 1."""
     with raised_as("shrink", NotApplicable):
         names = widenable(graph)
         if not names:

@@ -2,7 +2,7 @@
 
 Why: synthesis names its ops afresh, so a new CONV that replaces a CONV of the same kernel
 and widths started from a random initialization, and the 40 fitting steps did not bring it
-back (issue 51: a user's imported CNN, a child whose one new CONV replaced one of the same
+back (a user's imported CNN, a child whose one new CONV replaced one of the same
 shape started at 0.72 against its parent's 0.85, fit error 1.27 -> 0.22). A new op of the
 same type whose output replaces an old op's output, with every parameter (and statistic)
 of the same shape, now starts from that op's values; fitting then starts from there.

@@ -16,7 +16,7 @@ def evolution(train: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     the seed trains 3 epochs a round while it improves, children inherit their parent's
     weights, are fitted, then fine-tune 2 epochs (at least `min_child_steps` steps)."""
     # Children start from their parent's weights: two epochs of fine-tuning (one left most
-    # cheap children a few test images short of the seed: docs/benchmarks.md, issue 25).
+    # cheap children a few test images short of the seed: docs/benchmarks.md).
     train.total_epochs = 2.0
     train.schedule = dict(decay_type="cosine", warmup_steps=2)
     train.log_training_steps = 50
@@ -27,17 +27,17 @@ def evolution(train: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     config.search.seed_epochs = 3.0
     # The seed trains on in rounds of 3 epochs while a round gains more than a point of
     # validation accuracy, 15 epochs at most (nas.train.rounds): an untrained model of a
-    # user's is far from what it reaches after 3 (issue 51); a trained one stops after one.
+    # user's is far from what it reaches after 3; a trained one stops after one.
     config.search.seed_max_epochs = 15.0
     config.search.seed_patience = 1
     config.search.seed_min_gain = 0.01
     config.search.child_lr = 5e-4  # children fine-tune from inherited weights
     # ... for at least 100 steps: 2 epochs of the digits are 40, and children of users'
-    # models on small data collapsed after about 45 (issue 51); on 4,000 images 2 epochs
+    # models on small data collapsed after about 45; on 4,000 images 2 epochs
     # are already 112 steps, so this binds only on small data
     config.search.min_child_steps = 100
     # A child starting more than 30 points below its parent is not trained: every such
-    # child of the measured searches ended more than 2 points below it (issue 51), while
+    # child of the measured searches ended more than 2 points below it, while
     # children 12 points down at their start still caught up
     config.search.max_start_drop = 0.3
     config.search.log_every_steps = 4  # a digits child's epoch is ~22 steps: 11 points

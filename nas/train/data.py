@@ -150,7 +150,7 @@ def shift_pad(image_size: int) -> int:
     Why: a shift of 2 pixels is 14 % of a 14x14 image. On 4,000 Fashion-MNIST images at
     14x14 it cost a user's CNN 7 points of held-out accuracy after 3 epochs (0.69 against
     0.76 unshifted) and 7 after 10 epochs (0.75 against 0.83); at 28x28 a 1-pixel shift
-    cost 2.5 after 3 (`benchmarks/first_try.py`, docs/benchmarks.md, issue 51)."""
+    cost 2.5 after 3 (`benchmarks/first_try.py`, docs/benchmarks.md)."""
     return max(0, int(image_size)) // 16
 
 

@@ -104,7 +104,7 @@ def resized_in_place(new_ops: Iterable[str]) -> list[tuple[str, str]]:
     """(child tensor, parent tensor) pairs of the ops a shrink move resized: each keeps its
     name, so each output is fitted to its parent's (the fit skips pairs whose widths now
     differ). Why: the layer after a narrowed one then learns to do without the dropped
-    units before training, where it lost 38 points at its start (issue 51)."""
+    units before training, where it lost 38 points at its start."""
     return [(f"{name}:0", f"{name}:0") for name in sorted(new_ops)]
 
 

@@ -28,7 +28,7 @@ class FitConfig:
     min_improvement: float = 0.01
     # A child whose fitted new ops still miss the parent's tensors by more than this
     # (normalized mean squared error) fails before it trains: it cannot start near its
-    # parent (issue 51: errors of 0.8 and more started children 54-98 points down on the
+    # parent (errors of 0.8 and more started children 54-98 points down on the
     # README's "From Python" model, docs/benchmarks.md). 0: never refused.
     max_error: float = 0.0
 

@@ -1,7 +1,7 @@
 """Inference latency of a compiled model, with its spread: a median you can compare.
 
 Why: one timing of a small model at batch 1 moves by half its value with what else runs on
-the machine (0.47 against 0.68 ms for the same seed, issue 52). So a latency here is the
+the machine (0.47 against 0.68 ms for the same seed). So a latency here is the
 median of many calls after a warm-up, taken until the median's 95 % interval is within a
 set relative precision of it, and its interquartile range (IQR) is kept beside it: the
 search ties costs that differ by less than their spread (`nas.search.strategy.cost_ties`).

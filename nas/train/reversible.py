@@ -1,8 +1,8 @@
 """`ReversibleTrainer`: trains networks of any depth with device memory independent of depth.
 
 Why: a candidate whose parameters, optimizer state and activations do not fit in device
-memory must still be trainable. Following Trax's memory-efficient trainer (see
-`shared/reference/reversible-trainer.md`), rebuilt on today's JAX:
+memory must still be trainable. The design follows Trax's memory-efficient trainer,
+rebuilt on today's JAX:
 
 * Parameters and optimizer state live in host memory (the `pinned_host` memory kind),
   packed per layer into one flat buffer (`revpack`), and the packed buffers of a run of

@@ -2,7 +2,7 @@
 
 Why: a seed trained for a fixed few epochs may be far from what its architecture reaches
 (a user's untrained CNN on 4,000 small images: 0.43 after 3 epochs against 0.93 after 10
-of a plain loop, issue 51), and its children are judged against it. Each round is one
+of a plain loop), and its children are judged against it. Each round is one
 whole run of the candidate's schedule (warmup, decay to its end) from the weights the
 last round ended with, so every round ends annealed and is a fair point to stop at; the
 search goes on from the best round.

@@ -345,7 +345,7 @@ class Driver:
         return {"hparams": values} if values else {}
 
     def seed_below_min_acc(self, done: Sequence[Any]) -> int | None:
-        """The seed, when no done candidate reaches `search.selection.min_acc` (issue 51):
+        """The seed, when no done candidate reaches `search.selection.min_acc`:
         its own children are proposed from it rather than the search ending with the seed
         alone; said once per study, in one line naming what to set. None otherwise."""
         min_acc = self.selection.min_acc

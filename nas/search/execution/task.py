@@ -169,7 +169,7 @@ def start_bound(study: Study, search: ml_collections.ConfigDict, candidate: Any
     """The least start accuracy of a child at its first rung: its parent's validation
     accuracy less `search.max_start_drop` (None: off, a seed, or a later rung). Why: a
     child that starts far below its parent ended below it after fine-tuning in every
-    measured case (docs/benchmarks.md, issue 51), so its training is not spent."""
+    measured case (docs/benchmarks.md), so its training is not spent."""
     drop = float(search.get("max_start_drop", 0.0) or 0.0)
     if not drop or candidate.parent_id is None or candidate.rung != 0:
         return None

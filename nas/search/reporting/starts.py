@@ -1,5 +1,5 @@
 """Where candidates started: the seed's rounds, each child's accuracy before fine-tuning
-next to its parent's, and the training hyperparameters a search evolves (issue 51).
+next to its parent's, and the training hyperparameters a search evolves.
 
 Why a module of its own: the summary and the candidate pages say the same things, from
 the metrics a worker stored (`rounds`, `curve`, `start_accuracy`, `hparams`).

@@ -1,4 +1,4 @@
-"""Training hyperparameters that evolve with the architecture (`search.hparams`, issue 51).
+"""Training hyperparameters that evolve with the architecture (`search.hparams`).
 
 Why: the learning rate that fine-tunes one child well may not suit its grandchild; like
 population-based training's explore step, each child takes its parent's values, each
