@@ -122,6 +122,8 @@ def _layer(code: OpCode, attr: str) -> tuple[str, str]:
         head = [kw.pop("rate")]
     else:  # SELF_ATTENTION
         head = [kw.pop("num_heads"), shape[-1]]
+        # linen's SelfAttention does not decode by default; NNX's must be told.
+        kw.setdefault("decode", False)
     args = [code.lit(LAYERS[t], v) for v in head] + _keywords(code, kw)
     if grouped:
         code.helpers.add(GROUPED_CONV)
