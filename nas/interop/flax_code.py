@@ -7,7 +7,9 @@ interpreter computes: every symbolic kwarg is resolved here, from the candidate'
 `input_shape` and constants, and the helpers the interpreter calls for speed (grouped
 convolution, max pooling, stochastic depth) are copied in from nas' own sources.
 Flax layer names are the op names, so `variables.msgpack` holds the candidate's variables
-as they are (`flax.serialization.msgpack_serialize`).
+as they are (`flax.serialization.msgpack_serialize`). With `api="nnx"` the same lines are
+written as a plain `flax.nnx` module instead (`nas.interop.flax_nnx_code`): the ops that hold
+layers or parameters become attributes built in `__init__`.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """`export_flax` of an NNX seed writes NNX code (`api="nnx"`, the seed's by default): `Model`
 is a plain nnx.Module, its layers attributes built in `__init__` and `__call__` one line per
 op, that runs without nas with the interpreter's logits, gradients and batch statistics,
-and trains with `nnx.grad` and `nnx.Optimizer`. Every NNX model of the import tests, and a
+and trains with `nnx.grad` and `nnx.Optimizer`. Every NNX model of the import tests, a
 child a search's mutation made of the ConvNeXt-style one (a layer scale held directly by
-the module), run in one subprocess (`nnx_exported_runner.py`)."""
+the module), and the graph of every op type (`api="nnx"` asked for) run in one subprocess
+(`nnx_exported_runner.py`)."""
 
 from __future__ import annotations
 
@@ -25,13 +26,22 @@ from nas.graph.ops import OpType
 from nas.io.candidate import ExportedCandidate
 from nas.mutation import NoChildFound, propose_child
 from tests.interop import models
+from tests.interop.helpers import random_variables
+from tests.interop.test_flax_export import every_op_type
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-NAMES = [*models.NNX, "convnext_child"]
-RANDOM = (OpType.DROPOUT, OpType.STOCH_DEPTH)
+NAMES = [*models.NNX, "convnext_child", "every_op"]
+# The ops an NNX Model holds as attributes: layers, parameters, stochastic depth.
+HELD = (OpType.PARAM, OpType.CONV, OpType.DENSE, OpType.DENSE_GENERAL, OpType.BATCH_NORM,
+        OpType.LAYER_NORM, OpType.GROUP_NORM, OpType.DROPOUT, OpType.SELF_ATTENTION)
 
 
 def _candidate(name):
+    if name == "every_op":
+        graph, constants = every_op_type()
+        return ExportedCandidate(path=name, graph=graph, constants=constants,
+                                 variables=random_variables(graph, constants, (8, 8, 3)),
+                                 input_shape=(8, 8, 3))
     if name == "convnext_child":
         seed = _candidate("convnext")
         for s in range(20):
@@ -80,8 +90,8 @@ def exported(tmp_path_factory):
     cands = {}
     for name in NAMES:
         cand = cands[name] = _candidate(name)
-        assert cand.info["api"] == "nnx"
-        nas.export_flax(cand, root / name / "code")
+        assert cand.info.get("api") == (None if name == "every_op" else "nnx")
+        nas.export_flax(cand, root / name / "code", api="nnx" if name == "every_op" else None)
         batch = rng.normal(size=(4, *cand.input_shape)).astype(np.float32)
         np.savez(root / name / "inputs.npz", batch=batch, labels=rng.integers(0, 10, size=4))
     for runner in ("exported_runner.py", "nnx_exported_runner.py"):
@@ -115,17 +125,17 @@ def test_exported_nnx_code_trains_with_nnx_optimizer(exported, name):
 def test_the_code_is_nnx_layers_in_init_and_one_call_line_per_op(exported, name):
     cand, code, _, _ = exported[name]
     source = (code / "model.py").read_text()
-    assert "linen" not in source and "bridge" not in source and "nn." not in source.replace(
-        "nnx.", "")
     tree = ast.parse(source)
+    imports = [ast.unparse(n) for n in tree.body if isinstance(n, ast.Import | ast.ImportFrom)]
+    assert "from flax import nnx" in imports and not any("linen" in i for i in imports)
     model = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Model")
+    text = ast.get_source_segment(source, model)
+    assert "bridge" not in text and "nn." not in text.replace("nnx.", "")
     assert [ast.unparse(b) for b in model.bases] == ["nnx.Module"]
     methods = {f.name: f for f in model.body if isinstance(f, ast.FunctionDef)}
     assert set(methods) == {"__init__", "__call__"}
-    held = [op for op in cand.graph.ops if op.type in (
-        OpType.PARAM, OpType.CONV, OpType.DENSE, OpType.DENSE_GENERAL, OpType.BATCH_NORM,
-        OpType.LAYER_NORM, OpType.GROUP_NORM, OpType.DROPOUT, OpType.SELF_ATTENTION)
-        or float(op.input_kwargs.get("layer_drop_rate", 0) or 0) > 0]
+    held = [op for op in cand.graph.ops
+            if op.type in HELD or _drop_rate(op, cand.constants) > 0]
     inits = [ast.unparse(s) for s in methods["__init__"].body]
     assert len(inits) == len(held)
     assert all(line.startswith("self.") and ("= nnx." in line) for line in inits)
@@ -134,6 +144,11 @@ def test_the_code_is_nnx_layers_in_init_and_one_call_line_per_op(exported, name)
     body = methods["__call__"].body
     assert len(body) == len(cand.graph.ops) + 1 and isinstance(body[-1], ast.Return)
     assert all(isinstance(s, ast.Assign) for s in body[:-1])
+
+
+def _drop_rate(op, constants):
+    rate = op.input_kwargs.get("layer_drop_rate", 0.0)
+    return float(constants[rate[2:]] if isinstance(rate, str) else rate)
 
 
 def _module(code, name):
