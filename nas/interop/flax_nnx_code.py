@@ -16,11 +16,13 @@ and stochastic depth (an `nnx.Dropout` over whole samples) as in the candidate's
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Sequence
 
 from nas.graph.model import spatial_rank
 from nas.graph.ops import OpType
+from nas.graph.validate import MODULE_TYPES
 from nas.interop.flax_ops import GROUPED_CONV, OpCode
 
 API = ("linen", "nnx")
@@ -32,9 +34,6 @@ LAYERS: dict[OpType, str] = {
     OpType.GROUP_NORM: "GroupNorm", OpType.DROPOUT: "Dropout",
     OpType.SELF_ATTENTION: "MultiHeadAttention",
 }
-# Linen fields with no NNX argument that may be dropped at the value linen defaults them to,
-# because NNX computes that way anyway (float32 statistics of float32 inputs; no batch axes).
-_NEUTRAL = {"force_float32_reductions": True, "batch_dims": (), "force_fp32_for_softmax": False}
 
 
 def check_api(api: str | None, default: str) -> str:
@@ -137,18 +136,22 @@ def _layer(code: OpCode, attr: str) -> tuple[str, str]:
 
 
 def _keywords(code: OpCode, kw: dict) -> list[str]:
-    """`key=value` for the op's remaining kwargs, each an argument of the NNX layer; one
-    without an NNX argument (at other than a value NNX computes anyway) is refused."""
+    """`key=value` for the op's remaining kwargs, each an argument of the NNX layer. A linen
+    field NNX has no argument for is dropped at linen's default (NNX layers compute as
+    linen's do by default: float32 reductions, no batch axes, the plain matmul) and
+    refused at any other value."""
     from flax import nnx
 
     cls = getattr(nnx, LAYERS[code.op.type])
     accepted = inspect.signature(cls.__init__).parameters
+    linen = {f.name: f.default for f in dataclasses.fields(MODULE_TYPES[code.op.type])
+             if f.default is not dataclasses.MISSING}
     out = []
     order = [k for k in code.op.op_kwargs if k in kw] + sorted(set(kw) - set(code.op.op_kwargs))
     for key in order:
         value = kw[key]
         if key not in accepted or key in ("rngs", "in_features", "num_features"):
-            if key in _NEUTRAL and _same(value, _NEUTRAL[key]):
+            if key in linen and _same(value, linen[key]):
                 continue
             raise ValueError(f"op {code.op.name!r} kwarg {key!r}: nnx.{cls.__name__} has no "
                              f"such argument, so NNX code cannot carry {value!r}; export it "
@@ -181,7 +184,7 @@ def model_class(inits: Sequence[tuple[str, str, str]], lines: Sequence[str], out
                 batch_shape: str) -> str:
     """The text of `class Model`: `inits` (attribute, expression, op name) built in
     `__init__`, `lines` the body of `__call__`, returning `output`."""
-    init_lines = [f"        self.{attr} = {expr}" for attr, expr, _ in inits] or ["        pass"]
+    init_lines = [wrapped(f"        self.{attr} = {expr}") for attr, expr, _ in inits]
     return "\n".join([
         "class Model(nnx.Module):",
         '    """The candidate\'s graph, op by op. It expects float32 images (B, *INPUT_SHAPE)',
@@ -189,7 +192,7 @@ def model_class(inits: Sequence[tuple[str, str, str]], lines: Sequence[str], out
         '    stochastic depth in training mode."""',
         "",
         "    def __init__(self, *, rngs: nnx.Rngs) -> None:",
-        *init_lines,
+        *(init_lines or ["        del rngs  # no layer to build"]),
         "",
         "    def __call__(self, x: jax.Array) -> jax.Array:",
         f"        # x: {batch_shape}",
@@ -203,6 +206,39 @@ def model_class(inits: Sequence[tuple[str, str, str]], lines: Sequence[str], out
         "",
         LOADER,
     ])
+
+
+def wrapped(line: str, width: int = 100) -> str:
+    """`line` (an assignment whose value is one call) broken after its arguments' commas
+    into lines of at most `width` characters where it is longer, each continuation aligned
+    under the call's first argument, as a person writes a long layer."""
+    if len(line) <= width or "(" not in line:
+        return line
+    head, rest = line.split("(", 1)
+    args, depth, start, quote = [], 0, 0, ""
+    for i, ch in enumerate(rest[:-1]):  # rest ends with the call's closing parenthesis
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            args.append(rest[start:i + 1].strip())
+            start = i + 1
+    args.append(rest[start:-1].strip() + ")")
+    indent = " " * (len(head) + 1)
+    lines, current = [], head + "("
+    for arg in args:
+        if current.strip() and not current.endswith("(") and \
+                len(current) + 1 + len(arg) > width:
+            lines.append(current)
+            current = indent + arg
+        else:
+            current += ("" if current.endswith("(") else " ") + arg
+    return "\n".join([*lines, current])
 
 
 LOADER = '''def from_variables(variables: Mapping[str, Any], *,

@@ -22,7 +22,8 @@ import pytest
 
 import nas
 from nas.graph import Model
-from nas.graph.ops import OpType
+from nas.graph.ops import OpType, new_graph, new_op
+from nas.interop.flax_code import model_source
 from nas.io.candidate import ExportedCandidate
 from nas.mutation import NoChildFound, propose_child
 from tests.interop import models
@@ -196,3 +197,20 @@ def test_linen_code_for_an_nnx_seed_on_request_and_a_bad_api_is_one_line(exporte
     with pytest.raises(ValueError, match=r"^export_flax: api must be 'linen' or 'nnx', got "
                                          r"'torch'$"):
         nas.export_flax(cand, tmp_path / "bad", api="torch")
+
+
+@pytest.mark.parametrize(("op", "message"), [
+    (new_op("blk/ln", "LAYER_NORM", ["input"],
+            op_kwargs={"feature_axes": [-2, -1], "reduction_axes": [-2, -1]}),
+     r"op 'blk/ln' kwarg 'feature_axes': \(-2, -1\) names several axes; nnx\.LayerNorm "
+     r"normalizes over features of one axis"),
+    (new_op("blk/d", "DENSE_GENERAL", ["input"],
+            op_kwargs={"features": 4, "batch_dims": [0], "axis": -1}),
+     r"op 'blk/d' kwarg 'batch_dims': nnx\.LinearGeneral has no such argument, so NNX code "
+     r"cannot carry \(0,\); export it with api='linen'"),
+])
+def test_an_op_nnx_layers_cannot_express_is_one_line_naming_it(op, message):
+    graph = new_graph(["input"], ["out"], [op, new_op("out", "IDENTITY", [op.name])])
+    with pytest.raises(ValueError, match=f"^{message}$"):
+        model_source(graph, {}, (4, 8), api="nnx")
+    assert "class Model(nn.Module)" in model_source(graph, {}, (4, 8), api="linen")
