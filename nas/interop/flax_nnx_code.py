@@ -201,11 +201,20 @@ def model_class(inits: Sequence[tuple[str, str, str]], lines: Sequence[str], out
         "",
         "",
         "# variables.msgpack keys its variables by op name; each op's attribute of Model.",
-        "OP_ATTRIBUTES = {" + ", ".join(f"{op!r}: {attr!r}" for attr, _, op in inits) + "}",
+        _op_attributes([(op, attr) for attr, _, op in inits]),
         "",
         "",
         LOADER,
     ])
+
+
+def _op_attributes(pairs: Sequence[tuple[str, str]]) -> str:
+    """`OP_ATTRIBUTES = {...}` on one line, or one entry a line where that is too long."""
+    entries = [f"{op!r}: {attr!r}" for op, attr in pairs]
+    line = "OP_ATTRIBUTES = {" + ", ".join(entries) + "}"
+    if len(line) <= 100:
+        return line
+    return "\n".join(["OP_ATTRIBUTES = {", *[f"    {e}," for e in entries], "}"])
 
 
 def wrapped(line: str, width: int = 100) -> str:
