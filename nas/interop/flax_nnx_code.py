@@ -123,16 +123,17 @@ def _layer(code: OpCode, attr: str) -> tuple[str, str]:
         head = [kw.pop("num_heads"), shape[-1]]
         # linen's SelfAttention does not decode by default; NNX's must be told.
         kw.setdefault("decode", False)
-    args = [code.lit(LAYERS[t], v) for v in head] + _keywords(code, kw)
+    # A batch norm whose op fixes its mode gets it in the call, where it overrides
+    # `train()` / `eval()` as the interpreter's call kwarg does.
+    fixed = ({"use_running_average": code.in_kw["use_running_average"]}
+             if t is OpType.BATCH_NORM and "use_running_average" in code.in_kw else {})
+    args = [code.lit("sizes", v) for v in head] + _keywords(code, kw)
     if grouped:
         code.helpers.add(GROUPED_CONV)
         args.append(f"conv_general_dilated={GROUPED_CONV}")
     init = f"nnx.{LAYERS[t]}({', '.join([*args, 'rngs=rngs'])})"
-    call = f"self.{attr}({code.args[0]})"
-    if t is OpType.BATCH_NORM and "use_running_average" in code.in_kw:
-        running = code.lit("use_running_average", code.in_kw["use_running_average"])
-        call = f"self.{attr}({code.args[0]}, use_running_average={running})"
-    return init, call
+    call_args = [code.args[0], *(f"{k}={code.lit(k, v)}" for k, v in fixed.items())]
+    return init, f"self.{attr}({', '.join(call_args)})"
 
 
 def _keywords(code: OpCode, kw: dict) -> list[str]:
@@ -161,8 +162,9 @@ def _keywords(code: OpCode, kw: dict) -> list[str]:
 
 
 def _same(a: object, b: object) -> bool:
-    norm = (lambda v: tuple(v) if isinstance(v, list | tuple) else v)
-    return norm(a) == norm(b)
+    """Equal, a list and a tuple of the same items alike (the IR holds JSON lists)."""
+    return (tuple(a) if isinstance(a, list | tuple) else a) == (
+        tuple(b) if isinstance(b, list | tuple) else b)
 
 
 DOC = '''"""A candidate of a `nas` search as a `flax.nnx` module (nas.export_flax, api="nnx").
