@@ -7,7 +7,9 @@ interpreter computes: every symbolic kwarg is resolved here, from the candidate'
 `input_shape` and constants, and the helpers the interpreter calls for speed (grouped
 convolution, max pooling, stochastic depth) are copied in from nas' own sources.
 Flax layer names are the op names, so `variables.msgpack` holds the candidate's variables
-as they are (`flax.serialization.msgpack_serialize`).
+as they are (`flax.serialization.msgpack_serialize`). With `api="nnx"` the same lines are
+written as a plain `flax.nnx` module instead (`nas.interop.flax_nnx_code`): the ops that hold
+layers or parameters become attributes built in `__init__`.
 """
 
 from __future__ import annotations
@@ -160,8 +162,10 @@ def model_source(graph: Graph, constants: Mapping[str, Any] | None,
     input_name = canonical_name(graph.input_names[0])
     shapes = [graph_shapes(graph, constants, {input_name: (b, *input_shape)})
               for b in _BATCHES]
-    names = python_names(graph, input_name)
+    names = python_names(graph, input_name,
+                         flax_nnx_code.reserved_names() if api == "nnx" else frozenset())
     lines, helpers = [], set()
+    inits: list[tuple[str, str, str]] = []  # NNX: (attribute, its layer, op name)
     for op in graph.ops:
         if op.num_outputs != 1:
             raise ValueError(f"op {op.name!r}: {op.num_outputs} outputs cannot be exported")
@@ -171,15 +175,21 @@ def model_source(graph: Graph, constants: Mapping[str, Any] | None,
             resolved.append(resolve_kwargs(op, ins, s.tensors, constants))
         _check_batch_free(op, resolved)
         code = flax_ops.OpCode(op, *resolved[0], [names[n] for n in op.input_names],
-                               [shapes[0].shape(n) for n in op.input_names])
-        expression = flax_ops.op_expression(code)
-        helpers |= code.helpers
+                               [shapes[0].shape(n) for n in op.input_names],
+                               ns="nnx" if api == "nnx" else "nn")
         out = op.output_names[0]
+        held = flax_nnx_code.layer(code, names[out]) if api == "nnx" else None
+        if held is None:
+            expression = flax_ops.op_expression(code)
+        else:
+            inits.append((names[out], held[0], op.name))
+            expression = held[1]
+        helpers |= code.helpers
         shape = shape_text(shapes[0].shape(out), shapes[1].shape(out))
         lines.append(f"{names[out]} = {expression}  # {shape}")
     output = names[canonical_name(graph.output_names[0])]
     source = _render(lines, output, helpers, tuple(input_shape), shapes[0], input_name,
-                     preprocess_source(data_name), api)
+                     preprocess_source(data_name), api, inits)
     compile(source, MODEL_FILE, "exec")  # a bug here, not a broken file for the user
     return source
 
@@ -209,10 +219,12 @@ _TAKEN = frozenset({"self", "x", "train", "nn", "jax", "jnp", "lax", "np", "func
                     "string", "Sequence", "Any", "Model", "INPUT_SHAPE"})
 
 
-def python_names(graph: Graph, input_name: str) -> dict[str, str]:
+def python_names(graph: Graph, input_name: str,
+                 reserved: frozenset[str] = frozenset()) -> dict[str, str]:
     """A distinct Python identifier for every tensor: the graph input is `x`, an op's output
-    its name with every other character than letters, digits and `_` made `_`."""
-    taken = set(_TAKEN) | set(_helper_names())
+    its name with every other character than letters, digits and `_` made `_`, none of
+    `reserved` (NNX code: the names its layers' attributes may not take)."""
+    taken = set(_TAKEN) | set(_helper_names()) | set(reserved)
     out = {input_name: "x"}
     for op in graph.ops:
         base = re.sub(r"\W", "_", op.name, flags=re.ASCII)
@@ -242,13 +254,18 @@ gives its output shape (B: the batch size). The candidate was trained on inputs 
 
 
 def _render(lines: list[str], output: str, helpers: set[str], input_shape: tuple[int, ...],
-            shapes: Any, input_name: str, preprocess: str, api: str = "linen") -> str:
+            shapes: Any, input_name: str, preprocess: str, api: str = "linen",
+            inits: Sequence[tuple[str, str, str]] = ()) -> str:
     sources = [_helper_source(name) for name in sorted(helpers)]
-    imports = set(_BASE_IMPORTS) | ({"from flax import nnx"} if api == "nnx" else set())
+    imports = set(_BASE_IMPORTS) if api == "linen" else (
+        set(_BASE_IMPORTS) - {"import flax.linen as nn"}
+        | {"from flax import nnx", "from collections.abc import Mapping",
+           "from typing import Any"})
     bodies = []
     for imported, body in sources:
         imports |= imported
         bodies.append(body)
+    imports = _merged(imports)
     stdlib = sorted((i for i in imports if i.split()[1].split(".")[0] not in ("jax", "flax",
                                                                                 "numpy")),
                     key=_import_order)
@@ -257,9 +274,21 @@ def _render(lines: list[str], output: str, helpers: set[str], input_shape: tuple
     header = [doc, "", "from __future__ import annotations", ""]
     header += ([*stdlib, ""] if stdlib else []) + third
     batch_shape = shape_text(shapes.shape(input_name), (-1, *input_shape))
-    body = [
-        "", "", f"INPUT_SHAPE = {input_shape!r}", "", "", preprocess, "", "",
-        f"class {'LinenModel' if api == 'nnx' else 'Model'}(nn.Module):",
+    body = ["", "", f"INPUT_SHAPE = {input_shape!r}", "", "", preprocess, "", ""]
+    if api == "nnx":
+        body.append(flax_nnx_code.model_class(inits, lines, output, batch_shape))
+    else:
+        body += _linen_class(lines, output, batch_shape)
+    if bodies:
+        body += ["", "", "# Helpers copied from nas: the same values as plain flax/jax, with "
+                 "gradients that", "# run faster on CPU.", ""]
+        body += ["\n\n".join(b.strip("\n") for b in bodies)]
+    return "\n".join(header + body) + "\n"
+
+
+def _linen_class(lines: list[str], output: str, batch_shape: str) -> list[str]:
+    return [
+        "class Model(nn.Module):",
         '    """The candidate\'s graph, op by op: `train` turns on batch statistics, dropout',
         '    and stochastic depth, as in the candidate\'s training. It expects float32',
         '    images (B, *INPUT_SHAPE) as `preprocess` makes them of uint8 ones."""',
@@ -270,13 +299,19 @@ def _render(lines: list[str], output: str, helpers: set[str], input_shape: tuple
         *[f"        {line}" for line in lines],
         f"        return {output}",
     ]
-    if api == "nnx":
-        body += ["", "", flax_nnx_code.SOURCE]
-    if bodies:
-        body += ["", "", "# Helpers copied from nas: the same values as plain flax/jax, with "
-                 "gradients that", "# run faster on CPU.", ""]
-        body += ["\n\n".join(b.strip("\n") for b in bodies)]
-    return "\n".join(header + body) + "\n"
+
+
+def _merged(imports: set[str]) -> set[str]:
+    """`from m import a` and `from m import b` as one `from m import a, b`."""
+    names: dict[str, set[str]] = {}
+    out = set()
+    for line in imports:
+        if line.startswith("from ") and " as " not in line:
+            module, _, listed = line[len("from "):].partition(" import ")
+            names.setdefault(module, set()).update(n.strip() for n in listed.split(","))
+        else:
+            out.add(line)
+    return out | {f"from {m} import {', '.join(sorted(n))}" for m, n in names.items()}
 
 
 def _import_order(line: str) -> tuple[bool, str]:

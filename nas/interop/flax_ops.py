@@ -37,18 +37,25 @@ class OpCode:
     args: list[str]
     shapes: list[tuple[int, ...]]
     helpers: set[str] = field(default_factory=set)
+    # The module flax functions and initializers are written from: linen's `nn`, or `nnx`
+    # (which re-exports the same functions), so that NNX code imports no linen.
+    ns: str = "nn"
 
     def lit(self, key: str, value: Any) -> str:
-        return literal(value, f"op {self.op.name!r} kwarg {key!r}")
+        return literal(value, f"op {self.op.name!r} kwarg {key!r}", self.ns)
+
+    def fn(self, name: str) -> str:
+        """`nn.relu` as this code's namespace writes it (`nnx.relu`); `jnp.` names as they are."""
+        return f"{self.ns}.{name[3:]}" if name.startswith("nn.") else name
 
 
-def literal(value: Any, where: str) -> str:
+def literal(value: Any, where: str, ns: str = "nn") -> str:
     """`value` as Python source; initializer strings (`"I:..."`) as flax initializer calls.
     A value with no literal form (an object from a `K:` constant) is refused, named."""
     if isinstance(value, str):
         parsed = symbolic.parse(value) if ":" in value else None
         if isinstance(parsed, symbolic.InitRef):
-            return initializer(parsed)
+            return initializer(parsed, ns)
         return repr(value)
     if value is None or isinstance(value, bool):
         return repr(value)
@@ -58,22 +65,22 @@ def literal(value: Any, where: str) -> str:
         number = float(value)
         return repr(number) if math.isfinite(number) else f'float("{number}")'
     if isinstance(value, tuple | list):
-        items = [literal(v, where) for v in value]
+        items = [literal(v, where, ns) for v in value]
         return f"({items[0]},)" if len(items) == 1 else f"({', '.join(items)})"
     if isinstance(value, Mapping):
-        return "{" + ", ".join(f"{literal(k, where)}: {literal(v, where)}"
+        return "{" + ", ".join(f"{literal(k, where, ns)}: {literal(v, where, ns)}"
                                for k, v in value.items()) + "}"
     raise ValueError(f"{where}: a {type(value).__name__} value cannot be written as Python "
                      f"code: {value!r}"[:300])
 
 
-def initializer(ref: symbolic.InitRef) -> str:
+def initializer(ref: symbolic.InitRef, ns: str = "nn") -> str:
     """`nn.initializers.normal(stddev=1e-06)` for `I:normal:stddev:1e-6` (as
     `symbolic.make_initializer` builds it)."""
     if ref.fn in ("zeros", "ones"):
-        return f"nn.initializers.{ref.fn}"
-    args = ", ".join(f"{k}={literal(v, 'initializer ' + ref.fn)}" for k, v in ref.kwargs)
-    return f"nn.initializers.{ref.fn}({args})"
+        return f"{ns}.initializers.{ref.fn}"
+    args = ", ".join(f"{k}={literal(v, 'initializer ' + ref.fn, ns)}" for k, v in ref.kwargs)
+    return f"{ns}.initializers.{ref.fn}({args})"
 
 
 def _call_args(code: OpCode, kwargs: Mapping[str, Any], order: Sequence[str]) -> list[str]:
@@ -131,7 +138,7 @@ def _pool(code: OpCode) -> str:
         code.helpers.add(MAX_POOL)
         fn = MAX_POOL
     else:
-        fn = "nn.avg_pool"
+        fn = code.fn("nn.avg_pool")
     call = f"{fn}({x}[None]" if unbatched else f"{fn}({x}"
     call += "".join(f", {k}={code.lit(k, v)}" for k, v in args.items()) + ")"
     return call + "[0]" if unbatched else call
@@ -157,7 +164,7 @@ def _kw_call(fn: str) -> Callable[[OpCode], str]:
     """`fn(inputs..., **input_kwargs)`."""
     def rule(code: OpCode) -> str:
         kw = _call_args(code, code.in_kw, list(code.op.input_kwargs))
-        return f"{fn}({', '.join([*code.args, *kw])})"
+        return f"{code.fn(fn)}({', '.join([*code.args, *kw])})"
     return rule
 
 
@@ -166,7 +173,7 @@ def _activation(fn: str) -> Callable[[OpCode], str]:
     them (GELU's `approximate`, LEAKY_RELU's `negative_slope`, ELU's `alpha`)."""
     def rule(code: OpCode) -> str:
         kw = {**INPUT_KWARG_DEFAULTS.get(code.op.type, {}), **code.in_kw}
-        return f"{fn}({', '.join([code.args[0], *_call_args(code, kw, list(kw))])})"
+        return f"{code.fn(fn)}({', '.join([code.args[0], *_call_args(code, kw, list(kw))])})"
     return rule
 
 

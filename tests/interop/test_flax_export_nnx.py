@@ -1,76 +1,216 @@
-"""`export_flax` of an NNX seed writes NNX code (`api="nnx"`, the seed's by default): its
-`Model` is an nnx.Module that runs without nas, with the candidate's logits."""
+"""`export_flax` of an NNX seed writes NNX code (`api="nnx"`, the seed's by default): `Model`
+is a plain nnx.Module, its layers attributes built in `__init__` and `__call__` one line per
+op, that runs without nas with the interpreter's logits, gradients and batch statistics,
+and trains with `nnx.grad` and `nnx.Optimizer`. Every NNX model of the import tests, a
+child a search's mutation made of the ConvNeXt-style one (a layer scale held directly by
+the module), and the graph of every op type (`api="nnx"` asked for) run in one subprocess
+(`nnx_exported_runner.py`)."""
 
 from __future__ import annotations
 
-import json
+import ast
+import importlib.util
+import os
+import shutil
 import subprocess
 import sys
 
-import jax.numpy as jnp
+import flax.serialization
+import jax
 import numpy as np
 import pytest
-from flax import nnx
 
 import nas
+from nas.graph import Model
+from nas.graph.ops import OpType, new_graph, new_op
+from nas.interop.flax_code import model_source
+from nas.io.candidate import ExportedCandidate
+from nas.mutation import NoChildFound, propose_child
+from tests.interop import models
+from tests.interop.helpers import random_variables
+from tests.interop.test_flax_export import every_op_type
 
-RUNNER = """
-import json, sys
-sys.path.insert(0, sys.argv[1])
-import flax.serialization, numpy as np
-from flax import nnx
-import model as exported
-assert "nas" not in sys.modules
-with open(sys.argv[1] + "/variables.msgpack", "rb") as f:
-    variables = flax.serialization.msgpack_restore(f.read())
-m = exported.from_variables(variables)
-x = np.load(sys.argv[2])
-logits = np.asarray(m(exported.preprocess(x)))
-grads = nnx.grad(lambda mdl: (mdl(exported.preprocess(x), train=True) ** 2).mean())(m)
-np.save(sys.argv[3], logits)
-print(json.dumps({"is_nnx": isinstance(m, nnx.Module),
-                  "grad_leaves": len(nnx.state(grads, nnx.Param).flat_state())}))
-"""
+HERE = os.path.dirname(os.path.abspath(__file__))
+NAMES = [*models.NNX, "convnext_child", "every_op"]
+# The ops an NNX Model holds as attributes: layers, parameters, stochastic depth.
+HELD = (OpType.PARAM, OpType.CONV, OpType.DENSE, OpType.DENSE_GENERAL, OpType.BATCH_NORM,
+        OpType.LAYER_NORM, OpType.GROUP_NORM, OpType.DROPOUT, OpType.SELF_ATTENTION)
 
 
-class Small(nnx.Module):
-    def __init__(self, rngs: nnx.Rngs):
-        self.conv = nnx.Conv(3, 8, (3, 3), rngs=rngs)
-        self.bn = nnx.BatchNorm(8, rngs=rngs)
-        self.head = nnx.Linear(8, 10, rngs=rngs)
+def _candidate(name):
+    if name == "every_op":
+        graph, constants = every_op_type()
+        return ExportedCandidate(path=name, graph=graph, constants=constants,
+                                 variables=random_variables(graph, constants, (8, 8, 3)),
+                                 input_shape=(8, 8, 3))
+    if name == "convnext_child":
+        seed = _candidate("convnext")
+        for s in range(20):
+            try:
+                child = propose_child(seed.graph, seed.constants, seed.variables, seed=s,
+                                      config={"linear_p": None})
+            except NoChildFound:
+                continue
+            if any(op.type is OpType.PARAM for op in child.graph.ops):
+                return ExportedCandidate(
+                    path=name, graph=child.graph, constants=child.constants,
+                    variables=jax.tree.map(np.asarray, child.variables),
+                    input_shape=seed.input_shape, info=dict(seed.info))
+        raise AssertionError("no child of the ConvNeXt import kept its layer scale in 20 seeds")
+    module, _, kwargs = models.build(name)
+    return nas.from_flax(module, models.example(), **kwargs)
 
-    def __call__(self, x):
-        x = nnx.relu(self.bn(self.conv(x)))
-        return self.head(jnp.mean(x, axis=(1, 2)))
+
+def _interpreter(cand, batch, labels):
+    """What the runner measures, as the interpreter computes it."""
+    model = Model(cand.graph, cand.constants)
+    variables = dict(cand.variables)
+
+    def loss(params):
+        logits = model.apply({**variables, "params": params}, batch, deterministic=True,
+                             training=False)
+        log_p = jax.nn.log_softmax(logits)
+        return -jax.numpy.mean(jax.numpy.take_along_axis(log_p, labels[:, None], axis=1))
+
+    grads = jax.grad(loss)(variables["params"])
+    train, updates = model.apply(variables, batch, deterministic=True, training=True,
+                                 mutable=["batch_stats"])
+    out = {"logits": model.apply(variables, batch, deterministic=True, training=False),
+           "train_logits": train}
+    for prefix, tree in (("grad", grads), ("stats", dict(updates).get("batch_stats", {}))):
+        for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+            out[f"{prefix}:" + "/".join(str(k.key) for k in path)] = leaf
+    return {k: np.asarray(v) for k, v in out.items()}
 
 
 @pytest.fixture(scope="module")
-def nnx_seed():
-    model = Small(nnx.Rngs(0))
-    model.eval()
-    return nas.from_flax(model, jnp.zeros((1, 8, 8, 3)))
+def exported(tmp_path_factory):
+    """{name: (candidate, export dir, inputs, the runner's results)}."""
+    root = tmp_path_factory.mktemp("nnx_export")
+    rng = np.random.default_rng(0)
+    cands = {}
+    for name in NAMES:
+        cand = cands[name] = _candidate(name)
+        assert cand.info.get("api") == (None if name == "every_op" else "nnx")
+        nas.export_flax(cand, root / name / "code", api="nnx" if name == "every_op" else None)
+        batch = rng.normal(size=(4, *cand.input_shape)).astype(np.float32)
+        np.savez(root / name / "inputs.npz", batch=batch, labels=rng.integers(0, 10, size=4))
+    for runner in ("exported_runner.py", "nnx_exported_runner.py"):
+        shutil.copy(os.path.join(HERE, runner), root)
+    proc = subprocess.run([sys.executable, "-I", "-B", "nnx_exported_runner.py", str(root)],
+                          cwd=root, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0 and "ran without nas" in proc.stdout, proc.stderr[-3000:]
+    return {name: (cand, root / name / "code", dict(np.load(root / name / "inputs.npz")),
+                   dict(np.load(root / name / "result.npz"))) for name, cand in cands.items()}
 
 
-def test_an_nnx_seed_exports_nnx_code_that_runs_without_nas(nnx_seed, tmp_path):
-    assert nnx_seed.info["api"] == "nnx"
-    code = nas.export_flax(nnx_seed, tmp_path / "code")
-    text = (code / "model.py").read_text()
-    assert "class Model(nnx.Module):" in text and "class LinenModel(nn.Module):" in text
-    x = np.random.default_rng(0).integers(0, 256, (4, 8, 8, 3), dtype=np.uint8)
-    np.save(tmp_path / "x.npy", x)
-    run = subprocess.run([sys.executable, "-I", "-B", "-c", RUNNER, str(code),
-                          str(tmp_path / "x.npy"), str(tmp_path / "out.npy")],
-                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    assert run.returncode == 0, run.stderr[-3000:]
-    told = json.loads(run.stdout.strip().splitlines()[-1])
-    assert told["is_nnx"] and told["grad_leaves"] == 6  # conv, bn, head: kernel/scale, bias
-    want = np.asarray(nnx_seed(nas.preprocess(x)))
-    np.testing.assert_allclose(np.load(tmp_path / "out.npy"), want, rtol=1e-5, atol=1e-6)
+@pytest.mark.parametrize("name", NAMES)
+def test_exported_nnx_code_computes_what_the_interpreter_computes(exported, name):
+    cand, _, inputs, got = exported[name]
+    want = _interpreter(cand, inputs["batch"], inputs["labels"])
+    assert got["is_nnx"]
+    assert sorted(k for k in got if k.startswith(("grad:", "stats:"))) == sorted(
+        k for k in want if k.startswith(("grad:", "stats:")))
+    for key, value in want.items():
+        np.testing.assert_allclose(got[key], value, rtol=1e-4, atol=1e-5, err_msg=key)
 
 
-def test_linen_code_for_an_nnx_seed_on_request_and_a_bad_api_is_one_line(nnx_seed, tmp_path):
-    text = (nas.export_flax(nnx_seed, tmp_path / "linen", api="linen") / "model.py").read_text()
+@pytest.mark.parametrize("name", NAMES)
+def test_exported_nnx_code_trains_with_nnx_optimizer(exported, name):
+    _, _, _, got = exported[name]
+    assert np.isfinite(got["train_loss_after"])
+    assert got["train_loss_after"] < got["train_loss"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_code_is_nnx_layers_in_init_and_one_call_line_per_op(exported, name):
+    cand, code, _, _ = exported[name]
+    source = (code / "model.py").read_text()
+    tree = ast.parse(source)
+    imports = [ast.unparse(n) for n in tree.body if isinstance(n, ast.Import | ast.ImportFrom)]
+    assert "from flax import nnx" in imports and not any("linen" in i for i in imports)
+    model = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Model")
+    text = ast.get_source_segment(source, model)
+    assert "bridge" not in text and "nn." not in text.replace("nnx.", "")
+    assert [ast.unparse(b) for b in model.bases] == ["nnx.Module"]
+    methods = {f.name: f for f in model.body if isinstance(f, ast.FunctionDef)}
+    assert set(methods) == {"__init__", "__call__"}
+    held = [op for op in cand.graph.ops
+            if op.type in HELD or _drop_rate(op, cand.constants) > 0]
+    inits = [ast.unparse(s) for s in methods["__init__"].body]
+    assert len(inits) == len(held)
+    assert all(line.startswith("self.") and ("= nnx." in line) for line in inits)
+    if any(op.type is OpType.PARAM for op in held):
+        assert any("= nnx.Param(" in line for line in inits)
+    body = methods["__call__"].body
+    assert len(body) == len(cand.graph.ops) + 1 and isinstance(body[-1], ast.Return)
+    assert all(isinstance(s, ast.Assign) for s in body[:-1])
+
+
+def _drop_rate(op, constants):
+    rate = op.input_kwargs.get("layer_drop_rate", 0.0)
+    return float(constants[rate[2:]] if isinstance(rate, str) else rate)
+
+
+def _module(code, name):
+    spec = importlib.util.spec_from_file_location(f"nnx_{name}", code / "model.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with open(code / "variables.msgpack", "rb") as f:
+        return module, flax.serialization.msgpack_restore(f.read())
+
+
+def test_from_variables_loads_a_parameter_held_directly_by_an_op(exported):
+    cand, code, inputs, _ = exported["convnext"]
+    module, variables = _module(code, "convnext")
+    param = next(op.name for op in cand.graph.ops if op.type is OpType.PARAM)
+    assert isinstance(variables["params"][param], np.ndarray)
+    model = module.from_variables(variables)
+    attr = module.OP_ATTRIBUTES[param]
+    np.testing.assert_array_equal(getattr(model, attr)[...], variables["params"][param])
+
+
+def test_from_variables_refuses_bad_variables_in_one_line_naming_them(exported):
+    _, code, _, _ = exported["cnn"]
+    module, variables = _module(code, "cnn")
+    params, stats = dict(variables["params"]), variables["batch_stats"]
+    with pytest.raises(ValueError, match=r"^variables: no value for bn\.mean \(and 1 more "
+                                         r"of Model's variables\)$"):
+        module.from_variables({"params": params})
+    bad = {**params, "head": {**params["head"], "bias": np.zeros(3, np.float32)}}
+    with pytest.raises(ValueError, match=r"^variables params/head/bias: shape \(3,\), "
+                                         r"Model's is \(10,\)$"):
+        module.from_variables({"params": bad, "batch_stats": stats})
+    with pytest.raises(ValueError, match=r"^variables\['params'\]\['nope'\]: Model has no "
+                                         r"op 'nope'$"):
+        module.from_variables({"params": {**params, "nope": {}}, "batch_stats": stats})
+    with pytest.raises(ValueError, match=r"^variables params/head/gamma: Model has no such "
+                                         r"variable$"):
+        module.from_variables({"params": {**params, "head": {**params["head"], "gamma": 1.0}},
+                               "batch_stats": stats})
+
+
+def test_linen_code_for_an_nnx_seed_on_request_and_a_bad_api_is_one_line(exported, tmp_path):
+    cand = exported["cnn"][0]
+    text = (nas.export_flax(cand, tmp_path / "linen", api="linen") / "model.py").read_text()
     assert "class Model(nn.Module):" in text and "nnx" not in text
     with pytest.raises(ValueError, match=r"^export_flax: api must be 'linen' or 'nnx', got "
                                          r"'torch'$"):
-        nas.export_flax(nnx_seed, tmp_path / "bad", api="torch")
+        nas.export_flax(cand, tmp_path / "bad", api="torch")
+
+
+@pytest.mark.parametrize(("op", "message"), [
+    (new_op("blk/ln", "LAYER_NORM", ["input"],
+            op_kwargs={"feature_axes": [-2, -1], "reduction_axes": [-2, -1]}),
+     r"op 'blk/ln' kwarg 'feature_axes': \(-2, -1\) names several axes; nnx\.LayerNorm "
+     r"normalizes over features of one axis"),
+    (new_op("blk/d", "DENSE_GENERAL", ["input"],
+            op_kwargs={"features": 4, "batch_dims": [0], "axis": -1}),
+     r"op 'blk/d' kwarg 'batch_dims': nnx\.LinearGeneral has no such argument, so NNX code "
+     r"cannot carry \(0,\); export it with api='linen'"),
+])
+def test_an_op_nnx_layers_cannot_express_is_one_line_naming_it(op, message):
+    graph = new_graph(["input"], ["out"], [op, new_op("out", "IDENTITY", [op.name])])
+    with pytest.raises(ValueError, match=f"^{message}$"):
+        model_source(graph, {}, (4, 8), api="nnx")
+    assert "class Model(nn.Module)" in model_source(graph, {}, (4, 8), api="linen")
