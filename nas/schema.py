@@ -9,6 +9,7 @@ Imports nothing else from `nas`, so every stage can use it.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -112,6 +113,11 @@ def check(values: Any, schema: Schema, prefix: str = "", *, partial: bool = True
             name = repr(f"{prefix}{key}")  # escapes a newline in the key: one line
             if len(name) > 48:  # the line stays short beside a long list of known fields
                 name = name[:45] + "..."
+            if len(known) > 250:  # one short line: the closest names, not all of them
+                near = difflib.get_close_matches(str(key), list(schema), n=3, cutoff=0.5)
+                known = (f"the {len(schema)} fields of {prefix.rstrip('.') or 'the config'}"
+                         + (f", e.g. {', '.join(near)}" if near else
+                            f", e.g. {', '.join(sorted(schema)[:6])}, ..."))
             raise ValueError(f"config field {name} is unknown; expected one of {known}")
     for key, spec in schema.items():
         path = f"{prefix}{key}"

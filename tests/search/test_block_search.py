@@ -89,6 +89,7 @@ def test_whole_graph_mutation_by_default_drops_blocks(tmp_path, search_config):
     config = search_config()
     config.search.fit = {"steps": 0}
     config.search.mutation.linear_p = None
+    config.search.mutation.moves = {"subgraph": 1.0}  # the whole-graph rewrite alone
     driver = Driver(config, str(tmp_path / "s"))
     _trained_seed(driver, tmp_path)
     child = driver.study.get(driver.propose())
@@ -101,6 +102,7 @@ def test_seed_graph_without_blocks_logs_and_mutates_by_subgraph(tmp_path, search
     path = tmp_path / "graph.json"
     path.write_text(graph_to_json(graph, constants))
     config = _block_config(search_config, seed_graph=str(path))
+    config.search.mutation.moves = {"subgraph": 1.0}  # the subgraph rewrite alone
     driver = Driver(config, str(tmp_path / "s"))
     with caplog.at_level(logging.INFO):
         seed = _trained_seed(driver, tmp_path)

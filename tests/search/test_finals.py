@@ -31,7 +31,12 @@ from nas.search.store.finals_table import (
 )
 from nas.search.store.recommend import Comparisons, margin_pt, recommend_cost
 from nas.search.store.study import Study
-from nas.search.strategy.finals_config import FinalsConfig, recipe, trained_repeats
+from nas.search.strategy.finals_config import (
+    FinalsConfig,
+    recipe,
+    repeats_the_search,
+    trained_repeats,
+)
 from nas.train.checkpoint import load_variables
 from tests.search.conftest import ROOT, dump_dom, headless_browser, tiny_search_config
 
@@ -168,6 +173,15 @@ def test_finals_train_as_long_as_the_seed_trained(finished):
     asked = recipe(FinalsConfig(epochs=5.0, start="scratch"), train, search, 1437,
                    {"rounds": 1, "arrived_trained": True})
     assert (asked.epochs, asked.start) == (5.0, "scratch")
+    # the seed's retrain would train exactly what the search trained: it is not trained
+    finals = Finals(study, finals_config().train, finals_config().search)
+    assert repeats_the_search(finals.recipe, seed, train, search)
+    assert not repeats_the_search(finals.recipe, study.get(2), train, search)
+    assert not repeats_the_search(three_rounds, seed, train, search)
+    kept = answer(study).take_home
+    homes = FinalsStore(study.path).runs(kind="home")
+    if kept.candidate.id == seed.id:
+        assert homes == [] and "repeat its search training" in kept.reason
 
 
 def test_the_repeats_give_the_interval_its_degrees_of_freedom():
@@ -252,8 +266,8 @@ def test_the_recommended_model_is_what_its_metrics_describe(finished, tmp_path):
     # a retrain more accurate on validation is the one taken home, with its own metrics
     copy = tmp_path / "study"
     shutil.copytree(finished, copy)
+    home = _retrained(str(copy), kept.candidate.id)
     store = FinalsStore(str(copy / "study.db"))
-    home = next(r for r in store.runs(kind="home"))
     store.record(home.name, metrics={**home.metrics, "accuracy": 1.0}, correct=home.correct,
                  positions=home.positions, checkpoint_path=home.checkpoint_path)
     store.close()
@@ -266,6 +280,28 @@ def test_the_recommended_model_is_what_its_metrics_describe(finished, tmp_path):
     assert retrained.metrics["test_accuracy"] == home.metrics["test_accuracy"]
     assert _test_accuracy(retrained) == pytest.approx(home.metrics["test_accuracy"], abs=1e-9)
     assert "taken home for candidate" in again.summary()
+
+
+def _retrained(workdir: str, candidate_id: int) -> Run:
+    """The finals' retrain of `candidate_id` in the study at `workdir`, trained here when
+    the finals skipped it (the seed, whose retrain would repeat its search training)."""
+    from nas.search.execution.executors import make_executor
+    from nas.search.store.finals import run_name
+
+    study = SearchResult.load(workdir).study
+    config = finals_config()
+    finals = Finals(study, config.train, config.search)
+    key = finals.recipe.to_json()
+    finals.store.plan([(run_name("home", candidate_id), candidate_id, "home", 0, 0, key)])
+    executor = make_executor("inline", workers=1, ray_address=None, hard_timeout_s=0.0)
+    for run in finals.store.runs(key, kind="home"):
+        if run.status == "pending":
+            executor.submit(finals.task(run))
+            for outcome in executor.poll(0):
+                finals.record(outcome)
+    finals.close()
+    return next(r for r in FinalsStore(study.path).runs(key, kind="home")
+                if r.candidate_id == candidate_id)
 
 
 def _front_study(path) -> Study:

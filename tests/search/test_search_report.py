@@ -69,7 +69,7 @@ def test_the_seed_among_the_best_is_one_row(tmp_path):
     that a last row was added for it."""
     study = _study(tmp_path)
     lines = summary(study, k=5).splitlines()
-    rows = lines[3:lines.index(next(ln for ln in lines if ln.startswith("recommended:")))]
+    rows = lines[3:lines.index(next(ln for ln in lines[3:] if not ln.split()[0].isdigit()))]
     assert [r.split()[0] for r in rows] == ["3", "2", "1"]
     assert sum("(seed)" in r for r in rows) == 1
     assert "the last row is the seed" not in lines[1]

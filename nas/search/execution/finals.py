@@ -44,7 +44,13 @@ from nas.search.store.recommend import (
 )
 from nas.search.store.study import Study
 from nas.search.strategy import splits
-from nas.search.strategy.finals_config import FinalsConfig, Recipe, recipe, trained_repeats
+from nas.search.strategy.finals_config import (
+    FinalsConfig,
+    Recipe,
+    recipe,
+    repeats_the_search,
+    trained_repeats,
+)
 from nas.train import data as data_lib
 from nas.train.checkpoint import load_variables, save_variables
 
@@ -111,7 +117,8 @@ class Finals:
             return left
         found = answer(self.study)
         chosen = found.recommendation.candidate
-        if found.table is None or chosen is None:
+        if found.table is None or chosen is None or repeats_the_search(
+                self.recipe, chosen, self.train.to_dict(), self.search.to_dict()):
             return []
         self.store.plan([(run_name("home", chosen.id), chosen.id, "home", 0, 0, key)])
         return [r for r in self.store.runs(key, kind="home")

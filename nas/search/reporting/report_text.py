@@ -63,9 +63,6 @@ def summary(study: Study, k: int = 5, *, candidates: Sequence[Candidate] | None 
     lines = [
         f"study {study.workdir}: " + ", ".join(f"{s} {counts[s]}" for s in STATUSES),
     ]
-    lines += refusal_lines(study)
-    lines += move_mix.move_lines(move_mix.move_counts(study, study.last_id(), None,
-                                                      recommend.margin_pt(study.config)))
     rungs = study.rung_counts()
     if rungs:  # multi-fidelity: results per rung, and the children stopped at one
         lines.append("rungs: " + ", ".join(f"{e:g} epochs {n} result(s)"
@@ -113,6 +110,10 @@ def summary(study: Study, k: int = 5, *, candidates: Sequence[Candidate] | None 
     for r in table:
         lines.append("  ".join(cell.rjust(w) for cell, w in zip(r, widths, strict=True)))
     lines += summary_lines(done, shown, seed, study.config)
+    # what the proposals cost and which kinds of move paid, below the table it explains
+    lines += refusal_lines(study)
+    lines += move_mix.move_lines(move_mix.move_counts(study, study.last_id(), None,
+                                                      recommend.margin_pt(study.config)))
     if seed is not None and seed.id not in pairs.validation:  # an older study: Wilson
         cheap = cheapest_matching_seed(done, seed)
         if cheap is not None:

@@ -37,7 +37,7 @@ from nas.search.store.recommend import (
     seed_of,
 )
 from nas.search.strategy import paired
-from nas.search.strategy.finals_config import FinalsConfig, Recipe
+from nas.search.strategy.finals_config import FinalsConfig, Recipe, repeats_the_search
 from nas.search.strategy.paired import Paired
 from nas.search.strategy.repeated import (
     RunNoise,
@@ -283,13 +283,16 @@ TRAINING_METRICS = frozenset({
     "best_round", "round_accuracies", "rounds_stopped", "arrived_trained"})
 
 
-def take_home_choice(candidate: Candidate, retrain: Run | None) -> TakeHome:
-    """Which trained model of `candidate` to take home (see `TakeHome`)."""
+def take_home_choice(candidate: Candidate, retrain: Run | None, repeated: bool = False
+                     ) -> TakeHome:
+    """Which trained model of `candidate` to take home (see `TakeHome`); `repeated`: no
+    retrain was trained, as it would have repeated the search's training exactly."""
     searched = candidate.accuracy
     again = retrain.metrics.get("accuracy") if retrain is not None else None
     if retrain is None or again is None or "test_accuracy" not in retrain.metrics:
-        return TakeHome(candidate, retrain, "search", "the search's own weights (no retrain "
-                        "to compare with)")
+        why = ("a retrain would repeat its search training exactly" if repeated
+               else "no retrain to compare with")
+        return TakeHome(candidate, retrain, "search", f"the search's own weights ({why})")
     if searched is None or float(again) > float(searched):
         return TakeHome(candidate, retrain, "retrain",
                         f"the finals' retrain, validation {float(again):.4f} against the "
@@ -373,7 +376,10 @@ def answer(study: Any, pairs: Comparisons | None = None) -> Answer:
     seed = found.rows[0].candidate
     if chosen.candidate is None:
         return Answer(chosen, pick, found, home, "")
-    kept = take_home_choice(chosen.candidate, home.get(chosen.candidate.id))
+    sections = config or {}
+    repeated = repeats_the_search(recipe, chosen.candidate, sections.get("train") or {},
+                                  sections.get("search") or {})
+    kept = take_home_choice(chosen.candidate, home.get(chosen.candidate.id), repeated)
     mine = kept.test_correct if kept.run is not None else pairs.test.get(chosen.candidate.id)
     theirs = pairs.test.get(seed.id)
     test = (paired.compare(mine, theirs) if chosen.candidate.id != seed.id or

@@ -119,8 +119,7 @@ def recipe(finals: FinalsConfig, train: Mapping[str, Any], search: Mapping[str, 
     start = finals.start
     if start == "auto":
         start = "weights" if seed is not None and arrived_trained(seed) else "scratch"
-    one_round = float(search.get("seed_epochs") or 0.0) or float(train.get("total_epochs")
-                                                                  or 1.0)
+    one_round = seed_round_epochs(train, search)
     # the seed trained its rounds, each one whole schedule of `one_round` epochs
     rounds = int((seed or {}).get("rounds") or 1)
     epochs = finals.epochs or (rounds * one_round if start == "scratch" else one_round)
@@ -128,6 +127,23 @@ def recipe(finals: FinalsConfig, train: Mapping[str, Any], search: Mapping[str, 
                              and not search.get("validation_split")) else 1
     return Recipe(float(epochs), int(folds), start, int(train.get("seed", 0) or 0),
                   int(search.get("seed", 0) or 0))
+
+
+def seed_round_epochs(train: Mapping[str, Any], search: Mapping[str, Any]) -> float:
+    """The epochs of one of the seed's rounds in the search (`search.seed_epochs`, else
+    `train.total_epochs`)."""
+    return float(search.get("seed_epochs") or 0.0) or float(train.get("total_epochs") or 1.0)
+
+
+def repeats_the_search(rec: Recipe, candidate: Any, train: Mapping[str, Any],
+                       search: Mapping[str, Any]) -> bool:
+    """Whether retraining `candidate` with `rec` the way the search trained would repeat
+    its search training exactly: the seed, trained from scratch in one round of the
+    recipe's epochs, with the same seed and data (the same program, the same weights)."""
+    return (candidate.parent_id is None and rec.start == "scratch"
+            and int(candidate.metrics.get("rounds") or 1) == 1
+            and rec.epochs == seed_round_epochs(train, search) and rec.seed == int(
+                train.get("seed", 0) or 0))
 
 
 def arrived_trained(seed: Mapping[str, Any]) -> bool:
