@@ -170,6 +170,14 @@ def test_finals_train_as_long_as_the_seed_trained(finished):
     arrived = recipe(FinalsConfig(), train, {**search, "seed_epochs": 3.0}, 1437,
                      {"rounds": 1, "arrived_trained": True})
     assert (arrived.epochs, arrived.start, arrived.folds) == (3.0, "weights", 1)
+    # trained as it arrived (its start within seed_min_gain of its end), though its first
+    # epochs strayed and it trained a second round
+    came = recipe(FinalsConfig(), train, {**search, "seed_epochs": 3.0, "seed_min_gain": 0.01},
+                  1437, {"rounds": 2, "start_accuracy": 0.994, "accuracy": 1.0})
+    assert came.start == "weights"
+    untrained = recipe(FinalsConfig(), train, {**search, "seed_epochs": 3.0}, 1437,
+                       {"rounds": 2, "start_accuracy": 0.15, "accuracy": 0.99})
+    assert (untrained.start, untrained.epochs) == ("scratch", 6.0)
     asked = recipe(FinalsConfig(epochs=5.0, start="scratch"), train, search, 1437,
                    {"rounds": 1, "arrived_trained": True})
     assert (asked.epochs, asked.start) == (5.0, "scratch")

@@ -134,6 +134,7 @@ def test_refused_children_and_a_raising_move_leave_the_budget_to_trained_ones(
     assert f"proposals whose move raised: {len(moves)} (kinds: deepen {len(moves)})" in text
 
 
+@pytest.mark.slow  # two searches, one with a worker process
 def test_the_same_seed_refuses_the_same_proposals_inline_and_with_workers(tmp_path,
                                                                           search_config):
     runs = {}

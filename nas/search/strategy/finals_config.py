@@ -118,7 +118,8 @@ def recipe(finals: FinalsConfig, train: Mapping[str, Any], search: Mapping[str, 
     weights were trained on the folds that would be held out."""
     start = finals.start
     if start == "auto":
-        start = "weights" if seed is not None and arrived_trained(seed) else "scratch"
+        start = ("weights" if seed is not None and arrived_trained(
+            seed, float(search.get("seed_min_gain") or 0.0)) else "scratch")
     one_round = seed_round_epochs(train, search)
     # the seed trained its rounds, each one whole schedule of `one_round` epochs
     rounds = int((seed or {}).get("rounds") or 1)
@@ -146,8 +147,13 @@ def repeats_the_search(rec: Recipe, candidate: Any, train: Mapping[str, Any],
                 train.get("seed", 0) or 0))
 
 
-def arrived_trained(seed: Mapping[str, Any]) -> bool:
-    """Whether the seed's rounds found it trained as it arrived (`nas.train.rounds`):
-    its first evaluation already within `min_gain` of its round's end."""
-    return bool(seed.get("arrived_trained")) or str(seed.get("rounds_stopped", "")
-                                                    ).startswith("it arrived trained")
+def arrived_trained(seed: Mapping[str, Any], min_gain: float = 0.0) -> bool:
+    """Whether the seed came trained: its rounds found it so (`nas.train.rounds`: its
+    first evaluation within `min_gain` of its round's end), or as it arrived (its weights
+    evaluated before any step) it was already within `min_gain` of where its search
+    training took it, however far its first epochs strayed (a warmup can)."""
+    if seed.get("arrived_trained") or str(seed.get("rounds_stopped", "")).startswith(
+            "it arrived trained"):
+        return True
+    start, end = seed.get("start_accuracy"), seed.get("accuracy")
+    return start is not None and end is not None and float(start) >= float(end) - min_gain
