@@ -24,8 +24,8 @@ def finals_lines(found: Answer, costs: tuple[str, ...] = ("flops", "params")) ->
     recipe = table.recipe
     how = (f"{recipe.folds}-fold cross-validation over train plus validation"
            if recipe.folds > 1 else "the validation split")
-    start = ("from scratch, as long as the seed trained in the search"
-             if recipe.start == "scratch" else "on from their own weights, to the same total")
+    start = ("from scratch" if recipe.start == "scratch"
+             else "on from their own weights, to the same total")
     lines = [f"finals ({table.repeats} repeat(s) of {recipe.epochs:g} epochs {start}, "
              f"decided on {how}; 95% intervals over repeats and examples):"]
     rows = [finals_header(costs), *finals_rows(found, costs)]
