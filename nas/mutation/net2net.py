@@ -53,7 +53,8 @@ def copied(collection: Mapping[str, Any] | None) -> dict[str, Any]:
     return {k: dict(v) if isinstance(v, Mapping) else v for k, v in (collection or {}).items()}
 
 
-def _consumers(graph: Graph) -> dict[str, list[Op]]:
+def consumers_of(graph: Graph) -> dict[str, list[Op]]:
+    """The ops that read each tensor, by its canonical name."""
     out: dict[str, list[Op]] = {}
     for op in graph.ops:
         for name in op.input_names:
@@ -85,7 +86,7 @@ def widen_path(graph: Graph, name: str) -> tuple[list[Op], Op, bool]:
     by_name = {op.name: op for op in graph.ops}
     if name not in by_name or not _plain_linear(by_name[name]):
         raise NotApplicable(f"widen: {name!r} is not a CONV or DENSE without groups")
-    consumers = _consumers(graph)
+    consumers = consumers_of(graph)
     outputs = {canonical_name(n) for n in graph.output_names}
     path: list[Op] = []
     flatten = False

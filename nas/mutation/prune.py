@@ -35,7 +35,7 @@ import numpy as np
 
 from nas.graph.ops import Graph, Op, OpType, canonical_name, new_graph
 from nas.mutation.move_errors import raised_as
-from nas.mutation.net2net import NotApplicable, copied, fixed_widths
+from nas.mutation.net2net import NotApplicable, consumers_of, copied, fixed_widths
 from nas.properties.tensor_shapes import graph_shapes
 
 # Ops that act on each channel alone, whatever the width: their output has their input's
@@ -416,18 +416,10 @@ def propose_prune(graph: Graph, constants: Mapping[str, Any], variables: Mapping
 # ---------------------------------------------------------------- removing a branch
 
 
-def _consumers(graph: Graph) -> dict[str, list[Op]]:
-    out: dict[str, list[Op]] = {}
-    for op in graph.ops:
-        for name in op.input_names:
-            out.setdefault(canonical_name(name), []).append(op)
-    return out
-
-
 def branch_ops(graph: Graph, add: Op, side: int) -> list[str]:
     """The ops that only feed input `side` of the ADD `add` (its branch), in graph order;
     [] where that input is shared with anything else or is a graph input."""
-    consumers = _consumers(graph)
+    consumers = consumers_of(graph)
     outputs = {canonical_name(n) for n in graph.output_names}
     producer = {canonical_name(t): op for op in graph.ops for t in op.output_names}
     other = canonical_name(add.input_names[1 - side])
@@ -493,7 +485,7 @@ def removable_branches(graph: Graph, constants: Mapping[str, Any],
 def refit_layers(graph: Graph, tensor: str) -> list[str]:
     """The first CONV / DENSE layers on every path from `tensor` on: what a removed branch
     leaves to fit."""
-    consumers = _consumers(graph)
+    consumers = consumers_of(graph)
     found, seen, todo = [], set(), [canonical_name(tensor)]
     while todo:
         t = todo.pop()
