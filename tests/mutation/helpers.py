@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from nas.graph import Model
+from nas.graph import Model, validate
 from nas.graph.serialize import graph_to_json
 from nas.mutation import fingerprint_at
 from nas.properties.fingerprint import fingerprint_graph
@@ -58,3 +58,18 @@ def same_child(a, b) -> bool:
         return False
     la, lb = jax.tree.leaves(a.variables), jax.tree.leaves(b.variables)
     return len(la) == len(lb) and all(np.array_equal(x, y) for x, y in zip(la, lb, strict=True))
+
+
+def logits(graph, constants, variables, x):
+    """The interpreter's inference logits of a graph (as numpy)."""
+    return np.asarray(Model(graph, constants).apply(variables, x, deterministic=True,
+                                                    training=False))
+
+
+def check_valid(graph, constants, variables, x):
+    """The child is a valid graph whose forward pass gives finite logits, one row per
+    image; returns them."""
+    validate(graph)
+    out = logits(graph, constants, variables, x)
+    assert out.shape == (x.shape[0], 10) and np.isfinite(out).all()
+    return out

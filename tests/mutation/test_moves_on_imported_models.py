@@ -10,10 +10,10 @@ import pytest
 from flax import nnx
 
 import nas
-from nas.graph import Model, validate
 from nas.mutation import MoveFailed, NoChildFound, net2net, propose_child
 from nas.mutation.move_errors import raised_as, where_raised
 from tests.interop import layer_models, models
+from tests.mutation.helpers import check_valid, logits
 
 INPUT = (1, *models.SHAPE[1:])
 SLOW = pytest.mark.slow  # each model is imported (traced and compiled) once
@@ -49,20 +49,6 @@ def imported():
                 out[name] = nas.from_flax(model, x, variables=variables, **kwargs)
         return out[name]
     return get
-
-
-def logits(graph, constants, variables, x):
-    return np.asarray(Model(graph, constants).apply(variables, x, deterministic=True,
-                                                    training=False))
-
-
-def check_valid(graph, constants, variables, x):
-    """The child is a valid graph whose forward pass gives finite logits, one row per
-    image; returns them."""
-    validate(graph)
-    out = logits(graph, constants, variables, x)
-    assert out.shape == (x.shape[0], 10) and np.isfinite(out).all()
-    return out
 
 
 def one_line(e: BaseException) -> None:

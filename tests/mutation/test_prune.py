@@ -12,7 +12,6 @@ import pytest
 from flax import nnx
 
 import nas
-from nas.graph import Model, validate
 from nas.graph.ops import OpType
 from nas.mutation import MutationConfig, propose_child
 from nas.mutation.child import draw_moves
@@ -26,6 +25,7 @@ from nas.mutation.prune import (
 )
 from nas.train.fit import resized_in_place
 from tests.interop import models
+from tests.mutation.helpers import check_valid, logits
 
 INPUT = (1, *models.SHAPE[1:])
 
@@ -79,18 +79,6 @@ def imported():
                 out[name] = nas.from_flax(model, x, variables=variables, **kwargs)
         return out[name]
     return get
-
-
-def logits(graph, constants, variables, x):
-    return np.asarray(Model(graph, constants).apply(variables, x, deterministic=True,
-                                                    training=False))
-
-
-def check_valid(graph, constants, variables, x):
-    validate(graph)
-    out = logits(graph, constants, variables, x)
-    assert out.shape == (x.shape[0], 10) and np.isfinite(out).all()
-    return out
 
 
 def test_a_gate_a_residual_and_group_norm_shrink_as_one_group(imported):
