@@ -2,12 +2,15 @@
 
 Each `--model` is searched once, and each child's parent's validation accuracy, its own
 before fine-tuning (`start_accuracy`: inherited and fitted weights) and after are shown,
-with the ops its mutation made (issue 51's "Done when": the share of children within 2 pt
-of their parent, and a child at <= 0.8x the seed's FLOPs within 1 pt of it on validation).
+with the ops its mutation made: the share of children within 2 pt of their parent, the
+moves proposed and refused, and the cheapest child within 1 pt of the seed on validation.
 
 - `gated`: a user's linen model (conv, GroupNorm, a sigmoid gate, a residual, a
   flatten-dense head); `plain`: `benchmarks/first_try.py`'s CNN; `nnx`: a user's NNX
-  residual CNN (BatchNorm, a two-conv residual block). Each is imported untrained with
+  residual CNN (BatchNorm, a two-conv residual block); `convnext`: a user's NNX
+  ConvNeXt-style net (a depthwise 7x7 conv, LayerNorm, an inverted bottleneck, a
+  layer-scale parameter held by the module, a residual, a strided patch conv). Each is
+  imported untrained with
   `nas.from_flax` and searched with `nas.run_search`'s defaults on small grey images
   (14x14: Fashion-MNIST with `--fashion DIR`, else scikit-learn's digits).
 - `trained`: `gated` trained first by a plain optax loop (Adam, 15 epochs) and imported
@@ -34,6 +37,7 @@ import os
 import runpy
 import shutil
 import time
+from collections import Counter
 from typing import Any
 
 import flax.linen as nn
@@ -47,7 +51,7 @@ import nas
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-MODELS = ("gated", "plain", "nnx", "trained", "python", "readme")
+MODELS = ("gated", "plain", "nnx", "convnext", "trained", "python", "readme")
 README_PYTHON_CANDIDATES = 10  # the README's From Python example; others 8 (readme: its config's)
 
 
@@ -85,6 +89,30 @@ class ResidualNnx(nnx.Module):
         x = nnx.max_pool(x, (2, 2), (2, 2))
         x = nnx.relu(self.wide(x))
         return self.head(jnp.mean(x, axis=(1, 2)))
+
+
+class ConvNeXtNnx(nnx.Module):
+    """A user's ConvNeXt-style NNX net: a conv stem, one block (depthwise 7x7, LayerNorm,
+    4x inverted bottleneck, GELU, a layer scale, a residual), a 2x2 patch conv at stride
+    2, a mean pool, LayerNorm and a linear head."""
+
+    def __init__(self, rngs: nnx.Rngs, width: int = 24):
+        self.stem = nnx.Conv(1, width, (3, 3), rngs=rngs)
+        self.depthwise = nnx.Conv(width, width, (7, 7), feature_group_count=width,
+                                  rngs=rngs)
+        self.norm = nnx.LayerNorm(width, rngs=rngs)
+        self.expand = nnx.Linear(width, 4 * width, rngs=rngs)
+        self.project = nnx.Linear(4 * width, width, rngs=rngs)
+        self.scale = nnx.Param(jnp.full((width,), 0.1))
+        self.down = nnx.Conv(width, 2 * width, (2, 2), strides=(2, 2), rngs=rngs)
+        self.head_norm = nnx.LayerNorm(2 * width, rngs=rngs)
+        self.head = nnx.Linear(2 * width, 10, rngs=rngs)
+
+    def __call__(self, x):
+        x = self.stem(x)
+        y = self.project(nnx.gelu(self.expand(self.norm(self.depthwise(x)))))
+        x = self.down(x + self.scale * y)
+        return self.head(self.head_norm(jnp.mean(x, axis=(1, 2))))
 
 
 # The README's "From Python" example, as written there (module level: workers import it;
@@ -177,8 +205,8 @@ def user_search(model: str, fashion: str, workdir: str, candidates: int,
     cut = n * 9 // 10
     data = (images[:cut], labels[:cut], images[cut:], labels[cut:])
     probe = jnp.zeros((1, 14, 14, 1), jnp.float32)
-    if model == "nnx":
-        module = ResidualNnx(nnx.Rngs(0))
+    if model in ("nnx", "convnext"):
+        module = (ResidualNnx if model == "nnx" else ConvNeXtNnx)(nnx.Rngs(0))
         module.eval()  # BatchNorm reads its running statistics when imported
     else:
         module = GatedNet() if model in ("gated", "trained") else first_try["UserCNN"]()
@@ -259,6 +287,10 @@ def report(study: Any, model: str, name: str, seconds: float,
     failed = study.counts().get("failed", 0)
     print(f"within 2 pt of their parent: {within} of {len(children)}; at <= 0.8x the seed's "
           f"FLOPs within 1 pt of it: {cheap or 'none'}; failed: {failed}")
+    proposed = Counter(str(c.inheritance.get("kind")) for c in children)
+    refused = Counter(str(r.kind) for r in study.refusals())
+    print(f"moves trained: {dict(sorted(proposed.items()))}; refused: "
+          f"{dict(sorted(refused.items())) or 'none'}")
     print(study.workdir)
     home = take_home(study, test)
     share = within / len(children) if children else 0.0

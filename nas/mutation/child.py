@@ -44,7 +44,8 @@ class Child:
     what the child computes (resolved at the probe input shape), so equal networks match.
     `kind` says what changed: "subgraph", "block_add", "block_delete", "block_mutate"
     (one block redefined), "widen", "deepen", "shrink", "prune" (coupled channels
-    narrowed), "drop_branch" (a residual branch removed), or for reversible parents
+    narrowed), "drop_branch" (a residual branch removed), "stride" (a stride moved to an
+    earlier conv), "separable" (a conv made depthwise-separable), or for reversible parents
     "coupling_add", "coupling_delete", "reversible_block". `blocks` are the child's
     blocks when it was built from blocks.
     """
@@ -66,6 +67,9 @@ class Child:
     seed: int = 0
     attempts: int = 1
     seconds: float = 0.0
+    # the ops whose outputs a fit matches to the parent's ops of the same names, where that
+    # is not the new ops (a moved stride: the strided op's output, which kept its shape)
+    fit_to: list[str] = field(default_factory=list)
 
     def spec_json(self) -> list[dict[str, Any]]:
         """The subgraph spec as JSON-ready data: each op as in `graph_to_dict`, plus the
@@ -124,7 +128,8 @@ def _check_variables(variables: Any) -> None:
 
 # The seed of each family's own numpy draws (`_graph_move`): 2 and 3 as net2net and shrink
 # always had, so their children are the same as before for the same seed.
-_STREAMS = {"net2net": 2, "shrink": 3, "prune": 4, "drop_branch": 5}
+_STREAMS = {"net2net": 2, "shrink": 3, "prune": 4, "drop_branch": 5, "stride": 6,
+            "separable": 7}
 
 
 def _net2net_child(graph: Graph, constants: Any, variables: Any, cfg: MutationConfig,
@@ -142,7 +147,7 @@ def _graph_move(move: str, graph: Graph, constants: Any, variables: Any,
     `nas.mutation.prune`), or None where it does not apply to this parent."""
     import numpy as np
 
-    from nas.mutation import net2net, prune
+    from nas.mutation import net2net, prune, separable, stride
     from nas.mutation.model_mutator import fingerprint_at
 
     rng = np.random.default_rng([seed, _STREAMS[move]])
@@ -158,6 +163,12 @@ def _graph_move(move: str, graph: Graph, constants: Any, variables: Any,
         elif move == "prune":
             kind, child, consts, values = prune.propose_prune(
                 graph, consts, variables, rng, cfg.input_shape)
+        elif move == "stride":
+            kind, child, consts, values, refit = stride.propose_stride(
+                graph, consts, variables, rng, cfg.input_shape)
+        elif move == "separable":
+            kind, child, consts, values, refit = separable.propose_separable(
+                graph, consts, variables, rng, f"c{child_id}/", cfg.input_shape)
         else:
             kind, child, consts, values, refit = prune.propose_drop_branch(
                 graph, consts, variables, rng, cfg.input_shape)
@@ -165,12 +176,14 @@ def _graph_move(move: str, graph: Graph, constants: Any, variables: Any,
         return None
     parent = variables["params"]
     with raised_as(kind):
-        # a removed branch changes no shape: the layers after it are the ones to fit
+        # a removed branch or a moved stride changes no shape: the ops it names are the
+        # ones to fit
         same = {k for k, v in values["params"].items()
                 if k in parent and _shapes(v) == _shapes(parent[k]) and k not in refit}
         fingerprint = fingerprint_at(child, consts, cfg.input_shape)
     return Child(graph=child, constants=consts, variables=values, inherited=same,
-                 new=set(values["params"]) - same, fingerprint=fingerprint, kind=kind,
+                 new=set(values["params"]) - same, fit_to=refit, fingerprint=fingerprint,
+                 kind=kind,
                  function_preserving=move == "net2net", host_graph=child,
                  host_constants=consts, seed=seed, seconds=time.monotonic() - start)
 

@@ -45,8 +45,9 @@ DEFAULT_SYNTHESIS: dict[str, dict[str, Any]] = {
 
 # The families of moves `moves` weighs: a subgraph rewrite (or a block edit), a Net2Net move
 # (widen or deepen: function-preserving, growing), a shrink (one layer and the next), a
-# prune (groups of coupled channels), a drop_branch (a residual branch removed).
-MOVES = ("subgraph", "net2net", "shrink", "prune", "drop_branch")
+# prune (groups of coupled channels), a drop_branch (a residual branch removed), a stride
+# (moved to an earlier conv), a separable (a conv made depthwise-separable).
+MOVES = ("subgraph", "net2net", "shrink", "prune", "drop_branch", "stride", "separable")
 # The move kinds a child records (`Child.kind`) that are not their family's name.
 FAMILY_OF = {"widen": "net2net", "deepen": "net2net", "block_add": "subgraph",
              "block_delete": "subgraph", "block_mutate": "subgraph",

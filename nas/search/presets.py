@@ -63,10 +63,11 @@ def evolution(train: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
         "linear_p": 0.5,
         "function_preserving": False,
         # Shares of the families of moves, adapted to what paid (MutationConfig.moves):
-        # Net2Net moves only grow the network; shrink, prune and drop_branch give cheap
-        # children in large steps, also where widths are coupled (docs/benchmarks.md)
-        "moves": {"subgraph": 0.35, "net2net": 0.1, "shrink": 0.15, "prune": 0.25,
-                  "drop_branch": 0.15},
+        # Net2Net moves only grow the network; shrink, prune, drop_branch, stride and
+        # separable give cheap children in large steps, also where widths are coupled
+        # (docs/benchmarks.md)
+        "moves": {"subgraph": 0.3, "net2net": 0.1, "shrink": 0.1, "prune": 0.2,
+                  "drop_branch": 0.1, "stride": 0.1, "separable": 0.1},
         "max_steps": 4000,
         "time_limit_s": 600.0,
         # What synthesis may build: softmax/sigmoid, scalar multiplies and whole-input pool

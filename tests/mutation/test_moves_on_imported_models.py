@@ -10,7 +10,9 @@ import pytest
 from flax import nnx
 
 import nas
-from nas.mutation import MoveFailed, NoChildFound, net2net, propose_child
+from nas.mutation import MoveFailed, MutationConfig, NoChildFound, net2net, propose_child
+from nas.mutation.child import _graph_move
+from nas.mutation.config import MOVES
 from nas.mutation.move_errors import raised_as, where_raised
 from tests.interop import layer_models, models
 from tests.mutation.helpers import check_valid, logits
@@ -82,6 +84,15 @@ def test_every_move_gives_a_valid_child_or_a_one_line_refusal(imported, name):
         attempt(net2net.narrow, False, layer, max(1, units // 2), INPUT)
     for op in net2net.deepenable(graph):
         attempt(net2net.deepen, True, op, "c1/", INPUT)
+    for move in MOVES[1:]:  # each graph move on its own (a subgraph is drawn below)
+        cfg = MutationConfig.from_dict({"moves": {move: 1.0}, "input_shape": INPUT})
+        child = _graph_move(move, graph, {}, variables, cfg, 0, 1, 0.0)
+        if child is None:  # does not apply to this model: a one-line refusal inside
+            outcomes["refused"] += 1
+            continue
+        check_valid(child.graph, child.constants, child.variables, x)
+        assert set(child.variables["params"]) == child.inherited | child.new
+        outcomes["child"] += 1
     for seed in range(3):  # the drawn moves as the driver asks for them
         for config in ({"net2net_p": 1.0}, {"shrink_p": 1.0}, {"net2net_p": 0.0}):
             try:

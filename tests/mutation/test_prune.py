@@ -4,14 +4,10 @@ scales, depthwise convs, concatenation)."""
 
 from __future__ import annotations
 
-import flax.linen as nn
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
-from flax import nnx
 
-import nas
 from nas.graph.ops import OpType
 from nas.mutation import MutationConfig, propose_child
 from nas.mutation.child import draw_moves
@@ -25,60 +21,15 @@ from nas.mutation.prune import (
 )
 from nas.train.fit import resized_in_place
 from tests.interop import models
+from tests.mutation import user_models
 from tests.mutation.helpers import check_valid, logits
 
 INPUT = (1, *models.SHAPE[1:])
 
 
-class Gated(nn.Module):
-    """GroupNorm, a sigmoid gate on the same width and a residual add of the gated
-    product, then a flatten-dense head."""
-
-    @nn.compact
-    def __call__(self, x):
-        x = nn.relu(nn.GroupNorm(num_groups=4)(nn.Conv(16, (3, 3))(x)))
-        x = x + x * nn.sigmoid(nn.Conv(16, (1, 1))(x))
-        x = nn.max_pool(x, (2, 2), (2, 2))
-        x = nn.relu(nn.Conv(8, (3, 3))(x))
-        return nn.Dense(10)(nn.relu(nn.Dense(16)(x.reshape((x.shape[0], -1)))))
-
-
-class Residual(nnx.Module):
-    """BatchNorm, a two-conv residual block, a strided conv and a mean-pooled head."""
-
-    def __init__(self, rngs: nnx.Rngs):
-        self.stem = nnx.Conv(3, 8, (3, 3), rngs=rngs)
-        self.bn = nnx.BatchNorm(8, rngs=rngs)
-        self.a = nnx.Conv(8, 8, (3, 3), rngs=rngs)
-        self.b = nnx.Conv(8, 8, (3, 3), rngs=rngs)
-        self.wide = nnx.Conv(8, 16, (3, 3), strides=(2, 2), rngs=rngs)
-        self.head = nnx.Linear(16, 10, rngs=rngs)
-
-    def __call__(self, x):
-        x = nnx.relu(self.bn(self.stem(x)))
-        x = nnx.relu(x + self.b(nnx.relu(self.a(x))))
-        return self.head(jnp.mean(nnx.relu(self.wide(x)), axis=(1, 2)))
-
-
 @pytest.fixture(scope="module")
 def imported():
-    out = {}
-
-    def get(name):
-        if name not in out:
-            x = models.example()
-            if name == "gated":
-                variables = Gated().init(jax.random.PRNGKey(0), x)
-                out[name] = nas.from_flax(Gated(), x, variables=variables)
-            elif name == "residual":
-                model = Residual(nnx.Rngs(0))
-                model.eval()
-                out[name] = nas.from_flax(model, x)
-            else:
-                model, variables, kwargs = models.build(name)
-                out[name] = nas.from_flax(model, x, variables=variables, **kwargs)
-        return out[name]
-    return get
+    return user_models.importer()
 
 
 def test_a_gate_a_residual_and_group_norm_shrink_as_one_group(imported):

@@ -86,7 +86,7 @@ UNUSABLE_PARENTS = "unusable_parents"
 
 # Moves whose changed ops keep their names: each is fitted to its parent's output where
 # that output keeps its shape (the layers after a narrowed group or a removed branch).
-RESIZED_IN_PLACE = ("shrink", "prune", "drop_branch")
+RESIZED_IN_PLACE = ("shrink", "prune", "drop_branch", "stride", "separable")
 
 
 # Study state: whether the search said that its seed is below search.selection.min_acc.
@@ -304,7 +304,7 @@ class Driver:
             # whoever claims it starts from exactly these weights.
             init = init_path(self.workdir, k)
             shutil.rmtree(init, ignore_errors=True)  # a save of this proposal interrupted
-            fit_pairs = self.fit_pairs(child)
+            fit_pairs = self.fit_pairs(child, graph)
             self.check_varies(child, (graph, constants, variables), fit_pairs)
             save_variables(init, child.variables)
             child_blocks = None
@@ -430,15 +430,17 @@ class Driver:
             return None, None, None
         return blocks, builder, args
 
-    def fit_pairs(self, child: Any) -> list[tuple[str, str]]:
+    def fit_pairs(self, child: Any, parent: Any) -> list[tuple[str, str]]:
         """(child tensor, parent tensor) pairs the worker fits the child's new ops on before
-        it trains (see `nas.train.fit`); none where fitting does not apply."""
+        it trains (see `nas.train.fit`); none where fitting does not apply. `parent`: the
+        parent's graph (a resized op is matched to its namesake there, where it has one)."""
         from nas.train import fit
 
         if not self.fit.steps or not child.new or child.function_preserving:
             return []
         if child.kind in RESIZED_IN_PLACE:
-            return fit.resized_in_place(child.new)
+            theirs = {op.name for op in parent.ops}
+            return fit.resized_in_place(n for n in (child.fit_to or child.new) if n in theirs)
         return fit.replaced_tensors(child.spec) if child.kind == "subgraph" else []
 
     def check_varies(self, child: Any, parent: tuple[Any, Any, Any],
