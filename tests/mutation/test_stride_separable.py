@@ -154,3 +154,18 @@ def test_the_fit_brings_the_child_near_its_parent(imported, move):
                                pairs, images, FitConfig(steps=30))
     assert info["mse_after"] < info["mse_before"]
     check_valid(child.graph, child.constants, fitted, models.example(5))
+
+
+def test_a_narrower_head_is_a_prune_of_its_hidden_dense(imported):
+    from nas.mutation.prune import channel_groups, prune
+
+    cand = imported("gated")
+    cg = channel_groups(cand.graph, {}, INPUT)
+    head = [r for r in cg.prunable()
+            if [n for n, s in cg.producers if cg.find(s) == r] == ["Dense_1"]]
+    assert head  # the hidden layer of the flatten-dense head is a group of its own
+    child, consts, values = prune(cand.graph, {}, cand.variables, head, 0.5, INPUT)
+    check_valid(child, consts, values, models.example(5))
+    assert np.shape(values["params"]["Dense_1"]["kernel"])[-1] == 8
+    assert np.shape(values["params"]["Dense_0"]["kernel"])[0] == 8
+    assert flops(child, consts, values) < flops(cand.graph, {}, cand.variables)
