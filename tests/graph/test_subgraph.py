@@ -65,6 +65,7 @@ def test_inherit_params_rejects_dtype_change():
     assert inherit_params(new, old) == ({}, new)
 
 
+@pytest.mark.slow
 def test_replace_subgraph_resnet18_multi_input_output():
     graph, constants, _ = resnetv1.ResNet18(num_classes=10, input_resolution="small")
     model = Model(graph, constants)

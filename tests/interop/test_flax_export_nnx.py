@@ -31,7 +31,9 @@ from tests.interop.helpers import random_variables
 from tests.interop.test_flax_export import every_op_type
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-NAMES = [*models.NNX, "convnext_child", "every_op"]
+# The ViT is the slowest to export and compile; the other NNX models hold its layer kinds.
+NAMES = [*(pytest.param(n, marks=pytest.mark.slow) if n == "vit" else n for n in models.NNX),
+         "convnext_child", "every_op"]
 # The ops an NNX Model holds as attributes: layers, parameters, stochastic depth.
 HELD = (OpType.PARAM, OpType.CONV, OpType.DENSE, OpType.DENSE_GENERAL, OpType.BATCH_NORM,
         OpType.LAYER_NORM, OpType.GROUP_NORM, OpType.DROPOUT, OpType.SELF_ATTENTION)

@@ -141,6 +141,7 @@ def test_import_reads_an_orbax_checkpoint(tmp_path, monkeypatch):
                                atol=1e-4 * float(np.abs(want).max()))
 
 
+@pytest.mark.slow
 def test_the_cli_prints_the_path_and_the_checks_largest_difference(tmp_path):
     out = tmp_path / "seed.zip"  # a small model: the CLI's start-up is most of the time
     result = run_cli("import", f"--flax={SMALL}", "--input_shape=8,8,3", f"--out={out}")

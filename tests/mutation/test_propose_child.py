@@ -28,6 +28,7 @@ def _mutate_many(graph, constants, seeds, config, forward_every=1):
     return children, failures
 
 
+@pytest.mark.slow
 def test_cifarnet_many_seeds():
     graph, constants, _ = cnn.CifarNet()
     # seeds 0-9 (seed 10 synthesizes for 13 s alone: the slow suite's 20 seeds cover it)

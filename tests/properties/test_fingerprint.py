@@ -78,6 +78,7 @@ def run_in_fresh_process(text: str, hash_seed: int) -> str:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_fingerprint_is_stable_across_processes(cifarnet):
     graph, constants = cifarnet
     text = graph_to_json(graph, constants)

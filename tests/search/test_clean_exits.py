@@ -114,7 +114,8 @@ def _search(workdir, *flags):
         capture_output=True, text=True, timeout=300, env=_env())
 
 
-@pytest.mark.parametrize("flags, budget", [((), 4), (("--config.search.max_candidates=3",), 3)])
+@pytest.mark.parametrize("flags, budget", [((), 4), pytest.param(
+    ("--config.search.max_candidates=3",), 3, marks=pytest.mark.slow)])
 def test_a_finished_search_keeps_its_budget_unless_a_larger_one_is_given(tmp_path, flags,
                                                                          budget):
     # run with --config.search.max_candidates=4; the config file says 8: rerunning it

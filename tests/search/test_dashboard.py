@@ -122,6 +122,7 @@ async def _browse(url, scenario):
         shutil.rmtree(profile, ignore_errors=True)
 
 
+@pytest.mark.slow
 def test_bad_workdir_port_and_busy_port_are_one_line(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()

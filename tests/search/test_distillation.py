@@ -59,6 +59,7 @@ def seed_and_teacher():
     return nas.from_flax(Small(), x, variables=variables), variables
 
 
+@pytest.mark.slow
 def test_a_search_distills_from_a_closed_over_teacher(seed_and_teacher, tmp_path,
                                                       monkeypatch):
     """The teacher is the seed itself: pure distillation (alpha 0) starts at a KL of 0, so

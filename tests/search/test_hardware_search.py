@@ -54,6 +54,7 @@ def searched(tmp_path_factory):
     return result
 
 
+@pytest.mark.slow
 def test_the_bound_and_the_cost_from_python_decide_the_recommendation(searched):
     study = searched.study
     search = study.config["search"]

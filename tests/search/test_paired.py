@@ -209,6 +209,7 @@ def _cli(*args, cwd):
                           env={**os.environ, "PYTHONPATH": root})
 
 
+@pytest.mark.slow
 def test_export_recommended_and_best(tmp_path):
     _study(tmp_path / "s").close()
     proc = _cli("export", f"--workdir={tmp_path}/s", "--id=recommended", "--out=rec.zip",

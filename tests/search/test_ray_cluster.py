@@ -179,6 +179,7 @@ def _closed_port():
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_an_unreachable_address_is_one_line_from_the_cli(tmp_path):
     address = f"127.0.0.1:{_closed_port()}"
     out = subprocess.run(
@@ -193,6 +194,7 @@ def test_an_unreachable_address_is_one_line_from_the_cli(tmp_path):
     assert not (tmp_path / "study").exists()  # refused before anything is written
 
 
+@pytest.mark.slow
 def test_a_task_no_node_can_hold_is_refused_at_start(monkeypatch):
     """A local Ray has this host's CPUs and no GPU: a task asking for 2 GPUs would stay
     pending forever, so the executor refuses it at once, in one line."""

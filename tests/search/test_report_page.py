@@ -233,6 +233,7 @@ def test_page_explains_itself_in_a_browser(study_dir, tmp_path):
     assert probe["covered"] == 0
 
 
+@pytest.mark.slow
 def test_cli_report_csv(study_dir):
     workdir, *_ = study_dir
     env = dict(os.environ, PYTHONPATH=os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", ""))

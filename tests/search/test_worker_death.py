@@ -7,12 +7,15 @@ import subprocess
 import sys
 import types
 
+import pytest
+
 from nas.search.execution import worker_death
 from nas.search.store.study import Study
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+@pytest.mark.slow
 def test_a_script_without_the_main_guard_fails_naming_the_guard(tmp_path):
     workdir = tmp_path / "study"
     env = dict(os.environ, PYTHONPATH=ROOT, NAS_DATA_DIR=str(tmp_path / "data"))

@@ -94,6 +94,7 @@ def test_bad_search_space_names_the_field(bad, field):
         MutationConfig.from_dict({"search_space": bad})
 
 
+@pytest.mark.slow
 def test_children_of_cifarnet_use_no_squashing_op_or_scalar_multiply_by_default():
     graph, constants, _ = cnn.CifarNet()
     variables = parent_variables(graph, constants)

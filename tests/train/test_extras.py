@@ -109,6 +109,7 @@ def test_a_two_argument_loss_still_works_beside_extras(tmp_path):
     assert jax.numpy.isfinite(metrics.test_loss)
 
 
+@pytest.mark.slow
 def test_the_command_line_names_extras_as_the_npz_files_arrays(tmp_path):
     """nas-train on an npz with an array `offset` (3.0 for every example) and a loss named
     on the command line that reads batch["offset"]: the validation loss shows it."""

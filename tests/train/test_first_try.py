@@ -269,6 +269,7 @@ def exported(tmp_path, data_dir):
     return path
 
 
+@pytest.mark.slow
 def test_nas_train_graph_with_overrides_and_no_config_file(tmp_path, data_dir, exported):
     proc = _nas_train(f"--graph={exported}", "--config.total_epochs=0.05",
                       "--config.precise_bn_batches=0", f"--workdir={tmp_path}/run",

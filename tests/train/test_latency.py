@@ -80,6 +80,7 @@ def test_bad_settings_are_one_line(field, value, match):
         LatencySettings(**{field: value})
 
 
+@pytest.mark.slow
 def test_a_remeasurement_agrees_within_the_recorded_spread():
     graph, constants, _ = cnn.CifarNet()
     model = Model(graph, constants)

@@ -107,6 +107,7 @@ def test_step_works_on_about_one_layer_of_weights_at_a_time(optax_name):
                for k, p in trainer.full_params.items() for n, v in p.items()) > 0
 
 
+@pytest.mark.slow
 def test_launches_per_step_do_not_depend_on_depth():
     """Counted where JAX hands executables to the runtime (`count_launches`), not reported
     by the trainer: one training step launches the same few programs at every depth."""
