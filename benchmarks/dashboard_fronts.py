@@ -2,7 +2,7 @@
 
 Opens a copy of a study `benchmarks/study_scale.py` built (cached under --cache) read-only,
 as `nas-search dashboard` does, and times side by side in one process, per size:
-  plain      the overview without pictures (`overview(study, k)`), as before the pictures;
+  plain      the overview without pictures (`overview(study, k)`), the baseline;
   cold       the first `overview_json()` of a new Dashboard (every finished row read once);
   finished   `overview_json()` after one more candidate finished (written by a second
              connection, as a worker would): the pictures redrawn;

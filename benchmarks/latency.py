@@ -1,4 +1,4 @@
-"""Does `latency_ms` agree with an independent timing of the same model? (issue 52)
+"""Does `latency_ms` agree with an independent timing of the same model?
 
 Runs a short digits search with `search.latency.measure=on` (or reads a finished study
 that timed it: --workdir of an existing one), then for each done candidate exports it as

@@ -1,4 +1,4 @@
-"""How often each paired interval of a difference in accuracy covers the truth (issue 45).
+"""How often each paired interval of a difference in accuracy covers the truth.
 
 Simulates tables of n examples (two models scored on the same examples) from known rates
 of "only the first right" (p10) and "only the second right" (p01), and for each interval

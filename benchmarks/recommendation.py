@@ -8,7 +8,7 @@ For each seed it runs (or resumes) the README search with a budget of candidates
 and prints, for the candidate the summary recommends (`nas.search.store.recommend`): its FLOPs
 as a fraction of the seed's, its paired validation difference (what chose it), its test
 accuracy against the seed's 95 % Wilson test interval, and its paired test difference
-against minus the non-inferiority margin. The criterion (issue 37): in every search the
+against minus the non-inferiority margin. The criterion: in every search the
 recommended child's test accuracy is inside the seed's test interval and its paired test
 difference is at least -margin; in at least 2 of 3 it costs at most half the seed's FLOPs.
 Also the CPU minutes of each search (user + system of the search's processes).
@@ -65,7 +65,7 @@ def measure(workdir: str, margin: float | None = None) -> dict:
         "done": len(done), "margin": margin, "seed": seed, "chosen": chosen, "rec": rec,
         "seed_test": seed_test, "seed_low": low, "seed_high": high, "test": test,
         "inside": low <= test <= high, "paired_test": paired_test,
-        # the issue's criterion: the paired test difference itself, not its interval
+        # the criterion is the paired test difference itself, not its interval
         "noninferior": paired_test is None or 100 * paired_test.difference >= -margin,
         "ratio": rec.flops_ratio if rec.flops_ratio is not None else 1.0,
     }

@@ -13,7 +13,7 @@ the arm exactly as it scores the evolution and random arms. A shape NSGA-II prop
 is told its first result without training again (what a careful user would do; it only
 helps Optuna).
 
-Budget. The issue asks for the evolution arm's CPU minutes, not its candidate count: a
+Budget. The Optuna arm gets the evolution arm's CPU minutes, not its candidate count: a
 trial trained from scratch for up to 15 epochs costs many fine-tuned children. The arm
 stops starting trials once its process CPU time (`time.process_time`, the measure
 `compare` uses for every arm) reaches the budget. Stopping on CPU seconds rather than on a

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The default suite as CI runs it, then three times beside two CPU-bound processes
-# (issue 45, item 4). Usage: benchmarks/suite_under_load.sh COMMIT [WORKDIR]
+# (a suite that passes on an idle machine must pass on a busy one). Usage: benchmarks/suite_under_load.sh COMMIT [WORKDIR]
 #
 # WORKDIR (default /tmp/suite_under_load) gets a fresh clone of this repository at COMMIT
 # and a HOME of its own, so the compilation, property and data caches start empty (pip's

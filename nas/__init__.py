@@ -11,49 +11,66 @@ images at evaluation (`x / 127.5 - 1`, `nas.train.data.preprocess`), and
 `nas.run_search(seed, data, workdir=..., max_candidates=...)` runs a search from Python,
 returning a `nas.SearchResult` (`nas.search.api`; a callback raising `nas.StopSearch`
 stops it; an interrupt raises `nas.SearchInterrupted`, a KeyboardInterrupt;
-`nas.Cost(fn, repeats=5)` is a cost of its own timed with a spread). Each is imported on
-first use so that `import nas` stays cheap.
+`nas.Cost(fn, repeats=5)` is a cost of its own timed with a spread). `nas.__version__` is
+the installed distribution's version.
+
+Each is imported on first use so that `import nas` stays cheap. The imports are statements
+inside `__getattr__` (the pattern `nas.train` uses too), not module names in strings, so
+that `tests/test_layering.py` sees them.
 """
 
 from typing import Any
 
+_DISTRIBUTION = "alphanas-search"  # the import name is `nas`; the index's `nas` is another
+
 __all__ = ["Cost", "SearchInterrupted", "SearchResult", "StopSearch", "check_import",
            "export_flax", "from_flax", "load_candidate", "preprocess", "run_search",
            "save_candidate"]
-_SEARCH_API = ("run_search", "SearchResult", "StopSearch", "SearchInterrupted")
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        globals()["__version__"] = _version()  # read once; later lookups skip this hook
+        return globals()["__version__"]
     if name == "Cost":
-        from nas.functions import Cost
+        from nas import functions as module
+    elif name in ("load_candidate", "save_candidate"):
+        from nas.io import candidate as module
+    elif name == "from_flax":
+        from nas.interop import importer as module
+    elif name == "check_import":
+        from nas.interop import check as module
+    elif name == "export_flax":
+        from nas.interop import flax_code as module
+    elif name == "preprocess":
+        from nas.train import data as module
+    elif name in ("run_search", "SearchResult", "StopSearch", "SearchInterrupted"):
+        from nas.search import api as module
+    else:
+        raise AttributeError(f"module 'nas' has no attribute {name!r}")
+    return getattr(module, name)
 
-        return Cost
-    if name == "load_candidate":
-        from nas.io.candidate import load_candidate
 
-        return load_candidate
-    if name == "save_candidate":
-        from nas.io.candidate import save_candidate
+def _version() -> str:
+    """The installed distribution's version; in a source tree that is not installed (run
+    with the tree on PYTHONPATH), the version its pyproject.toml declares; else 0+unknown.
+    importlib.metadata is imported here, not at the top: it costs more than `import nas`."""
+    import importlib.metadata
 
-        return save_candidate
-    if name == "from_flax":
-        from nas.interop.importer import from_flax
+    try:
+        return importlib.metadata.version(_DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    import os
+    import tomllib
 
-        return from_flax
-    if name == "check_import":
-        from nas.interop.check import check_import
-
-        return check_import
-    if name in _SEARCH_API:
-        from nas.search import api
-
-        return getattr(api, name)
-    if name == "preprocess":
-        from nas.train.data import preprocess
-
-        return preprocess
-    if name == "export_flax":
-        from nas.interop.flax_code import export_flax
-
-        return export_flax
-    raise AttributeError(f"module 'nas' has no attribute {name!r}")
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                        "pyproject.toml")
+    try:
+        with open(path, "rb") as f:
+            project = tomllib.load(f).get("project", {})
+    except (OSError, tomllib.TOMLDecodeError):
+        return "0+unknown"
+    if project.get("name") != _DISTRIBUTION:  # a pyproject above a copied package: not ours
+        return "0+unknown"
+    return str(project.get("version", "0+unknown"))

@@ -3,22 +3,25 @@
 
 Each is imported on first use, so that a leaf such as `nas.train.intervals` (the Wilson
 interval the search's reports use) does not pull in JAX, grain and TensorFlow Datasets:
-a rerun of a finished search or a report needs none of them.
+a rerun of a finished search or a report needs none of them. The imports are statements
+inside `__getattr__` (the pattern `nas` uses too), so that `tests/test_layering.py` sees
+them.
 """
 
-import importlib
 from typing import Any
 
 __all__ = ["Metrics", "TrainOptions", "train_and_eval", "zoo_graph"]
 
-_LAZY = {"Metrics": ("nas.train.perf", "Metrics"),
-         "TrainOptions": ("nas.train.options", "TrainOptions"),
-         "train_and_eval": ("nas.train.train", "train_and_eval"),
-         "zoo_graph": ("nas.train.train", "build_graph")}
+_RENAMED = {"zoo_graph": "build_graph"}  # exported name: name in its module
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        module, attr = _LAZY[name]
-        return getattr(importlib.import_module(module), attr)
-    raise AttributeError(f"module 'nas.train' has no attribute {name!r}")
+    if name == "Metrics":
+        from nas.train import perf as module
+    elif name == "TrainOptions":
+        from nas.train import options as module
+    elif name in ("train_and_eval", "zoo_graph"):
+        from nas.train import train as module
+    else:
+        raise AttributeError(f"module 'nas.train' has no attribute {name!r}")
+    return getattr(module, _RENAMED.get(name, name))

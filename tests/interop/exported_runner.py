@@ -1,10 +1,12 @@
 """Runs code written by `nas.export_flax` the way a user without `nas` would, and measures a
-model the same way for the IR interpreter (the tests import `measure` from here).
+linen model the same way for the IR interpreter (the tests import `measure` from here).
 
-Run as `python -I -B exported_runner.py ROOT`: every ROOT/<name>/code/ holds an export (model.py,
-variables.msgpack) and ROOT/<name>/inputs.npz a batch and its labels; the results go to
-ROOT/<name>/result.npz. An import hook makes `import nas` fail first, so the exported code
-can only run on jax, flax and numpy. This file itself imports nothing of `nas`.
+Run as `python -I -B exported_runner.py ROOT [linen|nnx]` (`run_without_nas` does): every
+ROOT/<name>/code/ holds an export (model.py, variables.msgpack) and ROOT/<name>/inputs.npz a
+batch and its labels; the results go to ROOT/<name>/result.npz. A linen export is measured
+by `run_linen`, an NNX one (`api="nnx"`) by `run_nnx`. An import hook makes `import nas`
+fail first, so the exported code can only run on jax, flax, optax and numpy. This file
+itself imports nothing of `nas`.
 """
 
 from __future__ import annotations
@@ -56,7 +58,77 @@ def measure(apply: Callable[..., Any], variables: dict[str, Any], batch: Any, la
     return {k: np.asarray(v) for k, v in out.items()}
 
 
-def main(root: str) -> None:
+def _by_op(module: Any, state: Any) -> dict[str, Any]:
+    """A flat NNX state keyed `op/leaf` (the op name from the file's OP_ATTRIBUTES), its
+    values copied now (a state holds the model's live variables)."""
+    import numpy as np
+    from flax import nnx
+
+    ops = {attr: op for op, attr in module.OP_ATTRIBUTES.items()}
+    return {"/".join([ops[path[0]], *map(str, path[1:])]): np.array(value[...])
+            for path, value in nnx.to_flat_state(state)}
+
+
+def run_nnx(module: Any, variables: dict[str, Any], inputs: Any) -> dict[str, Any]:
+    """An NNX export as an NNX user runs it: `from_variables`, inference, `nnx.grad`,
+    training mode and three `nnx.Optimizer` steps; gradients and batch statistics keyed
+    by op name as in variables.msgpack."""
+    import jax
+    import numpy as np
+    import optax
+    from flax import nnx
+
+    batch, labels = inputs["batch"], inputs["labels"]
+
+    def loss_fn(model: Any) -> Any:
+        log_p = jax.nn.log_softmax(model(batch))
+        return -jax.numpy.mean(jax.numpy.take_along_axis(log_p, labels[:, None], axis=1))
+
+    model = module.from_variables(variables)
+    out: dict[str, Any] = {"is_nnx": isinstance(model, nnx.Module), "logits": model(batch)}
+    loss, grads = nnx.value_and_grad(loss_fn)(model)  # eval mode: no randomness
+    out["loss"] = loss
+    out |= {f"grad:{k}": v for k, v in _by_op(module, nnx.state(grads, nnx.Param)).items()}
+    # Training mode with dropout and stochastic depth held off, so that the batch statistics
+    # and the logits are comparable with the interpreter's; then the optimizer steps with
+    # them on, as a user trains.
+    model.train()
+    model.set_attributes(deterministic=True, raise_if_not_found=False)
+    out["train_logits"] = model(batch)
+    out |= {f"stats:{k}": v for k, v in _by_op(module, nnx.state(model, nnx.BatchStat)).items()}
+    out["train_loss"] = loss_fn(model)
+    model.set_attributes(deterministic=False, raise_if_not_found=False)
+    optimizer = nnx.Optimizer(model, optax.sgd(0.05), wrt=nnx.Param)
+
+    @nnx.jit
+    def step(model: Any, optimizer: Any) -> Any:
+        value, grads = nnx.value_and_grad(loss_fn)(model)
+        optimizer.update(model, grads)
+        return value
+
+    for _ in range(3):
+        step(model, optimizer)
+    model.set_attributes(deterministic=True, raise_if_not_found=False)
+    out["train_loss_after"] = loss_fn(model)
+    return {k: np.asarray(v) for k, v in out.items()}
+
+
+def run_linen(module: Any, variables: dict[str, Any], inputs: Any) -> dict[str, Any]:
+    """A linen export's `Model().apply`, measured by `measure`."""
+    import jax
+
+    def apply(v: Any, x: Any, train: bool, **kw: Any) -> Any:
+        return module.Model().apply(v, x, train=train, **kw)
+
+    return measure(apply, variables, inputs["batch"], inputs["labels"],
+                   jax.random.PRNGKey(int(inputs["seed"])), bool(inputs["grads"]))
+
+
+RUNNERS = {"linen": run_linen, "nnx": run_nnx}
+
+
+def main(root: str, api: str = "linen") -> None:
+    run = RUNNERS[api]
     sys.meta_path.insert(0, NoNas())
     try:
         import nas  # noqa: F401
@@ -65,7 +137,6 @@ def main(root: str) -> None:
     else:
         raise SystemExit("nas is importable: the test would not show anything")
     import flax.serialization
-    import jax
     import numpy as np
 
     for name in sorted(os.listdir(root)):
@@ -78,13 +149,7 @@ def main(root: str) -> None:
         spec.loader.exec_module(module)
         with open(os.path.join(folder, "code", "variables.msgpack"), "rb") as f:
             variables = flax.serialization.msgpack_restore(f.read())
-        inputs = np.load(os.path.join(folder, "inputs.npz"))
-
-        def apply(v: Any, x: Any, train: bool, module: Any = module, **kw: Any) -> Any:
-            return module.Model().apply(v, x, train=train, **kw)
-
-        result = measure(apply, variables, inputs["batch"], inputs["labels"],
-                         jax.random.PRNGKey(int(inputs["seed"])), bool(inputs["grads"]))
+        result = run(module, variables, np.load(os.path.join(folder, "inputs.npz")))
         np.savez(os.path.join(folder, "result.npz"), **result)
     loaded = sorted(m for m in sys.modules if m == "nas" or m.startswith("nas."))
     if loaded:
@@ -92,5 +157,17 @@ def main(root: str) -> None:
     print("ran without nas")
 
 
+def run_without_nas(root: Any, api: str = "linen") -> None:
+    """Copies this file into `root` and runs it there on every export in one `python -I -B`
+    subprocess (no site, no PYTHONPATH, no bytecode written beside model.py)."""
+    import shutil
+    import subprocess
+
+    shutil.copy(os.path.abspath(__file__), root)
+    command = [sys.executable, "-I", "-B", os.path.basename(__file__), str(root), api]
+    proc = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0 and "ran without nas" in proc.stdout, proc.stderr[-3000:]
+
+
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(*sys.argv[1:])

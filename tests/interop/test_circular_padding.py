@@ -1,7 +1,6 @@
 """A Conv with circular padding imports exactly (the IR's CONV takes flax's padding string,
 "CIRCULAR" included) and exports as the same Flax code; only a circular ConvTranspose, which
-has no IR op, is refused (`test_import_layers`). Issue 45, item 5: the README said circular
-padding was refused."""
+has no IR op, is refused (`test_import_layers`)."""
 
 from __future__ import annotations
 

@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import ast
 import os
-import shutil
-import subprocess
-import sys
 
 import jax
 import numpy as np
@@ -23,10 +20,9 @@ from nas.interop.flax_code import model_source, python_names
 from nas.io.candidate import ExportedCandidate, write_candidate
 from nas.mutation import NoChildFound, propose_child
 from nas.zoo import build, cnn, resnetv1, vit
-from tests.interop.exported_runner import measure
+from tests.interop.exported_runner import measure, run_without_nas
 from tests.interop.helpers import random_variables
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 ALLOWED_IMPORTS = {"jax", "flax", "numpy", "__future__", "functools", "string", "collections",
                    "typing"}
 
@@ -177,10 +173,7 @@ def _export_and_run(root, names, grads):
         batch = rng.normal(size=(3, *shape)).astype(np.float32)
         labels = rng.integers(0, 10, size=3)
         np.savez(root / name / "inputs.npz", batch=batch, labels=labels, seed=i, grads=grads)
-    shutil.copy(os.path.join(HERE, "exported_runner.py"), root)
-    proc = subprocess.run([sys.executable, "-I", "-B", "exported_runner.py", str(root)], cwd=root,
-                          capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0 and "ran without nas" in proc.stdout, proc.stderr[-3000:]
+    run_without_nas(root)
     out = {}
     for name, (graph, constants, variables, _) in models.items():
         inputs = dict(np.load(root / name / "inputs.npz"))

@@ -4,16 +4,12 @@ op, that runs without nas with the interpreter's logits, gradients and batch sta
 and trains with `nnx.grad` and `nnx.Optimizer`. Every NNX model of the import tests, a
 child a search's mutation made of the ConvNeXt-style one (a layer scale held directly by
 the module), and the graph of every op type (`api="nnx"` asked for) run in one subprocess
-(`nnx_exported_runner.py`)."""
+(`exported_runner.py`, its "nnx" runner)."""
 
 from __future__ import annotations
 
 import ast
 import importlib.util
-import os
-import shutil
-import subprocess
-import sys
 
 import flax.serialization
 import jax
@@ -27,10 +23,10 @@ from nas.interop.flax_code import model_source
 from nas.io.candidate import ExportedCandidate
 from nas.mutation import NoChildFound, propose_child
 from tests.interop import models
+from tests.interop.exported_runner import run_without_nas
 from tests.interop.helpers import random_variables
 from tests.interop.test_flax_export import every_op_type
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 # The ViT is the slowest to export and compile; the other NNX models hold its layer kinds.
 NAMES = [*(pytest.param(n, marks=pytest.mark.slow) if n == "vit" else n for n in models.NNX),
          "convnext_child", "every_op"]
@@ -97,11 +93,7 @@ def exported(tmp_path_factory):
         nas.export_flax(cand, root / name / "code", api="nnx" if name == "every_op" else None)
         batch = rng.normal(size=(4, *cand.input_shape)).astype(np.float32)
         np.savez(root / name / "inputs.npz", batch=batch, labels=rng.integers(0, 10, size=4))
-    for runner in ("exported_runner.py", "nnx_exported_runner.py"):
-        shutil.copy(os.path.join(HERE, runner), root)
-    proc = subprocess.run([sys.executable, "-I", "-B", "nnx_exported_runner.py", str(root)],
-                          cwd=root, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0 and "ran without nas" in proc.stdout, proc.stderr[-3000:]
+    run_without_nas(root, "nnx")
     return {name: (cand, root / name / "code", dict(np.load(root / name / "inputs.npz")),
                    dict(np.load(root / name / "result.npz"))) for name, cand in cands.items()}
 

@@ -1,4 +1,4 @@
-"""Net2Net moves (issue 51, item 2): a widened layer or an inserted identity layer leaves
+"""Net2Net moves: a widened layer or an inserted identity layer leaves
 the child's logits equal to its parent's before training (within 1e-5)."""
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def test_moves_that_do_not_apply_say_where():
 
 
 def test_narrowing_keeps_the_largest_units_and_all_of_them_keep_the_function():
-    """Issue 51, item 4: cheap children in large steps, inheriting the units that matter."""
+    """A narrowing is a cheap child in one large step that inherits the units that matter."""
     graph, constants = TINY_BN
     variables = _parent(graph, constants)
     before = _logits(graph, constants, variables)

@@ -1,5 +1,5 @@
-"""A new op that replaces an op of its type and shapes starts from that op's weights
-(issue 51, item 2: children of imported models started far below their parent)."""
+"""A new op that replaces an op of its type and shapes starts from that op's weights,
+so that a child of an imported model starts near its parent rather than far below it."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Children that start where their parent was (issue 51, item 2): each child's validation
+"""Children that start where their parent was: each child's validation
 accuracy before fine-tuning is recorded next to its parent's (study, CSV, page, summary),
 and its fine-tuning takes at least `search.min_child_steps` optimizer steps."""
 

@@ -1,6 +1,6 @@
 """Bounds on costs (`search.constraints`): constrained domination in parent selection,
 the recommendation among feasible candidates only, the counts in the summary, CSV and
-dashboard, and one line for each bad bound (issue 52). The Study is real SQLite; no
+dashboard, and one line for each bad bound. The Study is real SQLite; no
 training here (tests/search/test_hardware_search.py runs a search)."""
 
 import csv

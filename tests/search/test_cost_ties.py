@@ -1,5 +1,5 @@
 """Measured costs within their spread are ties on the fronts parent selection draws from
-(`nas.search.strategy.cost_ties`, issue 52), and a user's cost called with repeats
+(`nas.search.strategy.cost_ties`), and a user's cost called with repeats
 records a median and its spread."""
 
 import numpy as np

@@ -149,7 +149,7 @@ def test_a_fit_stops_when_its_loss_stops_falling_counted_in_steps_and_repeats_ex
 
 
 def test_a_shrunk_childs_next_layers_are_fitted_to_their_parents_outputs():
-    """Issue 51, item 4: after a narrowing, the layers reading the narrowed ones learn to
+    """After a narrowing, the layers reading the narrowed ones learn to
     do without the dropped units before the child trains."""
     graph, constants, _ = cnn.CifarNet()
     variables = parent_variables(graph, constants)

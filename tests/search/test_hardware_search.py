@@ -1,4 +1,4 @@
-"""A hardware-aware search end to end (issue 52): `nas.run_search` with a FLOPs bound that
+"""A hardware-aware search end to end: `nas.run_search` with a FLOPs bound that
 leaves out the seed, `latency_ms` timed for every candidate, a user's cost called with
 repeats, and the recommendation's cost set from Python."""
 

@@ -1,4 +1,4 @@
-"""Training hyperparameters evolve with the architecture (issue 51, item 3): a child
+"""Training hyperparameters evolve with the architecture: a child
 perturbs its parent's values within their ranges, reproducibly, and they are recorded."""
 
 from __future__ import annotations

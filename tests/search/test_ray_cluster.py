@@ -1,4 +1,4 @@
-"""A search on a Ray cluster whose nodes share no disk with the driver (issue 46).
+"""A search on a Ray cluster whose nodes share no disk with the driver.
 
 The slow tests start a head with no task slots and two worker nodes on this machine, each
 node in its own mount namespace where the workdir, the `npz:` data and ~/.cache/nas are an

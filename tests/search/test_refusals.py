@@ -70,7 +70,7 @@ def test_a_slot_refused_max_refusals_times_fails_with_its_cause(tmp_path):
     assert failed.error == ("its slot's proposals were refused at their start 3 time(s) "
                             "(search.max_refusals=2); the last: PoorFitError: its new ops "
                             "fit ... error 3")
-    other = _child(study, "b")  # any other error fails its candidate, as before
+    other = _child(study, "b")  # any other error fails its candidate at once
     record_outcome(study, Outcome(other, error="FloatingPointError: training diverged"),
                    worker="w")
     assert study.get(other).status == "failed" and study.refusals() == []

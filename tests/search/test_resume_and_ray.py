@@ -127,7 +127,7 @@ def test_ray_executor_runs_candidates_pipelined(tmp_path, search_config, monkeyp
     """Two tasks per slot: while one trains the next child is prepared in another task, and
     the two take turns on the device (their steps and evaluations never overlap). Ray's
     session file names a cluster that ended without `ray stop` (nothing answers there): the
-    search starts its own local Ray instead of joining it (issue 46)."""
+    search starts its own local Ray instead of joining it."""
     ray = pytest.importorskip("ray")
     import shutil
     import socket

@@ -1,5 +1,5 @@
-"""A seed below `search.selection.min_acc` does not end the search with the seed alone
-(issue 51, item 0): one line says so and what to set, and its children are proposed."""
+"""A seed below `search.selection.min_acc` does not end the search with the seed alone:
+one line says so and what to set, and its children are proposed."""
 
 from __future__ import annotations
 

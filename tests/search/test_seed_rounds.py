@@ -1,4 +1,4 @@
-"""A seed trained before it has children (issue 51, item 1): it trains in rounds while its
+"""A seed trained before it has children: it trains in rounds while its
 validation accuracy rises, never past its cap, and its curve lands in the study."""
 
 from __future__ import annotations

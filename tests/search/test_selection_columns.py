@@ -131,8 +131,8 @@ def test_columns_refuse_what_individuals_refuse():
 def test_the_draw_is_numpy_choice_and_any_row_order_ranks_alike():
     """The draw's own inverse CDF picks what `Generator.choice(top, p=...)` picked (and
     leaves the generator where it did), and the k lowest of rows given in any order are
-    those a full sort by (weight, row) puts first: parents as before these were made
-    faster."""
+    those a full sort by (weight, row) puts first: the fast draw picks the parents `choice` and
+    a full sort would pick."""
     rng = np.random.default_rng(0)
     for trial in range(3000):
         n = int(rng.integers(1, 200))

@@ -44,7 +44,7 @@ def test_child_trains_from_the_weights_saved_before_it_was_added(tmp_path):
 
 
 def test_a_childs_task_bounds_its_start_by_its_parents_accuracy(tmp_path):
-    """search.max_start_drop (issue 51): a child's worker refuses a start more than that
+    """search.max_start_drop: a child's worker refuses a start more than that
     below its parent's validation accuracy; the seed and an unset drop have no bound."""
     config = tiny_search_config()
     study = Study.create(tmp_path, config.to_dict())

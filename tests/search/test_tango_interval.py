@@ -1,5 +1,5 @@
 """Tango's score interval for a paired difference of accuracies, against published worked
-examples, the issue's case, a coverage simulation at the digits' 143 validation images,
+examples, a child that lost 5 of 360, a coverage simulation at the digits' 143 validation images,
 degenerate tables and bad input."""
 
 import numpy as np
@@ -30,15 +30,15 @@ def test_published_worked_examples():
         assert (found.low, found.high) == got and found.decision == "worse"
 
 
-def test_the_issue_case_five_lost_none_gained_of_360():
-    """Issue 45: a child that lost 5 test images of 360 and gained none. The exact
+def test_five_lost_none_gained_of_360():
+    """A child that lost 5 test images of 360 and gained none. The exact
     conditional interval said [-1.39, +0.06] (its bound the estimate itself); Tango's
     score interval is [-3.21, -0.32]: worse, and its lower end far below -1.39."""
     p = paired.from_counts(360, 0, 5)
     assert _pt(p.low, p.high) == (-3.21, -0.32)
     assert 100 * p.low <= -3.1 and p.decision == "worse" and not p.noninferior(3.0)
     assert p.text() == "-1.39 pt [-3.21, -0.32] paired, worse"
-    # the 143-image validation case of the issue: 2 lost, none gained
+    # the digits' 143 validation images: 2 lost, none gained
     q = paired.from_counts(143, 0, 2)
     assert _pt(q.low, q.high) == (-4.96, 1.25) and not q.noninferior(2.0)
 

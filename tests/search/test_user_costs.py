@@ -72,7 +72,7 @@ def test_the_study_reads_its_own_costs_by_name(study, tmp_path):
     # a study whose config names no costs reads none of its metrics as one
     plain = _study(tmp_path / "plain", {1: ROWS[1]}, config={"search": {}})
     assert plain.user_costs == () and plain.done_rows(0)[0].user_costs == {}
-    # latency_ms is a built-in cost now (issue 52), read from the metrics where they hold
+    # latency_ms is a built-in cost, read from the metrics where they hold
     # it; a name the study does not know is still refused
     assert [c.id for c in plain.pareto_front("latency_ms")] == [1]  # its metrics hold it
     with pytest.raises(ValueError, match="unknown cost objective 'energy'"):

@@ -65,7 +65,7 @@ def test_augmentation_crops_with_the_normalized_zero_and_keeps_labels():
 
 
 def test_the_shift_is_a_sixteenth_of_the_side_and_none_on_small_images():
-    """Issue 51: a 2-pixel shift is 14 % of a 14x14 image and cost a first try 7 points;
+    """The shift scales with the side (2 pixels are 14 % of a 14x14 image and cost 7 points);
     32x32 keeps its 2 pixels, 28x28 gets 1, and 14x14 is not shifted on either path."""
     assert [data.shift_pad(s) for s in (8, 14, 16, 28, 32, 64)] == [0, 0, 1, 1, 2, 4]
     assert _load(size=SIZE).pad == 1 and _load(size=32).pad == 2

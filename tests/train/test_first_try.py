@@ -1,7 +1,7 @@
 """A first try with data of one's own: a small class folder with the bundled digits' config
 (`num_classes` from the folder, a warmup longer than the run shortened with one line), its
 checks before anything is converted or written, and `nas-train --graph=CANDIDATE
---config.F=V` without a config file (issue 45, items 2, 3 and 5)."""
+--config.F=V` without a config file."""
 
 from __future__ import annotations
 

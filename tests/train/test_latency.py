@@ -1,5 +1,5 @@
 """`nas.train.latency`: warm-up, a median to a set precision with counted caps, the spread
-beside it, and agreement on re-measurement within that spread (issue 52). The stopping
+beside it, and agreement on re-measurement within that spread. The stopping
 rule is checked on a scripted clock (no waiting, no timing assertion)."""
 
 import jax

@@ -91,7 +91,7 @@ def test_a_good_value_of_every_kind_is_taken():
 
 
 def test_a_start_below_min_start_accuracy_is_refused_before_any_step(data_dir, tmp_path):
-    """Issue 51: a search's child that cannot start near its parent is not trained."""
+    """A search's child that cannot start near its parent is not trained."""
     from nas.train.train import PoorStartError
 
     config = tiny_config(data_dir, total_epochs=0.1, seed=3)

@@ -18,7 +18,7 @@ class StudyNotFoundError(ValueError, FileNotFoundError):
     its first commit), which creating the study again may overwrite."""
 
 # Columns added after schema version 1 was first written: an older study gets them (NULL)
-# when opened, so its candidates read as before.
+# when opened, so its candidates read as they were written.
 ADDED_COLUMNS = {"lease_until": "REAL", "blocks_json": "TEXT"}
 
 # Indexes added after a schema version was first written: created when a study is opened

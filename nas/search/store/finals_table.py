@@ -355,7 +355,7 @@ def answer(study: Any, pairs: Comparisons | None = None) -> Answer:
     pairs = pairs if pairs is not None else Comparisons.of(study)
     pick = recommend_for(done, pairs, config)
     state = study.get_state(FINALS_STATE, None)
-    if not state:  # off, or not started: the search's own answer, said as before
+    if not state:  # off, or not started: the search's own answer, no finals text
         return Answer(pick, pick, None, {}, "")
     recipe = Recipe(**json.loads(state["recipe"]))
     store = FinalsStore(study.path, read_only=True)

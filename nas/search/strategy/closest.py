@@ -9,7 +9,7 @@ the closest k is found with binary searches, and only the points inside it are m
 (with the front's cost twins and the columns' ends, which the rule also reads), with the
 arithmetic of `ParetoCurve.column_weights`, so the same bits. Every shortcut is checked:
 either the points left out provably rank after the k-th, or `closest` says None and the
-caller measures everything as before.
+caller measures every point.
 """
 
 from __future__ import annotations

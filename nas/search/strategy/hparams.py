@@ -10,7 +10,7 @@ proposal counter, so the same search proposes the same values on any machine.
 
 Fields: `lr` and `wd` (the `train` fields) and `child_lr` (the children's learning rate,
 `search.child_lr`): children that fine-tune at `search.child_lr` take `child_lr`, not `lr`.
-Empty (the default): off, nothing is drawn and every candidate trains as before.
+Empty (the default): off, nothing is drawn and every candidate trains with its config's values.
 """
 
 from __future__ import annotations

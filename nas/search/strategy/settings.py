@@ -90,7 +90,7 @@ def search_defaults() -> ml_collections.ConfigDict:
         # The seed trains in rounds of seed_epochs (each a whole schedule, from where the
         # last ended) while a round's validation accuracy beats the best by more than
         # seed_min_gain, stopping after seed_patience rounds without; at most
-        # seed_max_epochs in all (0: one round, as before). nas.train.rounds says why.
+        # seed_max_epochs in all (0: one round only). nas.train.rounds says why.
         "seed_max_epochs": 0.0,
         "seed_patience": 1,
         "seed_min_gain": 0.0,
