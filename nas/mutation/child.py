@@ -126,8 +126,8 @@ def _check_variables(variables: Any) -> None:
                          f"{type(variables).__name__} with keys {keys}")
 
 
-# The seed of each family's own numpy draws (`_graph_move`): 2 and 3 as net2net and shrink
-# always had, so their children are the same as before for the same seed.
+# The seed of each family's own numpy draws (`_graph_move`): one stream per family, so adding
+# a family changes no other family's children for the same seed.
 _STREAMS = {"net2net": 2, "shrink": 3, "prune": 4, "drop_branch": 5, "stride": 6,
             "separable": 7}
 

@@ -124,6 +124,7 @@ def test_resume_warns_only_about_fields_that_cannot_change(tmp_path, caplog):
     caplog.set_level(logging.WARNING)
     changed = _with("search.max_candidates", 99)
     changed.search.workers = 0
+    changed.search.finals.k = 0  # a field of an operational field (the finals) changes too
     open_study(str(tmp_path), changed).close()
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
     open_study(str(tmp_path), _with("search.seed", 7)).close()

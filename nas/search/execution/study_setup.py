@@ -49,8 +49,10 @@ def open_study(workdir: str, config: ml_collections.ConfigDict,
         if study.replace_config(config.to_dict()):
             return study
     given = json.loads(json.dumps(config.to_dict(), default=list))
+    # an operational field's own fields (search.finals.k) change with it
     ignored = [f for f in differences(given, study.config, "")
-               if f.removeprefix("search.") not in OPERATIONAL]
+               if not (f.startswith("search.")
+                       and f.removeprefix("search.").split(".")[0] in OPERATIONAL)]
     if ignored:
         logging.warning("%s: resuming with its stored config; the given values of %s are "
                         "ignored (only %s may change on resume)", study.path,
