@@ -127,6 +127,20 @@ def test_a_run_holds_what_the_records_hold(tmp_path):
                    for t in curves)
 
 
+def test_a_resumed_run_shows_each_step_once_the_newest(tmp_path):
+    """A candidate killed past step 6 resumes from its checkpoint at step 4: the steps the
+    killed attempt logged from there are replaced, as its metrics.jsonl's last wins."""
+    folder = str(tmp_path / "candidate-0003")
+    with RunWriter(folder) as board:
+        for step in (2, 4, 6):
+            board.record({"step": step, "training_loss": float(step)})
+    with RunWriter(folder) as board:
+        for step in (6, 8):
+            board.record({"step": step, "training_loss": 10.0 + step})
+    assert len(os.listdir(folder)) == 2
+    assert scalars(folder)["train/loss"] == [(2, 2.0), (4, 4.0), (6, 16.0), (8, 18.0)]
+
+
 def test_a_run_that_logs_nothing_leaves_no_folder(tmp_path):
     """A child refused before its first step: no empty run in TensorBoard's list."""
     folder = str(tmp_path / "candidate-0002")

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -68,8 +69,11 @@ class RunWriter:
     """Scalars to one TensorBoard run in `folder` (None: writes nothing).
 
     The event file is opened at the first scalar, so a run that logs nothing (a child
-    refused before its first step) leaves no folder. A writer that cannot be made or
-    written (no tensorboardX on a Ray node, a full disk) logs one warning and is off."""
+    refused before its first step) leaves no folder. It purges what earlier files of the
+    run hold from that step on: a candidate resumed from its checkpoint after a killed
+    attempt (or a resumed driver's study run) shows each step once, the newest. A writer
+    that cannot be made or written (no tensorboardX on a Ray node, a full disk) logs one
+    warning and is off."""
 
     def __init__(self, folder: str | None, flush_secs: int = 10) -> None:
         self.folder = folder
@@ -91,7 +95,12 @@ class RunWriter:
             if self._writer is None:
                 from tensorboardX import SummaryWriter
 
-                self._writer = SummaryWriter(logdir=self.folder, flush_secs=self.flush_secs)
+                # the file's name holds only the second and the host; TensorBoard reads a
+                # run's files in name order, and the purge works on the files read before:
+                # the nanosecond keeps two writers of one second apart and in order
+                self._writer = SummaryWriter(logdir=self.folder, flush_secs=self.flush_secs,
+                                             purge_step=int(step),
+                                             filename_suffix=f".{time.time_ns()}.{os.getpid()}")
             for tag, value in values.items():
                 if _finite(value):
                     self._writer.add_scalar(tag, float(value), int(step))
