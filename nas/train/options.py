@@ -73,6 +73,9 @@ class TrainOptions:
     min_start_accuracy: float | None = None
     """With `evaluate_start`: a start below it raises `PoorStartError` before any step
     (a search's child that cannot start near its parent is not trained)."""
+    on_record: Callable[[dict[str, Any]], None] | None = None
+    """Called with each record metrics.jsonl gets (on host 0, with or without a
+    `workdir`): a search worker mirrors the curves to TensorBoard with it."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "freeze", _names(self.freeze))
@@ -115,7 +118,7 @@ def _check(options: TrainOptions) -> None:
         value = getattr(options, name)
         if value is not None and not isinstance(value, Mapping):
             _fail(name, "a mapping (or None)", value)
-    for name in ("should_stop", "refit"):
+    for name in ("should_stop", "refit", "on_record"):
         value = getattr(options, name)
         if value is not None and not callable(value):
             _fail(name, "a function (or None)", value)

@@ -63,15 +63,20 @@ def build_graph(model_name: str, num_classes: int, image_size: int,
 
 
 class JsonlWriter:
-    """Appends one JSON object per line to `<workdir>/metrics.jsonl` (host 0 only)."""
+    """Appends one JSON object per line to `<workdir>/metrics.jsonl` (host 0 only), and
+    hands each to `on_record` (`TrainOptions.on_record`) too."""
 
-    def __init__(self, workdir: str | None, enabled: bool) -> None:
+    def __init__(self, workdir: str | None, enabled: bool,
+                 on_record: Callable[[dict[str, Any]], None] | None = None) -> None:
         self.path = os.path.join(workdir, "metrics.jsonl") if workdir and enabled else None
+        self.on_record = on_record if enabled else None
 
     def write(self, record: dict[str, Any]) -> None:
         if self.path:
             with open(self.path, "a") as f:
                 f.write(json.dumps(record) + "\n")
+        if self.on_record is not None:
+            self.on_record(record)
 
 
 # ----------------------------------------------------------------------------- data
@@ -532,7 +537,7 @@ def _train_and_eval(config: ml_collections.ConfigDict, eval_perf: bool,
     start = time.perf_counter()
     options, reversible = _settle(config, options)
     graph, constants, workdir = options.graph, options.constants, options.workdir
-    writer = JsonlWriter(workdir, jax.process_index() == 0)
+    writer = JsonlWriter(workdir, jax.process_index() == 0, options.on_record)
     data = setup_data(config, on_device_ok=not reversible, cache=options.device_data_cache)
     trainer = setup_trainer(config, data, reversible, options)
     if workdir and jax.process_index() == 0:

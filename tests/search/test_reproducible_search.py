@@ -1,6 +1,8 @@
 """A search's choices depend on its config and the validation results only: not on worker
 timing (`search.pipeline_depth`) and not on the test split."""
 
+import os
+
 import pytest
 
 from nas.search.execution.driver import Driver
@@ -30,15 +32,18 @@ def _choices(study):
 @pytest.mark.slow
 def test_same_config_same_choices_and_the_test_split_plays_no_part(search_config, tmp_path):
     """Two runs of a 4-candidate search give identical candidates, parents and validation
-    accuracies; a third whose test split is different data (half of it) chooses the same."""
+    accuracies, the second writing TensorBoard runs (which the search never reads); a third
+    whose test split is different data (half of it) chooses the same."""
     runs = []
-    for name, test_split in (("a", "test"), ("b", "test"), ("c", "test[:50%]")):
-        config = search_config(max_candidates=4)
+    for name, test_split, board in (("a", "test", False), ("b", "test", True),
+                                    ("c", "test[:50%]", False)):
+        config = search_config(max_candidates=4, tensorboard=board)
         config.train.eval.data.split = test_split
         runs.append(Driver(config, str(tmp_path / name)).run(progress=False))
     a, b, c = (_choices(study) for study in runs)
     assert len(a) == 4 and all(cand.status == "done" for cand in runs[0].candidates())
     assert a == b
+    assert os.path.isdir(os.path.join(str(tmp_path / "b"), "tensorboard", "study"))
     assert a == c
     tests = [[cand.extra_metrics["test_examples"] for cand in study.candidates()] for study in runs]
     assert tests[0] == [360] * 4 and tests[2] == [180] * 4  # the test split was read ...

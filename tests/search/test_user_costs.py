@@ -88,6 +88,8 @@ def test_pareto_front_and_front_of_rank_by_the_users_cost(study):
     cache.refresh()
     assert cache.front_size("latency_ms") == 3
     assert cache.front_size("flops") == 3
+    assert sorted(cache.front_points("flops")) == sorted(
+        (c.accuracy, c.flops) for c in study.pareto_front("flops"))
     with pytest.raises(ValueError, match="unknown cost objective 'energy'.*latency_ms"):
         study.pareto_front("energy")
     with pytest.raises(ValueError, match="cost: unknown cost objective 'energy'"):

@@ -14,7 +14,7 @@ from nas.train import TrainOptions, train_and_eval
 
 FIELDS = ["graph", "constants", "workdir", "init_variables", "freeze", "freeze_inherited",
           "should_stop", "device_data_cache", "stop_epochs", "refit", "device_stage",
-          "progress", "functions", "evaluate_start", "min_start_accuracy"]
+          "progress", "functions", "evaluate_start", "min_start_accuracy", "on_record"]
 
 
 def test_train_and_eval_takes_the_reference_arguments_and_one_options_value():
@@ -71,6 +71,7 @@ def test_values_are_settled_when_made():
     ("functions", ["loss"], "a mapping"),
     ("should_stop", 5, "a function"),
     ("refit", "fit", "a function"),
+    ("on_record", "log", "a function"),
     ("device_stage", object(), "a context manager"),
 ])
 def test_a_bad_field_is_one_line_naming_it(field, value, expected):
@@ -87,7 +88,7 @@ def test_a_good_value_of_every_kind_is_taken():
                  progress=False, workdir="/tmp/x", init_variables={"params": {}},
                  functions={}, should_stop=lambda step: False,
                  refit=lambda variables, built: variables,
-                 device_stage=contextlib.nullcontext())
+                 device_stage=contextlib.nullcontext(), on_record=print)
 
 
 def test_a_start_below_min_start_accuracy_is_refused_before_any_step(data_dir, tmp_path):
@@ -107,6 +108,19 @@ def test_a_start_below_min_start_accuracy_is_refused_before_any_step(data_dir, t
         options, min_start_accuracy=0.0, workdir=str(tmp_path / "kept")))
     assert metrics.steps == 2 and 0 <= metrics.start_acc <= 1
     assert steps  # the same check was called on each step of the run that went on
+
+
+def test_on_record_gets_each_record_metrics_jsonl_gets(data_dir, tmp_path):
+    """A search worker mirrors the curves from it (TensorBoard), without reading the file."""
+    import json
+
+    config = tiny_config(data_dir, total_epochs=0.1, seed=3, log_training_steps=1)
+    seen = []
+    train_and_eval(config, False, options=TrainOptions(workdir=str(tmp_path),
+                                                       on_record=seen.append))
+    with open(tmp_path / "metrics.jsonl") as f:
+        assert [json.loads(line) for line in f] == json.loads(json.dumps(seen))
+    assert any("training_loss" in r for r in seen) and any("eval_acc" in r for r in seen)
 
 
 def test_train_and_eval_refuses_what_is_not_options(data_dir):

@@ -28,7 +28,7 @@ from nas import zoo
 from nas.graph.reversible import is_reversible
 from nas.graph.serialize import graph_to_json, load
 from nas.properties import op_cache
-from nas.search.execution import user_functions
+from nas.search.execution import tensorboard_runs, user_functions
 from nas.search.execution.executors import make_executor
 from nas.search.execution.finals import Finals, run_finals
 from nas.search.execution.study_setup import open_study, resumed_config
@@ -208,6 +208,8 @@ class Driver:
         self._selector = Selector(self.selection)  # keeps the pool and its ties
         self._told_no_blocks = False  # "block-level mutation does not apply" logged once
         self._progress = True  # progress bars (`run`'s argument)
+        self._board = (tensorboard_runs.StudyRun(self.workdir, self.selection.costs)
+                       if self.search.tensorboard else None)  # written, never read
 
     # ------------------------------------------------------------------ proposing
     def seed_population(self) -> None:
@@ -532,6 +534,8 @@ class Driver:
                 keeper.close()
                 self.release_claims(inflight)  # interrupted: hand the claims back at once
                 bar.close()
+                if self._board is not None:
+                    self._board.close()
         self._done.refresh()
         if not self._done.any_done():
             errors = [f"candidate {c.id}: {c.error}" for c in self.study.candidates()
@@ -674,6 +678,8 @@ class Driver:
         self._shown = shown
         bar.n = finished
         self._done.refresh()
+        if self._board is not None:
+            self._board.update(self.study, finished, counts, self._done)
         best = self._done.best()
         extra = {}
         if self.rungs.epochs:  # results per rung, e.g. "0.25ep:6 1ep:3", and stopped ones

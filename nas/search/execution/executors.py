@@ -24,7 +24,7 @@ from absl import logging
 from nas.search.execution import ray_task
 from nas.search.execution.interrupts import deferred_interrupt
 from nas.search.execution.ray_cluster import fork_then_exec
-from nas.search.execution.ray_files import read_files, replace_folder
+from nas.search.execution.ray_files import read_files, replace_folder, write_files
 from nas.search.execution.task import Executor, Outcome, Task, outcome_of
 from nas.search.execution.worker import describe_failure, train_candidate, train_or_failure
 from nas.search.execution.worker_death import death_cause
@@ -434,7 +434,7 @@ class RayExecutor:
         for ref in ready:
             run = self._inflight.pop(ref)
             try:
-                result, files, timings = self._ray.get(ref)
+                result, files, timings, curves = self._ray.get(ref)
             except self._lost as e:
                 outcomes += self._after_loss(run, e)
                 continue
@@ -444,6 +444,9 @@ class RayExecutor:
                 continue
             if files is not None and run.task.workdir:
                 replace_folder(files, run.task.workdir)
+            if curves is not None and run.task.tensorboard:
+                # added beside earlier rungs' event files: each has a name of its own
+                write_files(curves, run.task.tensorboard)
             outcome = outcome_of(run.task, result)
             if outcome.metrics is not None:
                 outcome = outcome.replace(metrics={**outcome.metrics, **timings,

@@ -32,6 +32,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from nas.io import examples
+from nas.search.execution import tensorboard_runs
 from nas.search.execution.task import Executor, Outcome, Task
 from nas.search.store.finals import FinalsStore, Run, run_name
 from nas.search.store.finals_table import FINALS_STATE, answer, choose_finalists, repeats_of
@@ -161,7 +162,9 @@ class Finals:
         return Task(candidate.id, config.to_dict(), candidate.graph_json, init,
                     time_limit_s=float(self.search.time_limit_s),
                     workdir=os.path.join(self.folder(run), "train"),
-                    functions=self.functions, run=run.name)
+                    functions=self.functions, run=run.name,
+                    tensorboard=(tensorboard_runs.finals_run(str(self.study.workdir), run.name)
+                                 if self.search.get("tensorboard", False) else None))
 
     def epochs(self, candidate: Any) -> float:
         """A run's epochs: the recipe's; from weights, what brings the candidate's lineage

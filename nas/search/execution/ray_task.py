@@ -5,7 +5,8 @@ The task (`nas.search.execution.task.Task`, user functions included) arrives wit
 dataset as an object-store reference (`ray_data`) and its run folder (`run_in`: a rung's
 checkpoint to resume, its curve so far) as `Files`. It trains in a
 temporary folder of its node and sends back the result and that folder (`Files`): the
-driver writes both to its workdir.
+driver writes both to its workdir. So do its TensorBoard event files (`search.tensorboard`),
+written in a folder of the node and added to the task's run on the driver's disk.
 """
 
 from __future__ import annotations
@@ -41,27 +42,31 @@ def latest_step(workdir: str) -> str | None:
 
 
 def run_task(task: Task, runtime: dict[str, Any], dataset: dict[str, Any] | None,
-             run_in: Files | None) -> tuple[Any, Files | None, dict[str, float]]:
-    """(result or `Failure`, the run folder's files, timings) of one task on this node;
-    `runtime` are `train_candidate`'s keyword arguments (e.g. `share_device`)."""
+             run_in: Files | None
+             ) -> tuple[Any, Files | None, dict[str, float], Files | None]:
+    """(result or `Failure`, the run folder's files, timings, the TensorBoard run's files
+    or None) of one task on this node; `runtime` are `train_candidate`'s keyword arguments
+    (e.g. `share_device`)."""
     import ray
 
     timings: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="nas-ray-task-") as tmp:
         workdir = os.path.join(tmp, RUN_FOLDER)
         os.makedirs(workdir)
+        board = os.path.join(tmp, "tensorboard") if task.tensorboard else None
         start = time.perf_counter()
         try:
             if run_in is not None:
                 write_files(run_in, workdir)
             train_config = node_train_config(task.train_config, dataset, ray.get)
         except (Exception, MemoryError) as e:  # noqa: BLE001 - sent back, named
-            return Failure(*describe_failure(e)), None, timings
+            return Failure(*describe_failure(e)), None, timings, None
         timings["ray_data_s"] = time.perf_counter() - start
         start = time.perf_counter()
-        result = train_or_failure(task.replace(train_config=train_config, workdir=workdir),
-                                  **runtime)
+        result = train_or_failure(task.replace(train_config=train_config, workdir=workdir,
+                                               tensorboard=board), **runtime)
         timings["ray_train_s"] = time.perf_counter() - start
         step = latest_step(workdir) if task.stop_epochs is not None else None
         out = read_files(workdir, keep=lambda rel: keep_returned(rel, step))
-    return result, out, timings
+        curves = read_files(board) if board and os.path.isdir(board) else None
+    return result, out, timings, curves

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 import ml_collections
 from absl import logging
 
+from nas.search.execution import tensorboard_runs
 from nas.search.store.study import Study
 from nas.search.strategy import hparams as hparams_lib
 from nas.search.strategy.fidelity import RungPlan
@@ -52,6 +53,8 @@ class Task:
     run: str | None = None
     # a child's start below this is not trained (`search.max_start_drop`); None: no bound
     min_start_accuracy: float | None = None
+    # the TensorBoard run folder its curves are mirrored to (`search.tensorboard`); None: off
+    tensorboard: str | None = None
 
     def replace(self, **changes: Any) -> Task:
         return dataclasses.replace(self, **changes)
@@ -161,7 +164,9 @@ def make_task(study: Study, train: ml_collections.ConfigDict, search: ml_collect
         latency=latency_settings(search),
         # the seed trains on while its validation accuracy rises (search.seed_max_epochs)
         rounds=seed_rounds(train.to_dict(), search) if candidate.parent_id is None else None,
-        min_start_accuracy=start_bound(study, search, candidate))
+        min_start_accuracy=start_bound(study, search, candidate),
+        tensorboard=(tensorboard_runs.candidate_run(str(study.workdir), candidate_id)
+                     if search.get("tensorboard", False) else None))
 
 
 def start_bound(study: Study, search: ml_collections.ConfigDict, candidate: Any

@@ -71,11 +71,6 @@ def train_candidate(
     from nas.search.execution.device_turns import DeviceTurn, lock_path
     from nas.search.execution.user_functions import cost_functions, measure_costs, unpack
     from nas.train.fit import fit_for_task
-    from nas.train.train import DeviceDataCache
-
-    global _DEVICE_DATA
-    if _DEVICE_DATA is None:
-        _DEVICE_DATA = DeviceDataCache()
 
     graph, constants = load(task.graph_json)
     config = ml_collections.ConfigDict(task.train_config)
@@ -92,11 +87,12 @@ def train_candidate(
 
     if task.workdir:
         os.makedirs(task.workdir, exist_ok=True)
-    options = TrainOptions(graph=graph, constants=constants, device_data_cache=_DEVICE_DATA,
+    options = TrainOptions(graph=graph, constants=constants, device_data_cache=device_data(),
                            stop_epochs=task.stop_epochs, device_stage=turn, functions=shipped,
                            refit=refit if task.fit is not None else None, should_stop=stop_now,
                            min_start_accuracy=task.min_start_accuracy)
-    run = functools.partial(_run_once, stop_now=stop_now, config=config, options=options)
+    run = functools.partial(_run_once, stop_now=stop_now, config=config, options=options,
+                            curves=task.tensorboard, workdir=task.workdir)
     if task.rounds:
         values, state = _train_rounds(run, task.rounds, task.workdir, task.init_variables,
                                       stop_now.restart)
@@ -114,6 +110,16 @@ def train_candidate(
         values.update(measure_costs(cost_fns, task.graph_json, variables, dict(task.train_config),
                                     values))
     return values, variables
+
+
+def device_data() -> Any:
+    """This process's device-resident training set, kept between candidates."""
+    global _DEVICE_DATA
+    if _DEVICE_DATA is None:
+        from nas.train.train import DeviceDataCache
+
+        _DEVICE_DATA = DeviceDataCache()
+    return _DEVICE_DATA
 
 
 def latency_metrics(graph: Any, constants: Any, variables: dict[str, Any],
@@ -142,19 +148,24 @@ def latency_metrics(graph: Any, constants: Any, variables: dict[str, Any],
 
 def _run_once(variables: Any, where: str | None, seen: list[float], *,
               stop_now: Callable[[int], bool], config: Any,
-              options: TrainOptions) -> tuple[Any, int, Any]:
+              options: TrainOptions, curves: str | None = None,
+              workdir: str | None = None) -> tuple[Any, int, Any]:
     """One `train_and_eval` run of `options` from `variables` in `where`, each
     evaluation's accuracy appended to `seen`; starting weights given are evaluated first
-    (`start_accuracy`)."""
+    (`start_accuracy`). With `curves` (the task's TensorBoard run), its records are
+    mirrored there (a round of a seed's, in `workdir/round<k>`, to a run of its own)."""
+    from nas.search.execution.tensorboard_runs import RunWriter, round_folder
     from nas.train import train_and_eval
 
     def on_eval(epoch: int, m: Any) -> bool:
         seen.append(float(m.acc))
         return not stop_now(-1)
 
-    here = dataclasses.replace(options, workdir=where, init_variables=variables,
-                               evaluate_start=variables is not None)
-    return train_and_eval(config, True, on_eval, options=here)
+    with RunWriter(round_folder(curves, workdir, where)) as board:
+        here = dataclasses.replace(options, workdir=where, init_variables=variables,
+                                   evaluate_start=variables is not None,
+                                   on_record=board.record if curves else None)
+        return train_and_eval(config, True, on_eval, options=here)
 
 
 class StopCheck:

@@ -148,13 +148,20 @@ class DoneCache:
         The kept rows' front is kept as its points and how many rows equal each (a row
         off the front never returns to it: the front only improves), so each call folds
         in the rows read since the last one and the rows past them."""
+        return sum(self._front(cost).values())
+
+    def front_points(self, cost: str = "flops") -> list[tuple[float, float]]:
+        """The (accuracy, cost) points of that front, folded in as `front_size` folds."""
+        return list(self._front(cost))
+
+    # ---------------------------------------------------------------- internals
+
+    def _front(self, cost: str) -> dict[tuple[float, float], int]:
         check_cost(cost, user_costs=self.user_costs)
         counted, front = self._fronts.get(cost, (0, {}))
         front = _fold(front, self._rows[counted:], cost)
         self._fronts[cost] = (len(self._rows), front)
-        return sum(_fold(front, self._tail, cost).values())
-
-    # ---------------------------------------------------------------- internals
+        return _fold(front, self._tail, cost)
 
     def _append(self, rows: Sequence[Finished]) -> None:
         if not rows:

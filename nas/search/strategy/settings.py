@@ -36,7 +36,7 @@ from nas.train.fit_config import FitConfig
 OPERATIONAL = ("max_candidates", "executor", "workers", "ray_address", "num_cpus_per_candidate",
                "num_gpus_per_candidate", "time_limit_s", "hard_time_limit_s", "lease_s",
                "max_proposal_failures", "property_cache", "propose_ahead", "prepare_ahead",
-               "ray", "finals")
+               "ray", "finals", "tensorboard")
 
 EXECUTORS = ("local", "ray", "inline")
 
@@ -146,6 +146,10 @@ def search_defaults() -> ml_collections.ConfigDict:
         # nas.properties.op_cache: per-op shapes and pairings kept across processes
         # ("": $NAS_PROPERTY_CACHE or ~/.cache/nas/op_properties.sqlite; "none": off)
         "property_cache": "",
+        # TensorBoard runs under <workdir>/tensorboard: each candidate's curves, the
+        # study's progress, the finals (nas.search.execution.tensorboard_runs; needs the
+        # `tensorboard` extra). Watched, never read by the search
+        "tensorboard": False,
     })
 
 
@@ -189,6 +193,7 @@ SEARCH_SCHEMA: dict[str, schema.Field] = {
     "max_params_ratio": schema.at_least(0, float, expected="(0: no bound)"),
     "hparams": schema.Field(dict),  # nas.search.strategy.hparams.check checks its fields
     "property_cache": schema.Field(str),
+    "tensorboard": schema.Field(bool),
 }
 
 
@@ -225,6 +230,8 @@ def validate_search(config: Any) -> ml_collections.ConfigDict:
     _prefixed("search.fit.", FitConfig.from_dict, dict(search.fit))
     _prefixed("search.finals.", FinalsConfig.from_dict, dict(search.finals))
     hparams_lib.check(search.get("hparams", {}) or {})
+    if search.tensorboard:
+        check_tensorboard()
     RayConfig.from_dict(search.ray)
     train = _prefixed("train.", train_config.with_defaults, config.train)
     splits.check(train, search)
@@ -237,6 +244,23 @@ def validate_search(config: Any) -> ml_collections.ConfigDict:
         with config.train.unlocked():
             config.train.num_classes = data_lib.check_num_classes(train)
     return search
+
+
+TENSORBOARD_PACKAGE = "tensorboardX"
+
+
+def check_tensorboard() -> None:
+    """`search.tensorboard=True` needs its writer: when it is missing, one ValueError line
+    saying what to install, before any study or workdir is created."""
+    import importlib
+
+    try:
+        importlib.import_module(TENSORBOARD_PACKAGE)
+    except ImportError:
+        raise ValueError(f"config field 'search.tensorboard' is True, but "
+                         f"{TENSORBOARD_PACKAGE} is not installed: pip install "
+                         f"'alphanas-search[tensorboard]' (or: pip install "
+                         f"{TENSORBOARD_PACKAGE})") from None
 
 
 def latency_defaults() -> dict[str, Any]:

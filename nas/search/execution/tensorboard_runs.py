@@ -1,0 +1,225 @@
+"""TensorBoard runs of a search (`search.tensorboard=True`), under `<workdir>/tensorboard/`.
+
+- `candidate-0007`: candidate 7's training curves (training loss and accuracy, learning
+  rate, validation accuracy and loss), mirrored from the records its metrics.jsonl gets, by
+  the process that trains it; a seed's later rounds are `candidate-0001/round1`, ...
+- `study`: the driver's view, against the number of finished candidates: the best
+  validation accuracy, each front's hypervolume, and done / failed / refused counts.
+- `finals/<run name>`: each finals and take-home run's curves.
+
+Why the worker writes a candidate's run and the driver only the study's: each run then has
+one writer, wherever it trains (local worker processes, external `nas-search worker`s,
+Ray tasks, whose run comes back as files with their run folder), and nothing is sent
+between processes for it. Nothing the search decides reads these files: a writer that
+fails logs one warning and stops writing, and the search goes on.
+
+The writer is tensorboardX (no TensorFlow), an optional extra: `pip install
+'alphanas-search[tensorboard]'` (`nas.search.strategy.settings.check_tensorboard` says so
+when it is missing).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from absl import logging
+
+FOLDER = "tensorboard"
+STUDY_RUN = "study"
+
+# metrics.jsonl's names -> the tags they are shown under (grouped: train/, validation/)
+TAGS = {
+    "training_loss": "train/loss",
+    "training_accuracy": "train/accuracy",
+    "learning_rate": "train/learning_rate",
+    "l2_grads": "train/gradient_norm",
+    "l2_params": "train/parameter_norm",
+    "l2_updates": "train/update_norm",
+    "eval_acc": "validation/accuracy",
+    "eval_loss": "validation/loss",
+    "im_sec_core_train": "throughput/train_images_per_s_per_core",
+    "im_sec_core_infer": "throughput/infer_images_per_s_per_core",
+}
+# the record's position, not a curve
+POSITION = ("step", "epoch")
+
+
+def root(workdir: str) -> str:
+    """The folder to open: `tensorboard --logdir <it>`."""
+    return os.path.join(os.path.abspath(str(workdir)), FOLDER)
+
+
+def candidate_run(workdir: str, candidate_id: int) -> str:
+    return os.path.join(root(workdir), f"candidate-{int(candidate_id):04d}")
+
+
+def finals_run(workdir: str, run_name: str) -> str:
+    return os.path.join(root(workdir), "finals", run_name)
+
+
+def study_run(workdir: str) -> str:
+    return os.path.join(root(workdir), STUDY_RUN)
+
+
+class RunWriter:
+    """Scalars to one TensorBoard run in `folder` (None: writes nothing).
+
+    The event file is opened at the first scalar, so a run that logs nothing (a child
+    refused before its first step) leaves no folder. It purges what earlier files of the
+    run hold from that step on: a candidate resumed from its checkpoint after a killed
+    attempt (or a resumed driver's study run) shows each step once, the newest. A writer
+    that cannot be made or written (no tensorboardX on a Ray node, a full disk) logs one
+    warning and is off."""
+
+    def __init__(self, folder: str | None, flush_secs: int = 10) -> None:
+        self.folder = folder
+        self.flush_secs = flush_secs
+        self._writer: Any = None
+        self.off = folder is None
+
+    def __enter__(self) -> RunWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def scalars(self, values: Mapping[str, float], step: int) -> None:
+        """Each finite number of `values` under its tag, at `step`."""
+        if self.off:
+            return
+        try:
+            if self._writer is None:
+                from tensorboardX import SummaryWriter
+
+                # the file's name holds only the second and the host; TensorBoard reads a
+                # run's files in name order, and the purge works on the files read before:
+                # the nanosecond keeps two writers of one second apart and in order
+                self._writer = SummaryWriter(logdir=self.folder, flush_secs=self.flush_secs,
+                                             purge_step=int(step),
+                                             filename_suffix=f".{time.time_ns()}.{os.getpid()}")
+            for tag, value in values.items():
+                if _finite(value):
+                    self._writer.add_scalar(tag, float(value), int(step))
+        except Exception as e:  # noqa: BLE001 - the search goes on without its curves
+            self.off = True
+            logging.warning("TensorBoard run %s: not written (%s)", self.folder,
+                            str(e).splitlines()[0] if str(e) else type(e).__name__)
+
+    def record(self, record: Mapping[str, Any]) -> None:
+        """A metrics.jsonl record (`nas.train.train`): its numbers at its step, named by
+        `TAGS` (others under `other/`); the final summary (a dict) is skipped."""
+        if self.off or "step" not in record:
+            return
+        values = {TAGS.get(k, f"other/{k}"): v for k, v in record.items()
+                  if k not in POSITION and _finite(v)}
+        if values:
+            self.scalars(values, int(record["step"]))
+
+    def flush(self) -> None:
+        if self._writer is not None and not self.off:
+            try:
+                self._writer.flush()
+            except Exception:  # noqa: BLE001 - as in `scalars`
+                self.off = True
+
+    def close(self) -> None:
+        if self._writer is not None:
+            try:
+                self._writer.close()
+            except Exception:  # noqa: BLE001 - as in `scalars`
+                pass
+            self._writer = None
+
+
+def round_folder(folder: str | None, workdir: str | None, where: str | None) -> str | None:
+    """The run of one training of a task: the task's own (`folder`), or, for a seed's
+    round k (trained in `<workdir>/round<k>`, its steps counted from 0 again), a run
+    `<folder>/round<k>` beside it, so the rounds' curves do not overlap."""
+    if folder is None or not where or not workdir or \
+            os.path.abspath(where) == os.path.abspath(workdir):
+        return folder
+    return os.path.join(folder, os.path.basename(os.path.normpath(where)))
+
+
+class StudyRun:
+    """The driver's study run: one point per finished-candidate count, written when that
+    count grows (`update`)."""
+
+    def __init__(self, workdir: str, costs: Sequence[str]) -> None:
+        from nas.search.strategy.selection import higher_better
+
+        self.writer = RunWriter(study_run(workdir))
+        # a front's hypervolume needs a reference cost: twice the seed's (lower is better)
+        self.costs = tuple(c for c in costs if not higher_better(c))
+        self._written = 0
+        self._seed: dict[str, float] | None = None
+
+    def update(self, study: Any, finished: int, counts: Mapping[str, int], done: Any
+               ) -> None:
+        """`counts`: the study's per status; `done`: the driver's `DoneCache`, refreshed:
+        its best and fronts are read."""
+        if finished <= self._written or self.writer.off:
+            return
+        self._written = finished
+        try:
+            self._update(study, finished, counts, done)
+        except Exception as e:  # noqa: BLE001 - the search goes on without its study run
+            self.writer.off = True
+            logging.warning("TensorBoard run %s: not written (%s: %s)", self.writer.folder,
+                            type(e).__name__, str(e).splitlines()[0] if str(e) else "")
+
+    def _update(self, study: Any, finished: int, counts: Mapping[str, int], done: Any
+                ) -> None:
+        refused = sum(n for kinds in study.refusal_counts().values() for n in kinds.values())
+        values: dict[str, float] = {
+            "candidates/done": counts.get("done", 0),
+            "candidates/failed": counts.get("failed", 0) + counts.get("infeasible", 0),
+            "candidates/stopped": counts.get("stopped", 0),
+            "candidates/refused": refused,
+        }
+        best = done.best()
+        if best is not None:
+            values["best/validation_accuracy"] = float(best.accuracy)
+            values.update(self.hypervolumes(done))
+        self.writer.scalars(values, finished)
+        self.writer.flush()
+
+    def hypervolumes(self, done: Any) -> dict[str, float]:
+        """Each front's hypervolume (`nas.search.strategy.pareto.hypervolume`) with costs
+        in units of the seed's and the reference (0 accuracy, twice the seed's cost): the
+        seed alone scores its accuracy, a front that adds cheaper or better models more."""
+        from nas.search.strategy.pareto import hypervolume
+
+        seed = self.seed_costs(done)
+        out = {}
+        for cost in self.costs:
+            scale = seed.get(cost)
+            if not scale or scale <= 0:
+                continue
+            points = [(a, v / scale) for a, v in done.front_points(cost)]
+            out[f"front/hypervolume_{cost}"] = hypervolume(points, (0.0, 2.0))
+        return out
+
+    def seed_costs(self, done: Any) -> dict[str, float]:
+        """The first seed's costs (the hypervolumes' unit), found once."""
+        from nas.search.strategy.selection import cost_value
+
+        if self._seed is None:
+            seed = next((r for r in done.done() if r.parent_id is None), None)
+            if seed is None:
+                return {}
+            self._seed = {c: v for c in self.costs
+                          if (v := cost_value(seed, c)) is not None}
+        return self._seed
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+def _finite(value: Any) -> bool:
+    return (not isinstance(value, bool) and isinstance(value, int | float)
+            and math.isfinite(value))
