@@ -306,3 +306,80 @@ def test_run_search_with_start_from_and_no_seed_takes_the_sources_images(
         prepare(None, (x, y, x[:10], y[:10]), overrides={
             "search.start_from": str(tmp_path / "src"), "train.input.image_size": 8}, **kw)
     assert not (tmp_path / "w").exists()
+
+
+# ----------------------------------------------------------------------------- trained
+
+
+def _short(config):
+    """Fewer steps per candidate (as the driver's reproducibility test): these train."""
+    config.search.seed_epochs = 0.2
+    config.train.total_epochs = 0.2
+    return config
+
+
+@pytest.fixture(scope="module")
+def two_seed_search(tmp_path_factory):
+    from tests.search.conftest import tiny_search_config
+
+    folder = tmp_path_factory.mktemp("two_seeds")
+    small = _graph_file(folder)
+    config = _short(tiny_search_config(extra_seeds=(small,), max_candidates=4))
+    return folder, config, Driver(config, str(folder / "s")).run(progress=False)
+
+
+@pytest.mark.slow
+def test_two_seeds_are_both_trained_and_both_parents(two_seed_search):
+    _, config, study = two_seed_search
+    rows = study.candidates()
+    seeds = [c for c in rows if c.parent_id is None]
+    assert [c.id for c in seeds] == [1, 2] and all(c.status == "done" for c in seeds)
+    assert all(c.epochs and c.checkpoint_path for c in seeds)  # each trained as the seed is
+    children = [c for c in rows if c.parent_id is not None]
+    assert children and all(c.parent_id in {s.id for s in rows} for c in children)
+    driver = Driver(config, str(study.workdir))  # resumed: the pool proposals draw from
+    done = driver.population()
+    drawn = {driver.choose_parent(done, np.random.default_rng([0, k])) for k in range(60)}
+    assert {1, 2} <= drawn
+
+
+@pytest.mark.slow
+def test_start_from_starts_each_seed_at_its_sources_accuracy(two_seed_search, tmp_path):
+    folder, config, source = two_seed_search
+    from nas.search.execution.seeds import validation_front
+
+    front = validation_front(source.candidates("done"), "flops")
+    new = config.copy_and_resolve_references()
+    new.search.extra_seeds = ()
+    new.search.start_from = str(folder / "s")
+    new.search.max_candidates = len(front)  # the seeds alone
+    study = Driver(new, str(tmp_path / "new")).run(progress=False)
+    seeds = study.candidates()
+    assert [s.fingerprint for s in seeds] == [c.fingerprint for c in front]
+    for seed, theirs in zip(seeds, front, strict=True):
+        assert seed.parent_id is None and seed.status == "done"
+        assert seed.extra_metrics["start_accuracy"] == pytest.approx(theirs.accuracy,
+                                                                     abs=1e-6)
+
+
+@pytest.mark.slow
+def test_an_enqueued_architecture_trains_before_a_pending_proposal(two_seed_search,
+                                                                   tmp_path):
+    import shutil
+
+    folder, config, _ = two_seed_search
+    workdir = tmp_path / "s"
+    shutil.copytree(folder / "s", workdir)
+    more = config.copy_and_resolve_references()
+    more.search.max_candidates = 6
+    driver = Driver(more, str(workdir))
+    child = driver.propose()  # a pending proposal, as a stopped search leaves one
+    assert child is not None and driver.study.get(child).status == "pending"
+    graph, constants = _small_graph(width=4)
+    variables = parent_variables(graph, constants, image_size=TINY_IMAGE_SIZE)
+    queued = Study.load(workdir).enqueue(graph, constants, variables=variables)
+    order = []
+    Driver(more, str(workdir)).run(progress=False, callbacks=[lambda c: order.append(c.id)])
+    assert order[:2] == [queued, child]
+    row = Study.load(workdir).get(queued)
+    assert row.status == "done" and "start_accuracy" in row.extra_metrics
