@@ -410,7 +410,9 @@ def _seeds_into(cfg: ml_collections.ConfigDict, seeds: Sequence[inputs.Seed], wo
     if not shapes and cfg.search.start_from:  # the earlier study's images, unless set
         from nas.search.execution.seeds import source_study
 
-        with source_study(str(cfg.search.start_from)) as study:
+        # a resumed study reads its own (the earlier one may be gone by now)
+        where = workdir if _has_candidates(workdir) else str(cfg.search.start_from)
+        with source_study(where) as study:
             theirs = ((study.config.get("train") or {}).get("input") or {})
         shapes = [(0, (theirs.get("image_size"), theirs.get("image_size"),
                        theirs.get("channels", 3)))] if "image_size" in theirs else []

@@ -7,6 +7,8 @@ parents, the enqueued architecture trained before any proposal, the warm-started
 starting at their source's accuracy).
 """
 
+import shutil
+
 import jax
 import numpy as np
 import pytest
@@ -306,6 +308,11 @@ def test_run_search_with_start_from_and_no_seed_takes_the_sources_images(
         prepare(None, (x, y, x[:10], y[:10]), overrides={
             "search.start_from": str(tmp_path / "src"), "train.input.image_size": 8}, **kw)
     assert not (tmp_path / "w").exists()
+    Driver(search_config(start_from=str(tmp_path / "src")), kw["workdir"]).seed_population()
+    shutil.rmtree(tmp_path / "src")  # a resumed study no longer reads the earlier one
+    again = prepare(None, (x, y, x[:10], y[:10]),
+                    overrides={"search.start_from": str(tmp_path / "src")}, **kw)
+    assert again.config.train.input.image_size == TINY_IMAGE_SIZE
 
 
 # ----------------------------------------------------------------------------- trained
@@ -365,8 +372,6 @@ def test_start_from_starts_each_seed_at_its_sources_accuracy(two_seed_search, tm
 @pytest.mark.slow
 def test_an_enqueued_architecture_trains_before_a_pending_proposal(two_seed_search,
                                                                    tmp_path):
-    import shutil
-
     folder, config, _ = two_seed_search
     workdir = tmp_path / "s"
     shutil.copytree(folder / "s", workdir)
