@@ -156,6 +156,25 @@ def test_the_command_line_takes_seed_graph_more_than_once(tmp_path):
         cli.FLAGS.unparse_flags()
 
 
+def test_the_command_line_seeds_and_start_from_mistakes_are_one_line(tmp_path):
+    from tests.search.conftest import SEARCH_CONFIG, run_cli_probe
+
+    small = _graph_file(tmp_path)
+    cases = [([f"--seed_graph={small}", f"--seed_graph={tmp_path}/nope.json"],
+              ["search.extra_seeds[0]", "nope.json"]),
+             ([f"--config.search.start_from={tmp_path}/missing"],
+              ["search.start_from", "missing: no such folder"])]
+    results = run_cli_probe([{"argv": [f"--config={SEARCH_CONFIG}",
+                                       f"--workdir={tmp_path}/new", *argv],
+                              "cwd": str(tmp_path)} for argv, _ in cases])
+    for (code, stderr), (_, needles) in zip(results, cases, strict=True):
+        lines = [ln for ln in stderr.splitlines() if ln.strip()]
+        assert code == 1 and len(lines) == 1 and "Traceback" not in stderr, stderr[-2000:]
+        assert lines[0].startswith("nas-search: error: ")
+        assert all(n in lines[0] for n in needles), lines[0]
+    assert not (tmp_path / "new").exists()
+
+
 # ----------------------------------------------------------------------------- enqueue
 
 
