@@ -182,10 +182,6 @@ class Prepared:
         self.config, self.functions = config, functions
         self.seeds, self.paths = list(seeds), list(paths)
 
-    @property
-    def seed(self) -> inputs.Seed | None:
-        return self.seeds[0] if self.seeds else None
-
     def write(self, workdir: str) -> None:
         from nas.io.candidate import save_candidate
 

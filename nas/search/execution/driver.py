@@ -92,7 +92,6 @@ RESIZED_IN_PLACE = ("shrink", "prune", "drop_branch", "stride", "separable")
 SEED_BELOW_MIN_ACC = "seed_below_min_acc_said"
 
 
-
 def unusable_parents(study: Study) -> dict[int, str]:
     """The candidates marked unusable as parents, with the reason recorded for each."""
     return {int(k): str(v) for k, v in (study.get_state(UNUSABLE_PARENTS, {}) or {}).items()}
@@ -123,21 +122,6 @@ def remove_partial_saves(study: Study) -> list[str]:
     if removed:
         logging.info("removed %d partial save(s): %s", len(removed), removed)
     return removed
-
-
-def seed_parts(train: ml_collections.ConfigDict, search: ml_collections.ConfigDict
-               ) -> tuple[Any, dict[str, Any], dict[str, Any] | None, Any]:
-    """(graph, constants, variables or None, blocks record or None) of the search's first
-    seed (`nas.search.execution.seeds`): the `search.seed_graph` file, else the zoo model
-    of `train` (built without weights). ValueError naming the field when the file or the
-    model's arguments are bad."""
-    from nas.search.execution.seeds import file_part, zoo_part
-
-    if search.seed_graph:  # the user's graph (and its weights, from an export)
-        part = file_part(train, search.seed_graph, "config field 'search.seed_graph'")
-    else:
-        part = zoo_part(train)
-    return part.graph, part.constants, part.variables, part.blocks
 
 
 def schedule_lines(train: ml_collections.ConfigDict, search: ml_collections.ConfigDict
