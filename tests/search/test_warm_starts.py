@@ -407,3 +407,26 @@ def test_an_enqueued_architecture_trains_before_a_pending_proposal(two_seed_sear
     assert order[:2] == [queued, child]
     row = Study.load(workdir).get(queued)
     assert row.status == "done" and "start_accuracy" in row.extra_metrics
+
+
+def test_a_study_from_before_these_fields_resumes_without_a_difference_named(
+        tmp_path, search_config, caplog):
+    import logging
+
+    from nas.search.execution.study_setup import open_study
+    from nas.search.strategy.settings import validate_search
+
+    config = search_config()
+    validate_search(config)
+    old = config.to_dict()
+    for key in ("extra_seeds", "start_from"):
+        del old["search"][key]
+    study = Study.create(tmp_path, old)
+    study.add(graph_to_json(*_small_graph()))
+    with caplog.at_level(logging.WARNING):
+        open_study(str(tmp_path), config)
+    assert "ignored" not in caplog.text
+    config.search.start_from = "elsewhere"  # a real difference is still named
+    with caplog.at_level(logging.WARNING):
+        open_study(str(tmp_path), config)
+    assert "search.start_from" in caplog.text
