@@ -1,10 +1,11 @@
 """`Study.enqueue`: an architecture of the user's, trained next, before any proposal.
 
 Why: a user often knows a model worth trying (a colleague's, a paper's, last month's
-best); enqueued on a study (new or resumed), it is trained as a seed is (it has no parent:
+best); enqueued on a study that has its seeds (one that ran once, finished or not), before
+the search resumes or while it runs, it is trained as a seed is (it has no parent:
 its own weights when given, else from scratch), comes before any proposed child in the
 claim order (`Study.claim`), and is a parent for proposals like every other result. It
-counts toward `search.max_candidates`.
+counts toward `search.max_candidates`: a finished search trains it once that is raised.
 """
 
 from __future__ import annotations
