@@ -264,8 +264,8 @@ def _source_study(tmp_path, search_config):
     return study, weights
 
 
-def test_start_from_seeds_a_new_study_with_the_front_and_its_weights(tmp_path,
-                                                                     search_config):
+def test_start_from_seeds_a_new_study_with_the_front_and_its_weights(tmp_path, search_config,
+                                                                     capsys):
     source, weights = _source_study(tmp_path, search_config)
     new = Driver(search_config(start_from=str(tmp_path / "src")), str(tmp_path / "new"))
     new.seed_population()
@@ -279,6 +279,14 @@ def test_start_from_seeds_a_new_study_with_the_front_and_its_weights(tmp_path,
     again = Driver(search_config(start_from=str(tmp_path / "src")), str(tmp_path / "new"))
     again.seed_population()  # resumed: the front is not added again
     assert len(again.study.candidates()) == 2
+    small = Driver(search_config(start_from=str(tmp_path / "src"), max_candidates=1),
+                   str(tmp_path / "small"))
+    capsys.readouterr()
+    small.seed_population()  # every seed is in; the budget says how many train now
+    assert len(small.study.candidates()) == 2
+    assert capsys.readouterr().out.splitlines() == [
+        "2 seeds, more than search.max_candidates=1: the first 1 train now, the others "
+        "once max_candidates is raised"]
 
 
 def test_start_from_with_a_bad_path_is_one_line_and_writes_nothing(tmp_path, search_config):

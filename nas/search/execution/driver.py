@@ -205,6 +205,10 @@ class Driver:
                             "block_delete_prob, block_mutate_prob) does not apply; its "
                             "children are subgraph mutations", self.search.seed_graph)
             self._told_no_blocks = True
+        budget = int(self.search.max_candidates)
+        if len(parts) > budget and not added:  # said once, when the study is seeded
+            print(f"{len(parts)} seeds, more than search.max_candidates={budget}: the first "
+                  f"{budget} train now, the others once max_candidates is raised", flush=True)
         hparams = hparams_lib.seed_values(self.train, self.search)
         for index in range(added, len(parts)):
             part = parts[index]
