@@ -88,7 +88,12 @@ def run_search(seed: Any, data: Any, *, workdir: str | os.PathLike, max_candidat
     workdir it resumes the study, or returns the finished result without training.
 
     seed: what `nas.from_flax` or `nas.load_candidate` returns, the path of an exported
-      candidate or graph JSON, or a zoo model name ("cnn", "resnet18", ...).
+      candidate or graph JSON, or a zoo model name ("cnn", "resnet18", ...); or a list of
+      them: each is trained as the seed is and is a parent for proposals, and the first
+      is "the seed" the recommendation and the finals compare with. With
+      `overrides={"search.start_from": OTHER_WORKDIR}` the study starts from the
+      validation front of the search there (its weights included, the most accurate
+      first: the seed), then from `seed` if given (None: the front alone).
     data: (x_train, y_train, x_test, y_test) numpy arrays (uint8 images (N, H, W) or
       (N, H, W, C), integer labels from 0), or a dataset name as configs take it
       ("folder:DIR", "npz:FILE", a tfds name). Decisions read a validation split carved
@@ -169,20 +174,22 @@ def _interrupted_line(workdir: str, max_candidates: int) -> str:
 
 class Prepared:
     """run_search's arguments as a config and functions, plus what `write` puts in the
-    workdir (the seed's file) once everything was checked."""
+    workdir (the seeds' files) once everything was checked."""
 
     def __init__(self, config: ml_collections.ConfigDict,
-                 functions: dict[str, Callable[..., Any]], seed: inputs.Seed) -> None:
-        self.config, self.functions, self.seed = config, functions, seed
+                 functions: dict[str, Callable[..., Any]], seeds: Sequence[inputs.Seed],
+                 paths: Sequence[str]) -> None:
+        self.config, self.functions = config, functions
+        self.seeds, self.paths = list(seeds), list(paths)
 
     def write(self, workdir: str) -> None:
-        if self.seed.candidate is not None:
-            from nas.io.candidate import save_candidate
+        from nas.io.candidate import save_candidate
 
-            path = self.config.search.seed_graph
-            if not os.path.isfile(path):  # the study's own copy (`inputs.check_same_seed`)
+        for seed, path in zip(self.seeds, self.paths, strict=True):
+            # the study's own copy of a loaded candidate (`inputs.check_same_seed`)
+            if seed.candidate is not None and not os.path.isfile(path):
                 os.makedirs(os.path.dirname(path), exist_ok=True)
-                save_candidate(self.seed.candidate, path)
+                save_candidate(seed.candidate, path)
 
 
 def prepare(seed: Any, data: Any, *, workdir: str, max_candidates: int, config: Any,
@@ -204,9 +211,9 @@ def prepare(seed: Any, data: Any, *, workdir: str, max_candidates: int, config: 
         if not callable(callback):
             raise ValueError(f"callbacks[{i}]: expected a function, got "
                              f"{type(callback).__name__}")
-    the_seed = inputs.read_seed(seed)
     cfg = inputs.base_search_config(config)
     set_keys = inputs.apply_overrides(cfg, overrides)
+    seeds = inputs.read_seeds(seed, bool(cfg.search.start_from))
     cfg.search.max_candidates = max_candidates
     functions = _functions(cfg, loss=loss, optimizer=optimizer, augment=augment, costs=costs)
 
@@ -233,22 +240,28 @@ def prepare(seed: Any, data: Any, *, workdir: str, max_candidates: int, config: 
                              f"extras are stored beside the images), got {data!r}")
         arrays = (arrays or inputs.read_npz_arrays(data)).with_extras(extras)
 
-    _seed_into(cfg, the_seed, workdir, set_keys)
-    inputs.check_same_seed(the_seed, cfg.search.seed_graph)
+    paths = _seeds_into(cfg, seeds, workdir, set_keys)
+    for one, path in zip(seeds, paths, strict=True):
+        inputs.check_same_seed(one, path)
     given = int(cfg.train.num_classes)
     if given and given != found:
         raise ValueError(f"config field 'train.num_classes' is {given}, but the data has "
                          f"{found} classes (0 takes the number from the data)")
     cfg.train.num_classes = found
     shape = image_shape(cfg.train)
-    inputs.check_classes(found, the_seed.outputs(shape), arrays)
+    for one in seeds:
+        inputs.check_classes(found, one.outputs(shape), arrays)
+    if cfg.search.start_from and not _has_candidates(workdir):  # read when it is created
+        from nas.search.execution.seeds import front_parts
+
+        front_parts(str(cfg.search.start_from), cfg.train, cfg.search)
     stored = arrays.extras if arrays is not None else _npz_extras(cfg.train.input.data.name)
     _check_traces(functions, found, shape, stored)
     fn_lib.pack(functions)  # each can be shipped, or one line naming it
     if arrays is not None:  # checked: kept as an npz in the data cache (not the workdir)
         cfg.train.input.data.name = f"npz:{arrays.save(_arrays_root(cfg))}"
     validate_search(cfg)
-    return Prepared(cfg, functions, the_seed)
+    return Prepared(cfg, functions, seeds, paths)
 
 
 def _functions(cfg: ml_collections.ConfigDict, **given: Any) -> dict[str, Callable[..., Any]]:
@@ -357,27 +370,64 @@ def _first(e: BaseException) -> str:
     return lines[0][:300] if lines else ""
 
 
-def _seed_into(cfg: ml_collections.ConfigDict, seed: inputs.Seed, workdir: str,
-               set_keys: Sequence[str]) -> None:
-    """The seed as config fields, and the images at its input shape (size and channels)
-    unless the overrides set them."""
-    if seed.model_name:
-        cfg.train.model_name = seed.model_name
-        cfg.search.seed_graph = ""
-    elif seed.candidate is not None:
-        cfg.search.seed_graph = os.path.join(os.path.abspath(workdir), inputs.SEED_FILE)
-    else:
-        cfg.search.seed_graph = seed.path
-    if seed.input_shape is None:
-        return
-    if len(seed.input_shape) != 3 or seed.input_shape[0] != seed.input_shape[1] or \
-            seed.input_shape[2] not in (1, 3):
-        raise ValueError(f"seed: input shape {seed.input_shape}: nas trains square images "
+def _seeds_into(cfg: ml_collections.ConfigDict, seeds: Sequence[inputs.Seed], workdir: str,
+                set_keys: Sequence[str]) -> list[str]:
+    """The seeds as config fields (the first as `search.seed_graph` or the zoo model, the
+    others as `search.extra_seeds`; all of them there with `search.start_from`, whose
+    front comes first), and the images at their input shape (size and channels) unless
+    the overrides set them. Returns where each loaded candidate is kept ("" for others)."""
+    paths, names = [], []
+    for i, seed in enumerate(seeds):
+        if seed.model_name:
+            paths.append("")
+            names.append(seed.model_name)
+        elif seed.candidate is not None:
+            file = inputs.SEED_FILE if i == 0 else inputs.seed_file(i)
+            paths.append(os.path.join(os.path.abspath(workdir), file))
+            names.append(paths[-1])
+        else:
+            paths.append(seed.path)
+            names.append(seed.path)
+    first = 0
+    if not cfg.search.start_from and seeds:
+        first = 1
+        if seeds[0].model_name:
+            cfg.train.model_name = seeds[0].model_name
+            cfg.search.seed_graph = ""
+        else:
+            cfg.search.seed_graph = names[0]
+    cfg.search.extra_seeds = tuple(names[first:])
+    shapes = [(i, s.input_shape) for i, s in enumerate(seeds) if s.input_shape is not None]
+    for i, shape in shapes[1:]:
+        if shape != shapes[0][1]:
+            raise ValueError(f"seed[{i}]: input shape {shape} differs from seed"
+                             f"[{shapes[0][0]}]'s {shapes[0][1]} (expected every seed to "
+                             f"take the same images)")
+    if not shapes and cfg.search.start_from:  # the earlier study's images, unless set
+        from nas.search.execution.seeds import source_study
+
+        # a resumed study reads its own (the earlier one may be gone by now)
+        where = workdir if _has_candidates(workdir) else str(cfg.search.start_from)
+        with source_study(where) as study:
+            theirs = ((study.config.get("train") or {}).get("input") or {})
+        shapes = [(0, (theirs.get("image_size"), theirs.get("image_size"),
+                       theirs.get("channels", 3)))] if "image_size" in theirs else []
+    if not shapes:
+        return paths
+    shape = shapes[0][1]
+    if len(shape) != 3 or shape[0] != shape[1] or shape[2] not in (1, 3):
+        raise ValueError(f"seed: input shape {shape}: nas trains square images "
                          f"with 1 or 3 channels, (H, H, 1) or (H, H, 3)")
     if "train.input.image_size" not in set_keys:
-        cfg.train.input.image_size = int(seed.input_shape[0])
+        cfg.train.input.image_size = int(shape[0])
     if "train.input.channels" not in set_keys:
-        cfg.train.input.channels = int(seed.input_shape[2])
+        cfg.train.input.channels = int(shape[2])
+    return paths
+
+
+def _has_candidates(workdir: str) -> bool:
+    found = _finished(workdir)
+    return found is not None and found[1]
 
 
 def _arrays_root(cfg: ml_collections.ConfigDict) -> str:

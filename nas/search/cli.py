@@ -2,9 +2,11 @@
 
 usage:
   nas-search --config=configs/digits_cnn_search.py --workdir=DIR [--config.search.x=...]
-      [--seed_graph=FILE.json]
+      [--seed_graph=FILE.json ...]
       run the search in DIR (created, or resumed with the same command), from the zoo
-      model of the config or from the graph (and weights) in FILE.json
+      model of the config or from the graph (and weights) in FILE.json (given more
+      than once: several seeds); --config.search.start_from=OTHER_DIR starts it from
+      the validation front of the search in OTHER_DIR, weights included
   nas-search worker --workdir=DIR [--candidate=N] [--wait_s=600]
       train the study's candidates in this process, next to the driver (any number of
       workers, started before or after the driver), or train exactly candidate N
@@ -80,9 +82,11 @@ _CANDIDATE = flags.DEFINE_integer("candidate", None, "worker: train only this ca
 _WAIT = flags.DEFINE_float("wait_s", 600.0, "worker: how long to wait for a study or work.",
                            lower_bound=0.0)
 _PROGRESS = flags.DEFINE_bool("progress", True, "Show a progress bar.")
-_SEED_GRAPH = flags.DEFINE_string(
+_SEED_GRAPH = flags.DEFINE_multi_string(
     "seed_graph", None, "Start the population from this graph JSON or `nas-search export` "
-    "file (with its weights when it has them); same as --config.search.seed_graph.")
+    "file (with its weights when it has them); same as --config.search.seed_graph. Given "
+    "again, each further one is a seed too (search.extra_seeds); the first is the seed the "
+    "reports compare with.")
 _PORT = flags.DEFINE_integer("port", 8080, "dashboard: the port to listen on (0: any free "
                              "one).", lower_bound=0, upper_bound=65535)
 _HOST = flags.DEFINE_string("host", "127.0.0.1", "dashboard: the address to listen on.")
@@ -164,7 +168,9 @@ def _search(workdir: str) -> None:
         raise ValueError("--config is required to run a search")
     config = _CONFIG.value
     if _SEED_GRAPH.value:
-        config.search.seed_graph = _SEED_GRAPH.value
+        config.search.seed_graph, *more = _SEED_GRAPH.value
+        if more:
+            config.search.extra_seeds = tuple(more)
     given = "search.max_candidates" in config_flags.get_override_values(FLAGS["config"])
     study, trained = run_study(config, workdir, budget_given=given, progress=_PROGRESS.value,
                                say=lambda line: print(line, flush=True))

@@ -73,6 +73,35 @@ def read_seed(seed: Any) -> Seed:
                      f"({', '.join(zoo.MODEL_NAMES)}), got {_short(seed)}")
 
 
+def seed_file(index: int) -> str:
+    """Where seed `index` (from 1; the first is `SEED_FILE`) given as a loaded candidate
+    is kept in the workdir."""
+    return f"seed{index}.zip"
+
+
+def read_seeds(seed: Any, start_from: bool) -> list[Seed]:
+    """`run_search`'s `seed`: one seed, or a non-empty list of them (each read as
+    `read_seed` reads one, its mistakes naming `seed[i]`); None only with
+    `search.start_from` (its front is the seeds)."""
+    if seed is None:
+        if start_from:
+            return []
+        raise ValueError("seed: expected a model to start from (or a list of them), got "
+                         "None (None only with search.start_from)")
+    if not isinstance(seed, list | tuple):
+        return [read_seed(seed)]
+    if not seed and not start_from:
+        raise ValueError("seed: expected at least one model to start from, got an empty "
+                         "list")
+    out = []
+    for i, one in enumerate(seed):
+        try:
+            out.append(read_seed(one))
+        except ValueError as e:
+            raise ValueError(f"seed[{i}]{str(e).removeprefix('seed')}") from None
+    return out
+
+
 def check_same_seed(seed: Seed, path: str) -> None:
     """A study started from a loaded candidate keeps its copy at `path`: called again with
     another model, that is one line (its children descend from the first one)."""

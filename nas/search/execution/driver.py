@@ -24,8 +24,6 @@ from absl import logging
 from tqdm.auto import tqdm
 
 from nas import functions as fn_lib
-from nas import zoo
-from nas.graph.reversible import is_reversible
 from nas.graph.serialize import graph_to_json, load
 from nas.properties import op_cache
 from nas.search.execution import tensorboard_runs, user_functions
@@ -48,6 +46,7 @@ from nas.search.store.study import (
     Study,
     default_worker,
 )
+from nas.search.store.study_enqueue import SEEDS, SEEDS_ADDED, seeding
 from nas.search.strategy import blocks as blocks_lib
 from nas.search.strategy import hparams as hparams_lib
 from nas.search.strategy import move_mix, splits
@@ -125,34 +124,6 @@ def remove_partial_saves(study: Study) -> list[str]:
     return removed
 
 
-def seed_parts(train: ml_collections.ConfigDict, search: ml_collections.ConfigDict
-               ) -> tuple[Any, dict[str, Any], dict[str, Any] | None, Any]:
-    """(graph, constants, variables or None, blocks record or None) of the search's seed:
-    the `search.seed_graph` file, else the zoo model of `train` (built without weights).
-    ValueError naming the field when the file or the model's arguments are bad."""
-    if search.seed_graph:  # the user's graph (and its weights, from an export)
-        from nas.search.strategy.seed import read_seed_graph
-
-        graph, constants, variables = read_seed_graph(search.seed_graph)
-        from nas.train import preflight  # its outputs must be the data's classes
-        from nas.train.config import with_defaults
-
-        preflight.check_outputs(graph, constants, with_defaults(train),
-                                f"config field 'search.seed_graph': {search.seed_graph}")
-        return graph, constants, variables, None
-    args = blocks_lib.builder_args(train)
-    try:
-        graph, constants, built = zoo.builder(**args)()
-    except ValueError as e:
-        text = str(e)
-        raise ValueError(text if text.startswith("train.") else
-                         f"config field 'train.model_name': {text}") from None
-    blocks = None
-    if not is_reversible(constants):  # a reversible one carries its own layout
-        blocks = blocks_lib.blocks_record(args, built)
-    return graph, constants, None, blocks
-
-
 def schedule_lines(train: ml_collections.ConfigDict, search: ml_collections.ConfigDict
                    ) -> list[str]:
     """One line for each schedule that the seed's or the children's training shortens
@@ -166,9 +137,15 @@ def schedule_lines(train: ml_collections.ConfigDict, search: ml_collections.Conf
 
 
 def check_seed(config: ml_collections.ConfigDict) -> None:
-    """Builds the seed a new study would start from (`seed_parts`), so a bad model or
-    seed graph is refused before the study exists."""
-    seed_parts(config.train, validate_search(config))
+    """Builds the seeds a new study would start from (`seeds.seed_list`), so a bad model,
+    seed graph or earlier study is refused before the study exists."""
+    from nas.mutation import fingerprint_at
+    from nas.search.execution.seeds import check_distinct, seed_list
+
+    parts = seed_list(config.train, validate_search(config))
+    if len(parts) > 1:
+        shape = (1, *image_shape(config.train))
+        check_distinct(parts, [fingerprint_at(p.graph, p.constants, shape) for p in parts])
 
 
 class Driver:
@@ -213,33 +190,53 @@ class Driver:
 
     # ------------------------------------------------------------------ proposing
     def seed_population(self) -> None:
-        if self.study.last_id():
-            return
+        """Adds the seeds (`nas.search.execution.seeds`) to a new study, each in its own
+        transaction with the count added so far, so an interrupted seeding goes on where
+        it stopped and a resumed study adds none again."""
         from nas.mutation import fingerprint_at
+        from nas.search.execution.seeds import seed_list
 
-        graph, constants, variables, blocks = seed_parts(self.train, self.search)
-        if self.search.seed_graph and self.mutation.get("mutate_by_block"):
+        planned, added = seeding(self.study)
+        if planned is not None and added >= planned:
+            return
+        parts = seed_list(self.train, self.search)
+        if self.search.seed_graph and self.mutation.get("mutate_by_block") and \
+                not any(p.blocks for p in parts):
             logging.warning("search.mutation.mutate_by_block: the seed graph %s has no "
                             "blocks, so block-level mutation (block_add_prob, "
                             "block_delete_prob, block_mutate_prob) does not apply; its "
                             "children are subgraph mutations", self.search.seed_graph)
             self._told_no_blocks = True
-        inheritance: dict[str, Any] | None = None
+        budget = int(self.search.max_candidates)
+        if len(parts) > budget and not added:  # said once, when the study is seeded
+            print(f"{len(parts)} seeds, more than search.max_candidates={budget}: the first "
+                  f"{budget} train now, the others once max_candidates is raised", flush=True)
         hparams = hparams_lib.seed_values(self.train, self.search)
-        if hparams:  # search.hparams: the seed's values, its children's starting point
-            inheritance = {"hparams": hparams}
-        if variables is not None:  # saved before the candidate exists, as for children
-            path = os.path.join(os.path.abspath(self.workdir), "inits", "seed")
-            inheritance = {**(inheritance or {}), "init_path": path}
-            shutil.rmtree(path, ignore_errors=True)
-            save_variables(path, variables)
-        try:
-            self.study.add(
-                graph_to_json(graph, constants), generation=0, seed=self.search.seed,
-                fingerprint=fingerprint_at(graph, constants, self.input_shape),
-                inheritance=inheritance, blocks=blocks, state={"proposals": 0})
-        except DuplicateCandidateError:  # another driver started together added it first
-            logging.info("the seed is already in the study (added by another driver)")
+        for index in range(added, len(parts)):
+            part = parts[index]
+            inheritance: dict[str, Any] | None = None
+            if hparams:  # search.hparams: the seed's values, its children's starting point
+                inheritance = {"hparams": hparams}
+            if part.variables is not None:  # saved before the candidate exists, as for children
+                name = "seed" if index == 0 else f"seed{index}"
+                path = os.path.join(os.path.abspath(self.workdir), "inits", name)
+                inheritance = {**(inheritance or {}), "init_path": path}
+                shutil.rmtree(path, ignore_errors=True)
+                save_variables(path, part.variables)
+            # the first seed's state as a single seed's always was; the counts say how
+            # many there are when there are several
+            state: dict[str, Any] = {"proposals": 0} if index == 0 else {}
+            if len(parts) > 1:
+                state.update({SEEDS: len(parts), SEEDS_ADDED: index + 1})
+            try:
+                self.study.add(
+                    graph_to_json(part.graph, part.constants), generation=0,
+                    seed=self.search.seed,
+                    fingerprint=fingerprint_at(part.graph, part.constants, self.input_shape),
+                    inheritance=inheritance, blocks=part.blocks, state=state)
+            except DuplicateCandidateError:  # another driver started together added it first
+                logging.info("seed %d is already in the study (added by another driver)",
+                             index + 1)
 
     def choose_parent(self, done: Any, rng: np.random.Generator) -> int:
         """The parent of the next child: selection from the Pareto fronts (a subclass may
@@ -263,7 +260,9 @@ class Driver:
     def read_through(self) -> int:
         """The newest id the next proposal reads: the next id - `search.pipeline_depth`
         (the seed at least). Refused children's ids count (`Study.last_id`)."""
-        return max(1, self.study.last_id() + 1 - int(self.search.pipeline_depth))
+        # the first proposal reads every seed's result, however deep the pipeline
+        seeds = int(self.study.get_state(SEEDS, 1) or 1)
+        return max(seeds, self.study.last_id() + 1 - int(self.search.pipeline_depth))
 
     def propose(self) -> int | None:
         """Adds one mutated child of a selected parent; None if this proposal failed."""

@@ -15,7 +15,7 @@ import ml_collections
 from absl import logging
 
 from nas.search.store.study import Study, StudyNotFoundError
-from nas.search.strategy.settings import OPERATIONAL
+from nas.search.strategy.settings import OPERATIONAL, without_added
 
 
 def resumed_config(given: ml_collections.ConfigDict, study: Study) -> ml_collections.ConfigDict:
@@ -48,7 +48,8 @@ def open_study(workdir: str, config: ml_collections.ConfigDict,
             check_new(config)
         if study.replace_config(config.to_dict()):
             return study
-    given = json.loads(json.dumps(config.to_dict(), default=list))
+    given = without_added(json.loads(json.dumps(config.to_dict(), default=list)),
+                          study.config)
     # an operational field's own fields (search.finals.k) change with it
     ignored = [f for f in differences(given, study.config, "")
                if not (f.startswith("search.")

@@ -15,7 +15,7 @@ from typing import Any
 from nas.search.store.candidate import FINISHED
 from nas.search.store.finals_table import finals_finished
 from nas.search.store.study import DB_NAME, Study, StudyNotFoundError
-from nas.search.strategy.settings import OPERATIONAL
+from nas.search.strategy.settings import OPERATIONAL, without_added
 
 
 def finished_line(workdir: str, config: Any) -> str | None:
@@ -28,7 +28,8 @@ def finished_line(workdir: str, config: Any) -> str | None:
         study = Study.load(workdir)
     except ValueError:  # the driver reports it in its own words
         return None
-    given = json.loads(json.dumps(config.to_dict(), default=list))
+    given = without_added(json.loads(json.dumps(config.to_dict(), default=list)),
+                          study.config)
     if _decisive(given) != _decisive(study.config):
         return None
     counts = study.counts()

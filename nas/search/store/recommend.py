@@ -97,7 +97,9 @@ def recommend_for(candidates: Sequence[Candidate], pairs: Comparisons,
 
 
 def seed_of(candidates: Sequence[Candidate]) -> Candidate | None:
-    """The done candidate without a parent (the search's starting model)."""
+    """The search's starting model: the first seed given (the parentless candidate of the
+    lowest id, `nas.search.execution.seeds`), else the next seed that finished. With
+    several seeds, the others (and enqueued architectures) are candidates like children."""
     return next((c for c in candidates if c.parent_id is None and c.status == "done"), None)
 
 

@@ -15,9 +15,9 @@ Typical use (the driver and any external worker share the workdir):
 
 `Study` is split by what it does, each part a mixin over `study_rows.StudyRows` (one
 object, one connection, every method where it was): `study_writes` (new candidates,
-results, failures, state), `study_refusals` (refused proposals), `study_leases` (claims),
-`study_queries` (reads), `study_examples` (per-example results); this module opens,
-creates and configures it.
+results, failures, state), `study_enqueue` (architectures a user adds), `study_refusals`
+(refused proposals), `study_leases` (claims), `study_queries` (reads), `study_examples`
+(per-example results); this module opens, creates and configures it.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from nas.search.store import _schema
 from nas.search.store._schema import StudyNotFoundError
 from nas.search.store.candidate import Candidate, dumps
 from nas.search.store.database import Database
+from nas.search.store.study_enqueue import StudyEnqueue
 from nas.search.store.study_examples import EXAMPLE_SPLITS, StudyExamples, split_examples
 from nas.search.store.study_leases import (
     DEFAULT_LEASE_S,
@@ -53,7 +54,7 @@ __all__ = ["DB_NAME", "DEFAULT_LEASE_S", "DEFAULT_MAX_ATTEMPTS", "EXAMPLE_SPLITS
 DB_NAME = "study.db"
 
 
-class Study(StudyRefusals, StudyLeases, StudyQueries, StudyExamples):
+class Study(StudyEnqueue, StudyRefusals, StudyLeases, StudyQueries, StudyExamples):
     """A search's candidates and state in `<workdir>/study.db`. Use create/load/open."""
 
     def __init__(self, workdir: str | os.PathLike, *, _token: object = None,

@@ -27,7 +27,9 @@ class StudyLeases(StudyRows):
 
     def claim(self, worker: str | None = None, candidate_id: int | None = None, *,
               lease_s: float | None = None) -> Candidate | None:
-        """Atomically mark the oldest pending candidate (or `candidate_id`) running.
+        """Atomically mark the oldest pending candidate (or `candidate_id`) running; a
+        pending one without a parent (a seed, an enqueued architecture) comes before any
+        proposed child, so what a user enqueues trains next.
 
         The claim is a lease of `lease_s` seconds (default: the config's `lease_s`, else
         60) that the worker must `renew` while it trains. Claims whose lease expired (or
@@ -41,7 +43,8 @@ class StudyLeases(StudyRows):
             self._requeue_expired(c, self._max_attempts(None))
             if candidate_id is None:
                 row = c.execute(
-                    "SELECT id FROM candidates WHERE status='pending' ORDER BY id LIMIT 1"
+                    "SELECT id FROM candidates WHERE status='pending'"
+                    " ORDER BY parent_id IS NOT NULL, id LIMIT 1"
                 ).fetchone()
                 if row is None:
                     return None

@@ -40,6 +40,21 @@ OPERATIONAL = ("max_candidates", "executor", "workers", "ray_address", "num_cpus
 
 EXECUTORS = ("local", "ray", "inline")
 
+# Search fields added after studies were written, at the value that reads as before: a
+# study whose stored config lacks one resumes without a difference named.
+ADDED_FIELDS: dict[str, Any] = {"extra_seeds": [], "start_from": ""}
+
+
+def without_added(given: dict[str, Any], stored: dict[str, Any]) -> dict[str, Any]:
+    """`given` (a JSON-ready config) without the `ADDED_FIELDS` the `stored` config lacks
+    and `given` holds at their old reading."""
+    search = dict(given.get("search") or {})
+    have = (stored.get("search") or {}) if isinstance(stored, dict) else {}
+    for key, old in ADDED_FIELDS.items():
+        if key not in have and key in search and search[key] == old:
+            del search[key]
+    return {**given, "search": search} if "search" in given else given
+
 
 def execution_defaults() -> dict[str, Any]:
     """The fields of the search section that say where and how candidates train (most of
@@ -137,6 +152,14 @@ def search_defaults() -> ml_collections.ConfigDict:
         "validation_fraction": 0.1,
         "validation_split": "",
         "seed_graph": "",  # graph JSON or `nas-search export` file to start from ("": zoo)
+        # further seeds, each trained as the seed is and a parent for proposals: graph JSON
+        # or export files, or zoo model names; "the seed" the reports compare with stays
+        # the first (seed_graph, or the zoo model)
+        "extra_seeds": (),
+        # the workdir of an earlier search: a new study starts from its validation front
+        # (accuracy against search.selection.recommend_cost), weights included, the most
+        # accurate first ("": off; read once, when the study is created)
+        "start_from": "",
         # a proposed child with more parameters than this times the seed's is refused
         # before it is fitted or trained (0: no bound)
         "max_params_ratio": 4.0,
@@ -190,6 +213,9 @@ SEARCH_SCHEMA: dict[str, schema.Field] = {
     "validation_fraction": schema.Field(float, low=0.0, high=0.5),
     "validation_split": schema.Field(str),
     "seed_graph": schema.Field(str),
+    "extra_seeds": schema.Field(list, check=lambda v: all(isinstance(s, str) and s for s in v),
+                                expected="of non-empty strings"),
+    "start_from": schema.Field(str),
     "max_params_ratio": schema.at_least(0, float, expected="(0: no bound)"),
     "hparams": schema.Field(dict),  # nas.search.strategy.hparams.check checks its fields
     "property_cache": schema.Field(str),
