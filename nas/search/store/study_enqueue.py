@@ -52,7 +52,6 @@ class StudyEnqueue(StudyWrites):
         import ml_collections
 
         from nas.graph.serialize import graph_to_json
-        from nas.io.candidate import ExportedCandidate, read_graph_or_export_for
         from nas.mutation import fingerprint_at
         from nas.search.store.study_writes import DuplicateCandidateError
         from nas.search.strategy import hparams as hparams_lib
@@ -68,24 +67,7 @@ class StudyEnqueue(StudyWrites):
         if planned is None or added < planned:
             raise ValueError(f"enqueue: the study in {self.workdir} has no seed yet (expected "
                              f"a search that ran once; a model to start from is its seed)")
-        if isinstance(architecture, str | os.PathLike):
-            architecture = read_graph_or_export_for("enqueue", os.fspath(architecture))
-            if isinstance(architecture, bytes):
-                from nas.graph.serialize import load
-
-                architecture, constants = load(architecture)
-        if isinstance(architecture, ExportedCandidate):
-            graph, constants = architecture.graph, dict(architecture.constants)
-            variables = architecture.variables if variables is None else variables
-        else:
-            graph = architecture
-        from nas.graph import Graph
-
-        if not isinstance(graph, Graph):
-            raise ValueError(f"enqueue: expected a candidate (nas.load_candidate, "
-                             f"nas.from_flax), an exported file's path or a nas.graph.Graph, "
-                             f"got {type(architecture).__name__}")
-        constants = dict(constants or {})
+        graph, constants, variables = architecture_parts(architecture, constants, variables)
         train = with_defaults(ml_collections.ConfigDict(config["train"]))
         search = ml_collections.ConfigDict(config["search"])
         preflight.check_outputs(graph, constants, train, "enqueue: the architecture")
@@ -117,6 +99,32 @@ class StudyEnqueue(StudyWrites):
                 shutil.rmtree(path, ignore_errors=True)
             raise ValueError(f"enqueue: the architecture is already candidate "
                              f"{e.existing_id} of {self.workdir}") from None
+
+
+def architecture_parts(architecture: Any, constants: dict[str, Any] | None,
+                       variables: dict[str, Any] | None
+                       ) -> tuple[Any, dict[str, Any], dict[str, Any] | None]:
+    """(graph, constants, variables) of what `StudyEnqueue.enqueue` was given: a candidate
+    (its own weights unless `variables`), a file's path, or a graph with `constants`."""
+    from nas.graph import Graph
+    from nas.io.candidate import ExportedCandidate, read_graph_or_export_for
+
+    if isinstance(architecture, str | os.PathLike):
+        architecture = read_graph_or_export_for("enqueue", os.fspath(architecture))
+        if isinstance(architecture, bytes):
+            from nas.graph.serialize import load
+
+            architecture, constants = load(architecture)
+    if isinstance(architecture, ExportedCandidate):
+        graph, constants = architecture.graph, dict(architecture.constants)
+        variables = architecture.variables if variables is None else variables
+    else:
+        graph = architecture
+    if not isinstance(graph, Graph):
+        raise ValueError(f"enqueue: expected a candidate (nas.load_candidate, "
+                         f"nas.from_flax), an exported file's path or a nas.graph.Graph, "
+                         f"got {type(architecture).__name__}")
+    return graph, dict(constants or {}), variables
 
 
 def check_weights(graph: Any, constants: dict[str, Any], variables: Any,
