@@ -1,24 +1,81 @@
-"""2 forced CPU devices (in a subprocess, since XLA_FLAGS must be set before jax loads)."""
+"""Data parallelism on a device mesh: 2 forced CPU devices (in subprocesses, since
+XLA_FLAGS must be set before jax loads), and no `jax.pmap` left in the package."""
 
+import ast
 import json
 import os
+import pathlib
 import subprocess
 import sys
 
+import pytest
+
+import nas
+
 HERE = os.path.dirname(__file__)
+# The pmap-era entry points: pmap is in maintenance mode, the other two are gone.
+RETIRED = {"pmap", "device_put_replicated", "device_put_sharded"}
 
 
-def test_two_device_step_equals_one_device_step_on_whole_batch():
+def _run(script: str, *args: str) -> dict:
     # JAX_PLATFORMS=cpu: the forced devices are CPU devices, also where a GPU is the default.
     env = dict(os.environ, JAX_PLATFORMS="cpu",
                XLA_FLAGS="--xla_force_host_platform_device_count=2")
-    proc = subprocess.run([sys.executable, os.path.join(HERE, "dp_worker.py")], env=env,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, os.path.join(HERE, script), *args], env=env,
+                          capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_two_device_step_equals_one_device_step_on_whole_batch():
+    r = _run("dp_worker.py")
     # Gradients compared directly (a 2x error from a double mean would show here).
     assert abs(r["grad_ratio"] - 1.0) < 1e-5, r
     assert r["grad_diff"] <= 1e-5 * max(1.0, r["grad_scale"]), r
     assert r["param_diff"] < 1e-6, r
     assert r["loss_diff"] < 1e-5, r
     assert r["replica_diff"] == 0.0, r
+
+
+@pytest.mark.slow  # compiles the reversible step twice in a subprocess
+def test_reversible_trainer_on_a_two_device_mesh_equals_one_device():
+    r = _run("mesh_worker.py", "reversible")
+    assert r["devices"] == 2, r
+    # plain SGD: equal updates are equal gradients
+    assert r["update_diff"] <= 1e-5 * max(1.0, r["update_scale"]), r
+    assert r["loss_diff"] < 1e-5 and r["logits_diff"] < 1e-4, r
+
+
+@pytest.mark.slow  # three tiny train_and_eval runs in a subprocess
+def test_train_and_eval_on_a_two_device_mesh(data_dir):
+    r = _run("mesh_worker.py", "train", data_dir)
+    for name, m in r.items():
+        assert m["steps"] >= 1 and m["finite"], (name, m)
+        assert 0.0 <= m["acc"] <= 1.0 and m["rate"] > 0, (name, m)
+        assert m["bits"] == m["eval_examples"], (name, m)
+        assert abs(m["bits_acc"] - m["acc"]) < 1e-9, (name, m)
+
+
+def _retired_calls(source: str) -> list[str]:
+    """`jax.pmap`-style attribute uses and `from jax import pmap`-style imports."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and node.attr in RETIRED:
+            found.append(f"line {node.lineno}: .{node.attr}")
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("jax"):
+            found += [f"line {node.lineno}: import {a.name}" for a in node.names
+                      if a.name in RETIRED]
+    return found
+
+
+def test_the_retired_calls_are_found_where_they_are():
+    assert _retired_calls("import jax\nf = jax.pmap(g)\n") == ["line 2: .pmap"]
+    assert _retired_calls("from jax import pmap as p\n") == ["line 1: import pmap"]
+    assert _retired_calls("import jax\nf = jax.jit(g)\n") == []
+
+
+def test_nothing_in_the_package_calls_pmap():
+    root = pathlib.Path(nas.__file__).parent
+    found = {str(p.relative_to(root)): hits for p in sorted(root.rglob("*.py"))
+             if (hits := _retired_calls(p.read_text()))}
+    assert not found, found
