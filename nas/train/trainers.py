@@ -17,6 +17,7 @@ Both strategies answer the same small protocol, so the loop in `train.py` is the
                                                current weights when given batches)
     state() / load_state(tree)                 checkpointable numpy tree (with "step")
     sync()                                      wait for queued device work
+    ndev                                        this process's devices (rates are per device)
 
   and, where compile() is not lazy (so a search's fit can run while it compiles):
 

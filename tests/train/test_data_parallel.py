@@ -56,6 +56,21 @@ def test_train_and_eval_on_a_two_device_mesh(data_dir):
         assert abs(m["bits_acc"] - m["acc"]) < 1e-9, (name, m)
 
 
+def test_mesh_shape_is_checked_in_one_line_naming_the_field():
+    import jax
+
+    from nas.train import config as config_lib
+    from nas.train import mesh as mesh_lib
+
+    assert config_lib.with_defaults({"mesh_shape": [1]}).mesh_shape == (1,)
+    for bad in ((0,), (2, 2), (-2,), (True,), "2", 2):
+        with pytest.raises(ValueError, match="config field 'mesh_shape'"):
+            config_lib.with_defaults({"mesh_shape": bad})
+    with pytest.raises(ValueError, match="config field 'mesh_shape'.*present"):
+        mesh_lib.build((jax.device_count() + 1,))
+    assert mesh_lib.size(mesh_lib.build()) == jax.device_count()
+
+
 def _retired_calls(source: str) -> list[str]:
     """`jax.pmap`-style attribute uses and `from jax import pmap`-style imports."""
     found = []
