@@ -162,7 +162,7 @@ class ReversibleTrainer:
     def _init(self, image_shape: tuple[int, ...], seed: int) -> list[Any]:
         """Layer-by-layer init on the CPU, shapes passed forward with eval_shape; each
         layer's weights are host numpy before the next layer is initialized."""
-        cpu = jax.devices("cpu")[0]
+        cpu = jax.local_devices(backend="cpu")[0]
         stack: tuple = (jax.ShapeDtypeStruct((1, *image_shape), np.float32),)
         out = []
         root = jax.random.PRNGKey(seed)

@@ -166,7 +166,7 @@ def _init_variables(model: Any, shape: tuple[int, ...], seed: int,
     """The model's variables as plain dicts: `parent`'s arrays when they already cover every
     op (a search's children arrive complete from the driver: tracing is enough to check),
     else a fresh initialization on the host CPU (never twice on an accelerator)."""
-    cpu = jax.devices("cpu")[0]
+    cpu = jax.local_devices(backend="cpu")[0]
     x = np.zeros((1, *shape), np.float32)
 
     def init(rng: jax.Array) -> Any:

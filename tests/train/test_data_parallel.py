@@ -5,6 +5,7 @@ import ast
 import json
 import os
 import pathlib
+import socket
 import subprocess
 import sys
 
@@ -54,6 +55,45 @@ def test_train_and_eval_on_a_two_device_mesh(data_dir):
         assert 0.0 <= m["acc"] <= 1.0 and m["rate"] > 0, (name, m)
         assert m["bits"] == m["eval_examples"], (name, m)
         assert abs(m["bits_acc"] - m["acc"]) < 1e-9, (name, m)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow  # three processes each compile a tiny candidate
+def test_two_processes_train_one_candidate_as_one_process_with_two_devices(data_dir,
+                                                                           tmp_path):
+    worker = os.path.join(HERE, "multihost_worker.py")
+    port, workdir = str(_free_port()), tmp_path / "run"
+    procs = [subprocess.Popen([sys.executable, worker, "process", str(i), port, str(workdir),
+                               data_dir],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for i in (0, 1)]
+    outs = [p.communicate(timeout=900) for p in procs]
+    for p, (_, err) in zip(procs, outs, strict=True):
+        assert p.returncode == 0, err[-3000:]
+    hosts = [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
+    single = _run("multihost_worker.py", "single", data_dir)
+    assert [h["process"] for h in hosts] == [0, 1], hosts
+    assert all(h["processes"] == 2 and h["devices"] == 2 for h in hosts), hosts
+    # One program over both processes: they end with the same weights and metrics.
+    assert hosts[0] == dict(hosts[1], process=0), hosts
+    # One process with 2 devices reads the same examples in another order (each host reads
+    # its own share of the split), so its run agrees up to that.
+    assert single["devices"] == 2 and single["steps"] == hosts[0]["steps"], (single, hosts)
+    # each host evaluates its half; the accuracy is summed over both
+    assert single["eval_examples"] == 2 * hosts[0]["eval_examples"], (single, hosts)
+    assert abs(single["acc"] - hosts[0]["acc"]) < 0.1, (single, hosts)
+    assert abs(single["loss"] - hosts[0]["loss"]) < 0.1, (single, hosts)
+    # Only process 0 writes: one final record, a checkpoint with no file of process 1.
+    lines = (workdir / "metrics.jsonl").read_text().splitlines()
+    assert sum('"final"' in line for line in lines) == 1, lines
+    written = [str(p.relative_to(workdir)) for p in workdir.rglob("*")]
+    assert any(w.startswith("checkpoints") for w in written), written
+    assert not [w for w in written if "process_1" in w], written
 
 
 def test_mesh_shape_is_checked_in_one_line_naming_the_field():
