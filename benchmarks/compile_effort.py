@@ -24,6 +24,7 @@ import optax
 
 from nas import zoo
 from nas.graph import Model
+from nas.train import mesh as mesh_lib
 from nas.train import steps
 from nas.train.optim import init_state
 
@@ -77,19 +78,24 @@ def main() -> None:
     state = {"params": variables["params"], "frozen": {}, "step": np.int32(0),
              "batch_stats": variables.get("batch_stats", {}),
              "opt_state": init_state(tx, variables["params"])}
-    n = jax.local_device_count()
-    state_r = steps.replicate(state, n)
-    batch = steps.shard({"image": x, "label": rng.integers(0, 10, 64).astype(np.int32)}, n)
-    key = steps.replicate(np.asarray(jax.random.PRNGKey(0)), n)
-    ev = steps.shard({"image": rng.standard_normal((360, 32, 32, 3)).astype(np.float32),
-                      "label": np.zeros(360, np.int32), "mask": np.ones(360, np.float32)}, n)
-    eval_vars = steps.replicate({"params": variables["params"],
-                                 "batch_stats": variables.get("batch_stats", {})}, n)
-    train = jax.pmap(steps.make_train_step(model, tx, 10), axis_name=steps.AXIS)
-    evaluate = jax.pmap(steps.make_eval_step(model, 10), axis_name=steps.AXIS)
+    mesh = mesh_lib.build()
+    state_r = mesh_lib.put_replicated(state, mesh)
+    batch = mesh_lib.put_sharded({"image": x, "label": rng.integers(0, 10, 64).astype(np.int32)},
+                                 mesh)
+    key = mesh_lib.put_replicated(np.asarray(jax.random.PRNGKey(0)), mesh)
+    ev = mesh_lib.put_sharded({"image": rng.standard_normal((360, 32, 32, 3)).astype(np.float32),
+                               "label": np.zeros(360, np.int32),
+                               "mask": np.ones(360, np.float32)}, mesh)
+    eval_vars = mesh_lib.put_replicated({"params": variables["params"],
+                                         "batch_stats": variables.get("batch_stats", {})}, mesh)
+    # not donated: the timed calls reuse one state
+    train = mesh_lib.data_parallel(steps.make_train_step(model, tx, 10), mesh,
+                                   (mesh_lib.REPLICATED, mesh_lib.SHARDED, mesh_lib.REPLICATED),
+                                   (mesh_lib.REPLICATED, mesh_lib.REPLICATED))
+    evaluate = steps.eval_program(steps.make_eval_step(model, 10), mesh)
     t = time.perf_counter()
     train_c = train.lower(state_r, batch, key).compile(compiler_options=options)
-    off = steps.replicate(np.asarray(False), n)  # running averages: a plain evaluation
+    off = mesh_lib.put_replicated(np.asarray(False), mesh)  # running averages: plain eval
     eval_c = evaluate.lower(eval_vars, ev, off).compile(compiler_options=options)
     compile_s = time.perf_counter() - t
     jax.block_until_ready(train_c(state_r, batch, key))

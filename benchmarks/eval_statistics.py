@@ -30,12 +30,14 @@ import numpy as np
 
 from nas import zoo
 from nas.graph import Model, new_op
+from nas.train import mesh as mesh_lib
 from nas.train import precise_bn, steps
 
 
 def before(model: Model, num_classes: int):
-    """The programs before 077473c: an eval step without the flag, and the
-    statistics as a jitted training-mode pass from zeroed running averages."""
+    """The programs before the eval step computed the statistics: an eval step without
+    the flag (under pmap, as then), and the statistics as a jitted training-mode pass from
+    zeroed running averages."""
     def eval_fn(variables, batch):
         logits = model.apply(variables, batch["image"], deterministic=True, training=False)
         mask = batch["mask"]
@@ -100,10 +102,14 @@ def main() -> None:
     per_device = args.train_batch // n
     old_bn = [images(per_device) for _ in range(args.bn_batches)]
     new_bn = precise_bn.eval_shaped(old_bn, n, args.eval_batch)
-    var_r, ev = steps.replicate(variables, n), steps.shard(eval_batch, n)
-    flags = {use: steps.replicate(np.asarray(use), n) for use in (False, True)}
-    now = jax.pmap(steps.make_eval_step(model, 10, statistics_rows=per_device),
-                   axis_name=steps.AXIS)
+    # before: pmap's layout (a leading device axis); now: the mesh's
+    var_p = jax.tree.map(lambda x: np.broadcast_to(x, (n, *np.shape(x))), variables)
+    ev_p = jax.tree.map(lambda x: x.reshape(n, -1, *x.shape[1:]), eval_batch)
+    mesh = mesh_lib.build()
+    var_r, ev = mesh_lib.put_replicated(variables, mesh), mesh_lib.put_sharded(eval_batch, mesh)
+    flags = {use: mesh_lib.put_replicated(np.asarray(use), mesh) for use in (False, True)}
+    now = steps.eval_program(steps.make_eval_step(model, 10, statistics_rows=per_device),
+                             mesh)
     old_eval, old_stats = before(model, 10)
     seconds: dict[str, dict[str, list[float]]] = {"before": {}, "now": {}}
 
@@ -113,7 +119,7 @@ def main() -> None:
     for _ in range(args.rounds):
         jax.clear_caches()  # each round compiles cold
         t = time.perf_counter()
-        old_eval_c = old_eval.lower(var_r, ev).compile()
+        old_eval_c = old_eval.lower(var_p, ev_p).compile()
         old_stats_c = old_stats.lower(variables, old_bn[0]).compile()
         record("before", "compile", time.perf_counter() - t)
         jax.clear_caches()
@@ -121,10 +127,10 @@ def main() -> None:
         now_c = now.lower(var_r, ev, flags[False]).compile()
         record("now", "compile", time.perf_counter() - t)
         for _ in range(2):  # the first call of each warms its buffers
-            e_old = timed(old_eval_c, var_r, ev)
+            e_old = timed(old_eval_c, var_p, ev_p)
             e_now = timed(now_c, var_r, ev, flags[False])
             s_old = timed(lambda c: [c(variables, x) for x in old_bn], old_stats_c)
-            s_now = timed(lambda c: [c(var_r, steps.shard(b, n), flags[True])
+            s_now = timed(lambda c: [c(var_r, mesh_lib.put_sharded(b, mesh), flags[True])
                                      for b, _ in new_bn], now_c)
         record("before", "eval", e_old)
         record("now", "eval", e_now)

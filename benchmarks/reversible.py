@@ -32,6 +32,7 @@ import numpy as np
 
 from nas.graph import Model
 from nas.train import config as config_lib
+from nas.train import mesh as mesh_lib
 from nas.train import optim, steps
 from nas.train.launches import count_launches
 from nas.train.memory import standard_step_memory
@@ -70,17 +71,16 @@ def measure(depth: int, width: int, batch: int, rounds: int, per_round: int,
     state = {"params": params, "frozen": {}, "batch_stats": {}, "opt_state": tx.init(params),
              "ema": {}, "step": np.int32(0)}
     rng = jax.random.PRNGKey(0)
-    rng_r = steps.replicate(np.asarray(rng), 1)
-    sharded = steps.shard(data, 1)
+    mesh = mesh_lib.build((1,))
+    rng_r = mesh_lib.put_replicated(np.asarray(rng), mesh)
+    sharded = mesh_lib.put_sharded(data, mesh)
     # Launches are counted where JAX hands executables to the runtime; the programs must
     # be built and first called inside the block (see `nas.train.launches`).
     with count_launches() as count:
-        std = jax.pmap(steps.make_train_step(model, tx, 10), axis_name=steps.AXIS,
-                       donate_argnums=(0,), devices=jax.local_devices()[:1])
-        state_r = steps.replicate(state, 1)
+        std = steps.train_program(steps.make_train_step(model, tx, 10), mesh)
+        state_r = mesh_lib.put_replicated(state, mesh)
         rev = ReversibleTrainer(graph, constants, config=config, sched_kw=sched_kw,
-                                image_shape=IMAGE, params=params, cache=cache,
-                                devices=jax.local_devices()[:1])
+                                image_shape=IMAGE, params=params, cache=cache, mesh=mesh)
         state_r, m = std(state_r, sharded, rng_r)  # compile (the counted steps warm up)
         jax.block_until_ready(m)
         rev.train_step(data, rng)

@@ -15,6 +15,13 @@ Prints four tables:
 3. Compilations of one candidate (first run, then a rerun served by the persistent cache).
 4. CifarNet step with 1 vs 2 devices at a large global batch: forced CPU devices in
    subprocesses on a CPU host; skipped when the host has a single accelerator.
+5. The mesh step (`jax.jit` over a `Mesh`, what `train_and_eval` runs) against the same
+   step under `jax.pmap` (kept here only, for the comparison) on 2 devices (forced CPU
+   devices in a subprocess on a CPU host; the local accelerators elsewhere): digits
+   CifarNet, batch 128, device-resident data and a host batch, alternated rounds, best of
+   each; and the training loop of `train_and_eval` against the mesh step.
+
+    python benchmarks/train.py --mesh-only   # table 5 alone
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ def _digits_config(batch: int, epochs: float, device_bytes: int, dtype: str = "f
     from nas.train.config import base_config
 
     c = base_config()
+    c.num_classes = 10  # the digits; the trainers built here read it directly
     c.input.batch_size = batch
     c.input.device_data_bytes = device_bytes
     c.total_epochs = epochs
@@ -56,7 +64,7 @@ def _step_trainer(model_name: str, batch: int, dtype: str, device_data: bool):
     config = _digits_config(batch, 1.0, 2**30, dtype)
     graph, constants = zoo_graph(model_name, 10, 32)
     model = Model(graph, constants)
-    variables = _init_variables(model, 32, 0, {})
+    variables = _init_variables(model, (32, 32, 3), 0, {})
     dd = None
     if device_data:
         src = data.open_source("digits", "train", None)
@@ -142,10 +150,105 @@ def _devices_subprocess(devices: int, batch: int, seconds: float) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def _pmap_step(t, device_data: bool):
+    """The trainer's own step function under `jax.pmap`, with pmap's layout (a leading
+    device axis on every input): () -> loss, one step per call."""
+    import jax
+
+    from nas.train import compilation, steps
+    from nas.train import mesh as mesh_lib
+
+    n = jax.local_device_count()
+    fn = steps.make_train_step(t.model, t.tx, t.num_classes, compute_dtype=t.dtype)
+    if device_data:
+        fn = steps.with_device_data(fn, t.device_data.augment_fn(), t.seed)
+    pm = jax.pmap(fn, axis_name=steps.AXIS, donate_argnums=(0,))
+
+    def lead(x):  # (n * k, ...) -> (n, k, ...), device d's rows in row d
+        return np.asarray(x).reshape(n, -1, *np.shape(x)[1:])
+
+    put = jax.pmap(lambda x: x)
+    state = {"s": put(jax.tree.map(lambda x: np.broadcast_to(x, (n, *np.shape(x))),
+                                   t.state()))}
+    rng = np.broadcast_to(np.asarray(jax.random.PRNGKey(0)), (n, 2))
+    if device_data:
+        share = put(jax.tree.map(lead, mesh_lib.to_host(t.device_data.arrays)))
+        batch = t.device_data.indices(0, 128)
+        args = lambda: (share, lead(batch), rng)  # noqa: E731
+    else:
+        x = np.random.default_rng(0).normal(size=(128, 32, 32, 3)).astype(np.float32)
+        host = {"image": x, "label": np.zeros(128, np.int32)}
+        args = lambda: (jax.tree.map(lead, host), rng)  # noqa: E731
+
+    # compiled as the trainer compiled it before the mesh (`compilation.gradient_options`)
+    compiled = pm.lower(state["s"], *args()).compile(
+        compiler_options=compilation.gradient_options())
+
+    def run():
+        state["s"], m = compiled(state["s"], *args())
+        return m["training_loss"]
+
+    return run
+
+
+def _mesh_vs_pmap(seconds: float, rounds: int = 3) -> dict:
+    """Images/s of the mesh step and the pmap step (digits CifarNet, batch 128), with
+    device-resident data and with a host batch, alternated; and of the training loop."""
+    import jax
+
+    from nas.train import perf
+
+    out: dict = {"devices": jax.local_device_count()}
+    for device_data in (True, False):
+        t, first, _ = _step_trainer("cnn", 128, "float32", device_data)
+
+        def mesh_run(t=t, first=first):
+            return t.train_step(first)["training_loss"]
+
+        pmap_run = _pmap_step(t, device_data)
+        best = {"mesh": 0.0, "pmap": 0.0}
+        for _ in range(rounds):
+            for name, run in (("mesh", mesh_run), ("pmap", pmap_run)):
+                best[name] = max(best[name], perf.throughput(run, 128, min_seconds=seconds))
+        out["device" if device_data else "host"] = best
+    epochs = 2.0 if jax.default_backend() == "cpu" else 20.0
+    out["loop"] = max(_loop_rate(128, epochs, 2**30)["images_per_s"] for _ in range(2))
+    return out
+
+
+def _print_mesh_vs_pmap(r: dict) -> None:
+    print(f"## 5. digits CifarNet train step, batch 128 on {r['devices']} devices: "
+          f"mesh (jit + shard_map) vs pmap")
+    print(f"{'data':24s} {'mesh img/s':>10s} {'pmap img/s':>10s} {'mesh/pmap':>9s}")
+    for key, name in (("device", "device-resident"), ("host", "host batch")):
+        m, p = r[key]["mesh"], r[key]["pmap"]
+        print(f"{name:24s} {m:10.0f} {p:10.0f} {m / p:9.2f}")
+    print(f"training loop (device data) {r['loop']:.0f} img/s: loop / mesh step "
+          f"{r['loop'] / r['device']['mesh']:.2f}")
+
+
+def _mesh_table(secs: float) -> None:
+    import jax
+
+    if jax.default_backend() != "cpu":
+        if jax.local_device_count() < 2:
+            print("## 5. skipped: a single accelerator (the mesh has one device)")
+            return
+        _print_mesh_vs_pmap(_mesh_vs_pmap(secs))
+        return
+    env = dict(os.environ, JAX_PLATFORMS="cpu",
+               XLA_FLAGS="--xla_force_host_platform_device_count=2")
+    out = subprocess.run([sys.executable, __file__, "--mesh-child", f"--seconds={secs}"],
+                         env=env, capture_output=True, text=True, check=True)
+    _print_mesh_vs_pmap(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--quick", action="store_true", help="CifarNet only, shorter timings")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--mesh-child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--mesh-only", action="store_true", help="table 5 alone")
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--seconds", type=float, default=3.0)
     args = p.parse_args()
@@ -155,7 +258,14 @@ def main() -> None:
         r = _step_rate("cnn", args.batch, "float32", args.seconds)
         print(json.dumps(r | {"devices": jax.local_device_count()}))
         return
+    if args.mesh_child:
+        print(json.dumps(_mesh_vs_pmap(args.seconds)))
+        return
     import jax
+
+    if args.mesh_only:
+        _mesh_table(1.0 if args.quick else args.seconds)
+        return
 
     accelerator = jax.default_backend() != "cpu"
     secs = 1.0 if args.quick else 3.0
@@ -216,6 +326,8 @@ def main() -> None:
         print(f"{r['devices']:7d} {r['images_per_s']:8.1f}")
     print(f"speedup 2 vs 1 devices: {two['images_per_s'] / one['images_per_s']:.2f}x "
           f"(forced CPU devices share this host's cores)")
+    print()
+    _mesh_table(secs)
 
 
 if __name__ == "__main__":

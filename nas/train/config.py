@@ -18,6 +18,7 @@ import optax
 
 from nas import schema
 from nas.train import custom
+from nas.train import mesh as mesh_lib
 
 TRAINERS = ("standard", "reversible", "auto")
 DECAY_TYPES = ("cosine", "linear", "rsqrt", "stair", "constant", "exponential")
@@ -95,6 +96,9 @@ def base_config() -> ml_collections.ConfigDict:
 
     c.trainer = "standard"
     c.compute_dtype = "float32"  # or "bfloat16": activations/matmuls; params, loss stay f32
+    # The data-parallel mesh (nas.train.mesh): (data,), the devices the batch is split
+    # over; -1: every device of every process (jax.distributed), else the first `data`.
+    c.mesh_shape = (-1,)
     # JAX's persistent compilation cache, shared by every worker of a search: "" means
     # $NAS_COMPILATION_CACHE or ~/.cache/nas/jax_compilation_cache; "none" turns it off.
     c.compilation_cache_dir = ""
@@ -179,6 +183,8 @@ RULES: dict[str, schema.Field] = {
     "device_memory_budget": schema.at_least(0),
     "input.device_data_bytes": schema.at_least(0),
     "compute_dtype": schema.one_of("float32", "bfloat16"),
+    "mesh_shape": schema.Field(list, check=mesh_lib.valid_shape,
+                               expected="of one entry (data,): -1 (every device) or >= 1"),
 }
 
 
@@ -271,7 +277,7 @@ def with_defaults(config: ml_collections.ConfigDict) -> ml_collections.ConfigDic
     schema.check(user, config_schema())  # unknown or bad fields fail before merging
     merged.unlock()
     for key, value in user.items():
-        if key in ("optax", "model", "schedule"):
+        if key in ("optax", "model", "schedule", "mesh_shape"):  # a list read from JSON
             with merged.ignore_type():  # a schedule may be a list of (regex, dict) pairs
                 merged[key] = value
         elif isinstance(value, Mapping):

@@ -3,8 +3,9 @@
 Why: on an accelerator a per-example numpy pipeline (grain) cannot keep up with a small
 model's step (digits: 3.6k images/s against a 102k images/s CifarNet step on an H200). A
 dataset under `input.device_data_bytes` is preprocessed once (the deterministic, eval-mode
-part), put on the devices once, split over the data-parallel devices, and each step gathers
-its examples and crops / flips them with `jax.random` inside the compiled train step.
+part), put on the devices once, split along the data axis of the mesh (each device holds
+its own share), and each step gathers its examples and crops / flips them with `jax.random`
+inside the compiled train step.
 
 Batches are a pure function of (seed, step): device d holds a fixed seeded share of the
 examples and walks through a fresh permutation of its share every epoch (numpy, on the host:
@@ -20,7 +21,7 @@ Other datasets (variable-size images, inception crops) stay on the grain path.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +31,7 @@ import numpy as np
 
 from nas.train import data as data_lib
 from nas.train import extras as extras_lib
+from nas.train import mesh as mesh_lib
 
 # dataset -> (pad, flip, value of a zero pixel after normalization); a pad of None is
 # `data.shift_pad` of the image size
@@ -62,12 +64,15 @@ def nbytes(source: Any, name: str, image_size: int, channels: int = 3) -> int:
 class DeviceData:
     """This host's training examples on its devices, and how to draw each step's batch."""
 
-    arrays: dict[str, jax.Array]  # {"image", "label", extras}, leading axis = device
+    # {"image", "label", extras}: global arrays split along the mesh's data axis, device
+    # d of this process holding rows [d * per_device, (d + 1) * per_device) of its share
+    arrays: dict[str, jax.Array]
     per_device: int  # examples per device
     seed: int
     pad: int
     flip: bool
     fill: np.ndarray
+    num_devices: int = 1  # this process's devices
     _perms: dict[tuple[int, int], np.ndarray] = field(default_factory=dict, repr=False)
 
     def _perm(self, epoch: int, device: int) -> np.ndarray:
@@ -79,12 +84,9 @@ class DeviceData:
                 self.per_device)
         return self._perms[key]
 
-    @property
-    def num_devices(self) -> int:
-        return int(self.arrays["label"].shape[0])
-
     def indices(self, step: int, local_batch: int) -> np.ndarray:
-        """(devices, local_batch / devices) int32 positions of `step`'s examples."""
+        """(local_batch,) int32 positions of `step`'s examples within each device's share:
+        this process's devices in order, `local_batch / devices` each."""
         n = self.num_devices
         if local_batch % n:
             raise ValueError(f"batch of {local_batch} does not split over {n} devices")
@@ -96,10 +98,11 @@ class DeviceData:
             for e in np.unique(epochs):
                 sel = epochs == e
                 out[d, sel] = self._perm(int(e), d)[within[sel]]
-        return out
+        return out.reshape(-1)
 
     def augment_fn(self) -> Callable[[Mapping[str, jax.Array], jax.Array, jax.Array], dict]:
-        """(device share, indices, key) -> batch {"image", "label", extras}, inside pmap."""
+        """(device share, indices, key) -> batch {"image", "label", extras}, run on each
+        device inside the train step."""
         pad, flip, fill = self.pad, self.flip, jnp.asarray(self.fill, jnp.float32)
 
         def one(image: jax.Array, key: jax.Array) -> jax.Array:
@@ -122,24 +125,27 @@ class DeviceData:
 
 
 def load(source: Any, name: str, image_size: int, seed: int,
-         devices: list[jax.Device], channels: int = 3) -> DeviceData:
-    """Preprocess every example once (eval mode) and put an equal share on each device."""
+         devices: mesh_lib.Mesh | Sequence[jax.Device], channels: int = 3) -> DeviceData:
+    """Preprocess every example once (eval mode) and put an equal share on each of this
+    process's devices of the mesh `devices` (or of a mesh over a list of devices)."""
+    mesh = devices if isinstance(devices, mesh_lib.Mesh) else mesh_lib.build(
+        devices=list(devices))
     pad, flip, fill = _AUGMENT[base_name(name)]
     pad = data_lib.shift_pad(image_size) if pad is None else pad
     pp = data_lib.make_preprocess(name, False, image_size, channels=channels)
     examples = [pp(source[i], None) for i in range(len(source))]
-    n = len(devices)
+    n = mesh_lib.local_size(mesh)
     per_device = len(examples) // n
     if per_device < 1:
         raise ValueError(f"input: {len(examples)} training examples cannot be split over "
                          f"{n} devices")
     # A seeded shuffle before the split, so that no device holds only a few classes.
     order = np.random.default_rng([seed, 2**31 - 1]).permutation(len(examples))
-    order = order[: per_device * n].reshape(n, per_device)
+    order = order[: per_device * n]
     images = np.stack([ex["image"] for ex in examples])[order]
     labels = np.asarray([ex["label"] for ex in examples], np.int32)[order]
-    put = jax.pmap(lambda x: x, devices=devices)  # the pmap layout, one copy per device
-    arrays = {"image": put(images), "label": put(labels)}
+    arrays = {"image": images, "label": labels}
     for key in extras_lib.keys_of(examples[0]):  # each follows its example
-        arrays[key] = put(np.stack([ex[key] for ex in examples])[order])
-    return DeviceData(arrays, per_device, seed, pad, flip, np.broadcast_to(fill, (3,)))
+        arrays[key] = np.stack([ex[key] for ex in examples])[order]
+    return DeviceData(mesh_lib.put_sharded(arrays, mesh), per_device, seed, pad, flip,
+                      np.broadcast_to(fill, (3,)), n)

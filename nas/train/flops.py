@@ -170,7 +170,7 @@ def forward_flops(apply_fn: Callable[..., Any], variables: Any,
 def xla_cpu_count(fn: Callable[..., Any], *args: Any) -> int:
     """XLA:CPU's cost-analysis FLOPs of `fn(*args)`, compiled for the CPU explicitly (whatever
     the default backend): the reference the counter above is checked against."""
-    cpu = jax.sharding.SingleDeviceSharding(jax.devices("cpu")[0])
+    cpu = jax.sharding.SingleDeviceSharding(jax.local_devices(backend="cpu")[0])
     placed = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=cpu),
                           abstract(args))
     cost = jax.jit(fn).lower(*placed).compile().cost_analysis()

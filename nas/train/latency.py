@@ -129,7 +129,8 @@ def inference_latency(apply_fn: Callable[[Any, Any], Any], variables: Any,
     import jax
 
     settings = settings or LatencySettings()
-    device = (jax.devices("cpu")[0] if settings.device == "cpu" else jax.local_devices()[0])
+    device = (jax.local_devices(backend="cpu")[0] if settings.device == "cpu"
+              else jax.local_devices()[0])
     x = np.random.default_rng(0).standard_normal((settings.batch, *example_shape))
     x = jax.device_put(x.astype(np.float32), device)
     v = jax.device_put(variables, device)

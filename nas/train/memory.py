@@ -25,6 +25,7 @@ from absl import logging
 from nas.graph import Model
 from nas.graph.reversible import is_reversible
 from nas.train import config as config_lib
+from nas.train import mesh as mesh_lib
 from nas.train import optim, steps
 
 MiB = 2**20
@@ -104,7 +105,8 @@ def select_trainer(config: Any, graph: Any, constants: Any) -> str:
     budget = device_budget(config)
     if budget is None:
         return "standard"
-    per_device = max(1, int(config.input.batch_size) // jax.device_count())
+    per_device = max(1, int(config.input.batch_size) // mesh_lib.size(
+        mesh_lib.from_config(config)))
     need = standard_step_memory(graph, constants, config, per_device,
                                 config_lib.image_shape(config))["total"]
     logging.info("standard step needs ~%.1f MiB per device, budget %.1f MiB", need / MiB,

@@ -229,7 +229,7 @@ def on_host(fn: Callable[..., Any], *args: Any) -> Any:
     """`fn(*args)` run eagerly on the host CPU: optimizer-state init and the logged learning
     rate are a few one-op programs each, which on an accelerator would compile and run there
     (new ones for every new parameter shape) and queue behind the train steps."""
-    with jax.default_device(jax.devices("cpu")[0]):
+    with jax.default_device(jax.local_devices(backend="cpu")[0]):
         return jax.block_until_ready(fn(*args))
 
 

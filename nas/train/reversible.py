@@ -20,9 +20,10 @@ rebuilt on today's JAX:
   backpropagates, and updates its weights at once with its own optimizer state. This is
   exact: the gradient of a layer is taken at its pre-update weights and earlier layers
   never see later updates. A standard layer recomputes its forward from its kept inputs.
-* Data parallel over the local devices: activations are sharded over the batch, the
-  packed state is replicated (one host copy per device), the program is written for the
-  global batch.
+* Data parallel over a mesh's data axis (`nas.train.mesh`, the standard trainer's mesh
+  when `train_and_eval` runs it): activations are sharded over the batch, the packed
+  state is replicated (one host copy per device), the program is written for the global
+  batch.
 
 Copies per step between host and device memory (`step_counts()`), all inside the step's
 program: each layer's packed row comes onto the device once per pass (2 per layer) and
@@ -54,8 +55,10 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax.sharding import Mesh
 
 from nas.graph.reversible import ReversibleSpec, from_graph
+from nas.train import mesh as mesh_lib
 from nas.train import optim, revlayers, revpack, revprograms
 from nas.train.revprograms import Placement, ProgramCache, Segment
 
@@ -73,6 +76,8 @@ class ReversibleTrainer:
     cache: compiled programs, shareable between trainers (default: this trainer's own).
     unroll: unroll the scans over couplings (default: on the CPU only, see
       `revprograms.default_unroll`); the step is one program either way.
+    devices / mesh: where it trains: a data-axis mesh (`nas.train.mesh.build`), or a mesh
+      over these devices (default: the local devices); give one of them.
     """
 
     def __init__(
@@ -90,14 +95,22 @@ class ReversibleTrainer:
         precision: str | None = None,
         cache: ProgramCache | None = None,
         unroll: bool | None = None,
+        mesh: Mesh | None = None,
     ) -> None:
         if not isinstance(spec, ReversibleSpec):
             spec = from_graph(spec, constants)
         self.spec = spec
         self.layers = revlayers.make_layers(spec)
-        self.devices = list(devices or jax.local_devices())
+        if mesh is not None and devices is not None:
+            raise ValueError("ReversibleTrainer: give devices or mesh, not both")
+        if mesh is None:
+            mesh = mesh_lib.build(devices=list(devices or jax.local_devices()))
+        if jax.process_count() > 1:
+            raise ValueError("the reversible trainer runs in one process; its mesh spans "
+                             f"{jax.process_count()}")
+        self.devices = list(mesh.devices.flat)
         self.n = len(self.devices)
-        self.place = Placement(self.devices)
+        self.place = Placement(mesh)
         self.num_classes = int(config.num_classes)
         self.precision = precision
         self.unroll = unroll
@@ -149,7 +162,7 @@ class ReversibleTrainer:
     def _init(self, image_shape: tuple[int, ...], seed: int) -> list[Any]:
         """Layer-by-layer init on the CPU, shapes passed forward with eval_shape; each
         layer's weights are host numpy before the next layer is initialized."""
-        cpu = jax.devices("cpu")[0]
+        cpu = jax.local_devices(backend="cpu")[0]
         stack: tuple = (jax.ShapeDtypeStruct((1, *image_shape), np.float32),)
         out = []
         root = jax.random.PRNGKey(seed)

@@ -22,9 +22,10 @@ whole step is one compiled program, whatever the depth:
 The program takes the host state as a donated argument and returns the updated state, so
 Python issues one launch per step and reads back only the loss.
 
-Placement (`Placement`): packed states live in host memory (`pinned_host` where the
-backend has it) replicated over the local devices; activations are sharded over the
-batch; XLA adds the cross-device sums, so one device or several run the same program.
+Placement (`Placement`): on a data-axis mesh (`nas.train.mesh`), packed states live in
+host memory (`pinned_host` where the backend has it) replicated over its devices;
+activations are sharded over the batch along its data axis; XLA adds the cross-device
+sums, so one device or several run the same program.
 
 Precision: couplings trace at `highest` matmul precision (exact reconstruction where the
 default f32 matmul is TF32, i.e. GPUs); other layers use the trainer's `precision`.
@@ -45,11 +46,12 @@ import numpy as np
 from jax import lax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from nas.train import mesh as mesh_lib
 from nas.train import revlayers, revpack
 from nas.train.revlayers import Layer
 from nas.train.revpack import Layout
 
-AXIS = "batch"
+AXIS = mesh_lib.AXIS
 
 
 def host_memory_kind(device: jax.Device) -> str | None:
@@ -66,12 +68,16 @@ def host_memory_kind(device: jax.Device) -> str | None:
 
 @dataclass
 class Placement:
-    """Shardings of packed layer state (replicated; device or host) and activations."""
+    """Shardings of packed layer state (replicated; device or host) and activations, on a
+    data-axis mesh (or a mesh over a list of devices)."""
 
-    devices: list[jax.Device]
+    mesh: Mesh | list[jax.Device]
 
     def __post_init__(self) -> None:
-        mesh = Mesh(np.array(self.devices), (AXIS,))
+        if not isinstance(self.mesh, Mesh):
+            self.mesh = Mesh(np.array(list(self.mesh)), (AXIS,))
+        mesh = self.mesh
+        self.devices = list(mesh.devices.flat)
         self.host_kind = host_memory_kind(self.devices[0])
         host = {"memory_kind": self.host_kind} if self.host_kind else {}
         self.rep = NamedSharding(mesh, PartitionSpec())

@@ -1,14 +1,18 @@
-"""The data-parallel train and eval steps (pmap semantics over the local devices).
+"""The data-parallel train and eval steps, written for one device's share of a batch.
 
 Why a separate file: `train.py` reads top to bottom as the loop; the math of one step lives
 here, where tests can build it around any flax module and compare a 2-device step with a
 1-device step on the whole batch.
 
-Semantics: each device gets `batch / devices` examples; gradients are averaged over devices
-(`pmean` inside `jax.pmap`: checked numerically against a single device, see
-tests/train/test_data_parallel.py; the shard_map 2x pitfall does not apply to pmap);
-BatchNorm uses per-device batch statistics in the forward pass and the running averages are
-averaged over devices after every step, so every replica holds the same state.
+Semantics: each device gets `batch / devices` examples; the steps run under `jax.shard_map`
+over the data axis of a mesh (`nas.train.mesh.data_parallel`, `train_program`,
+`eval_program`). Gradients are taken per device and averaged over devices with `pmean`:
+the parameters are marked device-varying first (`lax.pcast`), because the gradient of a
+per-device loss with respect to replicated parameters would already be summed over the
+devices, and a mean of that sum is the devices' count times too large (checked numerically
+against a single device, tests/train/test_data_parallel.py). BatchNorm uses per-device
+batch statistics in the forward pass and the running averages are averaged over devices
+after every step, so every device holds the same state.
 """
 
 from __future__ import annotations
@@ -22,8 +26,9 @@ import numpy as np
 import optax
 
 from nas.train import extras, optim, precise_bn
+from nas.train import mesh as mesh_lib
 
-AXIS = "batch"
+AXIS = mesh_lib.AXIS
 State = dict[str, Any]
 # (logits, integer labels) -> scalar, or (logits, labels, batch) -> scalar (`extras`)
 LossFn = Callable[..., jax.Array]
@@ -108,7 +113,8 @@ def make_train_step(
     loss_fn: LossFn | None = None,
     augment_fn: AugmentFn | None = None,
 ) -> Callable[[State, dict[str, jax.Array], jax.Array], tuple[State, dict[str, jax.Array]]]:
-    """(state, batch, rng) -> (state, metrics), to be run under pmap(axis_name=AXIS).
+    """(state, batch, rng) -> (state, metrics) of one device's share of the batch, to be
+    run over a mesh's data axis `AXIS` (`train_program`).
 
     The dropout key of step s on device d is fold_in(fold_in(rng, s), d): a resumed run
     draws exactly the keys an uninterrupted one would.
@@ -147,8 +153,10 @@ def make_train_step(
             correct = jnp.mean(jnp.argmax(logits, axis=-1) == batch["label"].reshape(-1))
             return loss, (stats, correct)
 
+        # Per-device gradients, then their mean (see the module docstring).
+        local = jax.lax.pcast(state["params"], AXIS, to="varying")
         (loss, (batch_stats, correct)), grads = jax.value_and_grad(loss_of, has_aux=True)(
-            state["params"])
+            local)
         grads = jax.lax.pmean(grads, AXIS)
         batch_stats = jax.lax.pmean(batch_stats, AXIS)
         updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
@@ -180,11 +188,12 @@ def make_eval_step(model: Any, num_classes: int, compute_dtype: Any = None,
                    statistics_rows: int = 0, loss_fn: LossFn | None = None
                    ) -> Callable[..., dict[str, jax.Array]]:
     """(variables, batch, use_batch_statistics) -> summed correct / loss / count over
-    devices, mask-aware, "batch_statistics" per device, and "per_example": each of this
+    devices, mask-aware, "batch_statistics" of this device (a leading axis of one, so the
+    program's output stacks them, one row per device), and "per_example": each of this
     device's rows right (1) or wrong (0), padding rows 0 (the caller drops them by the
     batch's mask), so a search can compare two candidates example by example.
 
-    With `statistics_rows`, a true `use_batch_statistics` (a boolean per device) makes the
+    With `statistics_rows`, a true `use_batch_statistics` (a replicated boolean) makes the
     step compute instead the batch-norm statistics of the first `statistics_rows` images of
     each device's share ({BN op name: {"mean", "var"}}, `precise_bn.batch_statistics`, in
     float32 whatever the compute dtype); otherwise they are the running averages.
@@ -226,57 +235,52 @@ def make_eval_step(model: Any, num_classes: int, compute_dtype: Any = None,
             running(variables)
 
     def of_the_batch(variables: dict[str, Any], batch: dict[str, jax.Array]):
-        zero = jnp.zeros((), jnp.float32)
-        rows = jnp.zeros(batch["label"].shape, jnp.uint8)
+        # per-device values, as the other branch's (`lax.cond` needs them typed alike)
+        zero, rows = jax.lax.pcast((jnp.zeros((), jnp.float32),
+                                    jnp.zeros(batch["label"].shape, jnp.uint8)), AXIS,
+                                   to="varying")
         return (zero, zero, zero), rows, statistics(variables,
                                                     batch["image"][:statistics_rows])
 
     def eval_fn(variables: dict[str, Any], batch: dict[str, jax.Array],
                 use_batch_statistics: jax.Array):
+        # Both branches give per-device values: the running averages are marked so too.
+        variables = jax.lax.pcast(variables, AXIS, to="varying")
         if statistics is None:
             sums, rows, stats = evaluation(variables, batch)
         else:
             sums, rows, stats = jax.lax.cond(use_batch_statistics, of_the_batch, evaluation,
                                              variables, batch)
         correct, loss, count = jax.lax.psum(sums, AXIS)
-        return {"correct": correct, "loss": loss, "count": count, "batch_statistics": stats,
+        return {"correct": correct, "loss": loss, "count": count,
+                "batch_statistics": jax.tree.map(lambda a: a[None], stats),
                 "per_example": rows}
 
     return eval_fn
 
 
-def replicate(tree: Any, n: int) -> Any:
-    """Host arrays with a leading device axis (views, no copies) for pmap inputs."""
-    return jax.tree.map(lambda x: np.broadcast_to(np.asarray(x), (n, *np.shape(x))), tree)
+def train_program(step_fn: Callable, mesh: Any, device_data: bool = False) -> Any:
+    """A train step (`make_train_step`, or `with_device_data` of one) as one jitted program
+    over `mesh`: state and key replicated, the batch (or the device-resident data and the
+    step's indices) split along the data axis; the state is donated."""
+    rep, shard = mesh_lib.REPLICATED, mesh_lib.SHARDED
+    ins = (rep, shard, shard, rep) if device_data else (rep, shard, rep)
+    return mesh_lib.data_parallel(step_fn, mesh, ins, (rep, rep), donate_argnums=(0,))
 
 
-def unreplicate(tree: Any) -> Any:
-    """Replica 0 of a pmapped tree as host numpy arrays.
-
-    A device array is read from its first shard's buffer: indexing it (`x[0]`) would
-    compile a slice program for every distinct leaf shape of every candidate."""
-    def first(x: Any) -> np.ndarray:
-        if isinstance(x, jax.Array) and x.ndim and len(x.addressable_shards) == x.shape[0]:
-            shard = min(x.addressable_shards, key=lambda s: s.index[0].start or 0)
-            return np.asarray(shard.data).reshape(x.shape[1:])
-        return np.asarray(x[0])
-
-    return jax.tree.map(first, tree)
-
-
-def shard(batch: dict[str, np.ndarray], n: int) -> dict[str, np.ndarray]:
-    """(B, ...) host batch -> (n, B/n, ...) for pmap."""
-    def split(x: np.ndarray) -> np.ndarray:
-        if x.shape[0] % n:
-            raise ValueError(f"batch of {x.shape[0]} does not split over {n} devices")
-        return x.reshape(n, x.shape[0] // n, *x.shape[1:])
-
-    return {k: split(v) for k, v in batch.items()}
+def eval_program(eval_fn: Callable, mesh: Any) -> Any:
+    """An eval step (`make_eval_step`) as one jitted program over `mesh`: its sums
+    replicated, its per-device statistics and per-example bits split along the data axis."""
+    rep, shard = mesh_lib.REPLICATED, mesh_lib.SHARDED
+    outs = {"correct": rep, "loss": rep, "count": rep, "batch_statistics": shard,
+            "per_example": shard}
+    return mesh_lib.data_parallel(eval_fn, mesh, (rep, shard, rep), outs)
 
 
 def with_device_data(step_fn: Callable, augment: Callable, seed: int) -> Callable:
-    """A train step that draws its batch from a device-resident share of the data:
-    (state, share, indices, rng) -> step_fn(state, augment(share, indices, key), rng).
+    """A train step that draws its batch from this device's share of a device-resident
+    dataset: (state, share, indices, rng) -> step_fn(state, augment(share, indices, key),
+    rng), `indices` positions within the share.
 
     The augmentation key of step s on device d is fold_in(fold_in(key(seed), s), d).
     """

@@ -40,6 +40,7 @@ from nas.io import examples
 from nas.train import compilation, custom, devdata, memory, perf, trainers
 from nas.train import config as config_lib
 from nas.train import data as data_lib
+from nas.train import mesh as mesh_lib
 from nas.train.checkpoint import Checkpointer, has_checkpoint
 from nas.train.feeds import DeviceDataCache, DeviceFeed, HostFeed
 from nas.train.options import Refit as Refit
@@ -93,24 +94,30 @@ class Data:
     local_batch: int
     steps_per_epoch: float
     total_steps: int
+    mesh: mesh_lib.Mesh  # the devices the batch is split over (all processes)
     test_data: data_lib.EvalData | None = None  # eval.test_split: reported, never decided on
 
 
 def setup_data(config: ml_collections.ConfigDict, on_device_ok: bool,
-               cache: DeviceDataCache | None) -> Data:
-    """Open the train source once (this host's share), choose the feed, build eval data."""
+               cache: DeviceDataCache | None, mesh: mesh_lib.Mesh | None = None) -> Data:
+    """Open the train source once (this host's share), choose the feed, build eval data.
+    `mesh`: the devices the batch is split over (default: the config's `mesh_shape`)."""
     inp = config.input
+    mesh = mesh if mesh is not None else mesh_lib.from_config(config)
+    devices, local_devices = mesh_lib.size(mesh), mesh_lib.local_devices(mesh)
     data_dir = data_lib.resolve_data_dir(inp.data_dir or None)
     global_batch = inp.batch_size
-    if global_batch % jax.device_count():
+    if global_batch % devices:
         raise ValueError(f"config field 'input.batch_size': {global_batch} is not divisible "
-                         f"by the {jax.device_count()} devices")
+                         f"by the {devices} devices")
     local_batch = global_batch // jax.process_count()
     pc, pi = jax.process_count(), jax.process_index()
     source = data_lib.split_source(inp, inp.data.split, data_dir, pi, pc)
     n_train = len(source) * pc  # even splits: every host holds about the same share
     limit = int(inp.get("device_data_bytes", 0))
-    use_device = (on_device_ok and limit > 0 and devdata.supported(inp.data.name)
+    # With several processes each host's share may differ by an example, and the shares
+    # of one global array may not: those runs read through grain.
+    use_device = (on_device_ok and limit > 0 and pc == 1 and devdata.supported(inp.data.name)
                   and devdata.nbytes(source, inp.data.name, inp.image_size,
                                      inp.channels) <= limit)
     if use_device:
@@ -121,11 +128,11 @@ def setup_data(config: ml_collections.ConfigDict, on_device_ok: bool,
                inp.data.get("folds", 0), inp.data.get("fold", 0),
                inp.data.get("fold_seed", 0), data_dir,
                inp.image_size, inp.channels, config.seed, pi, pc,
-               tuple(d.id for d in jax.local_devices()), bool(inp.augment))
+               tuple(d.id for d in local_devices), bool(inp.augment))
 
         def load() -> devdata.DeviceData:
-            dd = devdata.load(source, inp.data.name, inp.image_size, config.seed,
-                              jax.local_devices(), inp.channels)
+            dd = devdata.load(source, inp.data.name, inp.image_size, config.seed, mesh,
+                              inp.channels)
             if not inp.augment:
                 dd.pad, dd.flip = 0, False
             return dd
@@ -143,17 +150,17 @@ def setup_data(config: ml_collections.ConfigDict, on_device_ok: bool,
     total_steps = config_lib.total_steps(config, steps_per_epoch)
     eval_data = data_lib.make_eval_data(inp.data.name, config.eval.data.split, data_dir,
                                         inp.image_size, config.eval.batch_size,
-                                        jax.local_device_count(), inp=inp)
+                                        len(local_devices), inp=inp)
     test_data = None
     if config.eval.test_split:
         test_data = data_lib.make_eval_data(inp.data.name, config.eval.test_split, data_dir,
                                             inp.image_size, config.eval.batch_size,
-                                            jax.local_device_count(), inp=inp)
+                                            len(local_devices), inp=inp)
     logging.info("%d train examples (%s), global batch %d on %d devices, %d steps "
                  "(%.2f per epoch)", n_train, "on the devices" if use_device else "grain",
-                 global_batch, jax.device_count(), total_steps, steps_per_epoch)
+                 global_batch, devices, total_steps, steps_per_epoch)
     return Data(feed, eval_data, n_train, global_batch, local_batch, steps_per_epoch,
-                total_steps, test_data)
+                total_steps, mesh, test_data)
 
 
 # ----------------------------------------------------------------------------- trainer
@@ -164,7 +171,7 @@ def _init_variables(model: Any, shape: tuple[int, ...], seed: int,
     """The model's variables as plain dicts: `parent`'s arrays when they already cover every
     op (a search's children arrive complete from the driver: tracing is enough to check),
     else a fresh initialization on the host CPU (never twice on an accelerator)."""
-    cpu = jax.devices("cpu")[0]
+    cpu = jax.local_devices(backend="cpu")[0]
     x = np.zeros((1, *shape), np.float32)
 
     def init(rng: jax.Array) -> Any:
@@ -219,9 +226,9 @@ def setup_trainer(config: ml_collections.ConfigDict, data: Data, reversible: boo
         custom.refuse_reversible(functions or {})
         return trainers.ReversibleStrategy(graph, constants, config, image_size=size,
                                            sched_kw=sched_kw, params=params or None,
-                                           frozen_names=frozen_names)
+                                           frozen_names=frozen_names, mesh=data.mesh)
     batch_stats, _ = _inherit(fresh.get("batch_stats", {}), parent.get("batch_stats"))
-    per_device = max(1, config.input.batch_size // jax.device_count())
+    per_device = max(1, config.input.batch_size // mesh_lib.size(data.mesh))
     bn_batches = (data_lib.plain_batches(config.input, config.precise_bn_batches, per_device,
                                          config.seed)
                   if batch_stats and config.precise_bn_batches else ())
@@ -230,7 +237,8 @@ def setup_trainer(config: ml_collections.ConfigDict, data: Data, reversible: boo
         frozen={k: v for k, v in params.items() if k in frozen_names},
         batch_stats=batch_stats, sched_kw=sched_kw,
         device_data=data.feed.device_data if data.feed.on_device else None,
-        bn_batches=bn_batches, eval_rows=data.eval_data.batch_size, functions=functions)
+        bn_batches=bn_batches, eval_rows=data.eval_data.batch_size, functions=functions,
+        mesh=data.mesh)
 
 
 # ----------------------------------------------------------------------------- run files
@@ -296,7 +304,7 @@ def evaluate_examples(trainer: Any, eval_data: data_lib.EvalData
     if jax.process_count() == 1 and int(count) != eval_data.num_examples:
         raise RuntimeError(f"eval saw {count} examples, expected {eval_data.num_examples}")
     rate = (eval_data.batch_size * eval_data.num_batches / max(busy, 1e-9)
-            / jax.local_device_count())
+            / trainer.ndev)
     per_example = np.concatenate(rows) if jax.process_count() == 1 and rows else None
     return correct / max(count, 1.0), loss / max(count, 1.0), rate, per_example
 
@@ -421,7 +429,8 @@ def run_loop(config: ml_collections.ConfigDict, trainer: Any, data: Data, meta: 
             busy = time.perf_counter() - segment_start
             timings.steps += busy
             timings.wait += waited
-            meta["train_rates"].append(segment_steps * data.global_batch / jax.device_count()
+            meta["train_rates"].append(segment_steps * data.global_batch
+                                       / mesh_lib.size(data.mesh)
                                        / max(busy - waited, 1e-9))
             epoch = max(new_epoch, epoch + (step == data.total_steps))
             meta["epoch"] = epoch

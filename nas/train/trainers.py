@@ -17,14 +17,16 @@ Both strategies answer the same small protocol, so the loop in `train.py` is the
                                                current weights when given batches)
     state() / load_state(tree)                 checkpointable numpy tree (with "step")
     sync()                                      wait for queued device work
+    ndev                                        this process's devices (rates are per device)
 
   and, where compile() is not lazy (so a search's fit can run while it compiles):
 
     starting_variables() / set_starting_variables(v)   before the first step, same shapes
 
-* `StandardTrainer`: the whole model's state replicated on the local devices, one pmapped
-  step (gradients averaged over devices); the batch comes from the host (grain) or is drawn
-  from a device-resident dataset inside the step (`nas.train.devdata`).
+* `StandardTrainer`: the whole model's state replicated on every device of a mesh
+  (`nas.train.mesh`), one jitted step with the batch split along its data axis (gradients
+  averaged over devices); the batch comes from the host (grain) or is drawn from a
+  device-resident dataset inside the step (`nas.train.devdata`).
 * `ReversibleStrategy`: `nas.train.reversible.ReversibleTrainer` (weights and optimizer
   state in host memory, one compiled program per step), through its public API only.
 """
@@ -41,6 +43,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from nas.train import compilation, optim, perf, precise_bn, steps
+from nas.train import mesh as mesh_lib
 
 EvalFn = Callable[[Mapping[str, np.ndarray]], tuple[float, float, float, np.ndarray]]
 
@@ -61,7 +64,7 @@ def compute_dtype(config: Any) -> Any:
 
 
 class StandardTrainer:
-    """Data-parallel (pmap) training of the whole model on the local devices."""
+    """Data-parallel training of the whole model on a mesh (default: every device)."""
 
     lazy_compile = False  # compile() builds the steps ahead of the first one
 
@@ -69,10 +72,12 @@ class StandardTrainer:
                  frozen: dict[str, Any], batch_stats: dict[str, Any], sched_kw: Mapping,
                  frozen_names: Iterable[str] = (), device_data: Any = None,
                  bn_batches: Sequence[np.ndarray] = (), eval_rows: int = 0,
-                 functions: Mapping[str, Callable[..., Any]] | None = None) -> None:
+                 functions: Mapping[str, Callable[..., Any]] | None = None,
+                 mesh: mesh_lib.Mesh | None = None) -> None:
         functions = functions or {}
         self.model = model
-        self.ndev = jax.local_device_count()
+        self.mesh = mesh if mesh is not None else mesh_lib.from_config(config)
+        self.ndev = mesh_lib.local_size(self.mesh)  # this process's devices
         self.num_classes = int(config.num_classes)
         self.dtype = compute_dtype(config)
         self.tx, self.sched_fns = optim.make(config, params, sched_kw,
@@ -81,9 +86,8 @@ class StandardTrainer:
         self.device_data = device_data
         self.seed = int(config.seed)
         self.ema = bool(config.ema_decay)
-        self._state_r: Any = steps.replicate(self._initial_state(params, frozen, batch_stats),
-                                             self.ndev)
-        self.rng = steps.replicate(np.asarray(jax.random.PRNGKey(config.seed)), self.ndev)
+        self._state_r: Any = self._replicate(self._initial_state(params, frozen, batch_stats))
+        self.rng = self._replicate(np.asarray(jax.random.PRNGKey(config.seed)))
         fn = steps.make_train_step(model, self.tx, self.num_classes,
                                    ema_decay=config.ema_decay,
                                    ema_warmup_steps=config.ema_warmup_steps,
@@ -92,23 +96,29 @@ class StandardTrainer:
                                    augment_fn=functions.get("augment"))
         if device_data is not None:
             fn = steps.with_device_data(fn, device_data.augment_fn(), self.seed)
-        self._train = jax.pmap(fn, axis_name=steps.AXIS, donate_argnums=(0,))
+        self._train = steps.train_program(fn, self.mesh, device_data is not None)
         # Precise BN: the eval program computes the statistics of `bn_batches` (one per
         # device share of an eval-shaped batch of `eval_rows`), so it is not compiled apart.
         self._momenta = precise_bn.recomputable(model.graph)
         self.bn_batches = list(bn_batches) if self._momenta else []
         rows = eval_rows or (len(self.bn_batches[0]) * self.ndev if self.bn_batches else 0)
         self._statistics_batches = precise_bn.eval_shaped(self.bn_batches, self.ndev, rows)
-        self._eval = jax.pmap(steps.make_eval_step(
+        self._eval = steps.eval_program(steps.make_eval_step(
             model, self.num_classes, self.dtype,
             statistics_rows=min(len(self.bn_batches[0]), rows // self.ndev)
-            if self.bn_batches else 0, loss_fn=functions.get("loss")), axis_name=steps.AXIS)
-        self._flags = {use: steps.replicate(np.asarray(use), self.ndev) for use in (False, True)}
+            if self.bn_batches else 0, loss_fn=functions.get("loss")), self.mesh)
+        self._flags = {use: self._replicate(np.asarray(use)) for use in (False, True)}
         self._train_c = self._eval_c = None
         self._eval_keys: set[str] = set()
         self._memory = (0, 0)
         self._local_batch = 0
         self._precise: tuple[int, dict[str, Any]] | None = None  # (step, variables)
+
+    def _replicate(self, tree: Any) -> Any:
+        return mesh_lib.put_replicated(tree, self.mesh)
+
+    def _shard(self, batch: Any) -> Any:
+        return mesh_lib.put_sharded(dict(batch), self.mesh)
 
     def _initial_state(self, params: dict[str, Any], frozen: dict[str, Any],
                        batch_stats: dict[str, Any]) -> dict[str, Any]:
@@ -142,16 +152,15 @@ class StandardTrainer:
                 {"params": {**s["frozen"], **s["params"]}, "batch_stats": s["batch_stats"]}):
             raise ValueError("set_starting_variables: expected the trainer's variable names, "
                              "shapes and dtypes")
-        self._state_r = steps.replicate(self._initial_state(
-            {k: params[k] for k in s["params"]}, {k: params[k] for k in s["frozen"]}, stats),
-            self.ndev)
+        self._state_r = self._replicate(self._initial_state(
+            {k: params[k] for k in s["params"]}, {k: params[k] for k in s["frozen"]}, stats))
         self._precise = None
 
     # ------------------------------------------------------------------ compile
     def _args(self, batch: Any) -> tuple:
         if self.device_data is not None:
-            return (self.device_data.arrays, batch, self.rng)
-        return (steps.shard(batch, self.ndev), self.rng)
+            return (self.device_data.arrays, mesh_lib.put_sharded(batch, self.mesh), self.rng)
+        return (self._shard(batch), self.rng)
 
     def compile(self, batch: Any, eval_batch: Mapping[str, np.ndarray]) -> float:
         """Compile the train and eval steps once, on the first batches' shapes (the eval
@@ -166,10 +175,10 @@ class StandardTrainer:
             ({**{k: np.zeros((len(b["label"]), *np.shape(v)[1:]), np.asarray(v).dtype)
                  for k, v in eval_batch.items() if k not in b}, **b}, n)
             for b, n in self._statistics_batches]
-        eval_vars = steps.replicate(self._trained_variables(), self.ndev)
+        eval_vars = self._replicate(self._trained_variables())
         jobs = [lambda: self._train.lower(self._state_r, *self._args(batch)).compile(
                     compiler_options=compilation.gradient_options()),
-                lambda: self._eval.lower(eval_vars, steps.shard(dict(eval_batch), self.ndev),
+                lambda: self._eval.lower(eval_vars, self._shard(eval_batch),
                                          self._flags[False]).compile()]
         threads = 1 if jax.default_backend() == "cpu" else len(jobs)
         with concurrent.futures.ThreadPoolExecutor(threads, "compile") as pool:
@@ -186,27 +195,28 @@ class StandardTrainer:
         return metrics
 
     def host_metrics(self, metrics: Any) -> dict[str, float]:
-        return {k: float(v[0]) for k, v in jax.device_get(metrics).items()}
+        return {k: float(v) for k, v in mesh_lib.to_host(metrics).items()}
 
     def sync(self) -> None:
         jax.block_until_ready(self._state_r["step"])
 
     def _evaluate(self, variables_r: Any, batch: Mapping[str, np.ndarray], use_batch: bool
                   ) -> dict[str, Any]:
-        """The eval program's outputs (host arrays, one row per device)."""
+        """The eval program's outputs (host arrays: per-device values one row per device
+        of this process, per-example bits this process's rows in order)."""
         # Not compiled ahead when a resumed run had no step left to train; a split without
         # the validation split's extras (the test split) is traced for its own batches.
         compiled = self._eval_c is not None and set(batch) == self._eval_keys
         step_fn = self._eval_c if compiled else self._eval
-        out = step_fn(variables_r, steps.shard(dict(batch), self.ndev), self._flags[use_batch])
-        return jax.device_get(out)
+        out = step_fn(variables_r, self._shard(batch), self._flags[use_batch])
+        return mesh_lib.to_host(out)
 
     def eval_fn(self) -> EvalFn:
-        variables_r = steps.replicate(self.variables(), self.ndev)
+        variables_r = self._replicate(self.variables())
 
         def run(batch: Mapping[str, np.ndarray]) -> tuple[float, float, float, np.ndarray]:
             out = self._evaluate(variables_r, batch, False)
-            return (float(out["correct"][0]), float(out["loss"][0]), float(out["count"][0]),
+            return (float(out["correct"]), float(out["loss"]), float(out["count"]),
                     real_rows(out["per_example"], batch))
 
         return run
@@ -216,10 +226,10 @@ class StandardTrainer:
 
     # ------------------------------------------------------------------ state
     def state(self) -> dict[str, Any]:
-        return steps.unreplicate(self._state_r)
+        return mesh_lib.to_host(self._state_r)
 
     def load_state(self, state: Mapping[str, Any]) -> None:
-        self._state_r = steps.replicate(dict(state), self.ndev)
+        self._state_r = self._replicate(dict(state))
         self._precise = None
 
     def _trained_variables(self) -> dict[str, Any]:
@@ -235,10 +245,10 @@ class StandardTrainer:
         eval program)."""
         if not self.bn_batches:
             return self._trained_variables()
-        step = int(steps.unreplicate(self._state_r["step"]))
+        step = int(mesh_lib.to_host(self._state_r["step"]))
         if self._precise is None or self._precise[0] != step:
             trained = self._trained_variables()
-            trained_r = steps.replicate(trained, self.ndev)
+            trained_r = self._replicate(trained)
             per_batch = []
             for batch, shares in self._statistics_batches:
                 stats = self._evaluate(trained_r, batch, True)["batch_statistics"]
@@ -256,15 +266,17 @@ class ReversibleStrategy:
 
     def __init__(self, graph: Any, constants: Any, config: Any, *, image_size: int,
                  sched_kw: Mapping, params: dict[str, Any] | None,
-                 frozen_names: Iterable[str]) -> None:
+                 frozen_names: Iterable[str], mesh: mesh_lib.Mesh | None = None) -> None:
         from nas.train.reversible import ReversibleTrainer
 
         self.num_classes = int(config.num_classes)
+        self.mesh = mesh if mesh is not None else mesh_lib.from_config(config)
         self.trainer = ReversibleTrainer(
             graph, constants, config=config,
             image_shape=(image_size, image_size, int(config.input.get("channels", 3))),
             sched_kw=dict(sched_kw), params=params, seed=int(config.seed),
-            frozen=set(frozen_names))
+            frozen=set(frozen_names), mesh=self.mesh)
+        self.ndev = self.trainer.n
         self.rng = jax.random.PRNGKey(config.seed)
         self.sched_fns = optim.make(config, {"x": {"kernel": np.zeros(1)}}, sched_kw)[1]
         self._step = 0

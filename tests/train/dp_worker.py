@@ -1,4 +1,5 @@
-"""Run in a subprocess with 2 forced CPU devices: a 2-device pmap step vs a 1-device step.
+"""Run in a subprocess with 2 forced CPU devices: a step on a 2-device mesh vs a 1-device
+mesh, on the same global batch.
 
 Prints one JSON line with the largest differences of gradients, new params and loss.
 """
@@ -16,6 +17,7 @@ import numpy as np  # noqa: E402
 from helpers import tiny_graph  # noqa: E402
 
 from nas.graph import Model  # noqa: E402
+from nas.train import mesh as mesh_lib  # noqa: E402
 from nas.train import optim, steps  # noqa: E402
 from nas.train.config import base_config  # noqa: E402
 
@@ -40,13 +42,16 @@ def main() -> None:
     key = np.asarray(jax.random.PRNGKey(1))
     out = {}
     for n in (1, 2):
-        step = jax.pmap(fn, axis_name=steps.AXIS, devices=jax.local_devices()[:n])
-        new, m = step(steps.replicate(state, n), steps.shard(batch, n), steps.replicate(key, n))
-        out[n] = (steps.unreplicate(new), steps.unreplicate(m))
-        if n == 2:  # both replicas hold identical params
-            p0, p1 = (jax.tree.map(lambda x, i=i: np.asarray(x[i]), new["params"]) for i in (0, 1))
-            out["replica_diff"] = max(float(np.abs(a - b).max()) for a, b in
-                                      zip(jax.tree.leaves(p0), jax.tree.leaves(p1), strict=True))
+        mesh = mesh_lib.build((n,))
+        step = steps.train_program(fn, mesh)
+        new, m = step(mesh_lib.put_replicated(state, mesh), mesh_lib.put_sharded(batch, mesh),
+                      mesh_lib.put_replicated(key, mesh))
+        if n == 2:  # both devices hold identical params
+            p0, p1 = ([np.asarray(x.addressable_shards[i].data)
+                       for x in jax.tree.leaves(new["params"])] for i in (0, 1))
+            out["replica_diff"] = max(float(np.abs(a - b).max())
+                                      for a, b in zip(p0, p1, strict=True))
+        out[n] = (mesh_lib.to_host(new), mesh_lib.to_host(m))
 
     def maxdiff(a, b):
         return max(float(np.abs(x - y).max()) for x, y in

@@ -12,11 +12,10 @@ from nas.graph import Model
 from nas.graph.serialize import graph_to_json
 from nas.search.execution.user_functions import CostFailed, check_recorded, measure_costs
 from nas.train import TrainOptions, steps, train_and_eval
+from nas.train import mesh as mesh_lib
 from nas.train.custom import refuse_reversible, train_functions
 from tests.search._user_functions import OFFSET, offset_loss
 from tests.train.helpers import AT_32, tiny_config, tiny_graph
-
-AXIS = steps.AXIS
 
 
 def _state_and_batch(model, tx, seed=0):
@@ -31,11 +30,12 @@ def _state_and_batch(model, tx, seed=0):
 
 def _step(model, tx, **kw):
     fn = steps.make_train_step(model, tx, 10, **kw)
-    return jax.pmap(fn, axis_name=AXIS)
+    return steps.train_program(fn, mesh_lib.build((1,)))
 
 
 def _one_device(tree):
-    return jax.tree.map(lambda a: jnp.asarray(a)[None], tree)
+    """A copy of `tree` on a one-device mesh, replicated (the step donates its state)."""
+    return mesh_lib.put_replicated(jax.tree.map(np.asarray, tree), mesh_lib.build((1,)))
 
 
 def _assert_same_params(a, b, **tolerance):
@@ -83,14 +83,15 @@ def test_the_eval_loss_is_the_mean_of_the_users_loss_over_real_rows():
     state, batch = _state_and_batch(model, tx)
     variables = {"params": state["params"]}
     mask = jnp.array([1, 1, 1, 1, 1, 0, 0, 0], jnp.float32)  # 3 padding rows
-    eval_fn = jax.pmap(steps.make_eval_step(model, 10, loss_fn=offset_loss), axis_name=AXIS)
+    eval_fn = steps.eval_program(steps.make_eval_step(model, 10, loss_fn=offset_loss),
+                                 mesh_lib.build((1,)))
     out = eval_fn(_one_device(variables), _one_device(dict(batch, mask=mask)),
                   _one_device(jnp.asarray(False)))
     logits = model.apply(variables, batch["image"], deterministic=True, training=False)
     expected = sum(float(offset_loss(logits[i:i + 1], batch["label"][i:i + 1]))
                    for i in range(5))
-    np.testing.assert_allclose(float(out["loss"][0]), expected, rtol=1e-5)
-    assert float(out["count"][0]) == 5.0
+    np.testing.assert_allclose(float(out["loss"]), expected, rtol=1e-5)
+    assert float(out["count"]) == 5.0
 
 
 def test_the_users_optimizer_replaces_the_built_in_one(tmp_path):

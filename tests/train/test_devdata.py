@@ -32,8 +32,8 @@ def _load(n=40, seed=0, name="digits", size=SIZE):
 def test_each_epoch_visits_every_example_once_and_seed_fixes_the_order():
     dd = _load()
     per_epoch = dd.per_device // 8
-    epoch0 = np.concatenate([dd.indices(s, 8)[0] for s in range(per_epoch)])
-    epoch1 = np.concatenate([dd.indices(s, 8)[0] for s in range(per_epoch, 2 * per_epoch)])
+    epoch0 = np.concatenate([dd.indices(s, 8) for s in range(per_epoch)])
+    epoch1 = np.concatenate([dd.indices(s, 8) for s in range(per_epoch, 2 * per_epoch)])
     assert sorted(epoch0) == sorted(epoch1) == list(range(dd.per_device))
     assert list(epoch0) != list(epoch1)  # reshuffled every epoch
     np.testing.assert_array_equal(_load().indices(7, 8), dd.indices(7, 8))
@@ -42,13 +42,13 @@ def test_each_epoch_visits_every_example_once_and_seed_fixes_the_order():
 
 def test_batch_spans_an_epoch_boundary():
     dd = _load(n=12)
-    idx = dd.indices(1, 8)[0]  # positions 8..15 of a 12-example epoch
+    idx = dd.indices(1, 8)  # positions 8..15 of a 12-example epoch
     assert len(idx) == 8 and len(set(idx[:4])) == 4 and len(set(idx[4:])) == 4
 
 
 def test_augmentation_crops_with_the_normalized_zero_and_keeps_labels():
     dd = _load()
-    share = jax.tree.map(lambda x: x[0], dd.arrays)
+    share = dd.arrays  # one device: its share is the whole array
     idx = np.arange(16, dtype=np.int32)
     fn = jax.jit(dd.augment_fn())
     out = fn(share, idx, jax.random.PRNGKey(0))

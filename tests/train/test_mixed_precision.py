@@ -10,6 +10,7 @@ from helpers import tiny_config, tiny_graph
 
 from nas.graph import Model
 from nas.train import TrainOptions, flops, optim, steps, train_and_eval
+from nas.train import mesh as mesh_lib
 from nas.train.config import base_config
 
 
@@ -30,9 +31,10 @@ def _step_and_state():
 
 def test_bf16_step_computes_in_bf16_and_keeps_state_f32():
     fn, state, batch = _step_and_state()
-    pm = jax.pmap(fn, axis_name=steps.AXIS, devices=jax.local_devices()[:1])
-    args = (steps.replicate(state, 1), steps.shard(batch, 1),
-            steps.replicate(np.asarray(jax.random.PRNGKey(0)), 1))
+    mesh = mesh_lib.build((1,))
+    pm = steps.train_program(fn, mesh)
+    args = (mesh_lib.put_replicated(state, mesh), mesh_lib.put_sharded(batch, mesh),
+            mesh_lib.put_replicated(np.asarray(jax.random.PRNGKey(0)), mesh))
     jaxpr = jax.make_jaxpr(pm)(*args)
     convs = [e for e in _eqns(jaxpr.jaxpr) if e.primitive.name == "conv_general_dilated"]
     assert convs and all(v.aval.dtype == jnp.bfloat16 for e in convs for v in e.invars[:1])

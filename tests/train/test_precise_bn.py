@@ -76,6 +76,7 @@ def test_the_eval_program_computes_the_statistics_precise_bn_averages():
     """The trainer's statistics come from its eval program (one compiled program fewer):
     each device's are those of the image batch in its share, as `statistics_fn` computes
     them; with the flag off it evaluates and hands back the running averages."""
+    from nas.train import mesh as mesh_lib
     from nas.train import steps
 
     ops = [new_op("bn", "BATCH_NORM", ["input"]), new_op("flat", "FLATTEN", ["bn"]),
@@ -87,19 +88,21 @@ def test_the_eval_program_computes_the_statistics_precise_bn_averages():
     variables = jax.tree.map(np.asarray, model.init(jax.random.PRNGKey(0), images[0]))
     (batch, shares), = precise_bn.eval_shaped(images, n, 6 * n)  # 6 rows a device: 2 unused
     assert shares == n and batch["image"].shape == (6 * n, 5, 5, 3)
-    evaluate = jax.pmap(steps.make_eval_step(model, 3, statistics_rows=4),
-                        axis_name=steps.AXIS)
-    variables_r = steps.replicate(variables, n)
-    out = evaluate(variables_r, steps.shard(batch, n), steps.replicate(np.asarray(True), n))
+    mesh = mesh_lib.build(devices=jax.local_devices())
+    evaluate = steps.eval_program(steps.make_eval_step(model, 3, statistics_rows=4), mesh)
+    variables_r = mesh_lib.put_replicated(variables, mesh)
+    out = mesh_lib.to_host(evaluate(variables_r, mesh_lib.put_sharded(batch, mesh),
+                                    mesh_lib.put_replicated(np.asarray(True), mesh)))
     for d in range(n):
         want = precise_bn.statistics_fn(model)(variables, [images[d]])
         for k in ("mean", "var"):
             np.testing.assert_allclose(out["batch_statistics"]["bn"][k][d], want["bn"][k],
                                        rtol=1e-6)
-    assert float(out["count"][0]) == 0.0  # nothing was evaluated
+    assert float(out["count"]) == 0.0  # nothing was evaluated
     labelled = dict(batch, mask=np.ones(6 * n, np.float32))
-    out = evaluate(variables_r, steps.shard(labelled, n), steps.replicate(np.asarray(False), n))
-    assert float(out["count"][0]) == 6 * n
+    out = mesh_lib.to_host(evaluate(variables_r, mesh_lib.put_sharded(labelled, mesh),
+                                    mesh_lib.put_replicated(np.asarray(False), mesh)))
+    assert float(out["count"]) == 6 * n
     np.testing.assert_array_equal(out["batch_statistics"]["bn"]["mean"][0],
                                   variables["batch_stats"]["bn"]["mean"])
 
