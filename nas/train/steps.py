@@ -155,8 +155,7 @@ def make_train_step(
 
         # Per-device gradients, then their mean (see the module docstring).
         local = jax.lax.pcast(state["params"], AXIS, to="varying")
-        (loss, (batch_stats, correct)), grads = jax.value_and_grad(loss_of, has_aux=True)(
-            local)
+        (loss, (batch_stats, correct)), grads = jax.value_and_grad(loss_of, has_aux=True)(local)
         grads = jax.lax.pmean(grads, AXIS)
         batch_stats = jax.lax.pmean(batch_stats, AXIS)
         updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
