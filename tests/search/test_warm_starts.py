@@ -7,6 +7,7 @@ parents, the enqueued architecture trained before any proposal, the warm-started
 starting at their source's accuracy).
 """
 
+import os
 import shutil
 
 import jax
@@ -146,14 +147,18 @@ def test_run_search_takes_a_list_of_seeds_into_the_config(tmp_path, monkeypatch)
 
 
 def test_the_command_line_takes_seed_graph_more_than_once(tmp_path):
-    from nas.search import cli
+    import subprocess
+    import sys
 
-    cli.FLAGS.unparse_flags()
-    cli.FLAGS(["nas-search", "--seed_graph=a.json", "--seed_graph=b.json"])
-    try:
-        assert cli._SEED_GRAPH.value == ["a.json", "b.json"]
-    finally:
-        cli.FLAGS.unparse_flags()
+    # in a process of its own: absl's flags are global, and nas-train defines --config too
+    code = ("from nas.search import cli; "
+            "cli.FLAGS(['nas-search', '--seed_graph=a.json', '--seed_graph=b.json']); "
+            "print(cli._SEED_GRAPH.value)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=os.path.dirname(os.path.dirname(os.path.dirname(
+                             os.path.abspath(__file__)))), timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "['a.json', 'b.json']"
 
 
 def test_the_command_line_seeds_and_start_from_mistakes_are_one_line(tmp_path):
