@@ -150,3 +150,59 @@ def test_the_same_seed_refuses_the_same_proposals_inline_and_with_workers(tmp_pa
     assert len(inline.candidates("done")) == 3
     assert _refused(workers) == _refused(inline)
     assert _choices(workers) == _choices(inline)
+
+
+@pytest.mark.slow  # three driver processes: an uninterrupted search, one killed, its resume
+def test_a_driver_killed_after_a_refusal_resumes_to_the_same_proposals_and_refusals(tmp_path):
+    """SIGKILL once a refusal is recorded, then the same command: the study ends with the
+    proposals, refusals and candidates of a search that was never interrupted."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    config = tmp_path / "refusing.py"  # the settings of the inline test above, as a file
+    config.write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {root!r})\n"
+        "from tests.search.conftest import tiny_search_config\n\n\n"
+        "def get_config():\n"
+        f"    c = tiny_search_config(max_candidates=4, seed_epochs=0.1, fit={FIT_REFUSES!r},\n"
+        "                           mutation={'net2net_p': 0.5, 'shrink_p': 0.5})\n"
+        "    c.train.total_epochs = 0.1\n"
+        "    return c\n")
+    flags = [f"--config={config}", "--noprogress"]
+
+    def driver(workdir):
+        return subprocess.Popen([sys.executable, "-m", "nas.search.cli", *flags,
+                                 f"--workdir={workdir}"], stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT)
+
+    def refusals(workdir):
+        try:
+            return Study.load(workdir).refusals()
+        except ValueError:  # not created yet
+            return []
+
+    whole, cut = str(tmp_path / "whole"), str(tmp_path / "cut")
+    first = driver(whole)
+    assert first.wait(timeout=900) == 0, first.stdout.read().decode()[-3000:]
+    assert refusals(whole)  # the settings refuse some proposals
+    killed = driver(cut)
+    deadline = time.monotonic() + 900  # a safety net only: the refusal is what is awaited
+    while not refusals(cut):
+        assert killed.poll() is None, killed.stdout.read().decode()[-3000:]
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    killed.send_signal(signal.SIGKILL)
+    killed.wait()
+    assert len(Study.load(cut).candidates("done")) < 4  # cut short: the resume has work
+    resumed = driver(cut)
+    assert resumed.wait(timeout=900) == 0, resumed.stdout.read().decode()[-3000:]
+    a, b = Study.load(whole), Study.load(cut)
+    assert _refused(b) == _refused(a)
+    assert [(c.id, c.parent_id, c.fingerprint, c.status) for c in b.candidates()] == [
+        (c.id, c.parent_id, c.fingerprint, c.status) for c in a.candidates()]
+    assert len(b.candidates("done")) == 4
