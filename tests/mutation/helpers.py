@@ -73,3 +73,17 @@ def check_valid(graph, constants, variables, x):
     out = logits(graph, constants, variables, x)
     assert out.shape == (x.shape[0], 10) and np.isfinite(out).all()
     return out
+
+
+def drawn_child(cand, move: str, input_shape):
+    """The child `propose_child` draws from an imported candidate with only `move` in the
+    mix, after checking that the same seed draws the same child again and that it records
+    the move's kind (none of these moves preserves the function)."""
+    from nas.mutation import propose_child
+
+    child, again = (propose_child(cand.graph, {}, cand.variables, seed=0,
+                                  config={"moves": {move: 1.0}, "input_shape": input_shape})
+                    for _ in range(2))
+    assert again.fingerprint == child.fingerprint
+    assert child.kind == move and not child.function_preserving
+    return child

@@ -11,7 +11,6 @@ import pytest
 
 import nas
 from nas.graph.ops import OpType
-from nas.mutation import propose_child
 from nas.mutation.net2net import NotApplicable
 from nas.mutation.separable import cost_ratio, rank_one_factors, separable, separable_convs
 from nas.mutation.stride import earlier_stride, stride_moves, strides_of
@@ -20,7 +19,7 @@ from nas.train.fit import fit_new_ops, resized_in_place
 from nas.train.fit_config import FitConfig
 from tests.interop import models
 from tests.mutation import user_models
-from tests.mutation.helpers import check_valid, logits
+from tests.mutation.helpers import check_valid, drawn_child, logits
 
 INPUT = (1, *models.SHAPE[1:])
 
@@ -139,13 +138,8 @@ def test_separable_skips_convs_where_it_would_not_pay(imported):
 @pytest.mark.parametrize("move", ["stride", "separable"])
 def test_the_fit_brings_the_child_near_its_parent(imported, move):
     cand = imported("residual")
-    child = propose_child(cand.graph, {}, cand.variables, seed=0,
-                          config={"moves": {move: 1.0}, "input_shape": INPUT})
-    assert child.kind == move and not child.function_preserving
+    child = drawn_child(cand, move, INPUT)
     assert child.fit_to and child.new <= set(child.variables["params"])
-    again = propose_child(cand.graph, {}, cand.variables, seed=0,
-                          config={"moves": {move: 1.0}, "input_shape": INPUT})
-    assert again.fingerprint == child.fingerprint
     theirs = {o.name for o in cand.graph.ops}
     pairs = resized_in_place(n for n in child.fit_to if n in theirs)  # as the driver asks
     images = [np.asarray(models.example(s)) for s in range(4)]
