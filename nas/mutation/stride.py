@@ -29,7 +29,7 @@ import numpy as np
 
 from nas.graph.ops import Graph, Op, OpType, canonical_name, new_graph
 from nas.mutation.move_errors import raised_as
-from nas.mutation.net2net import NotApplicable, consumers_of
+from nas.mutation.net2net import NotApplicable, consumers_of, copied
 from nas.mutation.prune import ELEMENTWISE, NORMS, POOLS
 from nas.properties.tensor_shapes import graph_shapes
 
@@ -162,8 +162,7 @@ def earlier_stride(graph: Graph, constants: Mapping[str, Any], variables: Mappin
     if after != before.shape(out):
         raise NotApplicable(f"stride: moving {late}'s stride to {early} changes its output "
                             f"from {before.shape(out)} to {after}")
-    values = {c: {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in e.items()}
-              for c, e in variables.items()}
+    values = {c: copied(e) for c, e in variables.items()}
     return child, dict(constants), values, sorted([early, late])
 
 
