@@ -3,7 +3,9 @@
 The finalists are the candidates the recommendation could choose: the `k` cheapest on the
 validation front (accuracy against the recommendation's cost) whose validation interval
 against the seed does not already rule them out at the margin (its upper end at or above
--margin), plus the most accurate candidate; the seed always runs. A child off the front
+-margin), plus the most accurate candidate where that is a child (where the seed is the
+most accurate, the search gives no reason to train a costlier child as a possible
+reference); the seed always runs. A child off the front
 is beaten on validation by one at most as costly, so it takes a finalist's place only
 where the front has fewer than `k`.
 The finals table then compares every finalist with the seed over all repeats and examples
@@ -53,8 +55,9 @@ def choose_finalists(candidates: Sequence[Candidate], pairs: Comparisons, k: int
     """The seed first, then the `k` cheapest children on the validation front not ruled
     out at the margin on validation (paired with the seed), then, if the front has fewer,
     the cheapest others not ruled out (each finalist adds degrees of freedom to the
-    finals' interval, and a cheap one costs little), then the most accurate child if not
-    among them; with `bounds` (`search.constraints`), children within them only."""
+    finals' interval, and a cheap one costs little), then the most accurate candidate if
+    it is a child not among them; with `bounds` (`search.constraints`), children within
+    them only."""
     seed = seed_of(candidates)
     if seed is None or k <= 0:
         return []
@@ -67,8 +70,14 @@ def choose_finalists(candidates: Sequence[Candidate], pairs: Comparisons, k: int
     front = on_front([seed, *done], cost)
     by_cost = sorted(alive, key=lambda c: (c.id not in front, cheapness(c, cost), c.id))
     chosen = by_cost[:k]
-    best = best_by_validation(done)
-    if best is not None and best.id not in {c.id for c in chosen}:
+    # The most accurate candidate matters as the finals' reference when it beats the seed;
+    # a child the seed beats (or ties at lower FLOPs) on validation is one the search gives
+    # no reason to think better, and one as costly as the seed doubles what the finals
+    # cost. A seed over the bounds cannot be recommended: then the most accurate child
+    # within them runs whatever the seed scored.
+    contenders = done if within is not None and seed.id not in within else [seed, *done]
+    best = best_by_validation(contenders)
+    if best is not None and best.id != seed.id and best.id not in {c.id for c in chosen}:
         chosen.append(best)
     return [seed, *chosen]
 
