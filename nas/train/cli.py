@@ -308,6 +308,24 @@ def format_settings(train: ml_collections.ConfigDict, source: str, overridden: l
     return "\n".join(lines)
 
 
+def join_processes() -> None:
+    """Join a run over several processes when the config's `distributed` section or the
+    NAS_* environment asks for one (`nas.train.distributed`), before reading a candidate's
+    weights or the data can touch a device. A --graph candidate's own settings hold no
+    process of their own: its `distributed` fields come from the command line."""
+    from nas.train import distributed
+
+    config = _CONFIG.value
+    if config is not None and "train" in config:
+        config, prefix = config.train, "train."
+    else:
+        prefix = ""
+    try:
+        distributed.initialize(config, prefix=prefix)
+    except RuntimeError as e:  # the coordinator not reached in time, say
+        raise UserError(_first_line(e)) from None
+
+
 def run() -> None:
     """The default action: train the config's model (or --graph) and print the table.
     Every check that needs no training runs before the first line is printed."""
@@ -315,6 +333,7 @@ def run() -> None:
     from nas.train.options import TrainOptions
     from nas.train.train import train_and_eval
 
+    join_processes()
     graph = constants = init = exported = None
     if _GRAPH.value:
         graph, constants, init, exported = read_graph_file(_GRAPH.value)

@@ -18,6 +18,7 @@ import optax
 
 from nas import schema
 from nas.train import custom
+from nas.train import distributed as distributed_lib
 from nas.train import mesh as mesh_lib
 
 TRAINERS = ("standard", "reversible", "auto")
@@ -99,6 +100,17 @@ def base_config() -> ml_collections.ConfigDict:
     # The data-parallel mesh (nas.train.mesh): (data,), the devices the batch is split
     # over; -1: every device of every process (jax.distributed), else the first `data`.
     c.mesh_shape = (-1,)
+    # One run over several processes (hosts), nas.train.distributed: `nas-train` joins it
+    # with jax.distributed before touching a device. Each field left at its default is
+    # read from $NAS_<FIELD> (e.g. NAS_PROCESS_ID); nothing set: one process, as always.
+    c.distributed = ml_collections.ConfigDict()
+    c.distributed.coordinator_address = ""  # "HOST:PORT" of process 0; "": off
+    c.distributed.num_processes = 0  # every process of the run (0: unset)
+    c.distributed.process_id = -1  # this process, 0 .. num_processes - 1 (-1: unset)
+    c.distributed.local_device_ids = ""  # "0,1": this process's devices ("": all of them)
+    # "auto": jax finds the peers itself (SLURM, Open MPI, Cloud TPU, Kubernetes), or one
+    # of its methods ("slurm", "ompi", "mpi4py", "gcetpu", "gketpu"); "": off
+    c.distributed.cluster_detection = ""
     # JAX's persistent compilation cache, shared by every worker of a search: "" means
     # $NAS_COMPILATION_CACHE or ~/.cache/nas/jax_compilation_cache; "none" turns it off.
     c.compilation_cache_dir = ""
@@ -185,6 +197,7 @@ RULES: dict[str, schema.Field] = {
     "compute_dtype": schema.one_of("float32", "bfloat16"),
     "mesh_shape": schema.Field(list, check=mesh_lib.valid_shape,
                                expected="of one entry (data,): -1 (every device) or >= 1"),
+    **{f"distributed.{k}": v for k, v in distributed_lib.FIELDS.items()},
 }
 
 

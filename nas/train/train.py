@@ -37,7 +37,7 @@ from absl import logging
 from tqdm import tqdm
 
 from nas.io import examples
-from nas.train import compilation, custom, devdata, memory, perf, trainers
+from nas.train import compilation, custom, devdata, distributed, memory, perf, trainers
 from nas.train import config as config_lib
 from nas.train import data as data_lib
 from nas.train import mesh as mesh_lib
@@ -526,6 +526,7 @@ def train_and_eval(
     if "train" in config:  # a search config: its `train` part trains one candidate
         config = config.train
     config = config_lib.with_defaults(config)
+    distributed.check_joined(config)
     trainers.compute_dtype(config)  # a bad value fails before any data is read
     config = data_lib.with_num_classes(config)  # 0: the data's; disagreeing: one line
     options = dataclasses.replace(
