@@ -319,6 +319,34 @@ def _dashboard(workdir: str) -> None:
         os._exit(INTERRUPTED)
 
 
+SEVERAL_PROCESSES = (
+    "a search over several processes is not supported yet (train.distributed or the NAS_* "
+    "environment asks for jax.distributed): run nas-search in one process "
+    "(search.executor=ray spreads its candidates over nodes); to train one candidate over "
+    "several hosts, export it (nas-search export --id=N --out=CANDIDATE.zip) and run "
+    "nas-train --graph=CANDIDATE.zip --workdir=SHARED_DIR in every process, with "
+    "NAS_COORDINATOR_ADDRESS, NAS_NUM_PROCESSES and NAS_PROCESS_ID set (docs/cluster.md)")
+
+
+def join_processes(config: Any) -> None:
+    """`jax.distributed` as the search config's `train.distributed` and the NAS_*
+    environment ask (`nas.train.distributed`): nothing when they ask for nothing, one
+    process as asked; more processes are refused in every one of them (SEVERAL_PROCESSES),
+    before any joins. The driver hands its candidates to workers of its own and to Ray,
+    none of which would follow it into a program spanning hosts; and a process that
+    joined and left would have the others wait for it until jax's timeouts end them."""
+    from nas.train import distributed
+
+    train = config.train if config is not None and "train" in config else None
+    asked = distributed.settings(distributed.section_of(train), prefix="train.")
+    if asked.enabled and asked.num_processes != 1:
+        fail(SEVERAL_PROCESSES)
+    try:
+        distributed.initialize(train, prefix="train.")
+    except RuntimeError as e:
+        raise ValueError(first_line(e)) from None
+
+
 def naming_flag(e: ValueError, flag: str) -> ValueError:
     """The study's "candidate_id: no candidate N" as the flag that gave N."""
     text = first_line(e)
@@ -348,6 +376,8 @@ def _main(argv: Sequence[str]) -> None:
         fail("--workdir is required")
     interrupts = _count_interrupts()
     try:
+        if command in ("search", "worker"):  # the commands that train
+            join_processes(_CONFIG.value if command == "search" else None)
         actions[command](_WORKDIR.value)
         if interrupts:  # raised where something swallowed it: the work went on, say so
             raise KeyboardInterrupt
