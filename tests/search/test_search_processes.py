@@ -28,3 +28,16 @@ def test_a_search_over_several_processes_is_refused_in_one_line(tmp_path, env, a
                                "supported yet"), lines
     assert "nas-train --graph=CANDIDATE.zip" in lines[0], lines
     assert not (tmp_path / "study").exists()
+
+
+def test_a_search_config_that_asks_for_several_processes_is_refused_from_python():
+    import runpy
+
+    from nas.search.strategy.settings import validate_search
+
+    config = runpy.run_path(SEARCH_CONFIG)["get_config"]()
+    config.train.distributed.update(coordinator_address="127.0.0.1:1234", num_processes=2,
+                                    process_id=0)
+    with pytest.raises(ValueError, match=r"^config field 'train\.distributed': a search over "
+                                         r"several processes is not supported yet"):
+        validate_search(config)

@@ -260,6 +260,7 @@ def validate_search(config: Any) -> ml_collections.ConfigDict:
         check_tensorboard()
     RayConfig.from_dict(search.ray)
     train = _prefixed("train.", train_config.with_defaults, config.train)
+    check_one_process(train)
     splits.check(train, search)
     fidelity = _prefixed("search.fidelity.", FidelityConfig.from_dict, dict(search.fidelity))
     _prefixed("search.fidelity.", fidelity.schedule, float(train.total_epochs))
@@ -273,6 +274,18 @@ def validate_search(config: Any) -> ml_collections.ConfigDict:
 
 
 TENSORBOARD_PACKAGE = "tensorboardX"
+
+
+def check_one_process(train: ml_collections.ConfigDict) -> None:
+    """A search runs in one process: its candidates train in workers of their own, none of
+    which would follow the driver into a program over several hosts."""
+    from nas.train import distributed
+
+    asked = distributed.settings(train.distributed, environ={}, prefix="train.")
+    if asked.enabled and asked.num_processes != 1:
+        raise ValueError("config field 'train.distributed': a search over several processes "
+                         "is not supported yet; train one candidate over hosts with "
+                         "nas-train --graph=CANDIDATE.zip (docs/cluster.md)")
 
 
 def check_tensorboard() -> None:
