@@ -95,6 +95,13 @@ def base_config() -> ml_collections.ConfigDict:
     c.ckpt_steps = 500  # 0 disables periodic checkpoints (a final one is still written)
     c.keep_ckpts = 2
 
+    _add_device_fields(c)
+    return c
+
+
+def _add_device_fields(c: ml_collections.ConfigDict) -> None:
+    """The fields of what a run computes on: the trainer, the dtype, the devices and
+    processes, the compilation cache and the memory budget."""
     c.trainer = "standard"
     c.compute_dtype = "float32"  # or "bfloat16": activations/matmuls; params, loss stay f32
     # The data-parallel mesh (nas.train.mesh): (data,), the devices the batch is split
@@ -115,7 +122,6 @@ def base_config() -> ml_collections.ConfigDict:
     # $NAS_COMPILATION_CACHE or ~/.cache/nas/jax_compilation_cache; "none" turns it off.
     c.compilation_cache_dir = ""
     c.device_memory_budget = 0  # bytes; 0 means "the device's own limit"
-    return c
 
 
 def image_shape(config: Any) -> tuple[int, int, int]:
