@@ -22,6 +22,11 @@ was measured on, its 95 % Wilson interval and the number of examples n: the conf
 `holdout`, and then also on its test split, `eval.test_split`), the loss there, and the
 cost (parameters, FLOPs, images/sec/core).
 
+Over several hosts, one candidate as one program: run the same command in every process
+with NAS_COORDINATOR_ADDRESS=HOST0:PORT, NAS_NUM_PROCESSES=N and NAS_PROCESS_ID=I (or
+--config.distributed.F=V) and a workdir on a shared filesystem; only process 0 writes
+there (docs/cluster.md).
+
 Training knows nothing of searches: study workers are `nas-search worker`. A bad config,
 graph or file prints one line (`nas-train: error: ...`) and exits 1; Ctrl-C exits 130.
 """
