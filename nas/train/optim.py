@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, NamedTuple
 
 import jax
 import jax.extend
@@ -83,13 +83,31 @@ def shortening_note(sched: Mapping[str, Any], total_steps: int,
             f"the run")
 
 
+class RunSchedule:
+    """A multiplier of `lr` per step (`make_schedule`), callable as `schedule(step)`.
+
+    Why the lengths are data: the run's step counts (its length, warmup, cooldown, a stair's
+    boundaries) are an array the optimizer state carries (`scale_by_run_schedule`), not
+    constants of the compiled step. Runs of one architecture with other step counts (the
+    search's training, each finals fold, the retrain taken home) then compile one program,
+    and the persistent compilation cache serves it to all of them."""
+
+    def __init__(self, multiplier: Callable[[jax.Array, jax.Array], jax.Array],
+                 lengths: np.ndarray) -> None:
+        self.multiplier = multiplier  # (step, lengths) -> multiplier, traceable
+        self.lengths = lengths  # int32: total, warmup, cooldown, span, stair boundaries
+
+    def __call__(self, step: Any) -> jax.Array:
+        return self.multiplier(step, jnp.asarray(self.lengths))
+
+
 def make_schedule(
     sched: Mapping[str, Any],
     *,
     total_steps: int,
     steps_per_epoch: float = 1.0,
     global_batch_size: int | None = None,
-) -> Schedule:
+) -> RunSchedule:
     """A multiplier of `lr` per step: linear warmup, then decay, then linear cooldown.
 
     decay_type: cosine (to `min_value` at the end), linear (to `linear_end`), rsqrt
@@ -98,15 +116,27 @@ def make_schedule(
     """
     kw = dict(sched)
     decay = kw.pop("decay_type", "cosine")
+    if decay not in DECAYS:
+        raise ValueError(f"schedule: unknown decay_type {decay!r}")
     warmup, cooldown = fitted_ramps(kw, total_steps, steps_per_epoch)
     base = float(kw.get("base", 1.0))
     if kw.get("scale_with_batchsize") and global_batch_size:
         base *= global_batch_size / 256.0
     span = max(1, total_steps - warmup)
+    # Boundaries become integer steps here, in Python: comparing f32 fractions put the 0.8
+    # boundary of 100 steps at step 81 on a GPU.
+    bounds = [warmup + int(round(b * span)) for b in kw.get("boundaries", ())] \
+        if decay == "stair" else []
+    mults = (1.0, *kw.get("mults", ())) if decay == "stair" else (1.0,)
+    if decay == "stair" and len(mults) != len(bounds) + 1:
+        raise ValueError("schedule: stair needs len(mults) == len(boundaries)")
+    lengths = np.asarray([total_steps, warmup, cooldown, span, *bounds], np.int32)
+    ramped_up, ramped_down = bool(warmup), bool(cooldown)
 
-    def fn(step):
+    def multiplier(step, lengths):
         step = jnp.asarray(step, jnp.float32)
-        t = jnp.clip((step - warmup) / span, 0.0, 1.0)
+        total, up, down, span_ = (lengths[i].astype(jnp.float32) for i in range(4))
+        t = jnp.clip((step - up) / span_, 0.0, 1.0)
         if decay == "cosine":
             lo = kw.get("min_value", 0.0)
             mult = lo + (1.0 - lo) * 0.5 * (1.0 + jnp.cos(jnp.pi * t))
@@ -115,31 +145,54 @@ def make_schedule(
             mult = 1.0 + (end - 1.0) * t
         elif decay == "rsqrt":
             timescale = kw.get("timescale", 10_000)
-            mult = 1.0 / jnp.sqrt(1.0 + jnp.maximum(step - warmup, 0.0) / timescale)
+            mult = 1.0 / jnp.sqrt(1.0 + jnp.maximum(step - up, 0.0) / timescale)
         elif decay == "stair":
-            # Boundaries become integer steps here, in Python: comparing f32 fractions put
-            # the 0.8 boundary of 100 steps at step 81 on a GPU.
-            bounds = jnp.asarray([warmup + int(round(b * span))
-                                  for b in kw.get("boundaries", ())], jnp.int32)
-            mults = jnp.asarray((1.0, *kw.get("mults", ())), jnp.float32)
-            if len(mults) != len(bounds) + 1:
-                raise ValueError("schedule: stair needs len(mults) == len(boundaries)")
             istep = jnp.floor(step).astype(jnp.int32)
-            mult = (mults[jnp.sum(istep >= bounds).astype(jnp.int32)] if len(bounds)
-                    else mults[0])
+            table = jnp.asarray(mults, jnp.float32)
+            mult = (table[jnp.sum(istep >= lengths[4:]).astype(jnp.int32)] if bounds
+                    else table[0])
         elif decay == "exponential":
             mult = jnp.exp(t * math.log(kw.get("end_ratio", 0.012)))
-        elif decay == "constant":
+        else:  # constant
             mult = jnp.ones_like(step)
-        else:
-            raise ValueError(f"schedule: unknown decay_type {decay!r}")
-        if warmup:
-            mult = mult * jnp.minimum(1.0, (step + 1.0) / warmup)
-        if cooldown:
-            mult = mult * jnp.minimum(1.0, (total_steps - step) / cooldown)
+        # a ramp of 0 steps is no ramp (and no division by 0): whether there is one is
+        # part of the program, its length is not
+        if ramped_up:
+            mult = mult * jnp.minimum(1.0, (step + 1.0) / up)
+        if ramped_down:
+            mult = mult * jnp.minimum(1.0, (total - step) / down)
         return base * mult
 
-    return fn
+    return RunSchedule(multiplier, lengths)
+
+
+DECAYS = ("cosine", "linear", "rsqrt", "stair", "exponential", "constant")
+
+
+class RunScheduleState(NamedTuple):
+    """`scale_by_run_schedule`'s state: the updates applied so far and the run's step
+    counts (`RunSchedule.lengths`)."""
+
+    count: jax.Array
+    lengths: jax.Array
+
+
+def scale_by_run_schedule(schedule: RunSchedule) -> optax.GradientTransformation:
+    """optax's `scale_by_schedule`, with the run's step counts in the state (see
+    `RunSchedule`)."""
+
+    def init(params: Any) -> RunScheduleState:
+        del params
+        return RunScheduleState(jnp.zeros([], jnp.int32), jnp.asarray(schedule.lengths))
+
+    def update(updates: Any, state: RunScheduleState, params: Any = None) -> tuple[Any, Any]:
+        del params
+        mult = schedule.multiplier(state.count, state.lengths)
+        updates = jax.tree.map(lambda g: jnp.asarray(mult, g.dtype) * g, updates)
+        return updates, RunScheduleState(optax.safe_int32_increment(state.count),
+                                         state.lengths)
+
+    return optax.GradientTransformation(init, update)
 
 
 def param_labels(
@@ -202,7 +255,7 @@ def make(
             named(**optax_kw),
             optax.scale(config.lr),
             optax.add_decayed_weights(config.wd, mask=wd_mask) if config.wd else optax.identity(),
-            optax.scale_by_schedule(fn),
+            scale_by_run_schedule(fn),
             optax.scale(-1.0),
         )
     used = set(jax.tree.leaves(labels))
@@ -242,16 +295,20 @@ def init_state(tx: optax.GradientTransformation, params: Any) -> Any:
     its jaxpr is evaluated here with numpy. An init that computes anything else runs
     eagerly on the host (`on_host`)."""
     closed, shapes = jax.make_jaxpr(tx.init, return_shape=True)(params)
-    values = _fills(closed.jaxpr, jax.tree.leaves(params))
+    values = _fills(closed.jaxpr, jax.tree.leaves(params), closed.consts)
     if values is None:
         return jax.tree.map(np.asarray, on_host(tx.init, params))
     return jax.tree.unflatten(jax.tree.structure(shapes), values)
 
 
-def _fills(jaxpr: Any, inputs: list[Any]) -> list[np.ndarray] | None:
-    """The outputs of `jaxpr` when it only broadcasts, converts or copies constants and its
-    inputs; None when it does anything else."""
+def _fills(jaxpr: Any, inputs: list[Any], consts: Sequence[Any] = ()
+           ) -> list[np.ndarray] | None:
+    """The outputs of `jaxpr` when it only broadcasts, converts or copies constants (its
+    literals and `consts`, such as a schedule's lengths) and its inputs; None when it does
+    anything else."""
     env: dict[Any, np.ndarray] = {}
+    for var, value in zip(jaxpr.constvars, consts, strict=True):
+        env[var] = np.asarray(value)
 
     def read(var: Any) -> np.ndarray:
         return np.asarray(var.val) if isinstance(var, jax.extend.core.Literal) else env[var]
@@ -277,10 +334,9 @@ def learning_rate(sched_fns: list[Callable[[Any], Any]], step: int) -> float:
 
 def step_count(opt_state: Any) -> int:
     """The number of updates applied so far, read from the first schedule's state."""
-    for node in jax.tree.leaves(
-        opt_state, is_leaf=lambda x: isinstance(x, optax.ScaleByScheduleState)
-    ):
-        if isinstance(node, optax.ScaleByScheduleState):
+    states = (RunScheduleState, optax.ScaleByScheduleState)
+    for node in jax.tree.leaves(opt_state, is_leaf=lambda x: isinstance(x, states)):
+        if isinstance(node, states):
             return int(jnp.asarray(node.count).reshape(-1)[0])
     return 0
 

@@ -133,3 +133,40 @@ def test_ema_warmup_and_decay():
     # step 1000 after warmup: min(0.9, ~1) = 0.9
     np.testing.assert_allclose(optim.ema_update(old, new, 1000, 0.9, 5)["w"], 0.1, rtol=1e-6)
     assert isinstance(optax.tree.norm(new), jax.Array)
+
+
+@pytest.mark.parametrize("sched", [
+    {"decay_type": "cosine", "warmup_steps": 10, "cooldown_steps": 5},
+    {"decay_type": "stair", "boundaries": [0.5, 0.8], "mults": [0.1, 0.01]},
+])
+def test_runs_of_other_lengths_compile_one_update(sched):
+    """A run's step counts are data of the optimizer state, not constants of the compiled
+    update: the search's training, each finals fold and the retrain taken home (other step
+    counts, the same architecture) lower to the same program, which the persistent
+    compilation cache then serves to all of them."""
+    config = base_config()
+    config.schedule = sched
+    params = _params()
+    texts, updates = [], []
+    for total in (100, 134):
+        tx, fns = optim.make(config, params, dict(total_steps=total, steps_per_epoch=10.0))
+        state = tx.init(params)
+        texts.append(jax.jit(tx.update).lower(params, state, params).as_text())
+        updates.append(jax.jit(tx.update)(params, state, params)[0])
+        # the learning rate the run logs and the update's own agree
+        assert float(fns[0](0)) == pytest.approx(
+            float(optim.make_schedule(sched, total_steps=total, steps_per_epoch=10.0)(0)))
+    assert texts[0] == texts[1]
+    assert optim.step_count(tx.update(params, state, params)[1]) == 1
+    # at step 0 both runs' multipliers are the warmup's (or the stair's) first
+    np.testing.assert_allclose(updates[0]["a"]["kernel"], updates[1]["a"]["kernel"])
+
+
+def test_a_schedules_lengths_move_with_the_run():
+    short = optim.make_schedule({"decay_type": "stair", "boundaries": [0.5], "mults": [0.1]},
+                                total_steps=100)
+    long = optim.make_schedule({"decay_type": "stair", "boundaries": [0.5], "mults": [0.1]},
+                               total_steps=200)
+    assert float(short(60)) == pytest.approx(0.1) and float(long(60)) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="unknown decay_type 'cosin'"):
+        optim.make_schedule({"decay_type": "cosin"}, total_steps=10)
