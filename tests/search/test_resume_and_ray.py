@@ -1,17 +1,21 @@
 """A real driver process killed with SIGKILL resumes losing and duplicating nothing; the Ray
-executor runs candidates on a local Ray cluster."""
+executor runs candidates on a local Ray cluster, and refuses children as an inline search
+does."""
 
 import itertools
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
 
 from nas.search.execution.driver import Driver
 from nas.search.store.study import Study
+from tests.search.test_refusals import FIT_REFUSES, _choices, _refused
 
 SEARCH_CONFIG = os.path.join(os.path.dirname(__file__), "..", "..", "configs",
                              "digits_cnn_search.py")
@@ -122,39 +126,73 @@ def test_sigkill_while_the_pipeline_prepares_a_child_then_resume(tmp_path):
     assert [study.get(cid).attempts for cid in interrupted] == [2, 2]
 
 
+@pytest.fixture
+def local_ray(monkeypatch):
+    """Ray's temp folder for the local Ray an executor starts in this process, as for a user
+    (and without JAX's fork warning), with no address of this user's to join; Ray is shut
+    down and the folder removed after the test."""
+    ray = pytest.importorskip("ray")
+    temp = tempfile.mkdtemp(prefix="nasst", dir="/tmp")  # short: Ray's socket paths
+    monkeypatch.setenv("RAY_TMPDIR", temp)
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    try:
+        yield temp
+    finally:
+        ray.shutdown()
+        shutil.rmtree(temp, ignore_errors=True)
+
+
 @pytest.mark.slow  # a local Ray and a 3-candidate search
-def test_ray_executor_runs_candidates_pipelined(tmp_path, search_config, monkeypatch):
+def test_ray_executor_runs_candidates_pipelined(tmp_path, search_config, local_ray):
     """Two tasks per slot: while one trains the next child is prepared in another task, and
     the two take turns on the device (their steps and evaluations never overlap). Ray's
     session file names a cluster that ended without `ray stop` (nothing answers there): the
     search starts its own local Ray instead of joining it."""
-    ray = pytest.importorskip("ray")
-    import shutil
     import socket
-    import tempfile
 
-    temp = tempfile.mkdtemp(prefix="nasst", dir="/tmp")  # short: Ray's socket paths
-    os.makedirs(os.path.join(temp, "ray"))
+    os.makedirs(os.path.join(local_ray, "ray"))
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         dead = s.getsockname()[1]
-    with open(os.path.join(temp, "ray", "ray_current_cluster"), "w") as f:
+    with open(os.path.join(local_ray, "ray", "ray_current_cluster"), "w") as f:
         f.write(f"127.0.0.1:{dead}")
-    monkeypatch.setenv("RAY_TMPDIR", temp)
-    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
-    monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    try:  # the executor starts a local Ray, as for a user (and without JAX's fork warning)
-        config = search_config(executor="ray", max_candidates=3, pipeline_depth=2,
-                               prepare_ahead=1)
-        study = Driver(config, str(tmp_path / "ray")).run(progress=False)
-    finally:
-        ray.shutdown()
-        shutil.rmtree(temp, ignore_errors=True)
+    config = search_config(executor="ray", max_candidates=3, pipeline_depth=2,
+                           prepare_ahead=1)
+    study = Driver(config, str(tmp_path / "ray")).run(progress=False)
     done = study.candidates("done")
     assert len(done) == 3, [c.error for c in study.candidates()]
     assert done[1].parent_id == done[0].id
     assert all(c.worker.startswith("driver") for c in done)
     assert_turns_never_overlap(done)
+
+
+@pytest.mark.slow  # a local Ray and two 3-candidate searches, one of them inline
+def test_a_child_refused_in_a_ray_task_gives_its_slot_away_as_inline(tmp_path, search_config,
+                                                                      local_ray):
+    """Children that cannot fit their parent are refused in their Ray task: each refusal is
+    recorded with its kind and cause, takes no candidate's slot, and the search proposes,
+    refuses and trains what the same search does inline."""
+    runs = {}
+    for executor in ("ray", "inline"):
+        config = search_config(max_candidates=3, seed_epochs=0.1, fit=FIT_REFUSES,
+                               mutation={"net2net_p": 0.5, "shrink_p": 0.5},
+                               executor=executor, propose_ahead=0, prepare_ahead=0)
+        config.train.total_epochs = 0.1
+        runs[executor] = Driver(config, str(tmp_path / executor)).run(progress=False)
+    ray, inline = runs["ray"], runs["inline"]
+    done = ray.candidates("done")
+    assert len(done) == len(ray.candidates()) == 3, [c.error for c in ray.candidates()]
+    assert all(c.metrics.get("ray_train_s", 0) > 0 for c in done)  # each trained as a task
+    refused = ray.refusals("start")
+    assert refused  # the settings refuse some children, in their task
+    for r in refused:
+        assert r.kind in ("subgraph", "shrink") and r.cause.startswith("PoorFitError: ")
+        assert "search.fit.max_error=1e-09" in r.cause
+        assert r.candidate_id is not None and r.replaced_by is not None
+        assert not ray.has_candidate(r.candidate_id)
+    assert _refused(ray) == _refused(inline)
+    assert _choices(ray) == _choices(inline)
 
 
 @pytest.mark.slow
