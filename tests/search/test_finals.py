@@ -345,17 +345,21 @@ def test_finalists_are_the_cheapest_on_the_validation_front(tmp_path):
     assert on_front(done, "flops") == {2, 4, 5}  # the seed is beaten by 2
 
 
-def test_a_child_the_seed_beats_on_validation_is_no_extra_finalist(tmp_path):
-    """The most accurate child runs as a possible reference only when it beats the seed on
-    validation: below it, it is a finalist only as one of the k cheapest. A seed over the
-    bounds cannot be recommended, so there the most accurate child within them runs."""
+def test_a_child_as_costly_as_the_seed_and_less_accurate_is_no_extra_finalist(tmp_path):
+    """The extra finalist is the most accurate child that could be recommended over the
+    seed: cheaper than it, or more accurate on validation."""
     study = _front_study(tmp_path / "s")
-    done = [c if c.id != 5 else dataclasses.replace(c, accuracy=0.89)
-            for c in study.candidates("done", with_graphs=False)]
     pairs = Comparisons.of(study)
-    assert [c.id for c in choose_finalists(done, pairs, 2, 5.0, "flops")] == [1, 4, 2]
-    within = choose_finalists(done, pairs, 1, 5.0, "flops", {"flops": 99.0})
-    assert [c.id for c in within] == [1, 4, 2]  # 4 the cheapest, 2 the most accurate within
+
+    def finalists(accuracy, k=2):
+        done = [c if c.id != 5 else dataclasses.replace(c, accuracy=accuracy)
+                for c in study.candidates("done", with_graphs=False)]
+        return [c.id for c in choose_finalists(done, pairs, k, 5.0, "flops")]
+
+    assert finalists(0.89) == [1, 4, 2]  # 5 (120 FLOPs) now below the seed's 0.90
+    assert finalists(0.95) == [1, 4, 2, 5]  # above it: a possible reference
+    # k=1: the front's cheapest (4), then the most accurate child cheaper than the seed (2)
+    assert finalists(0.89, k=1) == [1, 4, 2]
 
 
 def test_a_second_call_trains_nothing(finished):

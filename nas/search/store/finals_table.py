@@ -3,9 +3,8 @@
 The finalists are the candidates the recommendation could choose: the `k` cheapest on the
 validation front (accuracy against the recommendation's cost) whose validation interval
 against the seed does not already rule them out at the margin (its upper end at or above
--margin), plus the most accurate candidate where that is a child (where the seed is the
-most accurate, the search gives no reason to train a costlier child as a possible
-reference); the seed always runs. A child off the front
+-margin), plus the most accurate child that could be recommended over the seed (cheaper
+than it, or more accurate on validation); the seed always runs. A child off the front
 is beaten on validation by one at most as costly, so it takes a finalist's place only
 where the front has fewer than `k`.
 The finals table then compares every finalist with the seed over all repeats and examples
@@ -55,9 +54,9 @@ def choose_finalists(candidates: Sequence[Candidate], pairs: Comparisons, k: int
     """The seed first, then the `k` cheapest children on the validation front not ruled
     out at the margin on validation (paired with the seed), then, if the front has fewer,
     the cheapest others not ruled out (each finalist adds degrees of freedom to the
-    finals' interval, and a cheap one costs little), then the most accurate candidate if
-    it is a child not among them; with `bounds` (`search.constraints`), children within
-    them only."""
+    finals' interval, and a cheap one costs little), then the most accurate child cheaper
+    than the seed or more accurate than it, if not among them; with `bounds`
+    (`search.constraints`), children within them only."""
     seed = seed_of(candidates)
     if seed is None or k <= 0:
         return []
@@ -70,14 +69,19 @@ def choose_finalists(candidates: Sequence[Candidate], pairs: Comparisons, k: int
     front = on_front([seed, *done], cost)
     by_cost = sorted(alive, key=lambda c: (c.id not in front, cheapness(c, cost), c.id))
     chosen = by_cost[:k]
-    # The most accurate candidate matters as the finals' reference when it beats the seed;
-    # a child the seed beats (or ties at lower FLOPs) on validation is one the search gives
-    # no reason to think better, and one as costly as the seed doubles what the finals
-    # cost. A seed over the bounds cannot be recommended: then the most accurate child
-    # within them runs whatever the seed scored.
-    contenders = done if within is not None and seed.id not in within else [seed, *done]
+    # The most accurate child that could be recommended over the seed: one cheaper than
+    # it (non-inferior would do), or one more accurate than it on validation (a possible
+    # reference). A child as costly as the seed and less accurate could win only as a
+    # reference the search's own evidence speaks against, and it would be what the finals
+    # spend most on. A seed over the bounds cannot be recommended: then the most accurate
+    # child within them runs.
+    if within is not None and seed.id not in within:
+        contenders = done
+    else:
+        contenders = [c for c in done if cheapness(c, cost) < cheapness(seed, cost)
+                      or seed.accuracy is None or c.accuracy > seed.accuracy]
     best = best_by_validation(contenders)
-    if best is not None and best.id != seed.id and best.id not in {c.id for c in chosen}:
+    if best is not None and best.id not in {c.id for c in chosen}:
         chosen.append(best)
     return [seed, *chosen]
 
