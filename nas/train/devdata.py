@@ -125,9 +125,15 @@ class DeviceData:
 
 
 def load(source: Any, name: str, image_size: int, seed: int,
-         devices: mesh_lib.Mesh | Sequence[jax.Device], channels: int = 3) -> DeviceData:
+         devices: mesh_lib.Mesh | Sequence[jax.Device], channels: int = 3,
+         rows: int = 0) -> DeviceData:
     """Preprocess every example once (eval mode) and put an equal share on each of this
-    process's devices of the mesh `devices` (or of a mesh over a list of devices)."""
+    process's devices of the mesh `devices` (or of a mesh over a list of devices).
+
+    `rows`: room for this many examples in all (at least the source's), the rest zeros that
+    no step draws. Why: the arrays' shapes are the compiled train step's, so runs on parts
+    of one split (the search's training part, each finals fold, the retrain) given room for
+    the whole split compile one step between them."""
     mesh = devices if isinstance(devices, mesh_lib.Mesh) else mesh_lib.build(
         devices=list(devices))
     pad, flip, fill = _AUGMENT[base_name(name)]
@@ -147,5 +153,17 @@ def load(source: Any, name: str, image_size: int, seed: int,
     arrays = {"image": images, "label": labels}
     for key in extras_lib.keys_of(examples[0]):  # each follows its example
         arrays[key] = np.stack([ex[key] for ex in examples])[order]
+    room = max(per_device, -(-int(rows) // n))
+    if room > per_device:  # each device's share first, then its zeros
+        arrays = {k: _with_room(v, n, per_device, room) for k, v in arrays.items()}
     return DeviceData(mesh_lib.put_sharded(arrays, mesh), per_device, seed, pad, flip,
                       np.broadcast_to(fill, (3,)), n)
+
+
+def _with_room(values: np.ndarray, devices: int, per_device: int, room: int) -> np.ndarray:
+    """`values` (devices * per_device rows, device d's share in a row block of its own)
+    with `room` rows per device: each share followed by zero rows."""
+    shares = values.reshape(devices, per_device, *values.shape[1:])
+    out = np.zeros((devices, room, *values.shape[1:]), values.dtype)
+    out[:, :per_device] = shares
+    return out.reshape(devices * room, *values.shape[1:])

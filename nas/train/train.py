@@ -118,8 +118,8 @@ def setup_data(config: ml_collections.ConfigDict, on_device_ok: bool,
     # With several processes each host's share may differ by an example, and the shares
     # of one global array may not: those runs read through grain.
     use_device = (on_device_ok and limit > 0 and pc == 1 and devdata.supported(inp.data.name)
-                  and devdata.nbytes(source, inp.data.name, inp.image_size,
-                                     inp.channels) <= limit)
+                  and (size := devdata.nbytes(source, inp.data.name, inp.image_size,
+                                              inp.channels)) <= limit)
     if use_device:
         if len(source) < local_batch:
             raise ValueError(f"config field 'input.batch_size': {local_batch} per host "
@@ -130,9 +130,14 @@ def setup_data(config: ml_collections.ConfigDict, on_device_ok: bool,
                inp.image_size, inp.channels, config.seed, pi, pc,
                tuple(d.id for d in local_devices), bool(inp.augment))
 
+        # Room for the whole split where it fits: the search's training part of it, each
+        # finals fold and the retrain taken home then compile one train step between them.
+        whole = len(data_lib.open_source(inp.data.name, inp.data.split, data_dir))
+        fits = size * whole <= limit * len(source)
+
         def load() -> devdata.DeviceData:
             dd = devdata.load(source, inp.data.name, inp.image_size, config.seed, mesh,
-                              inp.channels)
+                              inp.channels, rows=whole if fits else 0)
             if not inp.augment:
                 dd.pad, dd.flip = 0, False
             return dd

@@ -87,3 +87,35 @@ def test_digits_train_on_device_like_on_grain(data_dir):
                                        options=TrainOptions(graph=graph, constants=constants))
         accs[name] = metrics.acc
     assert accs["device"] > 0.6 and abs(accs["device"] - accs["grain"]) < 0.1, accs
+
+
+def test_room_for_a_whole_split_changes_no_batch():
+    """Zero rows after each device's share change the arrays' shapes only: the same
+    positions are drawn, and they gather the same examples."""
+    plain = _load(n=40)
+    roomy = devdata.load(_Indexed(40), "digits", SIZE, 0, jax.local_devices()[:1], rows=64)
+    assert roomy.arrays["image"].shape[0] == 64 and roomy.per_device == plain.per_device
+    key = jax.random.PRNGKey(3)
+    for step in (0, 4, 9):
+        idx = plain.indices(step, 8)
+        np.testing.assert_array_equal(roomy.indices(step, 8), idx)
+        a = plain.augment_fn()(plain.arrays, idx, key)
+        b = roomy.augment_fn()(roomy.arrays, idx, key)
+        np.testing.assert_array_equal(a["image"], b["image"])
+        np.testing.assert_array_equal(a["label"], b["label"])
+
+
+def test_a_fold_of_the_split_compiles_nothing_after_its_training_part(data_dir, tmp_path):
+    """The search trains on the split less its validation part, a finals fold on two
+    thirds of it: both have room for the whole split on the device, so the fold's run finds
+    every program in the persistent cache."""
+    graph, constants = tiny_graph()
+    config = tiny_config(data_dir, total_epochs=0.2, compilation_cache_dir=str(tmp_path))
+    config.input.data.validation_fraction = 0.1
+    options = TrainOptions(graph=graph, constants=constants)
+    train_and_eval(config, eval_perf=False, options=options)
+    config.input.data.validation_fraction = 0.0
+    config.input.data.folds, config.input.data.fold = 3, 0
+    config.eval.data.split = data.FOLD
+    fold, _, _ = train_and_eval(config, eval_perf=False, options=options)
+    assert fold.compilations == 0 and fold.compile_cache_hits >= 2
