@@ -17,7 +17,9 @@ import tempfile
 
 PROG = sys.argv[1] if len(sys.argv) > 1 else "nas-search"
 if PROG == "nas-train":  # what reading a config and a graph file imports
+    import nas.io.candidate  # noqa: F401
     import nas.train.config  # noqa: F401
+    import nas.train.preflight  # noqa: F401
     import nas.train.recipes  # noqa: F401
     from nas.train import cli
 else:
