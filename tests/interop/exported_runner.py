@@ -86,7 +86,9 @@ def run_nnx(module: Any, variables: dict[str, Any], inputs: Any) -> dict[str, An
 
     model = module.from_variables(variables)
     out: dict[str, Any] = {"is_nnx": isinstance(model, nnx.Module), "logits": model(batch)}
-    loss, grads = nnx.value_and_grad(loss_fn)(model)  # eval mode: no randomness
+    # eval mode: no randomness. Jitted as `measure` does for linen: eagerly, each op of the
+    # backward pass compiles on its own, several times the cost of one program
+    loss, grads = nnx.jit(nnx.value_and_grad(loss_fn))(model)
     out["loss"] = loss
     out |= {f"grad:{k}": v for k, v in _by_op(module, nnx.state(grads, nnx.Param)).items()}
     # Training mode with dropout and stochastic depth held off, so that the batch statistics

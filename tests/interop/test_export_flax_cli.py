@@ -18,7 +18,7 @@ from nas.search.store.study import Study
 from nas.train.checkpoint import save_variables
 from nas.zoo import cnn
 from tests.interop.helpers import random_variables
-from tests.search.conftest import ROOT, tiny_search_config
+from tests.search.conftest import ROOT, probe_cli, tiny_search_config
 
 
 def _run(*args, cwd):
@@ -85,23 +85,43 @@ def test_export_format_flax_writes_code_and_variables(study):
     assert np.load(root / "logits.npy").shape == (2, 10)
 
 
-@pytest.mark.parametrize("args,needles", [
+MISTAKES = [
     (["--format=onnx", "--out=x"], ["--format: unknown format 'onnx'; expected one of zip, "
                                     "flax"]),
     (["--format=flax", "--out=full"], ["--out: ", "full: the directory is not empty"]),
     (["--format=flax", "--id=99", "--out=new"], ["--id=99: no candidate 99"]),
     (["--format=flax", "--id={pending}", "--out=new"], ["candidate {pending} (pending) has no "
                                                         "trained weights"]),
-])
-def test_export_format_flax_mistakes_are_one_line(study, tmp_path, args, needles):
+]
+
+
+@pytest.fixture(scope="module")
+def mistakes(study, tmp_path_factory):
+    """Each of MISTAKES run by `nas-search export` in a place of its own, each in a fork of
+    one process that imported the CLI (`probe_cli`; a subprocess per case would import
+    jax for each, and test_export_format_flax_writes_code_and_variables runs the real
+    program): [(the run, the place's files before, after)]."""
     root, done, pending, _ = study
-    (tmp_path / "full").mkdir()
-    (tmp_path / "full" / "mine.txt").write_text("keep")
-    (tmp_path / "afile").write_text("x")
-    args = [a.format(pending=pending) for a in args]
-    if not any(a.startswith("--id=") for a in args):
-        args.append(f"--id={done}")
-    before = _snapshot(tmp_path)
-    proc = _run(f"--workdir={root / 's'}", *args, cwd=tmp_path)
-    _one_line(proc, *[n.format(pending=pending) for n in needles])
-    assert _snapshot(tmp_path) == before
+    places, cases = [], []
+    for i, (args, _) in enumerate(MISTAKES):
+        place = tmp_path_factory.mktemp(f"mistake{i}")
+        (place / "full").mkdir()
+        (place / "full" / "mine.txt").write_text("keep")
+        (place / "afile").write_text("x")
+        args = [a.format(pending=pending) for a in args]
+        if not any(a.startswith("--id=") for a in args):
+            args.append(f"--id={done}")
+        places.append(place)
+        cases.append({"argv": ["export", f"--workdir={root / 's'}", *args], "cwd": str(place)})
+    before = [_snapshot(place) for place in places]
+    runs = probe_cli(cases)
+    return [(run, b, _snapshot(place)) for run, b, place in zip(runs, before, places,
+                                                                  strict=True)]
+
+
+@pytest.mark.parametrize("case", range(len(MISTAKES)))
+def test_export_format_flax_mistakes_are_one_line(study, mistakes, case):
+    pending = study[2]
+    proc, before, after = mistakes[case]
+    _one_line(proc, *[n.format(pending=pending) for n in MISTAKES[case][1]])
+    assert after == before

@@ -70,10 +70,12 @@ def _interpreter(cand, batch, labels):
         log_p = jax.nn.log_softmax(logits)
         return -jax.numpy.mean(jax.numpy.take_along_axis(log_p, labels[:, None], axis=1))
 
-    grads = jax.grad(loss)(variables["params"])
-    train, updates = model.apply(variables, batch, deterministic=True, training=True,
-                                 mutable=["batch_stats"])
-    out = {"logits": model.apply(variables, batch, deterministic=True, training=False),
+    # jitted, as the trainers run it: eagerly each op compiles on its own
+    grads = jax.jit(jax.grad(loss))(variables["params"])
+    train, updates = jax.jit(lambda v: model.apply(v, batch, deterministic=True, training=True,
+                                                   mutable=["batch_stats"]))(variables)
+    out = {"logits": jax.jit(lambda v: model.apply(v, batch, deterministic=True,
+                                                   training=False))(variables),
            "train_logits": train}
     for prefix, tree in (("grad", grads), ("stats", dict(updates).get("batch_stats", {}))):
         for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:

@@ -1,8 +1,12 @@
-"""Runs `nas-search` on many argument lists, each in a forked child (absl flags are global
-state), and prints [[exit code, stderr], ...] as JSON. Input: a JSON list of argv lists,
-or of {"argv": [...], "cwd": DIR} to run a case in its own directory.
+"""Runs one CLI (`nas-search` by default, or the program named by the one argument:
+`nas-train`) on many argument lists, each in a forked child (absl flags are global state),
+and prints [[exit code, stderr, stdout], ...] as JSON. Input: a JSON list of argv lists,
+or of {"argv": [...], "cwd": DIR, "env": {NAME: VALUE}} to run a case in its own
+directory with variables of its own.
 
-Imports happen once, before forking, so each case costs milliseconds.
+Imports happen once, before forking, so each case costs milliseconds. The two CLIs define
+flags of the same names, so one process imports only one of them; nothing here starts a
+JAX backend, so each child starts its own as the real program does.
 """
 
 import json
@@ -11,43 +15,59 @@ import signal
 import sys
 import tempfile
 
-import sklearn.datasets  # noqa: F401 - a config's checks read the digits' labels
+PROG = sys.argv[1] if len(sys.argv) > 1 else "nas-search"
+if PROG == "nas-train":  # what reading a config and a graph file imports
+    import nas.io.candidate  # noqa: F401
+    import nas.train.config  # noqa: F401
+    import nas.train.preflight  # noqa: F401
+    import nas.train.recipes  # noqa: F401
+    from nas.train import cli
+else:
+    import sklearn.datasets  # noqa: F401 - a config's checks read the digits' labels
 
-import nas.mutation.config  # noqa: F401 - imported before forking
-import nas.search.api  # noqa: F401
-import nas.search.strategy.settings  # noqa: F401
-import nas.train.config  # noqa: F401
-import nas.train.data  # noqa: F401
-import nas.train.recipes  # noqa: F401
-from nas.search import cli
+    import nas.mutation.config  # noqa: F401 - imported before forking
+    import nas.search.api  # noqa: F401
+    import nas.search.strategy.settings  # noqa: F401
+    import nas.train.config  # noqa: F401
+    import nas.train.data  # noqa: F401
+    import nas.train.recipes  # noqa: F401
+    from nas.search import cli
 
 
-def run(argv, cwd=None):
-    with tempfile.TemporaryFile() as err:
+def run(argv, cwd=None, env=None):
+    with tempfile.TemporaryFile() as err, tempfile.TemporaryFile() as out:
         pid = os.fork()
         if pid == 0:
             os.dup2(err.fileno(), 2)
-            os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+            os.dup2(out.fileno(), 1)
             if cwd:
                 os.chdir(cwd)
-            sys.argv = ["nas-search", *argv]
+            os.environ.update(env or {})
+            sys.argv = [PROG, *argv]
             signal.alarm(60)  # a case that waits (e.g. for a study) fails as SIGALRM, fast
+            code = 0
             try:
                 cli.main()
-            except SystemExit as e:
-                os._exit(e.code if isinstance(e.code, int) else 1)
+            except SystemExit as e:  # as Python's exit reads it
+                if e.code is not None and not isinstance(e.code, int):
+                    print(e.code, file=sys.stderr)
+                code = 0 if e.code is None else e.code if isinstance(e.code, int) else 1
             except BaseException:  # noqa: BLE001 - reported as a traceback below
                 import traceback
 
                 traceback.print_exc()
-                os._exit(3)
-            os._exit(0)
+                code = 3
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
         _, status = os.waitpid(pid, 0)
         err.seek(0)
-        return [os.waitstatus_to_exitcode(status), err.read().decode(errors="replace")]
+        out.seek(0)
+        return [os.waitstatus_to_exitcode(status), err.read().decode(errors="replace"),
+                out.read().decode(errors="replace")]
 
 
 if __name__ == "__main__":
     cases = json.load(sys.stdin)
-    print(json.dumps([run(c["argv"], c["cwd"]) if isinstance(c, dict) else run(c)
-                      for c in cases]))
+    print(json.dumps([run(c["argv"], c.get("cwd"), c.get("env")) if isinstance(c, dict)
+                      else run(c) for c in cases]))

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
+from types import SimpleNamespace
 
 import pytest
 
@@ -42,16 +43,24 @@ def tiny_search_config(**search):
     return config
 
 
-def run_cli_probe(cases: list) -> list[tuple[int, str]]:
-    """(exit code, stderr) of `nas-search` on each case, run by `_cli_probe.py` in forks
-    of one process that imported it once (a case: an argv list, or {"argv", "cwd"})."""
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "search", "_cli_probe.py")],
+def probe_cli(cases: list, prog: str = "nas-search") -> list[SimpleNamespace]:
+    """What `prog` (`nas-search` or `nas-train`) gives on each case, as
+    SimpleNamespace(returncode, stderr, stdout), run by `_cli_probe.py` in forks of one
+    process that imported it once (a case: an argv list, or {"argv", "cwd", "env"})."""
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "search", "_cli_probe.py"),
+                           prog],
                           input=json.dumps(cases), capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": os.pathsep.join(
                               filter(None, [ROOT, os.environ.get("PYTHONPATH")]))},
                           timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return [(code, stderr) for code, stderr in json.loads(proc.stdout)]
+    return [SimpleNamespace(returncode=code, stderr=stderr, stdout=stdout)
+            for code, stderr, stdout in json.loads(proc.stdout)]
+
+
+def run_cli_probe(cases: list) -> list[tuple[int, str]]:
+    """(exit code, stderr) of `nas-search` on each case (`probe_cli`)."""
+    return [(p.returncode, p.stderr) for p in probe_cli(cases)]
 
 
 def headless_browser() -> str | None:

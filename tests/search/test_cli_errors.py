@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.search.conftest import ROOT, SEARCH_CONFIG, run_cli_probe
+from tests.search.conftest import ROOT, SEARCH_CONFIG, probe_cli
 
 TRAIN_CONFIG = os.path.join(ROOT, "configs", "digits_cnn.py")
 
@@ -49,11 +49,6 @@ def _fill(folder):
     return folder
 
 
-@pytest.fixture
-def place(tmp_path):
-    return _fill(tmp_path)
-
-
 SEARCH_CASES = [
     (["--workdir={t}/afile"], ["afile", "not a directory"]),
     (["--workdir={t}/afile/sub"], ["afile", "not a directory"]),
@@ -88,55 +83,79 @@ SEARCH_CASES = [
 ]
 
 
+def _study_with_one_candidate(folder, damaged=False):
+    """A study in folder/s with one candidate; `damaged`: its stored properties are not
+    JSON."""
+    import sqlite3
+
+    from nas.search.store.study import Study
+
+    study = Study.create(folder / "s", {"search": {}})
+    cid = study.add(json.dumps({"format": "nas.graph"}))
+    study.close()
+    if damaged:
+        conn = sqlite3.connect(folder / "s" / "study.db")
+        conn.execute("UPDATE candidates SET properties_json='{not json' WHERE id=?", (cid,))
+        conn.commit()
+        conn.close()
+    return cid
+
+
 @pytest.fixture(scope="module")
 def search_mistakes(tmp_path_factory):
-    """Every case of SEARCH_CASES run by `nas-search`'s main, each in a fork of one process
-    that has imported it (`_cli_probe.py`) and in a place of its own: {case index: (the
-    exit and stderr, the place's files before, after)}."""
-    places, cases = [], []
+    """Every case of SEARCH_CASES, and the export and report cases of the tests below, run
+    by `nas-search`'s main, each in a fork of one process that has imported it
+    (`_cli_probe.py`) and in a place of its own: {case index or name: (the exit and
+    stderr, the place's files before, after, SimpleNamespace(place, cid: the id of the
+    study's one candidate))}."""
+    keys, places, cases, cids = [], [], [], {}
     for i, (args, _) in enumerate(SEARCH_CASES):
         place = _fill(tmp_path_factory.mktemp(f"case{i}"))
         args = [a.format(t=place) for a in args]
         if not any(a.startswith("--config=") for a in args) and args[0].startswith("--"):
             args.insert(0, f"--config={SEARCH_CONFIG}")
+        keys.append(i)
         places.append(place)
         cases.append({"argv": args, "cwd": str(place)})
+    for key, damaged, out in (("under_a_file", False, "afile/x.json"),
+                              ("damaged_json", True, "x.json"),
+                              ("out_is_a_directory", False, "out"),
+                              ("no_such_id", False, "x.json")):
+        place = tmp_path_factory.mktemp(key)
+        cid = cids[key] = _study_with_one_candidate(place, damaged)
+        (place / "afile").write_text("x")
+        (place / "out").mkdir()
+        keys.append(key)
+        places.append(place)
+        cases.append({"argv": ["export", f"--workdir={place}/s",
+                               f"--id={99 if key == 'no_such_id' else cid}",
+                               f"--out={place}/{out}"], "cwd": str(place)})
+    place = tmp_path_factory.mktemp("empty_db")
+    (place / "study.db").write_bytes(b"")
+    keys.append("empty_db")
+    places.append(place)
+    cases.append({"argv": ["report", f"--workdir={place}"], "cwd": str(place)})
     before = [_snapshot(place) for place in places]
-    results = [SimpleNamespace(returncode=code, stderr=err)
-               for code, err in run_cli_probe(cases)]
-    return {i: (results[i], before[i], _snapshot(places[i])) for i in range(len(places))}
+    results = probe_cli(cases)
+    return {key: (results[i], before[i], _snapshot(places[i]),
+                  SimpleNamespace(place=places[i], cid=cids.get(key)))
+            for i, key in enumerate(keys)}
 
 
 @pytest.mark.parametrize("case", range(len(SEARCH_CASES)))
 def test_nas_search_bad_input_is_one_line(search_mistakes, case):
-    proc, before, after = search_mistakes[case]
+    proc, before, after, _ = search_mistakes[case]
     _assert_one_line(proc, "nas-search", *SEARCH_CASES[case][1])
     assert after == before  # nothing created or changed
 
 
-def test_export_under_a_file_and_damaged_study_json(tmp_path):
-    from nas.search.store.study import Study
-
-    study = Study.create(tmp_path / "s", {"search": {}})
-    cid = study.add(json.dumps({"format": "nas.graph"}))
-    study.close()
-    (tmp_path / "afile").write_text("x")
-    before = _snapshot(tmp_path)
-    proc = _run("nas.search.cli", "export", f"--workdir={tmp_path}/s", f"--id={cid}",
-                f"--out={tmp_path}/afile/x.json", cwd=tmp_path)
+def test_export_under_a_file_and_damaged_study_json(search_mistakes):
+    proc, before, after, _ = search_mistakes["under_a_file"]
     _assert_one_line(proc, "nas-search", "afile")
-    assert _snapshot(tmp_path) == before
-    import sqlite3
-
-    conn = sqlite3.connect(tmp_path / "s" / "study.db")
-    conn.execute("UPDATE candidates SET properties_json='{not json' WHERE id=?", (cid,))
-    conn.commit()
-    conn.close()
-    before = _snapshot(tmp_path)
-    proc = _run("nas.search.cli", "export", f"--workdir={tmp_path}/s", f"--id={cid}",
-                f"--out={tmp_path}/x.json", cwd=tmp_path)
-    _assert_one_line(proc, "nas-search", "study.db", f"candidate {cid}", "properties")
-    assert _snapshot(tmp_path) == before
+    assert after == before
+    proc, before, after, made = search_mistakes["damaged_json"]
+    _assert_one_line(proc, "nas-search", "study.db", f"candidate {made.cid}", "properties")
+    assert after == before
 
 
 def test_help_lists_subcommands_and_flags(tmp_path):
@@ -150,54 +169,23 @@ def test_help_lists_subcommands_and_flags(tmp_path):
 
 
 NEST = "[" * 100_000 + "]" * 100_000
-
-
-@pytest.mark.parametrize("content, needles", [
-    (NEST, ["nested"]),
-    (json.dumps({"format": "nas.graph", "version": 1, "input_names": ["input"],
-                 "output_names": ["d"], "constants": {}, "ops": [
-                     {"name": "d", "type": "DENSE", "input_names": ["input"],
-                      "input_kwargs": {}, "op_kwargs": {"features": -3}, "num_outputs": 1}]}),
-     ["'d'", "features"]),
-    (json.dumps({"format": "nas.graph", "version": 1, "input_names": ["input"],
-                 "output_names": ["d"], "constants": {}, "ops": [
-                     {"name": "d", "type": "DENSE", "input_names": ["input"],
-                      "input_kwargs": {}, "op_kwargs": {"features": 3, "kernel_init": {}},
-                      "num_outputs": 1}]}), ["'d'", "kernel_init"]),
-], ids=["nested", "negative-features", "empty-initializer"])  # short: ids go into the env
-def test_nas_train_bad_graph_file_is_one_line(tmp_path, content, needles):
-    path = tmp_path / "g.json"
-    path.write_text(content)
-    before = _snapshot(tmp_path)
-    proc = _run("nas.train.cli", f"--config={TRAIN_CONFIG}", f"--graph={path}",
-                f"--workdir={tmp_path}/w", cwd=tmp_path)
-    _assert_one_line(proc, "nas-train", *needles)
-    assert _snapshot(tmp_path) == before
-
-
-def test_export_whose_checkpoint_arrays_were_deleted_is_one_line(tmp_path):
-    import shutil
-
-    import numpy as np
-
-    from nas.graph.serialize import graph_to_dict
-    from nas.train.checkpoint import save_variables
-    from nas.zoo import cnn
-
-    path = save_variables(str(tmp_path / "ck"), {"params": {"d": {"k": np.ones((3, 3))}}})
-    for folder in list((tmp_path / "ck").rglob("d")):
-        shutil.rmtree(folder)
-    graph, constants, _ = cnn.CifarNet()
-    export = tmp_path / "exp.json"
-    export.write_text(json.dumps({"format": "nas-candidate", "checkpoint_path": path,
-                                  "graph": graph_to_dict(graph, constants)}))
-    before = _snapshot(tmp_path)
-    proc = _run("nas.train.cli", f"--config={TRAIN_CONFIG}", f"--graph={export}",
-                f"--workdir={tmp_path}/w", cwd=tmp_path)
-    _assert_one_line(proc, "nas-train", "ck", "cannot be read")
-    assert _snapshot(tmp_path) == before
-
-
+BAD_GRAPHS = {
+    "nested": (NEST, ["nested"]),
+    "negative-features": (
+        json.dumps({"format": "nas.graph", "version": 1, "input_names": ["input"],
+                    "output_names": ["d"], "constants": {}, "ops": [
+                        {"name": "d", "type": "DENSE", "input_names": ["input"],
+                         "input_kwargs": {}, "op_kwargs": {"features": -3},
+                         "num_outputs": 1}]}),
+        ["'d'", "features"]),
+    "empty-initializer": (
+        json.dumps({"format": "nas.graph", "version": 1, "input_names": ["input"],
+                    "output_names": ["d"], "constants": {}, "ops": [
+                        {"name": "d", "type": "DENSE", "input_names": ["input"],
+                         "input_kwargs": {}, "op_kwargs": {"features": 3, "kernel_init": {}},
+                         "num_outputs": 1}]}),
+        ["'d'", "kernel_init"]),
+}
 TRAIN_CASES = [
     (["--config.optax_name=adam"], ["'optax_name'", "learning_rate"]),
     (["--config.optax_name=softmax_cross_entropy"], ["'optax_name'", "optax transform"]),
@@ -214,16 +202,24 @@ TRAIN_CASES = [
     (["--graph={t}/settings.zip"], ["--graph", "settings.zip", "field 'train_config'",
                                     "'lr'"]),
 ]
+LATE_CASES = [  # found by building the model or the optimizer: refused before any output
+    (["--config.model_name=nope"], ["config field 'model_name'", "'nope'"]),
+    (["--config.schedule.warmup_steps=-5"], ["config field 'schedule'", "warmup must be >= 0",
+                                             "total_epochs 5 x 22.5 steps per epoch"]),
+    (["--config={t}/listed.py"], ["config field 'schedule[0]'", "cooldown_steps or "
+                                  "cooldown_epochs, not both"]),
+]
 
 
-@pytest.mark.parametrize("args, needles", TRAIN_CASES)
-def test_nas_train_values_that_pass_the_schema_are_one_line(place, args, needles):
+def _train_place(place):
+    """`_fill`, and the graph files, archives and config of TRAIN_CASES and LATE_CASES."""
     import zipfile
 
     from nas.graph.serialize import graph_to_dict, graph_to_json
     from nas.io import write_candidate
     from nas.zoo import cnn
 
+    _fill(place)
     graph, constants, _ = cnn.CifarNet()
     (place / "cnn.json").write_text(graph_to_json(graph, constants))
     (place / "cnn12.json").write_text(graph_to_json(*cnn.CifarNet(num_classes=12)[:2]))
@@ -234,28 +230,6 @@ def test_nas_train_values_that_pass_the_schema_are_one_line(place, args, needles
         archive.writestr("notes.txt", "not a candidate")
     write_candidate(place / "settings.zip", graph_to_dict(graph, constants), None,
                     train_config={"lr": "fast"})
-    args = [a.format(t=place) for a in args]
-    if not any(a.startswith("--config=") for a in args):
-        args.insert(0, f"--config={TRAIN_CONFIG}")
-    if not any(a.startswith("--workdir=") for a in args):
-        args.append(f"--workdir={place}/w")
-    before = _snapshot(place)
-    proc = _run("nas.train.cli", *args, cwd=place)
-    _assert_one_line(proc, "nas-train", *needles)
-    assert _snapshot(place) == before
-
-
-LATE_CASES = [  # found by building the model or the optimizer: refused before any output
-    (["--config.model_name=nope"], ["config field 'model_name'", "'nope'"]),
-    (["--config.schedule.warmup_steps=-5"], ["config field 'schedule'", "warmup must be >= 0",
-                                             "total_epochs 5 x 22.5 steps per epoch"]),
-    (["--config={t}/listed.py"], ["config field 'schedule[0]'", "cooldown_steps or "
-                                  "cooldown_epochs, not both"]),
-]
-
-
-@pytest.mark.parametrize("args, needles", LATE_CASES)
-def test_nas_train_config_mistakes_come_before_anything_is_printed(place, args, needles):
     (place / "listed.py").write_text(
         f"import runpy\n\n\ndef get_config(arg=None):\n"
         f"    c = runpy.run_path({TRAIN_CONFIG!r})['get_config']()\n"
@@ -263,36 +237,100 @@ def test_nas_train_config_mistakes_come_before_anything_is_printed(place, args, 
         f"        c.schedule = [('^conv', {{'cooldown_steps': 5, 'cooldown_epochs': 1}}), "
         f"('.*', None)]\n"
         f"    return c\n")
-    args = [a.format(t=place) for a in args]
-    if not any(a.startswith("--config=") for a in args):
-        args.insert(0, f"--config={TRAIN_CONFIG}")
-    before = _snapshot(place)
-    proc = _run("nas.train.cli", *args, f"--workdir={place}/w", cwd=place)
-    _assert_one_line(proc, "nas-train", *needles)
+    return place
+
+
+def _deleted_checkpoint_place(place):
+    """An export whose checkpoint's arrays were deleted, as place/exp.json."""
+    import shutil
+
+    import numpy as np
+
+    from nas.graph.serialize import graph_to_dict
+    from nas.train.checkpoint import save_variables
+    from nas.zoo import cnn
+
+    path = save_variables(str(place / "ck"), {"params": {"d": {"k": np.ones((3, 3))}}})
+    for folder in list((place / "ck").rglob("d")):
+        shutil.rmtree(folder)
+    graph, constants, _ = cnn.CifarNet()
+    (place / "exp.json").write_text(json.dumps({
+        "format": "nas-candidate", "checkpoint_path": path,
+        "graph": graph_to_dict(graph, constants)}))
+    return place
+
+
+@pytest.fixture(scope="module")
+def train_mistakes(tmp_path_factory):
+    """Every `nas-train` case of the tests below, run by its main, each in a fork of one
+    process that has imported it (`probe_cli`; a subprocess per case would import jax for
+    each) and in a place of its own: {(kind, case): (the run, the place's files before,
+    after)}."""
+    keys, places, cases = [], [], []
+
+    def case(key, place, *args):
+        args = [a.format(t=place) for a in args]
+        if not any(a.startswith("--config=") for a in args):
+            args.insert(0, f"--config={TRAIN_CONFIG}")
+        if not any(a.startswith("--workdir=") for a in args):
+            args.append(f"--workdir={place}/w")
+        keys.append(key)
+        places.append(place)
+        cases.append({"argv": args, "cwd": str(place)})
+
+    for name, (content, _) in BAD_GRAPHS.items():
+        place = tmp_path_factory.mktemp(name)
+        (place / "g.json").write_text(content)
+        case(("graph", name), place, "--graph={t}/g.json")
+    place = _deleted_checkpoint_place(tmp_path_factory.mktemp("deleted"))
+    case(("deleted", 0), place, "--graph={t}/exp.json")
+    for kind, table in (("train", TRAIN_CASES), ("late", LATE_CASES)):
+        for i, (args, _) in enumerate(table):
+            case((kind, i), _train_place(tmp_path_factory.mktemp(f"{kind}{i}")), *args)
+    before = [_snapshot(place) for place in places]
+    results = probe_cli(cases, prog="nas-train")
+    return {key: (results[i], before[i], _snapshot(places[i])) for i, key in enumerate(keys)}
+
+
+@pytest.mark.parametrize("name", BAD_GRAPHS)
+def test_nas_train_bad_graph_file_is_one_line(train_mistakes, name):
+    proc, before, after = train_mistakes["graph", name]
+    _assert_one_line(proc, "nas-train", *BAD_GRAPHS[name][1])
+    assert after == before
+
+
+def test_export_whose_checkpoint_arrays_were_deleted_is_one_line(train_mistakes):
+    proc, before, after = train_mistakes["deleted", 0]
+    _assert_one_line(proc, "nas-train", "ck", "cannot be read")
+    assert after == before
+
+
+@pytest.mark.parametrize("case", range(len(TRAIN_CASES)))
+def test_nas_train_values_that_pass_the_schema_are_one_line(train_mistakes, case):
+    proc, before, after = train_mistakes["train", case]
+    _assert_one_line(proc, "nas-train", *TRAIN_CASES[case][1])
+    assert after == before
+
+
+@pytest.mark.parametrize("case", range(len(LATE_CASES)))
+def test_nas_train_config_mistakes_come_before_anything_is_printed(train_mistakes, case):
+    proc, before, after = train_mistakes["late", case]
+    _assert_one_line(proc, "nas-train", *LATE_CASES[case][1])
     assert proc.stdout == ""
-    assert _snapshot(place) == before
+    assert after == before
 
 
-def test_export_errors_name_the_flags(tmp_path):
-    from nas.search.store.study import Study
-
-    study = Study.create(tmp_path / "s", {"search": {}})
-    cid = study.add(json.dumps({"format": "nas.graph"}))
-    study.close()
-    (tmp_path / "out").mkdir()
-    before = _snapshot(tmp_path)
-    proc = _run("nas.search.cli", "export", f"--workdir={tmp_path}/s", f"--id={cid}",
-                f"--out={tmp_path}/out", cwd=tmp_path)
-    _assert_one_line(proc, "nas-search", f"--out: {tmp_path}/out: Is a directory")
+def test_export_errors_name_the_flags(search_mistakes):
+    proc, before, after, made = search_mistakes["out_is_a_directory"]
+    _assert_one_line(proc, "nas-search", f"--out: {made.place}/out: Is a directory")
     assert ".tmp" not in proc.stderr
-    proc = _run("nas.search.cli", "export", f"--workdir={tmp_path}/s", "--id=99",
-                f"--out={tmp_path}/x.json", cwd=tmp_path)
+    assert after == before
+    proc, before, after, _ = search_mistakes["no_such_id"]
     _assert_one_line(proc, "nas-search", "--id=99: no candidate 99")
-    assert _snapshot(tmp_path) == before
+    assert after == before
 
 
-def test_empty_study_db_is_no_study(tmp_path):
-    (tmp_path / "study.db").write_bytes(b"")
-    proc = _run("nas.search.cli", "report", f"--workdir={tmp_path}", cwd=tmp_path)
+def test_empty_study_db_is_no_study(search_mistakes):
+    proc, _, _, _ = search_mistakes["empty_db"]
     _assert_one_line(proc, "nas-search", "study.db", "no study")
     assert "Study.create" not in proc.stderr

@@ -23,8 +23,9 @@ EXTRA = st.sampled_from(["--progress", "--noprogress", "--id=3", "--candidate=2"
 ARGV = st.lists(st.one_of(OVERRIDE, OVERRIDE, EXTRA), max_size=4)
 
 
-@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(ARGV, min_size=15, max_size=15))
+# 60 argument lists in two batches: each batch is one probe process, which imports the CLI
+@settings(max_examples=2, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(ARGV, min_size=30, max_size=30))
 def test_any_arguments_give_one_clean_line(tmp_path_factory, batch):
     tmp = tmp_path_factory.mktemp("cli")
     (tmp / "afile").write_text("x")

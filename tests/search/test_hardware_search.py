@@ -33,12 +33,12 @@ def within_noise(a, a_iqr, b, b_iqr):
     return abs(a - b) <= 2.0 * (a_iqr + b_iqr) + 0.1 * min(a, b)
 
 
-@pytest.fixture(scope="module")
-def searched(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("hardware")
+def _search(folder, finals):
+    """The search of this module; `finals`: with finals of one finalist over two folds (they
+    read the bound too), six trainings more than the search's two."""
     overrides = {"train.total_epochs": 0.25, "search.seed_epochs": 0.25,
                  "train.input.image_size": TINY_IMAGE_SIZE, "search.seed_max_epochs": 0.0,
-                 "search.finals": {"k": 1, "folds": 2, "min_run_df": 0},  # read the bound too
+                 "search.finals": {"k": 1, "folds": 2, "min_run_df": 0} if finals else {"k": 0},
                  "train.ckpt_steps": 0, "search.executor": "inline",
                  "search.selection.min_acc": 0.0,
                  "search.selection.recommend_cost": "params",
@@ -47,15 +47,26 @@ def searched(tmp_path_factory):
                  "search.latency.min_calls": 20,
                  "search.fit": {"steps": 2, "batches": 1, "batch_size": 8,
                                 "bn_batch_size": 16}}
-    result = nas.run_search("cnn", "digits", workdir=folder / "study", max_candidates=2,
-                            config=SEARCH_CONFIG, overrides=overrides,
-                            costs={"call_ms": nas.Cost(timed_call_ms, repeats=5)},
-                            progress=False)
-    return result
+    return nas.run_search("cnn", "digits", workdir=folder / "study", max_candidates=2,
+                          config=SEARCH_CONFIG, overrides=overrides,
+                          costs={"call_ms": nas.Cost(timed_call_ms, repeats=5)},
+                          progress=False)
+
+
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory):
+    """Without finals: the tests of what the search times read its candidates only."""
+    return _search(tmp_path_factory.mktemp("hardware"), finals=False)
+
+
+@pytest.fixture(scope="module")
+def searched_with_finals(tmp_path_factory):
+    return _search(tmp_path_factory.mktemp("hardware_finals"), finals=True)
 
 
 @pytest.mark.slow
-def test_the_bound_and_the_cost_from_python_decide_the_recommendation(searched):
+def test_the_bound_and_the_cost_from_python_decide_the_recommendation(searched_with_finals):
+    searched = searched_with_finals
     study = searched.study
     search = study.config["search"]
     assert search["selection"]["recommend_cost"] == "params"

@@ -121,20 +121,60 @@ def test_a_graph_whose_outputs_disagree_with_the_data_is_one_line(tmp_path):
     preflight.check_outputs(graph, {"num_classes": 3}, train, "--graph: g.json")
 
 
-@pytest.mark.parametrize("args, needles", [
+FOLDER_MISTAKES = [
     (["--config.schedule.warmup_steps=-1"], ["config field 'schedule'",
                                              "warmup must be >= 0"]),
     (["--config.num_classes=10"], ["config field 'num_classes' is 10", "has 3 class folders"]),
     (["--config.input.batch_size=200"], ["'input.batch_size' must be <= the 120 examples"]),
-])
-def test_a_mistake_comes_before_the_folder_is_converted(tmp_path, args, needles):
+]
+OVERRIDE_MISTAKES = [
+    (["--config.total_epochs=-1"], ["config field 'total_epochs'"]),
+    (["--config.total_epochz=1"], ["unknown config field 'total_epochz'"]),
+    (["--config.total_epochs=abc"], ["total_epochs"]),
+]
+
+
+@pytest.fixture(scope="module")
+def mistakes(tmp_path_factory, data_dir):
+    """`nas-train` on each mistake of this module, each in a place of its own and in a fork
+    of one process that imported it (`probe_cli`: a subprocess per case would import jax
+    for each; test_a_mistake_on_the_digits_builds_nothing runs the real program):
+    {("folder" | "override", i) or "plain" or "missing": (the run, its place)}."""
+    from nas.graph.serialize import graph_to_json
+    from tests.search.conftest import probe_cli
+
+    keys, places, cases = [], [], []
+
+    def case(key, *args, data=data_dir):  # data=None: a data dir of the case's own
+        place = tmp_path_factory.mktemp("case")
+        keys.append(key)
+        places.append(place)
+        cases.append({"argv": [a.format(t=place) for a in args], "cwd": str(place),
+                      "env": {"NAS_DATA_DIR": data or str(place / "tfds")}})
+        return place
+
+    for i, (args, _) in enumerate(FOLDER_MISTAKES):
+        place = case(("folder", i), f"--config={TRAIN_CONFIG}",
+                     "--config.input.data.name=folder:{t}/imgs", *args, "--workdir={t}/run",
+                     data=None)
+        three_class_folder(str(place / "imgs"), train=40, test=2)
+    candidate = _exported(tmp_path_factory.mktemp("exported"), data_dir)
+    for i, (args, _) in enumerate(OVERRIDE_MISTAKES):
+        case(("override", i), f"--graph={candidate}", *args, "--workdir={t}/run")
+    graph, constants = tiny_graph()
+    place = case("plain", "--graph={t}/g.json", "--config.total_epochs=1")
+    (place / "g.json").write_text(graph_to_json(graph, constants))
+    case("missing", "--graph={t}/missing.zip", "--config.total_epochs=1")
+    return dict(zip(keys, zip(probe_cli(cases, prog="nas-train"), places, strict=True),
+                    strict=True))
+
+
+@pytest.mark.parametrize("case", range(len(FOLDER_MISTAKES)))
+def test_a_mistake_comes_before_the_folder_is_converted(mistakes, case):
     """One line, nothing on stdout (no `converting ... (once)`), nothing in the data dir."""
-    root = three_class_folder(str(tmp_path / "imgs"), train=40, test=2)
-    data_dir = str(tmp_path / "tfds")
-    proc = _nas_train(f"--config={TRAIN_CONFIG}", f"--config.input.data.name=folder:{root}",
-                      *args, f"--workdir={tmp_path}/run", cwd=str(tmp_path), data_dir=data_dir)
-    _one_line(proc, *needles)
-    assert not os.path.exists(data_dir) and not os.path.exists(tmp_path / "run")
+    proc, place = mistakes["folder", case]
+    _one_line(proc, *FOLDER_MISTAKES[case][1])
+    assert not os.path.exists(place / "tfds") and not os.path.exists(place / "run")
 
 
 def test_a_mistake_on_the_digits_builds_nothing(tmp_path):
@@ -256,17 +296,21 @@ def test_overrides_of_a_candidate_get_its_own_settings_as_their_config():
         assert cli.with_exported_config(unchanged) == unchanged
 
 
-@pytest.fixture
-def exported(tmp_path, data_dir):
-    """A tiny graph exported with its training settings (the digits, 0.03 epochs)."""
+def _exported(folder, data_dir):
+    """A tiny graph exported with its training settings (the digits, 3 epochs)."""
     from nas.graph.serialize import graph_to_dict
     from nas.io import write_candidate
 
     graph, constants = tiny_graph()
     settings = tiny_config(data_dir, total_epochs=3.0).to_dict()
-    path = tmp_path / "candidate.zip"
+    path = folder / "candidate.zip"
     write_candidate(path, graph_to_dict(graph, constants), None, train_config=settings)
     return path
+
+
+@pytest.fixture
+def exported(tmp_path, data_dir):
+    return _exported(tmp_path, data_dir)
 
 
 @pytest.mark.slow
@@ -282,28 +326,16 @@ def test_nas_train_graph_with_overrides_and_no_config_file(tmp_path, data_dir, e
     assert any(ln.split() == ["epochs", "/", "steps", "1", "/", "1"] for ln in out), out
 
 
-@pytest.mark.parametrize("args, needles", [
-    (["--config.total_epochs=-1"], ["config field 'total_epochs'"]),
-    (["--config.total_epochz=1"], ["unknown config field 'total_epochz'"]),
-    (["--config.total_epochs=abc"], ["total_epochs"]),
-])
-def test_a_bad_override_of_a_candidate_is_one_line(tmp_path, data_dir, exported, args, needles):
-    proc = _nas_train(f"--graph={exported}", *args, f"--workdir={tmp_path}/run",
-                      cwd=str(tmp_path), data_dir=data_dir)
-    _one_line(proc, *needles)
-    assert not os.path.exists(tmp_path / "run")
+@pytest.mark.parametrize("case", range(len(OVERRIDE_MISTAKES)))
+def test_a_bad_override_of_a_candidate_is_one_line(mistakes, case):
+    proc, place = mistakes["override", case]
+    _one_line(proc, *OVERRIDE_MISTAKES[case][1])
+    assert not os.path.exists(place / "run")
 
 
-def test_an_override_of_a_graph_without_settings_needs_a_config_file(tmp_path, data_dir):
-    from nas.graph.serialize import graph_to_json
-
-    graph, constants = tiny_graph()
-    plain = tmp_path / "g.json"
-    plain.write_text(graph_to_json(graph, constants))
-    proc = _nas_train(f"--graph={plain}", "--config.total_epochs=1", cwd=str(tmp_path),
-                      data_dir=data_dir)
-    _one_line(proc, f"--graph: {plain} carries no training settings",
+def test_an_override_of_a_graph_without_settings_needs_a_config_file(mistakes):
+    proc, place = mistakes["plain"]
+    _one_line(proc, f"--graph: {place}/g.json carries no training settings",
               "--config.F=V needs --config=FILE")
-    proc = _nas_train(f"--graph={tmp_path}/missing.zip", "--config.total_epochs=1",
-                      cwd=str(tmp_path), data_dir=data_dir)
+    proc, place = mistakes["missing"]
     _one_line(proc, "--graph: cannot read", "missing.zip")

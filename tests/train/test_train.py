@@ -114,25 +114,42 @@ def _error_lines(stderr):
     return [ln for ln in stderr.splitlines() if ln.startswith("nas-train: error:")]
 
 
-@pytest.mark.parametrize("args, match", [
+BAD_CONFIGS = [
     (["--config=configs/missing.py"], "No such file"),
     (["--config=configs/digits_cnn.py", "--config.bogus=1"], "unknown config field 'bogus'"),
     (["--config=configs/digits_cnn.py", "--config.trainer=magic"], "'trainer'"),
     (["--config=configs/digits_cnn.py", "--config.model.depth=4"],
      "unknown config field 'model.depth'"),
-])
-def test_cli_bad_config_is_one_line_and_exit_1(args, match):
-    proc = _cli(*args)
+]
+
+
+@pytest.fixture(scope="module")
+def bad_runs(tmp_path_factory):
+    """nas-train's main on each of BAD_CONFIGS, then on a graph file that is not JSON, each
+    in a fork of one process that imported it (`probe_cli`: a subprocess per case would
+    import jax for each); test_cli_trains_a_graph_file_and_prints_table runs the real
+    program."""
+    from tests.search.conftest import probe_cli
+
+    bad = tmp_path_factory.mktemp("bad_graph") / "g.json"
+    bad.write_text("{not json")
+    cases = [args for args, _ in BAD_CONFIGS]
+    cases.append(["--config=configs/digits_cnn.py", f"--graph={bad}"])
+    return probe_cli(cases, prog="nas-train")
+
+
+@pytest.mark.parametrize("case", range(len(BAD_CONFIGS)),
+                         ids=[m for _, m in BAD_CONFIGS])
+def test_cli_bad_config_is_one_line_and_exit_1(bad_runs, case):
+    proc, match = bad_runs[case], BAD_CONFIGS[case][1]
     assert proc.returncode == 1
     errors = _error_lines(proc.stderr)
     assert len(errors) == 1 and match in errors[0], proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
 
 
-def test_cli_bad_graph_file(tmp_path):
-    bad = tmp_path / "g.json"
-    bad.write_text("{not json")
-    proc = _cli("--config=configs/digits_cnn.py", f"--graph={bad}")
+def test_cli_bad_graph_file(bad_runs):
+    proc = bad_runs[-1]
     assert proc.returncode == 1 and len(_error_lines(proc.stderr)) == 1
     assert "Traceback" not in proc.stderr
 
