@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -59,9 +60,13 @@ class Checkpointer:
             force=force,
         )
 
-    def restore(self, target: Any, step: int | None = None) -> tuple[Any, dict[str, Any]]:
+    def restore(self, target: Any, step: int | None = None,
+                older: Callable[[Any], tuple[Any, Callable[[Any], Any]] | None] | None = None
+                ) -> tuple[Any, dict[str, Any]]:
         """Restore the latest (or given) step into the structure of `target`.
 
+        `older(target)`: (the structure an earlier version wrote, how to bring a state of
+        it to `target`'s), or None; tried when `target`'s own structure does not match.
         A missing, truncated or mismatched checkpoint raises ValueError naming the
         directory, never a silent partial state. On any failure orbax's background
         machinery is shut down first: a CLI prints its error line and exits, and no orbax
@@ -69,7 +74,15 @@ class Checkpointer:
         """
         drop_closed_loop_callbacks()
         try:
-            return self._restore(target, step)
+            try:
+                return self._restore(target, step)
+            except ValueError:
+                earlier = older(target) if older is not None else None
+                if earlier is None:
+                    raise
+            structure, upgrade = earlier
+            state, meta = self._restore(structure, step)
+            return upgrade(state), meta
         except BaseException:
             self.close_quietly()
             raise

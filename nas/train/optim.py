@@ -332,6 +332,39 @@ def learning_rate(sched_fns: list[Callable[[Any], Any]], step: int) -> float:
     return float(on_host(sched_fns[0], step - 1)) if sched_fns else 0.0
 
 
+def _is_run_schedule(node: Any) -> bool:
+    return isinstance(node, RunScheduleState)
+
+
+def with_run_lengths(restored: Any, current: Any) -> Any:
+    """`restored` (a checkpoint's training state) with `current`'s schedule lengths: the
+    run being resumed says how long it is, as when the lengths were constants of its
+    step."""
+    return jax.tree.map(
+        lambda old, new: RunScheduleState(old.count, new.lengths)
+        if _is_run_schedule(new) else old, restored, current, is_leaf=_is_run_schedule)
+
+
+def before_run_lengths(state: Any) -> tuple[Any, Callable[[Any], Any]] | None:
+    """The structure of `state` as written before the schedule's lengths were in the
+    optimizer state (optax's `ScaleByScheduleState`, a count alone), and how to bring a
+    state of that structure back to `state`'s, its lengths `state`'s; None when `state`
+    holds no run schedule (no earlier structure to try)."""
+    found = [n for n in jax.tree.leaves(state, is_leaf=_is_run_schedule)
+             if _is_run_schedule(n)]
+    if not found:
+        return None
+    earlier = jax.tree.map(lambda n: optax.ScaleByScheduleState(n.count)
+                           if _is_run_schedule(n) else n, state, is_leaf=_is_run_schedule)
+
+    def upgrade(restored: Any) -> Any:
+        old = (lambda n: isinstance(n, optax.ScaleByScheduleState))
+        return jax.tree.map(lambda o, n: RunScheduleState(o.count, n.lengths) if old(o)
+                            else o, restored, state, is_leaf=old)
+
+    return earlier, upgrade
+
+
 def step_count(opt_state: Any) -> int:
     """The number of updates applied so far, read from the first schedule's state."""
     states = (RunScheduleState, optax.ScaleByScheduleState)

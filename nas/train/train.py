@@ -37,7 +37,7 @@ from absl import logging
 from tqdm import tqdm
 
 from nas.io import examples
-from nas.train import compilation, custom, devdata, distributed, memory, perf, trainers
+from nas.train import compilation, custom, devdata, distributed, memory, optim, perf, trainers
 from nas.train import config as config_lib
 from nas.train import data as data_lib
 from nas.train import mesh as mesh_lib
@@ -267,8 +267,9 @@ def resume(ckpt: Checkpointer | None, trainer: Any, feed: Any) -> dict[str, Any]
     """Restore the latest checkpoint into the trainer and the feed; return its meta."""
     meta: dict[str, Any] = {"train_rates": [], "infer_rates": [], "epoch": 0}
     if ckpt is not None and ckpt.latest_step() is not None:
-        state, meta = ckpt.restore(trainer.state())
-        trainer.load_state(state)
+        current = trainer.state()
+        state, meta = ckpt.restore(current, older=optim.before_run_lengths)
+        trainer.load_state(optim.with_run_lengths(state, current))
         feed.set_state(meta.get("data", {}))
         logging.info("Resumed from step %d in %s", int(state["step"]), ckpt.directory)
     return meta
