@@ -66,7 +66,13 @@ from typing import Any
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from nas.cli_messages import check_workdir, flag_error_line, os_error_line, unknown_field_line
+from nas.cli_messages import (
+    check_workdir,
+    first_line,
+    flag_error_line,
+    os_error_line,
+    unknown_field_line,
+)
 
 FLAGS = flags.FLAGS
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Search config file.",
@@ -117,11 +123,6 @@ def fail(message: str, code: int = 1) -> None:
     sys.stdout.flush()
     close_all()
     os._exit(code)
-
-
-def first_line(e: BaseException) -> str:
-    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
-    return lines[0] if lines else type(e).__name__
 
 
 def _parse(argv: Sequence[str]) -> list[str]:

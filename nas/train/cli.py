@@ -43,7 +43,13 @@ import ml_collections
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from nas.cli_messages import check_workdir, flag_error_line, os_error_line, unknown_field_line
+from nas.cli_messages import (
+    check_workdir,
+    first_line,
+    flag_error_line,
+    os_error_line,
+    unknown_field_line,
+)
 
 FLAGS = flags.FLAGS
 _CONFIG = config_flags.DEFINE_config_file(
@@ -119,11 +125,6 @@ def _parse(argv: Sequence[str]) -> list[str]:
             _fail(f"--config: {named[-1]}: No such file or directory")
         _fail(f"--config: {_last_line(e)}")
     return []
-
-
-def _first_line(e: BaseException) -> str:
-    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
-    return lines[0] if lines else type(e).__name__
 
 
 def _last_line(e: BaseException) -> str:
@@ -328,7 +329,7 @@ def join_processes() -> None:
     try:
         distributed.initialize(config, prefix=prefix)
     except RuntimeError as e:  # the coordinator not reached in time, say
-        raise UserError(_first_line(e)) from None
+        raise UserError(first_line(e)) from None
 
 
 def run() -> None:
@@ -375,7 +376,7 @@ def _main(argv: Sequence[str]) -> None:
     except OSError as e:
         _fail(os_error_line(e, _WORKDIR.value))
     except (ValueError, UserError) as e:
-        _fail(_first_line(e))
+        _fail(first_line(e))
 
 
 def main() -> None:

@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from nas import schema
+from nas.cli_messages import first_line
 
 ENV = {"coordinator_address": "NAS_COORDINATOR_ADDRESS",
        "num_processes": "NAS_NUM_PROCESSES",
@@ -191,11 +192,11 @@ def initialize(config: Any = None, environ: Mapping[str, str] | None = None,
     try:
         jax.distributed.initialize(**kwargs)
     except (ValueError, TypeError) as e:  # jax found too little (a cluster not detected)
-        raise ValueError(f"jax.distributed.initialize({_shown(kwargs)}): {_first_line(e)}"
+        raise ValueError(f"jax.distributed.initialize({_shown(kwargs)}): {first_line(e)}"
                          ) from None
     except RuntimeError as e:  # a device touched first, or the coordinator not reached
         raise RuntimeError(f"jax.distributed.initialize({_shown(kwargs)}): "
-                           f"{_first_line(e)}") from None
+                           f"{first_line(e)}") from None
     return True
 
 
@@ -215,8 +216,3 @@ def check_joined(config: Any) -> None:
 
 def _shown(kwargs: Mapping[str, Any]) -> str:
     return ", ".join(f"{k}={v!r}" for k, v in kwargs.items() if v is not None)
-
-
-def _first_line(e: BaseException) -> str:
-    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
-    return lines[0] if lines else type(e).__name__

@@ -336,13 +336,18 @@ def _is_run_schedule(node: Any) -> bool:
     return isinstance(node, RunScheduleState)
 
 
+def _is_schedule_state(node: Any) -> bool:
+    return isinstance(node, (RunScheduleState, optax.ScaleByScheduleState))
+
+
 def with_run_lengths(restored: Any, current: Any) -> Any:
-    """`restored` (a checkpoint's training state) with `current`'s schedule lengths: the
-    run being resumed says how long it is, as when the lengths were constants of its
+    """`restored` (a checkpoint's training state, its schedule states today's or a count
+    alone as written before the lengths joined them) with `current`'s schedule lengths:
+    the run being resumed says how long it is, as when the lengths were constants of its
     step."""
     return jax.tree.map(
         lambda old, new: RunScheduleState(old.count, new.lengths)
-        if _is_run_schedule(new) else old, restored, current, is_leaf=_is_run_schedule)
+        if _is_run_schedule(new) else old, restored, current, is_leaf=_is_schedule_state)
 
 
 def before_run_lengths(state: Any) -> tuple[Any, Callable[[Any], Any]] | None:
@@ -350,26 +355,17 @@ def before_run_lengths(state: Any) -> tuple[Any, Callable[[Any], Any]] | None:
     optimizer state (optax's `ScaleByScheduleState`, a count alone), and how to bring a
     state of that structure back to `state`'s, its lengths `state`'s; None when `state`
     holds no run schedule (no earlier structure to try)."""
-    found = [n for n in jax.tree.leaves(state, is_leaf=_is_run_schedule)
-             if _is_run_schedule(n)]
-    if not found:
+    if not any(_is_run_schedule(n) for n in jax.tree.leaves(state, is_leaf=_is_run_schedule)):
         return None
     earlier = jax.tree.map(lambda n: optax.ScaleByScheduleState(n.count)
                            if _is_run_schedule(n) else n, state, is_leaf=_is_run_schedule)
-
-    def upgrade(restored: Any) -> Any:
-        old = (lambda n: isinstance(n, optax.ScaleByScheduleState))
-        return jax.tree.map(lambda o, n: RunScheduleState(o.count, n.lengths) if old(o)
-                            else o, restored, state, is_leaf=old)
-
-    return earlier, upgrade
+    return earlier, lambda restored: with_run_lengths(restored, state)
 
 
 def step_count(opt_state: Any) -> int:
     """The number of updates applied so far, read from the first schedule's state."""
-    states = (RunScheduleState, optax.ScaleByScheduleState)
-    for node in jax.tree.leaves(opt_state, is_leaf=lambda x: isinstance(x, states)):
-        if isinstance(node, states):
+    for node in jax.tree.leaves(opt_state, is_leaf=_is_schedule_state):
+        if _is_schedule_state(node):
             return int(jnp.asarray(node.count).reshape(-1)[0])
     return 0
 
