@@ -39,8 +39,8 @@ import numpy as np
 
 from nas.search.execution.driver import Driver
 from nas.search.reporting.report import cheapest_matching_seed, front_of
-from nas.search.strategy import intervals
 from nas.search.strategy.pareto import hypervolume
+from nas.train import intervals
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -293,7 +293,7 @@ def export_id(study: Any, value: str) -> tuple[int, str]:
 
 
 def _import() -> None:
-    from nas.search.strategy.import_flax import import_checked
+    from nas.search.import_cli import import_checked
 
     if not _FLAX.value:
         raise ValueError("import needs --flax=package.module:factory")

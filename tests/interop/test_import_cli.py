@@ -16,7 +16,7 @@ from flax import serialization
 
 import nas
 from nas.search.execution.driver import Driver
-from nas.search.strategy.import_flax import import_checked, import_flax
+from nas.search.import_cli import import_checked, import_flax
 from nas.train.checkpoint import load_variables
 from tests.interop import models
 from tests.search.conftest import tiny_search_config

@@ -82,7 +82,7 @@ def truncated_export(tmp_path):
 
 def test_a_truncated_export_is_not_a_candidate_archive_to_every_reader(truncated_export):
     from nas.io import load_candidate
-    from nas.search.strategy.seed import read_seed_graph
+    from nas.search.execution.seeds import read_seed_graph
     from nas.train.cli import UserError, read_graph_file
 
     expected = f"{truncated_export}: not a candidate archive (a truncated or damaged zip"

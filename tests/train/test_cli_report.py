@@ -29,8 +29,6 @@ def test_wilson_matches_the_roots_of_the_score_equation():
 def test_the_search_keeps_its_interval_names():
     from nas.search.strategy import intervals as search_intervals
 
-    assert search_intervals.wilson is intervals.wilson
-    assert search_intervals.Z95 == intervals.Z95
     assert search_intervals.text(0.975, 360) == "0.9750 [0.953, 0.987] n=360"
 
 

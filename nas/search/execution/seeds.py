@@ -57,10 +57,30 @@ def zoo_part(train: ml_collections.ConfigDict, model_name: str | None = None,
     return SeedPart(graph, constants, None, blocks, field)
 
 
+def read_seed_graph(path: str, field: str = "config field 'search.seed_graph'"
+                    ) -> tuple[Any, dict[str, Any], dict[str, Any] | None]:
+    """(graph, constants, variables or None) from a graph JSON or a `nas-search export`
+    file at `path`; errors name `field`.
+
+    An exported candidate brings its weights (a version 1 export, those of its
+    `checkpoint_path`, which must still exist); a plain graph JSON brings none."""
+    from nas.graph import serialize
+    from nas.io.candidate import read_graph_or_export_for
+
+    found = read_graph_or_export_for(field, path)
+    if not isinstance(found, bytes):
+        return found.graph, dict(found.constants), found.variables
+    try:
+        graph, constants = serialize.load(found)
+    except ValueError as e:
+        raise ValueError(f"{field}: {path} is not a graph JSON or an exported candidate: "
+                         f"{e}") from None
+    return graph, dict(constants or {}), None
+
+
 def file_part(train: ml_collections.ConfigDict, path: str, field: str) -> SeedPart:
     """A graph JSON or exported candidate (with its weights when it has them), whose
     outputs must be the data's classes."""
-    from nas.search.strategy.seed import read_seed_graph
     from nas.train import preflight
     from nas.train.config import with_defaults
 

@@ -21,6 +21,7 @@ from nas.search.store.recommend import cheapest_matching_seed
 from nas.search.store.study import Study
 from nas.search.strategy import intervals, move_mix
 from nas.search.strategy.selection import OBJECTIVES, cost_value
+from nas.train.intervals import wilson
 
 # Every cost a candidate is measured by, in the order the report shows them.
 COST_LABELS = (("flops", "FLOPs"), ("params", "parameters"),
@@ -49,7 +50,7 @@ def lineage(cid: int, by_id: dict[int, Candidate]) -> list[int]:
 def error_bar(c: Candidate) -> tuple[float, float] | None:
     """The 95 % Wilson interval of its validation accuracy (None when n is unknown)."""
     n = c.extra_metrics.get("val_examples")
-    return intervals.wilson(float(c.accuracy), int(n)) if n and c.accuracy is not None \
+    return wilson(float(c.accuracy), int(n)) if n and c.accuracy is not None \
         else None
 
 

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from nas.train.intervals import Z95, wilson  # noqa: F401 - the reports and benchmarks take them from here
+from nas.train.intervals import Z95, wilson
 
 
 def overlap(a: tuple[float, float], b: tuple[float, float]) -> bool:

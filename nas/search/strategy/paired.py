@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from nas.search.strategy import tango
-from nas.search.strategy.intervals import Z95
+from nas.train.intervals import Z95
 
 DECISIONS = ("better", "worse", "within noise")
 

@@ -23,7 +23,8 @@ import numpy as np
 
 from nas.search.strategy import paired
 from nas.search.strategy.growing import Growing
-from nas.search.strategy.intervals import Z95, wilson_arrays
+from nas.search.strategy.intervals import wilson_arrays
+from nas.train.intervals import Z95
 
 # Rows inserted one by one up to this many at a time; a larger batch regroups all.
 _INCREMENTAL = 64
