@@ -125,13 +125,12 @@ class SearchResult:
             raise ValueError("dataframe: needs pandas (pip install -e '.[notebook]')") from None
         rows = []
         for c in self.study.candidates():
-            inheritance = c.inheritance if isinstance(c.inheritance, dict) else {}
             row: dict[str, Any] = {"id": c.id, "parent": c.parent_id, "status": c.status,
                                    "generation": c.generation,
-                                   "kind": inheritance.get("kind") or (
+                                   "kind": c.inheritance.kind or (
                                        "seed" if c.parent_id is None else None)}
             row.update({f"hparams_{k}": v for k, v in
-                        sorted((inheritance.get("hparams") or {}).items())})
+                        sorted((c.inheritance.hparams or {}).items())})
             row.update({k: v for k, v in c.metrics.items() if _plain(k, v)})
             row.update(error=c.error, fingerprint=c.fingerprint, worker=c.worker,
                        created_at=c.created_at, started_at=c.started_at,

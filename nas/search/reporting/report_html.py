@@ -186,7 +186,7 @@ def candidate_section(study: Study, c: Candidate, by_id: dict[int, Candidate],
     arch = arch_of(c.id)
     made = origins([(by_id[i], arch_of(i)) for i in lineage(c.id, by_id)])
     parent = by_id.get(c.parent_id) if c.parent_id is not None else None
-    fresh = set((c.inheritance or {}).get("new", []))
+    fresh = set(c.inheritance.new or ())
     added: set[str] = set()
     if parent is not None:
         parent_arch = arch_of(parent.id)

@@ -38,7 +38,7 @@ def export_candidate(study: Any, candidate_id: int, path: str | os.PathLike,
         search = study.config.get("search") or {}
         train_config = hparams_lib.apply(
             candidate_train_config(train, search, is_seed=cand.parent_id is None),
-            (cand.inheritance or {}).get("hparams"), cand.parent_id is None, search)
+            cand.inheritance.hparams, cand.parent_id is None, search)
         input_shape = image_shape(train_config)
     if home is not None:
         variables, train_config = home_model(home)
@@ -52,7 +52,7 @@ def export_candidate(study: Any, candidate_id: int, path: str | os.PathLike,
         "seed": cand.seed,
         "spec": cand.spec,
         "properties": cand.properties,
-        "inheritance": cand.inheritance,
+        "inheritance": cand.inheritance.to_json(),
         "error": cand.error,
         "rungs": list(cand.rungs),
         # which split each accuracy was measured on (nas.search.strategy.splits)

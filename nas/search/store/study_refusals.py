@@ -14,11 +14,13 @@ in one transaction, so a driver killed at any moment records each once.
 from __future__ import annotations
 
 import dataclasses
+import json
 import sqlite3
 import time
 from collections.abc import Mapping
 from typing import Any
 
+from nas.search.store.candidate import EMPTY_INHERITANCE, Inheritance
 from nas.search.store.study_writes import StudyWrites
 from nas.search.strategy.settings import MAX_REFUSALS
 
@@ -73,8 +75,8 @@ class StudyRefusals(StudyWrites):
                 return None
             row = c.execute("SELECT parent_id, inheritance_json FROM candidates WHERE id=?",
                             (candidate_id,)).fetchone()
-            inheritance = _json(row[1])
-            before = int(inheritance.get("slot_refusals", 0) or 0)
+            inheritance = _inheritance(row[1])
+            before = inheritance.slot_refusals or 0
             limit = self.max_refusals
             if before + 1 > limit:
                 line = (f"its slot's proposals were refused at their start {before + 1} "
@@ -82,9 +84,9 @@ class StudyRefusals(StudyWrites):
                 c.execute("UPDATE candidates SET status='failed', error=?, finished_at=?,"
                           " lease_until=NULL WHERE id=?", (line, time.time(), candidate_id))
                 return None
-            refusal_id = self._insert(c, proposal=inheritance.get("proposal"),
+            refusal_id = self._insert(c, proposal=inheritance.proposal,
                                       candidate_id=candidate_id, parent_id=row[0],
-                                      kind=inheritance.get("kind"), stage="start",
+                                      kind=inheritance.kind, stage="start",
                                       cause=cause, slot_refusals=before + 1, worker=worker)
             for table in ("examples", "rungs"):  # nothing refers to the row any more
                 c.execute(f"DELETE FROM {table} WHERE candidate_id=?", (candidate_id,))
@@ -168,11 +170,10 @@ def _has_table(c: sqlite3.Connection) -> bool:
                      ).fetchone() is not None
 
 
-def _json(text: str | None) -> dict[str, Any]:
-    import json
-
+def _inheritance(text: str | None) -> Inheritance:
+    """The record of a row's `inheritance_json`; a damaged one counts as none, so that a
+    refusal is still recorded."""
     try:
-        value = json.loads(text) if text else {}
+        return Inheritance.from_json(json.loads(text) if text else None)
     except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
+        return EMPTY_INHERITANCE

@@ -14,7 +14,14 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from nas.search.store.candidate import FINISHED, METRICS, Candidate, dumps, split_metrics
+from nas.search.store.candidate import (
+    FINISHED,
+    METRICS,
+    Candidate,
+    Inheritance,
+    dumps,
+    split_metrics,
+)
 from nas.search.store.study_examples import insert_examples, split_examples
 from nas.search.store.study_rows import STATE_PREFIX, StudyRows, rung_cost
 from nas.search.strategy.fidelity import RungResult
@@ -52,7 +59,7 @@ class StudyWrites(StudyRows):
         seed: int | None = None,
         spec: Any = None,
         properties: Any = None,
-        inheritance: Any = None,
+        inheritance: Inheritance | Mapping[str, Any] | None = None,
         blocks: Any = None,
         status: str = "pending",
         error: str | None = None,
@@ -69,6 +76,7 @@ class StudyWrites(StudyRows):
         training. `state` entries are saved with `set_state` in the same transaction, so
         the driver's RNG/counters always match the candidates they produced. `blocks` is
         any JSON value (the driver stores how to rebuild the architecture from blocks).
+        `inheritance`: its `Inheritance` record (or that record's JSON object).
         `replaces`: the id of the refused proposal (`Study.refusals`) this one takes the
         place of, marked in the same transaction.
         """
@@ -76,7 +84,8 @@ class StudyWrites(StudyRows):
         fields = {
             "spec_json": dumps(spec, "spec"),
             "properties_json": dumps(properties, "properties"),
-            "inheritance_json": dumps(inheritance, "inheritance"),
+            "inheritance_json": dumps(Inheritance.from_json(inheritance).to_json(),
+                                      "inheritance"),
             "blocks_json": dumps(blocks, "blocks"),
         }
         state_rows = self._state_rows(state)
