@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from nas.search.store.candidate import Candidate
+from nas.search.store.candidate import Candidate, Status
 from nas.search.store.export import export_candidate
 from nas.search.store.finals_table import answer
 from nas.search.store.study import Study
@@ -35,7 +35,7 @@ def candidate_id(study: Study, value: int | str) -> tuple[int, str]:
         return value, ""
     text = str(value).strip().lower()
     if text in ("recommended", "best"):
-        done = study.candidates("done")
+        done = study.candidates(Status.DONE)
         if text == "best":
             chosen = recommend.best_by_validation(done)
         else:

@@ -36,7 +36,7 @@ from nas.search.reporting.report import (
 )
 from nas.search.reporting.svg import esc
 from nas.search.store import recommend
-from nas.search.store.candidate import FINISHED, Candidate
+from nas.search.store.candidate import FINISHED, Candidate, Status
 from nas.search.store.finals_table import FINALS_STATE, answer
 from nas.search.store.study import Study
 from nas.search.strategy.constraints import bounds_text
@@ -146,7 +146,7 @@ class Dashboard:
 
 
 def _status_line(c: Candidate) -> str:
-    if c.status == "done":
+    if c.status == Status.DONE:
         return (f"<p>validation accuracy {esc(val_accuracy_text(c))}; test accuracy "
                 f"{esc(reported_test_text(c) or '-')} (reported only)</p>")
     return f"<p>{esc(c.status)}{': ' + esc(c.error) if c.error else ''}</p>"

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from nas.io.candidate import ExportedCandidate, load_candidate, write_candidate
+from nas.search.store.candidate import Status
 
 
 def export_candidate(study: Any, candidate_id: int, path: str | os.PathLike,
@@ -155,7 +156,7 @@ def paired_metrics(study: Any, cand: Any, home: Any = None) -> dict[str, Any]:
     for name, split in (("val_correct", "validation"), ("test_correct", "test")):
         if mine[split] is not None:
             out[name] = examples.to_text(mine[split])
-    seed = recommend.seed_of(study.candidates("done"))
+    seed = recommend.seed_of(study.candidates(Status.DONE))
     if seed is not None and (seed.id != cand.id or home is not None):
         theirs = {"validation": pairs.validation.get(seed.id), "test": pairs.test.get(seed.id)}
         versus = {split: paired.compare(mine[split], theirs[split]).to_dict()
