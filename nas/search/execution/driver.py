@@ -40,14 +40,15 @@ from nas.search.execution.task import (
     rung_plan,
 )
 from nas.search.store.candidate import FINISHED, Inheritance, Status
+from nas.search.store.enqueue import seeding
 from nas.search.store.finals_table import finals_finished
 from nas.search.store.lease import LeaseKeeper
+from nas.search.store.meta import SEEDS, SEEDS_ADDED
 from nas.search.store.study import (
     DuplicateCandidateError,
     Study,
     default_worker,
 )
-from nas.search.store.study_enqueue import SEEDS, SEEDS_ADDED, seeding
 from nas.search.strategy import blocks as blocks_lib
 from nas.search.strategy import hparams as hparams_lib
 from nas.search.strategy import move_mix, splits
