@@ -820,9 +820,10 @@ class Study:
                           " lease_until=NULL WHERE id=?", (line, time.time(), candidate_id))
                 return None
             refusal_id = refusal_rows.insert(c, proposal=inheritance.proposal,
-                                      candidate_id=candidate_id, parent_id=row[0],
-                                      kind=inheritance.kind, stage="start",
-                                      cause=cause, slot_refusals=before + 1, worker=worker)
+                                             candidate_id=candidate_id, parent_id=row[0],
+                                             kind=inheritance.kind, stage="start",
+                                             cause=cause, slot_refusals=before + 1,
+                                             worker=worker)
             for table in ("examples", "rungs"):  # nothing refers to the row any more
                 c.execute(f"DELETE FROM {table} WHERE candidate_id=?", (candidate_id,))
             c.execute("DELETE FROM candidates WHERE id=?", (candidate_id,))
@@ -838,8 +839,8 @@ class Study:
         rows = self._state_rows(state)
         with self._db.write() as c:
             refusal_id = refusal_rows.insert(c, proposal=proposal, candidate_id=None,
-                                      parent_id=parent_id, kind=kind, stage=stage,
-                                      cause=cause, slot_refusals=0, worker=None)
+                                             parent_id=parent_id, kind=kind, stage=stage,
+                                             cause=cause, slot_refusals=0, worker=None)
             c.executemany("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", rows)
             return refusal_rows.read(c, refusal_id)
 
@@ -923,17 +924,15 @@ class Study:
         if existing:
             raise ValueError(f"enqueue: the architecture is already candidate {existing[0]} "
                              f"of {self.workdir}")
-        inheritance: dict[str, Any] = {"enqueued": True}
         hparams = hparams_lib.seed_values(train, search)
-        if hparams:
-            inheritance["hparams"] = hparams
+        inheritance = Inheritance(enqueued=True, hparams=hparams or None)
         path = None
         if variables is not None:  # complete on disk before the candidate exists
             path = os.path.join(os.path.abspath(self.workdir), "inits",
                                 f"enqueued-{fingerprint[:16]}")
             shutil.rmtree(path, ignore_errors=True)
             save_variables(path, variables)
-            inheritance["init_path"] = path
+            inheritance = dataclasses.replace(inheritance, init_path=path)
         try:
             return self.add(graph_to_json(graph, constants), generation=0,
                             seed=int(search.get("seed", 0)), fingerprint=fingerprint,
