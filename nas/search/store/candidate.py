@@ -13,8 +13,8 @@ from typing import Any
 
 
 class Status(enum.StrEnum):
-    """What has happened to a candidate. A `str`, so rows, JSON and comparisons with the
-    plain names ("done") read the same as before there was a type for it."""
+    """What has happened to a candidate. A `str`, so that SQLite rows, JSON and
+    comparisons with the plain names (`c.status == "done"`) all see its name."""
 
     PENDING = "pending"
     RUNNING = "running"
@@ -59,8 +59,8 @@ class Inheritance(Mapping[str, Any]):
 
     None (False for `enqueued`) is a key the row does not have: `to_json` leaves it out,
     so a new row holds exactly the keys that were set. The record also reads as that JSON
-    object (`inh["kind"]`, `inh.get("new")`, empty when falsy), the form the decoded blob
-    had, which users' scripts index.
+    object (`inh["kind"]`, `inh.get("new")`, falsy when empty), for code that reads a
+    candidate's inheritance as a mapping.
     """
 
     kind: str | None = None
