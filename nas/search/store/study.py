@@ -693,7 +693,7 @@ class Study:
                  "SELECT status, COUNT(*) FROM candidates GROUP BY status")
         with self._db.read() as c:
             rows = c.execute(query).fetchall()
-        out = dict.fromkeys(STATUSES, 0)
+        out: dict[str, int] = dict.fromkeys(STATUSES, 0)
         out.update(rows)
         return out
 
