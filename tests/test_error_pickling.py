@@ -22,7 +22,7 @@ BUILDERS = {
     "nas.graph.model.OpError": lambda cls: cls("op 'x' (RESHAPE) failed", "cannot reshape"),
     "nas.mutation.move_errors.MoveFailed": lambda cls: cls("deepen", "TypeError: bad",
                                                            "nas/mutation/net2net.py:3"),
-    "nas.search.store.study_writes.DuplicateCandidateError": lambda cls: cls("abc123", 7),
+    "nas.search.store.study.DuplicateCandidateError": lambda cls: cls("abc123", 7),
     "nas.train.memory.DeviceBudgetExceeded": lambda cls: cls(3 << 20, 1 << 20),
 }
 

@@ -1,6 +1,5 @@
 """The house rules (docs/architecture.md), checked on the source: the layers (no arrow
-up), no import cycle between modules, no private name taken from another module, and rooms
-that fit in a head (no module over 700 lines, no function over 80).
+up), no import cycle between modules, and no private name taken from another module.
 
 Every module is parsed with `ast` and every import statement in it counts, wherever it
 stands: at the top, inside a function (the lazy ones) or under `if TYPE_CHECKING`.
@@ -17,8 +16,6 @@ from collections.abc import Iterable, Mapping
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MAX_MODULE_LINES = 700
-MAX_FUNCTION_LINES = 80
 
 # The packages of `nas`, lowest first: each may import the ones of a lower rank, never one
 # of its own rank or above, and nothing inside `nas` imports `nas` itself (the top).
@@ -40,8 +37,6 @@ SEARCH_LAYERS = ("strategy", "store", "execution", "reporting")
 
 # Allowances while a split is under way (none now): each entry goes when its split lands.
 CYCLES_BEING_SPLIT: set[frozenset[str]] = set()
-LONG_MODULES_BEING_SPLIT: set[str] = set()
-LONG_FUNCTIONS_BEING_SPLIT: set[str] = set()
 # Private names one module may take from another (at most 3), each with why.
 PRIVATE_NAMES_TAKEN = {
     # The interpreter's stochastic depth: its source is copied into the exported Flax code,
@@ -269,38 +264,6 @@ def _dotted(node: ast.expr, aliases: Mapping[str, str]) -> str | None:
     return ".".join([aliases[node.id], *reversed(parts)])
 
 
-def long_functions(found: Mapping[str, str], limit: int = MAX_FUNCTION_LINES) -> dict[str, int]:
-    """{module.Class.function: lines} of every function (methods and nested functions too)
-    longer than `limit` lines, its decorators not counted."""
-    out = {}
-
-    def visit(node: ast.AST, prefix: str) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-                name = f"{prefix}.{child.name}"
-                if not isinstance(child, ast.ClassDef):
-                    lines = child.end_lineno - child.lineno + 1
-                    if lines > limit:
-                        out[name] = lines
-                visit(child, name)
-            else:
-                visit(child, prefix)
-
-    for module, path in found.items():
-        visit(_parse(path), module)
-    return out
-
-
-def long_modules(found: Mapping[str, str], limit: int = MAX_MODULE_LINES) -> dict[str, int]:
-    out = {}
-    for module, path in found.items():
-        with open(path, encoding="utf-8") as f:
-            lines = len(f.read().splitlines())
-        if lines > limit:
-            out[module] = lines
-    return out
-
-
 @pytest.fixture(scope="module")
 def house() -> tuple[dict[str, str], dict[str, set[str]]]:
     found = modules()
@@ -357,26 +320,11 @@ def test_no_private_name_taken_from_another_module(house):
     assert taken - PRIVATE_NAMES_TAKEN == set(), sorted(taken - PRIVATE_NAMES_TAKEN)
 
 
-def test_no_module_over_700_lines(house):
-    found, _ = house
-    long = {m: n for m, n in long_modules(found).items() if m not in LONG_MODULES_BEING_SPLIT}
-    assert not long, long
-
-
-def test_no_function_over_80_lines(house):
-    found, _ = house
-    long = {f: n for f, n in long_functions(found).items()
-            if f not in LONG_FUNCTIONS_BEING_SPLIT}
-    assert not long, long
-
-
 def test_the_allowances_are_still_needed(house):
     """An allowance that nothing uses any more goes from the lists above."""
     found, graph = house
     now = {frozenset(part) for part in cycles(graph)}
     assert CYCLES_BEING_SPLIT <= now, CYCLES_BEING_SPLIT - now
-    assert LONG_MODULES_BEING_SPLIT <= set(long_modules(found))
-    assert LONG_FUNCTIONS_BEING_SPLIT <= set(long_functions(found))
     assert PRIVATE_NAMES_TAKEN <= private_names_taken(found)
 
 
@@ -461,14 +409,3 @@ def test_the_checker_finds_private_names_taken(tmp_path):
         ("nas.q.four", "nas.p._hidden"),
         ("nas.q.six", "nas.p._hidden"),
     }
-
-
-def test_the_checker_measures_modules_and_functions(tmp_path):
-    lines = [f"x{i} = {i}\n" for i in range(80)]
-    source = ("class C:\n    def long(self):\n" + "".join("        " + ln for ln in lines)
-              + "def short():\n" + "".join("    " + ln for ln in lines[1:]))
-    found = _package(tmp_path, {"nas.p": "", "nas.p.m": source, "nas.p.n": "\n" * 700})
-    assert long_functions(found) == {"nas.p.m.C.long": 81}
-    assert long_modules(found, limit=699) == {"nas.p.n": 700}
-    assert long_modules(found) == {}
-    assert long_functions(found, limit=79) == {"nas.p.m.C.long": 81, "nas.p.m.short": 80}

@@ -11,7 +11,7 @@ with `cli` (nas-search) on top. `from nas.search import Study` is the entry poin
 report (matplotlib) is imported only on demand.
 """
 
-from nas.search.store.candidate import METRICS, STATUSES, Candidate
+from nas.search.store.candidate import METRICS, STATUSES, Candidate, Inheritance, Status
 from nas.search.store.study import DuplicateCandidateError, Study, StudyNotFoundError
 from nas.search.strategy.pareto import ParetoCurve
 from nas.search.strategy.selection import Individual, SelectionConfig
@@ -23,8 +23,10 @@ __all__ = [
     "Candidate",
     "DuplicateCandidateError",
     "Individual",
+    "Inheritance",
     "ParetoCurve",
     "SelectionConfig",
+    "Status",
     "Study",
     "StudyNotFoundError",
     "select_parents",

@@ -183,6 +183,7 @@ def _search(workdir: str) -> None:
 def _worker(workdir: str) -> None:
     from nas.search.execution.study_worker import run_worker
     from nas.search.reporting.report import reported_test_text, val_accuracy_text
+    from nas.search.store.candidate import Status
 
     check_workdir(workdir, create=False)
     try:
@@ -191,11 +192,11 @@ def _worker(workdir: str) -> None:
     except ValueError as e:
         raise naming_flag(e, f"--candidate={_CANDIDATE.value}") from None
     for c in trained:
-        if c.status == "done":
+        if c.status == Status.DONE:
             print(f"candidate {c.id}: validation accuracy {val_accuracy_text(c)}, test "
                   f"accuracy {reported_test_text(c) or '-'} (reported only), FLOPs "
                   f"{c.flops:,.0f}, params {c.params:,.0f}")
-        elif c.rungs and c.status in ("stopped", "pending", "running"):  # a rung's result
+        elif c.rungs and c.status in (Status.STOPPED, Status.PENDING, Status.RUNNING):  # at a rung
             r = c.rungs[-1]
             print(f"candidate {c.id}: {r['decision']} at {r['epochs']:g} epochs, validation "
                   f"accuracy {r['accuracy']:.4f} ({r['reason']})")
@@ -203,8 +204,8 @@ def _worker(workdir: str) -> None:
             print(f"candidate {c.id}: {c.status}: {c.error}")
     if not trained:
         print("no candidate trained (the search is finished or nothing was pending)")
-    if _CANDIDATE.value is not None and trained and trained[0].status in ("failed",
-                                                                         "infeasible"):
+    if _CANDIDATE.value is not None and trained and trained[0].status in (Status.FAILED,
+                                                                         Status.INFEASIBLE):
         fail(f"candidate {trained[0].id} {trained[0].status}: {trained[0].error}")
 
 

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from nas.search.store.candidate import Candidate
+from nas.search.store.candidate import Candidate, Status
 from nas.search.store.export import export_candidate
 from nas.search.store.finals_table import answer
 from nas.search.store.study import Study
@@ -35,7 +35,7 @@ def candidate_id(study: Study, value: int | str) -> tuple[int, str]:
         return value, ""
     text = str(value).strip().lower()
     if text in ("recommended", "best"):
-        done = study.candidates("done")
+        done = study.candidates(Status.DONE)
         if text == "best":
             chosen = recommend.best_by_validation(done)
         else:
@@ -125,13 +125,12 @@ class SearchResult:
             raise ValueError("dataframe: needs pandas (pip install -e '.[notebook]')") from None
         rows = []
         for c in self.study.candidates():
-            inheritance = c.inheritance if isinstance(c.inheritance, dict) else {}
             row: dict[str, Any] = {"id": c.id, "parent": c.parent_id, "status": c.status,
                                    "generation": c.generation,
-                                   "kind": inheritance.get("kind") or (
+                                   "kind": c.inheritance.kind or (
                                        "seed" if c.parent_id is None else None)}
             row.update({f"hparams_{k}": v for k, v in
-                        sorted((inheritance.get("hparams") or {}).items())})
+                        sorted((c.inheritance.hparams or {}).items())})
             row.update({k: v for k, v in c.metrics.items() if _plain(k, v)})
             row.update(error=c.error, fingerprint=c.fingerprint, worker=c.worker,
                        created_at=c.created_at, started_at=c.started_at,

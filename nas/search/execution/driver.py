@@ -11,6 +11,7 @@ waits for them instead of stopping.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import time
@@ -38,15 +39,16 @@ from nas.search.execution.task import (
     record_outcome,
     rung_plan,
 )
-from nas.search.store.candidate import FINISHED
+from nas.search.store.candidate import FINISHED, Inheritance, Status
+from nas.search.store.enqueue import seeding
 from nas.search.store.finals_table import finals_finished
 from nas.search.store.lease import LeaseKeeper
+from nas.search.store.meta import SEEDS, SEEDS_ADDED
 from nas.search.store.study import (
     DuplicateCandidateError,
     Study,
     default_worker,
 )
-from nas.search.store.study_enqueue import SEEDS, SEEDS_ADDED, seeding
 from nas.search.strategy import blocks as blocks_lib
 from nas.search.strategy import hparams as hparams_lib
 from nas.search.strategy import move_mix, splits
@@ -110,7 +112,7 @@ def remove_partial_saves(study: Study) -> list[str]:
     cleaned only while nobody holds a claim on it (a live worker may be saving there)."""
     removed = []
     workdir = Path(study.workdir)
-    running = {str(c.id) for c in study.candidates("running")}
+    running = {str(c.id) for c in study.candidates(Status.RUNNING)}
     leftovers = sorted((workdir / "inits").glob("*.orbax-checkpoint-tmp*"))
     if (workdir / "candidates").is_dir():
         for folder in sorted((workdir / "candidates").iterdir()):
@@ -214,13 +216,12 @@ class Driver:
         hparams = hparams_lib.seed_values(self.train, self.search)
         for index in range(added, len(parts)):
             part = parts[index]
-            inheritance: dict[str, Any] | None = None
-            if hparams:  # search.hparams: the seed's values, its children's starting point
-                inheritance = {"hparams": hparams}
+            # search.hparams: the seed's values, its children's starting point
+            inheritance = Inheritance(hparams=hparams or None)
             if part.variables is not None:  # saved before the candidate exists, as for children
                 name = "seed" if index == 0 else f"seed{index}"
                 path = os.path.join(os.path.abspath(self.workdir), "inits", name)
-                inheritance = {**(inheritance or {}), "init_path": path}
+                inheritance = dataclasses.replace(inheritance, init_path=path)
                 shutil.rmtree(path, ignore_errors=True)
                 save_variables(path, part.variables)
             # the first seed's state as a single seed's always was; the counts say how
@@ -319,11 +320,11 @@ class Driver:
                 generation=parent.generation + 1, seed=child_seed,
                 fingerprint=child.fingerprint, spec=child.spec_json(),
                 properties=child.properties_json(), blocks=child_blocks,
-                inheritance={"kind": child.kind, "inherited": sorted(child.inherited),
-                             "new": sorted(child.new), "init_path": init,
-                             **({"fit_pairs": fit_pairs} if fit_pairs else {}),
-                             **self.child_hparams(parent, k), "proposal": k,
-                             **({"slot_refusals": slot.slot_refusals} if slot else {})},
+                inheritance=Inheritance(
+                    kind=child.kind, inherited=tuple(sorted(child.inherited)),
+                    new=tuple(sorted(child.new)), init_path=init,
+                    fit_pairs=tuple(fit_pairs) or None, hparams=self.child_hparams(parent, k),
+                    proposal=k, slot_refusals=slot.slot_refusals if slot else None),
                 state={"proposals": k + 1}, replaces=slot.id if slot else None)
         except (MoveFailed, ConstantOutputError) as e:  # refused: recorded, and counted
             stage = "move" if isinstance(e, MoveFailed) else "start"
@@ -339,11 +340,11 @@ class Driver:
             return None
         return child_id
 
-    def child_hparams(self, parent: Any, proposal: int) -> dict[str, Any]:
-        """{"hparams": values} of a child of `parent` (`search.hparams`), {} when off."""
-        values = hparams_lib.perturb((parent.inheritance or {}).get("hparams"), self.train,
+    def child_hparams(self, parent: Any, proposal: int) -> dict[str, Any] | None:
+        """The hyperparameters of a child of `parent` (`search.hparams`), None when off."""
+        values = hparams_lib.perturb(parent.inheritance.hparams, self.train,
                                      self.search, int(self.search.seed), proposal)
-        return {"hparams": values} if values else {}
+        return values or None
 
     def seed_below_min_acc(self, done: Sequence[Any]) -> int | None:
         """The seed, when no done candidate reaches `search.selection.min_acc`:
@@ -384,7 +385,7 @@ class Driver:
         """Reads the finished seed's weights before the search writes anything: every
         proposal may need them, so damaged or missing ones end the command here, with one
         line and the study unchanged (`parent_variables`)."""
-        seed = next((c for c in self.study.candidates("done") if c.parent_id is None), None)
+        seed = next((c for c in self.study.candidates(Status.DONE) if c.parent_id is None), None)
         if seed is not None and seed.checkpoint_path:
             self.parent_variables(seed)
 
@@ -559,7 +560,7 @@ class Driver:
         loop never learned of. Why the second: Ctrl-C can land after a claim's commit and
         before `claim` returns, or before the loop adds the id to `inflight`; the claim
         is then ours by name only (the worker name is this process's)."""
-        mine = {c.id for c in self.study.candidates("running", with_graphs=False)
+        mine = {c.id for c in self.study.candidates(Status.RUNNING, with_graphs=False)
                 if c.worker == self.worker}
         for cid in sorted(mine | inflight):
             self.study.release(cid, self.worker)
@@ -583,7 +584,7 @@ class Driver:
             if finished >= search.max_candidates:
                 return
             if executor.capacity == 0:  # external workers train: keep one child pending
-                pending, running = counts["pending"], counts["running"]
+                pending, running = counts[Status.PENDING], counts[Status.RUNNING]
                 if not pending and sum(counts.values()) < search.max_candidates and \
                         counts["done"] and proposal_failures < search.max_proposal_failures \
                         and self.population() is not None:
@@ -625,10 +626,10 @@ class Driver:
                 if ahead is not None:
                     proposal_failures = 0 if ahead else proposal_failures + 1
             if executor.running() == 0:
-                if self.study.counts()["running"]:  # external workers are training
+                if self.study.counts()[Status.RUNNING]:  # external workers are training
                     time.sleep(min(1.0, float(search.lease_s) / 4))
                     continue
-                if self.study.counts()["pending"]:
+                if self.study.counts()[Status.PENDING]:
                     continue  # e.g. a claim released by a worker
                 logging.warning("search stopped early: nothing left to train and no child "
                                 "could be proposed (%d failed proposals)", proposal_failures)
@@ -683,8 +684,9 @@ class Driver:
         extra = {}
         if self.rungs.epochs:  # results per rung, e.g. "0.25ep:6 1ep:3", and stopped ones
             extra = {"rungs": rung_text(self.rungs.epochs, rungs),
-                     "stopped": counts.get("stopped", 0)}
-        bar.set_postfix(done=counts.get("done", 0), failed=counts.get("failed", 0), **extra,
+                     "stopped": counts.get(Status.STOPPED, 0)}
+        bar.set_postfix(done=counts.get(Status.DONE, 0), failed=counts.get(Status.FAILED, 0),
+                        **extra,
                         best_acc=f"{best.accuracy:.3f}" if best else "-",
                         front=self._done.front_size("flops") if best else 0)
         bar.refresh()

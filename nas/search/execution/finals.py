@@ -34,6 +34,7 @@ from tqdm.auto import tqdm
 from nas.io import examples
 from nas.search.execution import tensorboard_runs
 from nas.search.execution.task import Executor, Outcome, Task
+from nas.search.store.candidate import Status
 from nas.search.store.finals import FinalsStore, Run, run_name
 from nas.search.store.finals_table import FINALS_STATE, answer, choose_finalists, repeats_of
 from nas.search.store.recommend import (
@@ -76,7 +77,7 @@ class Finals:
             inp = ml_collections.ConfigDict(self.decision.input.to_dict())
             inp.data.validation_fraction = 0.0
             images = data_lib.split_size(inp, inp.data.split, inp.data_dir or None)
-            seed = seed_of(self.study.candidates("done", with_graphs=False))
+            seed = seed_of(self.study.candidates(Status.DONE, with_graphs=False))
             self._recipe = recipe(self.config, self.train.to_dict(), self.search.to_dict(),
                                   images, seed.metrics if seed is not None else None)
         return self._recipe
@@ -88,7 +89,7 @@ class Finals:
             return []
         before = self.study.get_state(FINALS_STATE, None) or {}
         key = self.recipe.to_json()
-        done = self.study.candidates("done", with_graphs=False)
+        done = self.study.candidates(Status.DONE, with_graphs=False)
         settings = {"recipe": key, "repeats": self.config.repeats, "k": self.config.k,
                     "candidates": len(done)}
         state = dict(before)

@@ -23,6 +23,7 @@ import ml_collections
 
 from nas import zoo
 from nas.graph.reversible import is_reversible
+from nas.search.store.candidate import Status
 from nas.search.strategy import blocks as blocks_lib
 
 START_FROM = "search.start_from"
@@ -165,7 +166,7 @@ def validation_front(candidates: Sequence[Any], cost: str) -> list[Any]:
     from nas.search.strategy.selection import cost_value
 
     rows = [(c, cost_value(c, cost)) for c in candidates
-            if c.status == "done" and c.accuracy is not None]
+            if c.status == Status.DONE and c.accuracy is not None]
     rows = [(c, v) for c, v in rows if v is not None]
     rows.sort(key=lambda r: (r[1], -r[0].accuracy, r[0].id))  # cheapest first
     front, best = [], None
@@ -189,7 +190,7 @@ def front_parts(path: str, train: ml_collections.ConfigDict, search: ml_collecti
     try:
         check_same_input(study.config, train, path)
         cost = str(dict(search.selection).get("recommend_cost", "flops"))
-        done = study.candidates("done")
+        done = study.candidates(Status.DONE)
         if not done:
             raise ValueError(f"{START_FROM}: the study in {path} has no done candidate "
                              f"(expected at least one to start from)")

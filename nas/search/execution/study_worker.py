@@ -21,6 +21,7 @@ from nas.search.execution.user_functions import STATE, check_recorded, search_fu
 from nas.search.execution.worker import ClaimLost, describe_failure, train_candidate
 from nas.search.store.candidate import FINISHED
 from nas.search.store.lease import LeaseKeeper
+from nas.search.store.meta import STOPPED
 from nas.search.store.study import DB_NAME, Candidate, Study, StudyNotFoundError, default_worker
 from nas.search.strategy.settings import validate_search
 
@@ -62,7 +63,7 @@ def wait_for_study(workdir: str | Path, wait_s: float, poll_s: float = 0.5,
 
 def search_finished(study: Study, search: ml_collections.ConfigDict) -> bool:
     """The driver stopped, or as many candidates finished as the driver asked for."""
-    if study.get_state("stopped", False):
+    if study.get_state(STOPPED, False):
         return True
     counts = study.counts()
     finished = sum(counts[s] for s in FINISHED)

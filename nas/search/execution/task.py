@@ -19,6 +19,7 @@ import ml_collections
 from absl import logging
 
 from nas.search.execution import tensorboard_runs
+from nas.search.store.candidate import Status
 from nas.search.store.study import Study
 from nas.search.strategy import hparams as hparams_lib
 from nas.search.strategy.fidelity import RungPlan
@@ -142,10 +143,10 @@ def make_task(study: Study, train: ml_collections.ConfigDict, search: ml_collect
     candidate = study.get(candidate_id)
     train_config = candidate_train_config(train.to_dict(), search,
                                           is_seed=candidate.parent_id is None)
-    train_config = hparams_lib.apply(train_config, (candidate.inheritance or {}).get("hparams"),
+    train_config = hparams_lib.apply(train_config, candidate.inheritance.hparams,
                                      candidate.parent_id is None, search)
     directory = candidate_dir(str(study.workdir), candidate_id)
-    saved = (candidate.inheritance or {}).get("init_path")
+    saved = candidate.inheritance.init_path
     legacy = os.path.join(directory, "init")  # studies written before init_path existed
     variables = None
     if saved:  # complete before the candidate was added (see Driver.propose)
@@ -186,7 +187,7 @@ def fit_task(study: Study, train: ml_collections.ConfigDict, search: ml_collecti
              candidate: Any) -> dict[str, Any] | None:
     """What the worker fits `candidate`'s new ops with (None: nothing to fit, or its
     parent's weights can no longer be read, when it trains unfitted)."""
-    pairs = (candidate.inheritance or {}).get("fit_pairs")
+    pairs = candidate.inheritance.fit_pairs
     if not pairs:
         return None
     from nas.train import fit as fit_lib
@@ -198,7 +199,7 @@ def fit_task(study: Study, train: ml_collections.ConfigDict, search: ml_collecti
         logging.warning("candidate %d: not fitted, its parent's weights cannot be read: %s",
                         candidate.id, str(e).splitlines()[0])
         return None
-    return fit_lib.task(parent.graph_json, parent_variables, candidate.inheritance["new"],
+    return fit_lib.task(parent.graph_json, parent_variables, candidate.inheritance.new or (),
                         pairs, train.input, fit_lib.FitConfig.from_dict(dict(search.fit)),
                         int(search.seed))
 
@@ -230,7 +231,7 @@ def record_outcome(study: Study, outcome: Outcome, worker: str | None = None,
         return
     path = save_variables(os.path.join(candidate_dir(str(study.workdir), cid), "final"),
                           outcome.variables or {})
-    hparams = (candidate.inheritance or {}).get("hparams")
+    hparams = candidate.inheritance.hparams
     metrics = {**(outcome.metrics or {}), "hparams": hparams} if hparams else outcome.metrics
     try:
         study.tell(cid, metrics, checkpoint_path=path, worker=worker, rung_epochs=epochs)
@@ -257,13 +258,13 @@ def record_refusal(study: Study, candidate_id: int, error: str, worker: str | No
     import shutil
 
     try:
-        saved = (study.get(candidate_id).inheritance or {}).get("init_path")
+        saved = study.get(candidate_id).inheritance.init_path
         refusal = study.refuse(candidate_id, error, worker=worker)
         if refusal is None:
             after = study.get(candidate_id)
-            if after.status == "failed":  # its slot failed, with the cause
+            if after.status == Status.FAILED:  # its slot failed, with the cause
                 logging.warning("candidate %d failed: %s", candidate_id, after.error)
-            return after.status == "failed"
+            return after.status == Status.FAILED
     except ValueError:  # refused already (by the worker that held it before): gone
         return True
     logging.info("candidate %d refused at its start (%s; its slot's refusal %d): %s",

@@ -28,6 +28,8 @@ from typing import Any
 
 from absl import logging
 
+from nas.search.store.candidate import Status
+
 FOLDER = "tensorboard"
 STUDY_RUN = "study"
 
@@ -176,9 +178,10 @@ class StudyRun:
                 ) -> None:
         refused = sum(n for kinds in study.refusal_counts().values() for n in kinds.values())
         values: dict[str, float] = {
-            "candidates/done": counts.get("done", 0),
-            "candidates/failed": counts.get("failed", 0) + counts.get("infeasible", 0),
-            "candidates/stopped": counts.get("stopped", 0),
+            "candidates/done": counts.get(Status.DONE, 0),
+            "candidates/failed": (counts.get(Status.FAILED, 0)
+                                  + counts.get(Status.INFEASIBLE, 0)),
+            "candidates/stopped": counts.get(Status.STOPPED, 0),
             "candidates/refused": refused,
         }
         best = done.best()

@@ -36,8 +36,9 @@ from nas.search.reporting.report import (
 )
 from nas.search.reporting.svg import esc
 from nas.search.store import recommend
-from nas.search.store.candidate import FINISHED, Candidate
+from nas.search.store.candidate import FINISHED, Candidate, Status
 from nas.search.store.finals_table import FINALS_STATE, answer
+from nas.search.store.meta import MAX_CANDIDATES
 from nas.search.store.study import Study
 from nas.search.strategy.constraints import bounds_text
 from nas.search.strategy.selection import cost_value
@@ -68,7 +69,7 @@ def overview(study: Study, k: int = 10, recent: int = 10,
               for cost in ranked_costs(study)]
     return {"workdir": str(study.workdir.resolve()), "counts": counts,
             "finished": sum(counts[s] for s in FINISHED),
-            "max_candidates": study.get_state("max_candidates"),
+            "max_candidates": study.get_state(MAX_CANDIDATES),
             "best": [_row(c) for c in study.best(k)],
             "recent": [_row(c) for c in study.latest(recent, FINISHED)],
             "fronts": fronts, "k": k, "finals": finals_section(study), **_bounds(study),
@@ -146,7 +147,7 @@ class Dashboard:
 
 
 def _status_line(c: Candidate) -> str:
-    if c.status == "done":
+    if c.status == Status.DONE:
         return (f"<p>validation accuracy {esc(val_accuracy_text(c))}; test accuracy "
                 f"{esc(reported_test_text(c) or '-')} (reported only)</p>")
     return f"<p>{esc(c.status)}{': ' + esc(c.error) if c.error else ''}</p>"

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from nas.search.store import recommend
-from nas.search.store.candidate import Candidate
+from nas.search.store.candidate import Candidate, Status
 from nas.search.store.finals_table import Answer, answer
 from nas.search.strategy.cost_ties import has_spread, tied_values
 from nas.search.strategy.pareto import ParetoCurve
@@ -31,7 +31,7 @@ def front_of(candidates: Sequence[Candidate], cost: str) -> list[Candidate]:
     may be a user's (a number in each candidate's metrics, lower is better). A measured
     cost with a spread (`<cost>_iqr`) is tied within it, as selection's fronts tie it
     (`nas.search.strategy.cost_ties`)."""
-    values = {c.id: v for c in candidates if c.status == "done" and c.accuracy is not None
+    values = {c.id: v for c in candidates if c.status == Status.DONE and c.accuracy is not None
               and (v := cost_value(c, cost)) is not None}
     done = [c for c in candidates if c.id in values]
     if not done:
@@ -62,7 +62,7 @@ def best_of(candidates: Sequence[Candidate], k: int) -> list[Candidate]:
     """The `k` most accurate done candidates, ordered as `Study.best` orders them (ties:
     fewer FLOPs, then older)."""
     inf = float("inf")
-    done = (c for c in candidates if c.status == "done" and c.accuracy is not None)
+    done = (c for c in candidates if c.status == Status.DONE and c.accuracy is not None)
     return heapq.nsmallest(k, done, key=lambda c: (
         -c.accuracy, c.flops if c.flops is not None else inf, c.id))
 
@@ -87,7 +87,7 @@ class Highlights:
         return cls({cost: front_of(candidates, cost) for cost in ranked_costs(study)},
                    best_of(candidates, k), recommend.seed_of(candidates),
                    found.recommendation, pairs,
-                   sum(c.status == "done" and c.accuracy is not None for c in candidates),
+                   sum(c.status == Status.DONE and c.accuracy is not None for c in candidates),
                    tuple(getattr(study, "user_costs", ())), found)
 
     @property

@@ -26,7 +26,7 @@ from nas.search.reporting.highlights import SCALE_LIMIT, ranked_costs
 from nas.search.reporting.report import COST_LABELS, front_label, val_accuracy_text
 from nas.search.reporting.svg import Point, generation_colour, scatter
 from nas.search.store import recommend
-from nas.search.store.candidate import Candidate
+from nas.search.store.candidate import Candidate, Status
 from nas.search.strategy.pareto import ParetoCurve
 from nas.search.strategy.selection import OBJECTIVES, cost_value, higher_better
 
@@ -168,7 +168,7 @@ class LiveFronts:
             self._whole = shown  # bounded: only what the pictures show now
         else:
             kept = {r.id for r in done}
-            shown = {c.id: c for c in self.study.candidates("done", with_graphs=False)
+            shown = {c.id: c for c in self.study.candidates(Status.DONE, with_graphs=False)
                      if c.id in kept}
         top = max((c.generation for c in shown.values()), default=0)
         labels = dict(COST_LABELS)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Sequence
 
-from nas.search.store.candidate import Candidate
+from nas.search.store.candidate import Candidate, Status
 from nas.search.strategy.selection import check_cost, cost_value, higher_better
 
 
@@ -53,7 +53,7 @@ def progress_series(candidates: Sequence[Candidate], cost: str = "flops",
     """(n finished, best accuracy so far, front size so far) in the order candidates
     finished (done candidates with an accuracy; the front over those with `cost`, which
     may be one of `user_costs`, the search's own)."""
-    done = sorted((c for c in candidates if c.status == "done" and c.accuracy is not None),
+    done = sorted((c for c in candidates if c.status == Status.DONE and c.accuracy is not None),
                   key=lambda c: (c.finished_at or 0.0, c.id))
     front = RunningFront(cost, user_costs)
     out: list[tuple[int, float, int]] = []

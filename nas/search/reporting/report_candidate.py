@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nas.search.reporting.svg import esc, line_chart
-from nas.search.store.candidate import Candidate
+from nas.search.store.candidate import Candidate, Inheritance
 
 
 @dataclass
@@ -270,7 +270,7 @@ class Mutation:
 
 
 def mutation_diff(child: Architecture, parent: Architecture | None,
-                  inheritance: Mapping[str, Any] | None,
+                  inheritance: Inheritance,
                   metrics: Mapping[str, Any] | None = None) -> Mutation:
     """What changed; the fit's errors come from the child's metrics (its worker fitted it)
     or, in studies written before that, from its inheritance record."""
@@ -278,12 +278,10 @@ def mutation_diff(child: Architecture, parent: Architecture | None,
     child_ops = {op.name: op for op in child.ops}
     removed = [op for name, op in parent_ops.items() if name not in child_ops]
     added = [op for name, op in child_ops.items() if name not in parent_ops]
-    inh = inheritance or {}
-    fit = inh.get("fit") if isinstance(inh.get("fit"), Mapping) else {}
     fit = {k: (metrics or {})[f"fit_{k}"] for k in ("mse_before", "mse_after")
-           if f"fit_{k}" in (metrics or {})} or fit
-    return Mutation(removed, added, sorted(inh.get("inherited", [])),
-                    sorted(inh.get("new", [])), dict(fit), str(inh.get("kind") or ""))
+           if f"fit_{k}" in (metrics or {})} or inheritance.fit or {}
+    return Mutation(removed, added, sorted(inheritance.inherited or ()),
+                    sorted(inheritance.new or ()), dict(fit), inheritance.kind or "")
 
 
 def diff_html(m: Mutation) -> str:

@@ -17,7 +17,7 @@ from pathlib import Path
 from nas.atomic import atomic_write_with
 from nas.search.reporting.highlights import Highlights
 from nas.search.store import recommend
-from nas.search.store.candidate import Candidate
+from nas.search.store.candidate import Candidate, Status
 from nas.search.strategy import paired
 from nas.search.strategy.selection import cost_value, spread_name
 
@@ -99,7 +99,7 @@ def csv_rows(candidates: Iterable[Candidate], front: set[int], seed: Candidate |
                accuracies.get(c.parent_id) if c.parent_id is not None else None,
                extra.get("start_accuracy"), hparams_text(extra.get("hparams")),
                *(cost_value(c, u) for u in user_costs), *(cost_value(c, u) for u in spreads),
-               *([int(c.id in within) if c.status == "done" else None] if bounds else [])]
+               *([int(c.id in within) if c.status == Status.DONE else None] if bounds else [])]
         yield ["" if v is None else v for v in row]
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from nas.search.reporting.highlights import SCALE_LIMIT, front_of, ranked_costs
 from nas.search.reporting.report_text import COST_LABELS, error_bar
-from nas.search.store.candidate import Candidate
+from nas.search.store.candidate import Candidate, Status
 from nas.search.store.study import Study
 from nas.search.strategy.selection import cost_value
 
@@ -47,7 +47,7 @@ def pareto_figure(study: Study, candidates: Sequence[Candidate] | None = None, *
 
     cands = list(study.candidates(with_graphs=False) if candidates is None else candidates)
     by_id = {c.id: c for c in cands}
-    large = sum(c.status == "done" for c in cands) > SCALE_LIMIT
+    large = sum(c.status == Status.DONE for c in cands) > SCALE_LIMIT
     plots = plot_costs(study)
     fig = Figure(figsize=(5.5 * len(plots), 4.5), dpi=100)
     FigureCanvasAgg(fig)
@@ -64,7 +64,7 @@ def _draw_cost(fig: Any, ax: Any, cands: Sequence[Candidate], by_id: dict[int, C
     """One panel of `pareto_figure`: validation accuracy against `cost`."""
     from matplotlib.ticker import MaxNLocator
 
-    done = [c for c in cands if c.status == "done" and c.accuracy is not None
+    done = [c for c in cands if c.status == Status.DONE and c.accuracy is not None
             and cost_value(c, cost) is not None]
     if not done:
         ax.text(0.5, 0.5, "no finished candidates yet", ha="center", va="center")
@@ -152,7 +152,7 @@ def _lineage_png(ax: object, done: Sequence[Candidate], by_id: dict[int, Candida
     """Grey parent -> child lines, under the points."""
     for c in done:
         parent = by_id.get(c.parent_id) if c.parent_id is not None else None
-        if parent is not None and parent.status == "done" and cost_value(parent, cost):
+        if parent is not None and parent.status == Status.DONE and cost_value(parent, cost):
             ax.plot([cost_value(parent, cost), cost_value(c, cost)],  # type: ignore[attr-defined]
                     [parent.accuracy, c.accuracy], color="0.75", linewidth=0.7, zorder=1)
 

@@ -38,7 +38,7 @@ from nas.search.reporting.report_text import (
 from nas.search.reporting.starts import start_text
 from nas.search.reporting.svg import Point, esc, generation_colour, line_chart, scatter
 from nas.search.store import recommend
-from nas.search.store.candidate import Candidate
+from nas.search.store.candidate import Candidate, Status
 from nas.search.store.study import Study
 from nas.search.strategy.selection import cost_value
 from nas.train.config import image_shape
@@ -104,7 +104,7 @@ def scatters(candidates: Sequence[Candidate], by_id: dict[int, Candidate],
     `fronts`: the ranked fronts when already found (else found here); `user_costs`: the
     search's own costs, drawn after the built-in ones."""
     marks, notes, fronts = marks or {}, notes or {}, fronts or {}
-    done = [c for c in candidates if c.status == "done" and c.accuracy is not None]
+    done = [c for c in candidates if c.status == Status.DONE and c.accuracy is not None]
     top = max((c.generation for c in done), default=0)
     charts = []
     for cost, label in costs_present(candidates, user_costs) or COST_LABELS[:1]:
@@ -186,7 +186,7 @@ def candidate_section(study: Study, c: Candidate, by_id: dict[int, Candidate],
     arch = arch_of(c.id)
     made = origins([(by_id[i], arch_of(i)) for i in lineage(c.id, by_id)])
     parent = by_id.get(c.parent_id) if c.parent_id is not None else None
-    fresh = set((c.inheritance or {}).get("new", []))
+    fresh = set(c.inheritance.new or ())
     added: set[str] = set()
     if parent is not None:
         parent_arch = arch_of(parent.id)

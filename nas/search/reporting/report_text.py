@@ -15,7 +15,7 @@ from nas.search.reporting.finals_report import finals_lines
 from nas.search.reporting.highlights import Highlights
 from nas.search.reporting.starts import summary_lines
 from nas.search.store import recommend
-from nas.search.store.candidate import STATUSES, Candidate
+from nas.search.store.candidate import STATUSES, Candidate, Status
 from nas.search.store.finals_table import answer
 from nas.search.store.recommend import cheapest_matching_seed
 from nas.search.store.study import Study
@@ -69,8 +69,8 @@ def summary(study: Study, k: int = 5, *, candidates: Sequence[Candidate] | None 
         lines.append("rungs: " + ", ".join(f"{e:g} epochs {n} result(s)"
                                           for e, n in rungs.values()))
     best = study.best(k)
-    stopped = ([c for c in candidates if c.status == "stopped"] if candidates is not None
-               else study.candidates("stopped", with_graphs=False))
+    stopped = ([c for c in candidates if c.status == Status.STOPPED] if candidates is not None
+               else study.candidates(Status.STOPPED, with_graphs=False))
     if stopped:
         lines.append(f"stopped at a rung ({len(stopped)}): " + ", ".join(
             f"{c.id} ({fmt(c.epochs)} epochs, accuracy {fmt(c.accuracy)})"
@@ -82,8 +82,8 @@ def summary(study: Study, k: int = 5, *, candidates: Sequence[Candidate] | None 
     header = ("id", "parent", "gen", "val accuracy [95%]", "test accuracy [95%]",
               "val vs seed", "test vs seed", "val loss", "flops", "params", "im/s/core",
               *users)
-    done = ([c for c in candidates if c.status == "done"] if candidates is not None
-            else study.candidates("done", with_graphs=False))  # metrics only: a large study
+    done = ([c for c in candidates if c.status == Status.DONE] if candidates is not None
+            else study.candidates(Status.DONE, with_graphs=False))  # metrics only: a large study
     seed = next((c for c in done if c.parent_id is None), None)
     pairs = marks.pairs if marks is not None else recommend.Comparisons.of(study)
     # by id: `best` rows are read whole, `done` without graphs, so the same candidate's two
@@ -192,5 +192,5 @@ def costs_present(candidates: Sequence[Candidate], user_costs: Sequence[str] = (
     then the search's own (`user_costs`, labelled by name)."""
     pairs = [*COST_LABELS, *((u, u) for u in user_costs)]
     return [(cost, label) for cost, label in pairs
-            if any(c.status == "done" and measured(c, cost) is not None for c in candidates)]
+            if any(c.status == Status.DONE and measured(c, cost) is not None for c in candidates)]
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from nas.search.store.candidate import FINISHED
 from nas.search.store.finals_table import finals_finished
+from nas.search.store.meta import MAX_CANDIDATES
 from nas.search.store.study import DB_NAME, Study, StudyNotFoundError
 from nas.search.strategy.settings import OPERATIONAL, without_added
 
@@ -63,7 +64,7 @@ def stored_budget(workdir: str) -> int | None:
         if not any(study.counts().values()):
             return None
         first = (study.config.get("search") or {}).get("max_candidates")
-        value = study.get_state("max_candidates", first)
+        value = study.get_state(MAX_CANDIDATES, first)
         return None if value is None else int(value)
     finally:
         study.close()

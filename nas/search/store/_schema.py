@@ -6,6 +6,7 @@ import sqlite3
 from pathlib import Path
 
 from nas.search.store.candidate import COLUMNS, METRICS, STATUSES
+from nas.search.store.meta import Key
 
 FORMAT = "nas-study"
 # 2: status 'stopped', candidates.rung and the rungs table (multi-fidelity). Version 1
@@ -123,7 +124,7 @@ CREATE TABLE IF NOT EXISTS examples (
     PRIMARY KEY (candidate_id, split)
 );
 """
-# Refused proposals (`nas.search.store.study_refusals`): added like `examples`, so an
+# Refused proposals (`nas.search.store.refusals`): added like `examples`, so an
 # older study gets the table when opened; older code ignores it.
 REFUSALS = """
 CREATE TABLE IF NOT EXISTS refusals (
@@ -163,8 +164,8 @@ def migrate(conn: sqlite3.Connection, path: Path) -> None:
     try:
         conn.execute("BEGIN IMMEDIATE")
         try:
-            version = int(conn.execute(
-                "SELECT value FROM meta WHERE key='schema_version'").fetchone()[0])
+            version = int(conn.execute("SELECT value FROM meta WHERE key=?",
+                                       (Key.SCHEMA_VERSION,)).fetchone()[0])
             if version < SCHEMA_VERSION:
                 old = [r[1] for r in conn.execute("PRAGMA table_info(candidates)")]
                 keep = ", ".join(c for c in old if c in COLUMNS or c == "lease_until")
@@ -175,8 +176,8 @@ def migrate(conn: sqlite3.Connection, path: Path) -> None:
                 conn.execute(f"INSERT INTO candidates({keep}) SELECT {keep} FROM "
                              f"v1_candidates ORDER BY id")
                 conn.execute("DROP TABLE v1_candidates")
-                conn.execute("UPDATE meta SET value=? WHERE key='schema_version'",
-                             (str(SCHEMA_VERSION),))
+                conn.execute("UPDATE meta SET value=? WHERE key=?",
+                             (str(SCHEMA_VERSION), Key.SCHEMA_VERSION))
         except BaseException:
             conn.execute("ROLLBACK")
             raise
@@ -221,15 +222,17 @@ def check_study(conn: sqlite3.Connection, path: Path) -> None:
         cols = {r[1] for r in conn.execute("PRAGMA table_info(candidates)")}
     except sqlite3.DatabaseError as e:
         raise ValueError(f"{path}: study database is damaged: {e}") from e
-    if meta.get("format") != FORMAT:
+    if meta.get(Key.FORMAT) != FORMAT:
         raise ValueError(
-            f"{path}: not a nas study (meta.format is {meta.get('format')!r}, expected {FORMAT!r})"
+            f"{path}: not a nas study (meta.format is {meta.get(Key.FORMAT)!r}, expected "
+            f"{FORMAT!r})"
         )
     try:
-        version = int(meta.get("schema_version", ""))
+        version = int(meta.get(Key.SCHEMA_VERSION, ""))
     except ValueError:
         raise ValueError(
-            f"{path}: meta.schema_version is {meta.get('schema_version')!r}, expected an integer"
+            f"{path}: meta.schema_version is {meta.get(Key.SCHEMA_VERSION)!r}, expected an "
+            f"integer"
         ) from None
     if version > SCHEMA_VERSION:
         raise ValueError(

@@ -1,17 +1,162 @@
-"""`Candidate`: one immutable snapshot of a study row, and metric validation."""
+"""`Candidate`: one immutable snapshot of a study row, its `Status` and `Inheritance`
+record, and metric validation."""
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
 import math
-from collections.abc import Mapping
+import types
+from collections.abc import Iterator, Mapping
 from typing import Any
 
-STATUSES = ("pending", "running", "done", "failed", "infeasible", "stopped")
-# stopped: a child of a multi-fidelity search not promoted from a rung (its metrics are that
-# rung's); see nas.search.strategy.fidelity.
-FINISHED = ("done", "failed", "infeasible", "stopped")
+
+class Status(enum.StrEnum):
+    """What has happened to a candidate. A `str`, so that SQLite rows, JSON and
+    comparisons with the plain names (`c.status == "done"`) all see its name."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    INFEASIBLE = "infeasible"  # it can never run (e.g. out of memory)
+    # a child of a multi-fidelity search not promoted from a rung (its metrics are that
+    # rung's); see nas.search.strategy.fidelity
+    STOPPED = "stopped"
+
+
+STATUSES = tuple(Status)
+FINISHED = (Status.DONE, Status.FAILED, Status.INFEASIBLE, Status.STOPPED)
+_STATUS_OF = {s.value: s for s in Status}
+
+
+def status_of(value: Any, source: object = "status") -> Status:
+    """The `Status` named `value`; anything else is one ValueError line naming `source`."""
+    status = _STATUS_OF.get(value) if isinstance(value, str) else None
+    if status is None:
+        raise ValueError(f"{source}: unknown status {value!r}; expected one of "
+                         f"{', '.join(STATUSES)}")
+    return status
+
+
+_NO_EXTRA: Mapping[str, Any] = types.MappingProxyType({})
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Inheritance(Mapping[str, Any]):
+    """How a candidate came to be, as its study row's `inheritance_json` holds it.
+
+    kind: the move that made a child (`nas.mutation`); inherited / new: the child's op
+    names that took their parent's weights / start fresh; init_path: the starting weights
+    saved before the candidate existed (a child's, a seed's or an enqueued one's own);
+    fit_pairs: (child tensor, parent tensor) pairs its worker fits first; fit: the fit's
+    errors where the driver fitted the child (studies written before workers did); hparams: its
+    training hyperparameters (`search.hparams`); proposal: the driver's proposal counter
+    that made it; slot_refusals: how many proposals its slot had refused before it;
+    enqueued: a user's architecture (`Study.enqueue`); extra: any other key of the stored
+    object, kept so that it is written back unchanged.
+
+    None (False for `enqueued`) is a key the row does not have: `to_json` leaves it out,
+    so a new row holds exactly the keys that were set. The record also reads as that JSON
+    object (`inh["kind"]`, `inh.get("new")`, falsy when empty), for code that reads a
+    candidate's inheritance as a mapping.
+    """
+
+    kind: str | None = None
+    inherited: tuple[str, ...] | None = None
+    new: tuple[str, ...] | None = None
+    init_path: str | None = None
+    fit_pairs: tuple[tuple[str, str], ...] | None = None
+    fit: Mapping[str, Any] | None = None
+    hparams: Mapping[str, Any] | None = None
+    proposal: int | None = None
+    slot_refusals: int | None = None
+    enqueued: bool = False
+    extra: Mapping[str, Any] = dataclasses.field(default_factory=lambda: _NO_EXTRA)
+
+    @classmethod
+    def from_json(cls, value: Any) -> Inheritance:
+        """The record of a decoded `inheritance_json`: None (no record) is the empty one,
+        a missing key its default (a study written before the key existed); anything but
+        an object, or a key of the wrong type, is one ValueError line naming it."""
+        if value is None:
+            return EMPTY_INHERITANCE
+        if isinstance(value, Inheritance):
+            return value
+        if not isinstance(value, Mapping):
+            raise ValueError(f"inheritance: expected a JSON object or null, got "
+                             f"{type(value).__name__}")
+        get = value.get
+        return cls(
+            kind=_typed(get("kind"), str, "kind"),
+            inherited=_names(get("inherited"), "inherited"),
+            new=_names(get("new"), "new"),
+            init_path=_typed(get("init_path"), str, "init_path"),
+            fit_pairs=_pairs(get("fit_pairs")),
+            fit=_typed(get("fit"), Mapping, "fit"),
+            hparams=_typed(get("hparams"), Mapping, "hparams"),
+            proposal=_typed(get("proposal"), int, "proposal"),
+            slot_refusals=_typed(get("slot_refusals"), int, "slot_refusals"),
+            enqueued=bool(get("enqueued", False)),
+            extra={k: v for k, v in value.items() if k not in _KEYS} or _NO_EXTRA,
+        )
+
+    def to_json(self) -> dict[str, Any] | None:
+        """The JSON object stored for this record (None for the empty one: a NULL row)."""
+        out: dict[str, Any] = dict(self.extra)
+        for key in _KEYS:
+            value = getattr(self, key)
+            if value is None or (key == "enqueued" and not value):
+                continue
+            if key in ("inherited", "new"):
+                value = list(value)
+            elif key == "fit_pairs":
+                value = [list(pair) for pair in value]
+            elif key in ("fit", "hparams"):
+                value = dict(value)
+            out[key] = value
+        return out or None
+
+    def __getitem__(self, key: str) -> Any:
+        return (self.to_json() or {})[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.to_json() or {})
+
+    def __len__(self) -> int:
+        return len(self.to_json() or {})
+
+
+_KEYS = tuple(f.name for f in dataclasses.fields(Inheritance) if f.name != "extra")
+EMPTY_INHERITANCE = Inheritance()
+
+
+def _typed(value: Any, kind: type, key: str) -> Any:
+    if value is not None and (not isinstance(value, kind) or
+                              (kind is int and isinstance(value, bool))):
+        raise ValueError(f"inheritance.{key}: expected {kind.__name__}, got {value!r}")
+    return value
+
+
+def _names(value: Any, key: str) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"inheritance.{key}: expected a list of op names, got {value!r}")
+    return tuple(value)
+
+
+def _pairs(value: Any) -> tuple[tuple[str, str], ...] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list | tuple) or not all(
+            isinstance(p, list | tuple) and len(p) == 2 and all(isinstance(t, str) for t in p)
+            for p in value):
+        raise ValueError(f"inheritance.fit_pairs: expected a list of (child tensor, parent "
+                         f"tensor) pairs, got {value!r}")
+    return tuple((str(a), str(b)) for a, b in value)
+
 METRICS = (
     "accuracy",
     "loss",
@@ -28,25 +173,23 @@ class Candidate:
     """A candidate architecture and what happened to it.
 
     `graph_json` is the text of `nas.graph.serialize.graph_to_json` (graph + constants),
-    kept verbatim. `spec`, `properties` and `inheritance` are decoded JSON values (the
-    subgraph spec, mutated properties, and inherited/new parameter names; the driver adds
-    the mutation's `kind` there). `blocks` is the decoded record a zoo builder rebuilds the
-    architecture from (see `nas.search.strategy.blocks`), None for graphs without blocks. Metric
-    fields are None until the candidate is done; `extra_metrics` holds any other reported
-    values.
-    Times are Unix seconds.
+    kept verbatim. `spec` and `properties` are decoded JSON values (the subgraph spec,
+    mutated properties); `inheritance` is its `Inheritance` record. `blocks` is the decoded
+    record a zoo builder rebuilds the architecture from (see `nas.search.strategy.blocks`),
+    None for graphs without blocks. Metric fields are None until the candidate is done;
+    `extra_metrics` holds any other reported values. Times are Unix seconds.
     """
 
     id: int
     parent_id: int | None
     generation: int
-    status: str
+    status: Status
     graph_json: str = dataclasses.field(repr=False)
     fingerprint: str | None
     seed: int | None
     spec: Any
     properties: Any
-    inheritance: Any
+    inheritance: Inheritance
     accuracy: float | None
     loss: float | None
     flops: float | None
@@ -101,6 +244,8 @@ _JSON_COLUMNS = ("spec_json", "properties_json", "inheritance_json", "metrics_js
                  "blocks_json")
 _AT = {name: i for i, name in enumerate(COLUMNS)}
 _JSON_AT = tuple(_AT[name] for name in _JSON_COLUMNS)
+_STATUS_AT = _AT["status"]
+_INHERITANCE_AT = _AT["inheritance_json"]
 # Candidate's fields in COLUMNS order (a JSON column gives its decoded field), the last,
 # `rungs`, left at its default
 _FIELDS = tuple(f.name for f in dataclasses.fields(Candidate))[:-1]
@@ -129,6 +274,11 @@ def candidate_from_row(row: tuple, source: object = "study") -> Candidate:
                 raise ValueError(f"{source}: candidate {row[0]}: field {column!r} holds "
                                  f"damaged JSON ({detail})") from None
     values[_AT["metrics_json"]] = values[_AT["metrics_json"]] or {}
+    try:
+        values[_STATUS_AT] = status_of(values[_STATUS_AT], "status")
+        values[_INHERITANCE_AT] = Inheritance.from_json(values[_INHERITANCE_AT])
+    except ValueError as e:
+        raise ValueError(f"{source}: candidate {row[0]}: {e}") from None
     out = _NEW(Candidate)
     for name, value in zip(_FIELDS, values, strict=True):
         _SET(out, name, value)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from nas.io.candidate import ExportedCandidate, load_candidate, write_candidate
+from nas.search.store.candidate import Status
 
 
 def export_candidate(study: Any, candidate_id: int, path: str | os.PathLike,
@@ -38,7 +39,7 @@ def export_candidate(study: Any, candidate_id: int, path: str | os.PathLike,
         search = study.config.get("search") or {}
         train_config = hparams_lib.apply(
             candidate_train_config(train, search, is_seed=cand.parent_id is None),
-            (cand.inheritance or {}).get("hparams"), cand.parent_id is None, search)
+            cand.inheritance.hparams, cand.parent_id is None, search)
         input_shape = image_shape(train_config)
     if home is not None:
         variables, train_config = home_model(home)
@@ -52,7 +53,7 @@ def export_candidate(study: Any, candidate_id: int, path: str | os.PathLike,
         "seed": cand.seed,
         "spec": cand.spec,
         "properties": cand.properties,
-        "inheritance": cand.inheritance,
+        "inheritance": cand.inheritance.to_json(),
         "error": cand.error,
         "rungs": list(cand.rungs),
         # which split each accuracy was measured on (nas.search.strategy.splits)
@@ -155,7 +156,7 @@ def paired_metrics(study: Any, cand: Any, home: Any = None) -> dict[str, Any]:
     for name, split in (("val_correct", "validation"), ("test_correct", "test")):
         if mine[split] is not None:
             out[name] = examples.to_text(mine[split])
-    seed = recommend.seed_of(study.candidates("done"))
+    seed = recommend.seed_of(study.candidates(Status.DONE))
     if seed is not None and (seed.id != cand.id or home is not None):
         theirs = {"validation": pairs.validation.get(seed.id), "test": pairs.test.get(seed.id)}
         versus = {split: paired.compare(mine[split], theirs[split]).to_dict()

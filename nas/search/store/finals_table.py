@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from nas.io import examples
-from nas.search.store.candidate import Candidate
+from nas.search.store.candidate import Candidate, Status
 from nas.search.store.finals import FinalsStore, Run
 from nas.search.store.recommend import (
     Comparisons,
@@ -61,7 +61,7 @@ def choose_finalists(candidates: Sequence[Candidate], pairs: Comparisons, k: int
     if seed is None or k <= 0:
         return []
     within = feasible_ids(candidates, bounds) if bounds else None
-    done = [c for c in candidates if c.status == "done" and c.accuracy is not None
+    done = [c for c in candidates if c.status == Status.DONE and c.accuracy is not None
             and c.id != seed.id and (within is None or c.id in within)]
     vs_seed = pairs.against(seed)
     alive = [c for c in done if c.id not in vs_seed
@@ -356,7 +356,7 @@ def finals_finished(study: Any, finals: Mapping[str, Any] | None = None) -> bool
     same = (ran == dataclasses.asdict(wanted) if ran is not None else  # an older study's
             (state.get("k"), state.get("repeats")) == (wanted.k, wanted.repeats))
     return bool(state.get("complete")) and same and state.get("candidates") == len(
-        study.candidates("done", with_graphs=False))
+        study.candidates(Status.DONE, with_graphs=False))
 
 
 def answer(study: Any, pairs: Comparisons | None = None) -> Answer:
@@ -364,7 +364,7 @@ def answer(study: Any, pairs: Comparisons | None = None) -> Answer:
     the study's comparisons, when the caller has them already)."""
     config = getattr(study, "config", None)
     margin, cost = margin_pt(config), recommend_cost(config)
-    done = study.candidates("done", with_graphs=False)
+    done = study.candidates(Status.DONE, with_graphs=False)
     pairs = pairs if pairs is not None else Comparisons.of(study)
     pick = recommend_for(done, pairs, config)
     state = study.get_state(FINALS_STATE, None)

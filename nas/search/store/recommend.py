@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from nas.search.store.candidate import Candidate
+from nas.search.store.candidate import Candidate, Status
 from nas.search.strategy import constraints as bounds_lib
 from nas.search.strategy import intervals, paired
 from nas.search.strategy.selection import (
@@ -53,7 +53,7 @@ def constraints(config: dict[str, Any] | None) -> dict[str, float]:
 
 def feasible_ids(candidates: Sequence[Candidate], bounds: Mapping[str, float]) -> set[int]:
     """Ids of the done candidates within every bound (all done ones without bounds)."""
-    return {c.id for c in candidates if c.status == "done" and c.accuracy is not None
+    return {c.id for c in candidates if c.status == Status.DONE and c.accuracy is not None
             and bounds_lib.violation(_costs_of(c, bounds), bounds) <= 0}
 
 
@@ -65,7 +65,7 @@ def closest_to_bounds(candidates: Sequence[Candidate], bounds: Mapping[str, floa
                       ) -> Candidate | None:
     """The done candidate of least total normalized violation (ties: more accurate, then
     older): what to look at when none meets the bounds."""
-    done = [c for c in candidates if c.status == "done" and c.accuracy is not None]
+    done = [c for c in candidates if c.status == Status.DONE and c.accuracy is not None]
     return min(done, key=lambda c: (bounds_lib.violation(_costs_of(c, bounds), bounds),
                                     -c.accuracy, c.id), default=None)
 
@@ -76,7 +76,7 @@ def bounds_lines(candidates: Sequence[Candidate], bounds: Mapping[str, float]) -
     bound nothing met is said here, when the search ends, not refused before it."""
     if not bounds:
         return []
-    done = [c for c in candidates if c.status == "done" and c.accuracy is not None]
+    done = [c for c in candidates if c.status == Status.DONE and c.accuracy is not None]
     parts = []
     for cost, bound in bounds.items():
         values = [v for c in done if (v := cost_value(c, cost)) is not None]
@@ -100,7 +100,7 @@ def seed_of(candidates: Sequence[Candidate]) -> Candidate | None:
     """The search's starting model: the first seed given (the parentless candidate of the
     lowest id, `nas.search.execution.seeds`), else the next seed that finished. With
     several seeds, the others (and enqueued architectures) are candidates like children."""
-    return next((c for c in candidates if c.parent_id is None and c.status == "done"), None)
+    return next((c for c in candidates if c.parent_id is None and c.status == Status.DONE), None)
 
 
 @dataclasses.dataclass
@@ -240,7 +240,7 @@ def recommend(candidates: Sequence[Candidate], pairs: Comparisons, margin: float
         return _bounded(candidates, pairs, margin, cost, dict(bounds), seed)
     if seed.id not in pairs.validation:
         return _wilson_fallback(candidates, seed, margin)
-    done = [c for c in candidates if c.status == "done" and c.accuracy is not None
+    done = [c for c in candidates if c.status == Status.DONE and c.accuracy is not None
             and (cost_value(c, cost) is not None or c.id == seed.id)]
     children = [c for c in done if c.id != seed.id]
     vs_seed = pairs.against(seed)
@@ -278,7 +278,7 @@ def _bounded(candidates: Sequence[Candidate], pairs: Comparisons, margin: float,
              bounds: dict[str, float], seed: Candidate) -> Recommendation:
     """`recommend` among the candidates within `bounds` (see there)."""
     within = feasible_ids(candidates, bounds)
-    done = [c for c in candidates if c.status == "done" and c.accuracy is not None]
+    done = [c for c in candidates if c.status == Status.DONE and c.accuracy is not None]
     limits = bounds_lib.bounds_text(bounds)
     if not within:
         near = closest_to_bounds(done, bounds)
@@ -321,7 +321,7 @@ def cheapness(c: Candidate, cost: str) -> float:
 
 def _wilson_fallback(candidates: Sequence[Candidate], seed: Candidate, margin: float
                      ) -> Recommendation:
-    cheap = cheapest_matching_seed([c for c in candidates if c.status == "done"], seed)
+    cheap = cheapest_matching_seed([c for c in candidates if c.status == Status.DONE], seed)
     if cheap is None or not seed.flops or not cheap.flops or cheap.flops >= seed.flops:
         return Recommendation(seed, seed, None, None, margin,
                               "no per-example results in this study (written by an older "
@@ -334,7 +334,7 @@ def _wilson_fallback(candidates: Sequence[Candidate], seed: Candidate, margin: f
 def best_by_validation(candidates: Sequence[Candidate]) -> Candidate | None:
     """The done candidate of highest validation accuracy (ties: fewer FLOPs, then older),
     as `Study.best` orders them."""
-    done = [c for c in candidates if c.status == "done" and c.accuracy is not None]
+    done = [c for c in candidates if c.status == Status.DONE and c.accuracy is not None]
     inf = float("inf")
     return min(done, key=lambda c: (-c.accuracy, c.flops if c.flops is not None else inf,
                                     c.id), default=None)

@@ -13,48 +13,110 @@ Typical use (the driver and any external worker share the workdir):
     cand = study.claim(worker="host:123")        # None when nothing is pending
     study.tell(cand.id, {"accuracy": .93, "flops": 1.2e6, ...})   # or study.fail(...)
 
-`Study` is split by what it does, each part a mixin over `study_rows.StudyRows` (one
-object, one connection, every method where it was): `study_writes` (new candidates,
-results, failures, state), `study_enqueue` (architectures a user adds), `study_refusals`
-(refused proposals), `study_leases` (claims), `study_queries` (reads), `study_examples`
-(per-example results); this module opens, creates and configures it.
+One object, one connection: `Study` holds every operation on the file, by section:
+opening, writing candidates (a result arrives once: the first wins, and a worker that no
+longer holds its claim records nothing), claims as leases, reading, refused proposals,
+and enqueued architectures. What those stand on apart from the file lives beside it:
+the rows as `Candidate`s (`candidate`), the tables (`_schema`) and their keys (`meta`),
+worker names (`workers`), refusal records (`refusals`), reading a user's architecture
+(`enqueue`).
+
+Claims as leases: a claim marks a pending candidate running for `lease_s` seconds, which
+its worker renews (`nas.search.store.lease.LeaseKeeper`) while it trains. A lease that
+expires, or whose worker process on this host has exited, is re-queued by the next
+claim; after `max_attempts` claims a candidate fails instead of being retried forever.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
+import shutil
 import sqlite3
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from nas.io import examples
 from nas.search.store import _schema
+from nas.search.store import refusals as refusal_rows
 from nas.search.store._schema import StudyNotFoundError
-from nas.search.store.candidate import Candidate, dumps
-from nas.search.store.database import Database
-from nas.search.store.study_enqueue import StudyEnqueue
-from nas.search.store.study_examples import EXAMPLE_SPLITS, StudyExamples, split_examples
-from nas.search.store.study_leases import (
-    DEFAULT_LEASE_S,
-    DEFAULT_MAX_ATTEMPTS,
-    StudyLeases,
-    default_worker,
+from nas.search.store.candidate import (
+    COLUMNS,
+    FINISHED,
+    METRICS,
+    RUNG_COLUMNS,
+    STATUSES,
+    Candidate,
+    Inheritance,
+    Status,
+    candidate_from_row,
+    dumps,
+    split_metrics,
+    status_of,
 )
-from nas.search.store.study_queries import StudyQueries
-from nas.search.store.study_refusals import Refusal, StudyRefusals
-from nas.search.store.study_writes import Decide, DuplicateCandidateError
+from nas.search.store.database import Database
+from nas.search.store.enqueue import architecture_parts, check_weights, seeding
+from nas.search.store.meta import STATE_PREFIX, Key
+from nas.search.store.refusals import STAGES, Refusal
+from nas.search.store.workers import dead_local_process, default_worker
+from nas.search.strategy.fidelity import RungResult
+from nas.search.strategy.pareto import ParetoCurve
+from nas.search.strategy.population import Finished
+from nas.search.strategy.selection import (
+    MEASURED_COSTS,
+    check_cost,
+    higher_better,
+    spread_name,
+)
+from nas.search.strategy.settings import MAX_REFUSALS
 
 __all__ = ["DB_NAME", "DEFAULT_LEASE_S", "DEFAULT_MAX_ATTEMPTS", "EXAMPLE_SPLITS", "Candidate",
            "Decide", "DuplicateCandidateError", "Refusal", "Study", "StudyNotFoundError",
            "default_worker", "split_examples"]
 
 DB_NAME = "study.db"
+DEFAULT_MAX_ATTEMPTS = 3
+DEFAULT_LEASE_S = 60.0
+
+SELECT = f"SELECT {', '.join(COLUMNS)} FROM candidates"
+LARGE = {"graph_json": "''", "spec_json": "NULL", "properties_json": "NULL",
+         "inheritance_json": "NULL", "blocks_json": "NULL"}
+SELECT_METRICS = (f"SELECT {', '.join(LARGE.get(c, c) for c in COLUMNS)} "
+                  f"FROM candidates")
+SELECT_RUNGS = f"SELECT {', '.join(RUNG_COLUMNS)} FROM rungs"
+LIGHT_COSTS = ("flops", "params", "im_sec_core_train", "im_sec_core_infer")
+
+# Metric names that carry per-example correctness (`nas.io.examples.to_text`) -> the split
+# stored in the `examples` table.
+EXAMPLE_SPLITS = {"val_correct": "validation", "test_correct": "test"}
+
+# decide(result, peers at the same rung, parent's accuracy) -> (promoted, reason)
+Decide = Callable[[RungResult, list[RungResult], float | None], tuple[bool, str]]
 
 
-class Study(StudyEnqueue, StudyRefusals, StudyLeases, StudyQueries, StudyExamples):
+class DuplicateCandidateError(ValueError):
+    """A candidate with the same fingerprint is already in the study."""
+
+    def __init__(self, fingerprint: str, existing_id: int):
+        super().__init__(
+            f"fingerprint: {fingerprint} is already candidate {existing_id} "
+            "(pass allow_duplicate=True to add it anyway)"
+        )
+        self.fingerprint = fingerprint
+        self.existing_id = existing_id
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Rebuilt from its own arguments, so it crosses a process pool intact."""
+        return type(self), (self.fingerprint, self.existing_id)
+
+
+class Study:
     """A search's candidates and state in `<workdir>/study.db`. Use create/load/open."""
 
     def __init__(self, workdir: str | os.PathLike, *, _token: object = None,
@@ -94,10 +156,10 @@ class Study(StudyEnqueue, StudyRefusals, StudyLeases, StudyQueries, StudyExample
             c.executemany(
                 "INSERT INTO meta(key, value) VALUES (?, ?)",
                 [
-                    ("format", _schema.FORMAT),
-                    ("schema_version", str(_schema.SCHEMA_VERSION)),
-                    ("config", config_json or "{}"),
-                    ("created_at", repr(now)),
+                    (Key.FORMAT, _schema.FORMAT),
+                    (Key.SCHEMA_VERSION, str(_schema.SCHEMA_VERSION)),
+                    (Key.CONFIG, config_json or "{}"),
+                    (Key.CREATED_AT, repr(now)),
                 ],
             )
         study.config = json.loads(config_json or "{}")
@@ -116,7 +178,7 @@ class Study(StudyEnqueue, StudyRefusals, StudyLeases, StudyQueries, StudyExample
         try:
             _schema.check_study(conn, study.path)
             study._counted = _schema.ensure_status_counts(conn, study.path)
-            row = conn.execute("SELECT value FROM meta WHERE key='config'").fetchone()
+            row = conn.execute("SELECT value FROM meta WHERE key=?", (Key.CONFIG,)).fetchone()
             try:
                 study.config = json.loads(row[0]) if row else {}
             except ValueError as e:
@@ -156,7 +218,7 @@ class Study(StudyEnqueue, StudyRefusals, StudyLeases, StudyQueries, StudyExample
         with self._db.write() as c:
             if c.execute("SELECT 1 FROM candidates LIMIT 1").fetchone():
                 return False
-            c.execute("UPDATE meta SET value=? WHERE key='config'", (config_json,))
+            c.execute("UPDATE meta SET value=? WHERE key=?", (config_json, Key.CONFIG))
         self.config = json.loads(config_json)
         return True
 
@@ -173,6 +235,834 @@ class Study(StudyEnqueue, StudyRefusals, StudyLeases, StudyQueries, StudyExample
     def __repr__(self) -> str:
         return f"Study({str(self.workdir)!r})"
 
+    # -------------------------------------------------------------- the config
+
+    @property
+    def user_costs(self) -> tuple[str, ...]:
+        """The names of the costs measured in the worker (the keys of `search.costs` in its
+        config, and `latency_ms` where it is timed: `settings.measured_costs`): numbers in
+        each done candidate's metrics, lower is better, which fronts and the recommendation
+        may rank by like the built-in costs."""
+        from nas.search.strategy.settings import measured_costs
+
+        search = self.config.get("search") if isinstance(self.config, Mapping) else None
+        if not isinstance(search, Mapping) or not isinstance(search.get("costs", {}), Mapping):
+            return ()
+        return tuple(k for k in measured_costs(search) if k.isidentifier())
+
+    @property
+    def max_refusals(self) -> int:
+        """`search.max_refusals` of the study's config (its default where it has none)."""
+        search = self.config.get("search") if isinstance(self.config, Mapping) else None
+        value = (search or {}).get("max_refusals", MAX_REFUSALS)
+        return MAX_REFUSALS if value is None else int(value)
+
+    # ----------------------------------------------------------------- writing
+
+    def add(
+        self,
+        graph_json: str,
+        *,
+        parent_id: int | None = None,
+        generation: int | None = None,
+        fingerprint: str | None = None,
+        seed: int | None = None,
+        spec: Any = None,
+        properties: Any = None,
+        inheritance: Inheritance | Mapping[str, Any] | None = None,
+        blocks: Any = None,
+        status: Status | str = Status.PENDING,
+        error: str | None = None,
+        allow_duplicate: bool = False,
+        state: Mapping[str, Any] | None = None,
+        replaces: int | None = None,
+    ) -> int:
+        """Record a new candidate and return its id.
+
+        `generation` defaults to the parent's + 1 (0 for a seed). A fingerprint already in
+        the study (any status: a failed architecture fails again) raises
+        `DuplicateCandidateError` carrying `existing_id`, unless `allow_duplicate`.
+        `status` may be "infeasible" or "failed" to record a child that never reaches
+        training. `state` entries are saved with `set_state` in the same transaction, so
+        the driver's RNG/counters always match the candidates they produced. `blocks` is
+        any JSON value (the driver stores how to rebuild the architecture from blocks).
+        `inheritance`: its `Inheritance` record (or that record's JSON object).
+        `replaces`: the id of the refused proposal (`Study.refusals`) this one takes the
+        place of, marked in the same transaction.
+        """
+        check_new_candidate(graph_json, status, fingerprint, seed)
+        fields = {
+            "spec_json": dumps(spec, "spec"),
+            "properties_json": dumps(properties, "properties"),
+            "inheritance_json": dumps(Inheritance.from_json(inheritance).to_json(),
+                                      "inheritance"),
+            "blocks_json": dumps(blocks, "blocks"),
+        }
+        state_rows = self._state_rows(state)
+        with self._db.write() as c:
+            if parent_id is not None:
+                row = c.execute("SELECT generation FROM candidates WHERE id=?", (parent_id,))
+                parent = row.fetchone()
+                if parent is None:
+                    raise ValueError(f"parent_id: no candidate {parent_id} in {self.path}")
+                if generation is None:
+                    generation = parent[0] + 1
+            if generation is None:
+                generation = 0
+            if fingerprint is not None and not allow_duplicate:
+                row = c.execute(
+                    "SELECT id FROM candidates WHERE fingerprint=? ORDER BY id LIMIT 1",
+                    (fingerprint,),
+                ).fetchone()
+                if row is not None:
+                    raise DuplicateCandidateError(fingerprint, row[0])
+            now = time.time()
+            cur = c.execute(
+                "INSERT INTO candidates(parent_id, generation, status, graph_json, fingerprint,"
+                " seed, spec_json, properties_json, inheritance_json, error, created_at,"
+                " finished_at, blocks_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    parent_id, int(generation), status, graph_json, fingerprint, seed,
+                    fields["spec_json"], fields["properties_json"], fields["inheritance_json"],
+                    error, now, None if status == Status.PENDING else now, fields["blocks_json"],
+                ),
+            )  # fmt: skip
+            c.executemany("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", state_rows)
+            if replaces is not None:
+                c.execute("UPDATE refusals SET replaced_by=? WHERE id=?",
+                          (int(cur.lastrowid), int(replaces)))
+            return int(cur.lastrowid)
+
+    def tell(
+        self, candidate_id: int, metrics: Any, *, checkpoint_path: str | None = None,
+        worker: str | None = None, rung_epochs: float | None = None,
+    ) -> Candidate:
+        """Record a finished training: status done, with its metrics.
+
+        `metrics` is a mapping or dataclass with at least `accuracy`; see
+        `candidate.split_metrics`. The first result wins: telling a finished candidate (or,
+        with `worker`, one that worker no longer holds) changes nothing and logs why.
+        With `rung_epochs` (a multi-fidelity child at its last rung) the result is also
+        recorded as that rung's, decision "final".
+        """
+        known, extra = split_metrics(metrics)
+        extra, bits = split_examples(extra)
+        cols = ", ".join(f"{k}=?" for k in METRICS)
+        values = [known.get(k) for k in METRICS]
+        with self._db.write() as c:
+            if not self._may_record(c, candidate_id, "result", worker):
+                return self._get(c, candidate_id)
+            insert_examples(c, candidate_id, bits)
+            if rung_epochs is not None:
+                rung = c.execute("SELECT rung FROM candidates WHERE id=?",
+                                 (candidate_id,)).fetchone()[0]
+                self._insert_rung(c, candidate_id, rung, rung_epochs, known, extra,
+                                  "final", None, worker)
+            c.execute(
+                f"UPDATE candidates SET status='{Status.DONE}', {cols}, metrics_json=?,"
+                " checkpoint_path=?, error=NULL, finished_at=?, lease_until=NULL WHERE id=?",
+                (*values, dumps(extra, "metrics"), checkpoint_path, time.time(), candidate_id),
+            )
+            return self._get(c, candidate_id)
+
+    def record_rung(
+        self, candidate_id: int, rung: int, epochs: float, metrics: Any, decide: Decide, *,
+        checkpoint_path: str | None = None, worker: str | None = None,
+        cost: str = "flops",
+    ) -> Candidate:
+        """Record a multi-fidelity child's result at `rung` (not its last) and decide, in
+        the same transaction, whether it goes on: `decide(result, peers, parent_accuracy)`
+        sees every result recorded earlier at this rung (same epochs). Promoted: pending
+        again at rung + 1 (its claim and attempt count reset; it resumes from its own
+        checkpoint). Not promoted: status `stopped`, with these metrics and
+        `checkpoint_path`. Like `tell`, a no-op (logged) on a finished candidate, one
+        `worker` no longer holds, or one not at `rung`.
+        """
+        known, extra = split_metrics(metrics)
+        extra, bits = split_examples(extra)
+        with self._db.write() as c:
+            if not self._may_record(c, candidate_id, "rung result", worker):
+                return self._get(c, candidate_id)
+            at, parent_id = c.execute("SELECT rung, parent_id FROM candidates WHERE id=?",
+                                      (candidate_id,)).fetchone()
+            if at != rung:
+                logging.info("%s: candidate %d is at rung %d; a result for rung %d is "
+                             "ignored", self.path, candidate_id, at, rung)
+                return self._get(c, candidate_id)
+            peers = [RungResult(int(i), float(a), None if v is None else float(v))
+                     for i, a, v in c.execute(
+                         f"SELECT candidate_id, accuracy, {rung_cost(cost)} FROM rungs "
+                         "WHERE rung=? AND epochs=? AND candidate_id!=? ORDER BY "
+                         "candidate_id", (rung, float(epochs), candidate_id))]
+            parent_acc = None
+            if parent_id is not None:
+                parent_acc = c.execute("SELECT accuracy FROM candidates WHERE id=?",
+                                       (parent_id,)).fetchone()[0]
+            me = RungResult(candidate_id, known["accuracy"], known.get(cost))
+            promoted, reason = decide(me, peers, parent_acc)
+            decision = "promoted" if promoted else "stopped"
+            self._insert_rung(c, candidate_id, rung, epochs, known, extra, decision, reason,
+                              worker)
+            if promoted:
+                c.execute(
+                    f"UPDATE candidates SET status='{Status.PENDING}', rung=?, worker=NULL,"
+                    " started_at=NULL, lease_until=NULL, attempts=0 WHERE id=?",
+                    (rung + 1, candidate_id))
+            else:  # its metrics are this rung's, epochs included
+                insert_examples(c, candidate_id, bits)
+                known = {**known, "epochs": float(epochs)}
+                cols = ", ".join(f"{k}=?" for k in METRICS)
+                c.execute(
+                    f"UPDATE candidates SET status='{Status.STOPPED}', {cols}, metrics_json=?,"
+                    " checkpoint_path=?, error=NULL, finished_at=?, lease_until=NULL"
+                    " WHERE id=?",
+                    (*[known.get(k) for k in METRICS], dumps(extra, "metrics"),
+                     checkpoint_path, time.time(), candidate_id))
+            return self._get(c, candidate_id)
+
+    def fail(
+        self, candidate_id: int, error: str | BaseException, *, infeasible: bool = False,
+        worker: str | None = None,
+    ) -> Candidate:
+        """Record that a candidate failed (or is infeasible: it can never run, e.g. OOM).
+
+        Failed candidates are never retried automatically. Like `tell`, a no-op (logged)
+        on a finished candidate or one that `worker` no longer holds.
+        """
+        if isinstance(error, BaseException):
+            error = f"{type(error).__name__}: {error}"
+        status = Status.INFEASIBLE if infeasible else Status.FAILED
+        with self._db.write() as c:
+            if not self._may_record(c, candidate_id, "failure", worker):
+                return self._get(c, candidate_id)
+            c.execute(
+                "UPDATE candidates SET status=?, error=?, finished_at=?, lease_until=NULL"
+                " WHERE id=?",
+                (status, str(error), time.time(), candidate_id),
+            )
+            return self._get(c, candidate_id)
+
+    def set_state(self, key: str, value: Any) -> None:
+        """Save a JSON value for the driver (RNG state, generation counter, ...)."""
+        rows = self._state_rows({key: value})
+        with self._db.write() as c:
+            c.executemany("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", rows)
+
+    # ------------------------------------------------------------------ claims
+
+    def claim(self, worker: str | None = None, candidate_id: int | None = None, *,
+              lease_s: float | None = None) -> Candidate | None:
+        """Atomically mark the oldest pending candidate (or `candidate_id`) running; a
+        pending one without a parent (a seed, an enqueued architecture) comes before any
+        proposed child, so what a user enqueues trains next.
+
+        The claim is a lease of `lease_s` seconds (default: the config's `lease_s`, else
+        60) that the worker must `renew` while it trains. Claims whose lease expired (or
+        whose worker process on this host is gone) are re-queued first, in the same
+        transaction, so whoever claims next picks them up. Returns the claimed candidate,
+        or None if nothing (or not that one) is pending. Each claim counts one attempt.
+        """
+        worker = worker or default_worker()
+        lease_s = self._lease_s(lease_s)
+        with self._db.write() as c:
+            self._requeue_expired(c, self._max_attempts(None))
+            if candidate_id is None:
+                row = c.execute(
+                    f"SELECT id FROM candidates WHERE status='{Status.PENDING}'"
+                    " ORDER BY parent_id IS NOT NULL, id LIMIT 1"
+                ).fetchone()
+                if row is None:
+                    return None
+                cid = row[0]
+            else:
+                status = self._status(c, candidate_id)
+                if status != Status.PENDING:
+                    return None
+                cid = candidate_id
+            now = time.time()
+            c.execute(
+                f"UPDATE candidates SET status='{Status.RUNNING}', worker=?, started_at=?,"
+                " finished_at=NULL, attempts=attempts+1, lease_until=? WHERE id=?",
+                (worker, now, now + lease_s, cid),
+            )
+            return self._get(c, cid)
+
+    def renew(self, candidate_id: int, worker: str, lease_s: float | None = None) -> bool:
+        """Extend `worker`'s lease on a running candidate; False if it no longer holds it
+        (its lease expired and the candidate was re-queued or claimed by another worker):
+        the worker must then stop training it and record nothing."""
+        lease_s = self._lease_s(lease_s)
+        with self._db.write() as c:
+            cur = c.execute(
+                f"UPDATE candidates SET lease_until=? WHERE id=? AND status='{Status.RUNNING}'"
+                " AND worker=?",
+                (time.time() + lease_s, candidate_id, worker),
+            )
+            return cur.rowcount == 1
+
+    def release(self, candidate_id: int, worker: str) -> bool:
+        """Give a claim back (e.g. on Ctrl-C): pending again, the attempt not counted."""
+        with self._db.write() as c:
+            cur = c.execute(
+                f"UPDATE candidates SET status='{Status.PENDING}', worker=NULL, started_at=NULL,"
+                " lease_until=NULL, attempts=MAX(attempts-1, 0)"
+                f" WHERE id=? AND status='{Status.RUNNING}' AND worker=?",
+                (candidate_id, worker),
+            )
+            return cur.rowcount == 1
+
+    def requeue_expired(self, max_attempts: int | None = None) -> tuple[list[int], list[int]]:
+        """Re-queue running candidates whose lease expired (their worker died or hung);
+        a candidate whose attempts reached `max_attempts` is failed instead. Safe to call
+        by anyone at any time: live claims are left alone. Returns (requeued, failed)."""
+        max_attempts = self._max_attempts(max_attempts)
+        with self._db.write() as c:
+            return self._requeue_expired(c, max_attempts)
+
+    def holds(self, candidate_id: int, worker: str) -> bool:
+        """Whether `worker` holds the running claim on `candidate_id`."""
+        with self._db.read() as c:
+            row = c.execute("SELECT status, worker FROM candidates WHERE id=?",
+                            (candidate_id,)).fetchone()
+        return row is not None and row[0] == Status.RUNNING and row[1] == worker
+
+    def requeue_running(
+        self, max_attempts: int | None = None, *, worker: str | None = None
+    ) -> tuple[list[int], list[int]]:
+        """Return interrupted candidates (status running) to pending, or fail them.
+
+        Only for a study no live worker uses (tests, repair): drivers and workers rely on
+        leases instead (`requeue_expired`, done by every `claim`). A candidate
+        whose attempts reached `max_attempts` (default: config["max_attempts"] or 3) is
+        marked failed instead, so a candidate that kills its process is not retried
+        forever. `worker` restricts this to one worker's candidates (leave others' alone
+        when external workers share the study). Returns (requeued ids, failed ids).
+        """
+        max_attempts = self._max_attempts(max_attempts)
+        where, args = f"status='{Status.RUNNING}'", []
+        if worker is not None:
+            where, args = where + " AND worker=?", [worker]
+        with self._db.write() as c:
+            rows = c.execute(
+                f"SELECT id, attempts, worker FROM candidates WHERE {where} ORDER BY id", args
+            ).fetchall()
+            requeued, failed = [], []
+            now = time.time()
+            for cid, attempts, who in rows:
+                if attempts >= max_attempts:
+                    c.execute(
+                        f"UPDATE candidates SET status='{Status.FAILED}', error=?, finished_at=?"
+                        " WHERE id=?",
+                        (
+                            f"interrupted {attempts} time(s) (last worker {who}); "
+                            f"gave up after max_attempts={max_attempts}",
+                            now,
+                            cid,
+                        ),
+                    )
+                    failed.append(cid)
+                else:
+                    c.execute(
+                        f"UPDATE candidates SET status='{Status.PENDING}', worker=NULL,"
+                        " started_at=NULL, lease_until=NULL WHERE id=?",
+                        (cid,),
+                    )
+                    requeued.append(cid)
+            return requeued, failed
+
+    # ----------------------------------------------------------------- reading
+
+    def get_state(self, key: str, default: Any = None) -> Any:
+        """A value saved with `set_state` (or `add(state=...)`), else `default`."""
+        with self._db.read() as c:
+            row = c.execute("SELECT value FROM meta WHERE key=?", (STATE_PREFIX + key,)).fetchone()
+        if row is None:
+            return default
+        try:
+            return json.loads(row[0])
+        except ValueError as e:
+            raise ValueError(f"{self.path}: state {key!r} holds damaged JSON ({e})") from None
+
+    def get(self, candidate_id: int) -> Candidate:
+        """The candidate with this id; ValueError if there is none."""
+        with self._db.read() as c:
+            return self._get(c, candidate_id)
+
+    def candidates(self, status: str | Iterable[str] | None = None, *,
+                   with_graphs: bool = True) -> list[Candidate]:
+        """All candidates (or those with the given status/statuses), by id.
+
+        `with_graphs=False` leaves out the large fields (graph, spec, properties,
+        inheritance, blocks: empty or None), for listings of metrics over a large study."""
+        query, args, where = (SELECT if with_graphs else SELECT_METRICS), [], ""
+        if status is not None:
+            statuses = [status] if isinstance(status, str) else list(status)
+            for s in statuses:
+                status_of(s)
+            where = f" WHERE status IN ({', '.join('?' * len(statuses))})"
+            query, args = query + where, statuses
+        with self._db.read() as c:
+            rows = c.execute(query + " ORDER BY id", args).fetchall()
+            rungs = self._rungs(c, None, where and (f"SELECT id FROM candidates{where}", args))
+        return [self._with_rungs(candidate_from_row(r, self.path), rungs) for r in rows]
+
+    def latest(self, k: int, status: str | Iterable[str]) -> list[Candidate]:
+        """The `k` newest candidates with the given status(es), newest first: ids from the
+        status index, then only those rows."""
+        statuses = [status] if isinstance(status, str) else list(status)
+        for s in statuses:
+            status_of(s)
+        with self._db.read() as c:
+            ids = sorted((i for s in statuses for (i,) in c.execute(
+                "SELECT id FROM candidates WHERE status=? ORDER BY id DESC LIMIT ?", (s, k))),
+                reverse=True)[:k]
+            return [self._get(c, i) for i in ids]
+
+    def last_id(self) -> int:
+        """The newest id given to a candidate, 0 in an empty study (a refused child's
+        included: its row left the table, its id is not given again). Why not the largest
+        id in the table: the driver's next proposal reads results by id
+        (`search.pipeline_depth`), which must not depend on whether the newest child was
+        refused yet."""
+        with self._db.read() as c:
+            newest = int(c.execute("SELECT MAX(id) FROM candidates").fetchone()[0] or 0)
+            given = c.execute("SELECT seq FROM sqlite_sequence WHERE name='candidates'"
+                              ).fetchone()
+        return max(newest, int(given[0]) if given else 0)
+
+    def first_unfinished_id(self) -> int | None:
+        """The oldest pending or running candidate's id; None when every one is finished.
+        Two lookups in the status index, whatever the study's size."""
+        with self._db.read() as c:
+            ids = [row[0] for status in (Status.PENDING, Status.RUNNING) for row in c.execute(
+                "SELECT id FROM candidates WHERE status=? ORDER BY id LIMIT 1", (status,))]
+        return min(ids, default=None)
+
+    def done_rows(self, after: int = 0, through: int | None = None) -> list[Finished]:
+        """Done candidates with `after` < id <= `through` (no bound: every later one), by
+        id, with only what selection reads (no graph; the packed validation results that
+        paired ties compare): a primary-key range read, so the
+        driver reads each finished candidate once (`nas.search.strategy.population`)."""
+        measured = self.user_costs  # read from the metrics' JSON, only those configured
+        users = (*measured, *map(spread_name, measured))  # with their spreads
+        query = (f"SELECT id, parent_id, accuracy, {', '.join(LIGHT_COSTS)}, "
+                 f"{_schema.VAL_EXAMPLES}, e.count, e.bits"
+                 + "".join(", json_extract(metrics_json, ?)" for _ in users)
+                 + " FROM candidates LEFT JOIN examples e ON e.candidate_id = id AND "
+                 "e.split = 'validation' WHERE id > ?")
+        args: list[Any] = [*(json_path(u) for u in users), int(after)]
+        if through is not None:
+            query += " AND id <= ?"
+            args.append(int(through))
+        with self._db.read() as c:
+            rows = c.execute(query + f" AND status='{Status.DONE}' ORDER BY id", args).fetchall()
+        return [Finished(*row[:8], val_count=row[8],
+                         val_bits=None if row[9] is None else bytes(row[9]),
+                         user_costs={u: v for u, v in zip(users, row[10:], strict=True)
+                                     if v is not None}) for row in rows]
+
+    def move_rows(self, through: int) -> list[tuple[int, int | None, str, float | None,
+                                                    float | None, str | None]]:
+        """(id, parent id, status, accuracy, flops, move kind) of every candidate with id
+        <= `through`, by id: what `nas.search.strategy.move_mix` counts."""
+        with self._db.read() as c:
+            rows = c.execute(
+                "SELECT id, parent_id, status, accuracy, flops,"
+                " json_extract(inheritance_json, '$.kind') FROM candidates WHERE id <= ?"
+                " ORDER BY id", (int(through),)).fetchall()
+        return [tuple(r) for r in rows]
+
+    def has_candidate(self, candidate_id: int) -> bool:
+        """Whether the study has a candidate `candidate_id` (a refused child's id has
+        none)."""
+        with self._db.read() as c:
+            return c.execute("SELECT 1 FROM candidates WHERE id=?",
+                             (int(candidate_id),)).fetchone() is not None
+
+    def find(self, fingerprint: str) -> list[int]:
+        """Ids of candidates with this fingerprint."""
+        with self._db.read() as c:
+            rows = c.execute(
+                "SELECT id FROM candidates WHERE fingerprint=? ORDER BY id", (fingerprint,)
+            ).fetchall()
+        return [r[0] for r in rows]
+
+    def counts(self) -> dict[str, int]:
+        """Number of candidates per status (every status present, zeros included)."""
+        query = ("SELECT status, n FROM status_counts" if self._counted else
+                 "SELECT status, COUNT(*) FROM candidates GROUP BY status")
+        with self._db.read() as c:
+            rows = c.execute(query).fetchall()
+        out: dict[str, int] = dict.fromkeys(STATUSES, 0)
+        out.update(rows)
+        return out
+
+    def rung_counts(self) -> dict[int, tuple[float, int]]:
+        """rung index -> (its epochs, number of results recorded there)."""
+        with self._db.read() as c:
+            rows = c.execute("SELECT rung, MAX(epochs), COUNT(*) FROM rungs GROUP BY rung"
+                             " ORDER BY rung").fetchall()
+        return {int(r): (float(e), int(n)) for r, e, n in rows}
+
+    def feasible_count(self, bounds: Mapping[str, float]) -> int:
+        """How many done candidates are within every bound ({cost: upper bound}, as
+        `search.constraints`): one count over the table, whatever the study's size."""
+        where, args = [], []
+        for cost, bound in bounds.items():
+            check_cost(cost, user_costs=self.user_costs)
+            if cost in self.user_costs or cost in MEASURED_COSTS:
+                where.append("json_extract(metrics_json, ?) <= ?")
+                args += [json_path(cost), float(bound)]
+            else:
+                where.append(f"{cost} <= ?")
+                args.append(float(bound))
+        with self._db.read() as c:
+            return int(c.execute(
+                f"SELECT COUNT(*) FROM candidates WHERE status='{Status.DONE}'"
+                " AND accuracy IS NOT NULL"
+                + "".join(f" AND {w}" for w in where), args).fetchone()[0])
+
+    def pareto_front(self, cost: str = "flops") -> list[Candidate]:
+        """Done candidates on the accuracy/`cost` front, from most accurate to cheapest.
+
+        Candidates tied with a front point (same accuracy and cost) are all included.
+        Only the front's rows are read whole; the rest is one pass over an index.
+        """
+        check_cost(cost, user_costs=self.user_costs)
+        column, args = cost, []
+        if cost in self.user_costs or cost in MEASURED_COSTS:  # a number in the metrics' JSON
+            column = "json_extract(metrics_json, ?)"
+            args = [json_path(cost)]
+            where = "json_type(metrics_json, ?) IN ('integer', 'real')"
+            args += args
+        else:
+            where = f"{cost} IS NOT NULL"
+        with self._db.read() as c:
+            done = c.execute(f"SELECT id, accuracy, {column} FROM candidates WHERE "
+                             f"status='{Status.DONE}' AND accuracy IS NOT NULL AND {where}"
+                             " ORDER BY id", args).fetchall()
+        if not done:
+            return []
+        curve = ParetoCurve([(a, v) for _, a, v in done], (True, higher_better(cost)))
+        order = {tuple(p): i for i, p in enumerate(curve.points.tolist())}
+        front = [(order[(a, float(v))], i) for i, a, v in done if (a, float(v)) in order]
+        with self._db.read() as c:
+            return [self._get(c, i) for _, i in sorted(front)]
+
+    def best(self, k: int = 5) -> list[Candidate]:
+        """The `k` most accurate done candidates (ties: fewer FLOPs, then older)."""
+        if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+            raise ValueError(f"k: must be an integer >= 0, got {k!r}")
+        with self._db.read() as c:
+            ids = c.execute(f"SELECT id FROM candidates WHERE status='{Status.DONE}'"
+                            " ORDER BY accuracy DESC, flops IS NULL, flops, id LIMIT ?",
+                            (k,)).fetchall()
+            return [self._get(c, i) for (i,) in ids]
+
+    def export(self, candidate_id: int, path: str | os.PathLike) -> Path:
+        """Write one candidate as a self-contained file, atomically: its graph, trained
+        weights, training settings and metrics (`nas.search.store.export`); `nas.load_candidate`
+        and `nas-train --graph` read it."""
+        from nas.search.store.export import export_candidate
+
+        return export_candidate(self, candidate_id, path)
+
+    def correctness(self, candidate_ids: Iterable[int] | None = None,
+                    split: str = "validation") -> dict[int, np.ndarray]:
+        """candidate id -> which examples of `split` ("validation" or "test") it got
+        right, in the split's order (boolean vector); candidates without a record (an
+        older study, a failed run) are absent. Read in one query."""
+        if split not in EXAMPLE_SPLITS.values():
+            raise ValueError(f"split: expected one of {sorted(EXAMPLE_SPLITS.values())}, "
+                             f"got {split!r}")
+        query, args = "SELECT candidate_id, count, bits FROM examples WHERE split=?", [split]
+        ids = None if candidate_ids is None else {int(i) for i in candidate_ids}
+        if ids is not None and len(ids) <= 500:  # else all rows, filtered below: SQLite
+            if not ids:                          # caps the parameters of one statement
+                return {}
+            query += f" AND candidate_id IN ({', '.join('?' * len(ids))})"
+            args += sorted(ids)
+        with self._db.read() as c:
+            rows = c.execute(query + " ORDER BY candidate_id", args).fetchall()
+        out = {}
+        for cid, count, bits in rows:
+            if ids is not None and cid not in ids:
+                continue
+            try:
+                out[int(cid)] = examples.unpack(bytes(bits), int(count))
+            except ValueError as e:
+                raise ValueError(f"{self.path}: candidate {cid}: {split} examples are "
+                                 f"damaged ({e})") from None
+        return out
+
+    # ------------------------------------------------------- refused proposals
+
+    def refuse(self, candidate_id: int, cause: str, *, worker: str | None = None
+               ) -> Refusal | None:
+        """Records that a claimed child could not start near its parent (`cause`, one line).
+
+        Its row leaves the candidates table and the refusal is returned; or, when its slot
+        already had `max_refusals` proposals refused, it fails with a line naming the cause
+        (None). Like `fail`, a no-op (None) on a finished candidate or one that `worker` no
+        longer holds."""
+        with self._db.write() as c:
+            if not self._may_record(c, candidate_id, "refusal", worker):
+                return None
+            row = c.execute("SELECT parent_id, inheritance_json FROM candidates WHERE id=?",
+                            (candidate_id,)).fetchone()
+            inheritance = refusal_rows.inheritance_of(row[1])
+            before = inheritance.slot_refusals or 0
+            limit = self.max_refusals
+            if before + 1 > limit:
+                line = (f"its slot's proposals were refused at their start {before + 1} "
+                        f"time(s) (search.max_refusals={limit}); the last: {cause}")
+                c.execute(f"UPDATE candidates SET status='{Status.FAILED}', error=?, finished_at=?,"
+                          " lease_until=NULL WHERE id=?", (line, time.time(), candidate_id))
+                return None
+            refusal_id = refusal_rows.insert(c, proposal=inheritance.proposal,
+                                             candidate_id=candidate_id, parent_id=row[0],
+                                             kind=inheritance.kind, stage="start",
+                                             cause=cause, slot_refusals=before + 1,
+                                             worker=worker)
+            for table in ("examples", "rungs"):  # nothing refers to the row any more
+                c.execute(f"DELETE FROM {table} WHERE candidate_id=?", (candidate_id,))
+            c.execute("DELETE FROM candidates WHERE id=?", (candidate_id,))
+            return refusal_rows.read(c, refusal_id)
+
+    def record_refusal(self, *, stage: str, cause: str, kind: str | None = None,
+                       proposal: int | None = None, parent_id: int | None = None,
+                       state: Mapping[str, Any] | None = None) -> Refusal:
+        """Records a proposal refused before its child was added (a move that raised, a
+        constant output), with `state` (the driver's counters) in the same transaction."""
+        if stage not in STAGES:
+            raise ValueError(f"stage: expected one of {STAGES}, got {stage!r}")
+        rows = self._state_rows(state)
+        with self._db.write() as c:
+            refusal_id = refusal_rows.insert(c, proposal=proposal, candidate_id=None,
+                                             parent_id=parent_id, kind=kind, stage=stage,
+                                             cause=cause, slot_refusals=0, worker=None)
+            c.executemany("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", rows)
+            return refusal_rows.read(c, refusal_id)
+
+    def refusals(self, stage: str | None = None) -> list[Refusal]:
+        """The refused proposals (of one `stage`, or all), oldest first."""
+        where, args = ("", ()) if stage is None else (" WHERE stage=?", (stage,))
+        with self._db.read() as c:
+            if not refusal_rows.has_table(c):
+                return []
+            rows = c.execute(refusal_rows.SELECT + f"{where} ORDER BY id", args).fetchall()
+        return [Refusal(*row) for row in rows]
+
+    def open_refusal(self, through: int) -> Refusal | None:
+        """The oldest child refused at its start, with an id up to `through`, that nothing
+        was proposed in place of yet (None: none). Why `through`: the driver's next
+        proposal reads the results up to that id, whatever the workers' timing, so the slot
+        it fills is decided by counts too."""
+        with self._db.read() as c:
+            if not refusal_rows.has_table(c):
+                return None
+            row = c.execute(
+                refusal_rows.SELECT + " WHERE replaced_by IS NULL AND"
+                " candidate_id IS NOT NULL AND candidate_id <= ? ORDER BY candidate_id"
+                " LIMIT 1", (int(through),)).fetchone()
+        return None if row is None else Refusal(*row)
+
+    def refusal_counts(self) -> dict[str, dict[str, int]]:
+        """{stage: {move kind: refused proposals}}, every stage present."""
+        out: dict[str, dict[str, int]] = {s: {} for s in STAGES}
+        with self._db.read() as c:
+            if not refusal_rows.has_table(c):
+                return out
+            for stage, kind, n in c.execute(
+                    "SELECT stage, COALESCE(kind, '?'), COUNT(*) FROM refusals"
+                    " GROUP BY stage, kind ORDER BY stage, kind"):
+                out.setdefault(stage, {})[kind] = int(n)
+        return out
+
+    # -------------------------------------------------- enqueued architectures
+
+    def enqueue(self, architecture: Any, constants: dict[str, Any] | None = None, *,
+                variables: dict[str, Any] | None = None) -> int:
+        """Adds `architecture` as a pending candidate trained before any proposed child;
+        returns its id. The search trains it when it next runs (`nas.run_search` or
+        `nas-search` on this workdir), within `search.max_candidates`.
+
+        architecture: what `nas.load_candidate` or `nas.from_flax` returns (with its
+          weights, if it has them), the path of an exported candidate or graph JSON, or a
+          `nas.graph.Graph` with its `constants`. variables: weights for a graph (or in
+          place of a candidate's own); None trains it from scratch.
+
+        Each mistake (a study without its seeds yet, other outputs or input shape than the
+        study's, weights that do not fit, an architecture already in the study) is one
+        ValueError line, and nothing is written."""
+        import ml_collections
+
+        from nas.graph.serialize import graph_to_json
+        from nas.mutation import fingerprint_at
+        from nas.search.strategy import hparams as hparams_lib
+        from nas.train import preflight
+        from nas.train.checkpoint import save_variables
+        from nas.train.config import image_shape, with_defaults
+
+        config = self.config or {}
+        if "train" not in config or "search" not in config:
+            raise ValueError(f"enqueue: {self.path} is not a search's study (its config has "
+                             f"no train and search sections)")
+        planned, added = seeding(self)
+        if planned is None or added < planned:
+            raise ValueError(f"enqueue: the study in {self.workdir} has no seed yet (expected "
+                             f"a search that ran once; a model to start from is its seed)")
+        graph, constants, variables = architecture_parts(architecture, constants, variables)
+        train = with_defaults(ml_collections.ConfigDict(config["train"]))
+        search = ml_collections.ConfigDict(config["search"])
+        preflight.check_outputs(graph, constants, train, "enqueue: the architecture")
+        shape = image_shape(train)
+        if variables is not None:
+            check_weights(graph, constants, variables, shape)
+        fingerprint = fingerprint_at(graph, constants, (1, *shape))
+        existing = self.find(fingerprint)
+        if existing:
+            raise ValueError(f"enqueue: the architecture is already candidate {existing[0]} "
+                             f"of {self.workdir}")
+        hparams = hparams_lib.seed_values(train, search)
+        inheritance = Inheritance(enqueued=True, hparams=hparams or None)
+        path = None
+        if variables is not None:  # complete on disk before the candidate exists
+            path = os.path.join(os.path.abspath(self.workdir), "inits",
+                                f"enqueued-{fingerprint[:16]}")
+            shutil.rmtree(path, ignore_errors=True)
+            save_variables(path, variables)
+            inheritance = dataclasses.replace(inheritance, init_path=path)
+        try:
+            return self.add(graph_to_json(graph, constants), generation=0,
+                            seed=int(search.get("seed", 0)), fingerprint=fingerprint,
+                            inheritance=inheritance)
+        except DuplicateCandidateError as e:  # added meanwhile by another process
+            if path is not None:
+                shutil.rmtree(path, ignore_errors=True)
+            raise ValueError(f"enqueue: the architecture is already candidate "
+                             f"{e.existing_id} of {self.workdir}") from None
+
+    # --------------------------------------------------------------- internals
+
+    def _get(self, c: sqlite3.Connection, candidate_id: int) -> Candidate:
+        row = c.execute(SELECT + " WHERE id=?", (candidate_id,)).fetchone()
+        if row is None:
+            raise ValueError(f"candidate_id: no candidate {candidate_id!r} in {self.path}")
+        return self._with_rungs(candidate_from_row(row, self.path),
+                                self._rungs(c, candidate_id))
+
+    @staticmethod
+    def _rungs(c: sqlite3.Connection, candidate_id: int | None,
+               among: tuple[str, list[Any]] | str = "") -> dict[int, list[dict[str, Any]]]:
+        """Recorded rung results by candidate id (of one candidate, of those the `among`
+        query (SQL, arguments) selects, or all)."""
+        where, args = ("", ()) if candidate_id is None else (" WHERE candidate_id=?",
+                                                             (candidate_id,))
+        if among:
+            where, args = f" WHERE candidate_id IN ({among[0]})", tuple(among[1])
+        out: dict[int, list[dict[str, Any]]] = {}
+        for row in c.execute(SELECT_RUNGS + where + " ORDER BY candidate_id, rung", args):
+            entry = dict(zip(RUNG_COLUMNS, row, strict=True))
+            out.setdefault(entry.pop("candidate_id"), []).append(entry)
+        return out
+
+    @staticmethod
+    def _with_rungs(candidate: Candidate, rungs: dict[int, list[dict[str, Any]]]) -> Candidate:
+        found = rungs.get(candidate.id)
+        return dataclasses.replace(candidate, rungs=tuple(found)) if found else candidate
+
+    def _status(self, c: sqlite3.Connection, candidate_id: int) -> str:
+        row = c.execute("SELECT status FROM candidates WHERE id=?", (candidate_id,)).fetchone()
+        if row is None:
+            raise ValueError(f"candidate_id: no candidate {candidate_id!r} in {self.path}")
+        return row[0]
+    def _may_record(self, c: sqlite3.Connection, candidate_id: int, what: str,
+                    worker: str | None) -> bool:
+        """Whether a result may be written now; logs why not (never raises for races)."""
+        row = c.execute("SELECT status, worker FROM candidates WHERE id=?",
+                        (candidate_id,)).fetchone()
+        if row is None:
+            raise ValueError(f"candidate_id: no candidate {candidate_id!r} in {self.path}")
+        status, holder = row
+        if status in FINISHED:
+            logging.info("%s: candidate %d is already %s; %s of %s ignored", self.path,
+                         candidate_id, status, what, worker or "this process")
+            return False
+        if worker is not None and (status != Status.RUNNING or holder != worker):
+            logging.info("%s: %s no longer holds candidate %d (it is %s, held by %s); its %s "
+                         "is ignored", self.path, worker, candidate_id, status, holder, what)
+            return False
+        return True
+
+    @staticmethod
+    def _insert_rung(c: sqlite3.Connection, candidate_id: int, rung: int, epochs: float,
+                     known: Mapping[str, float], extra: Mapping[str, Any], decision: str,
+                     reason: str | None, worker: str | None) -> None:
+        steps = extra.get("steps")
+        c.execute(
+            "INSERT OR REPLACE INTO rungs(candidate_id, rung, epochs, steps, accuracy, loss,"
+            " flops, params, decision, reason, worker, recorded_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (candidate_id, int(rung), float(epochs),
+             int(steps) if isinstance(steps, int | float) else None, known["accuracy"],
+             known.get("loss"), known.get("flops"), known.get("params"), decision, reason,
+             worker, time.time()))
+
+    @staticmethod
+    def _state_rows(state: Mapping[str, Any] | None) -> list[tuple[str, str]]:
+        rows = []
+        for key, value in (state or {}).items():
+            if not isinstance(key, str) or not key:
+                raise ValueError(f"state: keys must be non-empty strings, got {key!r}")
+            rows.append((STATE_PREFIX + key, dumps(value, f"state.{key}") or "null"))
+        return rows
+
+    def _max_attempts(self, max_attempts: int | None) -> int:
+        if max_attempts is None:
+            search = self.config.get("search") or {}
+            max_attempts = self.config.get("max_attempts",
+                                           search.get("max_attempts", DEFAULT_MAX_ATTEMPTS))
+        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+            raise ValueError(f"max_attempts: must be an integer >= 1, got {max_attempts!r}")
+        return max_attempts
+
+    def _lease_s(self, lease_s: float | None) -> float:
+        if lease_s is None:
+            search = self.config.get("search") or {}
+            lease_s = self.config.get("lease_s", search.get("lease_s", DEFAULT_LEASE_S))
+        if isinstance(lease_s, bool) or not isinstance(lease_s, int | float) or not (
+                0 < lease_s < 1e7):
+            raise ValueError(f"lease_s: must be a number of seconds > 0, got {lease_s!r}")
+        return float(lease_s)
+
+    def _requeue_expired(self, c: sqlite3.Connection, max_attempts: int
+                         ) -> tuple[list[int], list[int]]:
+        now = time.time()
+        rows = c.execute(
+            f"SELECT id, attempts, worker, lease_until FROM candidates"
+            f" WHERE status='{Status.RUNNING}' ORDER BY id").fetchall()
+        requeued, failed = [], []
+        for cid, attempts, who, until in rows:
+            if until is not None and until >= now and not dead_local_process(who):
+                continue
+            if attempts >= max_attempts:
+                c.execute(
+                    f"UPDATE candidates SET status='{Status.FAILED}', error=?, finished_at=?,"
+                    " lease_until=NULL WHERE id=?",
+                    (f"interrupted {attempts} time(s) (last worker {who}, lease expired); "
+                     f"gave up after max_attempts={max_attempts}", now, cid))
+                failed.append(cid)
+            else:
+                c.execute(
+                    f"UPDATE candidates SET status='{Status.PENDING}', worker=NULL,"
+                    " started_at=NULL, lease_until=NULL WHERE id=?", (cid,))
+                requeued.append(cid)
+        if requeued or failed:
+            logging.info("%s: leases expired: re-queued %s, failed %s", self.path, requeued,
+                         failed)
+        return requeued, failed
+
 
 _PRIVATE = object()
 
@@ -188,3 +1078,51 @@ def _plain_config(config: Any) -> dict[str, Any]:
     # Round-trip so comparisons with the stored copy see the same types (tuples -> lists).
     return json.loads(dumps(dict(config), "config"))
 
+
+def json_path(name: str) -> str:
+    """The JSON path of a user's cost in `metrics_json` (an identifier: quoted as is)."""
+    return f'$."{name}"'
+
+
+def rung_cost(cost: str) -> str:
+    """The rungs-table column a promotion ranks by (only costs the table records)."""
+    return cost if cost in ("flops", "params") else "NULL"
+
+
+def check_new_candidate(graph_json: Any, status: str, fingerprint: Any, seed: Any) -> None:
+    """`Study.add`'s checks of its arguments, before anything is written: each bad one is
+    a ValueError naming it."""
+    if not isinstance(graph_json, str):
+        raise ValueError(f"graph_json: expected JSON text, got {type(graph_json).__name__}")
+    try:
+        json.loads(graph_json)
+    except ValueError as e:
+        raise ValueError(f"graph_json: not valid JSON ({e})") from e
+    except RecursionError:
+        raise ValueError("graph_json: nested too deeply to be a graph") from None
+    if status not in (Status.PENDING, Status.FAILED, Status.INFEASIBLE):
+        raise ValueError(
+            f"status: new candidates are pending/failed/infeasible, not {status!r}"
+        )
+    if fingerprint is not None and not isinstance(fingerprint, str):
+        kind = type(fingerprint).__name__
+        raise ValueError(f"fingerprint: expected a hex string, got {kind}")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise ValueError(f"seed: expected an integer, got {seed!r}")
+
+
+def split_examples(extra: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """(metrics without the per-example fields, {split: boolean vector}); a malformed
+    field is a ValueError naming it."""
+    rest = {k: v for k, v in extra.items() if k not in EXAMPLE_SPLITS}
+    bits = {EXAMPLE_SPLITS[k]: examples.from_text(v, f"metrics.{k}")
+            for k, v in extra.items() if k in EXAMPLE_SPLITS and v}
+    return rest, bits
+
+
+def insert_examples(c: sqlite3.Connection, candidate_id: int,
+                    bits: Mapping[str, np.ndarray]) -> None:
+    """Store `bits` ({split: boolean vector}) as the candidate's rows, in transaction `c`."""
+    c.executemany(
+        "INSERT OR REPLACE INTO examples(candidate_id, split, count, bits) VALUES (?, ?, ?, ?)",
+        [(candidate_id, split, int(v.size), examples.pack(v)) for split, v in bits.items()])
