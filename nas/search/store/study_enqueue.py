@@ -55,6 +55,7 @@ class StudyEnqueue(StudyWrites):
         from nas.mutation import fingerprint_at
         from nas.search.store.study_writes import DuplicateCandidateError
         from nas.search.strategy import hparams as hparams_lib
+        from nas.search.strategy.settings import SearchSettings
         from nas.train import preflight
         from nas.train.checkpoint import save_variables
         from nas.train.config import image_shape, with_defaults
@@ -69,7 +70,7 @@ class StudyEnqueue(StudyWrites):
                              f"a search that ran once; a model to start from is its seed)")
         graph, constants, variables = architecture_parts(architecture, constants, variables)
         train = with_defaults(ml_collections.ConfigDict(config["train"]))
-        search = ml_collections.ConfigDict(config["search"])
+        search = SearchSettings.from_stored(config)
         preflight.check_outputs(graph, constants, train, "enqueue: the architecture")
         shape = image_shape(train)
         if variables is not None:
@@ -92,7 +93,7 @@ class StudyEnqueue(StudyWrites):
             inheritance["init_path"] = path
         try:
             return self.add(graph_to_json(graph, constants), generation=0,
-                            seed=int(search.get("seed", 0)), fingerprint=fingerprint,
+                            seed=search.seed, fingerprint=fingerprint,
                             inheritance=inheritance)
         except DuplicateCandidateError as e:  # added meanwhile by another process
             if path is not None:

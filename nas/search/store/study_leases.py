@@ -17,9 +17,10 @@ import time
 
 from nas.search.store.candidate import Candidate
 from nas.search.store.study_rows import StudyRows
+from nas.search.strategy.settings import stored_value
 
-DEFAULT_MAX_ATTEMPTS = 3
-DEFAULT_LEASE_S = 60.0
+DEFAULT_MAX_ATTEMPTS = stored_value(None, "max_attempts")
+DEFAULT_LEASE_S = stored_value(None, "lease_s")
 
 
 class StudyLeases(StudyRows):
@@ -145,17 +146,15 @@ class StudyLeases(StudyRows):
 
     def _max_attempts(self, max_attempts: int | None) -> int:
         if max_attempts is None:
-            search = self.config.get("search") or {}
             max_attempts = self.config.get("max_attempts",
-                                           search.get("max_attempts", DEFAULT_MAX_ATTEMPTS))
+                                           stored_value(self.config, "max_attempts"))
         if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
             raise ValueError(f"max_attempts: must be an integer >= 1, got {max_attempts!r}")
         return max_attempts
 
     def _lease_s(self, lease_s: float | None) -> float:
         if lease_s is None:
-            search = self.config.get("search") or {}
-            lease_s = self.config.get("lease_s", search.get("lease_s", DEFAULT_LEASE_S))
+            lease_s = self.config.get("lease_s", stored_value(self.config, "lease_s"))
         if isinstance(lease_s, bool) or not isinstance(lease_s, int | float) or not (
                 0 < lease_s < 1e7):
             raise ValueError(f"lease_s: must be a number of seconds > 0, got {lease_s!r}")

@@ -51,8 +51,6 @@ class StudyRows:
         from nas.search.strategy.settings import measured_costs
 
         search = self.config.get("search") if isinstance(self.config, Mapping) else None
-        if not isinstance(search, Mapping) or not isinstance(search.get("costs", {}), Mapping):
-            return ()
         return tuple(k for k in measured_costs(search) if k.isidentifier())
 
     def _get(self, c: sqlite3.Connection, candidate_id: int) -> Candidate:
