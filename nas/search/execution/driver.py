@@ -566,18 +566,19 @@ class Driver:
         return min(self.search.prepare_ahead, max(0, room))
 
     def _loop(self, executor: Executor, keeper: LeaseKeeper, inflight: set[int], bar: tqdm) -> None:
-        search = self.search
+        # reads self.search on every pass: a caller may replace the settings while it runs
+        # (a benchmark's wall-clock budget lowers max_candidates)
         proposal_failures = 0
         while True:
             counts = self.study.counts()
             finished = sum(counts[s] for s in FINISHED)
             self._update(bar, finished, counts)
-            if finished >= search.max_candidates:
+            if finished >= self.search.max_candidates:
                 return
             if executor.capacity == 0:  # external workers train: keep one child pending
                 pending, running = counts["pending"], counts["running"]
-                if not pending and sum(counts.values()) < search.max_candidates and \
-                        counts["done"] and proposal_failures < search.max_proposal_failures \
+                if not pending and sum(counts.values()) < self.search.max_candidates and \
+                        counts["done"] and proposal_failures < self.search.max_proposal_failures \
                         and self.population() is not None:
                     proposal_failures = 0 if self.propose() is not None else \
                         proposal_failures + 1
@@ -587,7 +588,7 @@ class Driver:
                                     "could be proposed (%d failed proposals)",
                                     proposal_failures)
                     return
-                time.sleep(min(1.0, search.lease_s / 4))
+                time.sleep(min(1.0, self.search.lease_s / 4))
                 continue
             while executor.running() < executor.capacity:
                 candidate = self.study.claim(worker=self.worker)
@@ -602,23 +603,23 @@ class Driver:
                     continue
                 total = sum(self.study.counts().values())
                 self._done.refresh()
-                if total >= search.max_candidates or not self._done.any_done():
+                if total >= self.search.max_candidates or not self._done.any_done():
                     break
                 if self.population() is None:  # wait for the results it must read
                     break
                 if self.propose() is None:
                     proposal_failures += 1
-                    if proposal_failures >= search.max_proposal_failures:
+                    if proposal_failures >= self.search.max_proposal_failures:
                         break
                 else:
                     proposal_failures = 0
-            if proposal_failures < search.max_proposal_failures:
+            if proposal_failures < self.search.max_proposal_failures:
                 ahead = self.propose_ahead(executor)
                 if ahead is not None:
                     proposal_failures = 0 if ahead else proposal_failures + 1
             if executor.running() == 0:
                 if self.study.counts()["running"]:  # external workers are training
-                    time.sleep(min(1.0, search.lease_s / 4))
+                    time.sleep(min(1.0, self.search.lease_s / 4))
                     continue
                 if self.study.counts()["pending"]:
                     continue  # e.g. a claim released by a worker

@@ -270,13 +270,6 @@ class SearchSettings:
         the edge except that the dataset is not opened again."""
         return _read(ml_collections.ConfigDict(dict(config)), check_data=False)
 
-    @property
-    def measured_costs(self) -> tuple[str, ...]:
-        """The costs a worker measures besides the built-in ones, kept in the metrics: the
-        user's (`costs`) and `latency_ms` when it is timed."""
-        users = tuple(self.costs)
-        return (*users, LATENCY) if self.latency.timed and LATENCY not in users else users
-
 
 _FIELDS = dataclasses.fields(SearchSettings)
 
@@ -479,9 +472,9 @@ def _latency(search: Mapping[str, Any]) -> LatencyConfig:
 
 
 def measured_costs(search: Any) -> tuple[str, ...]:
-    """The costs a worker measures besides the built-in ones, of a search section as a dict
-    (a stored one may predate fields, or be no search section at all: no costs):
-    `SearchSettings.measured_costs`."""
+    """The costs a worker measures besides the built-in ones, kept in the metrics, of a
+    search section as a dict (a stored one may predate fields, or be no search section at
+    all: no costs): the user's (`search.costs`) and `latency_ms` when it is timed."""
     if not isinstance(search, Mapping) or not isinstance(search.get("costs", {}), Mapping):
         return ()
     users = tuple(k for k in dict(search.get("costs", {}) or {}) if isinstance(k, str))
