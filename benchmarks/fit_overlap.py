@@ -24,6 +24,7 @@ from nas.graph.serialize import load
 from nas.search.execution.task import Task, make_task
 from nas.search.execution.worker import train_candidate
 from nas.search.store.study import Study
+from nas.search.strategy.settings import SearchSettings
 from nas.train.fit import fit_for_task
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -55,8 +56,9 @@ def main() -> None:
     config.train.compilation_cache_dir = "none"
     study = Study.load(args.workdir)
     tasks = {}
+    search = SearchSettings.from_stored(config)
     for c in study.candidates():
-        task = make_task(study, config.train, config.search, c.id)
+        task = make_task(study, config.train, search, c.id)
         if c.status == "done" and task.fit is not None and len(tasks) < args.limit:
             tasks[c.id] = dict(task, workdir=None, stop_epochs=None)
     if not tasks:

@@ -13,6 +13,7 @@ seed model. The search is the README's, run for a wall-clock budget.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import runpy
 import shutil
@@ -295,7 +296,8 @@ def main() -> None:
     def record(outcome):  # stop claiming new work once the budget is spent
         original_record(outcome)
         if time.monotonic() > deadline:
-            driver.search.max_candidates = sum(driver.study.counts().values())
+            driver.search = dataclasses.replace(
+                driver.search, max_candidates=sum(driver.study.counts().values()))
 
     driver.record = record
     start = time.monotonic()

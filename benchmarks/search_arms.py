@@ -29,6 +29,7 @@ each arm the same wall time, so how many candidates it trains depends on the mac
 from __future__ import annotations
 
 import ast
+import dataclasses
 import os
 import runpy
 import shutil
@@ -103,7 +104,8 @@ def run_arm(arm: str, seed: int, minutes: float, workdir: str, candidates: int =
     def record(outcome):
         original(outcome)
         if time.monotonic() > deadline:
-            driver.search.max_candidates = sum(driver.study.counts().values())
+            driver.search = dataclasses.replace(
+                driver.search, max_candidates=sum(driver.study.counts().values()))
 
     driver.record = record
     return driver.run(progress=False)

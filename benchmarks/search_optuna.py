@@ -44,7 +44,7 @@ from nas.graph.ops import OpType, new_graph, new_op
 from nas.graph.serialize import graph_to_json
 from nas.search.execution.worker import metrics_dict
 from nas.search.store.study import Study
-from nas.search.strategy.settings import candidate_train_config, seed_rounds
+from nas.search.strategy.settings import SearchSettings, candidate_train_config, seed_rounds
 from nas.train import TrainOptions, train_and_eval
 from nas.train.config import with_defaults
 from nas.train.data import with_num_classes
@@ -100,9 +100,10 @@ def train_from_scratch(config: ml_collections.ConfigDict, graph: Any, constants:
                        ) -> dict[str, Any]:
     """The seed's recipe: its epochs, its rounds while validation rises; the study's
     metric names (`metrics_dict`: accuracy on validation, test_accuracy reported only)."""
+    search = SearchSettings.from_stored(config)
     train = ml_collections.ConfigDict(
-        candidate_train_config(config.train.to_dict(), config.search, is_seed=True))
-    rounds = seed_rounds(config.train.to_dict(), config.search)
+        candidate_train_config(config.train.to_dict(), search, is_seed=True))
+    rounds = seed_rounds(config.train.to_dict(), search)
 
     def run_round(index: int, variables: Any) -> tuple[dict[str, Any], int, Any, list]:
         seen: list[float] = []

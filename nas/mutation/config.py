@@ -109,6 +109,18 @@ MUTATION_SCHEMA: dict[str, schema.Field] = {
 }
 
 
+def check_combined(values: Mapping[str, Any], prefix: str = "") -> None:
+    """The checks of `MutationConfig`'s fields taken together, naming them under `prefix`."""
+    if values["max_len"] > 0 and values["max_perc"] > 0:
+        raise ValueError(f"config fields '{prefix}max_len' and '{prefix}max_perc': set at "
+                         f"most one")
+    if values["block_add_prob"] + values["block_delete_prob"] > 1.0:
+        raise ValueError(
+            f"config field '{prefix}block_add_prob' + '{prefix}block_delete_prob' must be "
+            f"<= 1 (one draw per child decides add, delete or redefine a block), got "
+            f"{values['block_add_prob']:g} + {values['block_delete_prob']:g}")
+
+
 @dataclasses.dataclass
 class MutationConfig:
     """Everything `propose_child` needs besides the parent. Build from a dict with
@@ -169,13 +181,7 @@ class MutationConfig:
     def __post_init__(self) -> None:
         values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         schema.check(values, MUTATION_SCHEMA)
-        if self.max_len > 0 and self.max_perc > 0:
-            raise ValueError("config fields 'max_len' and 'max_perc': set at most one")
-        if self.block_add_prob + self.block_delete_prob > 1.0:
-            raise ValueError(
-                f"config field 'block_add_prob' + 'block_delete_prob' must be <= 1 (one draw "
-                f"per child decides add, delete or redefine a block), got "
-                f"{self.block_add_prob:g} + {self.block_delete_prob:g}")
+        check_combined(values)
         if self.moves is not None:
             self.moves = {k: float(self.moves[k]) for k in MOVES if k in self.moves}
         self.input_shape = tuple(self.input_shape)
@@ -183,7 +189,10 @@ class MutationConfig:
             self.search_space = SearchSpace.from_dict(self.search_space).to_dict()
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | MutationConfig | None) -> MutationConfig:
+    def from_dict(cls, data: Mapping[str, Any] | MutationConfig | None, prefix: str = ""
+                  ) -> MutationConfig:
+        """`prefix`: the section's path in a larger config (e.g. "search.mutation."), which
+        every error names its field under."""
         if data is None:
             return cls()
         if isinstance(data, MutationConfig):
@@ -191,7 +200,10 @@ class MutationConfig:
         if not isinstance(data, Mapping):
             raise ValueError(f"mutation config must be a dict or MutationConfig, got "
                              f"{type(data).__name__}")
-        schema.check(data, MUTATION_SCHEMA)  # unknown fields named before construction
+        schema.check(data, MUTATION_SCHEMA, prefix)  # named before construction
+        defaults = {f.name: getattr(cls, f.name) for f in dataclasses.fields(cls)
+                    if f.default is not dataclasses.MISSING}
+        check_combined({**defaults, **dict(data)}, prefix)
         return cls(**dict(data))
 
     @property

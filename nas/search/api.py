@@ -21,6 +21,7 @@ from nas.search import inputs
 from nas.search.execution.driver import StopSearch
 from nas.search.result import SearchResult
 from nas.search.store.study import Study
+from nas.search.strategy.settings import SearchSettings
 from nas.train.config import image_shape
 
 __all__ = ["SearchInterrupted", "SearchResult", "StopSearch", "run_search", "run_study"]
@@ -35,22 +36,25 @@ class SearchInterrupted(KeyboardInterrupt):
 def run_study(config: ml_collections.ConfigDict, workdir: str, *, budget_given: bool,
               functions: Mapping[str, Callable[..., Any]] | None = None,
               progress: bool = True, callbacks: Sequence[Callable[[Any], Any]] = (),
-              say: Callable[[str], None] = print) -> tuple[Study, bool]:
+              say: Callable[[str], None] = print, settings: SearchSettings | None = None
+              ) -> tuple[Study, bool]:
     """Runs (or resumes) the search of `config` in `workdir`; (study, whether it trained).
 
     A resumed study keeps the budget it last ran to unless `budget_given`; a larger one
-    says "extending ..."; a finished one says so in one line and trains nothing."""
+    says "extending ..."; a finished one says so in one line and trains nothing.
+    `settings`: `config`'s, where the caller read them (`read_settings`) already."""
     from nas.cli_messages import check_workdir
     from nas.search.reporting.report_state import write_if_stale
     from nas.search.reporting.rerun import finished_line, stored_budget
-    from nas.search.strategy.settings import validate_search
+    from nas.search.strategy.settings import read_settings
 
-    validate_search(config)  # the whole config, before the workdir exists
+    if settings is None:  # the whole config, before the workdir exists
+        settings = read_settings(config)
     check_workdir(workdir, create=True)
-    if config.search.executor == "ray" and config.search.ray_address:
+    if settings.executor == "ray" and settings.ray_address:
         from nas.search.execution.ray_cluster import check_reachable
 
-        check_reachable(config.search.ray_address)  # before the study is written
+        check_reachable(settings.ray_address)  # before the study is written
     before = stored_budget(workdir)
     if before is not None and not budget_given:  # a resumed study keeps its budget
         config.search.max_candidates = before
@@ -61,14 +65,14 @@ def run_study(config: ml_collections.ConfigDict, workdir: str, *, budget_given: 
             return Study.load(workdir), False
     from nas.search.execution.driver import Driver
 
-    driver = Driver(config, workdir, functions)
+    driver = Driver(config, workdir, functions, settings)
     if driver.finished():  # resumed with nothing left to do: say so in one line
         counts = ", ".join(f"{s} {n}" for s, n in driver.study.counts().items() if n)
         say(f"the search in {workdir} is finished ({counts}; max_candidates "
-            f"{int(driver.search.max_candidates)}); report: {write_if_stale(driver.study)}")
+            f"{driver.search.max_candidates}); report: {write_if_stale(driver.study)}")
         return driver.study, False
     driver.check_seed_weights()  # before a line is printed or the study is written
-    after = int(driver.search.max_candidates)
+    after = driver.search.max_candidates
     if before is not None and after > before:
         say(f"extending the search in {workdir} from {before} to {after} candidates")
     return driver.run(progress=progress, callbacks=callbacks), True
@@ -133,7 +137,7 @@ def run_search(seed: Any, data: Any, *, workdir: str | os.PathLike, max_candidat
     try:
         study, trained = run_study(prepared.config, workdir, budget_given=True,
                                    functions=prepared.functions, progress=progress,
-                                   callbacks=tuple(callbacks))
+                                   callbacks=tuple(callbacks), settings=prepared.settings)
     except KeyboardInterrupt:
         raise SearchInterrupted(_interrupted_line(workdir, max_candidates)) from None
     if trained:  # as nas-search: the report of what the search holds now
@@ -178,8 +182,8 @@ class Prepared:
 
     def __init__(self, config: ml_collections.ConfigDict,
                  functions: dict[str, Callable[..., Any]], seeds: Sequence[inputs.Seed],
-                 paths: Sequence[str]) -> None:
-        self.config, self.functions = config, functions
+                 paths: Sequence[str], settings: SearchSettings) -> None:
+        self.config, self.functions, self.settings = config, functions, settings
         self.seeds, self.paths = list(seeds), list(paths)
 
     def write(self, workdir: str) -> None:
@@ -198,7 +202,7 @@ def prepare(seed: Any, data: Any, *, workdir: str, max_candidates: int, config: 
             extras: Mapping[str, Any] | None = None) -> Prepared:
     """Every argument checked (one ValueError line naming it) into a search config."""
     from nas.cli_messages import check_workdir
-    from nas.search.strategy.settings import validate_search
+    from nas.search.strategy.settings import filled, read_settings
 
     try:
         check_workdir(workdir, create=True)
@@ -254,14 +258,14 @@ def prepare(seed: Any, data: Any, *, workdir: str, max_candidates: int, config: 
     if cfg.search.start_from and not _has_candidates(workdir):  # read when it is created
         from nas.search.execution.seeds import front_parts
 
-        front_parts(str(cfg.search.start_from), cfg.train, cfg.search)
+        front_parts(str(cfg.search.start_from), cfg.train,
+                    str(filled(cfg.search).selection.recommend_cost))
     stored = arrays.extras if arrays is not None else _npz_extras(cfg.train.input.data.name)
     _check_traces(functions, found, shape, stored)
     fn_lib.pack(functions)  # each can be shipped, or one line naming it
     if arrays is not None:  # checked: kept as an npz in the data cache (not the workdir)
         cfg.train.input.data.name = f"npz:{arrays.save(_arrays_root(cfg))}"
-    validate_search(cfg)
-    return Prepared(cfg, functions, seeds, paths)
+    return Prepared(cfg, functions, seeds, paths, read_settings(cfg))
 
 
 def _functions(cfg: ml_collections.ConfigDict, **given: Any) -> dict[str, Callable[..., Any]]:

@@ -38,9 +38,11 @@ class FitConfig:
         return max(self.batch_size, self.bn_batch_size)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None) -> FitConfig:
+    def from_dict(cls, data: Mapping[str, Any] | None, prefix: str = "search.fit."
+                  ) -> FitConfig:
+        """`prefix`: the section's path, which every error names its field under."""
         data = dict(data.to_dict() if hasattr(data, "to_dict") else (data or {}))
-        schema.check(data, FIT_SCHEMA, "search.fit.")
+        schema.check(data, FIT_SCHEMA, prefix)
         return cls(**data)
 
 

@@ -118,8 +118,8 @@ def test_seed_graph_without_blocks_logs_and_mutates_by_subgraph(tmp_path, search
     ({"block_mutate_prob": "high"}, "search.mutation.block_mutate_prob' must be a number"),
     ({"mutate_by_block": "yes"}, "search.mutation.mutate_by_block' must be a bool"),
     ({"block_add_prob": 0.7, "block_delete_prob": 0.6},
-     "'search.mutation.block_add_prob' \\+ 'block_delete_prob' must be <= 1 .*, got 0.7 \\+ "
-     "0.6"),
+     "'search.mutation.block_add_prob' \\+ 'search.mutation.block_delete_prob' must be <= 1 "
+     ".*, got 0.7 \\+ 0.6"),
 ])
 def test_bad_block_config_is_one_value_error(tmp_path, search_config, mutation, message):
     config = search_config()

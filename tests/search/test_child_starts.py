@@ -12,7 +12,7 @@ import pytest
 from nas.graph.serialize import graph_to_json
 from nas.search.execution.driver import Driver
 from nas.search.reporting.report import summary, to_csv, write_report
-from nas.search.strategy.settings import candidate_train_config, validate_search
+from nas.search.strategy.settings import candidate_train_config, read_settings, validate_search
 from nas.train import TrainOptions, train_and_eval
 from tests.train.helpers import tiny_config, tiny_graph
 
@@ -33,7 +33,7 @@ def test_min_steps_holds_on_a_small_data_set(tmp_path):
 
 def test_children_get_min_child_steps_and_the_seed_its_own(search_config):
     config = search_config(min_child_steps=30)
-    search = validate_search(config)
+    search = read_settings(config)
     train = config.train.to_dict()
     assert candidate_train_config(train, search, is_seed=False)["min_steps"] == 30
     assert candidate_train_config(train, search, is_seed=True).get("min_steps", 0) == 0

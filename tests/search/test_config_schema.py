@@ -8,7 +8,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nas.search.strategy.settings import OPERATIONAL, SEARCH_SCHEMA, validate_search
+from nas.search.strategy.settings import (
+    OPERATIONAL,
+    SEARCH_SCHEMA,
+    SearchSettings,
+    validate_search,
+)
 from tests.search.conftest import SEARCH_CONFIG
 
 BASE = runpy.run_path(SEARCH_CONFIG)["get_config"]()
@@ -164,5 +169,6 @@ def test_a_study_without_candidates_takes_the_given_config(tmp_path, caplog):
     assert study.config["train"]["model_name"] == "cnn" and study.config["search"]["seed"] == 3
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
     with pytest.raises(ValueError, match="train.model_name"):  # checked before it is stored
-        open_study(str(tmp_path), _with("train.model_name", "bogus"), check_new=check_seed)
+        open_study(str(tmp_path), _with("train.model_name", "bogus"),
+                   check_new=lambda new: check_seed(new, SearchSettings.from_stored(new)))
     assert Study.load(tmp_path).config["train"]["model_name"] == "cnn"

@@ -68,7 +68,7 @@ def test_fidelity_config_and_schedule():
     config = FidelityConfig.from_dict({"rungs": [0.25, 0.5], "keep": 1 / 3})
     assert config.schedule(1.0) == (0.25, 0.5, 1.0)
     assert FidelityConfig.from_dict({"rungs": (0.25, 1.0)}).schedule(1.0) == (0.25, 1.0)
-    bad = [({"rungs": 0.5}, "rungs"), ({"rungs": [0.5, 0.25]}, "must increase"),
+    bad = [({"rungs": 0.5}, "rungs"), ({"rungs": [0.5, 0.25]}, "epochs that increase"),
            ({"rungs": [0.0]}, "rungs"), ({"rungs": [True]}, "rungs"),
            ({"keep": 0.0}, "keep"), ({"keep": 1.5}, "keep"), ({"parent_ratio": -1}, "parent"),
            ({"cost": "latency"}, "cost"), ({"eta": 3}, "unknown")]

@@ -37,6 +37,7 @@ from nas.search.strategy.finals_config import (
     repeats_the_search,
     trained_repeats,
 )
+from nas.search.strategy.settings import SearchSettings
 from nas.train.checkpoint import load_variables
 from tests.search.conftest import ROOT, dump_dom, headless_browser, tiny_search_config
 
@@ -78,7 +79,7 @@ def test_seed_and_finalists_train_alike(finished):
             assert alike[0]["eval"]["test_split"] == ""  # the finals never read test
     # a second repeat: its own seed and folds, the same for every architecture
     config = finals_config(repeats=2)
-    again = Finals(study, config.train, config.search)
+    again = Finals(study, config.train, SearchSettings.from_stored(config))
     second = [again.task(dataclasses.replace(runs[0], candidate_id=cid, repeat=1))
               .train_config for cid in finalists]
     assert second[0]["seed"] == second[1]["seed"] == configs["finals-1-r0-f0"]["seed"] + 1
@@ -99,9 +100,10 @@ def test_runs_start_from_scratch_unless_asked_for_weights(finished):
     child = next(c for c in study.candidates("done") if c.parent_id is not None)
     run = next(r for r in FinalsStore(study.path).runs(kind="finals")
                if r.candidate_id == child.id)
-    assert Finals(study, config.train, config.search).task(run).init_variables is None
+    search = SearchSettings.from_stored(config)
+    assert Finals(study, config.train, search).task(run).init_variables is None
     config.search.finals = {**FINALS, "start": "weights"}
-    weights = Finals(study, config.train, config.search)
+    weights = Finals(study, config.train, SearchSettings.from_stored(config))
     task = weights.task(run)
     expected = load_variables(child.checkpoint_path)
     assert all(jax.tree.leaves(jax.tree.map(np.array_equal, task.init_variables, expected)))
@@ -162,30 +164,31 @@ def test_finals_train_as_long_as_the_seed_trained(finished):
     configs = run_configs(finished)
     assert {c["total_epochs"] for c in configs.values()} == {0.5}
     assert seed.metrics.get("rounds", 1) * 0.5 == 0.5
-    search = finals_config().search.to_dict()
+    search = SearchSettings.from_stored(finals_config())
     train = finals_config().train.to_dict()
-    three_rounds = recipe(FinalsConfig(), train, {**search, "seed_epochs": 3.0}, 1437,
+    three_rounds = recipe(FinalsConfig(), train, dataclasses.replace(search, seed_epochs=3.0), 1437,
                           {"rounds": 3, "epochs": 9})
     assert (three_rounds.epochs, three_rounds.start, three_rounds.folds) == (9.0, "scratch", 3)
-    arrived = recipe(FinalsConfig(), train, {**search, "seed_epochs": 3.0}, 1437,
+    arrived = recipe(FinalsConfig(), train, dataclasses.replace(search, seed_epochs=3.0), 1437,
                      {"rounds": 1, "arrived_trained": True})
     assert (arrived.epochs, arrived.start, arrived.folds) == (3.0, "weights", 1)
     # trained as it arrived (its start within seed_min_gain of its end), though its first
     # epochs strayed and it trained a second round
-    came = recipe(FinalsConfig(), train, {**search, "seed_epochs": 3.0, "seed_min_gain": 0.01},
-                  1437, {"rounds": 2, "start_accuracy": 0.994, "accuracy": 1.0})
+    came = recipe(FinalsConfig(), train,
+                  dataclasses.replace(search, seed_epochs=3.0, seed_min_gain=0.01), 1437,
+                  {"rounds": 2, "start_accuracy": 0.994, "accuracy": 1.0})
     assert came.start == "weights"
-    untrained = recipe(FinalsConfig(), train, {**search, "seed_epochs": 3.0}, 1437,
+    untrained = recipe(FinalsConfig(), train, dataclasses.replace(search, seed_epochs=3.0), 1437,
                        {"rounds": 2, "start_accuracy": 0.15, "accuracy": 0.99})
     assert (untrained.start, untrained.epochs) == ("scratch", 6.0)
     asked = recipe(FinalsConfig(epochs=5.0, start="scratch"), train, search, 1437,
                    {"rounds": 1, "arrived_trained": True})
     assert (asked.epochs, asked.start) == (5.0, "scratch")
     # the seed's retrain would train exactly what the search trained: it is not trained
-    finals = Finals(study, finals_config().train, finals_config().search)
-    assert repeats_the_search(finals.recipe, seed, train, search)
-    assert not repeats_the_search(finals.recipe, study.get(2), train, search)
-    assert not repeats_the_search(three_rounds, seed, train, search)
+    finals = Finals(study, finals_config().train, SearchSettings.from_stored(finals_config()))
+    assert repeats_the_search(finals.recipe, seed, train, search.seed_epochs)
+    assert not repeats_the_search(finals.recipe, study.get(2), train, search.seed_epochs)
+    assert not repeats_the_search(three_rounds, seed, train, search.seed_epochs)
     kept = answer(study).take_home
     homes = FinalsStore(study.path).runs(kind="home")
     if kept.candidate.id == seed.id:
@@ -209,7 +212,7 @@ def test_a_fold_is_scored_once_and_never_read_before(finished):
     fold is what it does not train on."""
     study = SearchResult.load(finished).study
     config = finals_config()
-    finals = Finals(study, config.train, config.search)
+    finals = Finals(study, config.train, SearchSettings.from_stored(config))
     from nas.train import data as data_lib
 
     for run in FinalsStore(study.path).runs(kind="finals"):
@@ -298,7 +301,7 @@ def _retrained(workdir: str, candidate_id: int) -> Run:
 
     study = SearchResult.load(workdir).study
     config = finals_config()
-    finals = Finals(study, config.train, config.search)
+    finals = Finals(study, config.train, SearchSettings.from_stored(config))
     key = finals.recipe.to_json()
     finals.store.plan([(run_name("home", candidate_id), candidate_id, "home", 0, 0, key)])
     executor = make_executor("inline", workers=1, ray_address=None, hard_timeout_s=0.0)

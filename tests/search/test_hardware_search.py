@@ -11,7 +11,7 @@ import nas
 from nas.graph.serialize import load
 from nas.search.execution.worker import latency_metrics
 from nas.search.store import recommend
-from nas.search.strategy.settings import latency_settings
+from nas.search.strategy.settings import SearchSettings
 from nas.train.checkpoint import load_variables
 from tests.search.conftest import SEARCH_CONFIG, TINY_IMAGE_SIZE
 
@@ -98,7 +98,8 @@ def test_latency_and_its_spread_are_recorded_and_hold_on_remeasurement(searched)
     c = done[0]
     graph, constants = load(c.graph_json)
     again = latency_metrics(graph, constants, load_variables(c.checkpoint_path),
-                            study.config["train"], latency_settings(study.config["search"]))
+                            study.config["train"],
+                            SearchSettings.from_stored(study.config).latency.task_settings())
     assert within_noise(c.metrics["latency_ms"], c.metrics["latency_ms_iqr"],
                         again["latency_ms"], again["latency_ms_iqr"]), (c.metrics, again)
 

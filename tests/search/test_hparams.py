@@ -11,12 +11,19 @@ from nas.graph.serialize import graph_to_json
 from nas.search.execution.driver import Driver
 from nas.search.reporting.report import summary, to_csv
 from nas.search.strategy import hparams
-from nas.search.strategy.settings import validate_search
+from nas.search.strategy.settings import SearchSettings, validate_search
 from tests.train.helpers import tiny_graph
 
 RANGES = {"lr": (1e-3, 4e-3), "wd": (1e-5, 1e-3), "child_lr": (2e-4, 1e-3)}
 TRAIN = {"lr": 2e-3, "wd": 0.0}
-SEARCH = {"hparams": RANGES, "child_lr": 5e-4}
+
+
+def settings(**search):
+    """The typed settings of a search section of these fields, the others at defaults."""
+    return SearchSettings.from_stored({"train": {}, "search": search})
+
+
+SEARCH = settings(hparams=RANGES, child_lr=5e-4)
 
 
 def test_children_perturb_their_parents_values_within_range_reproducibly():
@@ -34,7 +41,7 @@ def test_children_perturb_their_parents_values_within_range_reproducibly():
         seen.add(tuple(child.values()))
         values = child
     assert len(seen) > 10  # it moves
-    assert hparams.perturb(None, TRAIN, {"hparams": {}}, 7, 0) == {}  # off: nothing drawn
+    assert hparams.perturb(None, TRAIN, settings(), 7, 0) == {}  # off: nothing drawn
     other = [hparams.perturb(seed, TRAIN, SEARCH, seed=8, proposal=p) for p in range(8)]
     assert other != [hparams.perturb(seed, TRAIN, SEARCH, seed=7, proposal=p)
                      for p in range(8)]
@@ -47,7 +54,7 @@ def test_values_apply_to_the_candidates_training_config():
     assert hparams.apply(config, values, False, SEARCH) == {"lr": 8e-4, "wd": 2e-4}
     # a child at search.child_lr keeps it unless child_lr itself evolves
     assert hparams.apply(config, {"lr": 3e-3}, False, SEARCH)["lr"] == 5e-4
-    assert hparams.apply(config, {"lr": 3e-3}, False, {"child_lr": 0.0})["lr"] == 3e-3
+    assert hparams.apply(config, {"lr": 3e-3}, False, settings())["lr"] == 3e-3
     assert hparams.apply(config, None, False, SEARCH) is config
 
 
@@ -77,7 +84,8 @@ def test_a_search_records_each_candidates_values(tmp_path, search_config):
     for child in children:
         parent = done[child.parent_id].metrics["hparams"]
         k = int(child.inheritance["init_path"].rsplit("/", 1)[1])  # its proposal counter
-        expected = hparams.perturb(parent, config.train.to_dict(), config.search.to_dict(),
+        expected = hparams.perturb(parent, config.train.to_dict(),
+                                   SearchSettings.from_stored(study.config),
                                    int(config.search.seed), k)
         assert child.metrics["hparams"] == expected
         trained = json.loads((tmp_path / "s" / "candidates" / str(child.id) / "train" /

@@ -1,6 +1,7 @@
 """A search's choices depend on its config and the validation results only: not on worker
 timing (`search.pipeline_depth`) and not on the test split."""
 
+import dataclasses
 import os
 
 import pytest
@@ -19,7 +20,8 @@ def test_a_proposal_reads_only_results_pipeline_depth_back(search_config, tmp_pa
     study.add(seed.graph_json, parent_id=1, generation=1, fingerprint="x")
     study.claim(worker="w")  # candidate 2 is training: proposal 3 does not wait for it
     assert [c.id for c in driver.population()] == [1]
-    driver.search.pipeline_depth = 1  # ... unless it must read it
+    driver.search = dataclasses.replace(driver.search, pipeline_depth=1)  # ... unless it
+    # must read it
     assert driver.population() is None
     study.tell(2, {"accuracy": 0.8, "flops": 5.0}, worker="w")
     assert [c.id for c in driver.population()] == [1, 2]

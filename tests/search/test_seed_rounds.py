@@ -10,7 +10,12 @@ from nas.search.execution.driver import Driver
 from nas.search.execution.task import Task
 from nas.search.execution.worker import train_candidate
 from nas.search.reporting.report import summary
-from nas.search.strategy.settings import candidate_train_config, seed_rounds, validate_search
+from nas.search.strategy.settings import (
+    candidate_train_config,
+    read_settings,
+    seed_rounds,
+    validate_search,
+)
 from nas.train.rounds import Rounds, train_in_rounds
 from tests.train.helpers import tiny_graph
 
@@ -63,10 +68,10 @@ def test_bad_rounds_are_one_line():
 def test_seed_rounds_come_from_the_search_section(search_config):
     config = search_config(seed_epochs=1.0, seed_max_epochs=3.5, seed_patience=2,
                            seed_min_gain=0.01)
-    search = validate_search(config)
+    search = read_settings(config)
     assert seed_rounds(config.train.to_dict(), search) == {
         "max_rounds": 3, "patience": 2, "min_gain": 0.01}
-    assert seed_rounds(config.train.to_dict(), validate_search(search_config())) is None
+    assert seed_rounds(config.train.to_dict(), read_settings(search_config())) is None
     with pytest.raises(ValueError, match="search.seed_patience"):
         validate_search(search_config(seed_patience=0))
     for drop in (-0.1, 1.5):  # search.max_start_drop: a drop in accuracy, 0 to 1
@@ -78,7 +83,7 @@ def test_the_seed_trains_until_its_validation_stops_rising_and_not_past_its_cap(
         tmp_path, search_config):
     """Real training of a tiny CNN on digits, a quarter epoch a round, at most 4 rounds."""
     config = search_config(seed_epochs=0.25)
-    search = validate_search(config)
+    search = read_settings(config)
     train = candidate_train_config(config.train.to_dict(), search, is_seed=True)
     graph, constants = tiny_graph()
     rounds = {"max_rounds": 4, "patience": 1, "min_gain": 0.0}

@@ -10,6 +10,7 @@ import pytest
 from nas.search.execution.driver import init_path, remove_partial_saves
 from nas.search.execution.task import make_task
 from nas.search.store.study import Study
+from nas.search.strategy.settings import SearchSettings
 from nas.train.checkpoint import save_variables
 from tests.search.conftest import tiny_search_config
 
@@ -37,7 +38,7 @@ def test_child_trains_from_the_weights_saved_before_it_was_added(tmp_path):
     path = save_variables(init_path(tmp_path, 0), weights)
     child = study.add(json.dumps({"g": 1}), parent_id=seed,
                       inheritance={"inherited": [], "new": ["d"], "init_path": path})
-    task = make_task(study, config.train, config.search, child)
+    task = make_task(study, config.train, SearchSettings.from_stored(config), child)
     np.testing.assert_array_equal(task.init_variables["params"]["d"]["kernel"],
                                   weights["params"]["d"]["kernel"])
     assert not os.path.exists(os.path.join(tmp_path, "candidates", str(child), "init"))
@@ -54,8 +55,10 @@ def test_a_childs_task_bounds_its_start_by_its_parents_accuracy(tmp_path):
     child = study.add(json.dumps({"g": 1}), parent_id=seed,
                       inheritance={"inherited": [], "new": [], "init_path": path})
     config.search.max_start_drop = 0.3
-    assert make_task(study, config.train, config.search, child).min_start_accuracy == \
+    search = SearchSettings.from_stored(config)
+    assert make_task(study, config.train, search, child).min_start_accuracy == \
         pytest.approx(0.6)
-    assert make_task(study, config.train, config.search, seed).min_start_accuracy is None
+    assert make_task(study, config.train, search, seed).min_start_accuracy is None
     config.search.max_start_drop = 0.0
-    assert make_task(study, config.train, config.search, child).min_start_accuracy is None
+    search = SearchSettings.from_stored(config)
+    assert make_task(study, config.train, search, child).min_start_accuracy is None

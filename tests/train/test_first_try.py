@@ -221,11 +221,11 @@ def test_training_shortens_the_schedule_as_the_checks_said(data_dir):
 def test_a_search_says_which_schedules_it_shortens():
     """The driver prints one line for the seed's and one for the children's training."""
     from nas.search.execution.driver import schedule_lines
-    from nas.search.strategy.settings import validate_search
+    from nas.search.strategy.settings import read_settings
 
     config = runpy.run_path(os.path.join(REPO, "configs", "digits_cnn_search.py"))[
         "get_config"]()
-    search = validate_search(config)
+    search = read_settings(config)
     assert schedule_lines(config.train, search) == []  # 20 warmup steps fit
     config.train.schedule.warmup_steps = 150  # children: 2 epochs, at least 100 steps
     assert schedule_lines(config.train, search) == [
@@ -240,6 +240,7 @@ def test_a_search_says_which_schedules_it_shortens():
 def test_a_search_takes_the_folder_s_classes_and_checks_its_seed_graph(tmp_path):
     from nas.graph.serialize import graph_to_json
     from nas.search.execution.driver import check_seed
+    from nas.search.strategy.settings import read_settings
 
     root = three_class_folder(str(tmp_path / "imgs"), train=20, test=2)
     config = runpy.run_path(os.path.join(REPO, "configs", "digits_cnn_search.py"))[
@@ -251,13 +252,13 @@ def test_a_search_takes_the_folder_s_classes_and_checks_its_seed_graph(tmp_path)
     (tmp_path / "seed.json").write_text(graph_to_json(graph, constants))
     config.search.seed_graph = str(tmp_path / "seed.json")
     with pytest.raises(ValueError) as e:
-        check_seed(config)
+        check_seed(config, read_settings(config))
     assert str(e.value) == (
         f"config field 'search.seed_graph': {tmp_path}/seed.json outputs 10 logits, but "
         f"dataset 'folder:{root}' has 3 classes (config field 'num_classes')")
-    assert config.train.num_classes == 3  # the data's, recorded by validate_search
+    assert config.train.num_classes == 3  # the data's, recorded by read_settings
     (tmp_path / "seed.json").write_text(graph_to_json(graph, {"num_classes": 3}))
-    check_seed(config)
+    check_seed(config, read_settings(config))
     assert not os.path.exists(tmp_path / "tfds")  # checked, not converted
 
 

@@ -53,17 +53,11 @@ from nas.search.strategy import blocks as blocks_lib
 from nas.search.strategy import hparams as hparams_lib
 from nas.search.strategy import move_mix, splits
 from nas.search.strategy.population import DoneCache, Population
-from nas.search.strategy.ray_config import RayConfig
 from nas.search.strategy.selection import Individual
 from nas.search.strategy.selector import Selector, select_parents
-from nas.search.strategy.settings import (
-    candidate_train_config,
-    selection_config,
-    validate_search,
-)
+from nas.search.strategy.settings import SearchSettings, candidate_train_config, read_settings
 from nas.train.checkpoint import load_variables, save_variables
 from nas.train.config import image_shape
-from nas.train.fit import FitConfig
 from nas.train.perf import count_params
 
 
@@ -126,8 +120,7 @@ def remove_partial_saves(study: Study) -> list[str]:
     return removed
 
 
-def schedule_lines(train: ml_collections.ConfigDict, search: ml_collections.ConfigDict
-                   ) -> list[str]:
+def schedule_lines(train: ml_collections.ConfigDict, search: SearchSettings) -> list[str]:
     """One line for each schedule that the seed's or the children's training shortens
     because its warmup or cooldown outlasts their run (`nas.train.optim.fitted_ramps`)."""
     from nas.train.preflight import labelled_schedule_notes
@@ -138,13 +131,14 @@ def schedule_lines(train: ml_collections.ConfigDict, search: ml_collections.Conf
         "each child": candidate_train_config(plain, search, is_seed=False)}, "train.")
 
 
-def check_seed(config: ml_collections.ConfigDict) -> None:
-    """Builds the seeds a new study would start from (`seeds.seed_list`), so a bad model,
-    seed graph or earlier study is refused before the study exists."""
+def check_seed(config: ml_collections.ConfigDict, search: SearchSettings) -> None:
+    """Builds the seeds a new study of `config` (its settings: `search`) would start from
+    (`seeds.seed_list`), so a bad model, seed graph or earlier study is refused before the
+    study exists."""
     from nas.mutation import fingerprint_at
     from nas.search.execution.seeds import check_distinct, seed_list
 
-    parts = seed_list(config.train, validate_search(config))
+    parts = seed_list(config.train, search)
     if len(parts) > 1:
         shape = (1, *image_shape(config.train))
         check_distinct(parts, [fingerprint_at(p.graph, p.constants, shape) for p in parts])
@@ -154,15 +148,19 @@ class Driver:
     """One search over one study directory."""
 
     def __init__(self, config: ml_collections.ConfigDict, workdir: str,
-                 functions: Mapping[str, Callable[..., Any]] | None = None) -> None:
+                 functions: Mapping[str, Callable[..., Any]] | None = None,
+                 settings: SearchSettings | None = None) -> None:
         """`functions`: the user's loss, optimizer, augmentation and costs by value
         (`nas.search.execution.user_functions`), for those the config names; the others
-        it names are imported. A resumed study must get the ones it was run with."""
-        validate_search(config)  # before anything is created on disk
+        it names are imported. A resumed study must get the ones it was run with.
+        `settings`: `config`'s, where the caller read them (`read_settings`) already."""
+        given = settings if settings is not None else read_settings(config)  # before disk
         self.workdir = os.path.abspath(workdir)
-        self.study = open_study(self.workdir, config, check_new=check_seed)
+        self.study = open_study(self.workdir, config,
+                                check_new=lambda new: check_seed(new, given))
         config = resumed_config(config, self.study)
-        self.search = validate_search(config)
+        # the stored config's (its dataset was checked when the study was created)
+        self.search = SearchSettings.from_stored(config)
         self.train = config.train
         for line in schedule_lines(self.train, self.search):  # shortened in every worker
             print(line, flush=True)
@@ -172,16 +170,16 @@ class Driver:
         self._shipped = fn_lib.pack(self.functions) if self.functions else None
         self._callbacks: tuple[Callable[[Any], Any], ...] = ()
         self.rungs = rung_plan(self.train, self.search)
-        self.selection = selection_config(self.search)  # with latency_ms and the bounds
-        self.fit = FitConfig.from_dict(dict(self.search.fit))
+        self.selection = self.search.selection  # with latency_ms and the bounds
+        self.fit = self.search.fit
         self.input_shape = (1, *image_shape(self.train))
         self.worker = default_worker("driver")
-        if int(self.search.workers) > int(self.search.pipeline_depth):
+        if self.search.workers > self.search.pipeline_depth:
             logging.warning("search.workers=%d > search.pipeline_depth=%d: at most %d "
                             "candidate(s) train at once (a proposal reads every result "
-                            "up to pipeline_depth candidates back)", int(self.search.workers),
-                            int(self.search.pipeline_depth), int(self.search.pipeline_depth))
-        op_cache.enable(str(self.search.property_cache))
+                            "up to pipeline_depth candidates back)", self.search.workers,
+                            self.search.pipeline_depth, self.search.pipeline_depth)
+        op_cache.enable(self.search.property_cache)
         self._shown: dict[str, int] | None = None  # counts last drawn on the progress bar
         self._done = DoneCache(self.study)  # finished rows read once each (per proposal)
         self._selector = Selector(self.selection)  # keeps the pool and its ties
@@ -202,14 +200,14 @@ class Driver:
         if planned is not None and added >= planned:
             return
         parts = seed_list(self.train, self.search)
-        if self.search.seed_graph and self.mutation.get("mutate_by_block") and \
+        if self.search.seed_graph and self.search.mutation.mutate_by_block and \
                 not any(p.blocks for p in parts):
             logging.warning("search.mutation.mutate_by_block: the seed graph %s has no "
                             "blocks, so block-level mutation (block_add_prob, "
                             "block_delete_prob, block_mutate_prob) does not apply; its "
                             "children are subgraph mutations", self.search.seed_graph)
             self._told_no_blocks = True
-        budget = int(self.search.max_candidates)
+        budget = self.search.max_candidates
         if len(parts) > budget and not added:  # said once, when the study is seeded
             print(f"{len(parts)} seeds, more than search.max_candidates={budget}: the first "
                   f"{budget} train now, the others once max_candidates is raised", flush=True)
@@ -263,7 +261,7 @@ class Driver:
         (the seed at least). Refused children's ids count (`Study.last_id`)."""
         # the first proposal reads every seed's result, however deep the pipeline
         seeds = int(self.study.get_state(SEEDS, 1) or 1)
-        return max(seeds, self.study.last_id() + 1 - int(self.search.pipeline_depth))
+        return max(seeds, self.study.last_id() + 1 - self.search.pipeline_depth)
 
     def propose(self) -> int | None:
         """Adds one mutated child of a selected parent; None if this proposal failed."""
@@ -343,7 +341,7 @@ class Driver:
     def child_hparams(self, parent: Any, proposal: int) -> dict[str, Any] | None:
         """The hyperparameters of a child of `parent` (`search.hparams`), None when off."""
         values = hparams_lib.perturb(parent.inheritance.hparams, self.train,
-                                     self.search, int(self.search.seed), proposal)
+                                     self.search, self.search.seed, proposal)
         return values or None
 
     def seed_below_min_acc(self, done: Sequence[Any]) -> int | None:
@@ -395,7 +393,7 @@ class Driver:
         Why: synthesis may widen a layer a lot (say a grouped convolution of the flattened
         features with 33.5 M new parameters, 15x its CifarNet parent): such a child costs
         minutes to fit and train and stays far off the accuracy-cost front."""
-        ratio = float(self.search.max_params_ratio)
+        ratio = self.search.max_params_ratio
         seed = next((c for c in done if c.parent_id is None and c.params), None)
         if not ratio or seed is None:
             return
@@ -407,16 +405,15 @@ class Driver:
 
     @property
     def mutation(self) -> dict[str, Any]:
-        """The `search.mutation` config, probing at the training input shape."""
-        mutation = dict(self.search.mutation)
-        mutation.setdefault("input_shape", self.input_shape)
-        return mutation
+        """The `search.mutation` config as a dict (probing at the training input shape
+        unless it names another), which `move_mix` adapts per proposal."""
+        return self.search.mutation.to_dict()
 
     def parent_blocks(self, parent: Any) -> tuple[list[Any] | None, Any, dict[str, Any] | None]:
         """(blocks, zoo builder, builder arguments) for block-level mutation of `parent`,
         or (None, None, None) when it is off or the parent has no blocks (then a subgraph
         of its whole graph is mutated, as the log line says once)."""
-        if not self.mutation.get("mutate_by_block"):
+        if not self.search.mutation.mutate_by_block:
             return None, None, None
         if parent.blocks is None:
             if not self._told_no_blocks:
@@ -456,7 +453,7 @@ class Driver:
             return
         train_input = splits.decision_config(self.train, self.search).input  # no validation
         images = plain_batches(train_input, self.fit.batches, self.fit.images_per_batch,
-                               int(self.search.seed))
+                               self.search.seed)
         try:
             fit.check_varies(parent, (child.graph, child.constants, child.variables), pairs,
                              images[0])
@@ -487,8 +484,8 @@ class Driver:
         """Whether the study already has `max_candidates` finished candidates and its
         finals ran (a resumed search with nothing left to do: no worker needs to start)."""
         counts = self.study.counts()
-        return sum(counts[s] for s in FINISHED) >= int(self.search.max_candidates) and \
-            finals_finished(self.study, dict(self.search.get("finals", {}) or {}))
+        return sum(counts[s] for s in FINISHED) >= self.search.max_candidates and \
+            finals_finished(self.study, self.search.finals)
 
     def run(self, progress: bool = True,
             callbacks: Sequence[Callable[[Any], Any]] = ()) -> Study:
@@ -504,21 +501,16 @@ class Driver:
         self.check_seed_weights()  # before the first write: a failed command changes nothing
         remove_partial_saves(self.study)
         self.study.set_state(user_functions.STATE, fn_lib.describe(self.functions))
-        self.study.set_state("max_candidates", int(search.max_candidates))
+        self.study.set_state("max_candidates", search.max_candidates)
         self.study.set_state("stopped", False)
         self.seed_population()
         executor = make_executor(
-            search.executor, workers=int(search.workers), ray_address=search.ray_address,
-            hard_timeout_s=float(search.hard_time_limit_s),
-            num_cpus=float(search.num_cpus_per_candidate),
-            num_gpus=float(search.num_gpus_per_candidate),
-            prepare_ahead=self.prepare_ahead, share_device=self.workdir,
-            ray=RayConfig.from_dict(search.get("ray", {}),
-                                    float(search.num_cpus_per_candidate),
-                                    float(search.num_gpus_per_candidate)),
-            max_tries=int(search.max_attempts))
-        keeper = LeaseKeeper(self.workdir, self.worker, float(search.lease_s))
-        bar = tqdm(total=int(search.max_candidates), disable=not progress, unit="cand")
+            search.executor, workers=search.workers, ray_address=search.ray_address,
+            hard_timeout_s=search.hard_time_limit_s, num_cpus=search.num_cpus_per_candidate,
+            num_gpus=search.num_gpus_per_candidate, prepare_ahead=self.prepare_ahead,
+            share_device=self.workdir, ray=search.ray, max_tries=search.max_attempts)
+        keeper = LeaseKeeper(self.workdir, self.worker, search.lease_s)
+        bar = tqdm(total=search.max_candidates, disable=not progress, unit="cand")
         inflight: set[int] = set()
         try:
             self._loop(executor, keeper, inflight, bar)
@@ -570,24 +562,25 @@ class Driver:
         """Processes (local workers, Ray tasks) per device beyond the training one
         (`search.prepare_ahead`): none while every next child needs the result of the one
         in training."""
-        workers = max(1, int(self.search.workers))
-        room = -(-(int(self.search.pipeline_depth) - workers) // workers)  # ceiling
-        return min(int(self.search.prepare_ahead), max(0, room))
+        workers = max(1, self.search.workers)
+        room = -(-(self.search.pipeline_depth - workers) // workers)  # ceiling
+        return min(self.search.prepare_ahead, max(0, room))
 
     def _loop(self, executor: Executor, keeper: LeaseKeeper, inflight: set[int], bar: tqdm) -> None:
-        search = self.search
+        # reads self.search on every pass: a caller may replace the settings while it runs
+        # (a benchmark's wall-clock budget lowers max_candidates)
         proposal_failures = 0
         while True:
             counts = self.study.counts()
             finished = sum(counts[s] for s in FINISHED)
             self._update(bar, finished, counts)
-            if finished >= search.max_candidates:
+            if finished >= self.search.max_candidates:
                 return
             if executor.capacity == 0:  # external workers train: keep one child pending
                 pending, running = counts[Status.PENDING], counts[Status.RUNNING]
-                if not pending and sum(counts.values()) < search.max_candidates and \
-                        counts["done"] and proposal_failures < search.max_proposal_failures \
-                        and self.population() is not None:
+                may_propose = proposal_failures < self.search.max_proposal_failures
+                if not pending and sum(counts.values()) < self.search.max_candidates and \
+                        counts[Status.DONE] and may_propose and self.population() is not None:
                     proposal_failures = 0 if self.propose() is not None else \
                         proposal_failures + 1
                     continue
@@ -596,7 +589,7 @@ class Driver:
                                     "could be proposed (%d failed proposals)",
                                     proposal_failures)
                     return
-                time.sleep(min(1.0, float(search.lease_s) / 4))
+                time.sleep(min(1.0, self.search.lease_s / 4))
                 continue
             while executor.running() < executor.capacity:
                 candidate = self.study.claim(worker=self.worker)
@@ -611,23 +604,23 @@ class Driver:
                     continue
                 total = sum(self.study.counts().values())
                 self._done.refresh()
-                if total >= search.max_candidates or not self._done.any_done():
+                if total >= self.search.max_candidates or not self._done.any_done():
                     break
                 if self.population() is None:  # wait for the results it must read
                     break
                 if self.propose() is None:
                     proposal_failures += 1
-                    if proposal_failures >= search.max_proposal_failures:
+                    if proposal_failures >= self.search.max_proposal_failures:
                         break
                 else:
                     proposal_failures = 0
-            if proposal_failures < search.max_proposal_failures:
+            if proposal_failures < self.search.max_proposal_failures:
                 ahead = self.propose_ahead(executor)
                 if ahead is not None:
                     proposal_failures = 0 if ahead else proposal_failures + 1
             if executor.running() == 0:
                 if self.study.counts()[Status.RUNNING]:  # external workers are training
-                    time.sleep(min(1.0, float(search.lease_s) / 4))
+                    time.sleep(min(1.0, self.search.lease_s / 4))
                     continue
                 if self.study.counts()[Status.PENDING]:
                     continue  # e.g. a claim released by a worker
@@ -664,8 +657,8 @@ class Driver:
         if executor.running() < executor.capacity:
             return None
         counts = self.study.counts()
-        if (counts["pending"] >= int(self.search.propose_ahead)
-                or sum(counts.values()) >= int(self.search.max_candidates)
+        if (counts["pending"] >= self.search.propose_ahead
+                or sum(counts.values()) >= self.search.max_candidates
                 or self.population() is None):
             return None
         return self.propose() is not None

@@ -47,12 +47,12 @@ from nas.search.store.recommend import (
 from nas.search.store.study import Study
 from nas.search.strategy import splits
 from nas.search.strategy.finals_config import (
-    FinalsConfig,
     Recipe,
     recipe,
     repeats_the_search,
     trained_repeats,
 )
+from nas.search.strategy.settings import SearchSettings
 from nas.train import data as data_lib
 from nas.train.checkpoint import load_variables, save_variables
 
@@ -62,9 +62,9 @@ class Finals:
     results."""
 
     def __init__(self, study: Study, train: ml_collections.ConfigDict,
-                 search: ml_collections.ConfigDict, functions: bytes | None = None) -> None:
+                 search: SearchSettings, functions: bytes | None = None) -> None:
         self.study, self.train, self.search = study, train, search
-        self.config = FinalsConfig.from_dict(dict(search.get("finals", {}) or {}))
+        self.config = search.finals
         self.functions = functions
         self.decision = splits.decision_config(train, search)
         self.store = FinalsStore(study.path)
@@ -78,7 +78,7 @@ class Finals:
             inp.data.validation_fraction = 0.0
             images = data_lib.split_size(inp, inp.data.split, inp.data_dir or None)
             seed = seed_of(self.study.candidates(Status.DONE, with_graphs=False))
-            self._recipe = recipe(self.config, self.train.to_dict(), self.search.to_dict(),
+            self._recipe = recipe(self.config, self.train.to_dict(), self.search,
                                   images, seed.metrics if seed is not None else None)
         return self._recipe
 
@@ -120,7 +120,7 @@ class Finals:
         found = answer(self.study)
         chosen = found.recommendation.candidate
         if found.table is None or chosen is None or repeats_the_search(
-                self.recipe, chosen, self.train.to_dict(), self.search.to_dict()):
+                self.recipe, chosen, self.train.to_dict(), self.search.seed_epochs):
             return []
         self.store.plan([(run_name("home", chosen.id), chosen.id, "home", 0, 0, key)])
         return [r for r in self.store.runs(key, kind="home")
@@ -148,8 +148,8 @@ class Finals:
         # scored once, at its end: no decision reads an earlier evaluation, and on small
         # data the per-epoch ones cost an eighth of the run
         config.eval.every_epochs = max(1, math.ceil(config.total_epochs))
-        if int(self.search.get("log_every_steps", 0)) > 0:
-            config.log_training_steps = int(self.search.log_every_steps)
+        if self.search.log_every_steps > 0:
+            config.log_training_steps = self.search.log_every_steps
         if run.kind == "finals":
             if rec.folds > 1:
                 config.input.data.validation_fraction = 0.0
@@ -161,11 +161,11 @@ class Finals:
         init = (load_variables(candidate.checkpoint_path) if rec.start == "weights"
                 and candidate.checkpoint_path else None)
         return Task(candidate.id, config.to_dict(), candidate.graph_json, init,
-                    time_limit_s=float(self.search.time_limit_s),
+                    time_limit_s=self.search.time_limit_s,
                     workdir=os.path.join(self.folder(run), "train"),
                     functions=self.functions, run=run.name,
                     tensorboard=(tensorboard_runs.finals_run(str(self.study.workdir), run.name)
-                                 if self.search.get("tensorboard", False) else None))
+                                 if self.search.tensorboard else None))
 
     def epochs(self, candidate: Any) -> float:
         """A run's epochs: the recipe's; from weights, what brings the candidate's lineage

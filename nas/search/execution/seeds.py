@@ -25,6 +25,7 @@ from nas import zoo
 from nas.graph.reversible import is_reversible
 from nas.search.store.candidate import Status
 from nas.search.strategy import blocks as blocks_lib
+from nas.search.strategy.settings import SearchSettings
 
 START_FROM = "search.start_from"
 
@@ -90,17 +91,16 @@ def file_part(train: ml_collections.ConfigDict, path: str, field: str) -> SeedPa
     return SeedPart(graph, constants, variables, None, field)
 
 
-def seed_list(train: ml_collections.ConfigDict, search: ml_collections.ConfigDict
-              ) -> list[SeedPart]:
+def seed_list(train: ml_collections.ConfigDict, search: SearchSettings) -> list[SeedPart]:
     """Every seed of a new study, in the order they are added (the module says which)."""
     out: list[SeedPart] = []
-    if search.get("start_from"):
-        out += front_parts(str(search.start_from), train, search)
+    if search.start_from:
+        out += front_parts(search.start_from, train, search.selection.recommend_cost)
     if search.seed_graph:
         out.append(file_part(train, search.seed_graph, "config field 'search.seed_graph'"))
-    elif not search.get("start_from"):
+    elif not search.start_from:
         out.append(zoo_part(train))
-    for i, name in enumerate(search.get("extra_seeds", ()) or ()):
+    for i, name in enumerate(search.extra_seeds):
         field = f"config field 'search.extra_seeds[{i}]'"
         if name in zoo.MODEL_NAMES and not os.path.exists(name):
             out.append(zoo_part(train, name, field))
@@ -177,9 +177,8 @@ def validation_front(candidates: Sequence[Any], cost: str) -> list[Any]:
     return sorted(front, key=lambda c: (-c.accuracy, cost_value(c, cost), c.id))
 
 
-def front_parts(path: str, train: ml_collections.ConfigDict, search: ml_collections.ConfigDict
-                ) -> list[SeedPart]:
-    """The validation front of the study in `path` (accuracy against this search's
+def front_parts(path: str, train: ml_collections.ConfigDict, cost: str) -> list[SeedPart]:
+    """The validation front of the study in `path` (accuracy against `cost`, this search's
     `search.selection.recommend_cost`), each with its trained weights."""
     from nas.graph.serialize import load
     from nas.train import preflight
@@ -189,7 +188,6 @@ def front_parts(path: str, train: ml_collections.ConfigDict, search: ml_collecti
     study = source_study(path)
     try:
         check_same_input(study.config, train, path)
-        cost = str(dict(search.selection).get("recommend_cost", "flops"))
         done = study.candidates(Status.DONE)
         if not done:
             raise ValueError(f"{START_FROM}: the study in {path} has no done candidate "

@@ -23,7 +23,7 @@ from nas.search.store.candidate import FINISHED
 from nas.search.store.lease import LeaseKeeper
 from nas.search.store.meta import STOPPED
 from nas.search.store.study import DB_NAME, Candidate, Study, StudyNotFoundError, default_worker
-from nas.search.strategy.settings import validate_search
+from nas.search.strategy.settings import SearchSettings
 
 
 def wait_for_study(workdir: str | Path, wait_s: float, poll_s: float = 0.5,
@@ -61,7 +61,7 @@ def wait_for_study(workdir: str | Path, wait_s: float, poll_s: float = 0.5,
         time.sleep(poll_s)
 
 
-def search_finished(study: Study, search: ml_collections.ConfigDict) -> bool:
+def search_finished(study: Study, search: SearchSettings) -> bool:
     """The driver stopped, or as many candidates finished as the driver asked for."""
     if study.get_state(STOPPED, False):
         return True
@@ -71,18 +71,18 @@ def search_finished(study: Study, search: ml_collections.ConfigDict) -> bool:
 
 
 def train_claimed(study: Study, config: ml_collections.ConfigDict,
-                  search: ml_collections.ConfigDict, candidate: Candidate, worker: str) -> None:
+                  search: SearchSettings, candidate: Candidate, worker: str) -> None:
     """Train a claimed candidate here, renewing its lease, and record the outcome (nothing
     if the lease was lost). Ctrl-C gives the claim back before it propagates.
 
     With `search.prepare_ahead` > 0 the candidate's steps and evaluations take their turn
     on this worker's device with the search's other processes on this host (local workers,
     other `nas-search worker`s), so several workers per device pipeline their candidates."""
-    with LeaseKeeper(study.workdir, worker, float(search.lease_s)) as keeper:
+    with LeaseKeeper(study.workdir, worker, search.lease_s) as keeper:
         keeper.hold(candidate.id)
         try:
             task = make_task(study, config.train, search, candidate.id)
-            share = str(study.workdir) if int(search.prepare_ahead) else None
+            share = str(study.workdir) if search.prepare_ahead else None
             metrics, variables = train_candidate(
                 task, should_stop=lambda: keeper.lost(candidate.id), share_device=share)
             outcome = Outcome(candidate.id, metrics, variables)
@@ -107,7 +107,7 @@ def run_worker(workdir: str | Path, candidate_id: int | None = None, *, wait_s: 
     Returns the candidates this worker trained, as recorded. `say`: see `wait_for_study`."""
     study = wait_for_study(workdir, wait_s, say=say)
     config = ml_collections.ConfigDict(study.config)
-    search = validate_search(config)
+    search = SearchSettings.from_stored(study.config)
     # The user's functions by name: one that only reached the driver's workers by value
     # (defined in a notebook or __main__) cannot train here, which is one line at start.
     check_recorded(study.get_state(STATE, None), search_functions(config.train, search),

@@ -23,7 +23,7 @@ from nas.search.store.candidate import Status
 from nas.search.store.study import Study
 from nas.search.strategy import hparams as hparams_lib
 from nas.search.strategy.fidelity import RungPlan
-from nas.search.strategy.settings import candidate_train_config, latency_settings, seed_rounds
+from nas.search.strategy.settings import SearchSettings, candidate_train_config, seed_rounds
 from nas.train.checkpoint import load_variables, save_variables
 
 
@@ -120,17 +120,16 @@ def candidate_dir(workdir: str, candidate_id: int) -> str:
     return os.path.join(os.path.abspath(workdir), "candidates", str(candidate_id))
 
 
-def rung_plan(train: ml_collections.ConfigDict, search: ml_collections.ConfigDict
-              ) -> RungPlan:
+def rung_plan(train: ml_collections.ConfigDict, search: SearchSettings) -> RungPlan:
     """The search's multi-fidelity rungs (children's budget: train.total_epochs)."""
     from nas.train.config import base_config
 
     full = train.get("total_epochs", None)
     full = base_config().total_epochs if full is None else full
-    return RungPlan.from_config(dict(search.get("fidelity", {}) or {}), float(full))
+    return RungPlan.from_config(search.fidelity, float(full))
 
 
-def make_task(study: Study, train: ml_collections.ConfigDict, search: ml_collections.ConfigDict,
+def make_task(study: Study, train: ml_collections.ConfigDict, search: SearchSettings,
               candidate_id: int, functions: bytes | None = None) -> Task:
     """The task of a claimed candidate.
 
@@ -157,33 +156,32 @@ def make_task(study: Study, train: ml_collections.ConfigDict, search: ml_collect
         variables = load_variables(str(study.get(candidate.parent_id).checkpoint_path))
     return Task(
         candidate_id, train_config, candidate.graph_json, variables,
-        time_limit_s=float(search.time_limit_s),
+        time_limit_s=search.time_limit_s,
         workdir=os.path.join(directory, "train"),
         stop_epochs=rung_plan(train, search).stop_epochs(candidate),
         fit=fit_task(study, train, search, candidate) if candidate.rung == 0 else None,
-        costs=dict(search.get("costs", {}) or {}), functions=functions,
-        latency=latency_settings(search),
+        costs=dict(search.costs), functions=functions,
+        latency=search.latency.task_settings(),
         # the seed trains on while its validation accuracy rises (search.seed_max_epochs)
         rounds=seed_rounds(train.to_dict(), search) if candidate.parent_id is None else None,
         min_start_accuracy=start_bound(study, search, candidate),
         tensorboard=(tensorboard_runs.candidate_run(str(study.workdir), candidate_id)
-                     if search.get("tensorboard", False) else None))
+                     if search.tensorboard else None))
 
 
-def start_bound(study: Study, search: ml_collections.ConfigDict, candidate: Any
-                ) -> float | None:
+def start_bound(study: Study, search: SearchSettings, candidate: Any) -> float | None:
     """The least start accuracy of a child at its first rung: its parent's validation
     accuracy less `search.max_start_drop` (None: off, a seed, or a later rung). Why: a
     child that starts far below its parent ended below it after fine-tuning in every
     measured case (docs/benchmarks.md), so its training is not spent."""
-    drop = float(search.get("max_start_drop", 0.0) or 0.0)
+    drop = search.max_start_drop
     if not drop or candidate.parent_id is None or candidate.rung != 0:
         return None
     parent = study.get(candidate.parent_id)
     return None if parent.accuracy is None else float(parent.accuracy) - drop
 
 
-def fit_task(study: Study, train: ml_collections.ConfigDict, search: ml_collections.ConfigDict,
+def fit_task(study: Study, train: ml_collections.ConfigDict, search: SearchSettings,
              candidate: Any) -> dict[str, Any] | None:
     """What the worker fits `candidate`'s new ops with (None: nothing to fit, or its
     parent's weights can no longer be read, when it trains unfitted)."""
@@ -200,8 +198,7 @@ def fit_task(study: Study, train: ml_collections.ConfigDict, search: ml_collecti
                         candidate.id, str(e).splitlines()[0])
         return None
     return fit_lib.task(parent.graph_json, parent_variables, candidate.inheritance.new or (),
-                        pairs, train.input, fit_lib.FitConfig.from_dict(dict(search.fit)),
-                        int(search.seed))
+                        pairs, train.input, search.fit, search.seed)
 
 
 def record_outcome(study: Study, outcome: Outcome, worker: str | None = None,

@@ -19,6 +19,7 @@ import numpy as np
 from nas import functions as fn_lib
 from nas.functions import unpack
 from nas.search.strategy.selection import spread_name
+from nas.search.strategy.settings import SearchSettings
 from nas.train import custom
 
 STATE = "functions"  # the study's record: {key: {"name", "digest"}}
@@ -32,14 +33,14 @@ class CostFailed(RuntimeError):
     """A user's cost raised or returned something other than a finite number."""
 
 
-def search_functions(train: Any, search: Any,
+def search_functions(train: Any, search: SearchSettings,
                      given: Mapping[str, Callable[..., Any]] | None = None
                      ) -> dict[str, Callable[..., Any]]:
     """{key: function} of every user function the config names: `given` ones by value,
     the others imported by name (one ValueError naming the field when one cannot be)."""
     given = dict(given or {})
     out = custom.train_functions(train, {k: v for k, v in given.items() if k in custom.KEYS})
-    out.update(cost_functions(dict(search.get("costs", {}) or {}), given))
+    out.update(cost_functions(search.costs, given))
     return out
 
 

@@ -50,11 +50,9 @@ def front_of(candidates: Sequence[Candidate], cost: str) -> list[Candidate]:
 
 def ranked_costs(study: object) -> list[str]:
     """The costs the search ranked parents by (`search.selection.costs` of its config)."""
-    from nas.search.strategy.selection import SelectionConfig
+    from nas.search.strategy.settings import stored_value
 
-    selection = ((getattr(study, "config", None) or {}).get("search") or {}).get(
-        "selection") or {}
-    costs = selection.get("costs", SelectionConfig.costs)
+    costs = stored_value(getattr(study, "config", None), "selection")["costs"]
     return [costs] if isinstance(costs, str) else list(costs)
 
 

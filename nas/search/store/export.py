@@ -27,18 +27,22 @@ def export_candidate(study: Any, candidate_id: int, path: str | os.PathLike,
     and metrics instead, so the file's metrics describe exactly the weights it holds; its
     lineage is kept beside them."""
     from nas.search.strategy import hparams as hparams_lib
-    from nas.search.strategy.settings import candidate_train_config
+    from nas.search.strategy.settings import SearchSettings, candidate_train_config
     from nas.train.checkpoint import load_variables
     from nas.train.config import image_shape, with_defaults
 
     cand = study.get(candidate_id)
     variables = load_variables(cand.checkpoint_path) if cand.checkpoint_path else None
     train_config = input_shape = None
-    if "train" in study.config:
+    if "train" in study.config and "search" in study.config:
         train = with_defaults(study.config["train"]).to_dict()
-        search = study.config.get("search") or {}
+        search = SearchSettings.from_stored(study.config)
+        # a study written before searches held out a validation split names neither field
+        held_out = bool({"validation_fraction", "validation_split"} & set(
+            study.config["search"]))
         train_config = hparams_lib.apply(
-            candidate_train_config(train, search, is_seed=cand.parent_id is None),
+            candidate_train_config(train, search, is_seed=cand.parent_id is None,
+                                   held_out=held_out),
             cand.inheritance.hparams, cand.parent_id is None, search)
         input_shape = image_shape(train_config)
     if home is not None:

@@ -46,6 +46,7 @@ from nas.search.strategy.repeated import (
     compare_repeated,
     run_noise,
 )
+from nas.search.strategy.settings import stored_value
 
 
 def choose_finalists(candidates: Sequence[Candidate], pairs: Comparisons, k: int,
@@ -341,14 +342,14 @@ class Answer:
     take_home: TakeHome | None = None  # what `--id=recommended` gives (None: no finals)
 
 
-def finals_finished(study: Any, finals: Mapping[str, Any] | None = None) -> bool:
+def finals_finished(study: Any, finals: FinalsConfig | None = None) -> bool:
     """Whether the study needs no more finals training: they are off, or they ran to the
     end (the driver marks it) for the candidates there are now and for these finals
     settings (`finals`: a resumed search's `search.finals`, which may differ from the
     stored ones; None: the stored ones)."""
     config = getattr(study, "config", None) or {}
-    given = finals if finals is not None else (config.get("search") or {}).get("finals")
-    wanted = FinalsConfig.from_dict(dict(given or {}))
+    wanted = finals if finals is not None else FinalsConfig.from_dict(
+        stored_value(config, "finals"))
     if not wanted.on:
         return True
     state = study.get_state(FINALS_STATE, None) or {}
@@ -391,7 +392,7 @@ def answer(study: Any, pairs: Comparisons | None = None) -> Answer:
         return Answer(chosen, pick, found, home, "")
     sections = config or {}
     repeated = repeats_the_search(recipe, chosen.candidate, sections.get("train") or {},
-                                  sections.get("search") or {})
+                                  stored_value(config, "seed_epochs"))
     kept = take_home_choice(chosen.candidate, home.get(chosen.candidate.id), repeated)
     mine = kept.test_correct if kept.run is not None else pairs.test.get(chosen.candidate.id)
     theirs = pairs.test.get(seed.id)

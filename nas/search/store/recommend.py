@@ -24,30 +24,26 @@ from nas.search.strategy import constraints as bounds_lib
 from nas.search.strategy import intervals, paired
 from nas.search.strategy.selection import (
     OBJECTIVES,
-    SelectionConfig,
     cost_value,
     higher_better,
 )
-
-DEFAULT_MARGIN_PT = SelectionConfig.noninferiority_pt
+from nas.search.strategy.settings import stored_value
 
 
 def margin_pt(config: dict[str, Any] | None) -> float:
     """`search.selection.noninferiority_pt` of a study's config (its default when unset)."""
-    selection = ((config or {}).get("search") or {}).get("selection") or {}
-    return float(selection.get("noninferiority_pt", DEFAULT_MARGIN_PT))
+    return float(stored_value(config, "selection")["noninferiority_pt"])
 
 
 def recommend_cost(config: dict[str, Any] | None) -> str:
     """`search.selection.recommend_cost` of a study's config: the cost the recommendation
     minimizes (FLOPs when unset), a built-in cost or one of the search's own."""
-    selection = ((config or {}).get("search") or {}).get("selection") or {}
-    return str(selection.get("recommend_cost", SelectionConfig.recommend_cost))
+    return str(stored_value(config, "selection")["recommend_cost"])
 
 
 def constraints(config: dict[str, Any] | None) -> dict[str, float]:
     """`search.constraints` of a study's config: {cost: upper bound} (empty: none)."""
-    bounds = ((config or {}).get("search") or {}).get("constraints") or {}
+    bounds = stored_value(config, "constraints") or {}
     return {str(k): float(v) for k, v in dict(bounds).items()}
 
 

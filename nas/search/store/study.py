@@ -74,15 +74,15 @@ from nas.search.strategy.selection import (
     higher_better,
     spread_name,
 )
-from nas.search.strategy.settings import MAX_REFUSALS
+from nas.search.strategy.settings import stored_value
 
 __all__ = ["DB_NAME", "DEFAULT_LEASE_S", "DEFAULT_MAX_ATTEMPTS", "EXAMPLE_SPLITS", "Candidate",
            "Decide", "DuplicateCandidateError", "Refusal", "Study", "StudyNotFoundError",
            "default_worker", "split_examples"]
 
 DB_NAME = "study.db"
-DEFAULT_MAX_ATTEMPTS = 3
-DEFAULT_LEASE_S = 60.0
+DEFAULT_MAX_ATTEMPTS = stored_value(None, "max_attempts")
+DEFAULT_LEASE_S = stored_value(None, "lease_s")
 
 SELECT = f"SELECT {', '.join(COLUMNS)} FROM candidates"
 LARGE = {"graph_json": "''", "spec_json": "NULL", "properties_json": "NULL",
@@ -246,16 +246,12 @@ class Study:
         from nas.search.strategy.settings import measured_costs
 
         search = self.config.get("search") if isinstance(self.config, Mapping) else None
-        if not isinstance(search, Mapping) or not isinstance(search.get("costs", {}), Mapping):
-            return ()
         return tuple(k for k in measured_costs(search) if k.isidentifier())
 
     @property
     def max_refusals(self) -> int:
         """`search.max_refusals` of the study's config (its default where it has none)."""
-        search = self.config.get("search") if isinstance(self.config, Mapping) else None
-        value = (search or {}).get("max_refusals", MAX_REFUSALS)
-        return MAX_REFUSALS if value is None else int(value)
+        return int(stored_value(self.config, "max_refusals"))
 
     # ----------------------------------------------------------------- writing
 
@@ -900,6 +896,7 @@ class Study:
         from nas.graph.serialize import graph_to_json
         from nas.mutation import fingerprint_at
         from nas.search.strategy import hparams as hparams_lib
+        from nas.search.strategy.settings import SearchSettings
         from nas.train import preflight
         from nas.train.checkpoint import save_variables
         from nas.train.config import image_shape, with_defaults
@@ -914,7 +911,7 @@ class Study:
                              f"a search that ran once; a model to start from is its seed)")
         graph, constants, variables = architecture_parts(architecture, constants, variables)
         train = with_defaults(ml_collections.ConfigDict(config["train"]))
-        search = ml_collections.ConfigDict(config["search"])
+        search = SearchSettings.from_stored(config)
         preflight.check_outputs(graph, constants, train, "enqueue: the architecture")
         shape = image_shape(train)
         if variables is not None:
@@ -935,7 +932,7 @@ class Study:
             inheritance = dataclasses.replace(inheritance, init_path=path)
         try:
             return self.add(graph_to_json(graph, constants), generation=0,
-                            seed=int(search.get("seed", 0)), fingerprint=fingerprint,
+                            seed=search.seed, fingerprint=fingerprint,
                             inheritance=inheritance)
         except DuplicateCandidateError as e:  # added meanwhile by another process
             if path is not None:
@@ -1020,17 +1017,15 @@ class Study:
 
     def _max_attempts(self, max_attempts: int | None) -> int:
         if max_attempts is None:
-            search = self.config.get("search") or {}
             max_attempts = self.config.get("max_attempts",
-                                           search.get("max_attempts", DEFAULT_MAX_ATTEMPTS))
+                                           stored_value(self.config, "max_attempts"))
         if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
             raise ValueError(f"max_attempts: must be an integer >= 1, got {max_attempts!r}")
         return max_attempts
 
     def _lease_s(self, lease_s: float | None) -> float:
         if lease_s is None:
-            search = self.config.get("search") or {}
-            lease_s = self.config.get("lease_s", search.get("lease_s", DEFAULT_LEASE_S))
+            lease_s = self.config.get("lease_s", stored_value(self.config, "lease_s"))
         if isinstance(lease_s, bool) or not isinstance(lease_s, int | float) or not (
                 0 < lease_s < 1e7):
             raise ValueError(f"lease_s: must be a number of seconds > 0, got {lease_s!r}")

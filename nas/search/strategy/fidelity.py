@@ -54,44 +54,49 @@ class FidelityConfig:
     cost: str = ""
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None) -> FidelityConfig:
+    def from_dict(cls, data: Mapping[str, Any] | FidelityConfig | None,
+                  prefix: str = "search.fidelity.") -> FidelityConfig:
+        """`prefix`: the section's path, which every error names its field under."""
+        if isinstance(data, FidelityConfig):
+            return data
         data = dict(data.to_dict() if hasattr(data, "to_dict") else (data or {}))
         known = [f.name for f in dataclasses.fields(cls)]
         unknown = sorted(set(data) - set(known))
         if unknown:
-            raise ValueError(f"config field 'search.fidelity': unknown field(s) {unknown}; "
-                             f"expected some of {known}")
+            raise ValueError(f"config field '{prefix}{unknown[0]}' is unknown; expected one "
+                             f"of {', '.join(known)}")
         rungs = data.get("rungs", ())
         if not isinstance(rungs, list | tuple) or not all(
                 _number(r) and 0 < r < math.inf for r in rungs):
-            raise ValueError(f"config field 'search.fidelity.rungs': expected a list of "
-                             f"epochs > 0, got {rungs!r}")
+            raise ValueError(f"config field '{prefix}rungs' must be a list of epochs > 0, "
+                             f"got {rungs!r}")
         if any(b <= a for a, b in zip(rungs, rungs[1:], strict=False)):
-            raise ValueError(f"config field 'search.fidelity.rungs': epochs must increase, "
+            raise ValueError(f"config field '{prefix}rungs' must be epochs that increase, "
                              f"got {list(rungs)}")
         for name, high in (("keep", 1.0), ("parent_ratio", math.inf)):
             value = data.get(name, getattr(cls, name))
             if not _number(value) or not (0 < value <= high if name == "keep"
                                           else 0 <= value < high):
                 expected = "a fraction > 0 and <= 1" if name == "keep" else "a number >= 0"
-                raise ValueError(f"config field 'search.fidelity.{name}': expected "
-                                 f"{expected}, got {value!r}")
+                raise ValueError(f"config field '{prefix}{name}' must be {expected}, got "
+                                 f"{value!r}")
         cost = data.get("cost", "")
         if cost not in RUNG_COSTS:
-            raise ValueError(f"config field 'search.fidelity.cost': expected '' (accuracy "
-                             f"only), 'flops' or 'params', got {cost!r}")
+            raise ValueError(f"config field '{prefix}cost' must be '' (accuracy only), "
+                             f"'flops' or 'params', got {cost!r}")
         return cls(rungs=tuple(float(r) for r in rungs), keep=float(data.get("keep", cls.keep)),
                    parent_ratio=float(data.get("parent_ratio", cls.parent_ratio)), cost=cost)
 
-    def schedule(self, full_epochs: float) -> tuple[float, ...]:
+    def schedule(self, full_epochs: float, prefix: str = "search.fidelity.") -> tuple[float, ...]:
         """Every rung's epochs, the full budget last; () when multi-fidelity is off.
 
-        A listed rung equal to the full budget is the last rung; one above it is an error."""
+        A listed rung equal to the full budget is the last rung; one above it is an error
+        naming `prefix`'s rungs."""
         if not self.rungs:
             return ()
         full = float(full_epochs)
         if self.rungs[-1] > full:
-            raise ValueError(f"config field 'search.fidelity.rungs': {self.rungs[-1]:g} "
+            raise ValueError(f"config field '{prefix}rungs': {self.rungs[-1]:g} "
                              f"epochs exceeds the full budget train.total_epochs={full:g}")
         rungs = self.rungs[:-1] if self.rungs[-1] == full else self.rungs
         return (*rungs, full)
@@ -171,7 +176,8 @@ class RungPlan:
     epochs: tuple[float, ...] = ()
 
     @classmethod
-    def from_config(cls, fidelity: Mapping[str, Any] | None, full_epochs: float) -> RungPlan:
+    def from_config(cls, fidelity: Mapping[str, Any] | FidelityConfig | None,
+                    full_epochs: float) -> RungPlan:
         config = FidelityConfig.from_dict(fidelity)
         return cls(config, config.schedule(full_epochs))
 

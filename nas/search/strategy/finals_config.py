@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from nas import schema
 
@@ -58,9 +58,11 @@ class FinalsConfig:
     take_home: bool = True
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None) -> FinalsConfig:
+    def from_dict(cls, data: Mapping[str, Any] | None, prefix: str = "search.finals."
+                  ) -> FinalsConfig:
+        """`prefix`: the section's path, which every error names its field under."""
         data = dict(data.to_dict() if hasattr(data, "to_dict") else (data or {}))
-        schema.check(data, FINALS_SCHEMA, "search.finals.")
+        schema.check(data, FINALS_SCHEMA, prefix)
         return cls(**data)
 
     @property
@@ -110,7 +112,24 @@ class Recipe:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
 
 
-def recipe(finals: FinalsConfig, train: Mapping[str, Any], search: Mapping[str, Any],
+class RecipeSettings(Protocol):
+    """What a recipe reads of `nas.search.strategy.settings.SearchSettings` (which holds a
+    `FinalsConfig`, so cannot be imported here)."""
+
+    @property
+    def seed(self) -> int: ...
+
+    @property
+    def seed_epochs(self) -> float: ...
+
+    @property
+    def seed_min_gain(self) -> float: ...
+
+    @property
+    def validation_split(self) -> str: ...
+
+
+def recipe(finals: FinalsConfig, train: Mapping[str, Any], search: RecipeSettings,
            training_images: int, seed: Mapping[str, Any] | None = None) -> Recipe:
     """The finals' recipe for a search whose training split (validation included) holds
     `training_images` images and whose seed ended with `seed` (its metrics; None: not
@@ -119,31 +138,31 @@ def recipe(finals: FinalsConfig, train: Mapping[str, Any], search: Mapping[str, 
     start = finals.start
     if start == "auto":
         start = ("weights" if seed is not None and arrived_trained(
-            seed, float(search.get("seed_min_gain") or 0.0)) else "scratch")
-    one_round = seed_round_epochs(train, search)
+            seed, search.seed_min_gain) else "scratch")
+    one_round = seed_round_epochs(train, search.seed_epochs)
     # the seed trained its rounds, each one whole schedule of `one_round` epochs
     rounds = int((seed or {}).get("rounds") or 1)
     epochs = finals.epochs or (rounds * one_round if start == "scratch" else one_round)
     folds = finals.folds if (start == "scratch" and training_images < finals.cv_below
-                             and not search.get("validation_split")) else 1
+                             and not search.validation_split) else 1
     return Recipe(float(epochs), int(folds), start, int(train.get("seed", 0) or 0),
-                  int(search.get("seed", 0) or 0))
+                  search.seed)
 
 
-def seed_round_epochs(train: Mapping[str, Any], search: Mapping[str, Any]) -> float:
+def seed_round_epochs(train: Mapping[str, Any], seed_epochs: float) -> float:
     """The epochs of one of the seed's rounds in the search (`search.seed_epochs`, else
     `train.total_epochs`)."""
-    return float(search.get("seed_epochs") or 0.0) or float(train.get("total_epochs") or 1.0)
+    return float(seed_epochs or 0.0) or float(train.get("total_epochs") or 1.0)
 
 
 def repeats_the_search(rec: Recipe, candidate: Any, train: Mapping[str, Any],
-                       search: Mapping[str, Any]) -> bool:
+                       seed_epochs: float) -> bool:
     """Whether retraining `candidate` with `rec` the way the search trained would repeat
     its search training exactly: the seed, trained from scratch in one round of the
     recipe's epochs, with the same seed and data (the same program, the same weights)."""
     return (candidate.parent_id is None and rec.start == "scratch"
             and int(candidate.metrics.get("rounds") or 1) == 1
-            and rec.epochs == seed_round_epochs(train, search) and rec.seed == int(
+            and rec.epochs == seed_round_epochs(train, seed_epochs) and rec.seed == int(
                 train.get("seed", 0) or 0))
 
 

@@ -17,13 +17,24 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 FIELDS = ("lr", "wd", "child_lr")
 FACTORS = (0.8, 1.25)
 STREAM = 51  # folded into the proposal's rng: hparams draws never shift the others
+
+
+class HparamsSettings(Protocol):
+    """What this module reads of `nas.search.strategy.settings.SearchSettings` (which
+    checks its ranges with `check`, so cannot be imported here)."""
+
+    @property
+    def child_lr(self) -> float: ...
+
+    @property
+    def hparams(self) -> Mapping[str, tuple[float, float]]: ...
 
 
 def check(hparams: Any, prefix: str = "search.hparams") -> dict[str, tuple[float, float]]:
@@ -51,24 +62,24 @@ def check(hparams: Any, prefix: str = "search.hparams") -> dict[str, tuple[float
     return out
 
 
-def _configured(name: str, train: Mapping[str, Any], search: Mapping[str, Any]) -> float:
+def _configured(name: str, train: Mapping[str, Any], search: HparamsSettings) -> float:
     if name == "child_lr":
-        return float(search.get("child_lr", 0.0) or 0.0) or float(train.get("lr", 0.0))
+        return search.child_lr or float(train.get("lr", 0.0))
     return float(train.get(name, 0.0))
 
 
-def seed_values(train: Mapping[str, Any], search: Mapping[str, Any]) -> dict[str, float]:
+def seed_values(train: Mapping[str, Any], search: HparamsSettings) -> dict[str, float]:
     """The seed's values: the config's, clipped to each range ({} when off)."""
-    ranges = check(search.get("hparams", {}) or {})
+    ranges = search.hparams
     return {name: float(np.clip(_configured(name, train, search), low, high))
             for name, (low, high) in sorted(ranges.items())}
 
 
 def perturb(parent: Mapping[str, float] | None, train: Mapping[str, Any],
-            search: Mapping[str, Any], seed: int, proposal: int) -> dict[str, float]:
+            search: HparamsSettings, seed: int, proposal: int) -> dict[str, float]:
     """A child's values: its parent's (the seed's where the parent has none), each times
     0.8 or 1.25, clipped to its range; drawn from (seed, proposal) alone."""
-    ranges = check(search.get("hparams", {}) or {})
+    ranges = search.hparams
     if not ranges:
         return {}
     start = seed_values(train, search)
@@ -81,7 +92,7 @@ def perturb(parent: Mapping[str, float] | None, train: Mapping[str, Any],
 
 
 def apply(config: dict[str, Any], values: Mapping[str, float] | None, is_seed: bool,
-          search: Mapping[str, Any]) -> dict[str, Any]:
+          search: HparamsSettings) -> dict[str, Any]:
     """`config` (a candidate's training config, `candidate_train_config`'s) with its
     values: `wd`; `lr` for the seed, and for children unless they fine-tune at
     `search.child_lr`; `child_lr` as a child's learning rate."""
@@ -90,7 +101,7 @@ def apply(config: dict[str, Any], values: Mapping[str, float] | None, is_seed: b
     config = dict(config)
     if "wd" in values:
         config["wd"] = float(values["wd"])
-    own_rate = float(search.get("child_lr", 0.0) or 0.0) > 0
+    own_rate = search.child_lr > 0
     if "lr" in values and (is_seed or not own_rate):
         config["lr"] = float(values["lr"])
     if not is_seed and "child_lr" in values:

@@ -43,22 +43,23 @@ class RayConfig:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None, num_cpus_per_candidate: float = 1.0,
-                  num_gpus_per_candidate: float = 0.0) -> RayConfig:
-        """The section checked (ValueError naming the field), zeros replaced by the older
-        `search.num_*_per_candidate` values."""
+                  num_gpus_per_candidate: float = 0.0, prefix: str = "search.ray."
+                  ) -> RayConfig:
+        """The section checked (ValueError naming the field under `prefix`, the section's
+        path), zeros replaced by the older `search.num_*_per_candidate` values."""
         data = dict(data.to_dict() if hasattr(data, "to_dict") else (data or {}))
-        schema.check(data, RAY_SCHEMA, "search.ray.")
+        schema.check(data, RAY_SCHEMA, prefix)
         values = {**ray_defaults(), **data}
         resources = dict(values["resources"].to_dict() if hasattr(values["resources"], "to_dict")
                          else values["resources"])
         for name, amount in resources.items():
             if name in ("CPU", "GPU"):
-                raise ValueError(f"config field 'search.ray.resources.{name}': set "
-                                 f"search.ray.num_{name.lower()}s instead")
+                raise ValueError(f"config field '{prefix}resources.{name}': set "
+                                 f"{prefix}num_{name.lower()}s instead")
             if not isinstance(name, str) or not name or isinstance(amount, bool) \
                     or not isinstance(amount, int | float) or not math.isfinite(amount) \
                     or amount <= 0:
-                raise ValueError(f"config field 'search.ray.resources.{name}' must be a "
+                raise ValueError(f"config field '{prefix}resources.{name}' must be a "
                                  f"number > 0, got {amount!r}")
         return cls(num_cpus=float(values["num_cpus"]) or float(num_cpus_per_candidate),
                    num_gpus=float(values["num_gpus"]) or float(num_gpus_per_candidate),

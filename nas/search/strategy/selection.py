@@ -276,19 +276,25 @@ class SelectionConfig:
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any] | None, user_costs: Sequence[str] = (),
-                  constraints: Mapping[str, Any] | None = None) -> SelectionConfig:
+                  constraints: Mapping[str, Any] | None = None, prefix: str = ""
+                  ) -> SelectionConfig:
         """Build from a plain dict (e.g. `config.selection.to_dict()`), naming unknown keys;
         `user_costs`: the names of the search's own costs (the keys of `search.costs`);
-        `constraints`: `search.constraints`."""
+        `constraints`: `search.constraints`; `prefix`: the section's path in a larger config
+        (e.g. "search.selection."), which every error names."""
         values = dict(values or {})
         known = {f.name for f in dataclasses.fields(cls)} - {"user_costs", "constraints"}
         unknown = sorted(set(values) - known)
         if unknown:
-            raise ValueError(
-                f"selection config: unknown field(s) {unknown}; known: {sorted(known)}"
-            )
-        return cls(**values, user_costs=tuple(user_costs),
-                   constraints=dict(constraints or {}))
+            raise ValueError(f"config field '{prefix}{unknown[0]}' is unknown; expected one "
+                             f"of {', '.join(sorted(known))}")
+        try:
+            return cls(**values, user_costs=tuple(user_costs),
+                       constraints=dict(constraints or {}))
+        except ValueError as e:  # its checks name a field without the section
+            if not prefix:
+                raise
+            raise ValueError(f"{prefix.rstrip('.')}: {e}") from None
 
 
 def age(accuracy: float, alive: int, config: SelectionConfig) -> float:

@@ -1,15 +1,21 @@
-"""The `search` section of a search config: defaults, schema and validation at the edge.
+"""The `search` section of a search config: each field declared once, read once at the edge.
 
 A search config has two sections: `train` (a `nas.train` config used for every candidate)
-and `search` (below). `validate_search` checks both, and the mutation and selection
-sub-sections, before any study or workdir is created: unknown fields, wrong types and
-out-of-range values are ValueErrors naming the field and what was expected.
+and `search`. `SearchSettings` declares every field of `search` once: its type, its default
+as a config holds it, its check and what it means; `search_defaults` and `SEARCH_SCHEMA` are
+read from that declaration. `read_settings` checks a whole config before any study or workdir
+is created and returns the typed settings that everything after it reads by attribute; a
+worker in another process rebuilds them from the study's stored config with
+`SearchSettings.from_stored`. Unknown fields, wrong types and out-of-range values are one
+ValueError line naming the field by its full path and what was expected.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import ml_collections
 
@@ -29,6 +35,10 @@ from nas.search.strategy.selection import (
     higher_better,
 )
 from nas.train.fit_config import FitConfig
+
+if TYPE_CHECKING:
+    from nas.mutation.config import MutationConfig
+    from nas.train.latency import LatencySettings
 
 # Fields of the search section a resumed search takes from the command line rather than
 # from the stored config: how far and where to run, not what to search. Changing them on
@@ -56,177 +66,269 @@ def without_added(given: dict[str, Any], stored: dict[str, Any]) -> dict[str, An
     return {**given, "search": search} if "search" in given else given
 
 
-def execution_defaults() -> dict[str, Any]:
-    """The fields of the search section that say where and how candidates train (most of
-    them `OPERATIONAL`: a resumed search may change them)."""
-    return {
-        "executor": "local",  # local | ray | inline
-        "workers": 1,  # candidates the driver trains at once (0: only nas-search workers)
-        "ray_address": "",  # "" starts a local Ray; "auto" joins a running cluster
-        "num_cpus_per_candidate": 1.0,
-        "num_gpus_per_candidate": 0.0,
-        # nas.search.strategy.ray_config.RayConfig: each Ray task's num_cpus, num_gpus and
-        # custom resources (0: the two fields above), and how its dataset reaches the node
-        "ray": ray_defaults(),
-        "time_limit_s": 900.0,  # per candidate; checked after every train step
-        "hard_time_limit_s": 1800.0,  # the worker is killed past this
-        "lease_s": 60.0,  # a claim not renewed for this long is re-queued
-        "max_attempts": 3,  # a candidate interrupted this often is failed
-        "max_proposal_failures": 25,  # consecutive failed mutations before giving up
-        # candidate k is proposed from the results of candidates 1 .. k - pipeline_depth
-        # (all finished first): a count, so proposals never depend on worker timing; set it
-        # to `workers` to keep that many candidates training at once
-        "pipeline_depth": 1,
-        # while every worker trains, the driver proposes up to this many next children
-        # (pending, ready to claim) so a finishing worker never waits for a proposal; it
-        # changes when a proposal runs, never what it proposes (0: propose only when a
-        # worker is free). It takes effect with pipeline_depth >= 2: with 1, a proposal
-        # must read the result of the candidate in training
-        "propose_ahead": 1,
-        # each worker's device is served by 1 + this many processes (local workers, Ray
-        # tasks) taking turns on it: while one trains, the others set up, fit and compile
-        # the next claimed children, so the device does not wait for them. In effect only
-        # with pipeline_depth > workers (the next children must not need the result in
-        # training); external `nas-search worker`s on one device take turns when it is > 0;
-        # 0: one process per device
-        "prepare_ahead": 1,
-    }
-
-
 # `search.max_refusals`'s default: what a study's config without it reads (the store).
 MAX_REFUSALS = 8
 
+LATENCY_MEASURE = ("auto", "on", "off")
+
+
+def latency_defaults() -> dict[str, Any]:
+    """`search.latency`: whether `latency_ms` is measured, and how (`LatencySettings`)."""
+    from nas.train.latency import LatencySettings
+
+    return {"measure": "auto", **dataclasses.asdict(LatencySettings())}
+
+
+def _setting(default: Any, check: schema.Field | schema.Schema, help: str) -> Any:
+    """One field of `SearchSettings`: `default` as a config holds it (`search_defaults`; a
+    function for a value computed when asked), `check` its `nas.schema` check (a section's
+    own fields are checked by its typed record) and `help` what it means (the guide's
+    settings table)."""
+    return dataclasses.field(metadata={"default": default, "check": check, "help": help})
+
+
+@dataclasses.dataclass(frozen=True)
+class LatencyConfig:
+    """`search.latency`: whether `latency_ms` is measured ("auto": when a front, a bound or
+    the recommendation names it; "on"; "off"), how it is timed, and, resolved against the
+    rest of the settings, whether the worker times it."""
+
+    measure: str
+    timing: LatencySettings
+    timed: bool
+
+    def task_settings(self) -> dict[str, Any] | None:
+        """`LatencySettings` fields for a candidate's task, None when it is not timed."""
+        return dataclasses.asdict(self.timing) if self.timed else None
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchSettings:
+    """The checked `search` section. Build it with `read_settings` (a whole config, at the
+    edge) or `SearchSettings.from_stored` (a study's stored config, in a worker)."""
+
+    seed: int = _setting(0, schema.Field(int, low=0, high=2**63 - 1),  # an SQLite INTEGER
+                         "every proposal's draws come from it and the proposal counter")
+    max_candidates: int = _setting(12, schema.positive(), "candidates, the seed model included")
+    seed_epochs: float = _setting(
+        0.0, schema.at_least(0, float, expected="(0: train.total_epochs)"),
+        "epochs for the seed model (0: train.total_epochs, like children)")
+    seed_max_epochs: float = _setting(
+        0.0, schema.at_least(0, float, expected="(0: one round of seed_epochs)"),
+        "the seed trains in rounds of seed_epochs (each a whole schedule, from where the last "
+        "ended) while a round's validation accuracy beats the best by more than "
+        "seed_min_gain, stopping after seed_patience rounds without; at most seed_max_epochs "
+        "in all (0: one round only; nas.train.rounds says why)")
+    seed_patience: int = _setting(1, schema.positive(),
+                                  "rounds without a gain before the seed stops")
+    seed_min_gain: float = _setting(0.0, schema.Field(float, low=0.0, high=0.5),
+                                    "the least gain in validation accuracy a round counts")
+    child_lr: float = _setting(
+        0.0, schema.at_least(0, float, expected="(0: train.lr)"),
+        "learning rate for children, which fine-tune (0: train.lr)")
+    min_child_steps: int = _setting(
+        0, schema.at_least(0, expected="(0: train.total_epochs decides)"),
+        "a child fine-tunes for at least this many optimizer steps, however few its "
+        "train.total_epochs make on a small dataset (train.min_steps; 0: epochs decide)")
+    max_start_drop: float = _setting(
+        0.0, schema.Field(float, low=0.0, high=1.0),
+        "a child whose validation accuracy at its start (inherited and fitted weights) is "
+        "more than this below its parent's is not trained: it is refused (0: off)")
+    max_refusals: int = _setting(
+        MAX_REFUSALS, schema.at_least(0, expected="(0: a refused child fails its slot)"),
+        "a child refused at its start (max_start_drop, fit.max_error, a constant output) is "
+        "no candidate: the driver proposes another in its place, up to this many times per "
+        "candidate slot; the next refusal fails the slot with its cause (0: a refused child "
+        "fails as a candidate)")
+    log_every_steps: int = _setting(
+        10, schema.at_least(0, expected="(0: train.log_training_steps)"),
+        "every candidate logs its training loss and accuracy every this many steps, so its "
+        "report shows a curve, not one point (0: train.log_training_steps)")
+    # where and how candidates train (most of them OPERATIONAL: a resumed search may change
+    # them)
+    executor: str = _setting("local", schema.one_of(*EXECUTORS), "local | ray | inline")
+    workers: int = _setting(
+        1, schema.at_least(0, expected="(0: only external nas-search workers train)"),
+        "candidates the driver trains at once (0: only nas-search workers)")
+    ray_address: str = _setting("", schema.Field(str),
+                                '"" starts a local Ray; "auto" joins a running cluster')
+    num_cpus_per_candidate: float = _setting(1.0, schema.positive(float),
+                                             "CPUs of one candidate's Ray task")
+    num_gpus_per_candidate: float = _setting(0.0, schema.at_least(0, float),
+                                             "GPUs of one candidate's Ray task")
+    ray: RayConfig = _setting(
+        ray_defaults, RAY_SCHEMA,
+        "nas.search.strategy.ray_config.RayConfig: each Ray task's num_cpus, num_gpus and "
+        "custom resources (0: the two fields above), and how its dataset reaches the node")
+    time_limit_s: float = _setting(900.0, schema.positive(float),
+                                   "per candidate; checked after every train step")
+    hard_time_limit_s: float = _setting(1800.0, schema.positive(float),
+                                        "the worker is killed past this")
+    lease_s: float = _setting(60.0, schema.Field(float, low=0.05, high=86400.0),
+                              "a claim not renewed for this long is re-queued")
+    max_attempts: int = _setting(3, schema.positive(),
+                                 "a candidate interrupted this often is failed")
+    max_proposal_failures: int = _setting(25, schema.positive(),
+                                          "consecutive failed mutations before giving up")
+    pipeline_depth: int = _setting(
+        1, schema.positive(),
+        "candidate k is proposed from the results of candidates 1 .. k - pipeline_depth (all "
+        "finished first): a count, so proposals never depend on worker timing; set it to "
+        "`workers` to keep that many candidates training at once")
+    propose_ahead: int = _setting(
+        1, schema.at_least(0, expected="(0: propose only when a worker is free)"),
+        "while every worker trains, the driver proposes up to this many next children "
+        "(pending, ready to claim) so a finishing worker never waits for a proposal; it "
+        "changes when a proposal runs, never what it proposes (0: propose only when a worker "
+        "is free). It takes effect with pipeline_depth >= 2: with 1, a proposal must read the "
+        "result of the candidate in training")
+    prepare_ahead: int = _setting(
+        1, schema.at_least(0, expected="(0: one worker process per device)"),
+        "each worker's device is served by 1 + this many processes (local workers, Ray tasks) "
+        "taking turns on it: while one trains, the others set up, fit and compile the next "
+        "claimed children, so the device does not wait for them. In effect only with "
+        "pipeline_depth > workers (the next children must not need the result in training); "
+        "external `nas-search worker`s on one device take turns when it is > 0; 0: one "
+        "process per device")
+    selection: SelectionConfig = _setting(
+        lambda: {"costs": ("flops", "params"), "min_acc": 0.0, "noninferiority_pt": 1.0,
+                 "recommend_cost": "flops"},
+        schema.Field(dict),
+        "nas.search.strategy.selection.SelectionConfig: the fronts' costs, parent selection "
+        "and the recommendation's margin and cost (with the measured costs and the bounds)")
+    costs: Mapping[str, str] = _setting(
+        dict, schema.Field(dict),
+        'a user\'s own costs, {name: "package.module:function"}: each measured on every '
+        "trained candidate, lower is better; search.selection.costs may name them")
+    constraints: Mapping[str, float] = _setting(
+        dict, schema.Field(dict),
+        "upper bounds, {cost: bound} (a built-in cost, latency_ms or a user's): a candidate "
+        "over one is done but infeasible (nas.search.strategy.constraints)")
+    latency: LatencyConfig = _setting(
+        latency_defaults, schema.Field(dict),
+        'latency_ms, timed in the worker after training (nas.train.latency): "auto" times it '
+        'when a front, a bound or the recommendation names it, "on" always, "off" never')
+    mutation: MutationConfig = _setting(
+        dict, schema.Field(dict),
+        "nas.mutation.config.MutationConfig: how nas.mutation.propose_child proposes a child "
+        "(its input_shape: the training images' unless set)")
+    fit: FitConfig = _setting(
+        dict, schema.Field(dict),
+        "nas.train.fit_config.FitConfig: a child's new ops are fitted to the parent's tensors "
+        'they replace before it trains ({"steps": 0} disables)')
+    fidelity: FidelityConfig = _setting(
+        dict, schema.Field(dict),
+        "nas.search.strategy.fidelity.FidelityConfig: children train to each of `rungs` "
+        "(epochs) and go on only if promoted there ({}: off, every child trains its whole "
+        "budget)")
+    finals: FinalsConfig = _setting(
+        lambda: dataclasses.asdict(FinalsConfig()), schema.Field(dict),
+        "nas.search.strategy.finals_config.FinalsConfig: after the search, the finalists and "
+        'the seed train alike and the recommendation reads them ({"k": 0}: off)')
+    validation_fraction: float = _setting(
+        0.1, schema.Field(float, low=0.0, high=0.5),
+        "nas.search.strategy.splits: decisions read a validation split, carved out of the "
+        "training split (this fraction, never trained on) unless `validation_split` names "
+        "one; the test split (train.eval.data.split) is only reported")
+    validation_split: str = _setting("", schema.Field(str),
+                                     "a split of the dataset the decisions read instead")
+    seed_graph: str = _setting("", schema.Field(str),
+                               'graph JSON or `nas-search export` file to start from ("": zoo)')
+    extra_seeds: tuple[str, ...] = _setting(
+        tuple, schema.Field(list, check=lambda v: all(isinstance(s, str) and s for s in v),
+                            expected="of non-empty strings"),
+        "further seeds, each trained as the seed is and a parent for proposals: graph JSON or "
+        'export files, or zoo model names; "the seed" the reports compare with stays the '
+        "first (seed_graph, or the zoo model)")
+    start_from: str = _setting(
+        "", schema.Field(str),
+        "the workdir of an earlier search: a new study starts from its validation front "
+        "(accuracy against search.selection.recommend_cost), weights included, the most "
+        'accurate first ("": off; read once, when the study is created)')
+    max_params_ratio: float = _setting(
+        4.0, schema.at_least(0, float, expected="(0: no bound)"),
+        "a proposed child with more parameters than this times the seed's is refused before "
+        "it is fitted or trained (0: no bound)")
+    hparams: Mapping[str, tuple[float, float]] = _setting(
+        dict, schema.Field(dict),
+        'nas.search.strategy.hparams: {"lr" | "wd" | "child_lr": (low, high)}; a child takes '
+        "its parent's values, each times 0.8 or 1.25 within its range ({}: off)")
+    property_cache: str = _setting(
+        "", schema.Field(str),
+        "nas.properties.op_cache: per-op shapes and pairings kept across processes (\"\": "
+        '$NAS_PROPERTY_CACHE or ~/.cache/nas/op_properties.sqlite; "none": off)')
+    tensorboard: bool = _setting(
+        False, schema.Field(bool),
+        "TensorBoard runs under <workdir>/tensorboard: each candidate's curves, the study's "
+        "progress, the finals (nas.search.execution.tensorboard_runs; needs the `tensorboard` "
+        "extra). Watched, never read by the search")
+
+    @classmethod
+    def from_stored(cls, config: Mapping[str, Any] | ml_collections.ConfigDict
+                    ) -> SearchSettings:
+        """The settings of a study's stored config (its JSON, `Study.config`), checked as at
+        the edge except that the dataset is not opened again."""
+        return _read(ml_collections.ConfigDict(dict(config)), check_data=False)
+
+
+_FIELDS = dataclasses.fields(SearchSettings)
+
+
+def _default(field: dataclasses.Field[Any]) -> Any:
+    given = field.metadata["default"]
+    return given() if callable(given) else copy.deepcopy(given)
+
 
 def search_defaults() -> ml_collections.ConfigDict:
-    return ml_collections.ConfigDict({
-        "seed": 0,
-        "max_candidates": 12,  # including the seed model
-        "seed_epochs": 0.0,  # epochs for the seed model (0: train.total_epochs, like children)
-        # The seed trains in rounds of seed_epochs (each a whole schedule, from where the
-        # last ended) while a round's validation accuracy beats the best by more than
-        # seed_min_gain, stopping after seed_patience rounds without; at most
-        # seed_max_epochs in all (0: one round only). nas.train.rounds says why.
-        "seed_max_epochs": 0.0,
-        "seed_patience": 1,
-        "seed_min_gain": 0.0,
-        "child_lr": 0.0,  # learning rate for children, which fine-tune (0: train.lr)
-        # a child fine-tunes for at least this many optimizer steps, however few its
-        # train.total_epochs make on a small dataset (train.min_steps; 0: epochs decide)
-        "min_child_steps": 0,
-        # a child whose validation accuracy at its start (inherited and fitted weights) is
-        # more than this below its parent's is not trained: it is refused (0: off)
-        "max_start_drop": 0.0,
-        # a child refused at its start (max_start_drop, fit.max_error, a constant output)
-        # is no candidate: the driver proposes another in its place, up to this many times
-        # per candidate slot; the next refusal fails the slot with its cause (0: a refused
-        # child fails as a candidate)
-        "max_refusals": MAX_REFUSALS,
-        # every candidate logs its training loss and accuracy every this many steps, so its
-        # report shows a curve, not one point (0: train.log_training_steps)
-        "log_every_steps": 10,
-        **execution_defaults(),
-        "selection": {"costs": ("flops", "params"), "min_acc": 0.0, "noninferiority_pt": 1.0,
-                      "recommend_cost": "flops"},
-        # a user's own costs, {name: "package.module:function"}: each measured on every
-        # trained candidate, lower is better; search.selection.costs may name them
-        "costs": {},
-        # upper bounds, {cost: bound} (a built-in cost, latency_ms or a user's): a candidate
-        # over one is done but infeasible (nas.search.strategy.constraints)
-        "constraints": {},
-        # latency_ms, timed in the worker after training (nas.train.latency): "auto" times
-        # it when a front, a bound or the recommendation names it, "on" always, "off" never
-        "latency": latency_defaults(),
-        "mutation": {},  # passed to nas.mutation.propose_child as its config
-        # nas.train.fit_config.FitConfig: a child's new ops are fitted to the
-        # parent's tensors they replace before it trains ({"steps": 0} disables)
-        "fit": {},
-        # nas.search.strategy.fidelity.FidelityConfig: children train to each of `rungs` (epochs)
-        # and go on only if promoted there ({}: off, every child trains its whole budget)
-        "fidelity": {},
-        # nas.search.strategy.finals_config.FinalsConfig: after the search, the finalists and
-        # the seed train alike and the recommendation reads them ({"k": 0}: off)
-        "finals": dataclasses.asdict(FinalsConfig()),
-        # nas.search.strategy.splits: decisions read a validation split, carved out of the training
-        # split (this fraction, never trained on) unless `validation_split` names one; the
-        # test split (train.eval.data.split) is only reported
-        "validation_fraction": 0.1,
-        "validation_split": "",
-        "seed_graph": "",  # graph JSON or `nas-search export` file to start from ("": zoo)
-        # further seeds, each trained as the seed is and a parent for proposals: graph JSON
-        # or export files, or zoo model names; "the seed" the reports compare with stays
-        # the first (seed_graph, or the zoo model)
-        "extra_seeds": (),
-        # the workdir of an earlier search: a new study starts from its validation front
-        # (accuracy against search.selection.recommend_cost), weights included, the most
-        # accurate first ("": off; read once, when the study is created)
-        "start_from": "",
-        # a proposed child with more parameters than this times the seed's is refused
-        # before it is fitted or trained (0: no bound)
-        "max_params_ratio": 4.0,
-        # nas.search.strategy.hparams: {"lr" | "wd" | "child_lr": (low, high)}; a child
-        # takes its parent's values, each times 0.8 or 1.25 within its range ({}: off)
-        "hparams": {},
-        # nas.properties.op_cache: per-op shapes and pairings kept across processes
-        # ("": $NAS_PROPERTY_CACHE or ~/.cache/nas/op_properties.sqlite; "none": off)
-        "property_cache": "",
-        # TensorBoard runs under <workdir>/tensorboard: each candidate's curves, the
-        # study's progress, the finals (nas.search.execution.tensorboard_runs; needs the
-        # `tensorboard` extra). Watched, never read by the search
-        "tensorboard": False,
-    })
+    """Every field of the search section at its default (`SearchSettings`' declaration)."""
+    return ml_collections.ConfigDict({f.name: _default(f) for f in _FIELDS})
 
 
-SEARCH_SCHEMA: dict[str, schema.Field] = {
-    "seed": schema.Field(int, low=0, high=2**63 - 1),  # stored as an SQLite INTEGER
-    "max_candidates": schema.positive(),
-    "seed_epochs": schema.at_least(0, float, expected="(0: train.total_epochs)"),
-    "seed_max_epochs": schema.at_least(0, float, expected="(0: one round of seed_epochs)"),
-    "seed_patience": schema.positive(),
-    "seed_min_gain": schema.Field(float, low=0.0, high=0.5),
-    "child_lr": schema.at_least(0, float, expected="(0: train.lr)"),
-    "min_child_steps": schema.at_least(0, expected="(0: train.total_epochs decides)"),
-    "max_start_drop": schema.Field(float, low=0.0, high=1.0),
-    "max_refusals": schema.at_least(0, expected="(0: a refused child fails its slot)"),
-    "log_every_steps": schema.at_least(0, expected="(0: train.log_training_steps)"),
-    "executor": schema.one_of(*EXECUTORS),
-    "workers": schema.at_least(0, expected="(0: only external nas-search workers train)"),
-    "ray_address": schema.Field(str),
-    "num_cpus_per_candidate": schema.positive(float),
-    "num_gpus_per_candidate": schema.at_least(0, float),
-    "ray": RAY_SCHEMA,
-    "time_limit_s": schema.positive(float),
-    "hard_time_limit_s": schema.positive(float),
-    "lease_s": schema.Field(float, low=0.05, high=86400.0),
-    "max_attempts": schema.positive(),
-    "max_proposal_failures": schema.positive(),
-    "pipeline_depth": schema.positive(),
-    "propose_ahead": schema.at_least(0, expected="(0: propose only when a worker is free)"),
-    "prepare_ahead": schema.at_least(0, expected="(0: one worker process per device)"),
-    "selection": schema.Field(dict),  # SelectionConfig checks its fields
-    "costs": schema.Field(dict),  # names: check_user_costs
-    "constraints": schema.Field(dict),  # check_constraints
-    "latency": schema.Field(dict),  # latency_settings
-    "mutation": schema.Field(dict),  # MutationConfig checks its fields
-    "fit": schema.Field(dict),  # FitConfig checks its fields
-    "fidelity": schema.Field(dict),  # FidelityConfig checks its fields
-    "finals": schema.Field(dict),  # FinalsConfig checks its fields
-    "validation_fraction": schema.Field(float, low=0.0, high=0.5),
-    "validation_split": schema.Field(str),
-    "seed_graph": schema.Field(str),
-    "extra_seeds": schema.Field(list, check=lambda v: all(isinstance(s, str) and s for s in v),
-                                expected="of non-empty strings"),
-    "start_from": schema.Field(str),
-    "max_params_ratio": schema.at_least(0, float, expected="(0: no bound)"),
-    "hparams": schema.Field(dict),  # nas.search.strategy.hparams.check checks its fields
-    "property_cache": schema.Field(str),
-    "tensorboard": schema.Field(bool),
-}
+SEARCH_SCHEMA: dict[str, schema.Field | schema.Schema] = {
+    f.name: f.metadata["check"] for f in _FIELDS}
+
+SEARCH_HELP: dict[str, str] = {f.name: f.metadata["help"] for f in _FIELDS}
+
+
+def stored_value(config: Mapping[str, Any] | None, name: str) -> Any:
+    """Search field `name` of a study's stored config (a dict, as the store holds it), its
+    declared default where the config has none (a study written before the field); a
+    section's fields the config leaves out at their defaults."""
+    default = _default(next(f for f in _FIELDS if f.name == name))
+    search = config.get("search") if isinstance(config, Mapping) else None
+    given = search.get(name) if isinstance(search, Mapping) else None
+    if given is None:
+        return default
+    if isinstance(default, dict) and isinstance(given, Mapping):
+        return {**default, **given}
+    return given
+
+
+def read_settings(config: Any) -> SearchSettings:
+    """The typed `search` section of a whole search config, read once at the edge; raises
+    ValueError on any bad field of `search` or `train`. A `train.num_classes` of 0 is set,
+    in `config`, to the data's number of classes."""
+    return _read(config, check_data=True)
 
 
 def validate_search(config: Any) -> ml_collections.ConfigDict:
-    """The `search` section with defaults filled in; raises ValueError on any bad field of
-    `search`, `search.mutation`, `search.selection` or `train`. A `train.num_classes` of 0
-    is set, in `config`, to the data's number of classes."""
+    """The `search` section with defaults filled in, as a ConfigDict, after `read_settings`
+    checked the whole config."""
+    read_settings(config)
+    return filled(config.search)
+
+
+def filled(given: Any) -> ml_collections.ConfigDict:
+    """A search section as given (not yet checked), every field it leaves out at its
+    default: what a check reads before the settings are read."""
+    search = search_defaults()
+    search.update(given)
+    return search
+
+
+def _read(config: Any, check_data: bool) -> SearchSettings:
+    """`read_settings`; with `check_data` False the dataset is not opened (a stored config
+    was checked so when its study was created)."""
     from nas.mutation.config import MutationConfig
     from nas.train import config as train_config
 
@@ -241,36 +343,52 @@ def validate_search(config: Any) -> ml_collections.ConfigDict:
                          f"'search'")
     user = config.search.to_dict() if hasattr(config.search, "to_dict") else config.search
     schema.check(user, SEARCH_SCHEMA, "search.")
-    search = search_defaults()
-    search.update(config.search)
-    if search.hard_time_limit_s < search.time_limit_s:
+    raw = filled(config.search).to_dict()
+    values: dict[str, Any] = {
+        f.name: _scalar(f.metadata["check"], raw[f.name]) for f in _FIELDS
+        if isinstance(f.metadata["check"], schema.Field) and f.metadata["check"].kind in (
+            int, float, str, bool)}
+    if values["hard_time_limit_s"] < values["time_limit_s"]:
         raise ValueError(f"config field 'search.hard_time_limit_s' must be >= "
-                         f"search.time_limit_s ({search.time_limit_s:g}), got "
-                         f"{search.hard_time_limit_s:g}")
-    _prefixed("search.mutation.", MutationConfig.from_dict, dict(search.mutation))
-    users = check_user_costs(list(search.costs), "search.costs")
-    check_constraints(dict(search.constraints), bounded_costs(users))
-    _prefixed("search.selection.", lambda s: SelectionConfig.from_dict(s, users),
-              dict(search.selection))
-    latency_settings(search)
-    _prefixed("search.fit.", FitConfig.from_dict, dict(search.fit))
-    _prefixed("search.finals.", FinalsConfig.from_dict, dict(search.finals))
-    hparams_lib.check(search.get("hparams", {}) or {})
-    if search.tensorboard:
+                         f"search.time_limit_s ({values['time_limit_s']:g}), got "
+                         f"{values['hard_time_limit_s']:g}")
+    mutation = MutationConfig.from_dict(raw["mutation"], prefix="search.mutation.")
+    users = check_user_costs(list(raw["costs"]), "search.costs")
+    values["costs"] = {str(k): v for k, v in raw["costs"].items()}
+    values["constraints"] = check_constraints(raw["constraints"], bounded_costs(users))
+    values["selection"] = SelectionConfig.from_dict(
+        raw["selection"], measured_costs(raw), values["constraints"], prefix="search.selection.")
+    values["latency"] = _latency(raw)
+    values["fit"] = FitConfig.from_dict(raw["fit"], prefix="search.fit.")
+    values["finals"] = FinalsConfig.from_dict(raw["finals"], prefix="search.finals.")
+    values["hparams"] = hparams_lib.check(raw["hparams"], "search.hparams")
+    if values["tensorboard"]:
         check_tensorboard()
-    RayConfig.from_dict(search.ray)
+    values["ray"] = RayConfig.from_dict(raw["ray"], values["num_cpus_per_candidate"],
+                                        values["num_gpus_per_candidate"], prefix="search.ray.")
+    values["extra_seeds"] = tuple(raw["extra_seeds"])
     train = _prefixed("train.", train_config.with_defaults, config.train)
+    if "input_shape" not in raw["mutation"]:  # proposals probe at the training images' shape
+        mutation = dataclasses.replace(mutation, input_shape=(1, *train_config.image_shape(train)))
+    values["mutation"] = mutation
+    settings = SearchSettings(**values, fidelity=FidelityConfig.from_dict(
+        raw["fidelity"], prefix="search.fidelity."))
     check_one_process(train)
-    splits.check(train, search)
-    fidelity = _prefixed("search.fidelity.", FidelityConfig.from_dict, dict(search.fidelity))
-    _prefixed("search.fidelity.", fidelity.schedule, float(train.total_epochs))
-    check_dataset(splits.decision_config(train, search))
-    if not int(train.num_classes):  # 0: the data's number, written into the caller's
-        from nas.train import data as data_lib  # config so that the study records it
+    splits.check(train, settings)
+    settings.fidelity.schedule(float(train.total_epochs), prefix="search.fidelity.")
+    if check_data:
+        check_dataset(splits.decision_config(train, settings))
+        if not int(train.num_classes):  # 0: the data's number, written into the caller's
+            from nas.train import data as data_lib  # config so that the study records it
 
-        with config.train.unlocked():
-            config.train.num_classes = data_lib.check_num_classes(train)
-    return search
+            with config.train.unlocked():
+                config.train.num_classes = data_lib.check_num_classes(train)
+    return settings
+
+
+def _scalar(check: schema.Field, value: Any) -> Any:
+    """A checked scalar field as its declared type (a float field may be given an int)."""
+    return float(value) if check.kind is float else value
 
 
 TENSORBOARD_PACKAGE = "tensorboardX"
@@ -302,25 +420,15 @@ def check_tensorboard() -> None:
                          f"{TENSORBOARD_PACKAGE})") from None
 
 
-def latency_defaults() -> dict[str, Any]:
-    """`search.latency`: whether `latency_ms` is measured, and how (`LatencySettings`)."""
-    from nas.train.latency import LatencySettings
-
-    return {"measure": "auto", **dataclasses.asdict(LatencySettings())}
-
-
-LATENCY_MEASURE = ("auto", "on", "off")
-
-
 def bounded_costs(users: Any) -> list[str]:
     """The costs a bound may apply to: every lower-is-better one (throughput is not)."""
     return [c for c in dict.fromkeys((*COSTS, *MEASURED_COSTS, *users))
             if not higher_better(c)]
 
 
-def latency_named(search: Any) -> str:
-    """Which field names `latency_ms` ("" if none): a front, the recommendation's cost, a
-    bound or the rungs' cost reads it."""
+def latency_named(search: Mapping[str, Any]) -> str:
+    """Which field of a search section (a dict) names `latency_ms` ("" if none): a front,
+    the recommendation's cost or a bound reads it."""
     selection = dict(search.get("selection", {}) or {})
     costs = selection.get("costs", ())
     costs = (costs,) if isinstance(costs, str) else tuple(costs or ())
@@ -334,14 +442,12 @@ def latency_named(search: Any) -> str:
     return ""
 
 
-def latency_settings(search: Any) -> dict[str, Any] | None:
-    """`search.latency` as `nas.train.latency.LatencySettings` fields, or None when
-    `latency_ms` is not measured. A bad field, or "off" while something names latency_ms,
-    is one line."""
+def _latency(search: Mapping[str, Any]) -> LatencyConfig:
+    """`search.latency` of a search section (a dict): a bad field, or "off" while something
+    names latency_ms, is one line."""
     from nas.train.latency import LatencySettings
 
-    given = dict(search.get("latency", {}) or {})
-    values = {**latency_defaults(), **given}
+    values = {**latency_defaults(), **dict(search.get("latency", {}) or {})}
     measure = values.pop("measure")
     if measure not in LATENCY_MEASURE:
         raise ValueError(f"config field 'search.latency.measure' must be one of "
@@ -351,70 +457,67 @@ def latency_settings(search: Any) -> dict[str, Any] | None:
     if unknown:
         raise ValueError(f"config field 'search.latency.{unknown[0]}' is unknown; expected "
                          f"one of {sorted(known | {'measure'})}")
-    settings = _prefixed("search.latency.", lambda v: LatencySettings(**v), values)
+    try:  # its own checks name a field without the section
+        timing = LatencySettings(**values)
+    except ValueError as e:
+        raise ValueError(f"search.latency: {e}") from None
     named = latency_named(search)
     if measure == "off" and named:
         raise ValueError(f"config field 'search.latency.measure' is 'off', but {named} "
                          f"names latency_ms; set it to 'auto' or 'on'")
-    if measure == "off" or (measure == "auto" and not named) or \
-            LATENCY in dict(search.get("costs", {}) or {}):  # the user's function times it
-        return None
-    return dataclasses.asdict(settings)
+    # a user's own latency_ms function times it instead
+    timed = not (measure == "off" or (measure == "auto" and not named)
+                 or LATENCY in dict(search.get("costs", {}) or {}))
+    return LatencyConfig(measure, timing, timed)
 
 
 def measured_costs(search: Any) -> tuple[str, ...]:
-    """The costs a worker measures besides the built-in ones, kept in the metrics: the
-    user's (`search.costs`) and `latency_ms` when it is timed."""
+    """The costs a worker measures besides the built-in ones, kept in the metrics, of a
+    search section as a dict (a stored one may predate fields, or be no search section at
+    all: no costs): the user's (`search.costs`) and `latency_ms` when it is timed."""
+    if not isinstance(search, Mapping) or not isinstance(search.get("costs", {}), Mapping):
+        return ()
     users = tuple(k for k in dict(search.get("costs", {}) or {}) if isinstance(k, str))
     try:
-        timed = latency_settings(search) is not None
+        timed = _latency(search).timed
     except ValueError:
         timed = bool(latency_named(search))
     return (*users, LATENCY) if timed and LATENCY not in users else users
 
 
-def selection_config(search: Any) -> SelectionConfig:
-    """`search.selection` with the measured costs and the bounds (`search.constraints`)."""
-    return SelectionConfig.from_dict(dict(search.selection), measured_costs(search),
-                                     dict(search.get("constraints", {}) or {}))
-
-
-def candidate_train_config(train: dict[str, Any], search: Any, is_seed: bool
-                           ) -> dict[str, Any]:
+def candidate_train_config(train: dict[str, Any], search: SearchSettings, is_seed: bool,
+                           held_out: bool = True) -> dict[str, Any]:
     """The training settings one candidate trains with: the search's `train` section, with
     the seed's own epochs (`search.seed_epochs`) or the children's learning rate
     (`search.child_lr`: children start from inherited weights, so they fine-tune) and
-    least steps (`search.min_child_steps`), logging
-    every `search.log_every_steps` steps so each candidate has a curve, and evaluated on the
-    search's validation split with the test split once at the end (`nas.search.strategy.splits`)."""
-    from nas.search.strategy import splits
-
-    if "validation_fraction" in search or "validation_split" in search:
-        config = splits.decision_config(train, ml_collections.ConfigDict(dict(search))).to_dict()
-    else:  # a study written before searches held out a validation split
+    least steps (`search.min_child_steps`), logging every `search.log_every_steps` steps so
+    each candidate has a curve, and evaluated on the search's validation split with the test
+    split once at the end (`nas.search.strategy.splits`). `held_out` False: a study written
+    before searches held out a validation split, whose candidates evaluated on test."""
+    if held_out:
+        config = splits.decision_config(train, search).to_dict()
+    else:
         config = dict(train)
-    if is_seed and float(search.get("seed_epochs", 0.0)) > 0:
-        config["total_epochs"] = float(search["seed_epochs"])
-    if not is_seed and float(search.get("child_lr", 0.0)) > 0:
-        config["lr"] = float(search["child_lr"])
-    if not is_seed and int(search.get("min_child_steps", 0)) > 0:
-        config["min_steps"] = max(int(config.get("min_steps", 0) or 0),
-                                  int(search["min_child_steps"]))
-    if int(search.get("log_every_steps", 0)) > 0:
-        config["log_training_steps"] = int(search["log_every_steps"])
+    if is_seed and search.seed_epochs > 0:
+        config["total_epochs"] = search.seed_epochs
+    if not is_seed and search.child_lr > 0:
+        config["lr"] = search.child_lr
+    if not is_seed and search.min_child_steps > 0:
+        config["min_steps"] = max(int(config.get("min_steps", 0) or 0), search.min_child_steps)
+    if search.log_every_steps > 0:
+        config["log_training_steps"] = search.log_every_steps
     return config
 
 
-def seed_rounds(train: dict[str, Any], search: Any) -> dict[str, Any] | None:
+def seed_rounds(train: dict[str, Any], search: SearchSettings) -> dict[str, Any] | None:
     """`nas.train.rounds.Rounds` fields for the seed's training, or None for one round
     (`search.seed_max_epochs` 0, or no room for a second round)."""
     from nas.train.rounds import Rounds
 
-    max_epochs = float(search.get("seed_max_epochs", 0.0))
     epochs = float(candidate_train_config(train, search, is_seed=True)["total_epochs"])
-    rounds = Rounds.for_seed(epochs, max_epochs, int(search.get("seed_patience", 1)),
-                             float(search.get("seed_min_gain", 0.0)))
-    if max_epochs <= 0:
+    rounds = Rounds.for_seed(epochs, search.seed_max_epochs, search.seed_patience,
+                             search.seed_min_gain)
+    if search.seed_max_epochs <= 0:
         return None
     return {"max_rounds": rounds.max_rounds, "patience": rounds.patience,
             "min_gain": rounds.min_gain}
@@ -429,7 +532,8 @@ def check_dataset(train: ml_collections.ConfigDict) -> None:
 
 
 def _prefixed(prefix: str, fn: Any, value: Any) -> Any:
-    """Run a section's own check, naming fields by their full path in the error."""
+    """Run a `train` check, which names its fields without their section, naming them by
+    their full path in the error."""
     try:
         return fn(value)
     except ValueError as e:

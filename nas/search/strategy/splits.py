@@ -10,12 +10,23 @@ trained on) unless `search.validation_split` names a split of the dataset.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 import ml_collections
 
 
-def check(train: ml_collections.ConfigDict, search: ml_collections.ConfigDict) -> None:
+class SplitSettings(Protocol):
+    """What the splits read of `nas.search.strategy.settings.SearchSettings` (which checks
+    its fields with `check`, so cannot be imported here)."""
+
+    @property
+    def validation_split(self) -> str: ...
+
+    @property
+    def validation_fraction(self) -> float: ...
+
+
+def check(train: ml_collections.ConfigDict, search: SplitSettings) -> None:
     """One-line ValueError for a search that would select on its test split (or on the
     data it trains on)."""
     test, trained = train.eval.data.split, train.input.data.split
@@ -41,7 +52,7 @@ def check(train: ml_collections.ConfigDict, search: ml_collections.ConfigDict) -
         )
 
 
-def decision_config(train: Any, search: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+def decision_config(train: Any, search: SplitSettings) -> ml_collections.ConfigDict:
     """The training config every candidate of the search trains with: evaluated on the
     validation split (its `acc`), and on the test split once at the end (`test_acc`)."""
     from nas.train.config import with_defaults
