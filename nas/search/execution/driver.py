@@ -43,7 +43,7 @@ from nas.search.store.candidate import FINISHED, Inheritance, Status
 from nas.search.store.enqueue import seeding
 from nas.search.store.finals_table import finals_finished
 from nas.search.store.lease import LeaseKeeper
-from nas.search.store.meta import SEEDS, SEEDS_ADDED
+from nas.search.store.meta import MAX_CANDIDATES, PROPOSALS, SEEDS, SEEDS_ADDED, STOPPED
 from nas.search.store.study import (
     DuplicateCandidateError,
     Study,
@@ -224,7 +224,7 @@ class Driver:
                 save_variables(path, part.variables)
             # the first seed's state as a single seed's always was; the counts say how
             # many there are when there are several
-            state: dict[str, Any] = {"proposals": 0} if index == 0 else {}
+            state: dict[str, Any] = {PROPOSALS: 0} if index == 0 else {}
             if len(parts) > 1:
                 state.update({SEEDS: len(parts), SEEDS_ADDED: index + 1})
             try:
@@ -272,7 +272,7 @@ class Driver:
         if not done:
             return None
         done = done.without(unusable_parents(self.study))
-        k = int(self.study.get_state("proposals", 0))
+        k = int(self.study.get_state(PROPOSALS, 0))
         rng = np.random.default_rng([self.search.seed, k])
         try:
             parent_id = self.choose_parent(done, rng)
@@ -280,7 +280,7 @@ class Driver:
             below = self.seed_below_min_acc(done)
             if below is None:
                 logging.warning("no parent can be selected: %s", e)
-                self.study.set_state("proposals", k + 1)
+                self.study.set_state(PROPOSALS, k + 1)
                 return None
             parent_id = below
         parent = self.study.get(parent_id)
@@ -323,18 +323,18 @@ class Driver:
                     new=tuple(sorted(child.new)), init_path=init,
                     fit_pairs=tuple(fit_pairs) or None, hparams=self.child_hparams(parent, k),
                     proposal=k, slot_refusals=slot.slot_refusals if slot else None),
-                state={"proposals": k + 1}, replaces=slot.id if slot else None)
+                state={PROPOSALS: k + 1}, replaces=slot.id if slot else None)
         except (MoveFailed, ConstantOutputError) as e:  # refused: recorded, and counted
             stage = "move" if isinstance(e, MoveFailed) else "start"
             kind = e.kind if isinstance(e, MoveFailed) else getattr(child, "kind", None)
             cause = e.line if isinstance(e, MoveFailed) else f"{type(e).__name__}: {e}"
             logging.warning("proposal %d from parent %d refused: %s", k, parent.id, cause)
             self.study.record_refusal(stage=stage, cause=cause, kind=kind, proposal=k,
-                                      parent_id=parent.id, state={"proposals": k + 1})
+                                      parent_id=parent.id, state={PROPOSALS: k + 1})
             return None
         except (NoChildFound, DuplicateCandidateError, ChildTooLargeError) as e:
             logging.info("proposal %d from parent %d failed: %s", k, parent.id, e)
-            self.study.set_state("proposals", k + 1)
+            self.study.set_state(PROPOSALS, k + 1)
             return None
         return child_id
 
@@ -501,8 +501,8 @@ class Driver:
         self.check_seed_weights()  # before the first write: a failed command changes nothing
         remove_partial_saves(self.study)
         self.study.set_state(user_functions.STATE, fn_lib.describe(self.functions))
-        self.study.set_state("max_candidates", search.max_candidates)
-        self.study.set_state("stopped", False)
+        self.study.set_state(MAX_CANDIDATES, search.max_candidates)
+        self.study.set_state(STOPPED, False)
         self.seed_population()
         executor = make_executor(
             search.executor, workers=search.workers, ray_address=search.ray_address,
@@ -516,7 +516,7 @@ class Driver:
             self._loop(executor, keeper, inflight, bar)
             bar.close()
             self.run_finals(executor)
-            self.study.set_state("stopped", True)
+            self.study.set_state(STOPPED, True)
         except StopSearch as e:
             logging.info("the search was stopped by a callback: %s", e)
         finally:

@@ -21,7 +21,7 @@ from nas.search.execution.user_functions import STATE, check_recorded, search_fu
 from nas.search.execution.worker import ClaimLost, describe_failure, train_candidate
 from nas.search.store.candidate import FINISHED
 from nas.search.store.lease import LeaseKeeper
-from nas.search.store.meta import STOPPED
+from nas.search.store.meta import MAX_CANDIDATES, STOPPED
 from nas.search.store.study import DB_NAME, Candidate, Study, StudyNotFoundError, default_worker
 from nas.search.strategy.settings import SearchSettings
 
@@ -67,7 +67,7 @@ def search_finished(study: Study, search: SearchSettings) -> bool:
         return True
     counts = study.counts()
     finished = sum(counts[s] for s in FINISHED)
-    return finished >= int(study.get_state("max_candidates", search.max_candidates))
+    return finished >= int(study.get_state(MAX_CANDIDATES, search.max_candidates))
 
 
 def train_claimed(study: Study, config: ml_collections.ConfigDict,
