@@ -136,7 +136,7 @@ def test_select_bad_inputs():
         select_parents(_population(3), SelectionConfig(), np.random.default_rng(0), num=4)
     with pytest.raises(ValueError, match="rng"):
         select_parents(_population(3), SelectionConfig())
-    with pytest.raises(ValueError, match="unknown field"):
+    with pytest.raises(ValueError, match=r"config field 'top_k' is unknown; expected one of "):
         SelectionConfig.from_dict({"top_k": 3})
     assert SelectionConfig.from_dict({"costs": ["params"]}).costs == ("params",)
 
