@@ -21,7 +21,6 @@ from nas.search import inputs
 from nas.search.execution.driver import StopSearch
 from nas.search.result import SearchResult
 from nas.search.store.study import Study
-from nas.search.strategy.settings import SearchSettings
 from nas.train.config import image_shape
 
 __all__ = ["SearchInterrupted", "SearchResult", "StopSearch", "run_search", "run_study"]
@@ -36,20 +35,22 @@ class SearchInterrupted(KeyboardInterrupt):
 def run_study(config: ml_collections.ConfigDict, workdir: str, *, budget_given: bool,
               functions: Mapping[str, Callable[..., Any]] | None = None,
               progress: bool = True, callbacks: Sequence[Callable[[Any], Any]] = (),
-              say: Callable[[str], None] = print, settings: SearchSettings | None = None
-              ) -> tuple[Study, bool]:
+              say: Callable[[str], None] = print,
+              on_checked: Callable[[], None] | None = None) -> tuple[Study, bool]:
     """Runs (or resumes) the search of `config` in `workdir`; (study, whether it trained).
 
     A resumed study keeps the budget it last ran to unless `budget_given`; a larger one
     says "extending ..."; a finished one says so in one line and trains nothing.
-    `settings`: `config`'s, where the caller read them (`read_settings`) already."""
+    The settings are read here, for both entry points; `on_checked` runs once they are
+    (run_search writes the seeds' files then, so a bad field leaves nothing behind)."""
     from nas.cli_messages import check_workdir
     from nas.search.reporting.report_state import write_if_stale
     from nas.search.reporting.rerun import finished_line, stored_budget
     from nas.search.strategy.settings import read_settings
 
-    if settings is None:  # the whole config, before the workdir exists
-        settings = read_settings(config)
+    settings = read_settings(config)  # the whole config, before the workdir exists
+    if on_checked is not None:
+        on_checked()
     check_workdir(workdir, create=True)
     if settings.executor == "ray" and settings.ray_address:
         from nas.search.execution.ray_cluster import check_reachable
@@ -130,14 +131,17 @@ def run_search(seed: Any, data: Any, *, workdir: str | os.PathLike, max_candidat
     prepared = prepare(seed, data, workdir=workdir, max_candidates=max_candidates,
                        config=config, overrides=overrides, loss=loss, optimizer=optimizer,
                        augment=augment, costs=costs, callbacks=callbacks, extras=extras)
-    prepared.write(workdir)
-    line = _resuming_line(workdir, max_candidates)
-    if line:
-        print(line, flush=True)
+
+    def checked() -> None:
+        prepared.write(workdir)
+        line = _resuming_line(workdir, max_candidates)
+        if line:
+            print(line, flush=True)
+
     try:
         study, trained = run_study(prepared.config, workdir, budget_given=True,
                                    functions=prepared.functions, progress=progress,
-                                   callbacks=tuple(callbacks), settings=prepared.settings)
+                                   callbacks=tuple(callbacks), on_checked=checked)
     except KeyboardInterrupt:
         raise SearchInterrupted(_interrupted_line(workdir, max_candidates)) from None
     if trained:  # as nas-search: the report of what the search holds now
@@ -182,8 +186,8 @@ class Prepared:
 
     def __init__(self, config: ml_collections.ConfigDict,
                  functions: dict[str, Callable[..., Any]], seeds: Sequence[inputs.Seed],
-                 paths: Sequence[str], settings: SearchSettings) -> None:
-        self.config, self.functions, self.settings = config, functions, settings
+                 paths: Sequence[str]) -> None:
+        self.config, self.functions = config, functions
         self.seeds, self.paths = list(seeds), list(paths)
 
     def write(self, workdir: str) -> None:
@@ -202,7 +206,7 @@ def prepare(seed: Any, data: Any, *, workdir: str, max_candidates: int, config: 
             extras: Mapping[str, Any] | None = None) -> Prepared:
     """Every argument checked (one ValueError line naming it) into a search config."""
     from nas.cli_messages import check_workdir
-    from nas.search.strategy.settings import filled, read_settings
+    from nas.search.strategy.settings import filled
 
     try:
         check_workdir(workdir, create=True)
@@ -265,7 +269,7 @@ def prepare(seed: Any, data: Any, *, workdir: str, max_candidates: int, config: 
     fn_lib.pack(functions)  # each can be shipped, or one line naming it
     if arrays is not None:  # checked: kept as an npz in the data cache (not the workdir)
         cfg.train.input.data.name = f"npz:{arrays.save(_arrays_root(cfg))}"
-    return Prepared(cfg, functions, seeds, paths, read_settings(cfg))
+    return Prepared(cfg, functions, seeds, paths)
 
 
 def _functions(cfg: ml_collections.ConfigDict, **given: Any) -> dict[str, Callable[..., Any]]:

@@ -233,6 +233,8 @@ MISTAKES = {
                       r"overrides: train.total_epochs: expected float, got str"),
     "cost not callable": (dict(costs={"latency": 3.0}),
                           r"costs\['latency'\]: expected a function"),
+    "settings": (dict(overrides={"search.time_limit_s": 10.0, "search.hard_time_limit_s": 5.0}),
+                 r"config field 'search.hard_time_limit_s' must be >= search.time_limit_s"),
     "seed": (dict(seed="no-such-model"), r"seed: expected a candidate"),
     "max_candidates": (dict(max_candidates=0), r"max_candidates: expected an integer >= 1"),
 }
