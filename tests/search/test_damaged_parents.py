@@ -109,11 +109,11 @@ def test_a_pending_child_whose_starting_weights_are_damaged_fails_alone(tmp_path
                                                                         search_config):
     workdir = str(tmp_path / "study")
     Driver(search_config(max_candidates=1), workdir).run(progress=False)
-    driver = Driver(search_config(max_candidates=3), workdir)
-    child = next(cid for cid in (driver.propose() for _ in range(5)) if cid is not None)
-    init = driver.study.get(child).inheritance["init_path"]
-    damage(init)
-    study = driver.run(progress=False)
+    proposer = Driver(search_config(max_candidates=3), workdir)
+    child = next(cid for cid in (proposer.propose() for _ in range(5)) if cid is not None)
+    init = proposer.study.get(child).inheritance["init_path"]
+    damage(init)  # while the search was stopped: the driver that resumes reads the files
+    study = Driver(search_config(max_candidates=3), workdir).run(progress=False)
     failed = study.get(child)
     assert failed.status == "failed" and init in failed.error, failed.error
     assert failed.error.startswith("ValueError: saved variables at ")

@@ -1,5 +1,7 @@
 """A child's starting weights are complete before it can be claimed; leftovers of saves
-interrupted by a kill are removed when the driver resumes (but never under a live claim)."""
+interrupted by a kill are removed when the driver resumes (but never under a live claim).
+The driver that saved them hands them to the child's task from memory; any other process
+(a resumed driver, an external worker) reads the files."""
 
 import json
 import os
@@ -8,7 +10,7 @@ import numpy as np
 import pytest
 
 from nas.search.execution.driver import init_path, remove_partial_saves
-from nas.search.execution.task import make_task
+from nas.search.execution.task import StartingWeights, make_task
 from nas.search.store.study import Study
 from nas.search.strategy.settings import SearchSettings
 from nas.train.checkpoint import save_variables
@@ -62,3 +64,43 @@ def test_a_childs_task_bounds_its_start_by_its_parents_accuracy(tmp_path):
     config.search.max_start_drop = 0.0
     search = SearchSettings.from_stored(config)
     assert make_task(study, config.train, search, child).min_start_accuracy is None
+
+
+def _pending_child(tmp_path, starts):
+    config = tiny_search_config()
+    study = Study.create(tmp_path, config.to_dict())
+    seed = study.add(json.dumps({"g": 0}))
+    weights = {"params": {"d": {"kernel": np.arange(6, dtype=np.float32).reshape(2, 3)}}}
+    path = starts.save(init_path(tmp_path, 0), weights)
+    child = study.add(json.dumps({"g": 1}), parent_id=seed,
+                      inheritance={"inherited": [], "new": ["d"], "init_path": path})
+    return config, study, child, weights, path
+
+
+def test_the_process_that_saved_a_childs_weights_hands_them_over_without_reading_them(
+        tmp_path):
+    starts = StartingWeights(keep=4)
+    config, study, child, weights, path = _pending_child(tmp_path, starts)
+    weights["params"]["d"]["kernel"][:] = -1.0  # the caller's arrays: not what was kept
+    for root, _, files in os.walk(path):  # the files no longer hold what was saved
+        for name in files:
+            with open(os.path.join(root, name), "wb") as f:
+                f.write(b"\x00 damaged")
+    search = SearchSettings.from_stored(config)
+    task = make_task(study, config.train, search, child, starts=starts)
+    kernel = task.init_variables["params"]["d"]["kernel"]
+    np.testing.assert_array_equal(kernel, np.arange(6, dtype=np.float32).reshape(2, 3))
+    assert kernel.flags.writeable  # as a read from disk gives
+    # taken once: a second task of the child (another process, a resume) reads the files
+    with pytest.raises(ValueError, match="saved variables at .* cannot be read"):
+        make_task(study, config.train, search, child, starts=starts)
+
+
+def test_the_weights_kept_in_memory_are_bounded_and_the_oldest_go_first(tmp_path):
+    starts = StartingWeights(keep=2)
+    paths = [starts.save(str(tmp_path / str(k)), {"params": {"w": np.full(2, float(k))}})
+             for k in range(3)]
+    assert starts.take(paths[0]) is None  # dropped: its task reads the file
+    for k in (1, 2):
+        np.testing.assert_array_equal(starts.take(paths[k])["params"]["w"], np.full(2, k))
+        assert starts.take(paths[k]) is None

@@ -34,6 +34,7 @@ from nas.search.execution.study_setup import open_study, resumed_config
 from nas.search.execution.task import (
     Executor,
     Outcome,
+    StartingWeights,
     Task,
     make_task,
     record_outcome,
@@ -182,6 +183,8 @@ class Driver:
         op_cache.enable(self.search.property_cache)
         self._shown: dict[str, int] | None = None  # counts last drawn on the progress bar
         self._done = DoneCache(self.study)  # finished rows read once each (per proposal)
+        # children proposed and not yet started: at most pipeline_depth wait at once
+        self._starts = StartingWeights(self.search.pipeline_depth + 1)
         self._selector = Selector(self.selection)  # keeps the pool and its ties
         self._told_no_blocks = False  # "block-level mutation does not apply" logged once
         self._progress = True  # progress bars (`run`'s argument)
@@ -306,7 +309,7 @@ class Driver:
             shutil.rmtree(init, ignore_errors=True)  # a save of this proposal interrupted
             fit_pairs = self.fit_pairs(child, graph)
             self.check_varies(child, (graph, constants, variables), fit_pairs)
-            save_variables(init, child.variables)
+            self._starts.save(init, child.variables)
             child_blocks = None
             if args is not None and child.blocks is not None:  # built by the zoo builder
                 child_blocks = blocks_lib.blocks_record(args, child.blocks)
@@ -462,7 +465,8 @@ class Driver:
 
     # ------------------------------------------------------------------ training
     def task(self, candidate_id: int) -> Task:
-        return make_task(self.study, self.train, self.search, candidate_id, self._shipped)
+        return make_task(self.study, self.train, self.search, candidate_id, self._shipped,
+                         self._starts)
 
     def startable(self, candidate_id: int) -> Task | None:
         """The task of a claimed candidate, or None when it cannot start (e.g. its starting

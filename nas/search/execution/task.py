@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections import OrderedDict
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 import ml_collections
+import numpy as np
 from absl import logging
 
 from nas.search.execution import tensorboard_runs
@@ -129,8 +132,40 @@ def rung_plan(train: ml_collections.ConfigDict, search: SearchSettings) -> RungP
     return RungPlan.from_config(search.fidelity, float(full))
 
 
+class StartingWeights:
+    """The starting weights of the children this process proposed, saved to disk and kept
+    in memory until their task is made here. Why both: the files let a resumed search and
+    other processes (external workers) start the child from exactly these weights, and the
+    copy saves the driver reading back what it has just written. At most `keep` are kept
+    (the oldest goes first: a child another process claimed is read from disk there)."""
+
+    def __init__(self, keep: int) -> None:
+        self.keep = max(1, keep)
+        self._kept: OrderedDict[str, dict[str, Any]] = OrderedDict()
+
+    def save(self, path: str, variables: dict[str, Any]) -> str:
+        """Writes `variables` to `path` (`save_variables`) and keeps a copy; the path."""
+        path = save_variables(path, variables)
+        self._kept[path] = _host_copy(variables)
+        while len(self._kept) > self.keep:
+            self._kept.popitem(last=False)
+        return path
+
+    def take(self, path: str) -> dict[str, Any] | None:
+        """The weights saved at `path` by `save`, once; None when not kept here."""
+        return self._kept.pop(os.path.abspath(path), None)
+
+
+def _host_copy(tree: Any) -> Any:
+    """`tree` as nested plain dicts of writable numpy arrays, as a read from disk gives."""
+    if isinstance(tree, Mapping):
+        return {str(k): _host_copy(v) for k, v in tree.items()}
+    return np.array(tree)
+
+
 def make_task(study: Study, train: ml_collections.ConfigDict, search: SearchSettings,
-              candidate_id: int, functions: bytes | None = None) -> Task:
+              candidate_id: int, functions: bytes | None = None,
+              starts: StartingWeights | None = None) -> Task:
     """The task of a claimed candidate.
 
     Children start from inherited weights, so they fine-tune: they may train for fewer
@@ -138,51 +173,54 @@ def make_task(study: Study, train: ml_collections.ConfigDict, search: SearchSett
     In a multi-fidelity search a child trains to its current rung (`stop_epochs`) in its
     own training directory, so its next rung resumes from that checkpoint. A child with
     `fit_pairs` carries what its worker needs to fit its new ops first, at its first rung
-    only (later rungs resume trained weights)."""
+    only (later rungs resume trained weights).
+
+    The candidate and its parent are read once; starting weights this process saved
+    (`starts`) are taken from memory, not read back."""
     candidate = study.get(candidate_id)
-    train_config = candidate_train_config(train.to_dict(), search,
-                                          is_seed=candidate.parent_id is None)
+    parent = None if candidate.parent_id is None else study.get(candidate.parent_id)
+    train_config = candidate_train_config(train.to_dict(), search, is_seed=parent is None)
     train_config = hparams_lib.apply(train_config, candidate.inheritance.hparams,
-                                     candidate.parent_id is None, search)
+                                     parent is None, search)
     directory = candidate_dir(str(study.workdir), candidate_id)
     saved = candidate.inheritance.init_path
     legacy = os.path.join(directory, "init")  # studies written before init_path existed
-    variables = None
-    if saved:  # complete before the candidate was added (see Driver.propose)
+    variables = starts.take(saved) if saved and starts is not None else None
+    if variables is None and saved:  # complete before the candidate was added (propose)
         variables = load_variables(saved)
-    elif os.path.isdir(legacy):
+    elif variables is None and os.path.isdir(legacy):
         variables = load_variables(legacy)
-    elif candidate.parent_id is not None:
-        variables = load_variables(str(study.get(candidate.parent_id).checkpoint_path))
+    elif variables is None and parent is not None:
+        variables = load_variables(str(parent.checkpoint_path))
+    first_rung = candidate.rung == 0
     return Task(
         candidate_id, train_config, candidate.graph_json, variables,
         time_limit_s=search.time_limit_s,
         workdir=os.path.join(directory, "train"),
         stop_epochs=rung_plan(train, search).stop_epochs(candidate),
-        fit=fit_task(study, train, search, candidate) if candidate.rung == 0 else None,
+        fit=fit_task(train, search, candidate, parent) if first_rung and parent else None,
         costs=dict(search.costs), functions=functions,
         latency=search.latency.task_settings(),
         # the seed trains on while its validation accuracy rises (search.seed_max_epochs)
-        rounds=seed_rounds(train.to_dict(), search) if candidate.parent_id is None else None,
-        min_start_accuracy=start_bound(study, search, candidate),
+        rounds=seed_rounds(train.to_dict(), search) if parent is None else None,
+        min_start_accuracy=start_bound(search, parent) if first_rung else None,
         tensorboard=(tensorboard_runs.candidate_run(str(study.workdir), candidate_id)
                      if search.tensorboard else None))
 
 
-def start_bound(study: Study, search: SearchSettings, candidate: Any) -> float | None:
-    """The least start accuracy of a child at its first rung: its parent's validation
-    accuracy less `search.max_start_drop` (None: off, a seed, or a later rung). Why: a
+def start_bound(search: SearchSettings, parent: Any) -> float | None:
+    """The least start accuracy of a child of `parent` at its first rung: the parent's
+    validation accuracy less `search.max_start_drop` (None: off, or a seed). Why: a
     child that starts far below its parent ended below it after fine-tuning in every
     measured case (docs/benchmarks.md), so its training is not spent."""
     drop = search.max_start_drop
-    if not drop or candidate.parent_id is None or candidate.rung != 0:
+    if not drop or parent is None or parent.accuracy is None:
         return None
-    parent = study.get(candidate.parent_id)
-    return None if parent.accuracy is None else float(parent.accuracy) - drop
+    return float(parent.accuracy) - drop
 
 
-def fit_task(study: Study, train: ml_collections.ConfigDict, search: SearchSettings,
-             candidate: Any) -> dict[str, Any] | None:
+def fit_task(train: ml_collections.ConfigDict, search: SearchSettings, candidate: Any,
+             parent: Any) -> dict[str, Any] | None:
     """What the worker fits `candidate`'s new ops with (None: nothing to fit, or its
     parent's weights can no longer be read, when it trains unfitted)."""
     pairs = candidate.inheritance.fit_pairs
@@ -190,7 +228,6 @@ def fit_task(study: Study, train: ml_collections.ConfigDict, search: SearchSetti
         return None
     from nas.train import fit as fit_lib
 
-    parent = study.get(candidate.parent_id)
     try:
         parent_variables = load_variables(str(parent.checkpoint_path), shared=True)
     except ValueError as e:  # damaged since the child was proposed: train it unfitted
