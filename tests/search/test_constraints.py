@@ -119,6 +119,7 @@ def test_a_latency_bound_or_front_makes_latency_a_column():
     ({"params": math.inf}, r"^search\.constraints\.params: expected an upper bound"),
     ({"params": True}, r"^search\.constraints\.params: expected an upper bound"),
     ({"im_sec_core_train": 5.0}, r"^search\.constraints\.im_sec_core_train: unknown cost"),
+    ({"\n": 0}, r"^search\.constraints\['\\n'\]: unknown cost '\\n'"),
 ])
 def test_each_bad_bound_is_one_line(bounds, match):
     config = runpy.run_path(SEARCH_CONFIG)["get_config"]()

@@ -32,12 +32,14 @@ def check_constraints(bounds: Mapping[str, Any] | None, cost_names: Sequence[str
                          f"{type(bounds).__name__} {bounds!r:.60}")
     out = {}
     for name, bound in bounds.items():
+        # a name that is not a word is quoted, so the message stays one line
+        where = f"{field}.{name}" if str(name).isidentifier() else f"{field}[{name!r}]"
         if name not in cost_names:
-            raise ValueError(f"{field}.{name}: unknown cost {name!r}; a bound applies to one "
+            raise ValueError(f"{where}: unknown cost {name!r}; a bound applies to one "
                              f"of {tuple(cost_names)} (a user's cost is named in search.costs)")
         if isinstance(bound, bool) or not isinstance(bound, int | float) or not (
                 math.isfinite(bound) and bound >= 0):
-            raise ValueError(f"{field}.{name}: expected an upper bound, a finite number >= 0, "
+            raise ValueError(f"{where}: expected an upper bound, a finite number >= 0, "
                              f"got {bound!r:.60}")
         out[str(name)] = float(bound)
     return out
