@@ -185,12 +185,13 @@ def make_task(study: Study, train: ml_collections.ConfigDict, search: SearchSett
     directory = candidate_dir(str(study.workdir), candidate_id)
     saved = candidate.inheritance.init_path
     legacy = os.path.join(directory, "init")  # studies written before init_path existed
-    variables = starts.take(saved) if saved and starts is not None else None
-    if variables is None and saved:  # complete before the candidate was added (propose)
-        variables = load_variables(saved)
-    elif variables is None and os.path.isdir(legacy):
+    variables = None
+    if saved:  # complete before the candidate was added (see Driver.propose)
+        kept = starts.take(saved) if starts is not None else None
+        variables = kept if kept is not None else load_variables(saved)
+    elif os.path.isdir(legacy):
         variables = load_variables(legacy)
-    elif variables is None and parent is not None:
+    elif parent is not None:
         variables = load_variables(str(parent.checkpoint_path))
     first_rung = candidate.rung == 0
     return Task(
