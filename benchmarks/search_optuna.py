@@ -42,7 +42,6 @@ import ml_collections
 from nas.graph.block import Block
 from nas.graph.ops import OpType, new_graph, new_op
 from nas.graph.serialize import graph_to_json
-from nas.search.execution.worker import metrics_dict
 from nas.search.store.study import Study
 from nas.search.strategy.settings import SearchSettings, candidate_train_config, seed_rounds
 from nas.train import TrainOptions, train_and_eval
@@ -99,7 +98,7 @@ def shape_graph(shape: dict[str, int], num_classes: int) -> tuple[Any, dict[str,
 def train_from_scratch(config: ml_collections.ConfigDict, graph: Any, constants: Any
                        ) -> dict[str, Any]:
     """The seed's recipe: its epochs, its rounds while validation rises; the study's
-    metric names (`metrics_dict`: accuracy on validation, test_accuracy reported only)."""
+    metric names (`Metrics.record`: accuracy on validation, test_accuracy reported only)."""
     search = SearchSettings.from_stored(config)
     train = ml_collections.ConfigDict(
         candidate_train_config(config.train.to_dict(), search, is_seed=True))
@@ -115,7 +114,7 @@ def train_from_scratch(config: ml_collections.ConfigDict, graph: Any, constants:
         options = TrainOptions(graph=graph, constants=constants, init_variables=variables,
                                evaluate_start=variables is not None)
         metrics, epochs, state = train_and_eval(train, True, on_eval, options=options)
-        values = metrics_dict(metrics)
+        values = metrics.record()
         return values, epochs, state, seen or [float(values["accuracy"])]
 
     result = train_in_rounds(run_round, Rounds(**rounds) if rounds else Rounds())

@@ -167,12 +167,12 @@ def accuracy_rows(metrics: dict, config: ml_collections.ConfigDict | None
         kind, where = "eval", "the config's eval.data.split"
     else:
         kind, where = split_kind(config), split_text(config, str(config.eval.data.split))
-    rows = [(f"{kind} accuracy", accuracy(metrics["acc"], int(metrics.get("eval_examples", 0)),
+    rows = [(f"{kind} accuracy", accuracy(metrics["accuracy"], int(metrics.get("val_examples", 0)),
                                           where)),
             (f"{kind} loss", f"{metrics['loss']:.4f}")]
     if metrics.get("test_examples"):
         test = split_text(config, str(config.eval.test_split)) if config else "eval.test_split"
-        rows += [("test accuracy", accuracy(metrics["test_acc"], int(metrics["test_examples"]),
+        rows += [("test accuracy", accuracy(metrics["test_accuracy"], int(metrics["test_examples"]),
                                             test)),
                  ("test loss", f"{metrics['test_loss']:.4f}" if metrics["test_loss"] >= 0
                   else "not measured (the loss reads extras the test split has not)")]
@@ -185,7 +185,7 @@ def format_table(metrics: dict, epochs: int,
     (from `config`, the training config the run used), interval and size."""
     rows = [
         *accuracy_rows(metrics, config),
-        ("parameters", f"{metrics['num_params']:,}"),
+        ("parameters", f"{metrics['params']:,}"),
         ("FLOPs / example", f"{metrics['flops']:,}"),
         ("train images/sec/core", f"{metrics['im_sec_core_train']:.1f}"),
         ("infer images/sec/core", f"{metrics['im_sec_core_infer']:.1f}"),
@@ -358,7 +358,7 @@ def run() -> None:
     options = TrainOptions(graph=graph, constants=constants, workdir=_WORKDIR.value,
                            init_variables=init, progress=_PROGRESS.value)
     metrics, epochs, _ = train_and_eval(train, options=options)
-    print(format_table(metrics.to_dict(), epochs, train))
+    print(format_table(metrics.record(), epochs, train))
     settings = os.path.join(_WORKDIR.value or "", "config.json")
     if _WORKDIR.value and os.path.isfile(settings):
         print(f"every setting of this run: {settings}")

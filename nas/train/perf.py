@@ -20,7 +20,9 @@ way for every candidate and be exact where it can be.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
+import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -73,7 +75,51 @@ class Metrics:
     device_finished_at: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
+        """Every field under the reference's names (`record` is what the rest reads)."""
         return dataclasses.asdict(self)
+
+    def record(self) -> dict[str, Any]:
+        """The measured fields under the names every record after training uses
+        (`RECORD_NAMES`): the study, metrics.jsonl, the reports and `nas-train`'s table.
+        A value that was not measured is left out, so no reader mistakes a placeholder
+        (-1, 0 examples, no bits) for a measurement."""
+        values = self.to_dict()
+        if values["start_acc"] < 0:
+            del values["start_acc"]
+        if not values["test_examples"]:  # no test split was evaluated
+            values = {k: v for k, v in values.items() if not k.startswith("test_")}
+        for bits in ("eval_correct", "test_correct"):  # not recorded (several hosts)
+            if not values.get(bits, True):
+                del values[bits]
+        return {RECORD_NAMES.get(k, k): v for k, v in values.items()}
+
+
+# `Metrics` keeps the reference's field names; everything downstream of training reads a
+# field under its name here (a field not listed keeps its own). "accuracy" and "loss" are
+# the validation split's, the one the search decides on.
+RECORD_NAMES = {"acc": "accuracy", "num_params": "params", "eval_examples": "val_examples",
+                "test_acc": "test_accuracy", "eval_correct": "val_correct",
+                "start_acc": "start_accuracy"}
+# The names metrics.jsonl's epoch lines had before they took the record names: a run
+# written then (a resumed one may hold both) reads the same.
+_OLD_JSONL_NAMES = {"eval_acc": "accuracy", "eval_loss": "loss"}
+
+
+def read_records(path: str) -> list[dict[str, Any]]:
+    """The records of a metrics.jsonl, under the record names; [] where there is no file.
+    A torn last line (a run killed mid-write) is skipped."""
+    if not os.path.exists(path):
+        return []
+    out = []
+    with open(path) as f:
+        for line in f:
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(record, dict):
+                out.append({_OLD_JSONL_NAMES.get(k, k): v for k, v in record.items()})
+    return out
 
 
 def count_params(params: Any) -> int:

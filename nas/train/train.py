@@ -467,7 +467,7 @@ def _evaluate_epoch(trainer: Any, data: Data, meta: dict, timings: Timings,
     acc, loss, rate, per_example = evaluate_examples(trainer, data.eval_data)
     timings.eval += time.perf_counter() - t
     meta["infer_rates"].append(rate)
-    writer.write({"step": step, "epoch": epoch, "eval_acc": acc, "eval_loss": loss,
+    writer.write({"step": step, "epoch": epoch, "accuracy": acc, "loss": loss,
                   "im_sec_core_train": meta["train_rates"][-1],
                   "im_sec_core_infer": rate})
     logging.info("epoch %d step %d: eval acc %.4f loss %.4f", epoch, step, acc, loss)
@@ -604,7 +604,7 @@ def _train_and_eval(config: ml_collections.ConfigDict, eval_perf: bool,
         _add_costs(metrics, out_vars, graph, constants, config)
     else:
         metrics.im_sec_core_train = metrics.im_sec_core_infer = 0.0
-    writer.write({"step": step, "epoch": epoch, "final": metrics.to_dict()})
+    writer.write({"step": step, "epoch": epoch, "final": metrics.record()})
     return metrics, epoch, {"params": out_vars["params"],
                             "batch_stats": out_vars.get("batch_stats", {})}
 

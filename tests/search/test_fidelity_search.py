@@ -27,7 +27,7 @@ RUNG_STEPS, FULL_STEPS = 5, 10
 def eval_steps(workdir, cid):
     path = os.path.join(workdir, "candidates", str(cid), "train", "metrics.jsonl")
     with open(path) as f:
-        return [r["step"] for r in map(json.loads, f) if "eval_acc" in r]
+        return [r["step"] for r in map(json.loads, f) if "accuracy" in r]
 
 
 def replay(study, fidelity):

@@ -38,8 +38,8 @@ def test_a_promoted_child_resumes_from_the_checkpoint_its_rung_sent_back(tmp_pat
     assert [(r["rung"], r["steps"], r["decision"]) for r in child.rungs] == [
         (0, RUNG_STEPS, "promoted"), (1, FULL_STEPS, "final")]
     rows = records(workdir, child.id)
-    assert [r["step"] for r in rows if "eval_acc" in r] == [RUNG_STEPS, FULL_STEPS]
-    steps = [r["step"] for r in rows if "eval_acc" not in r and "final" not in r]
+    assert [r["step"] for r in rows if "accuracy" in r] == [RUNG_STEPS, FULL_STEPS]
+    steps = [r["step"] for r in rows if "accuracy" not in r and "final" not in r]
     assert steps == sorted(set(steps)), steps  # resumed after step 5: nothing trained twice
     # the rung's checkpoint came back and went out again; once final, none is kept there
     assert not os.path.exists(os.path.join(workdir, "candidates", str(child.id), "train",

@@ -33,7 +33,7 @@ def _curve(workdir, cid, accs):
         for step, (loss, acc) in enumerate(accs, start=1):
             f.write(json.dumps({"step": step * 10, "training_loss": loss,
                                 "training_accuracy": acc - 0.05}) + "\n")
-            if step % 3 == 0:  # an eval at each epoch end / rung
+            if step % 3 == 0:  # an eval at each epoch end / rung, under its older name
                 f.write(json.dumps({"step": step * 10, "epoch": step // 3, "eval_acc": acc})
                         + "\n")
         f.write('{"step": 99, "training_lo')  # a torn last line, as after a kill

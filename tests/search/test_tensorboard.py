@@ -111,8 +111,8 @@ def test_a_run_holds_what_the_records_hold(tmp_path):
                 "learning_rate": 0.002, "l2_grads": 1.5},
                {"step": 4, "training_loss": 1.75, "learning_rate": 0.001,
                 "note": "text", "diverged": float("nan")},
-               {"step": 4, "epoch": 1, "eval_acc": 0.75, "eval_loss": 0.5},
-               {"step": 4, "epoch": 1, "final": {"acc": 0.75}}]
+               {"step": 4, "epoch": 1, "accuracy": 0.75, "loss": 0.5},
+               {"step": 4, "epoch": 1, "final": {"accuracy": 0.75}}]
     with RunWriter(folder) as board:
         for record in records:
             board.record(record)

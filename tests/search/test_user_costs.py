@@ -231,10 +231,9 @@ def test_bad_cost_names_are_one_line(costs, selection, match):
 
 def test_no_metric_a_worker_reports_can_be_shadowed():
     """Every name the worker writes into a candidate's metrics is refused as a cost's."""
-    from nas.search.execution.worker import metrics_dict
     from nas.train import Metrics
 
-    reported = metrics_dict(Metrics(test_examples=1, eval_correct="x", test_correct="x"))
+    reported = Metrics(test_examples=1, eval_correct="x", test_correct="x").record()
     for name in [*reported, "epochs", "fit_seconds", "fit_conv1"]:
         with pytest.raises(ValueError, match="built-in metric"):
             check_user_costs([name])

@@ -10,10 +10,10 @@ from nas.train.config import with_defaults
 
 
 def _metrics(**extra):
-    return {"acc": 351 / 360, "loss": 0.1, "num_params": 1000, "flops": 2000,
+    return {"accuracy": 351 / 360, "loss": 0.1, "params": 1000, "flops": 2000,
             "im_sec_core_train": 1.0, "im_sec_core_infer": 2.0, "compile_seconds": 1.0,
             "train_peak_bytes": 2**20, "train_seconds": 3.0, "steps": 11,
-            "eval_examples": 360, **extra}
+            "val_examples": 360, **extra}
 
 
 def test_wilson_matches_the_roots_of_the_score_equation():
@@ -46,7 +46,7 @@ def test_an_export_says_validation_and_reports_test_too():
     config = with_defaults(tiny_config("/nowhere", **{
         "eval.data.split": "holdout", "eval.test_split": "test",
         "input.data.validation_fraction": 0.1}))
-    lines = format_table(_metrics(acc=142 / 143, eval_examples=143, test_acc=351 / 360,
+    lines = format_table(_metrics(accuracy=142 / 143, val_examples=143, test_accuracy=351 / 360,
                                   test_loss=0.2, test_examples=360), 1, config).splitlines()
     assert lines[0] == ("validation accuracy    99.30 % (95 % interval 96.15-99.88 %, n=143; "
                         "split 'holdout': 0.1 of 'train', never trained on)")

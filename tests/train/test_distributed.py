@@ -225,9 +225,9 @@ def test_two_nas_train_processes_train_one_candidate(data_dir, tmp_path):
     lines = (workdir / "metrics.jsonl").read_text().splitlines()
     finals = [json.loads(line)["final"] for line in lines if '"final"' in line]
     assert len(finals) == 1, lines
-    assert tables[0]["test accuracy"].startswith(f"{finals[0]['acc'] * 100:.2f} %"), (
+    assert tables[0]["test accuracy"].startswith(f"{finals[0]['accuracy'] * 100:.2f} %"), (
         finals, tables)
-    assert finals[0]["eval_examples"] * 2 == 360, finals  # each host evaluated its half
+    assert finals[0]["val_examples"] * 2 == 360, finals  # each host evaluated its half
     written = [str(p.relative_to(workdir)) for p in workdir.rglob("*")]
     assert {"config.json", "graph.json"} <= set(written), written
     assert any(w.startswith("checkpoints") for w in written), written

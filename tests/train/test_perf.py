@@ -41,3 +41,30 @@ def test_memory_and_throughput_are_reported():
     assert peak >= temp >= 0 and peak > 0
     rate = perf.throughput(lambda: f(np.ones((64, 64), np.float32)), 64, min_seconds=0.05)
     assert rate > 0
+
+
+def test_a_record_names_each_measured_field_as_the_study_does():
+    from nas.train.perf import Metrics
+
+    record = Metrics(acc=0.5, num_params=7, eval_examples=10, eval_correct="10:AA").record()
+    assert record["accuracy"] == 0.5 and record["params"] == 7
+    assert record["val_examples"] == 10 and record["val_correct"] == "10:AA"
+    assert not {"acc", "num_params", "eval_examples", "eval_correct"} & set(record)
+    # what was not measured is absent, not a placeholder a reader could take for a value
+    assert not {k for k in record if k.startswith("test_") or k.startswith("start_")}
+    measured = Metrics(test_acc=0.25, test_examples=4, start_acc=0.0).record()
+    assert measured["test_accuracy"] == 0.25 and measured["start_accuracy"] == 0.0
+    assert "test_correct" not in measured  # no bits recorded
+
+
+def test_metrics_jsonl_reads_under_the_record_names_old_files_too(tmp_path):
+    from nas.train.perf import read_records
+
+    path = tmp_path / "metrics.jsonl"
+    assert read_records(str(path)) == []
+    path.write_text('{"step": 2, "epoch": 1, "eval_acc": 0.5, "eval_loss": 1.5}\n'
+                    '{"step": 4, "epoch": 2, "accuracy": 0.75, "loss": 1.0}\n'
+                    '[1, 2]\n'
+                    '{"step": 5, "training_lo')  # a torn last line, as after a kill
+    assert read_records(str(path)) == [{"step": 2, "epoch": 1, "accuracy": 0.5, "loss": 1.5},
+                                       {"step": 4, "epoch": 2, "accuracy": 0.75, "loss": 1.0}]

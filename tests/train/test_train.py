@@ -34,7 +34,7 @@ def test_trains_and_measures(parent):
     assert set(state) == {"params", "batch_stats"} and "bn" in state["batch_stats"]
     lines = [json.loads(x) for x in open(os.path.join(workdir, "metrics.jsonl"))]
     assert any("training_loss" in r for r in lines)
-    assert [r["epoch"] for r in lines if "eval_acc" in r] == [1, 2]
+    assert [r["epoch"] for r in lines if "accuracy" in r] == [1, 2]
     assert os.path.exists(os.path.join(workdir, "config.json"))
 
 

@@ -120,7 +120,7 @@ def test_on_record_gets_each_record_metrics_jsonl_gets(data_dir, tmp_path):
                                                        on_record=seen.append))
     with open(tmp_path / "metrics.jsonl") as f:
         assert [json.loads(line) for line in f] == json.loads(json.dumps(seen))
-    assert any("training_loss" in r for r in seen) and any("eval_acc" in r for r in seen)
+    assert any("training_loss" in r for r in seen) and any("accuracy" in r for r in seen)
 
 
 def test_train_and_eval_refuses_what_is_not_options(data_dir):

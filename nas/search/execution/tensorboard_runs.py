@@ -41,8 +41,8 @@ TAGS = {
     "l2_grads": "train/gradient_norm",
     "l2_params": "train/parameter_norm",
     "l2_updates": "train/update_norm",
-    "eval_acc": "validation/accuracy",
-    "eval_loss": "validation/loss",
+    "accuracy": "validation/accuracy",
+    "loss": "validation/loss",
     "im_sec_core_train": "throughput/train_images_per_s_per_core",
     "im_sec_core_infer": "throughput/infer_images_per_s_per_core",
 }

@@ -22,6 +22,7 @@ import numpy as np
 
 from nas.search.execution.task import Failure, Task
 from nas.train.options import TrainOptions
+from nas.train.perf import read_records
 
 _DEVICE_DATA: Any = None  # this process's device-resident training set, kept between candidates
 
@@ -98,7 +99,7 @@ def train_candidate(
                                       stop_now.restart)
     else:
         metrics, epochs, state = run(task.init_variables, task.workdir, [])
-        values = {**metrics_dict(metrics), "epochs": epochs}
+        values = {**metrics.record(), "epochs": epochs}
     values.update(fitted)
     if not all(math.isfinite(v) for v in values.values() if isinstance(v, float)):
         raise FloatingPointError(f"training diverged: non-finite metrics {values}")
@@ -213,7 +214,7 @@ def _train_rounds(run: Callable[..., Any], rounds: dict[str, Any], workdir: str 
         where = workdir if not workdir or index == 0 else os.path.join(workdir, f"round{index}")
         seen: list[float] = []
         metrics, epochs, state = run(variables, where, seen)
-        values = metrics_dict(metrics)
+        values = metrics.record()
         logged = epoch_accuracies(where) if where else []
         return values, epochs, state, logged or [*seen, float(values["accuracy"])]
 
@@ -239,35 +240,10 @@ def _train_rounds(run: Callable[..., Any], rounds: dict[str, Any], workdir: str 
 def epoch_accuracies(workdir: str) -> list[float]:
     """Validation accuracy after each epoch, from a run's metrics.jsonl (the last record
     of an epoch wins: a resumed run may have logged it twice)."""
-    import json
-
-    path = os.path.join(workdir, "metrics.jsonl")
-    by_epoch: dict[int, float] = {}
-    if os.path.isfile(path):
-        with open(path) as f:
-            for line in f:
-                record = json.loads(line)
-                if "eval_acc" in record and "epoch" in record:
-                    by_epoch[int(record["epoch"])] = float(record["eval_acc"])
+    by_epoch = {int(r["epoch"]): float(r["accuracy"])
+                for r in read_records(os.path.join(workdir, "metrics.jsonl"))
+                if "accuracy" in r and "epoch" in r}
     return [by_epoch[e] for e in sorted(by_epoch)]
-
-
-def metrics_dict(metrics: Any) -> dict[str, Any]:
-    """The study's metric names (accuracy: on the validation split, which decides;
-    test_accuracy: reported only; params, ...) plus every other measured field."""
-    names = {"acc": "accuracy", "num_params": "params", "eval_examples": "val_examples",
-             "test_acc": "test_accuracy", "eval_correct": "val_correct",
-             "start_acc": "start_accuracy"}
-    values = metrics.to_dict()
-    if values.get("start_acc", -1.0) < 0:  # not measured
-        values.pop("start_acc", None)
-    if not values.get("test_examples"):  # no test split was evaluated
-        values = {k: v for k, v in values.items() if not k.startswith("test_")}
-    if not values.get("eval_correct"):  # not recorded (several hosts)
-        values.pop("eval_correct", None)
-    if not values.get("test_correct"):
-        values.pop("test_correct", None)
-    return {names.get(k, k): v for k, v in values.items()}
 
 
 _BYTES = re.compile(r"([0-9][0-9,]*)\s*bytes", re.IGNORECASE)

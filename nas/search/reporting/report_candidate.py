@@ -7,7 +7,6 @@ saying so, never a broken page.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -308,22 +307,6 @@ def diff_html(m: Mutation) -> str:
             + names(m.fresh) + "</p>" + fitted + "</div>")
 
 
-def read_metrics(path: str) -> list[dict[str, Any]]:
-    """The records of a metrics.jsonl (a torn last line, as after a kill, is skipped)."""
-    if not os.path.exists(path):
-        return []
-    out = []
-    with open(path) as f:
-        for line in f:
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(record, dict):
-                out.append(record)
-    return out
-
-
 def training_curve(records: Sequence[Mapping[str, Any]], css_class: str = "training-curve"
                    ) -> str:
     """Training loss and training-batch accuracy every `log_training_steps` steps, and eval
@@ -332,7 +315,7 @@ def training_curve(records: Sequence[Mapping[str, Any]], css_class: str = "train
         return [(float(r["step"]), float(r[key])) for r in records if key in r and "step" in r]
 
     loss, train_acc, acc = (series("training_loss"), series("training_accuracy"),
-                            series("eval_acc"))
+                            series("accuracy"))
     if not loss and not acc:
         return '<p class="note">no training metrics recorded</p>'
     charts = []

@@ -20,7 +20,6 @@ from nas.search.reporting.report_candidate import (
     mutation_diff,
     op_table,
     origins,
-    read_metrics,
     training_curve,
 )
 from nas.search.reporting.report_csv import rung_summary
@@ -42,6 +41,7 @@ from nas.search.store.candidate import Candidate, Status
 from nas.search.store.study import Study
 from nas.search.strategy.selection import cost_value
 from nas.train.config import image_shape
+from nas.train.perf import read_records
 
 CSS = """
 body{font-family:sans-serif;margin:1.5em;color:#222;max-width:1400px}
@@ -210,7 +210,7 @@ def candidate_section(study: Study, c: Candidate, by_id: dict[int, Candidate],
             f"<p>{esc(metrics)} — row {link(c.id, rows, 'c')}</p>"
             f'<h4>what the mutation changed</h4>{change}'
             f'<h4>training</h4><div class="row">'
-            f"{training_curve(read_metrics(metrics_path(str(study.workdir), c)))}</div>"
+            f"{training_curve(read_records(metrics_path(str(study.workdir), c)))}</div>"
             f'<h4>architecture</h4><div class="row"><div>{op_table(arch, added | fresh, made)}'
             f"</div><div>{diagram(arch, added | fresh)}</div></div></section>")
 
