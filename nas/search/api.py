@@ -1,14 +1,11 @@
 """`nas.run_search`: the search from Python, on arrays in memory, with a user's own loss,
-optimizer, augmentation and costs; and `run_study`, the one loop behind it and `nas-search`.
-
-Why one loop with two doors: a study made from a notebook and one made by the command line
-are the same study (same driver, executors, store, reproducibility); `nas-search` parses
-flags into a config and calls `run_study`, `run_search` checks its arguments into a config
-and calls it too.
+optimizer, augmentation and costs; and `run_study`, the one loop behind it and `nas-search`,
+so a study made from a notebook and one made by the command line are the same study.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -27,9 +24,8 @@ __all__ = ["SearchInterrupted", "SearchResult", "StopSearch", "run_search", "run
 
 
 class SearchInterrupted(KeyboardInterrupt):
-    """`run_search` was interrupted (Ctrl-C, a notebook's interrupt): its message says how
-    many candidates are done and how to go on. A KeyboardInterrupt, raised from
-    `run_search` itself, without the library's frames below it."""
+    """`run_search` was interrupted: its message says how many candidates are done and how
+    to go on. Raised from `run_search` itself, without the library's frames below it."""
 
 
 def run_study(config: ml_collections.ConfigDict, workdir: str, *, budget_given: bool,
@@ -39,9 +35,8 @@ def run_study(config: ml_collections.ConfigDict, workdir: str, *, budget_given: 
               on_checked: Callable[[], None] | None = None) -> tuple[Study, bool]:
     """Runs (or resumes) the search of `config` in `workdir`; (study, whether it trained).
 
-    A resumed study keeps the budget it last ran to unless `budget_given`; a larger one
-    says "extending ..."; a finished one says so in one line and trains nothing.
-    The settings are read here, for both entry points; `on_checked` runs once they are
+    A resumed study keeps the budget it last ran to unless `budget_given`; a finished one
+    says so in one line and trains nothing. `on_checked` runs once the settings are read
     (run_search writes the seeds' files then, so a bad field leaves nothing behind)."""
     from nas.cli_messages import check_workdir
     from nas.search.reporting.report_state import write_if_stale
@@ -89,41 +84,29 @@ def run_search(seed: Any, data: Any, *, workdir: str | os.PathLike, max_candidat
                progress: bool = True,
                extras: Mapping[str, Any] | None = None) -> SearchResult:
     """Searches from `seed` on `data` in `workdir` until `max_candidates` (the seed
-    included) are finished; returns the `SearchResult`. Called again with the same
-    workdir it resumes the study, or returns the finished result without training.
+    included) are finished, then writes `workdir/report/report.html`; returns the
+    `SearchResult`. Called again with the same workdir it resumes the study, or returns the
+    finished result without training. docs/guide.md ("From Python") has each in full.
 
     seed: what `nas.from_flax` or `nas.load_candidate` returns, the path of an exported
-      candidate or graph JSON, or a zoo model name ("cnn", "resnet18", ...); or a list of
-      them: each is trained as the seed is and is a parent for proposals, and the first
-      is "the seed" the recommendation and the finals compare with. With
-      `overrides={"search.start_from": OTHER_WORKDIR}` the study starts from the
-      validation front of the search there (its weights included, the most accurate
-      first: the seed), then from `seed` if given (None: the front alone).
+      candidate or graph JSON, or a zoo model name ("cnn", ...); or a list of them, the
+      first being "the seed" the recommendation compares with. None only with
+      `overrides={"search.start_from": OTHER_WORKDIR}` (the validation front there).
     data: (x_train, y_train, x_test, y_test) numpy arrays (uint8 images (N, H, W) or
-      (N, H, W, C), integer labels from 0), or a dataset name as configs take it
-      ("folder:DIR", "npz:FILE", a tfds name). Decisions read a validation split carved
-      out of x_train; x_test is only reported. num_classes comes from the labels.
-    config: a search config (ConfigDict or a config file's path); by default the README
-      search's settings (`nas.search.presets.evolution`). overrides: dotted keys to
-      values, e.g. {"train.total_epochs": 1.0, "search.selection.min_acc": 0.0}.
-    loss(logits, labels) -> scalar, or loss(logits, labels, batch) -> scalar with batch a
-      dict of "images" (as the model saw them: augmented, scaled), "labels" and each
-      extra (`nas.train.extras`); optimizer(learning_rate_schedule) -> optax transform,
-      augment(key, images) -> images: run inside the compiled train step of every
-      candidate (`nas.train.custom`); costs {name: fn(candidate) -> float}: measured on
-      each trained candidate (lower is better), its metrics' `name`, and a possible
-      front (`search.selection.costs`). Each is shipped by value to the workers.
-    callbacks: fn(candidate) for each candidate as it finishes; raising `nas.StopSearch`
-      stops the search there (resumable). Ctrl-C (or a notebook's interrupt) does too.
-    progress: a progress bar (tqdm.auto: a widget in Jupyter).
-    extras: {name: array} with one row per example of x_train (e.g. a teacher's soft
-      labels, sample weights), with data given as arrays or "npz:FILE": each row follows
-      its example into the loss's `batch[name]` (the validation loss's too; the test split
-      has none, so a loss reading one reports no test loss).
+      (N, H, W, C), integer labels from 0), or a dataset name ("folder:DIR", "npz:FILE",
+      a tfds name). Decisions read a validation split of x_train; x_test is only reported.
+    config: a search config (ConfigDict or a config file's path); by default
+      `nas.search.presets.evolution`. overrides: dotted keys to values.
+    loss(logits, labels[, batch]) -> scalar, optimizer(learning_rate_schedule) -> optax
+      transform, augment(key, images) -> images: run inside every candidate's train step;
+      costs {name: fn(candidate) -> float}, lower is better. Each is shipped by value.
+    callbacks: fn(candidate) as each finishes; raising `nas.StopSearch` stops the search
+      there (resumable), as Ctrl-C does. progress: a progress bar (tqdm.auto).
+    extras: {name: array}, one row per example of x_train, with data as arrays or
+      "npz:FILE": each row follows its example into the loss's `batch[name]`.
 
-    When the search ends it writes `workdir/report/report.html`, as `nas-search` does.
     Every mistake in the arguments is one ValueError naming the argument, before anything
-    is written (no workdir is created)."""
+    is written."""
     from nas.search.execution.worker_death import refuse_spawned_import
 
     refuse_spawned_import("run_search")  # a worker importing a script without the guard
@@ -153,42 +136,46 @@ def run_search(seed: Any, data: Any, *, workdir: str | os.PathLike, max_candidat
     return SearchResult(study)
 
 
-def _finished(workdir: str) -> tuple[int, bool] | None:
-    """(finished candidates, whether the study has any) of the study in `workdir`; None
-    when there is none."""
-    from nas.search.store.candidate import FINISHED
+def _counts(workdir: str) -> dict[str, int]:
+    """The candidates by status of the study in `workdir` ({} when there is none)."""
     from nas.search.store.study import StudyNotFoundError
 
     try:
-        counts = Study.load(workdir).counts()
+        return Study.load(workdir).counts()
     except StudyNotFoundError:
-        return None
-    return sum(counts[s] for s in FINISHED), any(counts.values())
+        return {}
+
+
+def _done(counts: Mapping[str, int]) -> int:
+    from nas.search.store.candidate import FINISHED
+
+    return sum(counts.get(s, 0) for s in FINISHED)
 
 
 def _resuming_line(workdir: str, max_candidates: int) -> str | None:
     """"resuming: N done, M to go" for a study that has candidates and is not finished."""
-    found = _finished(workdir)
-    if found is None or not found[1] or found[0] >= max_candidates:
+    counts = _counts(workdir)
+    done = _done(counts)
+    if not any(counts.values()) or done >= max_candidates:
         return None
-    return f"resuming: {found[0]} done, {max_candidates - found[0]} to go"
+    return f"resuming: {done} done, {max_candidates - done} to go"
 
 
 def _interrupted_line(workdir: str, max_candidates: int) -> str:
-    done = (_finished(workdir) or (0, False))[0]
+    done = _done(_counts(workdir))
     return (f"interrupted: {done} of {max_candidates} candidates done, the running ones "
             f"went back to pending; call run_search again to resume")
 
 
+@dataclasses.dataclass
 class Prepared:
-    """run_search's arguments as a config and functions, plus what `write` puts in the
-    workdir (the seeds' files) once everything was checked."""
+    """run_search's arguments as a config and functions; `write` puts the seeds' files in
+    the workdir once everything was checked."""
 
-    def __init__(self, config: ml_collections.ConfigDict,
-                 functions: dict[str, Callable[..., Any]], seeds: Sequence[inputs.Seed],
-                 paths: Sequence[str]) -> None:
-        self.config, self.functions = config, functions
-        self.seeds, self.paths = list(seeds), list(paths)
+    config: ml_collections.ConfigDict
+    functions: dict[str, Callable[..., Any]]
+    seeds: list[inputs.Seed]
+    paths: list[str]
 
     def write(self, workdir: str) -> None:
         from nas.io.candidate import save_candidate
@@ -390,7 +377,7 @@ def _seeds_into(cfg: ml_collections.ConfigDict, seeds: Sequence[inputs.Seed], wo
             paths.append("")
             names.append(seed.model_name)
         elif seed.candidate is not None:
-            file = inputs.SEED_FILE if i == 0 else inputs.seed_file(i)
+            file = inputs.SEED_FILE if i == 0 else f"seed{i}.zip"
             paths.append(os.path.join(os.path.abspath(workdir), file))
             names.append(paths[-1])
         else:
@@ -434,8 +421,7 @@ def _seeds_into(cfg: ml_collections.ConfigDict, seeds: Sequence[inputs.Seed], wo
 
 
 def _has_candidates(workdir: str) -> bool:
-    found = _finished(workdir)
-    return found is not None and found[1]
+    return any(_counts(workdir).values())
 
 
 def _arrays_root(cfg: ml_collections.ConfigDict) -> str:
