@@ -255,7 +255,10 @@ def prepare(seed: Any, data: Any, *, workdir: str, max_candidates: int, config: 
     _check_traces(functions, found, shape, stored)
     fn_lib.pack(functions)  # each can be shipped, or one line naming it
     if arrays is not None:  # checked: kept as an npz in the data cache (not the workdir)
-        cfg.train.input.data.name = f"npz:{arrays.save(_arrays_root(cfg))}"
+        from nas.train.digits import default_data_dir
+
+        root = os.path.join(cfg.train.input.data_dir or default_data_dir(), "nas_arrays")
+        cfg.train.input.data.name = f"npz:{arrays.save(root)}"
     return Prepared(cfg, functions, seeds, paths)
 
 
@@ -306,6 +309,7 @@ def _check_traces(functions: Mapping[str, Callable[..., Any]], num_classes: int,
     from nas.train import extras as extras_lib
 
     if "loss" in functions:
+        name = fn_lib.name_of(functions["loss"])
         logits = jax.ShapeDtypeStruct((2, num_classes), jnp.float32)
         labels = jax.ShapeDtypeStruct((2,), jnp.int32)
         what = f"logits {logits.shape} float32 and labels {labels.shape} int32"
@@ -320,11 +324,11 @@ def _check_traces(functions: Mapping[str, Callable[..., Any]], num_classes: int,
 
             def loss(lg: Any, lb: Any, b: Any, fn: Any = functions["loss"]) -> Any:
                 return extras_lib.call_loss(fn, lg, lb, b)
-        out = _traced("loss", loss, *args, what=what, name=fn_lib.name_of(functions["loss"]))
+        out = _traced("loss", loss, *args, what=what, name=name)
         if not hasattr(out, "shape") or tuple(out.shape) != ():
-            shape = getattr(out, "shape", type(out).__name__)
-            raise ValueError(f"loss: {fn_lib.name_of(functions['loss'])} returned shape "
-                             f"{shape}, expected a scalar (the batch's mean loss)")
+            raise ValueError(f"loss: {name} returned shape "
+                             f"{getattr(out, 'shape', type(out).__name__)}, expected a scalar "
+                             f"(the batch's mean loss)")
     if "augment" in functions:
         images = jax.ShapeDtypeStruct((2, *shape), jnp.float32)
         key = jax.ShapeDtypeStruct((2,), jnp.uint32)
@@ -371,18 +375,11 @@ def _seeds_into(cfg: ml_collections.ConfigDict, seeds: Sequence[inputs.Seed], wo
     others as `search.extra_seeds`; all of them there with `search.start_from`, whose
     front comes first), and the images at their input shape (size and channels) unless
     the overrides set them. Returns where each loaded candidate is kept ("" for others)."""
-    paths, names = [], []
-    for i, seed in enumerate(seeds):
-        if seed.model_name:
-            paths.append("")
-            names.append(seed.model_name)
-        elif seed.candidate is not None:
-            file = inputs.SEED_FILE if i == 0 else f"seed{i}.zip"
-            paths.append(os.path.join(os.path.abspath(workdir), file))
-            names.append(paths[-1])
-        else:
-            paths.append(seed.path)
-            names.append(seed.path)
+    root = os.path.abspath(workdir)
+    paths = [seed.path if seed.candidate is None else
+             os.path.join(root, inputs.SEED_FILE if i == 0 else f"seed{i}.zip")
+             for i, seed in enumerate(seeds)]  # a zoo model's path is ""
+    names = [seed.model_name or path for seed, path in zip(seeds, paths, strict=True)]
     first = 0
     if not cfg.search.start_from and seeds:
         first = 1
@@ -422,9 +419,3 @@ def _seeds_into(cfg: ml_collections.ConfigDict, seeds: Sequence[inputs.Seed], wo
 
 def _has_candidates(workdir: str) -> bool:
     return any(_counts(workdir).values())
-
-
-def _arrays_root(cfg: ml_collections.ConfigDict) -> str:
-    from nas.train.digits import default_data_dir
-
-    return os.path.join(cfg.train.input.data_dir or default_data_dir(), "nas_arrays")

@@ -35,13 +35,25 @@ class Seed:
         model (built for the data's)."""
         if self.model_name:
             return None
-        candidate = self.candidate or self.found
-        if isinstance(candidate, bytes):
-            from nas.graph.serialize import load
+        import jax
+        import jax.numpy as jnp
 
-            graph, constants = load(candidate)
-            return _outputs(graph, constants, None, shape)
-        return _outputs(candidate.graph, candidate.constants, candidate.variables, shape)
+        from nas.graph import Model
+        from nas.graph.serialize import load
+
+        candidate = self.candidate or self.found
+        if isinstance(candidate, bytes):  # a graph JSON: no variables
+            (graph, constants), variables = load(candidate), None
+        else:
+            graph, constants = candidate.graph, candidate.constants
+            variables = candidate.variables
+        model = Model(graph, constants)
+        x = jax.ShapeDtypeStruct((1, *shape), jnp.float32)  # shapes only
+        if variables is None:
+            variables = jax.eval_shape(lambda x: model.init(jax.random.PRNGKey(0), x), x)
+        out = jax.eval_shape(lambda v, x: model.apply(v, x, deterministic=True, training=False),
+                             variables, x)
+        return int(jax.tree.leaves(out)[0].shape[-1])
 
 
 def read_seed(seed: Any) -> Seed:
@@ -105,29 +117,12 @@ def _shape(shape: Any) -> tuple[int, ...] | None:
     return None if shape is None else tuple(int(d) for d in shape)
 
 
-def _outputs(graph: Any, constants: Any, variables: Any, input_shape: Sequence[int]) -> int:
-    """The size of the last axis of the graph's output on one example (shapes only)."""
-    import jax
-    import jax.numpy as jnp
-
-    from nas.graph import Model
-
-    model = Model(graph, constants)
-    x = jax.ShapeDtypeStruct((1, *input_shape), jnp.float32)
-    if variables is None:
-        variables = jax.eval_shape(lambda x: model.init(jax.random.PRNGKey(0), x), x)
-    out = jax.eval_shape(lambda v, x: model.apply(v, x, deterministic=True, training=False),
-                         variables, x)
-    return int(jax.tree.leaves(out)[0].shape[-1])
-
-
 @dataclasses.dataclass(frozen=True)
 class Arrays:
     """Images and labels held in memory, checked."""
 
     arrays: dict[str, np.ndarray]
     num_classes: int
-    image_shape: tuple[int, int, int]  # (H, W, C) of every image
     extras: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)  # per example
 
     @property
@@ -166,8 +161,8 @@ def read_arrays(data: Sequence[Any]) -> Arrays:
         raise ValueError(f"data: expected (x_train, y_train, x_test, y_test), got a "
                          f"{type(data).__name__} of {len(data)}")
     given = dict(zip(ARRAY_NAMES, (np.asarray(a) for a in data), strict=True))
-    arrays, shape, num_classes = checked_arrays("data", given)
-    return Arrays(arrays, num_classes, shape)
+    arrays, _, num_classes = checked_arrays("data", given)
+    return Arrays(arrays, num_classes)
 
 
 def read_npz_arrays(name: str) -> Arrays:
@@ -175,8 +170,7 @@ def read_npz_arrays(name: str) -> Arrays:
     from nas.train import userdata, userfiles
 
     content = userfiles.read("npz", userdata.path_of(name))
-    return Arrays(dict(content.reader.arrays), content.num_classes,
-                  tuple(content.shape), dict(content.extras))
+    return Arrays(dict(content.reader.arrays), content.num_classes, dict(content.extras))
 
 
 def check_classes(num_classes: int, outputs: int | None, labels: Arrays | None) -> None:
