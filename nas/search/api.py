@@ -251,7 +251,11 @@ def prepare(seed: Any, data: Any, *, workdir: str, max_candidates: int, config: 
 
         front_parts(str(cfg.search.start_from), cfg.train,
                     str(filled(cfg.search).selection.recommend_cost))
-    stored = arrays.extras if arrays is not None else _npz_extras(cfg.train.input.data.name)
+    if arrays is not None:
+        stored = arrays.extras
+    else:  # an "npz:FILE" dataset carries its own
+        name = cfg.train.input.data.name
+        stored = inputs.read_npz_arrays(name).extras if name.startswith("npz:") else {}
     _check_traces(functions, found, shape, stored)
     fn_lib.pack(functions)  # each can be shipped, or one line naming it
     if arrays is not None:  # checked: kept as an npz in the data cache (not the workdir)
@@ -289,13 +293,6 @@ def _functions(cfg: ml_collections.ConfigDict, **given: Any) -> dict[str, Callab
             out[f"costs.{name}"] = fn
         cfg.search.costs = names
     return out
-
-
-def _npz_extras(name: str) -> dict[str, Any]:
-    """The extras an "npz:FILE" dataset carries (none for other datasets)."""
-    if not name.startswith("npz:"):
-        return {}
-    return inputs.read_npz_arrays(name).extras
 
 
 def _check_traces(functions: Mapping[str, Callable[..., Any]], num_classes: int,

@@ -125,16 +125,6 @@ class Arrays:
     num_classes: int
     extras: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)  # per example
 
-    @property
-    def digest(self) -> str:
-        h = hashlib.sha256()
-        for name, a in [*((n, self.arrays[n]) for n in ARRAY_NAMES),
-                        *sorted(self.extras.items())]:
-            a = np.ascontiguousarray(a)
-            h.update(f"{name}:{a.dtype.str}:{a.shape};".encode())
-            h.update(a.tobytes())
-        return h.hexdigest()[:20]
-
     def with_extras(self, extras: Any) -> Arrays:
         """These arrays and `extras` ({name: one row per training example}), checked."""
         from nas.train.extras import checked
@@ -146,7 +136,13 @@ class Arrays:
         again (a resumed search) name the same file, written once."""
         from nas.atomic import atomic_write_with
 
-        path = os.path.join(os.path.abspath(root), f"arrays-{self.digest}.npz")
+        h = hashlib.sha256()
+        for name, a in [*((n, self.arrays[n]) for n in ARRAY_NAMES),
+                        *sorted(self.extras.items())]:
+            a = np.ascontiguousarray(a)
+            h.update(f"{name}:{a.dtype.str}:{a.shape};".encode())
+            h.update(a.tobytes())
+        path = os.path.join(os.path.abspath(root), f"arrays-{h.hexdigest()[:20]}.npz")
         if not os.path.isfile(path):
             os.makedirs(os.path.dirname(path), exist_ok=True)
             atomic_write_with(path, lambda f: np.savez(f, **self.arrays, **self.extras))
