@@ -136,33 +136,29 @@ def run_search(seed: Any, data: Any, *, workdir: str | os.PathLike, max_candidat
     return SearchResult(study)
 
 
-def _counts(workdir: str) -> dict[str, int]:
-    """The candidates by status of the study in `workdir` ({} when there is none)."""
+def _finished(workdir: str) -> tuple[int, bool] | None:
+    """(finished candidates, whether the study has any) of the study in `workdir`; None
+    when there is none."""
+    from nas.search.store.candidate import FINISHED
     from nas.search.store.study import StudyNotFoundError
 
     try:
-        return Study.load(workdir).counts()
+        counts = Study.load(workdir).counts()
     except StudyNotFoundError:
-        return {}
-
-
-def _done(counts: Mapping[str, int]) -> int:
-    from nas.search.store.candidate import FINISHED
-
-    return sum(counts.get(s, 0) for s in FINISHED)
+        return None
+    return sum(counts[s] for s in FINISHED), any(counts.values())
 
 
 def _resuming_line(workdir: str, max_candidates: int) -> str | None:
     """"resuming: N done, M to go" for a study that has candidates and is not finished."""
-    counts = _counts(workdir)
-    done = _done(counts)
-    if not any(counts.values()) or done >= max_candidates:
+    found = _finished(workdir)
+    if found is None or not found[1] or found[0] >= max_candidates:
         return None
-    return f"resuming: {done} done, {max_candidates - done} to go"
+    return f"resuming: {found[0]} done, {max_candidates - found[0]} to go"
 
 
 def _interrupted_line(workdir: str, max_candidates: int) -> str:
-    done = _done(_counts(workdir))
+    done = (_finished(workdir) or (0, False))[0]
     return (f"interrupted: {done} of {max_candidates} candidates done, the running ones "
             f"went back to pending; call run_search again to resume")
 
@@ -415,4 +411,5 @@ def _seeds_into(cfg: ml_collections.ConfigDict, seeds: Sequence[inputs.Seed], wo
 
 
 def _has_candidates(workdir: str) -> bool:
-    return any(_counts(workdir).values())
+    found = _finished(workdir)
+    return found is not None and found[1]
