@@ -279,15 +279,14 @@ def _as_field(current: Any, value: Any) -> Any:
         return float(value)
     if isinstance(current, tuple) and isinstance(value, list):
         return tuple(value)
-    if current is not None and not isinstance(current, ml_collections.ConfigDict) and \
-            not isinstance(value, type(current)) and not (
-                isinstance(current, Mapping) and isinstance(value, Mapping)):
-        raise TypeError(f"expected {type(current).__name__}, got {type(value).__name__} "
-                        f"{value!r:.60}")
     if isinstance(current, ml_collections.ConfigDict):
         if not isinstance(value, Mapping):
             raise TypeError(f"expected a dict, got {type(value).__name__}")
         return ml_collections.ConfigDict(dict(value))
+    if current is not None and not isinstance(value, type(current)) and not (
+            isinstance(current, Mapping) and isinstance(value, Mapping)):
+        raise TypeError(f"expected {type(current).__name__}, got {type(value).__name__} "
+                        f"{value!r:.60}")
     return value
 
 
