@@ -1,14 +1,6 @@
-"""The search, in four layers (each imports only those before it, `tests/test_layering.py`):
-
-- `strategy`: how it decides (Pareto fronts, selection, noise ties, paired comparisons,
-  fidelity rungs, validation splits, the seed and its settings);
-- `store`: the durable SQLite study (schema, candidate rows, leases, the recommendation,
-  exports);
-- `execution`: running it (the driver loop, executors, workers, device turns, fitting);
-- `reporting`: what people read (summary, HTML report, candidate pages, SVG, dashboard);
-
-with `cli` (nas-search) on top. `from nas.search import Study` is the entry point; the
-report (matplotlib) is imported only on demand.
+"""The search, in four layers, each importing only those before it: `strategy` (how it
+decides), `store` (the SQLite study), `execution` (running it), `reporting` (what people
+read); `api` and `cli` on top. The report (matplotlib) is imported only on demand.
 """
 
 from nas.search.store.candidate import METRICS, STATUSES, Candidate, Inheritance, Status

@@ -1,14 +1,11 @@
 """`nas.run_search`: the search from Python, on arrays in memory, with a user's own loss,
-optimizer, augmentation and costs; and `run_study`, the one loop behind it and `nas-search`.
-
-Why one loop with two doors: a study made from a notebook and one made by the command line
-are the same study (same driver, executors, store, reproducibility); `nas-search` parses
-flags into a config and calls `run_study`, `run_search` checks its arguments into a config
-and calls it too.
+optimizer, augmentation and costs; and `run_study`, the one loop behind it and `nas-search`,
+so a study made from a notebook and one made by the command line are the same study.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -27,9 +24,8 @@ __all__ = ["SearchInterrupted", "SearchResult", "StopSearch", "run_search", "run
 
 
 class SearchInterrupted(KeyboardInterrupt):
-    """`run_search` was interrupted (Ctrl-C, a notebook's interrupt): its message says how
-    many candidates are done and how to go on. A KeyboardInterrupt, raised from
-    `run_search` itself, without the library's frames below it."""
+    """`run_search` was interrupted: its message says how many candidates are done and how
+    to go on. Raised from `run_search` itself, without the library's frames below it."""
 
 
 def run_study(config: ml_collections.ConfigDict, workdir: str, *, budget_given: bool,
@@ -39,9 +35,8 @@ def run_study(config: ml_collections.ConfigDict, workdir: str, *, budget_given: 
               on_checked: Callable[[], None] | None = None) -> tuple[Study, bool]:
     """Runs (or resumes) the search of `config` in `workdir`; (study, whether it trained).
 
-    A resumed study keeps the budget it last ran to unless `budget_given`; a larger one
-    says "extending ..."; a finished one says so in one line and trains nothing.
-    The settings are read here, for both entry points; `on_checked` runs once they are
+    A resumed study keeps the budget it last ran to unless `budget_given`; a finished one
+    says so in one line and trains nothing. `on_checked` runs once the settings are read
     (run_search writes the seeds' files then, so a bad field leaves nothing behind)."""
     from nas.cli_messages import check_workdir
     from nas.search.reporting.report_state import write_if_stale
@@ -89,41 +84,29 @@ def run_search(seed: Any, data: Any, *, workdir: str | os.PathLike, max_candidat
                progress: bool = True,
                extras: Mapping[str, Any] | None = None) -> SearchResult:
     """Searches from `seed` on `data` in `workdir` until `max_candidates` (the seed
-    included) are finished; returns the `SearchResult`. Called again with the same
-    workdir it resumes the study, or returns the finished result without training.
+    included) are finished, then writes `workdir/report/report.html`; returns the
+    `SearchResult`. Called again with the same workdir it resumes the study, or returns the
+    finished result without training. docs/guide.md ("From Python") has each in full.
 
     seed: what `nas.from_flax` or `nas.load_candidate` returns, the path of an exported
-      candidate or graph JSON, or a zoo model name ("cnn", "resnet18", ...); or a list of
-      them: each is trained as the seed is and is a parent for proposals, and the first
-      is "the seed" the recommendation and the finals compare with. With
-      `overrides={"search.start_from": OTHER_WORKDIR}` the study starts from the
-      validation front of the search there (its weights included, the most accurate
-      first: the seed), then from `seed` if given (None: the front alone).
+      candidate or graph JSON, or a zoo model name ("cnn", ...); or a list of them, the
+      first being "the seed" the recommendation compares with. None only with
+      `overrides={"search.start_from": OTHER_WORKDIR}` (the validation front there).
     data: (x_train, y_train, x_test, y_test) numpy arrays (uint8 images (N, H, W) or
-      (N, H, W, C), integer labels from 0), or a dataset name as configs take it
-      ("folder:DIR", "npz:FILE", a tfds name). Decisions read a validation split carved
-      out of x_train; x_test is only reported. num_classes comes from the labels.
-    config: a search config (ConfigDict or a config file's path); by default the README
-      search's settings (`nas.search.presets.evolution`). overrides: dotted keys to
-      values, e.g. {"train.total_epochs": 1.0, "search.selection.min_acc": 0.0}.
-    loss(logits, labels) -> scalar, or loss(logits, labels, batch) -> scalar with batch a
-      dict of "images" (as the model saw them: augmented, scaled), "labels" and each
-      extra (`nas.train.extras`); optimizer(learning_rate_schedule) -> optax transform,
-      augment(key, images) -> images: run inside the compiled train step of every
-      candidate (`nas.train.custom`); costs {name: fn(candidate) -> float}: measured on
-      each trained candidate (lower is better), its metrics' `name`, and a possible
-      front (`search.selection.costs`). Each is shipped by value to the workers.
-    callbacks: fn(candidate) for each candidate as it finishes; raising `nas.StopSearch`
-      stops the search there (resumable). Ctrl-C (or a notebook's interrupt) does too.
-    progress: a progress bar (tqdm.auto: a widget in Jupyter).
-    extras: {name: array} with one row per example of x_train (e.g. a teacher's soft
-      labels, sample weights), with data given as arrays or "npz:FILE": each row follows
-      its example into the loss's `batch[name]` (the validation loss's too; the test split
-      has none, so a loss reading one reports no test loss).
+      (N, H, W, C), integer labels from 0), or a dataset name ("folder:DIR", "npz:FILE",
+      a tfds name). Decisions read a validation split of x_train; x_test is only reported.
+    config: a search config (ConfigDict or a config file's path); by default
+      `nas.search.presets.evolution`. overrides: dotted keys to values.
+    loss(logits, labels[, batch]) -> scalar, optimizer(learning_rate_schedule) -> optax
+      transform, augment(key, images) -> images: run inside every candidate's train step;
+      costs {name: fn(candidate) -> float}, lower is better. Each is shipped by value.
+    callbacks: fn(candidate) as each finishes; raising `nas.StopSearch` stops the search
+      there (resumable), as Ctrl-C does. progress: a progress bar (tqdm.auto).
+    extras: {name: array}, one row per example of x_train, with data as arrays or
+      "npz:FILE": each row follows its example into the loss's `batch[name]`.
 
-    When the search ends it writes `workdir/report/report.html`, as `nas-search` does.
     Every mistake in the arguments is one ValueError naming the argument, before anything
-    is written (no workdir is created)."""
+    is written."""
     from nas.search.execution.worker_death import refuse_spawned_import
 
     refuse_spawned_import("run_search")  # a worker importing a script without the guard
@@ -180,15 +163,15 @@ def _interrupted_line(workdir: str, max_candidates: int) -> str:
             f"went back to pending; call run_search again to resume")
 
 
+@dataclasses.dataclass
 class Prepared:
-    """run_search's arguments as a config and functions, plus what `write` puts in the
-    workdir (the seeds' files) once everything was checked."""
+    """run_search's arguments as a config and functions; `write` puts the seeds' files in
+    the workdir once everything was checked."""
 
-    def __init__(self, config: ml_collections.ConfigDict,
-                 functions: dict[str, Callable[..., Any]], seeds: Sequence[inputs.Seed],
-                 paths: Sequence[str]) -> None:
-        self.config, self.functions = config, functions
-        self.seeds, self.paths = list(seeds), list(paths)
+    config: ml_collections.ConfigDict
+    functions: dict[str, Callable[..., Any]]
+    seeds: list[inputs.Seed]
+    paths: list[str]
 
     def write(self, workdir: str) -> None:
         from nas.io.candidate import save_candidate
@@ -264,11 +247,18 @@ def prepare(seed: Any, data: Any, *, workdir: str, max_candidates: int, config: 
 
         front_parts(str(cfg.search.start_from), cfg.train,
                     str(filled(cfg.search).selection.recommend_cost))
-    stored = arrays.extras if arrays is not None else _npz_extras(cfg.train.input.data.name)
+    if arrays is not None:
+        stored = arrays.extras
+    else:  # an "npz:FILE" dataset carries its own
+        name = cfg.train.input.data.name
+        stored = inputs.read_npz_arrays(name).extras if name.startswith("npz:") else {}
     _check_traces(functions, found, shape, stored)
     fn_lib.pack(functions)  # each can be shipped, or one line naming it
     if arrays is not None:  # checked: kept as an npz in the data cache (not the workdir)
-        cfg.train.input.data.name = f"npz:{arrays.save(_arrays_root(cfg))}"
+        from nas.train.digits import default_data_dir
+
+        root = os.path.join(cfg.train.input.data_dir or default_data_dir(), "nas_arrays")
+        cfg.train.input.data.name = f"npz:{arrays.save(root)}"
     return Prepared(cfg, functions, seeds, paths)
 
 
@@ -301,13 +291,6 @@ def _functions(cfg: ml_collections.ConfigDict, **given: Any) -> dict[str, Callab
     return out
 
 
-def _npz_extras(name: str) -> dict[str, Any]:
-    """The extras an "npz:FILE" dataset carries (none for other datasets)."""
-    if not name.startswith("npz:"):
-        return {}
-    return inputs.read_npz_arrays(name).extras
-
-
 def _check_traces(functions: Mapping[str, Callable[..., Any]], num_classes: int,
                   shape: tuple[int, ...], extras: Mapping[str, Any] | None = None) -> None:
     """The loss traces to a scalar on logits and integer labels (and the batch, for a loss
@@ -319,6 +302,7 @@ def _check_traces(functions: Mapping[str, Callable[..., Any]], num_classes: int,
     from nas.train import extras as extras_lib
 
     if "loss" in functions:
+        name = fn_lib.name_of(functions["loss"])
         logits = jax.ShapeDtypeStruct((2, num_classes), jnp.float32)
         labels = jax.ShapeDtypeStruct((2,), jnp.int32)
         what = f"logits {logits.shape} float32 and labels {labels.shape} int32"
@@ -333,11 +317,11 @@ def _check_traces(functions: Mapping[str, Callable[..., Any]], num_classes: int,
 
             def loss(lg: Any, lb: Any, b: Any, fn: Any = functions["loss"]) -> Any:
                 return extras_lib.call_loss(fn, lg, lb, b)
-        out = _traced("loss", loss, *args, what=what, name=fn_lib.name_of(functions["loss"]))
+        out = _traced("loss", loss, *args, what=what, name=name)
         if not hasattr(out, "shape") or tuple(out.shape) != ():
-            shape = getattr(out, "shape", type(out).__name__)
-            raise ValueError(f"loss: {fn_lib.name_of(functions['loss'])} returned shape "
-                             f"{shape}, expected a scalar (the batch's mean loss)")
+            raise ValueError(f"loss: {name} returned shape "
+                             f"{getattr(out, 'shape', type(out).__name__)}, expected a scalar "
+                             f"(the batch's mean loss)")
     if "augment" in functions:
         images = jax.ShapeDtypeStruct((2, *shape), jnp.float32)
         key = jax.ShapeDtypeStruct((2,), jnp.uint32)
@@ -384,18 +368,11 @@ def _seeds_into(cfg: ml_collections.ConfigDict, seeds: Sequence[inputs.Seed], wo
     others as `search.extra_seeds`; all of them there with `search.start_from`, whose
     front comes first), and the images at their input shape (size and channels) unless
     the overrides set them. Returns where each loaded candidate is kept ("" for others)."""
-    paths, names = [], []
-    for i, seed in enumerate(seeds):
-        if seed.model_name:
-            paths.append("")
-            names.append(seed.model_name)
-        elif seed.candidate is not None:
-            file = inputs.SEED_FILE if i == 0 else inputs.seed_file(i)
-            paths.append(os.path.join(os.path.abspath(workdir), file))
-            names.append(paths[-1])
-        else:
-            paths.append(seed.path)
-            names.append(seed.path)
+    root = os.path.abspath(workdir)
+    paths = [seed.path if seed.candidate is None else
+             os.path.join(root, inputs.SEED_FILE if i == 0 else f"seed{i}.zip")
+             for i, seed in enumerate(seeds)]  # a zoo model's path is ""
+    names = [seed.model_name or path for seed, path in zip(seeds, paths, strict=True)]
     first = 0
     if not cfg.search.start_from and seeds:
         first = 1
@@ -436,9 +413,3 @@ def _seeds_into(cfg: ml_collections.ConfigDict, seeds: Sequence[inputs.Seed], wo
 def _has_candidates(workdir: str) -> bool:
     found = _finished(workdir)
     return found is not None and found[1]
-
-
-def _arrays_root(cfg: ml_collections.ConfigDict) -> str:
-    from nas.train.digits import default_data_dir
-
-    return os.path.join(cfg.train.input.data_dir or default_data_dir(), "nas_arrays")

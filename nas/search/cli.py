@@ -112,14 +112,18 @@ INTERRUPTED = 130
 
 
 def fail(message: str, code: int = 1) -> None:
-    """One line on stderr, then exit without running anything else (no atexit tracebacks
-    from background threads of libraries)."""
-    from nas.search.store.database import close_all
-
+    """One line on stderr, then `_exit`."""
     message = re.sub(r"\s*\[tensorstore_spec=.*", "", message)  # orbax's internals
     if len(message) > 600:
         message = message[:597] + "..."
     print(f"{PROG}: error: {message}", file=sys.stderr, flush=True)
+    _exit(code)
+
+
+def _exit(code: int) -> None:
+    """Exit without running anything else (no atexit tracebacks from libraries' threads)."""
+    from nas.search.store.database import close_all
+
     sys.stdout.flush()
     close_all()
     os._exit(code)
@@ -229,7 +233,7 @@ def _report(workdir: str) -> None:
 
 
 def _export(workdir: str) -> None:
-    from nas.search.result import take_home
+    from nas.search.result import candidate_id, take_home
     from nas.search.store.export import export_candidate
     from nas.search.store.study import Study
 
@@ -246,7 +250,10 @@ def _export(workdir: str) -> None:
         except ValueError as e:
             raise ValueError(f"--out: {e}") from None
     study = Study.load(workdir)
-    cid, why = export_id(study, _ID.value)
+    try:
+        cid, why = candidate_id(study, _ID.value)
+    except ValueError as e:
+        raise ValueError(f"--{e}") from None
     home = take_home(study, _ID.value)
     if home is not None:
         why += ", the finals' retrain of it (more accurate on validation than the search's weights)"
@@ -283,32 +290,10 @@ def _export(workdir: str) -> None:
     print("  logits = candidate(images)  # images: (batch, *candidate.input_shape) float32")
 
 
-def export_id(study: Any, value: str) -> tuple[int, str]:
-    """(candidate id, a note for the output) of --id: a number, 'recommended' or 'best'."""
-    from nas.search.result import candidate_id
-
-    try:
-        return candidate_id(study, value)
-    except ValueError as e:
-        raise ValueError(f"--{e}") from None
-
-
-def _import() -> None:
-    from nas.search.import_cli import import_checked
-
-    if not _FLAX.value:
-        raise ValueError("import needs --flax=package.module:factory")
-    # a seed file is kept: its outputs must be the module's (checked before it is
-    # written), and the line says how close they are
-    print(import_checked(_FLAX.value, _INPUT_SHAPE.value, _VARIABLES.value,
-                         _OUT.value).line())
-
-
 def _dashboard(workdir: str) -> None:
     import asyncio
 
     from nas.search.reporting.dashboard import Dashboard, serve
-    from nas.search.store.database import close_all
     from nas.search.store.study import Study
 
     check_workdir(workdir, create=False)
@@ -316,9 +301,7 @@ def _dashboard(workdir: str) -> None:
     try:
         asyncio.run(serve(dashboard, _HOST.value, _PORT.value))
     except KeyboardInterrupt:  # the way to stop it: no traceback, no line, exit 130
-        sys.stdout.flush()
-        close_all()
-        os._exit(INTERRUPTED)
+        _exit(INTERRUPTED)
 
 
 SEVERAL_PROCESSES = (
@@ -331,11 +314,9 @@ SEVERAL_PROCESSES = (
 
 
 def join_processes(config: Any) -> None:
-    """`jax.distributed` as the search config's `train.distributed` and the NAS_*
-    environment ask (`nas.train.distributed`): nothing when they ask for nothing, one
-    process as asked; more processes are refused in every one of them (SEVERAL_PROCESSES),
-    before any joins. The driver hands its candidates to workers of its own and to Ray,
-    none of which would follow it into a program spanning hosts; and a process that
+    """`jax.distributed` as `train.distributed` and the NAS_* environment ask, for one
+    process; more are refused in each (SEVERAL_PROCESSES) before any joins: the driver's
+    workers and Ray would not follow it into a program spanning hosts, and a process that
     joined and left would have the others wait for it until jax's timeouts end them."""
     from nas.train import distributed
 
@@ -366,8 +347,13 @@ def _main(argv: Sequence[str]) -> None:
         fail(f"unknown command {' '.join(argv[1:])!r}; expected one of {', '.join(COMMANDS)} "
              f"(search is the default)")
     if command == "import":  # writes one file: no study, no workdir
+        from nas.search.import_cli import import_checked
+
         try:
-            _import()
+            if not _FLAX.value:
+                raise ValueError("import needs --flax=package.module:factory")
+            print(import_checked(_FLAX.value, _INPUT_SHAPE.value, _VARIABLES.value,
+                                 _OUT.value).line())
         except OSError as e:
             fail(os_error_line(e))
         except ValueError as e:
@@ -394,9 +380,8 @@ def _main(argv: Sequence[str]) -> None:
 
 
 def _count_interrupts() -> list[int]:
-    """Ctrl-C raises KeyboardInterrupt as usual and is also recorded in the returned list,
-    so that one swallowed on its way (a library's bare `except:`, a `__del__`) still ends
-    the command with the interrupted line and exit 130."""
+    """Ctrl-C raises KeyboardInterrupt and is also recorded in the returned list, so one
+    swallowed on its way (a bare `except:`, a `__del__`) still ends the command as one."""
     received: list[int] = []
 
     def on_sigint(signum: int, frame: FrameType | None) -> None:
@@ -412,9 +397,8 @@ def _count_interrupts() -> list[int]:
 
 
 def _swallowing(frame: FrameType | None) -> bool:
-    """Whether Python would swallow an exception raised in `frame`: inside a garbage
-    collector callback (jax registers one) or a `__del__`, where it is printed as
-    "Exception ignored in ..." with its traceback, and lost."""
+    """Whether Python would print an exception raised in `frame` as "Exception ignored" and
+    lose it: inside a garbage collector callback (jax registers one) or a `__del__`."""
     callbacks = {getattr(cb, "__code__", None) for cb in gc.callbacks}
     while frame is not None:
         if frame.f_code in callbacks or frame.f_code.co_name == "__del__":

@@ -1,9 +1,5 @@
-"""`nas-search import`: a user's Flax model from the command line, as a seed file.
-
-Why: `nas-search --seed_graph=FILE` starts a search from an exported candidate; this writes
-one from `package.module:factory` (the factory returns the module) and, optionally, its
-trained weights, so a search of a user's model takes two commands and no Python.
-"""
+"""`nas-search import`: a user's Flax model (`package.module:factory`, with its weights if
+given) written as a seed file for `--seed_graph`, so searching it needs no Python."""
 
 from __future__ import annotations
 
@@ -82,21 +78,21 @@ def read_variables(path: str) -> dict[str, Any]:
 
 @dataclasses.dataclass(frozen=True)
 class Imported:
-    """A written seed file and what the import check measured on the example batch."""
+    """A written seed file and what the import check measured."""
 
     path: str
     check: ImportCheck
 
     def line(self) -> str:
-        """What `nas-search import` prints: the path, then how close the import is."""
+        """What `nas-search import` prints."""
         return (f"{self.path}: import checked on a random batch of {EXAMPLE_BATCH}, "
                 f"{self.check.text()}")
 
 
 def import_flax(spec: str, input_shape: str | None, variables: str | None,
                 out: str | None) -> str:
-    """Import the module, write the seed file; returns its path. Checked only inside
-    `nas.interop.check.checked_imports()` (`import_checked` always checks)."""
+    """Imports the module and writes the seed file; returns its path. Checked only inside
+    `nas.interop.check.checked_imports()`."""
     from nas.interop.importer import from_flax
 
     model, x, loaded = _prepare(spec, input_shape, variables, out)
@@ -105,9 +101,8 @@ def import_flax(spec: str, input_shape: str | None, variables: str | None,
 
 def import_checked(spec: str, input_shape: str | None, variables: str | None,
                    out: str | None) -> Imported:
-    """`import_flax` with the import check always run, before anything is written, and its
-    measurement returned (what `nas-search import` prints). Call it outside
-    `checked_imports()`, which would check a second time."""
+    """`import_flax` with the import check always run before anything is written. Call it
+    outside `checked_imports()`, which would check a second time."""
     from nas.interop.check import measure_import
     from nas.interop.importer import from_flax
 
@@ -119,8 +114,8 @@ def import_checked(spec: str, input_shape: str | None, variables: str | None,
 
 def _prepare(spec: str, input_shape: str | None, variables: str | None, out: str | None
              ) -> tuple[Any, Any, dict[str, Any] | None]:
-    """The flags read and checked: the module, the example batch, its variables (None: a
-    linen module is initialised as `from_flax` does)."""
+    """The module, the example batch and its variables (None: `from_flax` initialises a
+    linen module)."""
     if not out:
         raise ValueError("import needs --out=FILE.zip")
     shape = parse_shape(input_shape)

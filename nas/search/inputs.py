@@ -1,10 +1,5 @@
-"""`nas.run_search`'s arguments, checked and turned into a search config before anything
-is written: the seed, the data, the config and its overrides.
-
-Why its own module: each mistake a user can make at the front door is one `ValueError`
-line naming the argument, and no workdir is created; checking everything first, then
-writing (the seed file, the arrays as an npz), keeps that true.
-"""
+"""`nas.run_search`'s arguments (the seed, the data, the config and its overrides), checked
+before anything is written: each mistake is one `ValueError` line naming the argument."""
 
 from __future__ import annotations
 
@@ -25,9 +20,6 @@ ARRAY_NAMES = ("x_train", "y_train", "x_test", "y_test")
 SEED_FILE = "seed.zip"  # a seed given as a loaded candidate is saved here, in the workdir
 
 
-# ----------------------------------------------------------------------------- seed
-
-
 @dataclasses.dataclass(frozen=True)
 class Seed:
     """What a search starts from: a loaded candidate, a file, or a zoo model name."""
@@ -39,22 +31,33 @@ class Seed:
     found: Any = None  # what `path` held, as read once (an export, or a graph JSON's bytes)
 
     def outputs(self, shape: tuple[int, ...]) -> int | None:
-        """How many classes the seed's logits have on images of `shape` (H, W, C) (None
-        for a zoo model: it is built for the data's)."""
+        """The size of the seed's logits on images of `shape` (H, W, C); None for a zoo
+        model (built for the data's)."""
         if self.model_name:
             return None
-        candidate = self.candidate or self.found
-        if isinstance(candidate, bytes):
-            from nas.graph.serialize import load
+        import jax
+        import jax.numpy as jnp
 
-            graph, constants = load(candidate)
-            return _outputs(graph, constants, None, shape)
-        return _outputs(candidate.graph, candidate.constants, candidate.variables, shape)
+        from nas.graph import Model
+        from nas.graph.serialize import load
+
+        candidate = self.candidate or self.found
+        if isinstance(candidate, bytes):  # a graph JSON: no variables
+            (graph, constants), variables = load(candidate), None
+        else:
+            graph, constants = candidate.graph, candidate.constants
+            variables = candidate.variables
+        model = Model(graph, constants)
+        x = jax.ShapeDtypeStruct((1, *shape), jnp.float32)  # shapes only
+        if variables is None:
+            variables = jax.eval_shape(lambda x: model.init(jax.random.PRNGKey(0), x), x)
+        out = jax.eval_shape(lambda v, x: model.apply(v, x, deterministic=True, training=False),
+                             variables, x)
+        return int(jax.tree.leaves(out)[0].shape[-1])
 
 
 def read_seed(seed: Any) -> Seed:
-    """`seed`: what `nas.from_flax` or `nas.load_candidate` returns, a path to an exported
-    candidate or a graph JSON, or a zoo model name."""
+    """One seed, as `run_search` takes it."""
     from nas import zoo
     from nas.io.candidate import ExportedCandidate, read_graph_or_export_for
 
@@ -73,16 +76,9 @@ def read_seed(seed: Any) -> Seed:
                      f"({', '.join(zoo.MODEL_NAMES)}), got {_short(seed)}")
 
 
-def seed_file(index: int) -> str:
-    """Where seed `index` (from 1; the first is `SEED_FILE`) given as a loaded candidate
-    is kept in the workdir."""
-    return f"seed{index}.zip"
-
-
 def read_seeds(seed: Any, start_from: bool) -> list[Seed]:
-    """`run_search`'s `seed`: one seed, or a non-empty list of them (each read as
-    `read_seed` reads one, its mistakes naming `seed[i]`); None only with
-    `search.start_from` (its front is the seeds)."""
+    """One seed or a list of them (mistakes naming `seed[i]`); None only with
+    `search.start_from`."""
     if seed is None:
         if start_from:
             return []
@@ -103,8 +99,8 @@ def read_seeds(seed: Any, start_from: bool) -> list[Seed]:
 
 
 def check_same_seed(seed: Seed, path: str) -> None:
-    """A study started from a loaded candidate keeps its copy at `path`: called again with
-    another model, that is one line (its children descend from the first one)."""
+    """A study started from a loaded candidate keeps its copy at `path`: resuming it with
+    another model is one line (its children descend from the first one)."""
     if seed.candidate is None or not os.path.isfile(path):
         return
     from nas.graph.serialize import graph_to_json
@@ -121,43 +117,13 @@ def _shape(shape: Any) -> tuple[int, ...] | None:
     return None if shape is None else tuple(int(d) for d in shape)
 
 
-def _outputs(graph: Any, constants: Any, variables: Any, input_shape: Sequence[int]) -> int:
-    """The size of the last axis of the graph's output on one example (shapes only)."""
-    import jax
-    import jax.numpy as jnp
-
-    from nas.graph import Model
-
-    model = Model(graph, constants)
-    x = jax.ShapeDtypeStruct((1, *input_shape), jnp.float32)
-    if variables is None:
-        variables = jax.eval_shape(lambda x: model.init(jax.random.PRNGKey(0), x), x)
-    out = jax.eval_shape(lambda v, x: model.apply(v, x, deterministic=True, training=False),
-                         variables, x)
-    return int(jax.tree.leaves(out)[0].shape[-1])
-
-
-# ----------------------------------------------------------------------------- data
-
-
 @dataclasses.dataclass(frozen=True)
 class Arrays:
-    """Images and labels held in memory, checked; saved as an npz named by their content."""
+    """Images and labels held in memory, checked."""
 
     arrays: dict[str, np.ndarray]
     num_classes: int
-    image_shape: tuple[int, int, int]  # (H, W, C) of every image
     extras: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)  # per example
-
-    @property
-    def digest(self) -> str:
-        h = hashlib.sha256()
-        for name, a in [*((n, self.arrays[n]) for n in ARRAY_NAMES),
-                        *sorted(self.extras.items())]:
-            a = np.ascontiguousarray(a)
-            h.update(f"{name}:{a.dtype.str}:{a.shape};".encode())
-            h.update(a.tobytes())
-        return h.hexdigest()[:20]
 
     def with_extras(self, extras: Any) -> Arrays:
         """These arrays and `extras` ({name: one row per training example}), checked."""
@@ -166,11 +132,17 @@ class Arrays:
         return dataclasses.replace(self, extras=checked(extras, len(self.arrays["x_train"])))
 
     def save(self, root: str) -> str:
-        """The npz under `root`, named by the arrays' content: written once, read by every
-        worker, and the same arrays given again (a resumed search) name the same file."""
+        """The npz under `root`, named by the arrays' content, so the same arrays given
+        again (a resumed search) name the same file, written once."""
         from nas.atomic import atomic_write_with
 
-        path = os.path.join(os.path.abspath(root), f"arrays-{self.digest}.npz")
+        h = hashlib.sha256()
+        for name, a in [*((n, self.arrays[n]) for n in ARRAY_NAMES),
+                        *sorted(self.extras.items())]:
+            a = np.ascontiguousarray(a)
+            h.update(f"{name}:{a.dtype.str}:{a.shape};".encode())
+            h.update(a.tobytes())
+        path = os.path.join(os.path.abspath(root), f"arrays-{h.hexdigest()[:20]}.npz")
         if not os.path.isfile(path):
             os.makedirs(os.path.dirname(path), exist_ok=True)
             atomic_write_with(path, lambda f: np.savez(f, **self.arrays, **self.extras))
@@ -178,32 +150,27 @@ class Arrays:
 
 
 def read_arrays(data: Sequence[Any]) -> Arrays:
-    """`(x_train, y_train, x_test, y_test)`: uint8 images (N, H, W) or (N, H, W, C), C 1
-    or 3, and integer labels from 0, checked as an npz file's are; each mistake one line
-    naming the array."""
+    """`(x_train, y_train, x_test, y_test)`, checked as an npz file's are."""
     from nas.train.userfiles import checked_arrays
 
     if len(data) != 4:
         raise ValueError(f"data: expected (x_train, y_train, x_test, y_test), got a "
                          f"{type(data).__name__} of {len(data)}")
     given = dict(zip(ARRAY_NAMES, (np.asarray(a) for a in data), strict=True))
-    arrays, shape, num_classes = checked_arrays("data", given)
-    return Arrays(arrays, num_classes, shape)
+    arrays, _, num_classes = checked_arrays("data", given)
+    return Arrays(arrays, num_classes)
 
 
 def read_npz_arrays(name: str) -> Arrays:
-    """The arrays of the data named "npz:FILE", checked as its conversion checks them (to
-    save them again beside extras given in memory)."""
+    """The arrays of the data named "npz:FILE" (saved again beside extras given in memory)."""
     from nas.train import userdata, userfiles
 
     content = userfiles.read("npz", userdata.path_of(name))
-    return Arrays(dict(content.reader.arrays), content.num_classes,
-                  tuple(content.shape), dict(content.extras))
+    return Arrays(dict(content.reader.arrays), content.num_classes, dict(content.extras))
 
 
 def check_classes(num_classes: int, outputs: int | None, labels: Arrays | None) -> None:
-    """The data's classes against the seed's outputs: labels past the outputs, or fewer
-    classes than outputs, are one line each."""
+    """The data's classes against the seed's outputs."""
     if outputs is None or num_classes == outputs:
         return
     if num_classes > outputs:
@@ -214,12 +181,9 @@ def check_classes(num_classes: int, outputs: int | None, labels: Arrays | None) 
                      f"{outputs} outputs (expected as many classes as outputs)")
 
 
-# ----------------------------------------------------------------------------- config
-
-
 def base_search_config(config: Any) -> ml_collections.ConfigDict:
-    """`config` (a ConfigDict, a dict, or a config file's path), or by default the README
-    search's settings (`nas.search.presets.evolution`) around the small-images recipe."""
+    """`config` (a ConfigDict, a dict, or a config file's path, copied), by default
+    `nas.search.presets.evolution` around the small-images recipe."""
     if config is None:
         out = evolution(small_images())
         out.train.num_classes = 0  # from the data
@@ -246,16 +210,14 @@ def base_search_config(config: Any) -> ml_collections.ConfigDict:
     return ml_collections.ConfigDict(config.to_dict())  # the caller's stays unchanged
 
 
-# The one section whose keys are names the user picks (a bound per cost), so an override
-# may add a key there: "search.constraints.latency_ms" (the command line's too).
+# The one section whose keys the user picks (a bound per cost): an override may add one.
 OPEN_SECTION = ("search", "constraints")
 
 
 def split_open_overrides(argv: Sequence[str]) -> tuple[list[str], dict[str, Any]]:
-    """(`argv` without them, {key: value}) of the `--config.search.constraints.NAME=V`
-    arguments: ml_collections refuses a key its config lacks, and a bound may name any
-    cost. A value reads as a number where it is one (else it stays text, refused with the
-    config)."""
+    """(`argv` without them, {NAME: value}) of the `--config.search.constraints.NAME=V`
+    arguments, which ml_collections would refuse for a NAME its config lacks. A value is a
+    float where it reads as one, else text (refused with the config)."""
     prefix = "--config." + ".".join(OPEN_SECTION) + "."
     rest, found = [], {}
     for arg in argv:
@@ -271,7 +233,7 @@ def split_open_overrides(argv: Sequence[str]) -> tuple[list[str], dict[str, Any]
 
 
 def add_open_overrides(config: ml_collections.ConfigDict, values: Mapping[str, Any]) -> None:
-    """Set `split_open_overrides`' values in `config.search.constraints` (made if missing)."""
+    """Sets `split_open_overrides`' values in `config.search.constraints`."""
     if not values or "search" not in config:
         return
     if "constraints" not in config.search:
@@ -282,8 +244,8 @@ def add_open_overrides(config: ml_collections.ConfigDict, values: Mapping[str, A
 
 def apply_overrides(config: ml_collections.ConfigDict, overrides: Mapping[str, Any] | None
                     ) -> list[str]:
-    """Sets each dotted key (e.g. "train.total_epochs") as `--config.KEY=V` would: a key
-    the config lacks, or a value of the wrong type, is one line. Returns the keys set."""
+    """Sets each dotted key (e.g. "train.total_epochs") as `--config.KEY=V` would; returns
+    the keys set."""
     if overrides is None:
         return []
     if not isinstance(overrides, Mapping):
@@ -311,21 +273,20 @@ def apply_overrides(config: ml_collections.ConfigDict, overrides: Mapping[str, A
 
 
 def _as_field(current: Any, value: Any) -> Any:
-    """`value` for a field holding `current`: an int where a float is kept as float, a
-    list where a tuple is as a tuple; other types must match."""
+    """`value` for a field holding `current`: an int for a float and a list for a tuple are
+    converted; other types must match."""
     if isinstance(current, float) and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if isinstance(current, tuple) and isinstance(value, list):
         return tuple(value)
-    if current is not None and not isinstance(current, ml_collections.ConfigDict) and \
-            not isinstance(value, type(current)) and not (
-                isinstance(current, Mapping) and isinstance(value, Mapping)):
-        raise TypeError(f"expected {type(current).__name__}, got {type(value).__name__} "
-                        f"{value!r:.60}")
     if isinstance(current, ml_collections.ConfigDict):
         if not isinstance(value, Mapping):
             raise TypeError(f"expected a dict, got {type(value).__name__}")
         return ml_collections.ConfigDict(dict(value))
+    if current is not None and not isinstance(value, type(current)) and not (
+            isinstance(current, Mapping) and isinstance(value, Mapping)):
+        raise TypeError(f"expected {type(current).__name__}, got {type(value).__name__} "
+                        f"{value!r:.60}")
     return value
 
 

@@ -1,9 +1,6 @@
-"""`SearchResult`: a finished (or stopped) search as Python objects.
-
-Why: a notebook user wants the answer as values (the recommended model to call, the best
-few, a front to plot, the summary text) rather than files to read back; the study in the
-workdir stays the one source, so a result opened later (`SearchResult.load`), one made by
-`nas-search`, or one still running all answer the same way.
+"""`SearchResult`: a search as Python values (the model to call, the best few, a front,
+the summary). The study in the workdir stays the one source, so a result opened later, one
+made by `nas-search` or one still running all answer the same way.
 """
 
 from __future__ import annotations
@@ -20,24 +17,17 @@ from nas.search.store.study import Study
 EXPORTS = "exports"  # loaded candidates are exported here once, in the workdir
 
 
-def _plain(key: str, value: Any) -> bool:
-    """A metric that fits a table cell: a number, a flag or a short text (not the
-    per-example right/wrong bits, `*_correct`)."""
-    return isinstance(value, int | float | bool | str) and not key.endswith("_correct")
-
-
 def candidate_id(study: Study, value: int | str) -> tuple[int, str]:
-    """(candidate id, a note) for an id, "recommended" (the summary's recommendation) or
-    "best" (highest validation accuracy); one ValueError line when there is none yet."""
+    """(candidate id, a note) for an id, "recommended" or "best" (highest validation
+    accuracy); one ValueError line when there is none yet."""
     from nas.search.store import recommend
 
     if isinstance(value, int) and not isinstance(value, bool):
         return value, ""
     text = str(value).strip().lower()
     if text in ("recommended", "best"):
-        done = study.candidates(Status.DONE)
         if text == "best":
-            chosen = recommend.best_by_validation(done)
+            chosen = recommend.best_by_validation(study.candidates(Status.DONE))
         else:
             rec = answer(study).recommendation
             if rec.candidate is None and rec.closest is not None:  # none within the bounds
@@ -55,10 +45,8 @@ def candidate_id(study: Study, value: int | str) -> tuple[int, str]:
 
 
 def take_home(study: Study, value: int | str) -> Any:
-    """For "recommended": the finals' retrain of it (`nas.search.store.finals.Run`) when
-    that is the model taken home (more accurate on validation than the search's own
-    weights, `nas.search.store.finals_table.TakeHome`); else None (the candidate's own
-    weights are exported)."""
+    """For "recommended": the finals' retrain of it (`finals.Run`) when that is the model
+    taken home (`finals_table.TakeHome`); else None (the candidate's own weights)."""
     if str(value).strip().lower() != "recommended":
         return None
     kept = answer(study).take_home
@@ -66,15 +54,14 @@ def take_home(study: Study, value: int | str) -> Any:
 
 
 class SearchResult:
-    """The study of a search, read through: `recommended`, `best(k)`, `front(cost)`,
-    `candidates()`, `summary()`, `export(...)`, `export_flax(...)`; `study` is the `Study`."""
+    """The study of a search, read through; `study` is the `Study`."""
 
     def __init__(self, study: Study) -> None:
         self.study = study
 
     @classmethod
     def load(cls, workdir: str | os.PathLike) -> SearchResult:
-        """The result of the study in `workdir` (made by `nas.run_search` or `nas-search`)."""
+        """The result of the study in `workdir`."""
         return cls(Study.load(workdir))
 
     @property
@@ -83,13 +70,12 @@ class SearchResult:
 
     @property
     def recommended(self) -> Any:
-        """The recommended candidate, loaded (`nas.load_candidate`): call it on a batch;
-        `info["id"]` is its id in the study and `metrics` its metrics."""
+        """The recommended candidate, loaded (`nas.load_candidate`): call it on a batch."""
         return self.load_candidate("recommended")
 
     def load_candidate(self, id: int | str = "recommended") -> Any:  # noqa: A002
-        """Candidate `id` (or "recommended", "best") as `nas.load_candidate` loads it,
-        from its export in the workdir (written the first time it is asked for)."""
+        """Candidate `id` (or "recommended", "best") as `nas.load_candidate` loads it, from
+        its export in the workdir (written the first time it is asked for)."""
         from nas.io.candidate import load_candidate
 
         cid, _ = candidate_id(self.study, id)
@@ -113,12 +99,10 @@ class SearchResult:
         return self.study.candidates(status) if status else self.study.candidates()
 
     def dataframe(self) -> Any:
-        """A pandas DataFrame of the trials, as Optuna's `trials_dataframe()`: one row per
-        candidate (indexed by id) with its parent, status, generation, the move that made
-        it (`kind`), each hyperparameter it trained with (`hparams_<name>`, as Optuna's
-        `params_*`), every metric and cost it reported (accuracy, start_accuracy, loss,
-        flops, params, the user's costs, ...; per-example bit strings left out), its error
-        and times. Needs pandas (the `notebook` extra)."""
+        """A pandas DataFrame as Optuna's `trials_dataframe()`: one row per candidate (by
+        id) with its parent, status, generation, move (`kind`), hyperparameters
+        (`hparams_<name>`), every plain metric and cost (not the per-example `*_correct`
+        bits), error and times. Needs pandas (the `notebook` extra)."""
         try:
             import pandas
         except ImportError:
@@ -131,7 +115,8 @@ class SearchResult:
                                        "seed" if c.parent_id is None else None)}
             row.update({f"hparams_{k}": v for k, v in
                         sorted((c.inheritance.hparams or {}).items())})
-            row.update({k: v for k, v in c.metrics.items() if _plain(k, v)})
+            row.update({k: v for k, v in c.metrics.items()
+                        if isinstance(v, int | float | bool | str) and not k.endswith("_correct")})
             row.update(error=c.error, fingerprint=c.fingerprint, worker=c.worker,
                        created_at=c.created_at, started_at=c.started_at,
                        finished_at=c.finished_at)
@@ -140,8 +125,7 @@ class SearchResult:
         return frame.set_index("id")
 
     def summary(self) -> str:
-        """The text `nas-search` prints at the end: counts, the best five, the seed, the
-        paired comparisons and the recommendation."""
+        """The text `nas-search` prints at the end."""
         from nas.search.reporting.report import summary
 
         return summary(self.study)
@@ -153,9 +137,8 @@ class SearchResult:
 
     def export_flax(self, directory: str | os.PathLike, id: int | str = "recommended",  # noqa: A002
                     api: str | None = None) -> Path:
-        """Candidate `id` as plain Flax code: `directory/model.py` and its variables
-        (`nas-search export --format=flax`), runnable without nas; `api` "linen" or "nnx"
-        (by default the seed's, as `nas.from_flax` imported it)."""
+        """Candidate `id` as plain Flax code (`nas-search export --format=flax`); `api`
+        "linen" or "nnx" (by default the seed's, as `nas.from_flax` imported it)."""
         from nas.interop.flax_code import check_out_dir
         from nas.search.store.export import export_flax_code
 
