@@ -142,7 +142,7 @@ class SearchResult:
     def summary(self) -> str:
         """The text `nas-search` prints at the end: counts, the best five, the seed, the
         paired comparisons and the recommendation."""
-        from nas.search.reporting.report import summary
+        from nas.search.reporting.report_text import summary
 
         return summary(self.study)
 

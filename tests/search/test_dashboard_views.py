@@ -8,7 +8,7 @@ from nas.graph.serialize import graph_to_json
 from nas.io import examples
 from nas.search import Study
 from nas.search.reporting.dashboard import Dashboard
-from nas.search.reporting.report import summary
+from nas.search.reporting.report_text import summary
 from nas.search.store import recommend
 from nas.zoo import cnn
 

@@ -18,20 +18,18 @@ from typing import Any
 
 from aiohttp import web
 
-from nas.search.reporting.finals_report import finals_html
+from nas.search.reporting.highlights import ranked_costs
 from nas.search.reporting.live_fronts import LiveFronts
-from nas.search.reporting.report import (
+from nas.search.reporting.report import CSS, to_csv
+from nas.search.reporting.report_candidate import candidate_section, input_shape
+from nas.search.reporting.report_text import (
     COST_LABELS,
-    CSS,
-    candidate_section,
+    finals_html,
     fmt,
     front_label,
-    input_shape,
     lineage,
     measured,
-    ranked_costs,
     reported_test_text,
-    to_csv,
     val_accuracy_text,
 )
 from nas.search.reporting.svg import esc
@@ -289,7 +287,7 @@ async function refresh() {{
     fill(document.getElementById("recent-table"), o.recent);
     fill(document.getElementById("best-table"), o.best);
     if (o.pictures) drawFronts(o.pictures, o.k);
-    // server-rendered, every text in it escaped (finals_report.finals_html)
+    // server-rendered, every text in it escaped (report_text.finals_html)
     document.getElementById("finals-box").innerHTML = o.finals || "";
     const fronts = document.getElementById("front-tables");
     fronts.replaceChildren();

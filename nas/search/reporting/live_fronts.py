@@ -23,7 +23,7 @@ import numpy as np
 
 from nas.io import examples
 from nas.search.reporting.highlights import SCALE_LIMIT, ranked_costs
-from nas.search.reporting.report import COST_LABELS, front_label, val_accuracy_text
+from nas.search.reporting.report_text import COST_LABELS, front_label, val_accuracy_text
 from nas.search.reporting.svg import Point, generation_colour, scatter
 from nas.search.store import recommend
 from nas.search.store.candidate import Candidate, Status

@@ -14,8 +14,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from nas.search.reporting.report_text import fmt, front_label, lineage, start_text
 from nas.search.reporting.svg import esc, line_chart
+from nas.search.store import recommend
 from nas.search.store.candidate import Candidate, Inheritance
+from nas.search.store.study import Study
+from nas.search.strategy.selection import cost_value
+from nas.train.config import image_shape
 
 
 @dataclass
@@ -350,3 +355,84 @@ def training_curve(records: Sequence[Mapping[str, Any]], css_class: str = "train
 
 def metrics_path(workdir: str, candidate: Candidate) -> str:
     return os.path.join(str(workdir), "candidates", str(candidate.id), "train", "metrics.jsonl")
+
+
+def input_shape(study: Study) -> tuple[int, ...]:
+    """The shape of one input example (batch 1) the study trains on; CIFAR's if unknown."""
+    try:
+        return (1, *image_shape(study.config["train"]))
+    except (KeyError, TypeError, ValueError):
+        return (1, 32, 32, 3)
+
+
+def candidate_section(study: Study, c: Candidate, by_id: dict[int, Candidate],
+                       shape: tuple[int, ...], costs: Sequence[str], on: Sequence[str],
+                       archs: dict[int, Architecture],
+                       pairs: recommend.Comparisons | None = None,
+                       why: Sequence[str] = (), sections: set[int] | None = None,
+                       rows: set[int] | None = None) -> str:
+    """One candidate in detail. `by_id` holds it and its ancestors with their graphs;
+    `on`: the fronts it is on; `why`: why the report shows it; `sections` / `rows`: the
+    ids whose section / table row the page has, to link to (None: link to any)."""
+    def arch_of(cid: int) -> Architecture:
+        if cid not in archs:
+            archs[cid] = architecture(by_id[cid].graph_json, shape)
+        return archs[cid]
+
+    arch = arch_of(c.id)
+    made = origins([(by_id[i], arch_of(i)) for i in lineage(c.id, by_id)])
+    parent = by_id.get(c.parent_id) if c.parent_id is not None else None
+    fresh = set(c.inheritance.new or ())
+    added: set[str] = set()
+    if parent is not None:
+        parent_arch = arch_of(parent.id)
+        diff = mutation_diff(arch, parent_arch, c.inheritance, c.metrics)
+        added = {op.name for op in diff.added}
+        change = diff_html(diff)
+    else:
+        change = '<p class="note">seed model: no parent</p>'
+    metrics = ", ".join(f"{k} {fmt(v)}" for k in ("accuracy", *costs)
+                        if (v := c.accuracy if k == "accuracy" else cost_value(c, k))
+                        is not None)
+    metrics = ", ".join(filter(None, (metrics, start_text(c, parent))))
+    up = "" if parent is None else f" from {link(parent.id, sections, 'cand-')}"
+    fronts = ", ".join(front_label(cost) for cost in on) or "none"
+    shown = (f'<p class="shown-for"><b>shown as</b>: {esc(", ".join(why))}</p>'
+             if why else "")
+    return (f'<section class="candidate" id="cand-{c.id}"><h3>candidate {c.id} '
+            f"(generation {c.generation}){up}</h3>"
+            f'<p class="on-fronts"><b>on the fronts</b>: {esc(fronts)}</p>{shown}'
+            f"{versus_html(c, by_id, pairs)}"
+            f"<p>{esc(metrics)} — row {link(c.id, rows, 'c')}</p>"
+            f'<h4>what the mutation changed</h4>{change}'
+            f'<h4>training</h4><div class="row">'
+            f"{training_curve(read_metrics(metrics_path(str(study.workdir), c)))}</div>"
+            f'<h4>architecture</h4><div class="row"><div>{op_table(arch, added | fresh, made)}'
+            f"</div><div>{diagram(arch, added | fresh)}</div></div></section>")
+
+
+def link(cid: int, present: set[int] | None, prefix: str) -> str:
+    """`cid` as a link to `#<prefix><cid>` when the page has that target (`present` None:
+    assumed), else as plain text."""
+    return f'<a href="#{prefix}{cid}">{cid}</a>' if present is None or cid in present \
+        else str(cid)
+
+
+def versus_html(c: Candidate, by_id: dict[int, Candidate],
+                 pairs: recommend.Comparisons | None) -> str:
+    """"within noise / better / worse" against the seed (and the parent), per split."""
+    seed = recommend.seed_of(list(by_id.values()))
+    if seed is None:
+        return ""
+    if c.id == seed.id:
+        return '<p class="vs-seed"><b>the seed</b>: every other candidate is compared to it</p>'
+    parts = []
+    for name, other in (("vs the seed", seed), ("vs its parent", by_id.get(c.parent_id))):
+        if other is None or (name == "vs its parent" and other.id == seed.id):
+            continue
+        cells = [f"{split} accuracy {text}" for split in ("validation", "test")
+                 if (text := recommend.versus(c, other, pairs, split))]
+        if cells:
+            parts.append(f'<p class="{"vs-seed" if other is seed else "vs-parent"}"><b>'
+                         f"{name}</b> (candidate {other.id}): {esc('; '.join(cells))}</p>")
+    return "".join(parts)

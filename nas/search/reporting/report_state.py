@@ -21,8 +21,7 @@ from nas.atomic import atomic_write_text
 STAMP = ".study_state.json"
 FILES = ("report.html", "report.csv", "pareto.png")
 # The code that renders a report: a change to it makes every report stale.
-RENDERERS = ("report.py", "report_candidate.py", "report_csv.py", "highlights.py",
-             "progress.py", "svg.py")
+RENDERERS = ("report.py", "report_candidate.py", "report_text.py", "highlights.py", "svg.py")
 
 
 def study_state(study: Any) -> dict[str, Any]:
