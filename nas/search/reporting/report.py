@@ -20,7 +20,7 @@ import csv
 import io
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from operator import attrgetter
 from pathlib import Path
 from typing import Any
@@ -95,11 +95,9 @@ document.querySelectorAll('table.sortable').forEach(function(table){
 
 
 class RunningFront:
-    """The accuracy/cost Pareto front of the points added so far, and how many candidates
-    lie on it (candidates with the same accuracy and cost as a front point all count, as
-    `front_of` lists them). Points are kept standardized (higher is better in both), by
-    the second coordinate ascending, so accuracy descends along the list. `user_costs`:
-    the names of the search's own costs, which `cost` may be too."""
+    """The accuracy/`cost` front of the points added so far, and how many candidates lie
+    on it (ties with a front point count, as `front_of` lists them). Points are kept
+    higher-is-better in both, by cost ascending, so accuracy descends along the list."""
 
     def __init__(self, cost: str, user_costs: Sequence[str] = ()):
         check_cost(cost, "cost", user_costs)
@@ -130,9 +128,8 @@ class RunningFront:
 
 def progress_series(candidates: Sequence[Candidate], cost: str = "flops",
                     user_costs: Sequence[str] = ()) -> list[tuple[int, float, int]]:
-    """(n finished, best accuracy so far, front size so far) in the order candidates
-    finished (done candidates with an accuracy; the front over those with `cost`, which
-    may be one of `user_costs`, the search's own)."""
+    """(n finished, best accuracy so far, front size so far) in the order done candidates
+    finished; the front over those with `cost` (which may be one of `user_costs`)."""
     done = sorted((c for c in candidates if c.status == Status.DONE and c.accuracy is not None),
                   key=lambda c: (c.finished_at or 0.0, c.id))
     front = RunningFront(cost, user_costs)
@@ -156,19 +153,12 @@ def changes(series: Sequence[tuple[int, float, int]]) -> list[tuple[int, float, 
     return out
 
 
-def scatters(candidates: Sequence[Candidate], by_id: dict[int, Candidate],
-              front_ids: set[int], ranked: Sequence[str],
-              marks: dict[int, str] | None = None,
-              notes: dict[int, str] | None = None,
-              shown: set[int] | None = None,
-              fronts: dict[str, list[Candidate]] | None = None,
-              user_costs: Sequence[str] = ()) -> str:
-    """The fronts; `marks` ("seed", "recommended" by id) and `notes` (each candidate
-    against the seed) come from the recommendation. With `shown`, only those candidates
-    are points (each linking to its section) and the population is drawn as density.
-    `fronts`: the ranked fronts when already found (else found here); `user_costs`: the
-    search's own costs, drawn after the built-in ones."""
-    marks, notes, fronts = marks or {}, notes or {}, fronts or {}
+def scatters(candidates: Sequence[Candidate], front_ids: set[int], ranked: Sequence[str],
+             marks: dict[int, str], notes: dict[int, str], shown: set[int] | None,
+             fronts: dict[str, list[Candidate]], user_costs: Sequence[str]) -> str:
+    """Accuracy against each measured cost; `marks` ("seed", "recommended" by id) and
+    `notes` (each candidate against the seed). With `shown`, only those candidates are
+    points (each linking to its section) over the population drawn as density."""
     done = [c for c in candidates if c.status == Status.DONE and c.accuracy is not None]
     top = max((c.generation for c in done), default=0)
     charts = []
@@ -201,19 +191,16 @@ def scatters(candidates: Sequence[Candidate], by_id: dict[int, Candidate],
                                 edges=edges, density=density) + "</figure>")
     legend = " ".join(f'<span style="color:{generation_colour(g, top)}">&#9679;</span> {g}'
                       for g in range(top + 1)) if done else ""
+    keys = (f"colour: generation {legend}; red rings: on that Pareto front; grey lines: "
+            f"parent → child; bars: 95 % Wilson interval of each validation accuracy; black: "
+            f"the seed (drawn on top); orange star: the recommended candidate")
     if shown is not None:
-        return (f'<div class="plots">{"".join(charts)}</div><p class="note">{len(done):,} '
-                f"finished candidates: grey cells count them (darker: more; hover for the "
-                f"number); points: the candidates on a front, the best, the seed and the "
-                f"recommended one, each linking to its section; colour: generation "
-                f"{legend}; red rings: on that Pareto front; grey lines: parent → child; "
-                f"bars: 95 % Wilson interval of each validation accuracy; black: the seed "
-                f"(drawn on top); orange star: the recommended candidate</p>")
-    return (f'<div class="plots">{"".join(charts)}</div><p class="note">colour: generation '
-            f"{legend}; red rings: on that Pareto front; grey lines: parent → child; bars: "
-            f"95 % Wilson interval of each validation accuracy; black: the seed (drawn on "
-            f"top); orange star: the recommended candidate; every point links to its "
-            f"candidate</p>")
+        keys = (f"{len(done):,} finished candidates: grey cells count them (darker: more; "
+                f"hover for the number); points: the candidates on a front, the best, the "
+                f"seed and the recommended one, each linking to its section; {keys}")
+    else:
+        keys += "; every point links to its candidate"
+    return f'<div class="plots">{"".join(charts)}</div><p class="note">{keys}</p>'
 
 
 def progress(candidates: Sequence[Candidate]) -> str:
@@ -248,9 +235,7 @@ BEST_COLUMNS: tuple[tuple[str, Callable[[Candidate], str]], ...] = (
 
 
 def best_table(study: Study, k: int) -> str:
-    """The k candidates of best validation accuracy as a table; the heading says k and how
-    many there are (fewer when fewer are done). One row per candidate, one column per
-    `BEST_COLUMNS` entry, so a further column is one entry."""
+    """The k candidates of best validation accuracy, a column per `BEST_COLUMNS` entry."""
     best = study.best(k)
     head = f"Best {k} by validation accuracy" + (
         f" (only {len(best)} done)" if len(best) < k else "")
@@ -316,16 +301,11 @@ def dashboard_note(study: Study) -> str:
             f"<code>/candidates/&lt;id&gt;</code>.")
 
 
-def render_html(study: Study, png: bytes, candidates: Sequence[Candidate], k: int = 10,
-                marks: Highlights | None = None) -> str:
-    """The report page: everything inline (plots as SVG), so it stands alone.
-
-    `candidates` may come without graphs (`Study.candidates(with_graphs=False)`): the
-    graphs of the candidates shown in detail and of their ancestors are read here. Above
-    `SCALE_LIMIT` finished candidates the plots draw the population as density and the
-    table lists only the highlighted candidates (`highlights`); report.csv has them all."""
-    del png  # written beside the page (pareto.png); the SVG fronts show the same
-    hl = marks if marks is not None else Highlights.of(study, candidates, k)
+def render_html(study: Study, candidates: Sequence[Candidate], k: int, hl: Highlights
+                ) -> str:
+    """The report page, everything inline (plots as SVG), so it stands alone. `candidates`
+    may come without graphs: those of the candidates shown in detail and of their
+    ancestors are read here."""
     by_id = {c.id: c for c in candidates}
     costs = [cost for cost, _ in costs_present(candidates, study.user_costs)]
     ranked = list(hl.fronts)
@@ -353,8 +333,8 @@ def render_html(study: Study, png: bytes, candidates: Sequence[Candidate], k: in
         for i in order)
     ranked_text = ", ".join(front_label(cost) for cost in ranked)
     toc = " ".join(f'<a href="#cand-{i}">{i}</a>' for i in order) or "none yet"
-    plots = scatters(candidates, by_id, front_ids, ranked, points, notes,
-                      shown if hl.large else None, hl.fronts, study.user_costs)
+    plots = scatters(candidates, front_ids, ranked, points, notes,
+                     shown if hl.large else None, hl.fronts, study.user_costs)
     return (
         "<!doctype html>\n<html><head><meta charset='utf-8'>"
         f"<title>nas study {esc(str(study.workdir))}</title><style>{CSS}</style></head>"
@@ -400,19 +380,18 @@ def write_report(study: Study, out_dir: str | os.PathLike | None = None, k: int 
                  candidates: Sequence[Candidate] | None = None,
                  marks: Highlights | None = None) -> Path:
     """Write `pareto.png`, `report.csv` and `report.html` (default `<workdir>/report/`,
-    the `k` most accurate in its best block); return the html path. `candidates`: the
-    study's listing when the caller has read it already (graphs not needed); `marks`:
-    `Highlights.of(study, candidates, k)` when the caller has it."""
+    the `k` most accurate in its best block); return the html path. `candidates` (graphs
+    not needed) and `marks` (`Highlights.of(study, candidates, k)`): when the caller has
+    them already."""
     out = Path(out_dir) if out_dir is not None else study.workdir / "report"
     if candidates is None:  # graphs: read only for those shown in detail
         candidates = study.candidates(with_graphs=False)
     if marks is None:
         marks = Highlights.of(study, candidates, k)
-    png = plot_png(study, candidates, fronts=marks.fronts)
-    atomic_write_bytes(out / "pareto.png", png)
+    # the SVG fronts show the same
+    atomic_write_bytes(out / "pareto.png", plot_png(study, candidates, fronts=marks.fronts))
     write_csv(out / "report.csv", candidates, marks)
-    return atomic_write_text(out / "report.html",
-                             render_html(study, png, candidates, k, marks))
+    return atomic_write_text(out / "report.html", render_html(study, candidates, k, marks))
 
 
 # accuracy: on the validation split (decides); test_accuracy: reported only
@@ -440,8 +419,7 @@ def rung_summary(c: Candidate) -> str:
 
 def paired_columns(c: Candidate, seed: Candidate | None,
                    versus: dict[str, dict[int, paired.Paired]]) -> dict[str, object]:
-    """The CSV's `*_vs_seed*` cells of one candidate (`versus`: per split,
-    `Comparisons.against(seed, split)`)."""
+    """The `*_vs_seed*` cells of one candidate (`versus`: per split, against the seed)."""
     out: dict[str, object] = {}
     for split, prefix in (("validation", "val"), ("test", "test")):
         found = versus[split].get(c.id) if seed is not None and c.id != seed.id else None
@@ -459,22 +437,20 @@ _COSTS = attrgetter("loss", "flops", "params", "im_sec_core_train", "im_sec_core
 _PAIRED = tuple(k for k in CSV_COLUMNS if "_vs_seed" in k)
 
 
-def csv_rows(candidates: Iterable[Candidate], front: set[int], seed: Candidate | None,
-             pairs: recommend.Comparisons, chosen: Candidate | None,
-             user_costs: Sequence[str] = (), bounds: Mapping[str, float] | None = None
-             ) -> Iterator[list]:
-    """The header, then one row per candidate (`on_front`: 1 if its id is in `front`), in
-    `CSV_COLUMNS` order, then a column per name of `user_costs` (the search's own costs,
-    and `latency_ms`, each with its spread where measured), then with `bounds`
-    (`search.constraints`) `feasible`: 1 within every bound, 0 over one, empty unless
+def csv_rows(candidates: Iterable[Candidate], marks: Highlights) -> Iterator[list]:
+    """The header, then one row per candidate in `CSV_COLUMNS` order, then a column per
+    cost of the search's own (and `latency_ms`, each with its spread where measured), then
+    with `search.constraints` `feasible`: 1 within every bound, 0 over one, empty unless
     done; None as an empty cell."""
     candidates = candidates if isinstance(candidates, Sequence) else list(candidates)
+    front, seed, user_costs = marks.front_ids, marks.seed, marks.user_costs
+    bounds = marks.recommendation.bounds
     spreads = [spread_name(u) for u in user_costs
                if any(spread_name(u) in c.extra_metrics for c in candidates)]
     yield [*CSV_COLUMNS, *user_costs, *spreads, *(["feasible"] if bounds else [])]
     within = recommend.feasible_ids(candidates, bounds) if bounds else set()
-    chosen_id = chosen.id if chosen is not None else None
-    versus = {split: pairs.against(seed, split) for split in ("validation", "test")}
+    chosen_id = marks.recommended.id if marks.recommended is not None else None
+    versus = {split: marks.pairs.against(seed, split) for split in ("validation", "test")}
     accuracies: dict[int, float | None] = {}  # parents are listed before their children
     for c in candidates:
         extra = c.extra_metrics
@@ -490,25 +466,20 @@ def csv_rows(candidates: Iterable[Candidate], front: set[int], seed: Candidate |
         yield ["" if v is None else v for v in row]
 
 
-def to_csv(study: object, candidates: Sequence[Candidate] | None = None) -> str:
+def to_csv(study: Study, candidates: Sequence[Candidate] | None = None) -> str:
     """Every candidate as one CSV row (`on_front`: 1 if on a front the search ranked by)."""
-    cands = list(study.candidates(with_graphs=False) if candidates is None  # type: ignore[attr-defined]
-                 else candidates)
+    cands = list(study.candidates(with_graphs=False) if candidates is None else candidates)
     buf = io.StringIO()
-    csv.writer(buf, lineterminator="\n").writerows(_rows(cands, Highlights.of(study, cands, 0)))
+    rows = csv_rows(cands, Highlights.of(study, cands, 0))
+    csv.writer(buf, lineterminator="\n").writerows(rows)
     return buf.getvalue()
-
-
-def _rows(candidates: Iterable[Candidate], marks: Highlights) -> Iterator[list]:
-    return csv_rows(candidates, marks.front_ids, marks.seed, marks.pairs, marks.recommended,
-                    marks.user_costs, marks.recommendation.bounds)
 
 
 def write_csv(path: str | os.PathLike, candidates: Iterable[Candidate], marks: Highlights
               ) -> Path:
     """`to_csv`'s text streamed to `path` atomically, with the fronts, the seed and the
     recommendation already found (`marks`)."""
-    rows = _rows(candidates, marks)
+    rows = csv_rows(candidates, marks)
 
     def write(f: io.BufferedIOBase) -> None:
         text = io.TextIOWrapper(f, encoding="utf-8", newline="", write_through=False)
@@ -532,10 +503,9 @@ def plot_costs(study: Study) -> list[tuple[str, str]]:
 
 def plot_png(study: Study, candidates: Sequence[Candidate] | None = None, *,
              fronts: dict[str, list[Candidate]] | None = None) -> bytes:
-    """PNG of accuracy vs FLOPs, vs params and vs each other cost the search ranked by
-    (`plot_costs`): all done candidates, front, parent->child
-    (past `SCALE_LIMIT`: the population as density, the front and the seed over it).
-    `fronts`: fronts already found, by cost (the others are found here)."""
+    """PNG of accuracy against each of `plot_costs`: all done candidates, the front, parent
+    -> child (past `SCALE_LIMIT`: the population as density, the front and the seed over
+    it). `fronts`: fronts already found, by cost (the others are found here)."""
     buf = io.BytesIO()
     pareto_figure(study, candidates, fronts=fronts).savefig(buf, format="png")
     return buf.getvalue()
@@ -597,16 +567,10 @@ def _draw_cost(fig: Any, ax: Any, cands: Sequence[Candidate], by_id: dict[int, C
     for c in seeds:  # the seed on top of everything (labelled below)
         ax.scatter([cost_value(c, cost)], [c.accuracy], marker="s", s=40, color="black",
                    zorder=6)
-    ax.step(
-        [cost_value(c, cost) for c in front],
-        [c.accuracy for c in front],
-        where="post", color="tab:red", linewidth=1.2, zorder=3,
-    )  # fmt: skip
-    ax.scatter(
-        [cost_value(c, cost) for c in front],
-        [c.accuracy for c in front],
-        s=60, facecolors="none", edgecolors="tab:red", linewidths=1.5, zorder=4,
-    )  # fmt: skip
+    front_xy = ([cost_value(c, cost) for c in front], [c.accuracy for c in front])
+    ax.step(*front_xy, where="post", color="tab:red", linewidth=1.2, zorder=3)
+    ax.scatter(*front_xy, s=60, facecolors="none", edgecolors="tab:red", linewidths=1.5,
+               zorder=4)
     if log_x:
         ax.set_xscale("log")
     # labels last, once the limits are known, each turned to stay inside the plot
@@ -634,9 +598,8 @@ def _draw_cost(fig: Any, ax: Any, cands: Sequence[Candidate], by_id: dict[int, C
 
 def _label_inside(ax: Any, text: str, xy: tuple[float, float], offset: tuple[float, float],
                   **style: Any) -> None:
-    """Annotate `xy` with `text` at `offset` points, mirrored to the other side of the
-    point where the label would run past the plot's right or bottom / top edge (a seed
-    with the most FLOPs is at the right edge). Reads the axes' limits: call it after
+    """Annotate `xy` with `text` at `offset` points, mirrored where the label would run
+    past the plot's right or bottom / top edge. Reads the axes' limits: call it after
     every data artist (and the scale) is set."""
     fx, fy = ax.transAxes.inverted().transform(ax.transData.transform(xy))
     dx, dy = offset
