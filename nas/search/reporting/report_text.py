@@ -58,20 +58,23 @@ def lineage(cid: int, by_id: dict[int, Candidate]) -> list[int]:
 def error_bar(c: Candidate) -> tuple[float, float] | None:
     """The 95 % Wilson interval of its validation accuracy (None when n is unknown)."""
     n = c.extra_metrics.get("val_examples")
-    return wilson(float(c.accuracy), int(n)) if n and c.accuracy is not None \
-        else None
+    return wilson(float(c.accuracy), int(n)) if n and c.accuracy is not None else None
+
+
+def aligned(rows: Sequence[Sequence[str]], indent: str = "") -> list[str]:
+    """Text rows as right-aligned columns two spaces apart."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return [indent + "  ".join(cell.rjust(w) for cell, w in zip(r, widths, strict=True))
+            for r in rows]
 
 
 def summary(study: Study, k: int = 5, *, candidates: Sequence[Candidate] | None = None,
             marks: Highlights | None = None) -> str:
-    """Plain-text status counts and best-candidates table (for the CLI). `candidates`: a
-    listing of the study already read (graphs not needed), and `marks` its highlights
-    (comparisons with the seed, recommendation), so that a report and its summary find
-    each once."""
+    """Plain-text status counts and best-candidates table (for the CLI). `candidates` (a
+    listing without graphs) and `marks` (its highlights): when the caller has them, so
+    that a report and its summary find each once."""
     counts = study.counts()
-    lines = [
-        f"study {study.workdir}: " + ", ".join(f"{s} {counts[s]}" for s in STATUSES),
-    ]
+    lines = [f"study {study.workdir}: " + ", ".join(f"{s} {counts[s]}" for s in STATUSES)]
     rungs = study.rung_counts()
     if rungs:  # multi-fidelity: results per rung, and the children stopped at one
         lines.append("rungs: " + ", ".join(f"{e:g} epochs {n} result(s)"
@@ -107,24 +110,19 @@ def summary(study: Study, k: int = 5, *, candidates: Sequence[Candidate] | None 
          *(cost_value(c, u) for u in users))
         for c in shown
     ]  # fmt: skip
-    table = [header] + [tuple(fmt(v) for v in r) for r in rows]
-    widths = [max(len(r[i]) for r in table) for i in range(len(header))]
-    lines.append(f"best {k} by validation accuracy" + (f" (only {len(best)} done)" if len(best) < k
-                 else "") + " (it decides; the test split is only reported; "
-                 + ("the last row is the seed; " if len(shown) > len(best) else "")
-                 + "[95% Wilson "
-                 "interval] n=examples; vs seed: difference in accuracy points [95% paired "
-                 "score interval, Tango's] on the same examples, where both have "
-                 "per-example results):")
-    for r in table:
-        lines.append("  ".join(cell.rjust(w) for cell, w in zip(r, widths, strict=True)))
-    lines += [line for line in (seed_line(seed), children_start_line(
-        done, recommend.margin_pt(study.config))) if line]
+    only = f" (only {len(best)} done)" if len(best) < k else ""
+    last = "the last row is the seed; " if len(shown) > len(best) else ""
+    lines.append(f"best {k} by validation accuracy{only} (it decides; the test split is only "
+                 f"reported; {last}[95% Wilson interval] n=examples; vs seed: difference in "
+                 f"accuracy points [95% paired score interval, Tango's] on the same examples, "
+                 f"where both have per-example results):")
+    lines += aligned([header, *(tuple(fmt(v) for v in r) for r in rows)])
+    margin = recommend.margin_pt(study.config)
+    lines += [line for line in (seed_line(seed), children_start_line(done, margin)) if line]
     lines += hparams_lines(shown)
     # what the proposals cost and which kinds of move paid, below the table it explains
     lines += refusal_lines(study)
-    lines += move_mix.move_lines(move_mix.move_counts(study, study.last_id(), None,
-                                                      recommend.margin_pt(study.config)))
+    lines += move_mix.move_lines(move_mix.move_counts(study, study.last_id(), None, margin))
     if seed is not None and seed.id not in pairs.validation:  # an older study: Wilson
         cheap = cheapest_matching_seed(done, seed)
         if cheap is not None:
@@ -248,11 +246,8 @@ def children_start_line(done: Sequence[Any], margin_pt: float = 2.0) -> str | No
 
 def hparams_lines(shown: Sequence[Any]) -> list[str]:
     """One line per shown candidate that carries `search.hparams` values."""
-    out = []
-    for c in shown:
-        text = hparams_text(c.extra_metrics.get("hparams"))
-        if text:
-            out.append(f"  candidate {c.id}: {text}")
+    out = [f"  candidate {c.id}: {text}" for c in shown
+           if (text := hparams_text(c.extra_metrics.get("hparams")))]
     return ["training hyperparameters (search.hparams):", *out] if out else []
 
 
@@ -275,10 +270,7 @@ def finals_lines(found: Answer, costs: tuple[str, ...] = ("flops", "params")) ->
              else "on from their own weights, to the same total")
     lines = [f"finals ({table.repeats} repeat(s) of {recipe.epochs:g} epochs {start}, "
              f"decided on {how}; 95% intervals over repeats and examples):"]
-    rows = [finals_header(costs), *finals_rows(found, costs)]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines += ["  " + "  ".join(cell.rjust(w) for cell, w in zip(r, widths, strict=True))
-              for r in rows]
+    lines += aligned([finals_header(costs), *finals_rows(found, costs)], "  ")
     wall = f", {table.wall_s:.0f} s" if table.wall_s else ""
     lines.append(f"finals cost: {table.trainings} trainings{wall}"
                  + (f"; failed: {'; '.join(table.failed)}" if table.failed else ""))
