@@ -29,7 +29,7 @@ from aiohttp import web
 
 from nas.io import examples
 from nas.search.reporting.highlights import SCALE_LIMIT, ranked_costs
-from nas.search.reporting.report import CSS, to_csv
+from nas.search.reporting.report import CSS, front_point, point_marks, to_csv
 from nas.search.reporting.report_candidate import candidate_section, input_shape
 from nas.search.reporting.report_text import (
     COST_LABELS,
@@ -41,7 +41,7 @@ from nas.search.reporting.report_text import (
     reported_test_text,
     val_accuracy_text,
 )
-from nas.search.reporting.svg import Point, esc, generation_colour, scatter
+from nas.search.reporting.svg import esc, scatter
 from nas.search.store import recommend
 from nas.search.store.candidate import FINISHED, Candidate, Status
 from nas.search.store.finals_table import FINALS_STATE, answer
@@ -71,10 +71,10 @@ def front_mask(accuracy: np.ndarray, values: np.ndarray, cost: str) -> np.ndarra
 @dataclasses.dataclass
 class GrowingComparisons(recommend.Comparisons):
     """`recommend.Comparisons` over results that only grow (the caller adds to
-    `validation` / `test`): `against` counts only the candidates added since it last
-    counted against that reference, each as a fresh `Comparisons` would (a candidate's
-    paired result depends on its own and the reference's results alone). So a redraw
-    after one more candidate finished compares one child, not 100,000, with the seed."""
+    `validation` / `test`): `against` compares only the candidates added since it last
+    compared against that reference (a paired result depends on the two candidates'
+    results alone), so a redraw after one more candidate finished compares one child, not
+    100,000, with the seed."""
 
     _grown: dict[tuple[int, str], dict[int, Any]] = dataclasses.field(
         default_factory=dict, repr=False, compare=False)
@@ -102,13 +102,11 @@ class _Columns:
     (NaN: none): a done candidate never changes, so they only grow."""
 
     def __init__(self, costs: Sequence[str]) -> None:
-        self.rows: list[Any] = []
         self.ids = np.zeros(0, dtype=np.int64)
         self.accuracy = np.zeros(0)
         self.values = {cost: np.zeros(0) for cost in (*costs, "flops")}
 
     def extend(self, rows: Sequence[Any]) -> None:
-        self.rows.extend(rows)
         self.ids = np.concatenate([self.ids, np.array([r.id for r in rows], dtype=np.int64)])
         self.accuracy = np.concatenate([self.accuracy, np.array(
             [np.nan if r.accuracy is None else r.accuracy for r in rows], dtype=float)])
@@ -179,9 +177,7 @@ class LiveFronts:
         config = getattr(self.study, "config", None)
         rec = recommend.recommend_for(done, self._pairs, config).candidate
         seed = recommend.seed_of(done)
-        marks = {seed.id: "seed"} if seed is not None else {}
-        if rec is not None and seed is not None and rec.id != seed.id:
-            marks[rec.id] = "recommended"
+        marks = point_marks(seed, rec)
         on = {cost: front_mask(cols.accuracy, cols.values[cost], cost) for cost in self.costs}
         large = len(done) > SCALE_LIMIT
         if large:  # the highlighted candidates as points, read whole (a few rows, each
@@ -198,7 +194,8 @@ class LiveFronts:
         plots = []
         for cost in self.costs:
             label = labels.get(cost, cost)
-            points = {c.id: _point(c, cost, label, marks, top) for c in shown.values()
+            points = {c.id: front_point(c, cost_value(c, cost), label, marks, top,
+                                        f"/candidates/{c.id}") for c in shown.values()
                       if c.accuracy is not None and cost_value(c, cost) is not None}
             ringed = sorted((i for i in cols.ids[on[cost]].tolist() if i in points),
                             key=lambda i: (points[i].x, i))
@@ -237,17 +234,6 @@ def _unpacked(rows: Sequence[Any]) -> dict[int, np.ndarray]:
         bits = np.unpackbits(packed.reshape(len(group), width), axis=1, count=n)
         out.update(zip((r.id for r in group), bits.astype(bool), strict=True))
     return out
-
-
-def _point(c: Candidate, cost: str, label: str, marks: dict[int, str], top: int) -> Point:
-    value = cost_value(c, cost)
-    mark = marks.get(c.id, "")
-    return Point(float(value), float(c.accuracy),
-                 f"candidate {c.id} (generation {c.generation}, parent {c.parent_id}"
-                 + (f", {mark}" if mark else "") + f"): validation accuracy "
-                 f"{val_accuracy_text(c)}, {label} {value:.4g}",
-                 href=f"/candidates/{c.id}", colour=generation_colour(c.generation, top),
-                 ident=str(c.id), mark=mark)
 
 
 def _row(c: Candidate) -> dict[str, Any]:

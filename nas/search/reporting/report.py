@@ -165,15 +165,10 @@ def scatters(candidates: Sequence[Candidate], front_ids: set[int], ranked: Seque
     for cost, label in costs_present(candidates, user_costs) or COST_LABELS[:1]:
         have = [c for c in done if measured(c, cost) is not None]
         drawn = have if shown is None else [c for c in have if c.id in shown]
-        points = {c.id: Point(
-            float(measured(c, cost)), float(c.accuracy),
-            f"candidate {c.id} (generation {c.generation}, parent {c.parent_id}"
-            + (f", {marks[c.id]}" if c.id in marks else "") + "): validation accuracy "
-            f"{val_accuracy_text(c)}, {label} {measured(c, cost):.4g}"
-            + (f"; vs the seed: {notes[c.id]}" if c.id in notes else ""),
-            href=f"#cand-{c.id}" if c.id in front_ids or shown is not None else f"#c{c.id}",
-            colour=generation_colour(c.generation, top), ident=str(c.id),
-            err=error_bar(c), mark=marks.get(c.id, "")) for c in drawn}
+        points = {c.id: front_point(
+            c, measured(c, cost), label, marks, top,
+            f"#cand-{c.id}" if c.id in front_ids or shown is not None else f"#c{c.id}",
+            notes.get(c.id, ""), error_bar(c)) for c in drawn}
         front = ([c for c in fronts.get(cost) or front_of(have, cost) if c.id in points]
                  if cost in ranked else [])
         for c in front:
@@ -201,6 +196,30 @@ def scatters(candidates: Sequence[Candidate], front_ids: set[int], ranked: Seque
     else:
         keys += "; every point links to its candidate"
     return f'<div class="plots">{"".join(charts)}</div><p class="note">{keys}</p>'
+
+
+def point_marks(seed: Candidate | None, recommended: Candidate | None) -> dict[int, str]:
+    """The marked points of the fronts: "seed", and "recommended" unless it is the seed."""
+    if seed is None:
+        return {}
+    marks = {seed.id: "seed"}
+    if recommended is not None and recommended.id != seed.id:
+        marks[recommended.id] = "recommended"
+    return marks
+
+
+def front_point(c: Candidate, value: float, label: str, marks: dict[int, str], top: int,
+                href: str, note: str = "", err: tuple[float, float] | None = None) -> Point:
+    """`c` as a point of validation accuracy against `value` of the cost named `label`;
+    `marks`: "seed" / "recommended" by id; `top`: the last generation (for its colour)."""
+    mark = marks.get(c.id, "")
+    return Point(float(value), float(c.accuracy),
+                 f"candidate {c.id} (generation {c.generation}, parent {c.parent_id}"
+                 + (f", {mark}" if mark else "") + f"): validation accuracy "
+                 f"{val_accuracy_text(c)}, {label} {value:.4g}"
+                 + (f"; vs the seed: {note}" if note else ""),
+                 href=href, colour=generation_colour(c.generation, top), ident=str(c.id),
+                 err=err, mark=mark)
 
 
 def progress(candidates: Sequence[Candidate]) -> str:
@@ -312,9 +331,7 @@ def render_html(study: Study, candidates: Sequence[Candidate], k: int, hl: Highl
     front_ids, shown = hl.front_ids, hl.ids()
     seed, rec, pairs = hl.seed, hl.recommendation, hl.pairs
     finals_costs = ("flops", "params", *study.user_costs)
-    points = {seed.id: "seed"} if seed is not None else {}
-    if rec.candidate is not None and seed is not None and rec.candidate.id != seed.id:
-        points[rec.candidate.id] = "recommended"
+    points = point_marks(seed, rec.candidate)
     notes = {c.id: text for c in candidates if c.accuracy is not None and seed is not None
              and c.id != seed.id and (not hl.large or c.id in shown)
              and (text := recommend.versus(c, seed, pairs))}

@@ -17,6 +17,7 @@ _PALETTE = ("#440154", "#3b528b", "#21918c", "#5ec962", "#b5de2b", "#fde725")
 
 
 def esc(text: object) -> str:
+    """`text` as HTML text or attribute value."""
     return html.escape(str(text), quote=True)
 
 
@@ -27,13 +28,13 @@ def generation_colour(generation: int, top: int) -> str:
     return _PALETTE[round(min(max(generation / top, 0.0), 1.0) * (len(_PALETTE) - 1))]
 
 
-def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
-    """About `count` round tick values covering [lo, hi]."""
+def nice_ticks(lo: float, hi: float) -> list[float]:
+    """About 5 round tick values covering [lo, hi]."""
     if not (math.isfinite(lo) and math.isfinite(hi)):
         return []
     if hi <= lo:
         return [lo]
-    raw = (hi - lo) / max(count, 1)
+    raw = (hi - lo) / 5
     mag = 10 ** math.floor(math.log10(raw))
     step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
     first = math.ceil(lo / step) * step
@@ -124,10 +125,7 @@ class Axes:
 
 
 def _padded(lo: float, hi: float) -> tuple[float, float]:
-    if hi - lo < 1e-12:
-        pad = abs(lo) * 0.05 or 1.0
-        return lo - pad, hi + pad
-    pad = (hi - lo) * 0.06
+    pad = (hi - lo) * 0.06 if hi - lo >= 1e-12 else abs(lo) * 0.05 or 1.0
     return lo - pad, hi + pad
 
 
@@ -145,9 +143,8 @@ def scatter(points: Sequence[Point], xlabel: str, ylabel: str, css_class: str,
                                                             for v in p.err], dtype=float),
                          dens[:, 1]])
     ax = Axes(xs, ys, width, height, log_x=bool(log_x))
-    parts = [f'<svg class="{esc(css_class)}" xmlns="http://www.w3.org/2000/svg" '
-             f'width="{width}" height="{height}" viewBox="0 0 {width} {height}">']
-    parts += ax.frame(xlabel + (" (log)" if log_x else ""), ylabel)
+    parts = [_open(css_class, width, height), *ax.frame(xlabel + (" (log)" if log_x else ""),
+                                                         ylabel)]
     if len(dens):
         parts.append(density_bins(ax, dens))
     for a, b in edges:
@@ -198,10 +195,8 @@ def scatter(points: Sequence[Point], xlabel: str, ylabel: str, css_class: str,
 def label(ax: Axes, x: float, y: float, offset: tuple[float, float], text: str,
           css_class: str, style: str = "", size: int = 10) -> str:
     """A `size`-px label `offset` px (right, down: baseline) from the point at pixel (x, y),
-    mirrored to the other side of the point where it would leave the plot area (a seed
-    with the most FLOPs sits at the right edge). Its width is estimated at 0.62 em per
-    character (no layout engine here): wide enough for the sans-serif digits and letters
-    the labels use."""
+    mirrored where it would leave the plot area. Its width is estimated at 0.62 em per
+    character (no layout engine here), enough for sans-serif digits and letters."""
     dx, dy = offset
     anchor = "start"
     if x + dx + 0.62 * size * len(text) > ax.width - ax.right:
@@ -218,12 +213,10 @@ def label(ax: Axes, x: float, y: float, offset: tuple[float, float], text: str,
 DENSITY_BINS = (48, 32)  # columns, rows of a density plot's grid
 
 
-def density_bins(ax: Axes, data: Sequence[tuple[float, float]],
-                 bins: tuple[int, int] = DENSITY_BINS) -> str:
-    """A group of grey cells, one per occupied bin of the plot area, darker the more
-    (x, y) pairs fall in it (log scale, so a lone candidate stays visible); each cell's
-    tooltip gives its count."""
-    nx, ny = bins
+def density_bins(ax: Axes, data: Sequence[tuple[float, float]]) -> str:
+    """A grey cell per occupied bin of the plot area, darker the more (x, y) pairs fall
+    in it (log scale, so a lone candidate stays visible), its count as its tooltip."""
+    nx, ny = DENSITY_BINS
     left, right = ax.left, ax.width - ax.right
     top, bottom = ax.top, ax.height - ax.bottom
     cw, ch = (right - left) / nx, (bottom - top) / ny
@@ -254,10 +247,8 @@ def line_chart(series: Sequence[tuple[str, str, Sequence[tuple[float, float]]]],
     ys = [y for _, _, pts in series for _, y in pts]
     legend_h = 14 * len(series)
     ax = Axes(xs, ys, width, height + legend_h, margin=(12 + legend_h, 14, 42, 56))
-    parts = [f'<svg class="{esc(css_class)}" xmlns="http://www.w3.org/2000/svg" '
-             f'width="{width}" height="{height + legend_h}" '
-             f'viewBox="0 0 {width} {height + legend_h}">']
-    parts += ax.frame(xlabel, ylabel, integer_x=integer_x)
+    parts = [_open(css_class, width, height + legend_h),
+             *ax.frame(xlabel, ylabel, integer_x=integer_x)]
     for i, (name, colour, pts) in enumerate(series):
         coords = []
         for j, (x, y) in enumerate(pts):
@@ -278,6 +269,11 @@ def line_chart(series: Sequence[tuple[str, str, Sequence[tuple[float, float]]]],
                      f'stroke-width="2"/><text x="{ax.left + 18}" y="{ly}" '
                      f'font-size="10">{esc(name)}</text></g>')
     return _close(parts, width, height + legend_h, "" if xs else "no data")
+
+
+def _open(css_class: str, width: int, height: int) -> str:
+    return (f'<svg class="{esc(css_class)}" xmlns="http://www.w3.org/2000/svg" '
+            f'width="{width}" height="{height}" viewBox="0 0 {width} {height}">')
 
 
 def _close(parts: list[str], width: int, height: int, empty: str) -> str:
