@@ -49,7 +49,6 @@ from nas.search.reporting.report_text import (
 from nas.search.reporting.svg import Point, esc, generation_colour, line_chart, scatter
 from nas.search.store import recommend
 from nas.search.store.candidate import Candidate, Status
-from nas.search.store.finals_table import answer
 from nas.search.store.study import Study
 from nas.search.strategy import paired
 from nas.search.strategy.selection import check_cost, cost_value, higher_better, spread_name
@@ -359,7 +358,7 @@ def render_html(study: Study, candidates: Sequence[Candidate], k: int, hl: Highl
         f"{esc(count_text)}<br>generated {esc(time.strftime('%Y-%m-%d %H:%M:%S'))}</p>"
         f'<section id="fronts"><h2>Accuracy against cost</h2>'
         f"{_recommendation_html(rec, study)}"
-        f"{plots}</section>{finals_html(hl.found or answer(study, pairs), finals_costs)}"
+        f"{plots}</section>{finals_html(hl.found, finals_costs)}"
         f'<section id="progress"><h2>Search progress</h2>{progress(candidates)}</section>'
         f"{best_table(study, k)}"
         f"{table(study, listed, by_id, shown, front_ids, rows_at, hl.large, len(candidates))}"

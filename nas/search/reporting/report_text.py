@@ -129,11 +129,10 @@ def summary(study: Study, k: int = 5, *, candidates: Sequence[Candidate] | None 
             lines.append(f"cheapest child tied with the seed on validation: candidate "
                          f"{cheap.id} at {cheap.flops / seed.flops:.3f} of the seed's FLOPs; "
                          f"on test: {versus_seed(cheap, seed) or 'not measured'}")
-    found = (marks.found if marks is not None and marks.found is not None
-             else answer(study, pairs))
+    found = marks.found if marks is not None else answer(study, pairs)
     lines += recommend.bounds_lines(done, recommend.constraints(study.config))
     lines += finals_lines(found, ("flops", "params", *users))
-    rec = marks.recommendation if marks is not None else found.recommendation
+    rec = found.recommendation
     home = (rec.candidate is not None and found.take_home is not None
             and found.take_home.candidate.id == rec.candidate.id)
     lines += recommend.recommendation_lines(rec, study.workdir, take_home=home)
