@@ -1,18 +1,15 @@
 """`nas-search dashboard`: the study served read-only over HTTP while the search runs.
 
 Why: a long search is watched, not re-reported by hand. The overview page polls a JSON
-summary and updates in place as candidates finish; a candidate's page (as in the static
-report) is rendered when asked for, for any candidate; the CSV downloads. The study is
-opened read-only (SQLite `mode=ro`): in WAL mode a reader never blocks the driver's or the
-workers' writes, and no route writes. The overview is recomputed only when the database
-changed (`PRAGMA data_version`).
+summary and updates in place as candidates finish; any candidate's page (as in the static
+report) is rendered when asked for; the CSV downloads. The study is opened read-only
+(SQLite `mode=ro`): in WAL mode a reader never blocks the search's writes, and no route
+writes. The overview is recomputed only when the database changed (`PRAGMA data_version`).
 
 The overview answers every 2 s, at 100,000 candidates too, so its pictures of the fronts
-(`LiveFronts`) read the population incrementally (`Study.done_rows`: each finished row
-once, without its graph), compare each new row's per-example results only once with each
-reference (`GrowingComparisons`), and draw again only when the number of done candidates
-changed. Past `SCALE_LIMIT` finished candidates the population is density under the
-highlighted points (the fronts, the best k, the seed, the recommended), as in the report.
+(`LiveFronts`) read each finished row once, without its graph, compare its per-example
+results once with each reference (`GrowingComparisons`), and draw again only when the
+number of done candidates changed; past `SCALE_LIMIT` as density, as in the report.
 """
 
 from __future__ import annotations
@@ -316,10 +313,8 @@ class Dashboard:
               if any(f.id == cid for f in self.study.pareto_front(cost))]
         costs = [cost for cost in (*(k for k, _ in COST_LABELS), *self.study.user_costs)
                  if measured(c, cost) is not None]
-        # paired with the seed and the parent where per-example results exist, as the
-        # summary compares them (the Wilson rule only for a study without them)
-        # (only its own, its parent's and the seed's results: a lineage thousands deep
-        # would read every row)
+        # paired with the seed and the parent, as the summary compares them; only their
+        # and its own results are read: a lineage thousands deep would read every row
         compared = {cid, lineage(cid, by_id)[0], c.parent_id} - {None}
         pairs = recommend.Comparisons.of(self.study, sorted(compared))
         section = candidate_section(self.study, c, by_id, input_shape(self.study), costs,

@@ -1,9 +1,7 @@
-"""The study as plain text: the summary table the CLI prints, the finals table, and the
-small texts every view of a study shares (table cells, accuracies with their intervals,
-"vs seed", the cost labels, a candidate's lineage, where children started).
-
-Why apart: the summary, the HTML page, the figure and the dashboard all say these the same
-way, so they live below them all.
+"""The study as plain text: the summary the CLI prints, the finals table, and the small
+texts every view of a study shares (table cells, accuracies with their intervals, "vs
+seed", the cost labels, a candidate's lineage, where children started), so that the
+summary, the page, the figure and the dashboard say them the same way.
 """
 
 from __future__ import annotations
@@ -173,10 +171,9 @@ def reported_test_text(c: Candidate) -> str:
 
 def versus_seed(c: Candidate, seed: Candidate | None,
                 pairs: recommend.Comparisons | None = None) -> str:
-    """"within noise" where the child's and the seed's test intervals overlap, else
-    "better" / "worse"; "seed" for the seed; empty without test accuracies. With `pairs`
-    holding both candidates' test examples: the paired difference and its decision
-    (`nas.search.strategy.paired`) instead."""
+    """On test: the paired difference and its decision where `pairs` holds both candidates'
+    examples, else "within noise" where the two intervals overlap, else "better" /
+    "worse"; "seed" for the seed; empty without test accuracies."""
     if seed is None or c.id == seed.id:
         return "seed" if seed is not None else ""
     if pairs is not None and pairs.pair(c, seed, "test") is not None:

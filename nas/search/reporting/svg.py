@@ -143,8 +143,8 @@ def scatter(points: Sequence[Point], xlabel: str, ylabel: str, css_class: str,
                                                             for v in p.err], dtype=float),
                          dens[:, 1]])
     ax = Axes(xs, ys, width, height, log_x=bool(log_x))
-    parts = [_open(css_class, width, height), *ax.frame(xlabel + (" (log)" if log_x else ""),
-                                                         ylabel)]
+    parts = [_open(css_class, width, height)]
+    parts += ax.frame(xlabel + (" (log)" if log_x else ""), ylabel)
     if len(dens):
         parts.append(density_bins(ax, dens))
     for a, b in edges:
@@ -166,15 +166,15 @@ def scatter(points: Sequence[Point], xlabel: str, ylabel: str, css_class: str,
                          f'stroke="#888" stroke-width="1" fill="none"/>')
     # the seed last, so no child's point hides it
     for p in sorted(points, key=lambda p: p.mark == "seed"):
+        x, y = ax.px(p.x), ax.py(p.y)
         mark = f' data-mark="{esc(p.mark)}"' if p.mark else ""
-        circle = (f'<circle class="point" data-id="{esc(p.ident)}"{mark} cx="{ax.px(p.x):.1f}" '
-                  f'cy="{ax.py(p.y):.1f}" r="{6 if p.ring or p.mark == "seed" else 4}" '
+        circle = (f'<circle class="point" data-id="{esc(p.ident)}"{mark} cx="{x:.1f}" '
+                  f'cy="{y:.1f}" r="{6 if p.ring or p.mark == "seed" else 4}" '
                   f'fill="{"#000" if p.mark == "seed" else p.colour}" '
                   + ('stroke="#d62728" stroke-width="2"' if p.ring else 'stroke="none"')
                   + f"><title>{esc(p.label)}</title></circle>")
         parts.append(f'<a href="{esc(p.href)}">{circle}</a>' if p.href else circle)
         if p.mark == "recommended":
-            x, y = ax.px(p.x), ax.py(p.y)
             star = " ".join(
                 f"{x + r * math.sin(k * math.pi / 5):.1f},{y - r * math.cos(k * math.pi / 5):.1f}"
                 for k, r in zip(range(10), [10, 4] * 5, strict=True))
@@ -184,10 +184,10 @@ def scatter(points: Sequence[Point], xlabel: str, ylabel: str, css_class: str,
                          + label(ax, x, y, (9, 14), f"recommended {p.ident}", "mark-label",
                                  'fill="#ff7f0e"'))
         elif p.mark == "seed":
-            parts.append(label(ax, ax.px(p.x), ax.py(p.y), (8, 14), f"seed {p.ident}",
-                               "mark-label seed-label", 'font-weight="bold"'))
+            parts.append(label(ax, x, y, (8, 14), f"seed {p.ident}", "mark-label seed-label",
+                               'font-weight="bold"'))
         elif p.ring:
-            parts.append(label(ax, ax.px(p.x), ax.py(p.y), (7, -5), p.ident, "ring-label"))
+            parts.append(label(ax, x, y, (7, -5), p.ident, "ring-label"))
     return _close(parts, width, height,
                   "" if points or len(dens) else "no finished candidates yet")
 
