@@ -410,21 +410,18 @@ def write_report(study: Study, out_dir: str | os.PathLike | None = None, k: int 
     return atomic_write_text(out / "report.html", render_html(study, candidates, k, marks))
 
 
-# accuracy: on the validation split (decides); test_accuracy: reported only
+# accuracy: on the validation split (decides); test_accuracy: reported only; *_vs_seed*:
+# against the seed on the same examples (`nas.search.strategy.paired`), in accuracy points,
+# empty without per-example results; recommended: 1 for the summary's recommendation;
+# start_accuracy: a child's validation accuracy with the weights it started from, before
+# fine-tuning, beside its parent's; hparams: its `search.hparams`
 CSV_COLUMNS = ("id", "parent_id", "generation", "status", "accuracy", "val_examples",
-               "test_accuracy", "test_examples", "loss", "flops",
-               "params", "im_sec_core_train", "im_sec_core_infer", "epochs", "attempts",
-               "on_front", "rungs", "fingerprint", "worker", "error",
-               # against the seed on the same examples (nas.search.strategy.paired), in accuracy
-               # points; empty without per-example results; recommended: 1 for the
-               # summary's recommendation
-               "val_vs_seed_pt", "val_vs_seed_low_pt", "val_vs_seed_high_pt", "val_vs_seed",
-               "test_vs_seed_pt", "test_vs_seed_low_pt", "test_vs_seed_high_pt",
-               "test_vs_seed", "recommended",
-               # a child's validation accuracy with the weights it started from (inherited,
-               # fitted), before fine-tuning, next to its parent's; its hparams (search.hparams)
+               "test_accuracy", "test_examples", "loss", "flops", "params",
+               "im_sec_core_train", "im_sec_core_infer", "epochs", "attempts", "on_front",
+               "rungs", "fingerprint", "worker", "error", "val_vs_seed_pt",
+               "val_vs_seed_low_pt", "val_vs_seed_high_pt", "val_vs_seed", "test_vs_seed_pt",
+               "test_vs_seed_low_pt", "test_vs_seed_high_pt", "test_vs_seed", "recommended",
                "parent_accuracy", "start_accuracy", "hparams")
-# then a column per cost of the search's own (`search.costs`), named as the cost
 _EXTRA = ("val_examples", "test_accuracy", "test_examples")
 
 

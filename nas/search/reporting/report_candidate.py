@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nas.search.reporting.report_text import fmt, front_label, lineage, start_text
-from nas.search.reporting.svg import esc, line_chart
+from nas.search.reporting.svg import esc, line_chart, svg_open
 from nas.search.store import recommend
 from nas.search.store.candidate import Candidate, Inheritance
 from nas.search.store.study import Study
@@ -226,11 +226,10 @@ def diagram(arch: Architecture, new: set[str]) -> str:
         for i, name in enumerate(names):
             pos[name] = (offset + i * (box_w + gap_x), gap_y + level * (box_h + gap_y))
     kinds = {op.name: op for op in arch.ops}
-    parts = [f'<svg class="graph-diagram" xmlns="http://www.w3.org/2000/svg" '
-             f'width="{width:.0f}" height="{height:.0f}" viewBox="0 0 {width:.0f} '
-             f'{height:.0f}"><defs><marker id="arrow" viewBox="0 0 6 6" refX="6" refY="3" '
-             f'markerWidth="6" markerHeight="6" orient="auto"><path d="M0,0 L6,3 L0,6 z" '
-             f'fill="#888"/></marker></defs>']
+    parts = [svg_open("graph-diagram", width, height)
+             + '<defs><marker id="arrow" viewBox="0 0 6 6" refX="6" refY="3" markerWidth="6" '
+             'markerHeight="6" orient="auto"><path d="M0,0 L6,3 L0,6 z" fill="#888"/></marker>'
+             "</defs>"]
     for op in arch.ops:
         x2, y2 = pos[op.name]
         for src in op.inputs:

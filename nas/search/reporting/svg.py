@@ -143,7 +143,7 @@ def scatter(points: Sequence[Point], xlabel: str, ylabel: str, css_class: str,
                                                             for v in p.err], dtype=float),
                          dens[:, 1]])
     ax = Axes(xs, ys, width, height, log_x=bool(log_x))
-    parts = [_open(css_class, width, height)]
+    parts = [svg_open(css_class, width, height)]
     parts += ax.frame(xlabel + (" (log)" if log_x else ""), ylabel)
     if len(dens):
         parts.append(density_bins(ax, dens))
@@ -247,7 +247,7 @@ def line_chart(series: Sequence[tuple[str, str, Sequence[tuple[float, float]]]],
     ys = [y for _, _, pts in series for _, y in pts]
     legend_h = 14 * len(series)
     ax = Axes(xs, ys, width, height + legend_h, margin=(12 + legend_h, 14, 42, 56))
-    parts = [_open(css_class, width, height + legend_h),
+    parts = [svg_open(css_class, width, height + legend_h),
              *ax.frame(xlabel, ylabel, integer_x=integer_x)]
     for i, (name, colour, pts) in enumerate(series):
         coords = []
@@ -271,7 +271,8 @@ def line_chart(series: Sequence[tuple[str, str, Sequence[tuple[float, float]]]],
     return _close(parts, width, height + legend_h, "" if xs else "no data")
 
 
-def _open(css_class: str, width: int, height: int) -> str:
+def svg_open(css_class: str, width: int, height: int) -> str:
+    """An `<svg>` start tag of `width` x `height` px."""
     return (f'<svg class="{esc(css_class)}" xmlns="http://www.w3.org/2000/svg" '
             f'width="{width}" height="{height}" viewBox="0 0 {width} {height}">')
 
