@@ -121,7 +121,7 @@ def summary(study: Study, k: int = 5, *, candidates: Sequence[Candidate] | None 
     # what the proposals cost and which kinds of move paid, below the table it explains
     lines += refusal_lines(study)
     lines += move_mix.move_lines(move_mix.move_counts(study, study.last_id(), None, margin))
-    if seed is not None and seed.id not in pairs.validation:  # an older study: Wilson
+    if seed is not None and seed.id not in pairs.validation:  # no per-example results: Wilson
         cheap = cheapest_matching_seed(done, seed)
         if cheap is not None:
             lines.append(f"cheapest child tied with the seed on validation: candidate "
