@@ -40,7 +40,8 @@ from typing import Any
 import numpy as np
 
 from nas.search.execution.driver import Driver
-from nas.search.reporting.report import cheapest_matching_seed, front_of
+from nas.search.reporting.highlights import front_of
+from nas.search.store.recommend import cheapest_matching_seed
 from nas.search.strategy.pareto import hypervolume
 from nas.train import intervals
 

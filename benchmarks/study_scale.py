@@ -184,7 +184,7 @@ def measure(n: int, cache: str, timeout: float, parts: tuple[str, ...]) -> dict[
     """The figures of one study size. The report is written before the rerun, as the
     search that finished wrote it, so the rerun finds it (and says where it is)."""
     from nas.search import Study
-    from nas.search.reporting.report import summary
+    from nas.search.reporting.report_text import summary
 
     source = cached(n, cache)
     workdir = source + ".measure"

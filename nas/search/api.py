@@ -39,8 +39,7 @@ def run_study(config: ml_collections.ConfigDict, workdir: str, *, budget_given: 
     says so in one line and trains nothing. `on_checked` runs once the settings are read
     (run_search writes the seeds' files then, so a bad field leaves nothing behind)."""
     from nas.cli_messages import check_workdir
-    from nas.search.reporting.report_state import write_if_stale
-    from nas.search.reporting.rerun import finished_line, stored_budget
+    from nas.search.reporting.report_state import finished_line, stored_budget, write_if_stale
     from nas.search.strategy.settings import read_settings
 
     settings = read_settings(config)  # the whole config, before the workdir exists

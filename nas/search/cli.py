@@ -166,8 +166,8 @@ def config_file_error(e: BaseException, argv: Sequence[str]) -> str:
 
 def _search(workdir: str) -> None:
     from nas.search.api import run_study
-    from nas.search.reporting.report import summary
     from nas.search.reporting.report_state import write_if_stale
+    from nas.search.reporting.report_text import summary
 
     if _CONFIG.value is None:
         raise ValueError("--config is required to run a search")
@@ -186,7 +186,7 @@ def _search(workdir: str) -> None:
 
 def _worker(workdir: str) -> None:
     from nas.search.execution.study_worker import run_worker
-    from nas.search.reporting.report import reported_test_text, val_accuracy_text
+    from nas.search.reporting.report_text import reported_test_text, val_accuracy_text
     from nas.search.store.candidate import Status
 
     check_workdir(workdir, create=False)
@@ -215,8 +215,9 @@ def _worker(workdir: str) -> None:
 
 def _report(workdir: str) -> None:
     from nas.search.reporting.highlights import Highlights
-    from nas.search.reporting.report import summary, to_csv, write_report
+    from nas.search.reporting.report import to_csv, write_report
     from nas.search.reporting.report_state import mark_current, study_state
+    from nas.search.reporting.report_text import summary
     from nas.search.store.study import Study
 
     study = Study.load(workdir)

@@ -126,7 +126,7 @@ class SearchResult:
 
     def summary(self) -> str:
         """The text `nas-search` prints at the end."""
-        from nas.search.reporting.report import summary
+        from nas.search.reporting.report_text import summary
 
         return summary(self.study)
 

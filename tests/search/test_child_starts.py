@@ -11,7 +11,8 @@ import pytest
 
 from nas.graph.serialize import graph_to_json
 from nas.search.execution.driver import Driver
-from nas.search.reporting.report import summary, to_csv, write_report
+from nas.search.reporting.report import to_csv, write_report
+from nas.search.reporting.report_text import summary
 from nas.search.strategy.settings import candidate_train_config, read_settings, validate_search
 from nas.train import TrainOptions, train_and_eval
 from tests.train.helpers import tiny_config, tiny_graph

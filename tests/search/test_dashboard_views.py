@@ -8,7 +8,7 @@ from nas.graph.serialize import graph_to_json
 from nas.io import examples
 from nas.search import Study
 from nas.search.reporting.dashboard import Dashboard
-from nas.search.reporting.report import summary
+from nas.search.reporting.report_text import summary
 from nas.search.store import recommend
 from nas.zoo import cnn
 
@@ -111,13 +111,13 @@ def test_the_pictures_are_redrawn_when_a_candidate_finishes_in_any_order(tmp_pat
 
 
 def test_past_the_scale_limit_the_population_is_density(tmp_path, monkeypatch):
-    from nas.search.reporting import live_fronts
+    from nas.search.reporting import dashboard
 
-    monkeypatch.setattr(live_fronts, "SCALE_LIMIT", 2)
+    monkeypatch.setattr(dashboard, "SCALE_LIMIT", 2)
     study = _study(tmp_path)
     worse = study.add(study.get(1).graph_json, parent_id=1)
     _finish(study, worse, 0.5, 9.0e7, wrong=range(70))  # on no front, not the best
-    pictures = live_fronts.LiveFronts(study, k=1).pictures()
+    pictures = dashboard.LiveFronts(study, k=1).pictures()
     svg = _svg(pictures)
     assert pictures["large"] and '<g class="density" data-n="4"' in svg
     # points: the front (2, 3), the best (2), the seed (1) and the recommended (2)
@@ -158,7 +158,7 @@ def test_the_ringed_points_are_the_studys_fronts_ties_included(tmp_path):
 
 
 def test_growing_comparisons_count_as_a_fresh_one_does():
-    from nas.search.reporting.live_fronts import GrowingComparisons
+    from nas.search.reporting.dashboard import GrowingComparisons
 
     class Ref:
         def __init__(self, i):
@@ -184,7 +184,7 @@ def test_growing_comparisons_count_as_a_fresh_one_does():
 def test_results_unpacked_together_equal_one_by_one():
     from types import SimpleNamespace
 
-    from nas.search.reporting.live_fronts import _unpacked
+    from nas.search.reporting.dashboard import _unpacked
 
     rng = np.random.default_rng(5)
     rows, want = [], {}

@@ -14,7 +14,8 @@ import time
 import pytest
 
 from nas.search.execution.driver import Driver
-from nas.search.reporting.report import summary, to_csv, write_report
+from nas.search.reporting.report import to_csv, write_report
+from nas.search.reporting.report_text import summary
 from nas.search.store.study import Study
 from nas.search.strategy.fidelity import FidelityConfig, RungResult, promotion
 

@@ -19,7 +19,8 @@ import pytest
 from nas.io import examples
 from nas.search.execution.driver import Driver
 from nas.search.execution.finals import Finals
-from nas.search.reporting.report import summary, write_report
+from nas.search.reporting.report import write_report
+from nas.search.reporting.report_text import summary
 from nas.search.result import SearchResult
 from nas.search.store.finals import FinalsStore, Run
 from nas.search.store.finals_table import (

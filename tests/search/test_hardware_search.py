@@ -111,7 +111,7 @@ def test_the_csv_carries_latency_its_spread_and_feasibility(searched):
     import csv
     import io
 
-    from nas.search.reporting.report_csv import to_csv
+    from nas.search.reporting.report import to_csv
 
     rows = list(csv.DictReader(io.StringIO(to_csv(searched.study))))
     assert rows and all(float(r["latency_ms"]) > 0 and r["latency_ms_iqr"] != "" and

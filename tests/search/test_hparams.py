@@ -9,7 +9,8 @@ import pytest
 
 from nas.graph.serialize import graph_to_json
 from nas.search.execution.driver import Driver
-from nas.search.reporting.report import summary, to_csv
+from nas.search.reporting.report import to_csv
+from nas.search.reporting.report_text import summary
 from nas.search.strategy import hparams
 from nas.search.strategy.settings import SearchSettings, validate_search
 from tests.train.helpers import tiny_graph

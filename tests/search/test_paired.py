@@ -155,14 +155,15 @@ def test_an_older_study_without_the_table_opens_and_falls_back(tmp_path):
     conn.close()
     again = Study.load(tmp_path / "s")
     assert again.correctness() == {}
-    from nas.search.reporting.report import summary
+    from nas.search.reporting.report_text import summary
 
     text = summary(again)
     assert "(Wilson)" in text and "recommended: candidate 2" in text
 
 
 def test_summary_recommends_the_cheapest_non_inferior_child(tmp_path):
-    from nas.search.reporting.report import summary, to_csv
+    from nas.search.reporting.report import to_csv
+    from nas.search.reporting.report_text import summary
 
     study = _study(tmp_path)
     text = summary(study, k=2)

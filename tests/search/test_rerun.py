@@ -4,7 +4,7 @@ only when nothing but operational fields differs from the stored config."""
 import runpy
 
 from nas.search import Study
-from nas.search.reporting.rerun import finished_line
+from nas.search.reporting.report_state import finished_line
 from nas.search.strategy.settings import validate_search
 from tests.search.conftest import SEARCH_CONFIG
 

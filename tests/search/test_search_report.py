@@ -4,7 +4,8 @@ import base64
 import json
 
 from nas.search import Study
-from nas.search.reporting.report import lineage, summary, write_report
+from nas.search.reporting.report import write_report
+from nas.search.reporting.report_text import lineage, summary
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -9,7 +9,7 @@ from nas.graph.serialize import graph_to_json
 from nas.search.execution.driver import Driver
 from nas.search.execution.task import Task
 from nas.search.execution.worker import train_candidate
-from nas.search.reporting.report import summary
+from nas.search.reporting.report_text import summary
 from nas.search.strategy.settings import (
     candidate_train_config,
     read_settings,

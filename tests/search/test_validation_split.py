@@ -99,7 +99,8 @@ def test_ties_inside_the_interval_prefer_the_cheaper():
 
 
 def test_summary_shows_both_accuracies_and_never_calls_noise_better(tmp_path):
-    from nas.search.reporting.report import summary, to_csv
+    from nas.search.reporting.report import to_csv
+    from nas.search.reporting.report_text import summary
     from nas.search.store.study import Study
 
     study = Study.open(tmp_path)

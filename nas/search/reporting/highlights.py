@@ -2,9 +2,8 @@
 recommended candidate.
 
 Why: a study of 100,000 candidates cannot be one page with a point, a row and a section
-for each. These few are what a reader acts on; the rest of the population is drawn as
-density (`svg.density_bins`), kept whole in report.csv, and served one by one by the
-dashboard. Up to `SCALE_LIMIT` finished candidates the page still shows every one.
+for each. These few are what a reader acts on; the rest is drawn as density, kept whole
+in report.csv, and served one by one by the dashboard.
 """
 
 from __future__ import annotations
@@ -27,10 +26,9 @@ SCALE_LIMIT = 300
 
 
 def front_of(candidates: Sequence[Candidate], cost: str) -> list[Candidate]:
-    """Done candidates of `candidates` on the accuracy/`cost` front (cost order); `cost`
-    may be a user's (a number in each candidate's metrics, lower is better). A measured
-    cost with a spread (`<cost>_iqr`) is tied within it, as selection's fronts tie it
-    (`nas.search.strategy.cost_ties`)."""
+    """Done candidates on the accuracy/`cost` front, in cost order (`cost` may be a user's,
+    lower is better). A cost with a spread (`<cost>_iqr`) is tied within it, as
+    selection's fronts tie it (`nas.search.strategy.cost_ties`)."""
     values = {c.id: v for c in candidates if c.status == Status.DONE and c.accuracy is not None
               and (v := cost_value(c, cost)) is not None}
     done = [c for c in candidates if c.id in values]
@@ -57,8 +55,7 @@ def ranked_costs(study: object) -> list[str]:
 
 
 def best_of(candidates: Sequence[Candidate], k: int) -> list[Candidate]:
-    """The `k` most accurate done candidates, ordered as `Study.best` orders them (ties:
-    fewer FLOPs, then older)."""
+    """The `k` most accurate done candidates, in `Study.best`'s order."""
     inf = float("inf")
     done = (c for c in candidates if c.status == Status.DONE and c.accuracy is not None)
     return heapq.nsmallest(k, done, key=lambda c: (
@@ -72,25 +69,22 @@ class Highlights:
     fronts: dict[str, list[Candidate]]  # ranked cost -> its front, in cost order
     best: list[Candidate]  # the k most accurate
     seed: Candidate | None
-    recommendation: recommend.Recommendation
     pairs: recommend.Comparisons
     done: int  # finished candidates with an accuracy
-    user_costs: tuple[str, ...] = ()  # the search's own costs (`Study.user_costs`)
-    found: Answer | None = None  # the recommendation's source (the finals or the search)
+    found: Answer  # the recommendation, from the finals or the search
+    user_costs: tuple[str, ...]  # the search's own costs (`Study.user_costs`)
 
     @classmethod
     def of(cls, study: object, candidates: Sequence[Candidate], k: int) -> Highlights:
         pairs = recommend.Comparisons.of(study)
-        found = answer(study, pairs)
         return cls({cost: front_of(candidates, cost) for cost in ranked_costs(study)},
-                   best_of(candidates, k), recommend.seed_of(candidates),
-                   found.recommendation, pairs,
+                   best_of(candidates, k), recommend.seed_of(candidates), pairs,
                    sum(c.status == Status.DONE and c.accuracy is not None for c in candidates),
-                   tuple(getattr(study, "user_costs", ())), found)
+                   answer(study, pairs), tuple(getattr(study, "user_costs", ())))
 
     @property
     def large(self) -> bool:
-        """Too many finished candidates to show each: density plots and short tables."""
+        """Too many finished candidates to show each."""
         return self.done > SCALE_LIMIT
 
     @property
@@ -98,8 +92,12 @@ class Highlights:
         return {c.id for front in self.fronts.values() for c in front}
 
     @property
+    def recommendation(self) -> recommend.Recommendation:
+        return self.found.recommendation
+
+    @property
     def recommended(self) -> Candidate | None:
-        return self.recommendation.candidate
+        return self.found.recommendation.candidate
 
     def ids(self) -> set[int]:
         """Every candidate shown in detail."""

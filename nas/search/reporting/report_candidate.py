@@ -1,8 +1,9 @@
-"""One candidate in the report: its ops with shapes, a diagram, its mutation, its training.
+"""One candidate's section of the report (the dashboard's candidate page too): its ops
+with shapes, a diagram, its mutation, its training, how it compares with the seed.
 
-Everything here reads only what the study stores (graph JSON, spec, inheritance) and the
-candidate's own `metrics.jsonl`; a candidate whose graph cannot be read still gets a section
-saying so, never a broken page.
+Everything here reads only what the study stores (graph JSON, inheritance) and the
+candidate's own `metrics.jsonl`; a candidate whose graph cannot be read still gets a
+section saying so, never a broken page.
 """
 
 from __future__ import annotations
@@ -13,8 +14,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from nas.search.reporting.svg import esc, line_chart
+from nas.search.reporting.report_text import fmt, front_label, lineage, start_text
+from nas.search.reporting.svg import esc, line_chart, svg_open
+from nas.search.store import recommend
 from nas.search.store.candidate import Candidate, Inheritance
+from nas.search.store.study import Study
+from nas.search.strategy.selection import cost_value
+from nas.train.config import image_shape
+from nas.train.perf import read_records
 
 
 @dataclass
@@ -24,7 +31,6 @@ class OpRow:
     inputs: list[str]
     kwargs: str
     shape: str
-    params: bool = False
     symbols: dict[str, str] = field(default_factory=dict)  # symbolic kwarg text -> value
 
 
@@ -34,7 +40,6 @@ class Architecture:
 
     ops: list[OpRow] = field(default_factory=list)
     inputs: list[str] = field(default_factory=list)
-    outputs: list[str] = field(default_factory=list)
     error: str = ""
     constants: dict[str, Any] = field(default_factory=dict)
 
@@ -114,7 +119,7 @@ def _kwargs_text(op: Any, symbols: Mapping[str, str]) -> str:
 
 def architecture(graph_json: str, input_shape: tuple[int, ...]) -> Architecture:
     """The ops of a stored graph with each output's shape for one `input_shape` example."""
-    from nas.graph.ops import OpType, canonical_name, op_of_tensor
+    from nas.graph.ops import canonical_name, op_of_tensor
     from nas.graph.serialize import load
     from nas.properties.tensor_shapes import graph_shapes
 
@@ -122,26 +127,21 @@ def architecture(graph_json: str, input_shape: tuple[int, ...]) -> Architecture:
         graph, constants = load(graph_json)
     except (ValueError, KeyError, TypeError) as e:
         return Architecture(error=f"graph not readable: {e}")
-    shapes = None
+    shapes, error = None, ""
     try:
         shapes = graph_shapes(graph, constants, {graph.input_names[0]: input_shape})
     except (ValueError, KeyError, TypeError, IndexError) as e:
         error = f"shapes unknown: {e}"
-    else:
-        error = ""
-    weighted = {OpType.CONV, OpType.DENSE, OpType.DENSE_GENERAL, OpType.BATCH_NORM,
-                OpType.LAYER_NORM, OpType.GROUP_NORM, OpType.SELF_ATTENTION, OpType.PARAM}
     rows = []
     for op in graph.ops:
-        shape = ""
-        symbols = _symbols(op, shapes, constants) if shapes is not None else {}
+        shape, symbols = "", {}
         if shapes is not None:
+            symbols = _symbols(op, shapes, constants)
             shape = " ".join("x".join(str(d) for d in shapes.shape(n)) for n in op.output_names
                              if canonical_name(n) in shapes)
         rows.append(OpRow(op.name, op.type.name, [op_of_tensor(n) for n in op.input_names],
-                          _kwargs_text(op, symbols), shape, op.type in weighted, symbols))
-    return Architecture(rows, [op_of_tensor(n) for n in graph.input_names],
-                        [op_of_tensor(n) for n in graph.output_names], error,
+                          _kwargs_text(op, symbols), shape, symbols))
+    return Architecture(rows, [op_of_tensor(n) for n in graph.input_names], error,
                         dict(constants))
 
 
@@ -208,7 +208,7 @@ def layers(arch: Architecture) -> dict[str, int]:
     return depth
 
 
-def diagram(arch: Architecture, new: set[str], css_class: str = "graph-diagram") -> str:
+def diagram(arch: Architecture, new: set[str]) -> str:
     """An SVG of the graph, top to bottom by depth; ops with fresh weights in green."""
     if not arch.ops:
         return ""
@@ -226,11 +226,10 @@ def diagram(arch: Architecture, new: set[str], css_class: str = "graph-diagram")
         for i, name in enumerate(names):
             pos[name] = (offset + i * (box_w + gap_x), gap_y + level * (box_h + gap_y))
     kinds = {op.name: op for op in arch.ops}
-    parts = [f'<svg class="{esc(css_class)}" xmlns="http://www.w3.org/2000/svg" '
-             f'width="{width:.0f}" height="{height:.0f}" viewBox="0 0 {width:.0f} '
-             f'{height:.0f}"><defs><marker id="arrow" viewBox="0 0 6 6" refX="6" refY="3" '
-             f'markerWidth="6" markerHeight="6" orient="auto"><path d="M0,0 L6,3 L0,6 z" '
-             f'fill="#888"/></marker></defs>']
+    parts = [svg_open("graph-diagram", width, height)
+             + '<defs><marker id="arrow" viewBox="0 0 6 6" refX="6" refY="3" markerWidth="6" '
+             'markerHeight="6" orient="auto"><path d="M0,0 L6,3 L0,6 z" fill="#888"/></marker>'
+             "</defs>"]
     for op in arch.ops:
         x2, y2 = pos[op.name]
         for src in op.inputs:
@@ -243,7 +242,7 @@ def diagram(arch: Architecture, new: set[str], css_class: str = "graph-diagram")
     for name, (x, y) in pos.items():
         op = kinds.get(name)
         fill = "#c7e9c0" if name in new else ("#eef" if op is None else "#fff")
-        label = name if op is None else f"{op.type}"
+        label = name if op is None else op.type
         sub = "input" if op is None else (op.shape or "")
         tip = name if op is None else f"{name} ({op.type}) {op.kwargs} -> {op.shape}"
         parts.append(f'<g class="node" data-op="{esc(name)}"><title>{esc(tip)}</title>'
@@ -268,17 +267,17 @@ class Mutation:
     kind: str = ""  # the mutation: "subgraph", "block_add", "block_delete", "block_mutate"...
 
 
-def mutation_diff(child: Architecture, parent: Architecture | None,
-                  inheritance: Inheritance,
-                  metrics: Mapping[str, Any] | None = None) -> Mutation:
-    """What changed; the fit's errors come from the child's metrics (its worker fitted it)
-    or, in studies written before that, from its inheritance record."""
-    parent_ops = {op.name: op for op in (parent.ops if parent else [])}
+def mutation_diff(child: Architecture, parent: Architecture, inheritance: Inheritance,
+                  metrics: Mapping[str, Any] | None) -> Mutation:
+    """What changed; the fit's errors come from the child's metrics (its worker fitted it),
+    else from its inheritance record."""
+    parent_ops = {op.name: op for op in parent.ops}
     child_ops = {op.name: op for op in child.ops}
     removed = [op for name, op in parent_ops.items() if name not in child_ops]
     added = [op for name, op in child_ops.items() if name not in parent_ops]
-    fit = {k: (metrics or {})[f"fit_{k}"] for k in ("mse_before", "mse_after")
-           if f"fit_{k}" in (metrics or {})} or inheritance.fit or {}
+    metrics = metrics or {}
+    fit = {k: metrics[f"fit_{k}"] for k in ("mse_before", "mse_after")
+           if f"fit_{k}" in metrics} or inheritance.fit or {}
     return Mutation(removed, added, sorted(inheritance.inherited or ()),
                     sorted(inheritance.new or ()), dict(fit), inheritance.kind or "")
 
@@ -307,8 +306,7 @@ def diff_html(m: Mutation) -> str:
             + names(m.fresh) + "</p>" + fitted + "</div>")
 
 
-def training_curve(records: Sequence[Mapping[str, Any]], css_class: str = "training-curve"
-                   ) -> str:
+def training_curve(records: Sequence[Mapping[str, Any]]) -> str:
     """Training loss and training-batch accuracy every `log_training_steps` steps, and eval
     accuracy at every epoch end and rung, by step, from a metrics.jsonl."""
     def series(key: str) -> list[tuple[float, float]]:
@@ -321,15 +319,92 @@ def training_curve(records: Sequence[Mapping[str, Any]], css_class: str = "train
     charts = []
     if loss:
         charts.append(line_chart([("training loss", "#1f77b4", loss)], "step", "loss",
-                                 css_class, width=340, height=220, integer_x=True))
+                                 "training-curve", width=340, height=220, integer_x=True))
     lines = [(name, colour, pts) for name, colour, pts in (
         ("training-batch accuracy", "#ff7f0e", train_acc),
         ("eval accuracy (epoch ends, rungs)", "#2ca02c", acc)) if pts]
     if lines:
-        charts.append(line_chart(lines, "step", "accuracy", css_class, width=340,
+        charts.append(line_chart(lines, "step", "accuracy", "training-curve", width=340,
                                  height=220, integer_x=True))
     return "".join(charts)
 
 
-def metrics_path(workdir: str, candidate: Candidate) -> str:
-    return os.path.join(str(workdir), "candidates", str(candidate.id), "train", "metrics.jsonl")
+def input_shape(study: Study) -> tuple[int, ...]:
+    """The shape of one input example (batch 1) the study trains on; CIFAR's if unknown."""
+    try:
+        return (1, *image_shape(study.config["train"]))
+    except (KeyError, TypeError, ValueError):
+        return (1, 32, 32, 3)
+
+
+def candidate_section(study: Study, c: Candidate, by_id: dict[int, Candidate],
+                      shape: tuple[int, ...], costs: Sequence[str], on: Sequence[str],
+                      archs: dict[int, Architecture], pairs: recommend.Comparisons,
+                      why: Sequence[str] = (), sections: set[int] | None = None,
+                      rows: set[int] | None = None) -> str:
+    """One candidate in detail. `by_id` holds it and its ancestors with their graphs;
+    `on`: the fronts it is on; `archs`: a cache of architectures by id; `why`: why the
+    report shows it; `sections` / `rows`: the ids whose section / table row the page has,
+    to link to (None: link to any)."""
+    def arch_of(cid: int) -> Architecture:
+        if cid not in archs:
+            archs[cid] = architecture(by_id[cid].graph_json, shape)
+        return archs[cid]
+
+    arch = arch_of(c.id)
+    made = origins([(by_id[i], arch_of(i)) for i in lineage(c.id, by_id)])
+    parent = by_id.get(c.parent_id) if c.parent_id is not None else None
+    fresh = set(c.inheritance.new or ())
+    added: set[str] = set()
+    if parent is not None:
+        diff = mutation_diff(arch, arch_of(parent.id), c.inheritance, c.metrics)
+        added = {op.name for op in diff.added}
+        change = diff_html(diff)
+    else:
+        change = '<p class="note">seed model: no parent</p>'
+    metrics = ", ".join(f"{k} {fmt(v)}" for k in ("accuracy", *costs)
+                        if (v := c.accuracy if k == "accuracy" else cost_value(c, k))
+                        is not None)
+    metrics = ", ".join(filter(None, (metrics, start_text(c, parent))))
+    up = "" if parent is None else f" from {link(parent.id, sections, 'cand-')}"
+    fronts = ", ".join(front_label(cost) for cost in on) or "none"
+    curve = training_curve(read_records(os.path.join(
+        str(study.workdir), "candidates", str(c.id), "train", "metrics.jsonl")))
+    shown = (f'<p class="shown-for"><b>shown as</b>: {esc(", ".join(why))}</p>'
+             if why else "")
+    return (f'<section class="candidate" id="cand-{c.id}"><h3>candidate {c.id} '
+            f"(generation {c.generation}){up}</h3>"
+            f'<p class="on-fronts"><b>on the fronts</b>: {esc(fronts)}</p>{shown}'
+            f"{versus_html(c, by_id, pairs)}"
+            f"<p>{esc(metrics)} — row {link(c.id, rows, 'c')}</p>"
+            f'<h4>what the mutation changed</h4>{change}'
+            f'<h4>training</h4><div class="row">{curve}</div>'
+            f'<h4>architecture</h4><div class="row"><div>{op_table(arch, added | fresh, made)}'
+            f"</div><div>{diagram(arch, added | fresh)}</div></div></section>")
+
+
+def link(cid: int, present: set[int] | None, prefix: str) -> str:
+    """`cid` as a link to `#<prefix><cid>` when the page has that target (`present` None:
+    assumed), else as plain text."""
+    return f'<a href="#{prefix}{cid}">{cid}</a>' if present is None or cid in present \
+        else str(cid)
+
+
+def versus_html(c: Candidate, by_id: dict[int, Candidate], pairs: recommend.Comparisons
+                ) -> str:
+    """"within noise / better / worse" against the seed (and the parent), per split."""
+    seed = recommend.seed_of(list(by_id.values()))
+    if seed is None:
+        return ""
+    if c.id == seed.id:
+        return '<p class="vs-seed"><b>the seed</b>: every other candidate is compared to it</p>'
+    parts = []
+    for name, other in (("vs the seed", seed), ("vs its parent", by_id.get(c.parent_id))):
+        if other is None or (name == "vs its parent" and other.id == seed.id):
+            continue
+        cells = [f"{split} accuracy {text}" for split in ("validation", "test")
+                 if (text := recommend.versus(c, other, pairs, split))]
+        if cells:
+            parts.append(f'<p class="{"vs-seed" if other is seed else "vs-parent"}"><b>'
+                         f"{name}</b> (candidate {other.id}): {esc('; '.join(cells))}</p>")
+    return "".join(parts)

@@ -1,11 +1,13 @@
-"""Whether the report in `<workdir>/report/` shows the study as it is now.
+"""A finished study, answered fast: whether the report in `<workdir>/report/` shows the
+study as it is now, and what a rerun of the finished search prints.
 
-Why: rerunning a finished search says so and names its report; rewriting a report of
-100,000 candidates for that takes minutes. A finished candidate never changes, and every
-other change a report shows moves a candidate's status or adds one, so the status counts
-and the newest id (both a few index reads, `Study.counts`, `Study.last_id`) identify what
-a report was written from. The stamp is written after the report and names the files it
-vouches for, so a report interrupted half-way or deleted is never taken as current.
+Why: the driver's imports (JAX, orbax, the zoo) and set-up take most of a rerun's time,
+and rewriting a report of 100,000 candidates takes minutes, while "is it finished?" needs
+the study's status counts only. A finished candidate never changes, and every other change
+a report shows moves a candidate's status or adds one, so the status counts and the newest
+id (a few index reads) identify what a report was written from. The stamp is written
+after the report and names the files it vouches for, so a report interrupted half-way or
+deleted is never taken as current.
 """
 
 from __future__ import annotations
@@ -17,17 +19,20 @@ from pathlib import Path
 from typing import Any
 
 from nas.atomic import atomic_write_text
+from nas.search.store.candidate import FINISHED
+from nas.search.store.finals_table import finals_finished
+from nas.search.store.meta import MAX_CANDIDATES
+from nas.search.store.study import DB_NAME, Study, StudyNotFoundError
+from nas.search.strategy.settings import OPERATIONAL, without_added
 
 STAMP = ".study_state.json"
 FILES = ("report.html", "report.csv", "pareto.png")
 # The code that renders a report: a change to it makes every report stale.
-RENDERERS = ("report.py", "report_candidate.py", "report_csv.py", "highlights.py",
-             "progress.py", "svg.py")
+RENDERERS = ("report.py", "report_candidate.py", "report_text.py", "highlights.py", "svg.py")
 
 
 def study_state(study: Any) -> dict[str, Any]:
-    """What a report of `study` depends on: the study's counts and newest id, and the
-    code that renders it."""
+    """What a report of `study` depends on: its counts, its newest id, the renderers."""
     digest = hashlib.sha256()
     for name in RENDERERS:
         path = Path(__file__).with_name(name)
@@ -68,3 +73,53 @@ def write_if_stale(study: Any) -> Path:
     path = write_report(study)
     mark_current(study, state)
     return path
+
+
+def finished_line(workdir: str, config: Any) -> str | None:
+    """The line a rerun of the finished search in `workdir` prints (its counts and its
+    report, rewritten only when stale); None when there is no finished study there or its
+    stored config differs from `config` in a field that is not operational (the driver
+    then opens it as usual and names the values it ignores)."""
+    if not (Path(workdir) / DB_NAME).is_file():
+        return None
+    try:
+        study = Study.load(workdir)
+    except ValueError:  # the driver reports it in its own words
+        return None
+    given = without_added(json.loads(json.dumps(config.to_dict(), default=list)),
+                          study.config)
+    if _decisive(given) != _decisive(study.config):
+        return None
+    counts = study.counts()
+    max_candidates = int(config.search.max_candidates)
+    if not any(counts.values()) or sum(counts[s] for s in FINISHED) < max_candidates \
+            or not finals_finished(study):
+        return None
+    shown = ", ".join(f"{s} {n}" for s, n in counts.items() if n)
+    return (f"the search in {workdir} is finished ({shown}; max_candidates "
+            f"{max_candidates}); report: {write_if_stale(study)}")
+
+
+def _decisive(config: dict[str, Any]) -> dict[str, Any]:
+    """`config` without the search fields that may change on resume."""
+    search = {k: v for k, v in (config.get("search") or {}).items() if k not in OPERATIONAL}
+    return {**config, "search": search}
+
+
+def stored_budget(workdir: str) -> int | None:
+    """The `search.max_candidates` the study in `workdir` last ran to; None when there is
+    no study with candidates yet. Why: a config file's own default must not silently
+    extend a finished search that was run with another budget; a command line that names
+    a new budget (`nas-search`) replaces it."""
+    try:
+        study = Study.load(workdir)
+    except StudyNotFoundError:
+        return None
+    try:
+        if not any(study.counts().values()):
+            return None
+        first = (study.config.get("search") or {}).get("max_candidates")
+        value = study.get_state(MAX_CANDIDATES, first)
+        return None if value is None else int(value)
+    finally:
+        study.close()

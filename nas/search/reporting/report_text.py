@@ -1,22 +1,19 @@
-"""The study as plain text: the summary table the CLI prints, and the small texts and
-values every view of a study shares (accuracies with their intervals, "vs seed", the cost
-labels, a candidate's lineage).
-
-Why apart: the summary, the HTML page, the figure and the dashboard all say these the same
-way, so they live below them all.
+"""The study as plain text: the summary the CLI prints, the finals table, and the small
+texts every view of a study shares (table cells, accuracies with their intervals, "vs
+seed", the cost labels, a candidate's lineage, where children started), so that the
+summary, the page, the figure and the dashboard say them the same way.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
-from nas.search.reporting.cells import fmt
-from nas.search.reporting.finals_report import finals_lines
 from nas.search.reporting.highlights import Highlights
-from nas.search.reporting.starts import summary_lines
+from nas.search.reporting.svg import esc
 from nas.search.store import recommend
 from nas.search.store.candidate import STATUSES, Candidate, Status
-from nas.search.store.finals_table import answer
+from nas.search.store.finals_table import Answer, answer
 from nas.search.store.recommend import cheapest_matching_seed
 from nas.search.store.study import Study
 from nas.search.strategy import intervals, move_mix
@@ -27,6 +24,15 @@ from nas.train.intervals import wilson
 COST_LABELS = (("flops", "FLOPs"), ("params", "parameters"),
                ("im_sec_core_train", "train images/s/core"),
                ("im_sec_core_infer", "inference images/s/core"))
+
+
+def fmt(value: object) -> str:
+    """A table cell: empty for None, 4 significant digits for a float."""
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
 
 
 def measured(c: Candidate, cost: str) -> float | None:
@@ -50,20 +56,23 @@ def lineage(cid: int, by_id: dict[int, Candidate]) -> list[int]:
 def error_bar(c: Candidate) -> tuple[float, float] | None:
     """The 95 % Wilson interval of its validation accuracy (None when n is unknown)."""
     n = c.extra_metrics.get("val_examples")
-    return wilson(float(c.accuracy), int(n)) if n and c.accuracy is not None \
-        else None
+    return wilson(float(c.accuracy), int(n)) if n and c.accuracy is not None else None
+
+
+def aligned(rows: Sequence[Sequence[str]], indent: str = "") -> list[str]:
+    """Text rows as right-aligned columns two spaces apart."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return [indent + "  ".join(cell.rjust(w) for cell, w in zip(r, widths, strict=True))
+            for r in rows]
 
 
 def summary(study: Study, k: int = 5, *, candidates: Sequence[Candidate] | None = None,
             marks: Highlights | None = None) -> str:
-    """Plain-text status counts and best-candidates table (for the CLI). `candidates`: a
-    listing of the study already read (graphs not needed), and `marks` its highlights
-    (comparisons with the seed, recommendation), so that a report and its summary find
-    each once."""
+    """Plain-text status counts and best-candidates table (for the CLI). `candidates` (a
+    listing without graphs) and `marks` (its highlights): when the caller has them, so
+    that a report and its summary find each once."""
     counts = study.counts()
-    lines = [
-        f"study {study.workdir}: " + ", ".join(f"{s} {counts[s]}" for s in STATUSES),
-    ]
+    lines = [f"study {study.workdir}: " + ", ".join(f"{s} {counts[s]}" for s in STATUSES)]
     rungs = study.rung_counts()
     if rungs:  # multi-fidelity: results per rung, and the children stopped at one
         lines.append("rungs: " + ", ".join(f"{e:g} epochs {n} result(s)"
@@ -99,33 +108,29 @@ def summary(study: Study, k: int = 5, *, candidates: Sequence[Candidate] | None 
          *(cost_value(c, u) for u in users))
         for c in shown
     ]  # fmt: skip
-    table = [header] + [tuple(fmt(v) for v in r) for r in rows]
-    widths = [max(len(r[i]) for r in table) for i in range(len(header))]
-    lines.append(f"best {k} by validation accuracy" + (f" (only {len(best)} done)" if len(best) < k
-                 else "") + " (it decides; the test split is only reported; "
-                 + ("the last row is the seed; " if len(shown) > len(best) else "")
-                 + "[95% Wilson "
-                 "interval] n=examples; vs seed: difference in accuracy points [95% paired "
-                 "score interval, Tango's] on the same examples, where both have "
-                 "per-example results):")
-    for r in table:
-        lines.append("  ".join(cell.rjust(w) for cell, w in zip(r, widths, strict=True)))
-    lines += summary_lines(done, shown, seed, study.config)
+    only = f" (only {len(best)} done)" if len(best) < k else ""
+    last = "the last row is the seed; " if len(shown) > len(best) else ""
+    lines.append(f"best {k} by validation accuracy{only} (it decides; the test split is only "
+                 f"reported; {last}[95% Wilson interval] n=examples; vs seed: difference in "
+                 f"accuracy points [95% paired score interval, Tango's] on the same examples, "
+                 f"where both have per-example results):")
+    lines += aligned([header, *(tuple(fmt(v) for v in r) for r in rows)])
+    margin = recommend.margin_pt(study.config)
+    lines += [line for line in (seed_line(seed), children_start_line(done, margin)) if line]
+    lines += hparams_lines(shown)
     # what the proposals cost and which kinds of move paid, below the table it explains
     lines += refusal_lines(study)
-    lines += move_mix.move_lines(move_mix.move_counts(study, study.last_id(), None,
-                                                      recommend.margin_pt(study.config)))
-    if seed is not None and seed.id not in pairs.validation:  # an older study: Wilson
+    lines += move_mix.move_lines(move_mix.move_counts(study, study.last_id(), None, margin))
+    if seed is not None and seed.id not in pairs.validation:  # no per-example results: Wilson
         cheap = cheapest_matching_seed(done, seed)
         if cheap is not None:
             lines.append(f"cheapest child tied with the seed on validation: candidate "
                          f"{cheap.id} at {cheap.flops / seed.flops:.3f} of the seed's FLOPs; "
                          f"on test: {versus_seed(cheap, seed) or 'not measured'}")
-    found = (marks.found if marks is not None and marks.found is not None
-             else answer(study, pairs))
+    found = marks.found if marks is not None else answer(study, pairs)
     lines += recommend.bounds_lines(done, recommend.constraints(study.config))
     lines += finals_lines(found, ("flops", "params", *users))
-    rec = marks.recommendation if marks is not None else found.recommendation
+    rec = found.recommendation
     home = (rec.candidate is not None and found.take_home is not None
             and found.take_home.candidate.id == rec.candidate.id)
     lines += recommend.recommendation_lines(rec, study.workdir, take_home=home)
@@ -166,10 +171,9 @@ def reported_test_text(c: Candidate) -> str:
 
 def versus_seed(c: Candidate, seed: Candidate | None,
                 pairs: recommend.Comparisons | None = None) -> str:
-    """"within noise" where the child's and the seed's test intervals overlap, else
-    "better" / "worse"; "seed" for the seed; empty without test accuracies. With `pairs`
-    holding both candidates' test examples: the paired difference and its decision
-    (`nas.search.strategy.paired`) instead."""
+    """On test: the paired difference and its decision where `pairs` holds both candidates'
+    examples, else "within noise" where the two intervals overlap, else "better" /
+    "worse"; "seed" for the seed; empty without test accuracies."""
     if seed is None or c.id == seed.id:
         return "seed" if seed is not None else ""
     if pairs is not None and pairs.pair(c, seed, "test") is not None:
@@ -193,4 +197,142 @@ def costs_present(candidates: Sequence[Candidate], user_costs: Sequence[str] = (
     pairs = [*COST_LABELS, *((u, u) for u in user_costs)]
     return [(cost, label) for cost, label in pairs
             if any(c.status == Status.DONE and measured(c, cost) is not None for c in candidates)]
+
+
+def seed_line(seed: Any) -> str | None:
+    """How long the seed trained, e.g. "the seed trained 9 epochs in 3 rounds ..."
+    (None when it trained one run: `search.seed_max_epochs` 0)."""
+    metrics = seed.extra_metrics if seed is not None else {}
+    if "rounds" not in metrics:
+        return None
+    finals = ", ".join(f"{a:.3f}" for a in metrics.get("round_accuracies", ()))
+    curve = metrics.get("curve") or ()
+    return (f"the seed trained {seed.epochs if seed.epochs is not None else '?'} epochs in "
+            f"{metrics['rounds']} round(s), validation accuracy at their ends {finals} "
+            f"(best: round {int(metrics.get('best_round', 0)) + 1}; "
+            f"{len(curve)} evaluations); it stopped: {metrics.get('rounds_stopped', '?')}")
+
+
+def start_text(child: Any, parent: Any) -> str:
+    """"started at 0.951 (parent 0.983)": a child's validation accuracy with its starting
+    weights (inherited, fitted) before fine-tuning, next to its parent's; "" if unknown."""
+    start = child.extra_metrics.get("start_accuracy")
+    if start is None or parent is None or child.parent_id is None:
+        return ""
+    of = f" (parent {parent.accuracy:.3f})" if parent.accuracy is not None else ""
+    return f"started at {float(start):.3f}{of}"
+
+
+def children_start_line(done: Sequence[Any], margin_pt: float = 2.0) -> str | None:
+    """How many children started (before fine-tuning) and ended within `margin_pt`
+    points of their parent, among those with a recorded start."""
+    by_id = {c.id: c for c in done}
+    pairs = [(c, by_id[c.parent_id]) for c in done
+             if c.parent_id in by_id and "start_accuracy" in c.extra_metrics
+             and by_id[c.parent_id].accuracy is not None and c.accuracy is not None]
+    if not pairs:
+        return None
+    margin = margin_pt / 100
+    started = sum(float(c.extra_metrics["start_accuracy"]) >= p.accuracy - margin
+                  for c, p in pairs)
+    ended = sum(c.accuracy >= p.accuracy - margin for c, p in pairs)
+    return (f"children within {margin_pt:g} pt of their parent on validation: {started} of "
+            f"{len(pairs)} before fine-tuning, {ended} of {len(pairs)} after")
+
+
+def hparams_lines(shown: Sequence[Any]) -> list[str]:
+    """One line per shown candidate that carries `search.hparams` values."""
+    out = [f"  candidate {c.id}: {text}" for c in shown
+           if (text := hparams_text(c.extra_metrics.get("hparams")))]
+    return ["training hyperparameters (search.hparams):", *out] if out else []
+
+
+def hparams_text(hparams: object) -> str | None:
+    """A candidate's `search.hparams` values as "lr=0.001 wd=0.0001" (None: none)."""
+    if not isinstance(hparams, dict) or not hparams:
+        return None
+    return " ".join(f"{k}={float(v):.4g}" for k, v in sorted(hparams.items()))
+
+
+def finals_lines(found: Answer, costs: tuple[str, ...] = ("flops", "params")) -> list[str]:
+    """The summary's finals section: a table and two lines ([] without finals)."""
+    table = found.table
+    if table is None:
+        return [f"finals: {found.note}"] if found.note else []
+    recipe = table.recipe
+    how = (f"{recipe.folds}-fold cross-validation over train plus validation"
+           if recipe.folds > 1 else "the validation split")
+    start = ("from scratch" if recipe.start == "scratch"
+             else "on from their own weights, to the same total")
+    lines = [f"finals ({table.repeats} repeat(s) of {recipe.epochs:g} epochs {start}, "
+             f"decided on {how}; 95% intervals over repeats and examples):"]
+    lines += aligned([finals_header(costs), *finals_rows(found, costs)], "  ")
+    wall = f", {table.wall_s:.0f} s" if table.wall_s else ""
+    lines.append(f"finals cost: {table.trainings} trainings{wall}"
+                 + (f"; failed: {'; '.join(table.failed)}" if table.failed else ""))
+    pick, chosen = found.search_pick.candidate, found.recommendation.candidate
+    if pick is not None and chosen is not None and pick.id != chosen.id:
+        lines.append(f"the search alone would have picked candidate {pick.id}; the finals "
+                     f"pick candidate {chosen.id}")
+    lines += take_home_lines(found)
+    return lines
+
+
+def take_home_lines(found: Answer) -> list[str]:
+    """Which trained model of the recommended architecture is taken home, and why; its
+    test accuracy (reported only) beside the search's seed's."""
+    kept = found.take_home
+    if kept is None:
+        return []
+    lines = [f"taken home for candidate {kept.candidate.id}: {kept.reason}"]
+    tested = kept.metrics.get("test_accuracy")
+    if tested is None:
+        return lines
+    text = f"  test (reported only): {intervals.text(tested, kept.metrics.get('test_examples'))}"
+    seed = found.recommendation.seed
+    if seed is not None and "test_accuracy" in seed.metrics:
+        text += (f"; the search's seed, candidate {seed.id}: "
+                 + intervals.text(seed.metrics["test_accuracy"],
+                                  seed.metrics.get("test_examples")))
+    if found.recommendation.test is not None:
+        text += f"; {found.recommendation.test.text()}"
+    return [*lines, text]
+
+
+def finals_header(costs: tuple[str, ...]) -> tuple[str, ...]:
+    return ("id", "epochs", "accuracy [95%]", "in the search", "vs seed [95%]", *costs)
+
+
+def finals_rows(found: Answer, costs: tuple[str, ...]) -> list[tuple[str, ...]]:
+    """One row of text cells per architecture of the finals table."""
+    rows = []
+    for row in found.table.rows if found.table is not None else ():
+        acc = row.accuracy
+        versus = ("seed" if row.vs_seed is None else
+                  f"{100 * row.vs_seed.difference:+.2f} pt [{100 * row.vs_seed.low:+.2f}, "
+                  f"{100 * row.vs_seed.high:+.2f}] {row.vs_seed.decision}")
+        searched = row.candidate.accuracy
+        rows.append((str(row.candidate.id),
+                     "?" if row.epochs is None else f"{row.epochs:g}",
+                     f"{acc.difference:.4f} [{acc.low:.4f}, {acc.high:.4f}]",
+                     "-" if searched is None else f"{searched:.4f}", versus,
+                     *(fmt(cost_value(row.candidate, c)) for c in costs)))
+    return rows
+
+
+def finals_html(found: Answer, costs: tuple[str, ...] = ("flops", "params")) -> str:
+    """The report's finals section: the summary's table and lines as HTML ("" without
+    finals)."""
+    lines = finals_lines(found, costs)
+    if not lines:
+        return ""
+    if found.table is None:
+        return f'<section id="finals"><h2>Finals</h2><p>{esc(lines[0])}</p></section>'
+    def cells(row: tuple[str, ...], tag: str) -> str:
+        return "".join(f"<{tag}>{esc(c)}</{tag}>" for c in row)
+
+    body = "".join(f"<tr>{cells(r, 'td')}</tr>" for r in finals_rows(found, costs))
+    notes = "".join(f"<p>{esc(line)}</p>" for line in lines[2 + len(found.table.rows):])
+    return (f'<section id="finals"><h2>Finals</h2><p>{esc(lines[0])}</p><table>'
+            f"<tr>{cells(finals_header(costs), 'th')}</tr>{body}</table>{notes}</section>")
 

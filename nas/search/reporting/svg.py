@@ -17,6 +17,7 @@ _PALETTE = ("#440154", "#3b528b", "#21918c", "#5ec962", "#b5de2b", "#fde725")
 
 
 def esc(text: object) -> str:
+    """`text` as HTML text or attribute value."""
     return html.escape(str(text), quote=True)
 
 
@@ -27,13 +28,13 @@ def generation_colour(generation: int, top: int) -> str:
     return _PALETTE[round(min(max(generation / top, 0.0), 1.0) * (len(_PALETTE) - 1))]
 
 
-def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
-    """About `count` round tick values covering [lo, hi]."""
+def nice_ticks(lo: float, hi: float) -> list[float]:
+    """About 5 round tick values covering [lo, hi]."""
     if not (math.isfinite(lo) and math.isfinite(hi)):
         return []
     if hi <= lo:
         return [lo]
-    raw = (hi - lo) / max(count, 1)
+    raw = (hi - lo) / 5
     mag = 10 ** math.floor(math.log10(raw))
     step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
     first = math.ceil(lo / step) * step
@@ -124,10 +125,7 @@ class Axes:
 
 
 def _padded(lo: float, hi: float) -> tuple[float, float]:
-    if hi - lo < 1e-12:
-        pad = abs(lo) * 0.05 or 1.0
-        return lo - pad, hi + pad
-    pad = (hi - lo) * 0.06
+    pad = (hi - lo) * 0.06 if hi - lo >= 1e-12 else abs(lo) * 0.05 or 1.0
     return lo - pad, hi + pad
 
 
@@ -145,8 +143,7 @@ def scatter(points: Sequence[Point], xlabel: str, ylabel: str, css_class: str,
                                                             for v in p.err], dtype=float),
                          dens[:, 1]])
     ax = Axes(xs, ys, width, height, log_x=bool(log_x))
-    parts = [f'<svg class="{esc(css_class)}" xmlns="http://www.w3.org/2000/svg" '
-             f'width="{width}" height="{height}" viewBox="0 0 {width} {height}">']
+    parts = [svg_open(css_class, width, height)]
     parts += ax.frame(xlabel + (" (log)" if log_x else ""), ylabel)
     if len(dens):
         parts.append(density_bins(ax, dens))
@@ -169,15 +166,15 @@ def scatter(points: Sequence[Point], xlabel: str, ylabel: str, css_class: str,
                          f'stroke="#888" stroke-width="1" fill="none"/>')
     # the seed last, so no child's point hides it
     for p in sorted(points, key=lambda p: p.mark == "seed"):
+        x, y = ax.px(p.x), ax.py(p.y)
         mark = f' data-mark="{esc(p.mark)}"' if p.mark else ""
-        circle = (f'<circle class="point" data-id="{esc(p.ident)}"{mark} cx="{ax.px(p.x):.1f}" '
-                  f'cy="{ax.py(p.y):.1f}" r="{6 if p.ring or p.mark == "seed" else 4}" '
+        circle = (f'<circle class="point" data-id="{esc(p.ident)}"{mark} cx="{x:.1f}" '
+                  f'cy="{y:.1f}" r="{6 if p.ring or p.mark == "seed" else 4}" '
                   f'fill="{"#000" if p.mark == "seed" else p.colour}" '
                   + ('stroke="#d62728" stroke-width="2"' if p.ring else 'stroke="none"')
                   + f"><title>{esc(p.label)}</title></circle>")
         parts.append(f'<a href="{esc(p.href)}">{circle}</a>' if p.href else circle)
         if p.mark == "recommended":
-            x, y = ax.px(p.x), ax.py(p.y)
             star = " ".join(
                 f"{x + r * math.sin(k * math.pi / 5):.1f},{y - r * math.cos(k * math.pi / 5):.1f}"
                 for k, r in zip(range(10), [10, 4] * 5, strict=True))
@@ -187,10 +184,10 @@ def scatter(points: Sequence[Point], xlabel: str, ylabel: str, css_class: str,
                          + label(ax, x, y, (9, 14), f"recommended {p.ident}", "mark-label",
                                  'fill="#ff7f0e"'))
         elif p.mark == "seed":
-            parts.append(label(ax, ax.px(p.x), ax.py(p.y), (8, 14), f"seed {p.ident}",
-                               "mark-label seed-label", 'font-weight="bold"'))
+            parts.append(label(ax, x, y, (8, 14), f"seed {p.ident}", "mark-label seed-label",
+                               'font-weight="bold"'))
         elif p.ring:
-            parts.append(label(ax, ax.px(p.x), ax.py(p.y), (7, -5), p.ident, "ring-label"))
+            parts.append(label(ax, x, y, (7, -5), p.ident, "ring-label"))
     return _close(parts, width, height,
                   "" if points or len(dens) else "no finished candidates yet")
 
@@ -198,10 +195,8 @@ def scatter(points: Sequence[Point], xlabel: str, ylabel: str, css_class: str,
 def label(ax: Axes, x: float, y: float, offset: tuple[float, float], text: str,
           css_class: str, style: str = "", size: int = 10) -> str:
     """A `size`-px label `offset` px (right, down: baseline) from the point at pixel (x, y),
-    mirrored to the other side of the point where it would leave the plot area (a seed
-    with the most FLOPs sits at the right edge). Its width is estimated at 0.62 em per
-    character (no layout engine here): wide enough for the sans-serif digits and letters
-    the labels use."""
+    mirrored where it would leave the plot area. Its width is estimated at 0.62 em per
+    character (no layout engine here), enough for sans-serif digits and letters."""
     dx, dy = offset
     anchor = "start"
     if x + dx + 0.62 * size * len(text) > ax.width - ax.right:
@@ -218,12 +213,10 @@ def label(ax: Axes, x: float, y: float, offset: tuple[float, float], text: str,
 DENSITY_BINS = (48, 32)  # columns, rows of a density plot's grid
 
 
-def density_bins(ax: Axes, data: Sequence[tuple[float, float]],
-                 bins: tuple[int, int] = DENSITY_BINS) -> str:
-    """A group of grey cells, one per occupied bin of the plot area, darker the more
-    (x, y) pairs fall in it (log scale, so a lone candidate stays visible); each cell's
-    tooltip gives its count."""
-    nx, ny = bins
+def density_bins(ax: Axes, data: Sequence[tuple[float, float]]) -> str:
+    """A grey cell per occupied bin of the plot area, darker the more (x, y) pairs fall
+    in it (log scale, so a lone candidate stays visible), its count as its tooltip."""
+    nx, ny = DENSITY_BINS
     left, right = ax.left, ax.width - ax.right
     top, bottom = ax.top, ax.height - ax.bottom
     cw, ch = (right - left) / nx, (bottom - top) / ny
@@ -254,10 +247,8 @@ def line_chart(series: Sequence[tuple[str, str, Sequence[tuple[float, float]]]],
     ys = [y for _, _, pts in series for _, y in pts]
     legend_h = 14 * len(series)
     ax = Axes(xs, ys, width, height + legend_h, margin=(12 + legend_h, 14, 42, 56))
-    parts = [f'<svg class="{esc(css_class)}" xmlns="http://www.w3.org/2000/svg" '
-             f'width="{width}" height="{height + legend_h}" '
-             f'viewBox="0 0 {width} {height + legend_h}">']
-    parts += ax.frame(xlabel, ylabel, integer_x=integer_x)
+    parts = [svg_open(css_class, width, height + legend_h),
+             *ax.frame(xlabel, ylabel, integer_x=integer_x)]
     for i, (name, colour, pts) in enumerate(series):
         coords = []
         for j, (x, y) in enumerate(pts):
@@ -278,6 +269,12 @@ def line_chart(series: Sequence[tuple[str, str, Sequence[tuple[float, float]]]],
                      f'stroke-width="2"/><text x="{ax.left + 18}" y="{ly}" '
                      f'font-size="10">{esc(name)}</text></g>')
     return _close(parts, width, height + legend_h, "" if xs else "no data")
+
+
+def svg_open(css_class: str, width: int, height: int) -> str:
+    """An `<svg>` start tag of `width` x `height` px."""
+    return (f'<svg class="{esc(css_class)}" xmlns="http://www.w3.org/2000/svg" '
+            f'width="{width}" height="{height}" viewBox="0 0 {width} {height}">')
 
 
 def _close(parts: list[str], width: int, height: int, empty: str) -> str:
