@@ -5,8 +5,7 @@ import numpy as np
 import pytest
 
 from nas.search.strategy import intervals, splits
-from nas.search.strategy.selection import Individual, SelectionConfig
-from nas.search.strategy.selector import select_parents
+from nas.search.strategy.selection import Individual, SelectionConfig, select_parents
 from nas.search.strategy.settings import validate_search
 from nas.train import data as data_lib
 from nas.train.config import base_config

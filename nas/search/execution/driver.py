@@ -54,8 +54,7 @@ from nas.search.strategy import blocks as blocks_lib
 from nas.search.strategy import hparams as hparams_lib
 from nas.search.strategy import move_mix, splits
 from nas.search.strategy.population import DoneCache, Population
-from nas.search.strategy.selection import Individual
-from nas.search.strategy.selector import Selector, select_parents
+from nas.search.strategy.selection import Individual, Selector, select_parents
 from nas.search.strategy.settings import SearchSettings, candidate_train_config, read_settings
 from nas.train.checkpoint import load_variables, save_variables
 from nas.train.config import image_shape

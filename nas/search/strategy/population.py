@@ -20,12 +20,12 @@ from nas.search.strategy.pareto import ParetoCurve
 from nas.search.strategy.selection import (
     COSTS,
     Columns,
+    GrowingColumns,
     check_cost,
     cost_value,
     higher_better,
     spread_name,
 )
-from nas.search.strategy.selector import GrowingColumns
 
 
 @dataclasses.dataclass(frozen=True)

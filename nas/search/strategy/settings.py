@@ -1,13 +1,10 @@
 """The `search` section of a search config: each field declared once, read once at the edge.
 
-A search config has two sections: `train` (a `nas.train` config used for every candidate)
-and `search`. `SearchSettings` declares every field of `search` once: its type, its default
-as a config holds it, its check and what it means; `search_defaults` and `SEARCH_SCHEMA` are
-read from that declaration. `read_settings` checks a whole config before any study or workdir
-is created and returns the typed settings that everything after it reads by attribute; a
-worker in another process rebuilds them from the study's stored config with
-`SearchSettings.from_stored`. Unknown fields, wrong types and out-of-range values are one
-ValueError line naming the field by its full path and what was expected.
+`SearchSettings` declares every field (type, default, check, help); `search_defaults` and
+`SEARCH_SCHEMA` are read from it. `read_settings` checks a whole config (`train` and
+`search`) before any study or workdir exists; a worker rebuilds the settings from the
+study's stored config with `SearchSettings.from_stored`. A bad field is one ValueError line
+naming it by its full path.
 """
 
 from __future__ import annotations
@@ -50,14 +47,14 @@ OPERATIONAL = ("max_candidates", "executor", "workers", "ray_address", "num_cpus
 
 EXECUTORS = ("local", "ray", "inline")
 
-# Search fields added after studies were written, at the value that reads as before: a
-# study whose stored config lacks one resumes without a difference named.
+# Fields newer than some stored studies, at the value that means what their absence
+# meant: a study whose stored config lacks one resumes without a difference named.
 ADDED_FIELDS: dict[str, Any] = {"extra_seeds": [], "start_from": ""}
 
 
 def without_added(given: dict[str, Any], stored: dict[str, Any]) -> dict[str, Any]:
-    """`given` (a JSON-ready config) without the `ADDED_FIELDS` the `stored` config lacks
-    and `given` holds at their old reading."""
+    """`given` (a JSON-ready config) without the `ADDED_FIELDS` that `stored` lacks and
+    `given` holds at their `ADDED_FIELDS` value."""
     search = dict(given.get("search") or {})
     have = (stored.get("search") or {}) if isinstance(stored, dict) else {}
     for key, old in ADDED_FIELDS.items():
@@ -80,18 +77,15 @@ def latency_defaults() -> dict[str, Any]:
 
 
 def _setting(default: Any, check: schema.Field | schema.Schema, help: str) -> Any:
-    """One field of `SearchSettings`: `default` as a config holds it (`search_defaults`; a
-    function for a value computed when asked), `check` its `nas.schema` check (a section's
-    own fields are checked by its typed record) and `help` what it means (the guide's
-    settings table)."""
+    """One field of `SearchSettings`: `default` as a config holds it (a function: computed
+    when asked), its `nas.schema` check, and `help` (the guide's settings table)."""
     return dataclasses.field(metadata={"default": default, "check": check, "help": help})
 
 
 @dataclasses.dataclass(frozen=True)
 class LatencyConfig:
-    """`search.latency`: whether `latency_ms` is measured ("auto": when a front, a bound or
-    the recommendation names it; "on"; "off"), how it is timed, and, resolved against the
-    rest of the settings, whether the worker times it."""
+    """`search.latency`: `measure` ("auto" | "on" | "off"), how it is timed, and whether the
+    worker times it (resolved against the rest of the settings)."""
 
     measure: str
     timing: LatencySettings
@@ -104,8 +98,7 @@ class LatencyConfig:
 
 @dataclasses.dataclass(frozen=True)
 class SearchSettings:
-    """The checked `search` section. Build it with `read_settings` (a whole config, at the
-    edge) or `SearchSettings.from_stored` (a study's stored config, in a worker)."""
+    """The checked `search` section (`read_settings`, or `from_stored` in a worker)."""
 
     seed: int = _setting(0, schema.Field(int, low=0, high=2**63 - 1),  # an SQLite INTEGER
                          "every proposal's draws come from it and the proposal counter")
@@ -144,8 +137,7 @@ class SearchSettings:
         10, schema.at_least(0, expected="(0: train.log_training_steps)"),
         "every candidate logs its training loss and accuracy every this many steps, so its "
         "report shows a curve, not one point (0: train.log_training_steps)")
-    # where and how candidates train (most of them OPERATIONAL: a resumed search may change
-    # them)
+    # where and how candidates train (most of them OPERATIONAL)
     executor: str = _setting("local", schema.one_of(*EXECUTORS), "local | ray | inline")
     workers: int = _setting(
         1, schema.at_least(0, expected="(0: only external nas-search workers train)"),
@@ -266,8 +258,8 @@ class SearchSettings:
     @classmethod
     def from_stored(cls, config: Mapping[str, Any] | ml_collections.ConfigDict
                     ) -> SearchSettings:
-        """The settings of a study's stored config (its JSON, `Study.config`), checked as at
-        the edge except that the dataset is not opened again."""
+        """The settings of a study's stored config (`Study.config`), checked as at the edge
+        but without opening the dataset again."""
         return _read(ml_collections.ConfigDict(dict(config)), check_data=False)
 
 
@@ -280,7 +272,7 @@ def _default(field: dataclasses.Field[Any]) -> Any:
 
 
 def search_defaults() -> ml_collections.ConfigDict:
-    """Every field of the search section at its default (`SearchSettings`' declaration)."""
+    """Every field of the search section at its default."""
     return ml_collections.ConfigDict({f.name: _default(f) for f in _FIELDS})
 
 
@@ -291,12 +283,11 @@ SEARCH_HELP: dict[str, str] = {f.name: f.metadata["help"] for f in _FIELDS}
 
 
 def stored_value(config: Mapping[str, Any] | None, name: str) -> Any:
-    """Search field `name` of a study's stored config (a dict, as the store holds it), its
-    declared default where the config has none (a study written before the field); a
-    section's fields the config leaves out at their defaults."""
+    """Search field `name` of a study's stored config (a dict), its default where the config
+    has none; a section's fields the config leaves out at their defaults."""
     default = _default(next(f for f in _FIELDS if f.name == name))
-    search = config.get("search") if isinstance(config, Mapping) else None
-    given = search.get(name) if isinstance(search, Mapping) else None
+    section = config.get("search") if isinstance(config, Mapping) else None
+    given = section.get(name) if isinstance(section, Mapping) else None
     if given is None:
         return default
     if isinstance(default, dict) and isinstance(given, Mapping):
@@ -305,30 +296,27 @@ def stored_value(config: Mapping[str, Any] | None, name: str) -> Any:
 
 
 def read_settings(config: Any) -> SearchSettings:
-    """The typed `search` section of a whole search config, read once at the edge; raises
-    ValueError on any bad field of `search` or `train`. A `train.num_classes` of 0 is set,
-    in `config`, to the data's number of classes."""
+    """The typed `search` section of a whole search config; ValueError on any bad field of
+    `search` or `train`. A `train.num_classes` of 0 is set, in `config`, to the data's."""
     return _read(config, check_data=True)
 
 
 def validate_search(config: Any) -> ml_collections.ConfigDict:
-    """The `search` section with defaults filled in, as a ConfigDict, after `read_settings`
-    checked the whole config."""
+    """The `search` section with defaults filled in, after `read_settings` checked it all."""
     read_settings(config)
     return filled(config.search)
 
 
 def filled(given: Any) -> ml_collections.ConfigDict:
-    """A search section as given (not yet checked), every field it leaves out at its
-    default: what a check reads before the settings are read."""
+    """A search section as given (not yet checked), the fields it leaves out at default."""
     search = search_defaults()
     search.update(given)
     return search
 
 
 def _read(config: Any, check_data: bool) -> SearchSettings:
-    """`read_settings`; with `check_data` False the dataset is not opened (a stored config
-    was checked so when its study was created)."""
+    """`read_settings`; `check_data` False: the dataset is not opened (a stored config's was
+    when its study was created)."""
     from nas.mutation.config import MutationConfig
     from nas.train import config as train_config
 
@@ -387,7 +375,7 @@ def _read(config: Any, check_data: bool) -> SearchSettings:
 
 
 def _scalar(check: schema.Field, value: Any) -> Any:
-    """A checked scalar field as its declared type (a float field may be given an int)."""
+    """A checked scalar as its declared type (a float field may be given an int)."""
     return float(value) if check.kind is float else value
 
 
@@ -407,8 +395,8 @@ def check_one_process(train: ml_collections.ConfigDict) -> None:
 
 
 def check_tensorboard() -> None:
-    """`search.tensorboard=True` needs its writer: when it is missing, one ValueError line
-    saying what to install, before any study or workdir is created."""
+    """`search.tensorboard=True` needs its writer: one ValueError line saying what to
+    install when it is missing."""
     import importlib
 
     try:
@@ -426,17 +414,23 @@ def bounded_costs(users: Any) -> list[str]:
             if not higher_better(c)]
 
 
+def _cost_fields(search: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of a search section (a dict) that name costs, as given, {} where it leaves
+    one out: a stored section may predate any of them."""
+    return {name: search[name] if name in search else {}
+            for name in ("selection", "constraints", "latency", "costs")}
+
+
 def latency_named(search: Mapping[str, Any]) -> str:
-    """Which field of a search section (a dict) names `latency_ms` ("" if none): a front,
-    the recommendation's cost or a bound reads it."""
-    selection = dict(search.get("selection", {}) or {})
+    """Which field of a search section (a dict) names `latency_ms` ("" if none)."""
+    fields = _cost_fields(search)
+    selection = dict(fields["selection"] or {})
     costs = selection.get("costs", ())
     costs = (costs,) if isinstance(costs, str) else tuple(costs or ())
     for field, named in (("search.selection.costs", LATENCY in costs),
                          ("search.selection.recommend_cost",
                           selection.get("recommend_cost") == LATENCY),
-                         ("search.constraints", LATENCY in dict(search.get("constraints", {})
-                                                                or {}))):
+                         ("search.constraints", LATENCY in dict(fields["constraints"] or {}))):
         if named:
             return field
     return ""
@@ -447,7 +441,8 @@ def _latency(search: Mapping[str, Any]) -> LatencyConfig:
     names latency_ms, is one line."""
     from nas.train.latency import LatencySettings
 
-    values = {**latency_defaults(), **dict(search.get("latency", {}) or {})}
+    fields = _cost_fields(search)
+    values = {**latency_defaults(), **dict(fields["latency"] or {})}
     measure = values.pop("measure")
     if measure not in LATENCY_MEASURE:
         raise ValueError(f"config field 'search.latency.measure' must be one of "
@@ -467,17 +462,20 @@ def _latency(search: Mapping[str, Any]) -> LatencyConfig:
                          f"names latency_ms; set it to 'auto' or 'on'")
     # a user's own latency_ms function times it instead
     timed = not (measure == "off" or (measure == "auto" and not named)
-                 or LATENCY in dict(search.get("costs", {}) or {}))
+                 or LATENCY in dict(fields["costs"] or {}))
     return LatencyConfig(measure, timing, timed)
 
 
 def measured_costs(search: Any) -> tuple[str, ...]:
-    """The costs a worker measures besides the built-in ones, kept in the metrics, of a
-    search section as a dict (a stored one may predate fields, or be no search section at
-    all: no costs): the user's (`search.costs`) and `latency_ms` when it is timed."""
-    if not isinstance(search, Mapping) or not isinstance(search.get("costs", {}), Mapping):
+    """The costs a worker measures besides the built-in ones, of a search section as a dict
+    (a stored one may be none at all: no costs): the user's (`search.costs`) and
+    `latency_ms` when it is timed."""
+    if not isinstance(search, Mapping):
         return ()
-    users = tuple(k for k in dict(search.get("costs", {}) or {}) if isinstance(k, str))
+    costs = _cost_fields(search)["costs"]
+    if not isinstance(costs, Mapping):
+        return ()
+    users = tuple(k for k in costs if isinstance(k, str))
     try:
         timed = _latency(search).timed
     except ValueError:
