@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 
 from nas.search.strategy import paired
-from nas.search.strategy.intervals import tied
-from nas.search.strategy.ties import McNemarBounds, NoiseTies
+from nas.search.strategy.intervals import McNemarBounds, NoiseTies, tied
 
 
 def _rows(n, seed, with_bits=0.7, count=143):

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from nas.search import Individual, ParetoCurve, SelectionConfig, select_parents
-from nas.search.strategy.intervals import tied, tied_accuracies
+from nas.search.strategy.intervals import NoiseTies, tied, tied_accuracies
 from nas.search.strategy.selection import (
     Columns,
     age,
@@ -16,7 +16,6 @@ from nas.search.strategy.selection import (
     draw_weighted,
     lowest_rows,
 )
-from nas.search.strategy.ties import NoiseTies
 
 
 def _pairwise_curve(points, higher_better):

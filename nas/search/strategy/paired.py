@@ -13,7 +13,7 @@ every disagreement goes one way. The decision is "better" or "worse" when the in
 excludes 0, else "within noise"; non-inferiority at a margin reads its lower end.
 
 McNemar's exact test (the exact conditional binomial test of "no difference", `mcnemar`)
-stays for selection's noise ties (`nas.search.strategy.ties`): it is the right test of
+stays for selection's noise ties (`nas.search.strategy.intervals`): it is the right test of
 "these two cannot be told apart", and it depends only on the disagreements.
 """
 
