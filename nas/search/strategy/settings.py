@@ -37,9 +37,8 @@ if TYPE_CHECKING:
     from nas.mutation.config import MutationConfig
     from nas.train.latency import LatencySettings
 
-# Fields of the search section a resumed search takes from the command line rather than
-# from the stored config: how far and where to run, not what to search. Changing them on
-# resume is normal and silent; every other field comes from the stored config.
+# Fields a resumed search takes from the command line, not the stored config: how far and
+# where to run, not what to search, so a change is silent.
 OPERATIONAL = ("max_candidates", "executor", "workers", "ray_address", "num_cpus_per_candidate",
                "num_gpus_per_candidate", "time_limit_s", "hard_time_limit_s", "lease_s",
                "max_proposal_failures", "property_cache", "propose_ahead", "prepare_ahead",
@@ -63,14 +62,14 @@ def without_added(given: dict[str, Any], stored: dict[str, Any]) -> dict[str, An
     return {**given, "search": search} if "search" in given else given
 
 
-# `search.max_refusals`'s default: what a study's config without it reads (the store).
+# `search.max_refusals`'s default, which the store reads too
 MAX_REFUSALS = 8
 
 LATENCY_MEASURE = ("auto", "on", "off")
 
 
 def latency_defaults() -> dict[str, Any]:
-    """`search.latency`: whether `latency_ms` is measured, and how (`LatencySettings`)."""
+    """`search.latency`'s default."""
     from nas.train.latency import LatencySettings
 
     return {"measure": "auto", **dataclasses.asdict(LatencySettings())}
@@ -108,10 +107,9 @@ class SearchSettings:
         "epochs for the seed model (0: train.total_epochs, like children)")
     seed_max_epochs: float = _setting(
         0.0, schema.at_least(0, float, expected="(0: one round of seed_epochs)"),
-        "the seed trains in rounds of seed_epochs (each a whole schedule, from where the last "
-        "ended) while a round's validation accuracy beats the best by more than "
-        "seed_min_gain, stopping after seed_patience rounds without; at most seed_max_epochs "
-        "in all (0: one round only; nas.train.rounds says why)")
+        "the seed trains in rounds of seed_epochs while a round beats the best validation "
+        "accuracy by more than seed_min_gain, up to seed_patience rounds without, at most "
+        "this many epochs in all (0: one round; nas.train.rounds)")
     seed_patience: int = _setting(1, schema.positive(),
                                   "rounds without a gain before the seed stops")
     seed_min_gain: float = _setting(0.0, schema.Field(float, low=0.0, high=0.5),
@@ -121,22 +119,20 @@ class SearchSettings:
         "learning rate for children, which fine-tune (0: train.lr)")
     min_child_steps: int = _setting(
         0, schema.at_least(0, expected="(0: train.total_epochs decides)"),
-        "a child fine-tunes for at least this many optimizer steps, however few its "
-        "train.total_epochs make on a small dataset (train.min_steps; 0: epochs decide)")
+        "a child fine-tunes for at least this many optimizer steps (train.min_steps; 0: "
+        "epochs decide)")
     max_start_drop: float = _setting(
         0.0, schema.Field(float, low=0.0, high=1.0),
-        "a child whose validation accuracy at its start (inherited and fitted weights) is "
-        "more than this below its parent's is not trained: it is refused (0: off)")
+        "a child whose validation accuracy at its start is more than this below its "
+        "parent's is refused, not trained (0: off)")
     max_refusals: int = _setting(
         MAX_REFUSALS, schema.at_least(0, expected="(0: a refused child fails its slot)"),
-        "a child refused at its start (max_start_drop, fit.max_error, a constant output) is "
-        "no candidate: the driver proposes another in its place, up to this many times per "
-        "candidate slot; the next refusal fails the slot with its cause (0: a refused child "
-        "fails as a candidate)")
+        "a child refused at its start is replaced by another proposal, up to this many times "
+        "per candidate slot; the next refusal fails the slot (0: at once)")
     log_every_steps: int = _setting(
         10, schema.at_least(0, expected="(0: train.log_training_steps)"),
         "every candidate logs its training loss and accuracy every this many steps, so its "
-        "report shows a curve, not one point (0: train.log_training_steps)")
+        "report shows a curve (0: train.log_training_steps)")
     # where and how candidates train (most of them OPERATIONAL)
     executor: str = _setting("local", schema.one_of(*EXECUTORS), "local | ray | inline")
     workers: int = _setting(
@@ -150,8 +146,8 @@ class SearchSettings:
                                              "GPUs of one candidate's Ray task")
     ray: RayConfig = _setting(
         ray_defaults, RAY_SCHEMA,
-        "nas.search.strategy.ray_config.RayConfig: each Ray task's num_cpus, num_gpus and "
-        "custom resources (0: the two fields above), and how its dataset reaches the node")
+        "nas.search.strategy.ray_config.RayConfig: each Ray task's resources (0: the two "
+        "fields above) and how its dataset reaches the node")
     time_limit_s: float = _setting(900.0, schema.positive(float),
                                    "per candidate; checked after every train step")
     hard_time_limit_s: float = _setting(1800.0, schema.positive(float),
@@ -164,64 +160,55 @@ class SearchSettings:
                                           "consecutive failed mutations before giving up")
     pipeline_depth: int = _setting(
         1, schema.positive(),
-        "candidate k is proposed from the results of candidates 1 .. k - pipeline_depth (all "
-        "finished first): a count, so proposals never depend on worker timing; set it to "
-        "`workers` to keep that many candidates training at once")
+        "candidate k is proposed from the results of candidates 1 .. k - pipeline_depth, "
+        "so proposals never depend on worker timing; `workers` keeps that many training")
     propose_ahead: int = _setting(
         1, schema.at_least(0, expected="(0: propose only when a worker is free)"),
-        "while every worker trains, the driver proposes up to this many next children "
-        "(pending, ready to claim) so a finishing worker never waits for a proposal; it "
-        "changes when a proposal runs, never what it proposes (0: propose only when a worker "
-        "is free). It takes effect with pipeline_depth >= 2: with 1, a proposal must read the "
-        "result of the candidate in training")
+        "proposals made ahead while every worker trains, so a finishing worker never waits "
+        "(when, not what; in effect with pipeline_depth >= 2)")
     prepare_ahead: int = _setting(
         1, schema.at_least(0, expected="(0: one worker process per device)"),
-        "each worker's device is served by 1 + this many processes (local workers, Ray tasks) "
-        "taking turns on it: while one trains, the others set up, fit and compile the next "
-        "claimed children, so the device does not wait for them. In effect only with "
-        "pipeline_depth > workers (the next children must not need the result in training); "
-        "external `nas-search worker`s on one device take turns when it is > 0; 0: one "
-        "process per device")
+        "each worker's device is served by 1 + this many processes taking turns, so the "
+        "next children set up, fit and compile while one trains (in effect with "
+        "pipeline_depth > workers)")
     selection: SelectionConfig = _setting(
         lambda: {"costs": ("flops", "params"), "min_acc": 0.0, "noninferiority_pt": 1.0,
                  "recommend_cost": "flops"},
         schema.Field(dict),
         "nas.search.strategy.selection.SelectionConfig: the fronts' costs, parent selection "
-        "and the recommendation's margin and cost (with the measured costs and the bounds)")
+        "and the recommendation's margin and cost")
     costs: Mapping[str, str] = _setting(
         dict, schema.Field(dict),
-        'a user\'s own costs, {name: "package.module:function"}: each measured on every '
-        "trained candidate, lower is better; search.selection.costs may name them")
+        'a user\'s own costs, {name: "package.module:function"}, measured on every trained '
+        "candidate, lower is better")
     constraints: Mapping[str, float] = _setting(
         dict, schema.Field(dict),
-        "upper bounds, {cost: bound} (a built-in cost, latency_ms or a user's): a candidate "
-        "over one is done but infeasible (nas.search.strategy.constraints)")
+        "upper bounds, {cost: bound}: a candidate over one is infeasible "
+        "(nas.search.strategy.constraints)")
     latency: LatencyConfig = _setting(
         latency_defaults, schema.Field(dict),
-        'latency_ms, timed in the worker after training (nas.train.latency): "auto" times it '
-        'when a front, a bound or the recommendation names it, "on" always, "off" never')
+        'latency_ms, timed in the worker after training (nas.train.latency): "auto" when '
+        'a front, a bound or the recommendation names it, "on", "off"')
     mutation: MutationConfig = _setting(
         dict, schema.Field(dict),
-        "nas.mutation.config.MutationConfig: how nas.mutation.propose_child proposes a child "
-        "(its input_shape: the training images' unless set)")
+        "nas.mutation.config.MutationConfig: how a child is proposed (input_shape: the "
+        "training images' unless set)")
     fit: FitConfig = _setting(
         dict, schema.Field(dict),
         "nas.train.fit_config.FitConfig: a child's new ops are fitted to the parent's tensors "
-        'they replace before it trains ({"steps": 0} disables)')
+        'before it trains ({"steps": 0} disables)')
     fidelity: FidelityConfig = _setting(
         dict, schema.Field(dict),
-        "nas.search.strategy.fidelity.FidelityConfig: children train to each of `rungs` "
-        "(epochs) and go on only if promoted there ({}: off, every child trains its whole "
-        "budget)")
+        "nas.search.strategy.fidelity.FidelityConfig: children train to each rung and go on "
+        "only if promoted ({}: off)")
     finals: FinalsConfig = _setting(
         lambda: dataclasses.asdict(FinalsConfig()), schema.Field(dict),
-        "nas.search.strategy.finals_config.FinalsConfig: after the search, the finalists and "
-        'the seed train alike and the recommendation reads them ({"k": 0}: off)')
+        "nas.search.strategy.finals_config.FinalsConfig: the finalists and the seed train "
+        'alike after the search ({"k": 0}: off)')
     validation_fraction: float = _setting(
         0.1, schema.Field(float, low=0.0, high=0.5),
-        "nas.search.strategy.splits: decisions read a validation split, carved out of the "
-        "training split (this fraction, never trained on) unless `validation_split` names "
-        "one; the test split (train.eval.data.split) is only reported")
+        "nas.search.strategy.splits: the fraction of the training split held out for the "
+        "decisions unless validation_split names a split")
     validation_split: str = _setting("", schema.Field(str),
                                      "a split of the dataset the decisions read instead")
     seed_graph: str = _setting("", schema.Field(str),
@@ -229,31 +216,28 @@ class SearchSettings:
     extra_seeds: tuple[str, ...] = _setting(
         tuple, schema.Field(list, check=lambda v: all(isinstance(s, str) and s for s in v),
                             expected="of non-empty strings"),
-        "further seeds, each trained as the seed is and a parent for proposals: graph JSON or "
-        'export files, or zoo model names; "the seed" the reports compare with stays the '
-        "first (seed_graph, or the zoo model)")
+        "further seeds (graph JSON, export files or zoo model names), each trained as the "
+        "seed is; the reports' seed stays the first")
     start_from: str = _setting(
         "", schema.Field(str),
-        "the workdir of an earlier search: a new study starts from its validation front "
-        "(accuracy against search.selection.recommend_cost), weights included, the most "
-        'accurate first ("": off; read once, when the study is created)')
+        "the workdir of an earlier search whose validation front, weights included, a new "
+        'study starts from ("": off)')
     max_params_ratio: float = _setting(
         4.0, schema.at_least(0, float, expected="(0: no bound)"),
-        "a proposed child with more parameters than this times the seed's is refused before "
-        "it is fitted or trained (0: no bound)")
+        "a proposed child with more parameters than this times the seed's is refused "
+        "(0: no bound)")
     hparams: Mapping[str, tuple[float, float]] = _setting(
         dict, schema.Field(dict),
-        'nas.search.strategy.hparams: {"lr" | "wd" | "child_lr": (low, high)}; a child takes '
-        "its parent's values, each times 0.8 or 1.25 within its range ({}: off)")
+        'nas.search.strategy.hparams: {"lr" | "wd" | "child_lr": (low, high)} evolved with '
+        "the architecture ({}: off)")
     property_cache: str = _setting(
         "", schema.Field(str),
         "nas.properties.op_cache: per-op shapes and pairings kept across processes (\"\": "
         '$NAS_PROPERTY_CACHE or ~/.cache/nas/op_properties.sqlite; "none": off)')
     tensorboard: bool = _setting(
         False, schema.Field(bool),
-        "TensorBoard runs under <workdir>/tensorboard: each candidate's curves, the study's "
-        "progress, the finals (nas.search.execution.tensorboard_runs; needs the `tensorboard` "
-        "extra). Watched, never read by the search")
+        "TensorBoard runs under <workdir>/tensorboard (nas.search.execution.tensorboard_runs; "
+        "the `tensorboard` extra), never read by the search")
 
     @classmethod
     def from_stored(cls, config: Mapping[str, Any] | ml_collections.ConfigDict
@@ -383,8 +367,8 @@ TENSORBOARD_PACKAGE = "tensorboardX"
 
 
 def check_one_process(train: ml_collections.ConfigDict) -> None:
-    """A search runs in one process: its candidates train in workers of their own, none of
-    which would follow the driver into a program over several hosts."""
+    """A search runs in one process: its workers would not follow the driver into a
+    program over several hosts."""
     from nas.train import distributed
 
     asked = distributed.settings(train.distributed, environ={}, prefix="train.")
@@ -485,13 +469,10 @@ def measured_costs(search: Any) -> tuple[str, ...]:
 
 def candidate_train_config(train: dict[str, Any], search: SearchSettings, is_seed: bool,
                            held_out: bool = True) -> dict[str, Any]:
-    """The training settings one candidate trains with: the search's `train` section, with
-    the seed's own epochs (`search.seed_epochs`) or the children's learning rate
-    (`search.child_lr`: children start from inherited weights, so they fine-tune) and
-    least steps (`search.min_child_steps`), logging every `search.log_every_steps` steps so
-    each candidate has a curve, and evaluated on the search's validation split with the test
-    split once at the end (`nas.search.strategy.splits`). `held_out` False: a study written
-    before searches held out a validation split, whose candidates evaluated on test."""
+    """The training settings of one candidate: the `train` section with the seed's epochs,
+    or the children's learning rate and least steps, its logging interval, evaluated on the
+    validation split and once on test (`splits.decision_config`). `held_out` False: a
+    study whose candidates evaluated on test (no validation split held out)."""
     if held_out:
         config = splits.decision_config(train, search).to_dict()
     else:
@@ -508,8 +489,7 @@ def candidate_train_config(train: dict[str, Any], search: SearchSettings, is_see
 
 
 def seed_rounds(train: dict[str, Any], search: SearchSettings) -> dict[str, Any] | None:
-    """`nas.train.rounds.Rounds` fields for the seed's training, or None for one round
-    (`search.seed_max_epochs` 0, or no room for a second round)."""
+    """`nas.train.rounds.Rounds` fields for the seed's training, or None for one round."""
     from nas.train.rounds import Rounds
 
     epochs = float(candidate_train_config(train, search, is_seed=True)["total_epochs"])
@@ -522,22 +502,20 @@ def seed_rounds(train: dict[str, Any], search: SearchSettings) -> dict[str, Any]
 
 
 def check_dataset(train: ml_collections.ConfigDict) -> None:
-    """The dataset must exist, and have no more classes than `train.num_classes`, before a
-    study is created for it (digits builds itself)."""
+    """The dataset exists and has at most `train.num_classes` classes."""
     from nas.train import data as data_lib
 
     _prefixed("train.", data_lib.check_dataset, train)
 
 
 def _prefixed(prefix: str, fn: Any, value: Any) -> Any:
-    """Run a `train` check, which names its fields without their section, naming them by
-    their full path in the error."""
+    """Run a `train` check, its errors naming fields by their full path."""
     try:
         return fn(value)
     except ValueError as e:
         text = str(e)
         for head in ("config field '", 'config field "'):
-            if text.startswith(head):  # named already; prefixed unless it has the prefix
+            if text.startswith(head):
                 if not text.startswith(head + prefix):
                     text = head + prefix + text[len(head):]
                 break
