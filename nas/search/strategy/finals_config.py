@@ -1,10 +1,9 @@
-"""Settings of a search's finals (`search.finals`), checked like the rest of the search
-config; the finals themselves are `nas.search.execution.finals`.
+"""Settings of a search's finals (`search.finals`) and the recipe of their runs.
 
-Why finals: during the search a child is compared with a seed that trained less (a child
-inherits its lineage's epochs) on one small validation split. The finals train the seed and
-the finalists alike, several times, and decide on every training example when data are
-small, so the recommendation compares architectures and not training histories.
+Why finals: in the search a child (which inherits its lineage's epochs) is compared with a
+seed that trained less, on one small validation split. The finals train the seed and the
+finalists alike, several times, on every training example when data are small, so the
+recommendation compares architectures, not training histories.
 """
 
 from __future__ import annotations
@@ -22,45 +21,33 @@ STARTS = ("auto", "scratch", "weights")
 @dataclasses.dataclass(frozen=True)
 class FinalsConfig:
     # The finalists: the `k` cheapest candidates on the validation front (accuracy against
-    # the recommendation's cost) whose interval against the seed does not already rule them
-    # out at the margin (where the front has fewer, the cheapest others), plus the most
-    # accurate one. 0: no finals (the recommendation is read from the search alone).
+    # the recommendation's cost) not already ruled out against the seed at the margin,
+    # plus the most accurate one. 0: no finals.
     k: int = 2
-    # trainings per architecture, each with its own init and data order; at least as many
-    # as give the run part of the finals' interval `min_run_df` degrees of freedom
-    # (`trained_repeats`)
+    # trainings per architecture (own init and data order), or more (`trained_repeats`)
     repeats: int = 1
-    # A finalist tied with the seed was found non-inferior at 2 points in 60 % of simulated
-    # finals with two (one architecture's three folds), 79 % with four (a lone finalist
-    # and the seed), 85 % with six (two finalists) and 98 % with ten (a lone finalist
-    # twice) (tests/search/test_repeated_interval.py). 0: `repeats` alone.
+    # the run part's least degrees of freedom: a finalist tied with the seed was found
+    # non-inferior at 2 points in 60 % of simulated finals with two, 79 % with four, 85 %
+    # with six and 98 % with ten (tests/search/test_repeated_interval.py). 0: `repeats`.
     min_run_df: int = 6
-    # With fewer training images than `cv_below`, each repeat is a `folds`-fold
-    # cross-validation over train plus validation (every example predicted once, out of
-    # fold); otherwise the validation split alone decides.
+    # Below `cv_below` training images each repeat is a `folds`-fold cross-validation over
+    # train plus validation; otherwise the validation split alone decides.
     folds: int = 3
     cv_below: int = 20_000
-    # Epochs of every finals training. 0: the seed's rule. From scratch, as many epochs as
-    # the seed trained in the search (all its rounds): a shorter run ranks how fast an
-    # architecture starts to learn, not what it reaches. From weights, one round of
-    # `search.seed_epochs` (else `train.total_epochs`) on top of the most trained lineage.
+    # Epochs of every finals run. 0: from scratch, the seed's in the search (all its rounds:
+    # a shorter run ranks how fast one starts to learn); from weights, one seed round on top.
     epochs: float = 0.0
-    # "scratch": every architecture trains from a fresh initialization (compares
-    # architectures). "weights": each trains on from its own weights until all have had
-    # the same epochs in total. "auto": "weights" when the seed arrived trained (its
-    # search training gives no epoch count a retrain from scratch could copy), else
-    # "scratch".
+    # "scratch" (a fresh init each), "weights" (each on from its own weights, until all
+    # have had the same epochs), "auto": "weights" when the seed arrived trained.
     start: str = "auto"
-    # Train the recommended architecture once more as the search trained (its training
-    # split, its validation split held out, the finals' epochs), and take home whichever of
-    # that model and the search's own weights of it is more accurate on validation
-    # (`export --id=recommended`); test accuracy is reported only.
+    # Retrain the recommended architecture as the search trained, and take home whichever
+    # of that and the search's weights is more accurate on validation.
     take_home: bool = True
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None, prefix: str = "search.finals."
                   ) -> FinalsConfig:
-        """`prefix`: the section's path, which every error names its field under."""
+        """`prefix`: the section's path, which every error names."""
         data = dict(data.to_dict() if hasattr(data, "to_dict") else (data or {}))
         schema.check(data, FINALS_SCHEMA, prefix)
         return cls(**data)
@@ -83,10 +70,9 @@ FINALS_SCHEMA: dict[str, schema.Field] = {
 
 
 def trained_repeats(finals: FinalsConfig, finalists: int, folds: int) -> int:
-    """Repeats the finals train: those asked, or more when `finalists` and the seed over
-    `folds` runs a repeat would leave the pooled run part (degrees of freedom:
-    architectures x (runs - 1)) under `min_run_df`. Without folds (the validation split
-    decides) each run is a whole training, and the count asked stands."""
+    """Repeats the finals train: those asked, or more where `finalists` and the seed over
+    `folds` runs a repeat would leave the pooled run part (architectures x (runs - 1)
+    degrees of freedom) under `min_run_df`."""
     if folds <= 1 or finalists <= 0 or finals.min_run_df <= 0:
         return finals.repeats
     runs = -(-finals.min_run_df // (finalists + 1)) + 1
@@ -96,11 +82,8 @@ def trained_repeats(finals: FinalsConfig, finalists: int, folds: int) -> int:
 @dataclasses.dataclass(frozen=True)
 class Recipe:
     """How every finals training of one study trains: what makes two runs comparable.
-
-    `folds` > 1: cross-validation over train plus validation (fold assignment drawn per
-    repeat from `fold_seed`); 1: trained on the search's training part, evaluated on its
-    validation split. `epochs`: each run's epochs ("weights": on top of the candidate's
-    lineage, see `weights_epochs`)."""
+    `folds` > 1: cross-validation over train plus validation (folds drawn per repeat from
+    `fold_seed`); 1: the search's splits. `epochs`: each run's ("weights": on top)."""
 
     epochs: float
     folds: int
@@ -113,8 +96,7 @@ class Recipe:
 
 
 class RecipeSettings(Protocol):
-    """What a recipe reads of `nas.search.strategy.settings.SearchSettings` (which holds a
-    `FinalsConfig`, so cannot be imported here)."""
+    """What a recipe reads of `settings.SearchSettings` (which imports this module)."""
 
     @property
     def seed(self) -> int: ...
@@ -131,16 +113,14 @@ class RecipeSettings(Protocol):
 
 def recipe(finals: FinalsConfig, train: Mapping[str, Any], search: RecipeSettings,
            training_images: int, seed: Mapping[str, Any] | None = None) -> Recipe:
-    """The finals' recipe for a search whose training split (validation included) holds
-    `training_images` images and whose seed ended with `seed` (its metrics; None: not
-    known, the round's epochs apply). Starting from weights never cross-validates: the
-    weights were trained on the folds that would be held out."""
+    """The finals' recipe for a search of `training_images` training images (validation
+    included) whose seed ended with metrics `seed` (None: unknown). From weights, never
+    folds: the weights were trained on the folds that would be held out."""
     start = finals.start
     if start == "auto":
         start = ("weights" if seed is not None and arrived_trained(
             seed, search.seed_min_gain) else "scratch")
     one_round = seed_round_epochs(train, search.seed_epochs)
-    # the seed trained its rounds, each one whole schedule of `one_round` epochs
     rounds = int((seed or {}).get("rounds") or 1)
     epochs = finals.epochs or (rounds * one_round if start == "scratch" else one_round)
     folds = finals.folds if (start == "scratch" and training_images < finals.cv_below
@@ -150,16 +130,14 @@ def recipe(finals: FinalsConfig, train: Mapping[str, Any], search: RecipeSetting
 
 
 def seed_round_epochs(train: Mapping[str, Any], seed_epochs: float) -> float:
-    """The epochs of one of the seed's rounds in the search (`search.seed_epochs`, else
-    `train.total_epochs`)."""
+    """The epochs of one seed round (`search.seed_epochs`, else `train.total_epochs`)."""
     return float(seed_epochs or 0.0) or float(train.get("total_epochs") or 1.0)
 
 
 def repeats_the_search(rec: Recipe, candidate: Any, train: Mapping[str, Any],
                        seed_epochs: float) -> bool:
-    """Whether retraining `candidate` with `rec` the way the search trained would repeat
-    its search training exactly: the seed, trained from scratch in one round of the
-    recipe's epochs, with the same seed and data (the same program, the same weights)."""
+    """Whether retraining `candidate` with `rec` as the search trained would repeat its
+    search training exactly: the seed, from scratch, one round, the same seed."""
     return (candidate.parent_id is None and rec.start == "scratch"
             and int(candidate.metrics.get("rounds") or 1) == 1
             and rec.epochs == seed_round_epochs(train, seed_epochs) and rec.seed == int(
@@ -167,10 +145,8 @@ def repeats_the_search(rec: Recipe, candidate: Any, train: Mapping[str, Any],
 
 
 def arrived_trained(seed: Mapping[str, Any], min_gain: float = 0.0) -> bool:
-    """Whether the seed came trained: its rounds found it so (`nas.train.rounds`: its
-    first evaluation within `min_gain` of its round's end), or as it arrived (its weights
-    evaluated before any step) it was already within `min_gain` of where its search
-    training took it, however far its first epochs strayed (a warmup can)."""
+    """Whether the seed came trained: its rounds found it so (`nas.train.rounds`), or as it
+    arrived it was already within `min_gain` of where its search training took it."""
     if seed.get("arrived_trained") or str(seed.get("rounds_stopped", "")).startswith(
             "it arrived trained"):
         return True
