@@ -4,9 +4,9 @@ the test split with its 95 % interval."""
 import numpy as np
 import pytest
 
-from nas.search.strategy import intervals, splits
+from nas.search.strategy import intervals
 from nas.search.strategy.selection import Individual, SelectionConfig, select_parents
-from nas.search.strategy.settings import validate_search
+from nas.search.strategy.settings import decision_config, validate_search
 from nas.train import data as data_lib
 from nas.train.config import base_config
 from nas.train.intervals import wilson
@@ -40,11 +40,11 @@ def test_holdout_needs_a_fraction():
 def test_decision_config_selects_on_validation_and_reports_test(search_config):
     config = search_config()
     search = validate_search(config)
-    train = splits.decision_config(config.train, search)
+    train = decision_config(config.train, search)
     assert train.eval.data.split == data_lib.HOLDOUT
     assert train.eval.test_split == "test"
     assert train.input.data.validation_fraction == pytest.approx(0.1)
-    assert splits.decision_config(train, search).to_dict() == train.to_dict()  # idempotent
+    assert decision_config(train, search).to_dict() == train.to_dict()  # idempotent
 
 
 @pytest.mark.parametrize(

@@ -45,14 +45,13 @@ from nas.search.store.recommend import (
     seed_of,
 )
 from nas.search.store.study import Study
-from nas.search.strategy import splits
 from nas.search.strategy.finals_config import (
     Recipe,
     recipe,
     repeats_the_search,
     trained_repeats,
 )
-from nas.search.strategy.settings import SearchSettings
+from nas.search.strategy.settings import SearchSettings, decision_config
 from nas.train import data as data_lib
 from nas.train.checkpoint import load_variables, save_variables
 
@@ -66,7 +65,7 @@ class Finals:
         self.study, self.train, self.search = study, train, search
         self.config = search.finals
         self.functions = functions
-        self.decision = splits.decision_config(train, search)
+        self.decision = decision_config(train, search)
         self.store = FinalsStore(study.path)
         self._recipe: Recipe | None = None
 

@@ -5,12 +5,19 @@
 `search`) before any study or workdir exists; a worker rebuilds the settings from the
 study's stored config with `SearchSettings.from_stored`. A bad field is one ValueError line
 naming it by its full path.
+
+Decisions (fronts, parents, `min_acc`, rungs, "best", export) read a validation split, and
+the test split (`train.eval.data.split`) is only reported: an accuracy that chose a
+candidate is biased upward on the data that chose it. The validation split is carved out
+of the training split (`validation_fraction`, stratified, the same examples for every
+candidate, never trained on) unless `validation_split` names one (`decision_config`).
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -18,11 +25,9 @@ import ml_collections
 
 from nas import schema
 from nas.search.strategy import hparams as hparams_lib
-from nas.search.strategy import splits
 from nas.search.strategy.constraints import check_constraints
 from nas.search.strategy.fidelity import FidelityConfig
 from nas.search.strategy.finals_config import FinalsConfig
-from nas.search.strategy.ray_config import RAY_SCHEMA, RayConfig, ray_defaults
 from nas.search.strategy.selection import (
     COSTS,
     LATENCY,
@@ -79,6 +84,64 @@ def _setting(default: Any, check: schema.Field | schema.Schema, help: str) -> An
     """One field of `SearchSettings`: `default` as a config holds it (a function: computed
     when asked), its `nas.schema` check, and `help` (the guide's settings table)."""
     return dataclasses.field(metadata={"default": default, "check": check, "help": help})
+
+
+# How a task gets its dataset: "ship" puts it in Ray's object store once per study and each
+# node keeps a copy in its own cache; "node" reads it where the config names it, on each
+# node (a tfds dataset prepared on every node, or a disk every node mounts).
+DATASET_MODES = ("ship", "node")
+
+RAY_SCHEMA: dict[str, schema.Field] = {
+    "num_cpus": schema.at_least(0, float, expected="(0: search.num_cpus_per_candidate)"),
+    "num_gpus": schema.at_least(0, float, expected="(0: search.num_gpus_per_candidate)"),
+    "resources": schema.Field(dict, expected="(custom resource name -> amount per task)"),
+    "dataset": schema.one_of(*DATASET_MODES),
+}
+
+
+def ray_defaults() -> dict[str, Any]:
+    return {"num_cpus": 0.0, "num_gpus": 0.0, "resources": {}, "dataset": "ship"}
+
+
+@dataclasses.dataclass(frozen=True)
+class RayConfig:
+    """`search.ray`: one Ray task's request (a node with 8 GPUs and `num_gpus` 1 trains 8),
+    resolved against `search.num_*_per_candidate`, and how its dataset reaches the node."""
+
+    num_cpus: float = 1.0
+    num_gpus: float = 0.0
+    resources: dict[str, float] = dataclasses.field(default_factory=dict)
+    dataset: str = "ship"
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None, num_cpus_per_candidate: float = 1.0,
+                  num_gpus_per_candidate: float = 0.0, prefix: str = "search.ray."
+                  ) -> RayConfig:
+        """The section checked (errors name `prefix`), its zeros read from
+        `search.num_*_per_candidate`."""
+        data = dict(data.to_dict() if hasattr(data, "to_dict") else (data or {}))
+        schema.check(data, RAY_SCHEMA, prefix)
+        values = {**ray_defaults(), **data}
+        resources = dict(values["resources"].to_dict() if hasattr(values["resources"], "to_dict")
+                         else values["resources"])
+        for name, amount in resources.items():
+            if name in ("CPU", "GPU"):
+                raise ValueError(f"config field '{prefix}resources.{name}': set "
+                                 f"{prefix}num_{name.lower()}s instead")
+            if not isinstance(name, str) or not name or isinstance(amount, bool) \
+                    or not isinstance(amount, int | float) or not math.isfinite(amount) \
+                    or amount <= 0:
+                raise ValueError(f"config field '{prefix}resources.{name}' must be a "
+                                 f"number > 0, got {amount!r}")
+        return cls(num_cpus=float(values["num_cpus"]) or float(num_cpus_per_candidate),
+                   num_gpus=float(values["num_gpus"]) or float(num_gpus_per_candidate),
+                   resources={str(k): float(v) for k, v in resources.items()},
+                   dataset=str(values["dataset"]))
+
+    def request(self) -> dict[str, float]:
+        """Every resource one task asks for, by Ray's names (nonzero ones only)."""
+        asked = {"CPU": self.num_cpus, "GPU": self.num_gpus, **self.resources}
+        return {k: v for k, v in asked.items() if v}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,7 +209,7 @@ class SearchSettings:
                                              "GPUs of one candidate's Ray task")
     ray: RayConfig = _setting(
         ray_defaults, RAY_SCHEMA,
-        "nas.search.strategy.ray_config.RayConfig: each Ray task's resources (0: the two "
+        "RayConfig: each Ray task's resources (0: the two "
         "fields above) and how its dataset reaches the node")
     time_limit_s: float = _setting(900.0, schema.positive(float),
                                    "per candidate; checked after every train step")
@@ -207,7 +270,7 @@ class SearchSettings:
         'alike after the search ({"k": 0}: off)')
     validation_fraction: float = _setting(
         0.1, schema.Field(float, low=0.0, high=0.5),
-        "nas.search.strategy.splits: the fraction of the training split held out for the "
+        "the fraction of the training split held out for the "
         "decisions unless validation_split names a split")
     validation_split: str = _setting("", schema.Field(str),
                                      "a split of the dataset the decisions read instead")
@@ -346,10 +409,10 @@ def _read(config: Any, check_data: bool) -> SearchSettings:
     settings = SearchSettings(**values, fidelity=FidelityConfig.from_dict(
         raw["fidelity"], prefix="search.fidelity."))
     check_one_process(train)
-    splits.check(train, settings)
+    check_splits(train, settings)
     settings.fidelity.schedule(float(train.total_epochs), prefix="search.fidelity.")
     if check_data:
-        check_dataset(splits.decision_config(train, settings))
+        check_dataset(decision_config(train, settings))
         if not int(train.num_classes):  # 0: the data's number, written into the caller's
             from nas.train import data as data_lib  # config so that the study records it
 
@@ -467,14 +530,60 @@ def measured_costs(search: Any) -> tuple[str, ...]:
     return (*users, LATENCY) if timed and LATENCY not in users else users
 
 
+def check_splits(train: ml_collections.ConfigDict, search: SearchSettings) -> None:
+    """One-line ValueError for a search that would select on its test split (or on the
+    data it trains on)."""
+    test, trained = train.eval.data.split, train.input.data.split
+    named = search.validation_split
+    if named:
+        if named in (test, trained):
+            what = (
+                "test split (train.eval.data.split)"
+                if named == test
+                else "training split (train.input.data.split)"
+            )
+            raise ValueError(
+                f"config field 'search.validation_split' is {named!r}, the "
+                f"{what}: the search would select on it; name another split or "
+                f"set it to '' to carve one with search.validation_fraction"
+            )
+        return
+    if not search.validation_fraction:
+        raise ValueError(
+            f"config field 'search.validation_fraction' is 0 and "
+            f"search.validation_split is '': the search would select on the "
+            f"test split {test!r}; set a fraction (e.g. 0.1) or name a split"
+        )
+
+
+def decision_config(train: Any, search: SearchSettings) -> ml_collections.ConfigDict:
+    """The training config every candidate of the search trains with: evaluated on the
+    validation split (its `acc`), and on the test split once at the end (`test_acc`)."""
+    from nas.train.config import with_defaults
+
+    config = with_defaults(
+        ml_collections.ConfigDict(train.to_dict() if hasattr(train, "to_dict") else train)
+    )
+    if not config.eval.test_split:  # (a config made here already names it)
+        config.eval.test_split = config.eval.data.split
+    if search.validation_split:
+        config.eval.data.split = search.validation_split
+    else:
+        from nas.train.data import HOLDOUT
+
+        config.input.data.validation_fraction = float(search.validation_fraction)
+        config.eval.data.split = HOLDOUT
+    return config
+
+
 def candidate_train_config(train: dict[str, Any], search: SearchSettings, is_seed: bool,
                            held_out: bool = True) -> dict[str, Any]:
     """The training settings of one candidate: the `train` section with the seed's epochs,
     or the children's learning rate and least steps, its logging interval, evaluated on the
-    validation split and once on test (`splits.decision_config`). `held_out` False: a
+    validation split and once on test (`decision_config`). `held_out` False: a
     study whose candidates evaluated on test (no validation split held out)."""
     if held_out:
-        config = splits.decision_config(train, search).to_dict()
+        config = decision_config(train, search).to_dict()
     else:
         config = dict(train)
     if is_seed and search.seed_epochs > 0:
