@@ -224,8 +224,6 @@ class NoiseTies:
             kept &= self._insert(row)
         return kept
 
-    # ---------------------------------------------------------------- internals
-
     def _insert(self, row: int) -> bool:
         """Place the newest row; whether every other row kept its group."""
         a = self.acc[row]

@@ -128,9 +128,7 @@ class Individual:
                 f"{getattr(candidate, 'status', '?')!r}); only done ones select"
             )
         extra = getattr(candidate, "extra_metrics", None) or {}
-        names = extra if user_costs is None else user_costs
-        names = [*names, *(spread_name(n) for n in names)] if user_costs is not None \
-            else names
+        names = extra if user_costs is None else [*user_costs, *map(spread_name, user_costs)]
         found = {n: cost_value(candidate, n) for n in names if n not in OBJECTIVES}
         return cls(
             id=int(candidate.id),
