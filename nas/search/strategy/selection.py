@@ -297,19 +297,9 @@ def age(accuracy: float, alive: int, config: SelectionConfig) -> float:
     return 0.1 * accuracy + 0.9 * aged
 
 
-def aged_accuracies(population: Sequence[Individual] | Columns, config: SelectionConfig
-                    ) -> np.ndarray:
-    """Accuracy after aging; age = individuals with a larger id (created later) - warm_up."""
-    if isinstance(population, Columns):
-        ids, accuracy = population.ids, population.accuracy
-    else:
-        ids = np.array([ind.id for ind in population], dtype=np.int64)
-        accuracy = np.array([ind.accuracy for ind in population], dtype=float)
-    return aged_values(ids, accuracy, config)
-
-
 def aged_values(ids: np.ndarray, accuracy: np.ndarray, config: SelectionConfig) -> np.ndarray:
-    """`age` of every individual, vectorized with `age`'s arithmetic (the same bits)."""
+    """`age` of every individual, vectorized with `age`'s arithmetic (the same bits); its age:
+    the individuals with a larger id (created later), less `warm_up`."""
     out = np.array(accuracy, dtype=float)
     gtl = config.generations_to_live
     if gtl <= 0 or not len(out):
