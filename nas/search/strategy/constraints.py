@@ -41,11 +41,6 @@ def check_constraints(bounds: Mapping[str, Any] | None, cost_names: Sequence[str
     return out
 
 
-def _scale(bound: float) -> float:
-    """What a violation of `bound` is measured in: the bound itself (1 for a bound of 0)."""
-    return bound if bound > 0 else 1.0
-
-
 def violations(costs: Mapping[str, np.ndarray], bounds: Mapping[str, float], n: int
                ) -> np.ndarray:
     """Each row's total normalized violation, sum of max(0, value - bound) / bound (a
@@ -53,7 +48,7 @@ def violations(costs: Mapping[str, np.ndarray], bounds: Mapping[str, float], n: 
     total = np.zeros(n, dtype=float)
     for cost, bound in bounds.items():
         values = np.asarray(costs[cost], dtype=float) if cost in costs else np.full(n, np.nan)
-        over = np.maximum(values - bound, 0.0) / _scale(bound)
+        over = np.maximum(values - bound, 0.0) / (bound if bound > 0 else 1.0)  # in bounds
         total += np.where(np.isnan(values), np.inf, over)
     return total
 

@@ -67,6 +67,11 @@ def check_cost(cost: str, field: str = "cost", user_costs: Sequence[str] = ()) -
     return cost
 
 
+def bounded_costs(users: Sequence[str]) -> list[str]:
+    """The costs a bound may apply to: every lower-is-better one (throughput is not)."""
+    return [c for c in dict.fromkeys((*COSTS, *MEASURED_COSTS, *users)) if not higher_better(c)]
+
+
 def spread_name(cost: str) -> str:
     """Where a measured cost's spread (its interquartile range) is kept: `<cost>_iqr`."""
     return cost + SPREAD_SUFFIX
@@ -234,9 +239,7 @@ class SelectionConfig:
         users += tuple(m for m in MEASURED_COSTS if m in named and m not in users)
         object.__setattr__(self, "user_costs", users)
         object.__setattr__(self, "constraints", check_constraints(
-            self.constraints, [c for c in dict.fromkeys(COSTS + MEASURED_COSTS + users)
-                               if not higher_better(c)],
-            "constraints"))
+            self.constraints, bounded_costs(users), "constraints"))
         if not costs:
             raise ValueError("costs: need at least one cost objective")
         for c in costs:

@@ -29,12 +29,10 @@ from nas.search.strategy.constraints import check_constraints
 from nas.search.strategy.fidelity import FidelityConfig
 from nas.search.strategy.finals_config import FinalsConfig
 from nas.search.strategy.selection import (
-    COSTS,
     LATENCY,
-    MEASURED_COSTS,
     SelectionConfig,
+    bounded_costs,
     check_user_costs,
-    higher_better,
 )
 from nas.train.fit_config import FitConfig
 
@@ -411,11 +409,11 @@ def _read(config: Any, check_data: bool) -> SearchSettings:
     check_one_process(train)
     check_splits(train, settings)
     settings.fidelity.schedule(float(train.total_epochs), prefix="search.fidelity.")
-    if check_data:
-        check_dataset(decision_config(train, settings))
-        if not int(train.num_classes):  # 0: the data's number, written into the caller's
-            from nas.train import data as data_lib  # config so that the study records it
+    if check_data:  # the dataset exists, with at most train.num_classes classes
+        from nas.train import data as data_lib
 
+        _prefixed("train.", data_lib.check_dataset, decision_config(train, settings))
+        if not int(train.num_classes):  # 0: the data's, written so the study records it
             with config.train.unlocked():
                 config.train.num_classes = data_lib.check_num_classes(train)
     return settings
@@ -453,12 +451,6 @@ def check_tensorboard() -> None:
                          f"{TENSORBOARD_PACKAGE} is not installed: pip install "
                          f"'alphanas-search[tensorboard]' (or: pip install "
                          f"{TENSORBOARD_PACKAGE})") from None
-
-
-def bounded_costs(users: Any) -> list[str]:
-    """The costs a bound may apply to: every lower-is-better one (throughput is not)."""
-    return [c for c in dict.fromkeys((*COSTS, *MEASURED_COSTS, *users))
-            if not higher_better(c)]
 
 
 def _cost_fields(search: Mapping[str, Any]) -> dict[str, Any]:
@@ -608,13 +600,6 @@ def seed_rounds(train: dict[str, Any], search: SearchSettings) -> dict[str, Any]
         return None
     return {"max_rounds": rounds.max_rounds, "patience": rounds.patience,
             "min_gain": rounds.min_gain}
-
-
-def check_dataset(train: ml_collections.ConfigDict) -> None:
-    """The dataset exists and has at most `train.num_classes` classes."""
-    from nas.train import data as data_lib
-
-    _prefixed("train.", data_lib.check_dataset, train)
 
 
 def _prefixed(prefix: str, fn: Any, value: Any) -> Any:
