@@ -165,7 +165,7 @@ class DoneCache:
 
 
 def _rank(c: Finished) -> tuple[float, float, int]:
-    return (-c.accuracy, _inf(c.flops), c.id)
+    return (-c.accuracy, float("inf") if c.flops is None else c.flops, c.id)
 
 
 def _fold(front: dict[tuple[float, float], int], rows: Sequence[Finished], cost: str
@@ -196,10 +196,6 @@ def _bit_rows(packed: Sequence[bytes | None]) -> np.ndarray:
 
 def _nan(value: float | None) -> float:
     return float("nan") if value is None else float(value)
-
-
-def _inf(value: float | None) -> float:
-    return float("inf") if value is None else value
 
 
 def _size(value: Any) -> float:

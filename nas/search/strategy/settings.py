@@ -167,6 +167,8 @@ STARTS = ("auto", "scratch", "weights")
 
 @dataclasses.dataclass(frozen=True)
 class FinalsConfig:
+    """`search.finals`: who goes to the finals and how they train."""
+
     # The finalists: the `k` cheapest candidates on the validation front (accuracy against
     # the recommendation's cost) not already ruled out against the seed at the margin,
     # plus the most accurate one. 0: no finals.
