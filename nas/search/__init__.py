@@ -6,8 +6,7 @@ read); `api` and `cli` on top. The report (matplotlib) is imported only on deman
 from nas.search.store.candidate import METRICS, STATUSES, Candidate, Inheritance, Status
 from nas.search.store.study import DuplicateCandidateError, Study, StudyNotFoundError
 from nas.search.strategy.pareto import ParetoCurve
-from nas.search.strategy.selection import Individual, SelectionConfig
-from nas.search.strategy.selector import select_parents
+from nas.search.strategy.selection import Individual, SelectionConfig, select_parents
 
 __all__ = [
     "METRICS",

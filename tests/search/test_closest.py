@@ -6,8 +6,7 @@ import pytest
 
 from nas.search.strategy import closest
 from nas.search.strategy.closest import CostIndex
-from nas.search.strategy.selection import Columns, SelectionConfig
-from nas.search.strategy.selector import Selector, select_parents
+from nas.search.strategy.selection import Columns, SelectionConfig, Selector, select_parents
 
 
 def _population(n, seed):

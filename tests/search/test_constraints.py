@@ -27,8 +27,7 @@ from nas.search.strategy.constraints import (
     violation,
     violations,
 )
-from nas.search.strategy.selection import Individual, SelectionConfig
-from nas.search.strategy.selector import select_parents
+from nas.search.strategy.selection import Individual, SelectionConfig, select_parents
 from nas.search.strategy.settings import validate_search
 from nas.zoo import cnn
 from tests.search.conftest import SEARCH_CONFIG, run_cli_probe

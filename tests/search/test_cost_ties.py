@@ -9,8 +9,7 @@ import nas
 from nas.graph.serialize import graph_to_json
 from nas.search.execution.user_functions import CostFailed, measure_costs
 from nas.search.strategy.cost_ties import tie_heads, tied_values
-from nas.search.strategy.selection import Individual, SelectionConfig
-from nas.search.strategy.selector import select_parents
+from nas.search.strategy.selection import Individual, SelectionConfig, select_parents
 from nas.zoo import cnn
 
 

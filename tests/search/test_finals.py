@@ -32,13 +32,13 @@ from nas.search.store.finals_table import (
 )
 from nas.search.store.recommend import Comparisons, margin_pt, recommend_cost
 from nas.search.store.study import Study
-from nas.search.strategy.finals_config import (
+from nas.search.strategy.settings import (
     FinalsConfig,
+    SearchSettings,
     recipe,
     repeats_the_search,
     trained_repeats,
 )
-from nas.search.strategy.settings import SearchSettings
 from nas.train.checkpoint import load_variables
 from tests.search.conftest import ROOT, dump_dom, headless_browser, tiny_search_config
 

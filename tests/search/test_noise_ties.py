@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 
 from nas.search.strategy import paired
-from nas.search.strategy.intervals import tied
-from nas.search.strategy.ties import McNemarBounds, NoiseTies
+from nas.search.strategy.intervals import McNemarBounds, NoiseTies, tied
 
 
 def _rows(n, seed, with_bits=0.7, count=143):
@@ -116,8 +115,7 @@ def test_the_span_bounds_every_tie():
 def test_a_kept_selector_chooses_what_a_fresh_selection_chooses():
     """The driver's selector, fed a population that grows, keeps its pool and ties; each
     call chooses the parents `select_parents` chooses from scratch (paired ties too)."""
-    from nas.search.strategy.selection import Columns, SelectionConfig
-    from nas.search.strategy.selector import Selector, select_parents
+    from nas.search.strategy.selection import Columns, SelectionConfig, Selector, select_parents
 
     acc, sizes, correct, counts = _rows(400, 4)
     rng = np.random.default_rng(4)

@@ -10,8 +10,7 @@ import pytest
 from nas.search.execution import ray_cluster, ray_data
 from nas.search.execution.ray_files import Files, read_files, replace_folder, unpack_once
 from nas.search.execution.ray_task import keep_returned, latest_step
-from nas.search.strategy.ray_config import RayConfig
-from nas.search.strategy.settings import validate_search
+from nas.search.strategy.settings import RayConfig, validate_search
 
 
 def _tree(root):

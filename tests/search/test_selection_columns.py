@@ -7,16 +7,15 @@ import numpy as np
 import pytest
 
 from nas.search import Individual, ParetoCurve, SelectionConfig, select_parents
-from nas.search.strategy.intervals import tied, tied_accuracies
+from nas.search.strategy.intervals import NoiseTies, tied, tied_accuracies
 from nas.search.strategy.selection import (
     Columns,
     age,
-    aged_accuracies,
+    aged_values,
     behind_tied_cheaper,
     draw_weighted,
     lowest_rows,
 )
-from nas.search.strategy.ties import NoiseTies
 
 
 def _pairwise_curve(points, higher_better):
@@ -83,7 +82,7 @@ def test_ties_and_aging_match_the_pairwise_rules():
                    SelectionConfig(generations_to_live=40, aging="step"), SelectionConfig()):
         alive = [max(int(np.sum(ids > p.id)) - config.warm_up, 0) for p in pop]
         want = [age(p.accuracy, a, config) for p, a in zip(pop, alive, strict=True)]
-        assert aged_accuracies(pop, config).tolist() == want
+        assert aged_values(ids, np.array(acc), config).tolist() == want
 
 
 def test_behind_tied_cheaper_matches_the_pairwise_rule():

@@ -10,13 +10,13 @@ import pytest
 from nas import schema
 from nas.mutation.config import MutationConfig
 from nas.search.strategy.fidelity import FidelityConfig
-from nas.search.strategy.finals_config import FinalsConfig
-from nas.search.strategy.ray_config import RayConfig
 from nas.search.strategy.selection import SelectionConfig
 from nas.search.strategy.settings import (
     SEARCH_HELP,
     SEARCH_SCHEMA,
+    FinalsConfig,
     LatencyConfig,
+    RayConfig,
     SearchSettings,
     read_settings,
     search_defaults,

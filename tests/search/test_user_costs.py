@@ -23,10 +23,11 @@ from nas.search.strategy.population import DoneCache
 from nas.search.strategy.selection import (
     Individual,
     SelectionConfig,
+    Selector,
     check_cost,
     check_user_costs,
+    select_parents,
 )
-from nas.search.strategy.selector import Selector, select_parents
 from nas.search.strategy.settings import validate_search
 from nas.zoo import cnn
 from tests.search.conftest import SEARCH_CONFIG

@@ -4,12 +4,12 @@ the test split with its 95 % interval."""
 import numpy as np
 import pytest
 
-from nas.search.strategy import intervals, splits
-from nas.search.strategy.selection import Individual, SelectionConfig
-from nas.search.strategy.selector import select_parents
-from nas.search.strategy.settings import validate_search
+from nas.search.strategy import intervals
+from nas.search.strategy.selection import Individual, SelectionConfig, select_parents
+from nas.search.strategy.settings import decision_config, validate_search
 from nas.train import data as data_lib
 from nas.train.config import base_config
+from nas.train.intervals import wilson
 
 
 def _input(fraction):
@@ -40,11 +40,11 @@ def test_holdout_needs_a_fraction():
 def test_decision_config_selects_on_validation_and_reports_test(search_config):
     config = search_config()
     search = validate_search(config)
-    train = splits.decision_config(config.train, search)
+    train = decision_config(config.train, search)
     assert train.eval.data.split == data_lib.HOLDOUT
     assert train.eval.test_split == "test"
     assert train.input.data.validation_fraction == pytest.approx(0.1)
-    assert splits.decision_config(train, search).to_dict() == train.to_dict()  # idempotent
+    assert decision_config(train, search).to_dict() == train.to_dict()  # idempotent
 
 
 @pytest.mark.parametrize(
@@ -63,17 +63,17 @@ def test_selecting_on_the_test_split_is_refused_in_one_line(search_config, searc
 
 
 def test_wilson_interval():
-    low, high = intervals.wilson(0.98, 360)
+    low, high = wilson(0.98, 360)
     assert low < 0.98 < high and high - low == pytest.approx(0.03, abs=0.005)
-    assert intervals.wilson(1.0, 50)[1] == 1.0 and intervals.wilson(1.0, 50)[0] < 1.0
+    assert wilson(1.0, 50)[1] == 1.0 and wilson(1.0, 50)[0] < 1.0
     assert intervals.compare((0.986, 360), (0.981, 360)) == "within noise"
     assert intervals.compare((0.99, 2000), (0.90, 2000)) == "better"
     assert intervals.compare((0.80, 2000), (0.90, 2000)) == "worse"
     assert "n=360" in intervals.text(0.98, 360)
     with pytest.raises(ValueError, match="wilson: n"):
-        intervals.wilson(0.5, 0)
+        wilson(0.5, 0)
     with pytest.raises(ValueError, match="wilson: accuracy"):
-        intervals.wilson(1.5, 10)
+        wilson(1.5, 10)
 
 
 def test_ties_inside_the_interval_prefer_the_cheaper():

@@ -304,7 +304,7 @@ def test_npz_digits_train_with_a_validation_split(tmp_path):
 
 
 def test_search_config_accepts_user_data(tmp_path):
-    from nas.search.strategy import settings, splits
+    from nas.search.strategy import settings
 
     root = write_folder(str(tmp_path / "imgs"), digits_arrays(8))
     config = runpy.run_path(os.path.join(REPO, "configs", "digits_cnn_search.py"))[
@@ -312,7 +312,7 @@ def test_search_config_accepts_user_data(tmp_path):
     config.train.input.data.name = f"folder:{root}"
     config.train.input.data_dir = str(tmp_path / "tfds")
     search = settings.validate_search(config)
-    decided = splits.decision_config(config.train, search)
+    decided = settings.decision_config(config.train, search)
     assert decided.eval.data.split == data.HOLDOUT and decided.eval.test_split == "test"
     train = data.split_source(decided.input, "train", decided.input.data_dir)
     held = data.split_source(decided.input, data.HOLDOUT, decided.input.data_dir)

@@ -52,11 +52,15 @@ from nas.search.store.study import (
 )
 from nas.search.strategy import blocks as blocks_lib
 from nas.search.strategy import hparams as hparams_lib
-from nas.search.strategy import move_mix, splits
+from nas.search.strategy import move_mix
 from nas.search.strategy.population import DoneCache, Population
-from nas.search.strategy.selection import Individual
-from nas.search.strategy.selector import Selector, select_parents
-from nas.search.strategy.settings import SearchSettings, candidate_train_config, read_settings
+from nas.search.strategy.selection import Individual, Selector, select_parents
+from nas.search.strategy.settings import (
+    SearchSettings,
+    candidate_train_config,
+    decision_config,
+    read_settings,
+)
 from nas.train.checkpoint import load_variables, save_variables
 from nas.train.config import image_shape
 from nas.train.perf import count_params
@@ -454,7 +458,7 @@ class Driver:
 
         if not pairs:
             return
-        train_input = splits.decision_config(self.train, self.search).input  # no validation
+        train_input = decision_config(self.train, self.search).input  # no validation
         images = plain_batches(train_input, self.fit.batches, self.fit.images_per_batch,
                                self.search.seed)
         try:

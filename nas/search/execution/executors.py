@@ -538,7 +538,7 @@ def make_executor(kind: str, *, workers: int, ray_address: str | None,
                   hard_timeout_s: float, num_cpus: float = 1, num_gpus: float = 0,
                   prepare_ahead: int = 0, share_device: str | None = None,
                   ray: Any = None, max_tries: int = 3) -> Executor:
-    """The executor `kind` names. `ray`: a `nas.search.strategy.ray_config.RayConfig`
+    """The executor `kind` names. `ray`: a `nas.search.strategy.settings.RayConfig`
     (its num_cpus and num_gpus win over the two arguments); `max_tries`: starts of a Ray
     task whose node is lost."""
     out_of_process = workers == 0 or kind in ("local", "ray")

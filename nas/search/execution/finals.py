@@ -2,7 +2,7 @@
 
 Why: a child of the search inherited its lineage's training and was compared with a seed
 that trained less, on one small validation split. Here every finalist and the seed train
-the same recipe (`nas.search.strategy.finals_config.Recipe`: as long as the seed trained in
+the same recipe (`nas.search.strategy.settings.Recipe`: as long as the seed trained in
 the search) `repeats` times, each repeat with its own initialization and data order, as a
 k-fold cross-validation over train plus validation when data are small, so every training
 example is predicted once per repeat. Every run trains a fixed count of epochs, so no run
@@ -45,14 +45,14 @@ from nas.search.store.recommend import (
     seed_of,
 )
 from nas.search.store.study import Study
-from nas.search.strategy import splits
-from nas.search.strategy.finals_config import (
+from nas.search.strategy.settings import (
     Recipe,
+    SearchSettings,
+    decision_config,
     recipe,
     repeats_the_search,
     trained_repeats,
 )
-from nas.search.strategy.settings import SearchSettings
 from nas.train import data as data_lib
 from nas.train.checkpoint import load_variables, save_variables
 
@@ -66,7 +66,7 @@ class Finals:
         self.study, self.train, self.search = study, train, search
         self.config = search.finals
         self.functions = functions
-        self.decision = splits.decision_config(train, search)
+        self.decision = decision_config(train, search)
         self.store = FinalsStore(study.path)
         self._recipe: Recipe | None = None
 

@@ -60,7 +60,7 @@ def export_candidate(study: Any, candidate_id: int, path: str | os.PathLike,
         "inheritance": cand.inheritance.to_json(),
         "error": cand.error,
         "rungs": list(cand.rungs),
-        # which split each accuracy was measured on (nas.search.strategy.splits)
+        # which split each accuracy was measured on (nas.search.strategy.settings.decision_config)
         "accuracy_splits": {
             "accuracy": "validation (the search decided on it)",
             "test_accuracy": "test (reported only)",

@@ -38,7 +38,6 @@ from nas.search.store.recommend import (
     seed_of,
 )
 from nas.search.strategy import paired
-from nas.search.strategy.finals_config import FinalsConfig, Recipe, repeats_the_search
 from nas.search.strategy.paired import Paired
 from nas.search.strategy.repeated import (
     RunNoise,
@@ -46,7 +45,7 @@ from nas.search.strategy.repeated import (
     compare_repeated,
     run_noise,
 )
-from nas.search.strategy.settings import stored_value
+from nas.search.strategy.settings import FinalsConfig, Recipe, repeats_the_search, stored_value
 
 
 def choose_finalists(candidates: Sequence[Candidate], pairs: Comparisons, k: int,

@@ -1,17 +1,13 @@
 """A candidate's blocks in its study row, and the zoo builder that rebuilds it from them.
 
-Why: block-level mutation (add, delete or redefine a block, then rebuild the model with its
-zoo builder) needs the parent's blocks, and a search may be resumed in another process, so
-they are stored with the candidate, not kept in memory. The record names the builder
-(`nas.zoo.builder`'s arguments) and lists the blocks' base definitions; it is plain JSON:
+Why: block-level mutation rebuilds the model from the parent's blocks with its zoo builder,
+and a resumed search may run in another process, so they are stored with the candidate as
+plain JSON (no record for a graph without blocks):
 
     {"builder": {"model_name": "cnn", "num_classes": 10, "image_size": 32},
      "blocks": [{"name": "conv_layer", "base": <graph_to_dict of the definition>}, ...]}
 
 plus "model" in "builder" when the config gave extra builder arguments (`train.model`).
-
-A graph without blocks (a user's seed graph, a child of a whole-graph subgraph mutation,
-a reversible network, which carries its own layout) has no record.
 """
 
 from __future__ import annotations
@@ -44,8 +40,8 @@ def blocks_record(args: Mapping[str, Any], blocks: Sequence[Block]) -> dict[str,
 
 
 def read_blocks(record: Any, where: str) -> tuple[list[Block], Builder, dict[str, Any]]:
-    """(blocks, builder, builder arguments) from a stored record; ValueError naming `where`
-    (e.g. "candidate 3") and the field when the record is malformed."""
+    """(blocks, builder, builder arguments) from a stored record; a malformed one is a
+    ValueError naming `where` (e.g. "candidate 3") and the field."""
     if not isinstance(record, Mapping):
         raise ValueError(f"{where}: blocks record must be an object, got "
                          f"{type(record).__name__}")
@@ -66,8 +62,8 @@ def read_blocks(record: Any, where: str) -> tuple[list[Block], Builder, dict[str
 
 
 def rebuilds(build: Builder, blocks: Sequence[Block], graph_json: str) -> bool:
-    """Whether `build(blocks=blocks)` gives exactly the stored graph (it does unless the
-    zoo changed since the study was written): block edits then start from the candidate."""
+    """Whether `build(blocks=blocks)` gives exactly the stored graph (unless the zoo
+    changed since the study was written)."""
     try:
         graph, constants, _ = build(blocks=list(blocks))
     except ValueError:

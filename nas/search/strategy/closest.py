@@ -1,15 +1,13 @@
 """The closest tenth of a large population to a point of the front, without measuring all.
 
-Why: each proposal ranks the population by its distance to a random point of the
-accuracy/cost front and samples among the closest `top_perc` (10 %). Measuring every
-distance makes a proposal grow with the study (7 ms of its 9.5 at 100,000 candidates).
-Here the points are kept grouped by ranked accuracy ("columns": accuracies are counts of
-validation images, so there are few), each column sorted by cost. A radius that holds
-the closest k is found with binary searches, and only the points inside it are measured
-(with the front's cost twins and the columns' ends, which the rule also reads), with the
-arithmetic of `ParetoCurve.column_weights`, so the same bits. Every shortcut is checked:
-either the points left out provably rank after the k-th, or `closest` says None and the
-caller measures every point.
+Why: each proposal samples among the `top_perc` closest to a random point of the front,
+and measuring every distance grows with the study (7 ms of 9.5 at 100,000 candidates).
+Here the points are grouped by ranked accuracy ("columns": accuracies count validation
+images, so there are few), each sorted by cost; binary searches find a radius holding the
+closest k, and only the points inside (with the front's cost twins and the columns' ends)
+are measured, with `ParetoCurve.column_weights`' arithmetic (the same bits). Either the
+points left out provably rank after the k-th, or `closest` says None and the caller
+measures every point.
 """
 
 from __future__ import annotations
@@ -22,8 +20,8 @@ from nas.search.strategy.pareto import ParetoCurve
 
 class CostIndex:
     """One cost's points of a pool (rows 0..n-1), grouped by ranked accuracy (`first`,
-    descending), each group sorted by the standardized cost (`second`: higher is better),
-    then by row; and the same groups with their rows in row order (`by_row`)."""
+    descending), each group by standardized cost (`second`), then row; `by_row`: the same
+    groups in row order."""
 
     def __init__(self, first: np.ndarray, second: np.ndarray) -> None:
         order = np.lexsort((np.arange(len(first)), second, -first))
@@ -80,10 +78,9 @@ class CostIndex:
 
     def closest(self, curve: ParetoCurve, anchor: np.ndarray, normalize: bool, k: int
                 ) -> tuple[np.ndarray, np.ndarray, float] | None:
-        """Rows (in no order) that hold every row among the k lowest of the selection
-        weights (distance to `anchor`, rows that a strictly cheaper, tied-or-better one
-        beats pushed behind: `selection.ranked_behind`), with their weights and the k-th lowest
-        of them; None when a check fails (then measure every row)."""
+        """Rows (in no order) holding every row among the k lowest selection weights
+        (distance to `anchor`, `selection.ranked_behind` applied), their weights and the
+        k-th lowest; None when a check fails."""
         n = len(self.rows)
         if not 0 < k < n:
             return None
@@ -142,10 +139,9 @@ class CostIndex:
         return self.rows[chosen], w, kth
 
     def most_accurate(self, k: int) -> tuple[np.ndarray, np.ndarray] | None:
-        """Rows that hold every row among the k lowest of `best - accuracy` (ranking by
-        accuracy alone), with those weights: whole groups from the most accurate down,
-        until k rows and a strictly larger weight after them. In the order the draw ranks
-        them (by weight, then row) where group weights differ: their sort is one pass."""
+        """Rows holding every row among the k lowest of `best - accuracy`, with those
+        weights: whole groups from the most accurate down, until k rows and a strictly
+        larger weight after them, in the draw's order where group weights differ."""
         n = len(self.rows)
         if not 0 < k < n:
             return None
@@ -157,12 +153,10 @@ class CostIndex:
         groups = np.repeat(np.arange(c + 1), np.diff(self.starts[: c + 2]))
         return self.by_row[:end], weights[groups]
 
-    # ---------------------------------------------------------------- internals
-
     def _ranges(self, dx: np.ndarray, center: float, scale: float, k: int
                 ) -> tuple[np.ndarray, np.ndarray]:
-        """Per column, the positions of the rows within a radius that holds at least k
-        rows (and not many more), found by bisection on the radius from the last one."""
+        """Per column, the rows within a radius holding at least k (not many more), by
+        bisection from the last radius."""
         def within(r: float) -> tuple[np.ndarray, np.ndarray]:
             half = np.sqrt(np.maximum(r * r - dx * dx, 0.0))
             c = np.arange(len(dx)) * self._span
@@ -187,8 +181,8 @@ class CostIndex:
         return best if best is not None else within(np.inf)
 
     def _twins(self, target: np.ndarray, ends: np.ndarray) -> np.ndarray:
-        """The rows no strictly cheaper, tied-or-better row beats: in each column, those
-        whose cost equals the front's at their accuracy (the column's most costly end)."""
+        """The rows no strictly cheaper, tied-or-better row beats: per column, those whose
+        cost equals the front's at their accuracy."""
         out = []
         for c in np.flatnonzero(self.second[ends] == target):
             p = ends[c]
@@ -198,9 +192,8 @@ class CostIndex:
         return np.array(out, dtype=np.int64)
 
     def _make_keys(self) -> None:
-        """One sortable number per row: its column's number, then its cost. Why: a binary
-        search in every column becomes one vectorized `searchsorted`. Only a search aid:
-        every row found is measured exactly."""
+        """One sortable number per row (its column, then its cost), so a binary search per
+        column is one `searchsorted`; every row found is still measured exactly."""
         low, high = ((float(self.second.min()), float(self.second.max()))
                      if len(self.second) else (0.0, 1.0))
         width = max(high - low, abs(high), abs(low), 1e-300)

@@ -1,15 +1,11 @@
 """Upper bounds on costs (`search.constraints`) and constrained domination (Deb's rule).
 
-Why: a user who deploys asks for "the most accurate model under 5 ms (or 1 M parameters)".
-A candidate over a bound is still trained and recorded, but it is infeasible: parent
-selection prefers every feasible candidate to it, and among infeasible ones the one with
-the smaller total normalized violation (Deb, 2000). So the search walks into the feasible
-region, and the recommendation considers only feasible candidates.
-
-A violation is normalized by its bound (how many bounds over it is), so flops and
-milliseconds add up; a candidate without a value for a bounded cost is infeasible with an
-infinite violation (nothing known is not the same as under the bound). Pure functions of
-arrays and mappings: the same inputs give the same ranking.
+Why: a user who deploys asks for "the most accurate model under 5 ms". A candidate over a
+bound is trained and recorded but infeasible: selection prefers every feasible candidate
+to it, and of infeasible ones the smaller total violation (Deb, 2000), so the search walks
+into the feasible region; the recommendation considers only feasible candidates. A
+violation is in units of its bound, so flops and milliseconds add up; a candidate without
+a value for a bounded cost violates it infinitely.
 """
 
 from __future__ import annotations
@@ -23,8 +19,8 @@ import numpy as np
 
 def check_constraints(bounds: Mapping[str, Any] | None, cost_names: Sequence[str],
                       field: str = "search.constraints") -> dict[str, float]:
-    """{cost: bound} with each bound a finite number >= 0 on a lower-is-better cost in
-    `cost_names`; anything else is one ValueError line naming the cost."""
+    """{cost: bound}, each a finite number >= 0 on a cost of `cost_names`, else one
+    ValueError line naming the cost."""
     if bounds is None:
         return {}
     if not isinstance(bounds, Mapping):
@@ -45,20 +41,14 @@ def check_constraints(bounds: Mapping[str, Any] | None, cost_names: Sequence[str
     return out
 
 
-def _scale(bound: float) -> float:
-    """What a violation of `bound` is measured in: the bound itself (1 for a bound of 0)."""
-    return bound if bound > 0 else 1.0
-
-
 def violations(costs: Mapping[str, np.ndarray], bounds: Mapping[str, float], n: int
                ) -> np.ndarray:
-    """Each row's total normalized violation: the sum over bounded costs of
-    max(0, value - bound) / bound; a row missing a bounded cost (NaN, or absent column)
-    violates it infinitely. 0 means feasible."""
+    """Each row's total normalized violation, sum of max(0, value - bound) / bound (a
+    missing value: inf); 0 means feasible."""
     total = np.zeros(n, dtype=float)
     for cost, bound in bounds.items():
         values = np.asarray(costs[cost], dtype=float) if cost in costs else np.full(n, np.nan)
-        over = np.maximum(values - bound, 0.0) / _scale(bound)
+        over = np.maximum(values - bound, 0.0) / (bound if bound > 0 else 1.0)  # in bounds
         total += np.where(np.isnan(values), np.inf, over)
     return total
 
@@ -72,9 +62,8 @@ def violation(values: Mapping[str, float | None], bounds: Mapping[str, float]) -
 
 def constrained_dominates(a: Sequence[float], b: Sequence[float], violation_a: float,
                           violation_b: float, higher_better: Sequence[bool]) -> bool:
-    """Deb's rule: does a dominate b? A feasible point dominates every infeasible one;
-    of two infeasible points the smaller total violation dominates; of two feasible
-    points, Pareto domination of the objectives (`higher_better` per objective)."""
+    """Deb's rule: does a dominate b? Feasible beats infeasible; of two infeasible the
+    smaller violation; of two feasible, Pareto domination (`higher_better` per objective)."""
     feasible_a, feasible_b = violation_a <= 0, violation_b <= 0
     if feasible_a != feasible_b:
         return feasible_a
@@ -86,8 +75,8 @@ def constrained_dominates(a: Sequence[float], b: Sequence[float], violation_a: f
 
 
 def constrained_order(violation_of: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """Weights that rank by Deb's rule: feasible rows keep their `weights` (lower is
-    better) and come first; infeasible rows follow, by violation (infinite ones last)."""
+    """Weights ranking by Deb's rule: feasible rows first, by `weights`; infeasible ones
+    after, by violation (infinite ones last)."""
     weights = np.asarray(weights, dtype=float)
     v = np.asarray(violation_of, dtype=float)
     feasible = v <= 0

@@ -1,14 +1,11 @@
 """Measured costs that their spread cannot tell apart rank as ties on a front.
 
 Why: a latency (or a user's cost called with repeats) is a median of noisy timings with
-an interquartile range beside it. Ordering two candidates by 0.47 against 0.49 ms when
-each measurement spreads by 0.1 ms is ordering by noise: the front collapses to whichever
-happened to be timed on a quiet moment. The rule mirrors accuracy's (`ties`): from the
-cheapest up (equal values by row), each row not yet grouped heads a group and takes every
-ungrouped row above it whose value differs from the head's by less than the larger of
-their two spreads. Each row's cost then reads as its head's, so accuracy decides between
-candidates the cost cannot separate. A row without a spread (NaN or 0) ties only with
-an equal value.
+an interquartile range; ordering 0.47 against 0.49 ms when each spreads by 0.1 ms orders
+by noise. As for accuracy (`intervals.NoiseTies`): from the cheapest up (equal values by
+row), each ungrouped row heads a group and takes every ungrouped row above it that differs
+from it by less than the larger of their two spreads, and reads as its head. A row
+without a spread (NaN or 0) ties only with an equal value.
 """
 
 from __future__ import annotations
@@ -50,7 +47,7 @@ def tie_heads(values: np.ndarray, spreads: np.ndarray, higher_better: bool = Fal
 
 def tied_values(values: np.ndarray, spreads: np.ndarray, higher_better: bool = False
                 ) -> np.ndarray:
-    """`values` with each replaced by its tie group head's (the group's best)."""
+    """`values` with each replaced by its tie group head's."""
     v = np.asarray(values, dtype=float).reshape(-1)
     return v[tie_heads(v, spreads, higher_better)]
 

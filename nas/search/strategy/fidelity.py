@@ -1,23 +1,17 @@
 """Multi-fidelity search: children train a small budget first, the promising ones go on.
 
-Asynchronous successive halving (the rule of Ray Tune's ASHA and Optuna's successive-halving
-pruner), with suspend and resume: a child trains to its first rung (a fraction of the full
-budget, on the full budget's learning-rate schedule), is evaluated, and is then either
-promoted (re-queued to train on to its next rung, resuming from its own checkpoint) or
-stopped (kept in the study as `stopped` with its metrics). The last rung is the full budget
-`train.total_epochs`; the seed model always trains its whole budget.
+Asynchronous successive halving (as Ray Tune's ASHA) with suspend and resume: a child trains
+to its first rung (on the full budget's schedule), is evaluated, and is promoted (re-queued
+to resume from its checkpoint to the next rung) or stopped. The last rung is
+`train.total_epochs`; the seed always trains its whole budget. A child is promoted when:
+- among the n results recorded at that rung so far (its own included) it is in the best
+  `max(1, floor(n * keep))` by accuracy, or with `cost` by Pareto layer of accuracy against
+  it, then crowding distance (NSGA-II's order);
+- its accuracy is at least `parent_ratio` times its parent's.
 
-A child is promoted from a rung when both hold:
-- among every result recorded at that rung so far (its own included, n of them) it is in the
-  best `max(1, floor(n * keep))`, ranked by accuracy, or with `cost` set by Pareto layer of
-  accuracy against that cost, then crowding distance (NSGA-II's order, so the cheapest and
-  the most accurate ends of a layer go first);
-- its accuracy is at least `parent_ratio` times its parent's (full-budget) accuracy.
-
-The decision is a pure function of the recorded results (`promotion`), made once, in the
-same study transaction that records the rung: never from time or load, and never made
-again on resume. With one worker the order of results, hence every decision, is fixed by
-the seed; with several it depends on which peers had reported, as in ASHA.
+The decision (`promotion`) is a pure function of the recorded results, made once, in the
+transaction that records the rung, never again on resume. With several workers it depends
+on which peers had reported, as in ASHA.
 """
 
 from __future__ import annotations
@@ -34,7 +28,7 @@ RUNG_COSTS = ("", "flops", "params")  # what a rung ranks by: accuracy alone, or
 
 @dataclasses.dataclass(frozen=True)
 class RungResult:
-    """One candidate's evaluation at a rung: what promotion decisions compare."""
+    """One candidate's evaluation at a rung."""
 
     candidate_id: int
     accuracy: float
@@ -44,9 +38,8 @@ class RungResult:
 @dataclasses.dataclass(frozen=True)
 class FidelityConfig:
     """`search.fidelity`. rungs: epochs at which children are compared before the full
-    budget (empty: multi-fidelity off); keep: fraction promoted from each rung; parent_ratio:
-    a child below this fraction of its parent's accuracy is stopped; cost: "" ranks by
-    accuracy, a cost objective ranks by Pareto layer of accuracy against it."""
+    budget (empty: off); keep: fraction promoted; parent_ratio: below this fraction of its
+    parent's accuracy a child stops; cost: "" ranks by accuracy, else by Pareto layer."""
 
     rungs: tuple[float, ...] = ()
     keep: float = 0.5
@@ -56,7 +49,7 @@ class FidelityConfig:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | FidelityConfig | None,
                   prefix: str = "search.fidelity.") -> FidelityConfig:
-        """`prefix`: the section's path, which every error names its field under."""
+        """`prefix`: the section's path, which every error names."""
         if isinstance(data, FidelityConfig):
             return data
         data = dict(data.to_dict() if hasattr(data, "to_dict") else (data or {}))
@@ -88,10 +81,8 @@ class FidelityConfig:
                    parent_ratio=float(data.get("parent_ratio", cls.parent_ratio)), cost=cost)
 
     def schedule(self, full_epochs: float, prefix: str = "search.fidelity.") -> tuple[float, ...]:
-        """Every rung's epochs, the full budget last; () when multi-fidelity is off.
-
-        A listed rung equal to the full budget is the last rung; one above it is an error
-        naming `prefix`'s rungs."""
+        """Every rung's epochs, the full budget last (() when off); a rung above the full
+        budget is an error naming `prefix`'s rungs."""
         if not self.rungs:
             return ()
         full = float(full_epochs)
@@ -109,14 +100,12 @@ def _number(value: Any) -> bool:
 
 def rung_order(results: Sequence[RungResult], by_cost: bool = False,
                higher_cost_better: bool = False) -> list[int]:
-    """Candidate ids from most to least promising. By accuracy (ties: older first), or with
-    `by_cost` by Pareto layer of (accuracy, cost), then crowding distance within a layer,
-    then accuracy, then id. A missing cost counts as the worst cost."""
+    """Candidate ids from most to least promising: by accuracy (ties: older first), or with
+    `by_cost` by Pareto layer, crowding distance, accuracy, id (a missing cost is worst)."""
     if not by_cost:
         return [r.candidate_id for r in sorted(results, key=lambda r: (-r.accuracy,
                                                                        r.candidate_id))]
     sign = 1.0 if higher_cost_better else -1.0
-    # Both objectives to maximize.
     points = {r.candidate_id: (r.accuracy, -math.inf if r.cost is None else sign * r.cost)
               for r in results}
     left = sorted(points)
@@ -150,8 +139,8 @@ def _crowding(layer: list[int], points: dict[int, tuple[float, float]]) -> dict[
 
 def promotion(me: RungResult, peers: Sequence[RungResult], config: FidelityConfig,
               parent_accuracy: float | None) -> tuple[bool, str]:
-    """Whether `me` goes on from its rung, and why, given every other result recorded at
-    that rung (`peers`, `me` excluded) and its parent's accuracy (None: no parent check)."""
+    """Whether `me` goes on from its rung, and why, given the other results at that rung
+    and its parent's accuracy (None: no parent check)."""
     results = [me, *[p for p in peers if p.candidate_id != me.candidate_id]]
     n = len(results)
     top = max(1, math.floor(n * config.keep + 1e-9))
@@ -169,8 +158,8 @@ def promotion(me: RungResult, peers: Sequence[RungResult], config: FidelityConfi
 
 @dataclasses.dataclass(frozen=True)
 class RungPlan:
-    """The rungs of one search: its `search.fidelity` config and every rung's epochs (the
-    full child budget last; () when multi-fidelity is off). Only children have rungs."""
+    """The rungs of one search: its config and every rung's epochs (`schedule`). Only
+    children have rungs."""
 
     config: FidelityConfig = FidelityConfig()
     epochs: tuple[float, ...] = ()
@@ -196,8 +185,7 @@ class RungPlan:
         return self.epochs[rung]
 
     def stop_epochs(self, candidate: Any) -> float | None:
-        """Where its training stops this time: its rung's epochs, or None (the whole
-        schedule) at the last rung and for candidates without rungs."""
+        """Its rung's epochs, or None (the whole schedule) at the last rung or without."""
         if not self.applies(candidate):
             return None
         epochs = self.rung_epochs(candidate)

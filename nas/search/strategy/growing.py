@@ -1,10 +1,8 @@
 """Arrays that grow by appending (and inserting) in amortized constant time per row.
 
-Why: the driver adds a row or two per proposal to arrays of the whole population; a
-`numpy.concatenate` per proposal copies all 100,000 rows every time. These keep a buffer
-with spare room (doubling when full) and hand out views of the filled part. A view handed
-out earlier keeps showing the rows it had after appends (they go past its end, and a
-buffer that grows is a new one), not after an `insert`, which shifts rows in place.
+Why: a `numpy.concatenate` per proposal copies the whole population every time. These keep
+a buffer with spare room (doubling when full) and hand out views of the filled part; an
+earlier view keeps its rows after appends, not after an `insert`, which shifts them.
 """
 
 from __future__ import annotations
@@ -30,8 +28,7 @@ class Growing:
         return self._buffer[: self._size]
 
     def extend(self, rows: np.ndarray) -> None:
-        """Append rows (for 2-D, rows narrower than the array are padded with zeros; wider
-        ones widen it)."""
+        """Append rows (2-D: narrower rows are padded with zeros, wider ones widen it)."""
         rows = np.asarray(rows, dtype=self._buffer.dtype)
         if self._width is not None and rows.shape[1] != self._width:
             rows = self._fit(rows)
@@ -40,7 +37,7 @@ class Growing:
         self._size += len(rows)
 
     def insert(self, at: int, value: object) -> None:
-        """Insert one row before position `at` (a shift of the rows after it)."""
+        """Insert one row before position `at`."""
         self._reserve(self._size + 1)
         self._buffer[at + 1: self._size + 1] = self._buffer[at: self._size]  # numpy: overlap ok
         self._buffer[at] = value

@@ -1,16 +1,14 @@
 """Training hyperparameters that evolve with the architecture (`search.hparams`).
 
-Why: the learning rate that fine-tunes one child well may not suit its grandchild; like
-population-based training's explore step, each child takes its parent's values, each
-multiplied by 0.8 or 1.25 (drawn per value) and clipped to its range. The seed starts
-from the config's value clipped to the range. Every draw comes from `search.seed` and the
-proposal counter, so the same search proposes the same values on any machine.
+Why: the learning rate that fine-tunes one child well may not suit its grandchild. As in
+population-based training's explore step, each child takes its parent's values, each times
+0.8 or 1.25 and clipped to its range; the seed starts from the config's, clipped. Every
+draw comes from `search.seed` and the proposal counter.
 
     search.hparams = {"lr": (1e-4, 1e-2), "wd": (1e-5, 1e-3)}
 
-Fields: `lr` and `wd` (the `train` fields) and `child_lr` (the children's learning rate,
-`search.child_lr`): children that fine-tune at `search.child_lr` take `child_lr`, not `lr`.
-Empty (the default): off, nothing is drawn and every candidate trains with its config's values.
+Fields: `lr`, `wd` (of `train`) and `child_lr` (taken instead of `lr` by children that
+fine-tune at `search.child_lr`). Empty: off.
 """
 
 from __future__ import annotations
@@ -27,8 +25,7 @@ STREAM = 51  # folded into the proposal's rng: hparams draws never shift the oth
 
 
 class HparamsSettings(Protocol):
-    """What this module reads of `nas.search.strategy.settings.SearchSettings` (which
-    checks its ranges with `check`, so cannot be imported here)."""
+    """What this module reads of `settings.SearchSettings` (which imports this module)."""
 
     @property
     def child_lr(self) -> float: ...
@@ -77,8 +74,8 @@ def seed_values(train: Mapping[str, Any], search: HparamsSettings) -> dict[str, 
 
 def perturb(parent: Mapping[str, float] | None, train: Mapping[str, Any],
             search: HparamsSettings, seed: int, proposal: int) -> dict[str, float]:
-    """A child's values: its parent's (the seed's where the parent has none), each times
-    0.8 or 1.25, clipped to its range; drawn from (seed, proposal) alone."""
+    """A child's values: its parent's (else the seed's), each times 0.8 or 1.25, clipped;
+    drawn from (seed, proposal) alone."""
     ranges = search.hparams
     if not ranges:
         return {}
@@ -93,9 +90,8 @@ def perturb(parent: Mapping[str, float] | None, train: Mapping[str, Any],
 
 def apply(config: dict[str, Any], values: Mapping[str, float] | None, is_seed: bool,
           search: HparamsSettings) -> dict[str, Any]:
-    """`config` (a candidate's training config, `candidate_train_config`'s) with its
-    values: `wd`; `lr` for the seed, and for children unless they fine-tune at
-    `search.child_lr`; `child_lr` as a child's learning rate."""
+    """A candidate's training config with its values: `wd`; `lr` for the seed, and for
+    children not fine-tuning at `search.child_lr`; `child_lr` as a child's rate."""
     if not values:
         return config
     config = dict(config)

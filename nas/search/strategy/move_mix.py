@@ -1,14 +1,10 @@
 """Which family of moves a proposal draws: the configured shares, weighed by what paid.
 
-A child pays when it reached the validation front (accuracy against FLOPs, among the
-finished candidates a proposal reads) or stayed within the recommendation's margin of its
-parent at fewer FLOPs. Each family's share is its configured weight times (children that
-paid + 1) / (tries + 2), where tries are its finished children and its refused proposals;
-then every family with a weight keeps `move_floor` of the draws, so one that did not pay
-early is still tried. Why these counts: they are the results the proposal reads (ids up to
-`Driver.read_through`, refusals recorded before it), so the mix, like the proposal's
-random draws, is the same for the same seed whatever the workers' timing, and after a
-resume.
+A child pays when it reached the validation front (accuracy against FLOPs) or stayed
+within the recommendation's margin of its parent at fewer FLOPs. Each family's share is its
+weight times (paid + 1) / (tries + 2), tries counting finished children and refusals; every
+family with a weight keeps `move_floor` of the draws. The counts are of the results the
+proposal reads, so the mix is the same for the same seed whatever the timing or resumes.
 """
 
 from __future__ import annotations
@@ -22,9 +18,8 @@ from nas.mutation.config import MOVES, family
 
 @dataclasses.dataclass
 class MoveCounts:
-    """One family's record in a study: tries (children that finished, failed or were
-    refused), refusals, front entries (children on the validation front) and paid
-    (front entries and children within the margin at fewer FLOPs)."""
+    """One family's record in a study: tries (children finished, failed or refused),
+    refusals, children on the validation front, and paid."""
 
     tries: int = 0
     refusals: int = 0
@@ -44,8 +39,8 @@ def _front(rows: list[tuple[int, float, float]]) -> set[int]:
 
 def move_counts(study: Any, through: int, proposal: int | None = None,
                 margin_pt: float = 2.0) -> dict[str, MoveCounts]:
-    """{family: counts} over the candidates with id <= `through` and the refusals recorded
-    before proposal `proposal` (None: every one)."""
+    """{family: counts} over the candidates with id <= `through` and the refusals before
+    proposal `proposal` (None: all)."""
     counts = {m: MoveCounts() for m in MOVES}
     rows = study.move_rows(through)
     done = {r[0]: r for r in rows if r[2] == "done" and r[3] is not None}
@@ -77,8 +72,8 @@ def move_counts(study: Any, through: int, proposal: int | None = None,
 
 def adapted(weights: Mapping[str, float], counts: Mapping[str, MoveCounts],
             floor: float) -> dict[str, float]:
-    """The shares drawn: `weights` (families of weight 0 stay at 0) times each family's
-    (paid + 1) / (tries + 2), normalized, then each at least `floor`."""
+    """The shares drawn: `weights` (0 stays 0) times (paid + 1) / (tries + 2), normalized,
+    each at least `floor`."""
     live = {k: float(w) for k, w in weights.items() if w > 0}
     if not live:
         return dict(weights)
@@ -100,8 +95,8 @@ def move_lines(counts: Mapping[str, MoveCounts]) -> list[str]:
 
 def for_proposal(study: Any, mutation: Mapping[str, Any], through: int, proposal: int,
                  margin_pt: float) -> dict[str, Any]:
-    """The mutation config of proposal `proposal`: its `moves` adapted to the study's
-    counts (`adapted`) where `moves` is set and `adapt_moves` is on; else as it is."""
+    """The mutation config of proposal `proposal`, its `moves` `adapted` where set and
+    `adapt_moves` is on."""
     from nas.mutation.config import MutationConfig
 
     cfg = MutationConfig.from_dict(dict(mutation))

@@ -1,20 +1,15 @@
 """Paired comparison of two models evaluated on the same examples.
 
-Why paired: two candidates of one search are scored on the same validation (and test)
-images, and most images are right for both. What tells them apart is only the images where
-they disagree, so the difference of their accuracies is far less noisy than two separate
-Wilson intervals suggest; comparing overlapping intervals misses real differences.
+Why paired: two candidates are scored on the same images, most right for both; only the
+images where they disagree tell them apart, so their difference is far less noisy than two
+separate Wilson intervals suggest. Its interval is Tango's (`nas.search.strategy.tango`),
+which counts the discordant examples as well as their direction: a child that loses 5
+test images of 360 and gains none gets [-3.21, -0.32] points, not the exact conditional
+interval's [-1.39, +0.06]. The decision is "better" or "worse" when it excludes 0, else
+"within noise"; non-inferiority at a margin reads its lower end.
 
-The interval of the difference is Tango's score interval (`nas.search.strategy.tango`): it
-accounts for how many examples are discordant as well as which way they went, so a child
-that loses 5 test images of 360 and gains none gets [-3.21, -0.32] points, not the exact
-conditional interval's [-1.39, +0.06], whose bound is the point estimate itself whenever
-every disagreement goes one way. The decision is "better" or "worse" when the interval
-excludes 0, else "within noise"; non-inferiority at a margin reads its lower end.
-
-McNemar's exact test (the exact conditional binomial test of "no difference", `mcnemar`)
-stays for selection's noise ties (`nas.search.strategy.ties`): it is the right test of
-"these two cannot be told apart", and it depends only on the disagreements.
+McNemar's exact test (`mcnemar`) is selection's test of "cannot be told apart"
+(`nas.search.strategy.intervals`): it depends only on the disagreements.
 """
 
 from __future__ import annotations
@@ -29,13 +24,11 @@ import numpy as np
 from nas.search.strategy import tango
 from nas.train.intervals import Z95
 
-DECISIONS = ("better", "worse", "within noise")
-
 
 @dataclasses.dataclass(frozen=True)
 class Paired:
-    """`a` against `b` on the same n examples: difference of accuracies (a - b, a
-    fraction) with its 95 % interval, and the 2x2 table's off-diagonal counts."""
+    """`a` against `b` on the same n examples: a - b (a fraction), its 95 % interval, and
+    the 2x2 table's off-diagonal counts."""
 
     difference: float
     low: float
@@ -54,8 +47,7 @@ class Paired:
         return "within noise"
 
     def noninferior(self, margin_pt: float) -> bool:
-        """Whether a is at most `margin_pt` accuracy points worse than b: the interval's
-        lower end is at least -margin."""
+        """Whether the interval's lower end is at least -`margin_pt` accuracy points."""
         return self.low >= -float(margin_pt) / 100.0
 
     def text(self) -> str:
@@ -75,8 +67,7 @@ def comparable(a: np.ndarray | None, b: np.ndarray | None) -> bool:
 
 
 def compare(a: np.ndarray, b: np.ndarray, z: float = Z95) -> Paired:
-    """Paired difference of accuracies of `a` and `b`, boolean vectors of which examples
-    each model got right, in the same example order."""
+    """Paired difference of `a` and `b`, boolean vectors of which examples each got right."""
     a = np.asarray(a, dtype=bool).reshape(-1)
     b = np.asarray(b, dtype=bool).reshape(-1)
     if a.size != b.size or a.size == 0:
@@ -87,17 +78,15 @@ def compare(a: np.ndarray, b: np.ndarray, z: float = Z95) -> Paired:
 
 @functools.lru_cache(maxsize=65536)
 def from_counts(n: int, only_a: int, only_b: int, z: float = Z95) -> Paired:
-    """`compare` from its counts: n examples, only_a right only for a, only_b only for b.
-    Cached: a summary compares thousands of children with the seed, and their counts
-    repeat (on 143 images there are at most 143^2 / 2 tables)."""
+    """`compare` from its counts. Cached: a summary compares thousands of children with the
+    seed, and their counts repeat."""
     low, high = tango.bounds_one(n, only_a, only_b, z)
     return Paired((only_a - only_b) / n, low, high, int(n), int(only_a), int(only_b))
 
 
 def many(n: int, only_a: Sequence[int] | np.ndarray, only_b: Sequence[int] | np.ndarray,
          z: float = Z95) -> list[Paired]:
-    """`from_counts` of many tables on the same n examples at once (each interval the same
-    bits as alone): the report compares 100,000 children with the seed."""
+    """`from_counts` of many tables on the same n examples at once (the same bits)."""
     low, high = tango.bounds(n, np.reshape(only_a, -1), np.reshape(only_b, -1), z)  # checks
     b = np.reshape(only_a, -1).astype(np.int64)
     c = np.reshape(only_b, -1).astype(np.int64)
@@ -108,32 +97,24 @@ def many(n: int, only_a: Sequence[int] | np.ndarray, only_b: Sequence[int] | np.
 
 def interval(both: int, only_a: int, only_b: int, neither: int, z: float = Z95
              ) -> tuple[float, float]:
-    """Tango's score interval of p_a - p_b from the 2x2 counts, at the two-sided level
-    that `z` stands for (95 % for Z95)."""
+    """Tango's score interval of p_a - p_b from the 2x2 counts, at the level of `z`."""
     return tango.bounds_one(both + only_a + only_b + neither, only_a, only_b, z)
 
 
 def mcnemar(a: np.ndarray, b: np.ndarray, z: float = Z95) -> str:
     """McNemar's exact two-sided test of "no difference" between correctness vectors `a`
-    and `b`: "better" / "worse" (a vs b) when it rejects at the level `z` stands for, else
-    "within noise". Selection's noise ties use this test (`ties.McNemarBounds`)."""
+    and `b`: "better" / "worse" (a vs b) when it rejects at the level of `z`, else "within
+    noise". It rejects exactly when the Clopper-Pearson interval of only_a / m excludes 1/2."""
     p = compare(a, b, z)
-    return mcnemar_counts(p.only_a, p.only_b, z)
-
-
-def mcnemar_counts(only_a: int, only_b: int, z: float = Z95) -> str:
-    """`mcnemar` from the discordant counts: the exact conditional (Clopper-Pearson)
-    interval of only_a / (only_a + only_b) excludes 1/2 exactly when the test rejects."""
-    m = only_a + only_b
+    m = p.only_a + p.only_b
     if m == 0:
         return "within noise"
-    low, high = clopper_pearson(only_a, m, math.erfc(z / math.sqrt(2.0)))
+    low, high = clopper_pearson(p.only_a, m, math.erfc(z / math.sqrt(2.0)))
     return "better" if low > 0.5 else "worse" if high < 0.5 else "within noise"
 
 
 def clopper_pearson(k: int, m: int, alpha: float) -> tuple[float, float]:
-    """Exact two-sided (1 - alpha) interval of a binomial probability, k successes of m:
-    the lower end has P(X >= k) = alpha / 2, the upper P(X <= k) = alpha / 2."""
+    """Exact two-sided (1 - alpha) interval of a binomial probability, k successes of m."""
     low = 0.0 if k == 0 else _bisect(lambda p: upper_tail(k, m, p) - alpha / 2.0)
     high = 1.0 if k == m else _bisect(lambda p: alpha / 2.0 - lower_tail(k, m, p))
     return low, high

@@ -1,9 +1,6 @@
-"""Pareto front of two objectives, and each point's signed distance to it.
-
-Parent selection ranks candidates by how far they lie from the accuracy/cost front:
-0 on the front, positive behind it, negative beyond it (a point that would join or
-extend the front). Internally every objective is "standardized" so that higher is
-better (a lower-better objective is negated).
+"""Pareto front of two objectives, and each point's signed distance to it: 0 on the front,
+positive behind it, negative beyond it. Internally every objective is "standardized" so
+that higher is better (a lower-better objective is negated).
 """
 
 from __future__ import annotations
@@ -31,11 +28,8 @@ def as_points(points: ArrayLike, field: str = "points") -> np.ndarray:
 
 
 class ParetoCurve:
-    """The non-dominated points of a set, ordered from best-first to best-second objective.
-
-    `higher_better[i]` says whether objective i is to be maximized. Among points with
-    equal coordinates only one is kept on the curve.
-    """
+    """The non-dominated points of a set, from best-first to best-second objective (of
+    equal points, one); `higher_better[i]`: whether objective i is maximized."""
 
     def __init__(self, points: ArrayLike, higher_better: tuple[bool, bool] = (True, True)):
         pts = as_points(points)
@@ -62,10 +56,8 @@ class ParetoCurve:
         return as_points(points) * self._signs
 
     def normalization(self) -> np.ndarray:
-        """Per-objective scale: the extent of the curve, so both objectives weigh alike.
-
-        (1, 1) when the curve is a single point or flat in either objective.
-        """
+        """Per-objective scale, so both weigh alike: the curve's extent ((1, 1) when it is
+        one point or flat in either objective)."""
         if len(self.curve) <= 1:
             return np.ones(2)
         extent = np.abs(self.curve[-1] - self.curve[0])
@@ -74,10 +66,9 @@ class ParetoCurve:
         return extent
 
     def dominated(self, points: ArrayLike) -> np.ndarray:
-        """Whether each point is weakly dominated by some curve point (not beyond the front)."""
+        """Whether each point is weakly dominated by some curve point."""
         std = self.standardize(points)
-        # The curve descends in the first objective and ascends in the second, so the
-        # curve points at least as good in the first are a prefix, best in the second last.
+        # the curve points at least as good in the first are a prefix, best in the second last
         reach = np.searchsorted(-self.curve[:, 0], -std[:, 0], side="right")
         return (reach > 0) & (self.curve[np.maximum(reach - 1, 0), 1] >= std[:, 1])
 
@@ -86,14 +77,11 @@ class ParetoCurve:
     ) -> np.ndarray:
         """Signed distance of each point to the front; lower is better.
 
-        Without an anchor: a point behind the front gets its distance to the front drawn as
-        a polyline (the curve's segments, plus a ray straight down from the best-first end
-        and a ray straight back from the best-second end); a point beyond the front gets
-        minus its distance to the region the front dominates (so it grows more negative the
-        further out it lies, which the reference did not guarantee). With an anchor (a point
-        in the caller's orientation, e.g. from `sample_point`): the distance to the anchor,
-        negated for points beyond the front. `normalize` divides each objective by
-        `normalization()` first.
+        Without an anchor: behind the front, the distance to the curve's segments plus a ray
+        down from the best-first end and one back from the best-second end; beyond it, minus
+        the distance to the region it dominates (more negative further out). With an anchor
+        (caller's orientation, e.g. `sample_point`'s): the distance to it, negated beyond
+        the front. `normalize` divides by `normalization()` first.
         """
         std = self.standardize(points)
         if len(std) == 0:
@@ -102,10 +90,8 @@ class ParetoCurve:
 
     def column_weights(self, first: np.ndarray, second: np.ndarray, normalize: bool = True,
                        anchor: Sequence[float] | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """`weights` of points given as standardized, finite columns, and each point's
-        reach (how many curve points are at least as good in the first objective). Why:
-        selection ranks 100,000 points per proposal; columns (with `numpy.linalg.norm`'s
-        arithmetic, so the same bits) make fewer passes, and it reuses the reach."""
+        """`weights` of standardized, finite columns (fewer passes, the same bits), and each
+        point's reach (how many curve points are at least as good in the first)."""
         scale = self.normalization() if normalize else np.ones(2)
         reach = np.searchsorted(-self.curve[:, 0], -first, side="right")
         beyond = ~((reach > 0) & (self.curve[np.maximum(reach - 1, 0), 1] >= second))
@@ -122,7 +108,7 @@ class ParetoCurve:
         return np.where(beyond, -ahead, behind), reach
 
     def sample_point(self, rng: np.random.Generator) -> np.ndarray:
-        """A uniformly random point on a uniformly chosen segment (caller's orientation)."""
+        """A uniform point on a uniformly chosen segment (caller's orientation)."""
         if len(self.curve) == 1:
             return self.points[0].copy()
         i = int(rng.integers(len(self.curve) - 1))
@@ -132,9 +118,8 @@ class ParetoCurve:
 
 
 def _on_curve(std: np.ndarray, among: np.ndarray) -> np.ndarray:
-    """Indices of the curve's points in curve order: descending by the first objective
-    (ties: descending second, then by index), each kept when its second beats every one
-    before it. `among` (ascending indices) must hold every point that can be kept."""
+    """Indices of the curve's points in order: by descending first (then second, then
+    index), each kept when its second beats all before it; `among` holds every candidate."""
     sub = std[among]
     order = among[np.lexsort((-sub[:, 1], -sub[:, 0]))]
     second = std[order, 1]
@@ -143,10 +128,9 @@ def _on_curve(std: np.ndarray, among: np.ndarray) -> np.ndarray:
 
 
 def _may_be_on_curve(std: np.ndarray) -> np.ndarray:
-    """Ascending indices of the points that no probe point comes before and weakly
-    dominates (such a point is never kept). Why: sorting all n points per proposal costs
-    n log n; a few linear passes against likely front points (those of an even sample)
-    leave few to sort, and the curve they give is the same."""
+    """Ascending indices of the points no probe point comes before and weakly dominates.
+    Why: a few linear passes against likely front points (an even sample's) leave few to
+    sort, instead of n log n per proposal; the curve is the same."""
     rest = np.arange(len(std))
     if len(rest) <= 512:
         return rest
@@ -155,8 +139,7 @@ def _may_be_on_curve(std: np.ndarray) -> np.ndarray:
         for j in probes:
             s = std[rest]
             better = (s[:, 0] <= std[j, 0]) & (s[:, 1] <= std[j, 1])
-            # j comes first in the curve order unless it equals the point and has a larger
-            # index
+            # j comes first unless it equals the point with a larger index
             same = (s[:, 0] == std[j, 0]) & (s[:, 1] == std[j, 1]) & (rest <= j)
             rest = rest[~(better & ~same)]
         if round_ or len(rest) <= 512:
@@ -168,11 +151,9 @@ def _may_be_on_curve(std: np.ndarray) -> np.ndarray:
 def _distance_to_polyline(p: np.ndarray, curve: np.ndarray) -> np.ndarray:
     """Distance from each point to the front drawn as segments plus its two end rays."""
     first, last = curve[0], curve[-1]
-    # Ray down from the best-first end: x = first.x, y <= first.y.
     down = np.where(
         p[:, 1] <= first[1], np.abs(p[:, 0] - first[0]), np.linalg.norm(p - first, axis=1)
     )
-    # Ray back from the best-second end: y = last.y, x <= last.x.
     back = np.where(p[:, 0] <= last[0], np.abs(p[:, 1] - last[1]), np.linalg.norm(p - last, axis=1))
     best = np.minimum(down, back)
     for a, b in zip(curve[:-1], curve[1:], strict=True):
@@ -191,12 +172,8 @@ def _distance_to_dominated_region(p: np.ndarray, curve: np.ndarray) -> np.ndarra
 
 def hypervolume(points: ArrayLike, reference: Sequence[float],
                 higher_better: tuple[bool, bool] = (True, False)) -> float:
-    """Area dominated by `points` and bounded by `reference` (2 objectives).
-
-    Points that do not beat the reference in both objectives add nothing. With the default
-    (accuracy up, cost down) and reference (0, c), it is the area under the accuracy/cost
-    staircase left of cost c.
-    """
+    """Area dominated by `points` and bounded by `reference`; points not beating it in both
+    objectives add nothing. With (0, c): the area under the staircase left of cost c."""
     pts = as_points(points)
     ref = as_points([reference], "reference")[0]
     signs = np.array([1.0 if hb else -1.0 for hb in higher_better])

@@ -1,10 +1,8 @@
 """What the driver reads per proposal, kept incrementally: finished rows' selection fields.
 
-Why: a finished candidate never changes (the first result wins, see `Study.tell`), so the
-driver reads each one once, without its graph, and keeps the done ones as arrays that
-parent selection uses directly (`selection.Columns`). Per proposal it then runs a few
-indexed queries (the first unfinished id, the newest id, the rows finished since) instead
-of listing the study, so a proposal's bookkeeping stays flat as the study grows.
+Why: a finished candidate never changes (`Study.tell`), so the driver reads each once,
+without its graph, into the arrays selection uses (`selection.Columns`), and per proposal
+runs a few indexed queries instead of listing the study.
 """
 
 from __future__ import annotations
@@ -20,18 +18,17 @@ from nas.search.strategy.pareto import ParetoCurve
 from nas.search.strategy.selection import (
     COSTS,
     Columns,
+    GrowingColumns,
     check_cost,
     cost_value,
     higher_better,
     spread_name,
 )
-from nas.search.strategy.selector import GrowingColumns
 
 
 @dataclasses.dataclass(frozen=True)
 class Finished:
-    """A done candidate as selection and the progress line see it (no graph, no JSON):
-    the attributes `Individual.from_candidate` and `Driver.check_size` read."""
+    """A done candidate as selection and the progress line see it (no graph, no JSON)."""
 
     id: int
     parent_id: int | None
@@ -56,9 +53,8 @@ class Finished:
 
 
 class Population(Sequence[Finished]):
-    """The done candidates a proposal reads, by id, with their selection columns
-    (`columns`), so selection needs no pass over Python objects. A view of the first
-    `count` of a list that only grows (the driver's kept rows): no copy per proposal."""
+    """The done candidates a proposal reads, by id, with their selection `columns`: a view
+    of the first `count` of a list that only grows (no copy per proposal)."""
 
     def __init__(self, rows: list[Finished], columns: Columns, count: int | None = None
                  ) -> None:
@@ -80,7 +76,7 @@ class Population(Sequence[Finished]):
         return itertools.islice(self._rows, self._count)
 
     def without(self, ids: Collection[int]) -> Population:
-        """These candidates but those with the given ids (and their columns' rows)."""
+        """These candidates but those with the given ids."""
         if not ids:
             return self
         return Population([c for c in self if c.id not in ids],
@@ -88,13 +84,9 @@ class Population(Sequence[Finished]):
 
 
 class DoneCache:
-    """The done candidates of a study, read once each with indexed queries.
-
-    `prefix` rows (ids up to the first unfinished one) are final and kept; done rows past
-    it (few: at most the pipeline's depth in a driver's search) are read again each time.
-    `user_costs`: the names of the search's own costs, columns beside the built-in ones
-    (default: the study's, `Study.user_costs`, which its rows carry).
-    """
+    """The done candidates of a study, read once each with indexed queries: rows up to the
+    first unfinished id are kept, the few done past it read again each time. `user_costs`:
+    columns beside the built-in costs (default: `Study.user_costs`)."""
 
     def __init__(self, study: Any, user_costs: Sequence[str] | None = None) -> None:
         self.study = study
@@ -109,8 +101,7 @@ class DoneCache:
         self._fronts: dict[str, tuple[int, dict[tuple[float, float], int]]] = {}
 
     def refresh(self) -> int | None:
-        """Read what finished since the last call; returns the first unfinished id (None
-        when every candidate is finished)."""
+        """Read what finished since the last call; the first unfinished id (None: none)."""
         first_open = self.study.first_unfinished_id()
         end = self.study.last_id() if first_open is None else first_open - 1
         if end > self._through:
@@ -133,28 +124,23 @@ class DoneCache:
         return self._rows + self._tail
 
     def any_done(self) -> bool:
-        """Whether the last `refresh` found a done candidate (no copy of the rows)."""
+        """Whether the last `refresh` found a done candidate."""
         return bool(self._rows or self._tail)
 
     def best(self) -> Finished | None:
-        """The most accurate done candidate (ties: fewer FLOPs, then older), as `Study.best`:
-        the kept rows' best, updated as rows come, against the few rows past them."""
+        """The most accurate done candidate (ties: fewer FLOPs, then older), as `Study.best`."""
         return min([*([self._best] if self._best else []), *self._tail], key=_rank,
                    default=None)
 
     def front_size(self, cost: str = "flops") -> int:
-        """How many done candidates `Study.pareto_front(cost)` lists (ties included).
-
-        The kept rows' front is kept as its points and how many rows equal each (a row
-        off the front never returns to it: the front only improves), so each call folds
-        in the rows read since the last one and the rows past them."""
+        """How many done candidates `Study.pareto_front(cost)` lists (ties included). The
+        kept rows' front is kept (a row off it never returns), with how many rows equal
+        each point, and each call folds in the rows since."""
         return sum(self._front(cost).values())
 
     def front_points(self, cost: str = "flops") -> list[tuple[float, float]]:
-        """The (accuracy, cost) points of that front, folded in as `front_size` folds."""
+        """The (accuracy, cost) points of that front."""
         return list(self._front(cost))
-
-    # ---------------------------------------------------------------- internals
 
     def _front(self, cost: str) -> dict[tuple[float, float], int]:
         check_cost(cost, user_costs=self.user_costs)
@@ -179,13 +165,12 @@ class DoneCache:
 
 
 def _rank(c: Finished) -> tuple[float, float, int]:
-    return (-c.accuracy, _inf(c.flops), c.id)
+    return (-c.accuracy, float("inf") if c.flops is None else c.flops, c.id)
 
 
 def _fold(front: dict[tuple[float, float], int], rows: Sequence[Finished], cost: str
           ) -> dict[tuple[float, float], int]:
-    """The accuracy/`cost` front of `front`'s points and `rows`, each point with how many
-    rows equal it."""
+    """The accuracy/`cost` front of `front`'s points and `rows`, with each point's count."""
     new = [(float(r.accuracy), float(value)) for r in rows
            if (value := cost_value(r, cost)) is not None]
     if not new:
@@ -200,7 +185,7 @@ def _fold(front: dict[tuple[float, float], int], rows: Sequence[Finished], cost:
 
 
 def _bit_rows(packed: Sequence[bytes | None]) -> np.ndarray:
-    """Packed results as a (rows, bytes) array; rows without any are zeros."""
+    """Packed results as a (rows, bytes) array, zeros where a row has none."""
     width = max((len(b) for b in packed if b), default=0)
     out = np.zeros((len(packed), width), dtype=np.uint8)
     for i, b in enumerate(packed):
@@ -211,10 +196,6 @@ def _bit_rows(packed: Sequence[bytes | None]) -> np.ndarray:
 
 def _nan(value: float | None) -> float:
     return float("nan") if value is None else float(value)
-
-
-def _inf(value: float | None) -> float:
-    return float("inf") if value is None else value
 
 
 def _size(value: Any) -> float:

@@ -1,32 +1,20 @@
 """Paired comparison of architectures trained several times on the same examples.
 
-Why: in the finals (`nas.search.execution.finals`) each architecture is trained `repeats`
-times (different initialization and data order; with cross-validation, different folds),
-and every training predicts every example once. Two sources of noise then move the
-difference of accuracies: which examples we happened to have (the same for both, so they
-pair) and which training run we happened to get. One run's interval (Tango's, `paired`)
-sees only the first.
+Why: in the finals each architecture trains `repeats` times (own init and data order; with
+cross-validation, own folds), each run predicting every example once. Two noises then move
+a difference of accuracies: which examples we had (shared, so paired) and which run we got.
+One run's interval (Tango's, `paired`) sees only the first.
 
-The variance of the mean difference here has two parts. The example part is the variance
-of the per-example mean differences (across repeats) over the number of examples; like the
-add-one adjustments for paired proportions, one pseudo-example won by each side keeps it
-from vanishing when the two never disagree. It already holds the noise of which examples a
-run happens to get right, since every run predicts its examples once. The run part is what
-is left: how much a whole run is lucky or not for every example it predicts. Each
-architecture's runs (a repeat, or a fold of a repeat) are lucky on their own, so per
-architecture the spread of its runs' accuracies is their examples' variance plus its run
-variance, and the run variance is estimated as the excess of the one over the other; a
-difference's run part is two architectures' (`run_noise`). With three folds one
-architecture gives it two degrees of freedom, and a t quantile of 4.3 on them leaves no
-power to find a finalist non-inferior. So the finals pool the excess over every
-architecture of their table (the same folds, the same recipe, so the same kind of run
-luck), and the whole interval reads a t quantile at the pooled degrees of freedom. That
-quantile, not one from the Satterthwaite degrees of freedom of the two parts, is what kept
-coverage at 95 % when the run part is large and its estimate small (truncated at 0) by
-chance; pooling over architectures rather than over comparisons with the seed counts each
-run once, and gave a lone finalist four degrees of freedom instead of two.
-Coverage and power are checked by simulation at the finals' counts, with training noise
-of both kinds, in `tests/search/test_repeated_interval.py`.
+The variance of the mean difference has two parts. The example part: the variance of the
+per-example mean differences over the number of examples, with one pseudo-example won by
+each side (as in add-one adjustments) so it never vanishes. The run part: how lucky a whole
+run is, estimated per architecture as the excess of its runs' spread over what their
+examples explain; a difference's is two architectures' (`run_noise`). One architecture's
+three folds give two degrees of freedom, too few for any power, so the finals pool the
+excess over every architecture of their table (same folds, same recipe) and read a t
+quantile at the pooled degrees of freedom. That quantile, not Satterthwaite's, kept
+coverage at 95 % when the run part is large and its estimate small by chance
+(`tests/search/test_repeated_interval.py` simulates both).
 """
 
 from __future__ import annotations
@@ -43,8 +31,8 @@ from nas.search.strategy.paired import Paired
 
 @dataclasses.dataclass(frozen=True)
 class RunNoise:
-    """The variance of one training run's mean difference beyond its examples' noise
-    (`variance`), estimated with `df` degrees of freedom."""
+    """The variance of a run's mean difference beyond its examples' noise, with `df`
+    degrees of freedom."""
 
     variance: float
     df: int
@@ -52,11 +40,8 @@ class RunNoise:
 
 def run_noise(architectures: Sequence[tuple[np.ndarray, np.ndarray | None]]) -> RunNoise:
     """The run part of a paired difference, pooled over `architectures` ((correct, runs)
-    of each, as `compare_repeated` takes them): each architecture's runs are lucky or not
-    on their own (their own initialization), so a difference's run part is the sum of two
-    architectures' run variances. Each is the excess of the spread of its runs' accuracies
-    over what their examples explain; the pooled one is their mean (at least 0), twice
-    over for a difference, with the degrees of freedom of all architectures' runs."""
+    as `compare_repeated` takes them): twice the mean excess (at least 0) of each one's
+    run spread over its examples' variance, with all their runs' degrees of freedom."""
     excess, df = [], 0
     for correct, runs in architectures:
         x = np.atleast_2d(np.asarray(correct, dtype=bool)).astype(np.float64)
@@ -71,11 +56,9 @@ def run_noise(architectures: Sequence[tuple[np.ndarray, np.ndarray | None]]) -> 
 def compare_repeated(a: np.ndarray, b: np.ndarray, runs: np.ndarray | None = None,
                      level: float = 0.95, noise: RunNoise | None = None) -> Paired:
     """a against b: boolean (repeats, examples) arrays of which examples each run got
-    right, repeat r of a paired with repeat r of b (same seeds, same folds). `runs`
-    (repeats, examples) names the training run (the fold) that predicted each example in
-    its repeat; None: one run per repeat. `noise`: the run part pooled over a table
-    (`run_noise`); None: from this comparison alone. The result's `n` counts predictions
-    (repeats x examples); `only_a`, `only_b` the disagreements."""
+    right, repeat r of a paired with repeat r of b. `runs`: the run (fold) that predicted
+    each example in its repeat (None: one per repeat). `noise`: the run part pooled over a
+    table (None: from these two alone). `n` counts predictions (repeats x examples)."""
     a = np.atleast_2d(np.asarray(a, dtype=bool))
     b = np.atleast_2d(np.asarray(b, dtype=bool))
     d, runs = _difference(a, b, runs)
@@ -87,9 +70,8 @@ def compare_repeated(a: np.ndarray, b: np.ndarray, runs: np.ndarray | None = Non
 
 def accuracy_interval(a: np.ndarray, runs: np.ndarray | None = None, level: float = 0.95
                       ) -> Paired:
-    """One architecture's accuracy over its repeats (`difference`: the mean, `low`, `high`
-    its interval), by the same two-part variance (its own runs' excess): `a` and `runs` as
-    `compare_repeated` takes them."""
+    """One architecture's accuracy over its repeats (`difference`: the mean) with its
+    interval, by the same two-part variance; `a` and `runs` as `compare_repeated`'s."""
     a = np.atleast_2d(np.asarray(a, dtype=bool))
     runs = np.zeros(a.shape, np.int64) if runs is None else np.asarray(runs, np.int64)
     pooled = run_noise([(a, runs)])
@@ -112,8 +94,7 @@ def _difference(a: np.ndarray, b: np.ndarray, runs: np.ndarray | None
 
 
 def _per_run(d: np.ndarray, runs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Each training run's mean of `d` over its examples, and that mean's variance from
-    its examples alone."""
+    """Each run's mean of `d` over its examples, and that mean's variance from them."""
     means, within = [], []
     for r in range(d.shape[0]):
         for run in np.unique(runs[r]):
@@ -125,9 +106,8 @@ def _per_run(d: np.ndarray, runs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _interval(d: np.ndarray, runs: np.ndarray, level: float, pseudo: tuple[float, float],
               noise: RunNoise) -> tuple[float, float]:
-    """(low, high) around d's mean: the example part (with `pseudo` examples added) plus
-    the run part, read at a t quantile with the run part's degrees of freedom (the
-    examples' own where there is no run part to estimate, a single run)."""
+    """(low, high) around d's mean: the example part (`pseudo` examples added) plus the
+    run part, at a t quantile of the run part's degrees of freedom (else the examples')."""
     n = d.shape[1]
     per_example = np.concatenate([d.mean(axis=0), pseudo])
     examples_var = float(per_example.var(ddof=1)) / n

@@ -1,13 +1,13 @@
 """Parent selection from the accuracy/cost Pareto front (regularized-evolution style).
 
-Each suggestion ranks the population by its signed distance to the Pareto front of
-accuracy against one cost objective (or, sometimes, by accuracy alone), keeps the top-k,
-and samples a parent with probability proportional to 10^(-normalized weight). Optional
-aging discounts the accuracy of old individuals so the search keeps moving; accuracies
-that noise cannot tell apart rank as ties (`noise_ties`). Everything
-random comes from the caller's `numpy.random.Generator`: the same population and seed
-give the same parents. This module holds the rule's parts (the config, the population's
-columns, the weights, the draw); `selector.select_parents` applies it.
+Each suggestion ranks the population by its signed distance to the front of accuracy
+against one cost (or, sometimes, by accuracy alone), keeps the top-k, and samples a parent
+with probability proportional to 10^(-normalized weight). Optional aging discounts old
+individuals so the search keeps moving; accuracies noise cannot tell apart rank as ties.
+Every draw comes from the caller's generator: the same population and seed give the same
+parents. `select_parents` applies the rule afresh; the driver's `Selector` keeps what it
+computes between proposals (pool, ties, fronts, closest-k indexes), so a proposal over
+100,000 candidates reads only what changed, and draws the same parents.
 """
 
 from __future__ import annotations
@@ -15,12 +15,17 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from nas.search.strategy import constraints as bounds_lib
+from nas.search.strategy.closest import CostIndex
 from nas.search.strategy.constraints import check_constraints
+from nas.search.strategy.cost_ties import has_spread, tied_values
+from nas.search.strategy.growing import Growing
+from nas.search.strategy.intervals import NoiseTies
 from nas.search.strategy.pareto import ParetoCurve
 
 # Objective name -> whether higher is better.
@@ -32,16 +37,14 @@ OBJECTIVES: dict[str, bool] = {
     "im_sec_core_infer": True,
 }
 COSTS = tuple(k for k in OBJECTIVES if k != "accuracy")
-# A built-in cost measured in the worker after training (`search.latency`), kept in the
-# candidate's metrics like a user's cost, with its spread under `<name>_iqr`: lower is
-# better, and measured only when a front, a bound or the recommendation reads it. A
-# user's cost of that name (`search.costs`) measures it instead (on their device).
+# Measured in the worker after training (`search.latency`) and kept in the metrics like a
+# user's cost, its spread beside it; a user's cost of that name measures it instead.
 LATENCY = "latency_ms"
 MEASURED_COSTS = (LATENCY,)
 SPREAD_SUFFIX = "_iqr"  # a measured cost's interquartile range, beside it in the metrics
 AGING_MODES = ("cosine", "step")
-# Metric names a candidate's record holds besides the `nas.train.Metrics` fields (the
-# study's renamed ones): a user's cost (`search.costs`) may take none of them.
+# Metric names a study's record holds besides the `nas.train.Metrics` fields: no user's
+# cost may take one.
 _STUDY_METRICS = frozenset({*OBJECTIVES, "loss", "epochs", "val_examples", "val_correct",
                             "test_accuracy", "test_loss", "test_examples", "test_correct",
                             "fit_seconds"})
@@ -49,14 +52,12 @@ _USER_COST_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 def higher_better(cost: str) -> bool:
-    """Whether more of `cost` is better: a built-in's direction (`OBJECTIVES`); a user's
-    cost (any other name, `search.costs`) is lower-is-better."""
+    """Whether more of `cost` is better (`OBJECTIVES`; a user's cost: lower is better)."""
     return OBJECTIVES.get(cost, False)
 
 
 def check_cost(cost: str, field: str = "cost", user_costs: Sequence[str] = ()) -> str:
-    """Validate a cost objective name: a built-in cost (`latency_ms` included) or one of
-    `user_costs`."""
+    """`cost`, checked to be a built-in cost (`latency_ms` included) or a user's."""
     if cost not in COSTS + MEASURED_COSTS and (not isinstance(cost, str)
                                                or cost not in user_costs):
         named = (f" or the user's costs {tuple(user_costs)} (search.costs)" if user_costs
@@ -66,6 +67,11 @@ def check_cost(cost: str, field: str = "cost", user_costs: Sequence[str] = ()) -
     return cost
 
 
+def bounded_costs(users: Sequence[str]) -> list[str]:
+    """The costs a bound may apply to: every lower-is-better one (throughput is not)."""
+    return [c for c in dict.fromkeys((*COSTS, *MEASURED_COSTS, *users)) if not higher_better(c)]
+
+
 def spread_name(cost: str) -> str:
     """Where a measured cost's spread (its interquartile range) is kept: `<cost>_iqr`."""
     return cost + SPREAD_SUFFIX
@@ -73,7 +79,7 @@ def spread_name(cost: str) -> str:
 
 def check_user_costs(names: Sequence[str], field: str = "search.costs") -> tuple[str, ...]:
     """The names of a user's costs, each an identifier (a CSV column, a JSON key) that no
-    built-in metric has: a cost called "loss" or "flops" would hide the measured one."""
+    built-in metric has, which it would hide."""
     from nas.train.perf import Metrics  # its fields land in every candidate's metrics
 
     builtin = _STUDY_METRICS | {f.name for f in dataclasses.fields(Metrics)}
@@ -89,8 +95,8 @@ def check_user_costs(names: Sequence[str], field: str = "search.costs") -> tuple
 
 
 def cost_value(item: Any, cost: str) -> float | None:
-    """`cost` of a candidate (a `Candidate`, an `Individual`, a population row): a built-in
-    cost is an attribute; a user's is a number in its metrics (None when absent)."""
+    """`cost` of a candidate, `Individual` or population row: a built-in one is an
+    attribute, a user's a finite number in its metrics (else None)."""
     if cost in OBJECTIVES:
         return getattr(item, cost, None)
     values = getattr(item, "user_costs", None)
@@ -119,18 +125,15 @@ class Individual:
     @classmethod
     def from_candidate(cls, candidate: Any, user_costs: Sequence[str] | None = None
                        ) -> Individual:
-        """Build from a `nas.search.Candidate` (or anything with the same attributes).
-        `user_costs`: the names of a user's costs to read from its metrics (None: every
-        number there, so a selection by any of them finds it)."""
+        """From a `nas.search.Candidate` (or alike); `user_costs`: the user's costs to read
+        from its metrics (None: every number there)."""
         if candidate.accuracy is None:
             raise ValueError(
                 f"candidate {candidate.id}: has no accuracy (status "
                 f"{getattr(candidate, 'status', '?')!r}); only done ones select"
             )
         extra = getattr(candidate, "extra_metrics", None) or {}
-        names = extra if user_costs is None else user_costs
-        names = [*names, *(spread_name(n) for n in names)] if user_costs is not None \
-            else names
+        names = extra if user_costs is None else [*user_costs, *map(spread_name, user_costs)]
         found = {n: cost_value(candidate, n) for n in names if n not in OBJECTIVES}
         return cls(
             id=int(candidate.id),
@@ -143,24 +146,22 @@ class Individual:
 
 @dataclasses.dataclass(frozen=True)
 class Columns:
-    """A population as arrays ordered by id, what `select_parents` computes on: a cost
-    or sample size that is unknown is NaN. Why: the driver appends to these as results
-    come in, so a proposal over 100,000 candidates makes no pass over Python objects."""
+    """A population as arrays ordered by id (an unknown cost or sample size: NaN). Why: the
+    driver appends to these as results come in, so a proposal makes no pass over objects."""
 
     ids: np.ndarray
     accuracy: np.ndarray
     costs: Mapping[str, np.ndarray]
     examples: np.ndarray
-    # Per-example validation results, where known: how many examples (0: none) and the
-    # packed bits (`nas.io.examples.pack`), one row each; paired noise ties read them.
+    # Per-example validation results: how many examples (0: none), packed bits
+    # (`nas.io.examples.pack`); paired noise ties read them.
     correct_counts: np.ndarray | None = None
     correct_bits: np.ndarray | None = None
 
     @classmethod
     def of(cls, population: Sequence[Individual], user_costs: Sequence[str] = ()
            ) -> Columns:
-        """From individuals in any order; a column per built-in cost and per name of
-        `user_costs`."""
+        """From individuals in any order; a column per built-in and per user's cost."""
         pool = sorted(population, key=lambda ind: ind.id)
         return cls(
             np.array([ind.id for ind in pool], dtype=np.int64),
@@ -174,7 +175,7 @@ class Columns:
         return len(self.ids)
 
     def take(self, keep: np.ndarray | slice) -> Columns:
-        """The rows `keep` selects (a mask or a slice)."""
+        """The rows a mask or slice selects."""
         return Columns(self.ids[keep], self.accuracy[keep],
                        {c: v[keep] for c, v in self.costs.items()}, self.examples[keep],
                        None if self.correct_counts is None else self.correct_counts[keep],
@@ -189,36 +190,28 @@ def _number(value: float | None) -> float:
 class SelectionConfig:
     """Knobs of `select_parents`. Accuracy units are whatever the study stores.
 
-    costs: cost objectives, one drawn uniformly per suggestion: built-in ones (`COSTS`)
-        or a user's (`user_costs`).
+    costs: cost objectives, one drawn uniformly per suggestion (built-in or a user's).
     p_accuracy_only: chance a suggestion ranks by accuracy alone (distance to the best).
     min_acc: individuals below it are never parents.
     top_n / top_perc / min_to_select: size of the sampled top group: `top_n` if > 0,
         else `int(len * top_perc)`, clamped to [min_to_select, len].
     normalize: scale both objectives by the front's extent before measuring distances.
-    balanced: measure distances to a random point of the front (spreads parents along it)
-        instead of to the front as a whole.
+    balanced: measure distances to a random point of the front (spreads parents along it).
     generations_to_live: aging horizon in individuals created later (0: no aging).
     warm_up: later individuals that do not count toward age.
     aging: "cosine" (smooth decay between 1x and 2x the horizon) or "step" (drop at it).
-    noise_ties: accuracies noise cannot tell apart rank as ties, so the cost objective
-        prefers the cheaper once accuracy is matched: two candidates with per-example
-        results on the same validation examples tie when McNemar's exact test finds no
-        difference (`nas.search.strategy.paired.mcnemar`), others when each accuracy is
-        inside the other's 95 % Wilson interval (`nas.search.strategy.ties`).
-    noninferiority_pt: the summary's recommendation (not parent selection): a candidate
-        counts as good as the reference (the seed, or the most accurate candidate when a
-        child is better than the seed) when the lower end of its paired 95 % interval
-        (Tango's) of candidate - reference validation accuracy is at least minus this
-        many accuracy points (`nas.search.store.recommend`).
-    recommend_cost: the cost the recommendation minimizes among those non-inferior
-        children (a built-in cost, `latency_ms` or a user's; default FLOPs).
-    user_costs: names of the user's own costs (`search.costs`, lower is better): not a
-        field of `search.selection`, `from_dict` takes them from the search section.
-        `latency_ms` joins them when a front, the recommendation or a bound names it.
-    constraints: {cost: upper bound} (`search.constraints`, not a field of
-        `search.selection` either): parents are drawn by constrained domination
-        (`nas.search.strategy.constraints`).
+    noise_ties: accuracies noise cannot tell apart rank as ties, so the cost decides
+        (`nas.search.strategy.intervals`: McNemar's exact test where both have per-example
+        results on the same examples, else each inside the other's Wilson interval).
+    noninferiority_pt: for the recommendation, not selection: a candidate is as good as
+        the reference when the lower end of its paired 95 % interval (Tango's) of the
+        validation accuracy difference is at least minus this many points
+        (`nas.search.store.recommend`).
+    recommend_cost: the cost the recommendation minimizes among non-inferior children.
+    user_costs: the user's own costs (`search.costs`, lower is better), given by
+        `from_dict` from the search section; `latency_ms` joins them where named.
+    constraints: {cost: upper bound} (`search.constraints`): parents are drawn by
+        constrained domination (`nas.search.strategy.constraints`).
     """
 
     costs: tuple[str, ...] = ("flops", "params")
@@ -246,9 +239,7 @@ class SelectionConfig:
         users += tuple(m for m in MEASURED_COSTS if m in named and m not in users)
         object.__setattr__(self, "user_costs", users)
         object.__setattr__(self, "constraints", check_constraints(
-            self.constraints, [c for c in dict.fromkeys(COSTS + MEASURED_COSTS + users)
-                               if not higher_better(c)],
-            "constraints"))
+            self.constraints, bounded_costs(users), "constraints"))
         if not costs:
             raise ValueError("costs: need at least one cost objective")
         for c in costs:
@@ -278,10 +269,9 @@ class SelectionConfig:
     def from_dict(cls, values: Mapping[str, Any] | None, user_costs: Sequence[str] = (),
                   constraints: Mapping[str, Any] | None = None, prefix: str = ""
                   ) -> SelectionConfig:
-        """Build from a plain dict (e.g. `config.selection.to_dict()`), naming unknown keys;
-        `user_costs`: the names of the search's own costs (the keys of `search.costs`);
-        `constraints`: `search.constraints`; `prefix`: the section's path in a larger config
-        (e.g. "search.selection."), which every error names."""
+        """From a plain dict, naming unknown keys; `user_costs`: the keys of `search.costs`;
+        `constraints`: `search.constraints`; `prefix`: the section's path, which every
+        error names."""
         values = dict(values or {})
         known = {f.name for f in dataclasses.fields(cls)} - {"user_costs", "constraints"}
         unknown = sorted(set(values) - known)
@@ -310,19 +300,9 @@ def age(accuracy: float, alive: int, config: SelectionConfig) -> float:
     return 0.1 * accuracy + 0.9 * aged
 
 
-def aged_accuracies(population: Sequence[Individual] | Columns, config: SelectionConfig
-                    ) -> np.ndarray:
-    """Accuracy after aging; age = individuals with a larger id (created later) - warm_up."""
-    if isinstance(population, Columns):
-        ids, accuracy = population.ids, population.accuracy
-    else:
-        ids = np.array([ind.id for ind in population], dtype=np.int64)
-        accuracy = np.array([ind.accuracy for ind in population], dtype=float)
-    return aged_values(ids, accuracy, config)
-
-
 def aged_values(ids: np.ndarray, accuracy: np.ndarray, config: SelectionConfig) -> np.ndarray:
-    """`age` of every individual, in vector steps with `age`'s arithmetic (same bits)."""
+    """`age` of every individual, vectorized with `age`'s arithmetic (the same bits); its age:
+    the individuals with a larger id (created later), less `warm_up`."""
     out = np.array(accuracy, dtype=float)
     gtl = config.generations_to_live
     if gtl <= 0 or not len(out):
@@ -358,9 +338,8 @@ def top_k(n: int, config: SelectionConfig) -> int:
 
 
 def draw_weighted(top: np.ndarray, w: np.ndarray, rng: np.random.Generator) -> int:
-    """One of `top`, p ∝ 10^(-normalized w), by inverse CDF over `top`'s order: the
-    arithmetic `Generator.choice(top, p=p)` does (one uniform draw), without its checks
-    of `p` (made here, so sound), which cost a tenth of a millisecond per 10,000 rows."""
+    """One of `top`, p ∝ 10^(-normalized w): `Generator.choice(top, p=p)`'s arithmetic (one
+    uniform draw) without its checks of `p`, sound here, which cost 0.1 ms per 10,000 rows."""
     span = float(w.max() - w.min())
     w = (w - w.min()) / span if span > 0 else np.zeros_like(w)
     p = np.power(10.0, -w)
@@ -371,11 +350,10 @@ def draw_weighted(top: np.ndarray, w: np.ndarray, rng: np.random.Generator) -> i
 
 def lowest_rows(rows: np.ndarray, weights: np.ndarray, k: int, kth: float | None = None
                  ) -> np.ndarray:
-    """Positions (into `rows`, given in any order) of the k lowest weights, by weight,
-    equal weights by row: `np.lexsort((rows, weights))[:k]` without sorting all of them
-    (the k-th weight by partition, if `kth` does not give it). Sorted stably in the order
-    given, which is fast when it comes in runs (the closest-k index gives each accuracy
-    group's rows by cost, so distances fall then rise)."""
+    """Positions (into `rows`) of the k lowest weights, equal weights by row:
+    `np.lexsort((rows, weights))[:k]` without sorting them all (the k-th weight by
+    partition unless `kth` gives it). The stable sort is fast on runs, as the closest-k
+    index gives them (each accuracy group's rows by cost)."""
     if kth is None:
         kth = np.partition(weights, k - 1)[k - 1]
     keep = weights < kth
@@ -394,17 +372,15 @@ def lowest_rows(rows: np.ndarray, weights: np.ndarray, k: int, kth: float | None
 def behind_tied_cheaper(weights: np.ndarray, points: Sequence[tuple[float, float]] | np.ndarray,
                         higher_better: bool, curve: ParetoCurve | None = None) -> np.ndarray:
     """`weights` with every point that a tied-or-better, strictly cheaper point dominates
-    ranked after all others (still drawable). Why: the front's distance is 0 along its
-    flat end, so without this a costlier twin of equal (tied) accuracy ranks as well.
-    `curve`: the points' `ParetoCurve(points, (True, higher_better))`, if already made."""
+    ranked after all others. Why: the front's distance is 0 along its flat end, so a
+    costlier twin of tied accuracy would rank as well. `curve`: the points' front, if made."""
     pts = np.asarray(points, dtype=float).reshape(-1, 2)
     acc = pts[:, 0]
     sign = -1.0 if higher_better else 1.0
     cost = pts[:, 1] * sign
     if not len(acc):
         return weights
-    # The cheapest point at least as accurate as each is on the (accuracy, cost) front:
-    # the last front point whose accuracy reaches it.
+    # the cheapest point at least as accurate: the last front point reaching its accuracy
     if curve is None:
         curve = ParetoCurve(pts, (True, higher_better))
     front = curve.points * np.array([1.0, sign])
@@ -414,7 +390,284 @@ def behind_tied_cheaper(weights: np.ndarray, points: Sequence[tuple[float, float
 
 
 def ranked_behind(weights: np.ndarray, beaten: np.ndarray) -> np.ndarray:
-    """`weights` with the `beaten` ones ranked after all others, in their own order."""
+    """`weights` with the `beaten` ones ranked after the others, in their own order."""
     if not beaten.any() or beaten.all():
         return weights
     return np.where(beaten, weights.max() + 1.0 + weights - weights.min(), weights)
+
+
+class GrowingColumns:
+    """`Columns` appended to in amortized constant time per row; a cost of `costs` that
+    the rows lack is NaN."""
+
+    def __init__(self, costs: Sequence[str] = COSTS) -> None:
+        self._ids = Growing(np.int64)
+        self._accuracy = Growing(float)
+        self._costs = {c: Growing(float) for c in costs}
+        self._examples = Growing(float)
+        self._counts = Growing(np.int64)
+        self._bits = Growing(np.uint8, width=0)
+
+    def extend(self, rows: Columns) -> None:
+        self._ids.extend(rows.ids)
+        self._accuracy.extend(rows.accuracy)
+        for c, column in self._costs.items():
+            column.extend(rows.costs[c] if c in rows.costs else np.full(len(rows), np.nan))
+        self._examples.extend(rows.examples)
+        n = len(rows)
+        self._counts.extend(np.zeros(n, np.int64) if rows.correct_counts is None
+                            else rows.correct_counts)
+        self._bits.extend(np.zeros((n, 0), np.uint8) if rows.correct_bits is None
+                          else rows.correct_bits)
+
+    @property
+    def columns(self) -> Columns:
+        """The rows so far (views, no copy)."""
+        return Columns(self._ids.view, self._accuracy.view,
+                       {c: v.view for c, v in self._costs.items()}, self._examples.view,
+                       self._counts.view, self._bits.view)
+
+
+class Selector:
+    """`select_parents` over a population that grows between calls: a call with the same
+    rows plus new ones (by id) only adds those. Same parents as a fresh `select_parents`."""
+
+    def __init__(self, config: SelectionConfig | None = None, closest: bool = True) -> None:
+        self.config = config or SelectionConfig()
+        self.closest = closest  # keep closest-k indexes (worth it over many calls)
+        users = self.config.user_costs
+        self._costs = (*COSTS, *users, *map(spread_name, users))  # the pool's columns
+        self._seen = np.zeros(0, dtype=np.int64)  # ids of the population last given
+        self._pool: GrowingColumns | None = None  # its rows reaching min_acc
+        self._ties = NoiseTies()  # of the pool's accuracies (when they do not age)
+        # cost -> the pool's front and how many of its rows it covers, while the ranked
+        # accuracies of covered rows stay as they were (no aging, no regrouping)
+        self._fronts: dict[str, tuple[ParetoCurve, int]] = {}
+        # cost -> the pool's points grouped for the closest-k search, kept under the same
+        # condition; cost -> how many of the pool's values are missing or not finite
+        self._indexes: dict[str, CostIndex] = {}
+        self._unusable = dict.fromkeys(self._costs, 0)
+
+    def select(self, population: Sequence[Individual] | Columns,
+               rng: np.random.Generator | None, num: int = 1) -> list[int]:
+        config = self.config
+        if rng is None:
+            raise ValueError("rng: pass a numpy.random.Generator so selection is reproducible")
+        if not len(population):
+            raise ValueError("population: empty; at least one trained candidate is needed")
+        pool = self._update(population if isinstance(population, Columns)
+                            else Columns.of(population, config.user_costs))
+        if not len(pool):
+            raise ValueError(f"population: no individual reaches min_acc={config.min_acc}")
+        if isinstance(num, bool) or not isinstance(num, int) or not 1 <= num <= len(pool):
+            raise ValueError(f"num: must be an integer in [1, {len(pool)}], got {num!r}")
+        acc = self._accuracies(pool)
+        violation = (bounds_lib.violations(pool.costs, config.constraints, len(pool))
+                     if config.constraints else None)  # of the medians measured
+        pool, tied = _with_cost_ties(pool, config.user_costs)
+
+        def front(cost: str) -> ParetoCurve | None:
+            return None if cost in tied else self._front(pool, acc, cost)
+
+        def index(cost: str) -> CostIndex | None:
+            return None if cost in tied else self._index(pool, acc, cost)
+
+        if violation is not None and not (violation <= 0).all():
+            return _draw_constrained(pool, acc, violation, config, rng, num)
+        return _draw(pool, acc, config, rng, num, front, index)
+
+    def _update(self, columns: Columns) -> Columns:
+        """The pool of `columns`: the kept one plus the rows new since the last call."""
+        known = len(self._seen)
+        if (self._pool is None or len(columns) < known
+                or not (_same_start(columns.ids, self._seen)
+                        or np.array_equal(columns.ids[:known], self._seen))):
+            self._pool, self._ties, self._fronts, known = None, NoiseTies(), {}, 0
+            self._indexes, self._unusable = {}, dict.fromkeys(self._costs, 0)
+        new = columns.take(slice(known, None))
+        if self.config.min_acc is not None:
+            new = new.take(new.accuracy >= self.config.min_acc)
+        if self._pool is None:
+            self._pool = GrowingColumns(self._costs)
+        before = len(self._pool.columns)
+        self._pool.extend(new)
+        added = self._pool.columns
+        for cost in self._costs:
+            self._unusable[cost] += int(np.sum(~np.isfinite(added.costs[cost][before:])))
+        kept = self.config.generations_to_live <= 0
+        if self.config.noise_ties and kept:
+            kept = self._ties.extend(new.accuracy, new.examples, new.correct_bits,
+                                     new.correct_counts)
+        if not kept:
+            self._fronts, self._indexes = {}, {}
+        pool = self._pool.columns
+        if self._indexes and len(new):
+            acc = self._ties.values()
+            for cost, index in self._indexes.items():
+                second = _higher_better(pool.costs[cost][before:], cost)
+                for row in range(before, len(pool)):
+                    index.add(row, float(acc[row]), float(second[row - before]))
+        self._seen = columns.ids
+        return pool
+
+    def _index(self, pool: Columns, acc: np.ndarray, cost: str) -> CostIndex | None:
+        """The pool's closest-k index for `cost`; None where it does not apply."""
+        if (not self.closest or self._unusable[cost] or self.config.generations_to_live > 0
+                or not self.config.noise_ties):
+            return None
+        if cost not in self._indexes:
+            second = _higher_better(pool.costs[cost], cost)
+            self._indexes[cost] = CostIndex(acc, second)
+        return self._indexes[cost]
+
+    def _front(self, pool: Columns, acc: np.ndarray, cost: str) -> ParetoCurve:
+        """The front of (ranked accuracy, cost) over the whole pool: the kept front with the
+        rows added since (the same curve: dropped points stay dominated)."""
+        values = pool.costs[cost]
+        curve, covered = self._fronts.get(cost, (None, 0))
+        rows = np.arange(covered, len(pool))
+        rows = rows[~np.isnan(values[rows])]
+        points = np.stack([acc[rows], values[rows]], axis=1)
+        if curve is not None:
+            points = np.concatenate([curve.points, points]) if len(rows) else curve.points
+        if curve is None or len(rows):
+            curve = ParetoCurve(points, (True, higher_better(cost)))
+        self._fronts[cost] = (curve, len(pool))
+        return curve
+
+    def _accuracies(self, pool: Columns) -> np.ndarray:
+        """What the ranking reads: accuracy after aging, tie groups at their head's value."""
+        if not self.config.noise_ties:
+            return aged_values(pool.ids, pool.accuracy, self.config)
+        if self.config.generations_to_live <= 0:
+            return self._ties.values()
+        ties = NoiseTies()  # aged accuracies change with every newer row: regrouped
+        ties.extend(aged_values(pool.ids, pool.accuracy, self.config), pool.examples,
+                    pool.correct_bits, pool.correct_counts)
+        return ties.values()
+
+
+def _higher_better(values: np.ndarray, cost: str) -> np.ndarray:
+    """`cost`'s values in the front's frame: negated where lower is better."""
+    return values * (1.0 if higher_better(cost) else -1.0)
+
+
+def _same_start(ids: np.ndarray, seen: np.ndarray) -> bool:
+    """Whether `ids` starts with `seen` because both view one buffer from its start (the
+    driver's `GrowingColumns` only appends): no pass over 100,000 ids."""
+    return (ids.base is not None and ids.base is seen.base
+            and ids.ctypes.data == seen.ctypes.data and ids.strides == seen.strides)
+
+
+def _draw(pool: Columns, acc: np.ndarray, config: SelectionConfig,
+          rng: np.random.Generator, num: int,
+          front: Callable[[str], ParetoCurve] | None = None,
+          index: Callable[[str], CostIndex | None] | None = None) -> list[int]:
+    """`num` distinct parents, each from the front of accuracy against a cost drawn per
+    parent (or from accuracy alone). `front(cost)`, `index(cost)`: the whole pool's kept
+    front and closest-k index, so not used once a parent is taken out of it."""
+    chosen: list[int] = []
+    alive = np.ones(len(pool), dtype=bool)
+    k = top_k(len(pool), config)
+    for _ in range(num):
+        whole = bool(alive.all())
+        row = _draw_row(pool, acc, config, rng, alive, k, front if whole else None,
+                        index if whole else None)
+        chosen.append(int(pool.ids[row]))
+        alive[row] = False
+    return chosen
+
+
+def _draw_row(pool: Columns, acc: np.ndarray, config: SelectionConfig,
+              rng: np.random.Generator, alive: np.ndarray, k: int,
+              front: Callable[[str], ParetoCurve] | None,
+              index: Callable[[str], CostIndex | None] | None) -> int:
+    """One parent's row among the `alive` ones (`_draw`)."""
+    if rng.random() < config.p_accuracy_only:
+        kept = next((found for cost in config.costs if (found := index(cost))
+                     is not None), None) if index is not None else None
+        found = kept.most_accurate(k) if kept else None
+        if found is not None:  # the most accurate groups only
+            rows, w = found
+            top = lowest_rows(rows, w, k)
+            return draw_weighted(rows[top], w[top], rng)
+        idx = np.flatnonzero(alive)
+        weights = acc.max() - acc[idx]
+    else:
+        cost = config.costs[int(rng.integers(len(config.costs)))]
+        kept = index(cost) if index is not None and front is not None and \
+            config.balanced else None
+        curve = anchor = None
+        if kept is not None:  # the rows near the anchor only, when the checks hold
+            curve = front(cost)
+            anchor = curve.sample_point(rng)
+            found = kept.closest(curve, anchor, config.normalize, k)
+            if found is not None:
+                rows, w, kth = found
+                top = lowest_rows(rows, w, k, kth)
+                return draw_weighted(rows[top], w[top], rng)
+        values = pool.costs[cost]
+        idx = np.flatnonzero(alive & ~np.isnan(values))
+        if not len(idx):
+            raise ValueError(f"population: no individual has a value for cost {cost!r}")
+        first, cost_values = acc[idx], values[idx]
+        if not np.isfinite(cost_values).all():
+            raise ValueError(f"population: cost {cost!r} must be finite, got "
+                             f"{float(cost_values[~np.isfinite(cost_values)][0])}")
+        if curve is None:
+            curve = front(cost) if front is not None else None
+            if curve is None:
+                curve = ParetoCurve(np.stack([first, cost_values], axis=1),
+                                    (True, higher_better(cost)))
+            anchor = curve.sample_point(rng) if config.balanced else None
+        # In the curve's frame (accuracy, cost negated when lower is better): exact.
+        second = _higher_better(cost_values, cost)
+        weights, reach = curve.column_weights(first, second, config.normalize, anchor)
+        if config.noise_ties:  # `behind_tied_cheaper`, reusing the reach
+            weights = ranked_behind(weights, curve.curve[reach - 1, 1] > second)
+    return int(idx[sample_from_weights(np.asarray(weights, dtype=float), config, rng)])
+
+
+def select_parents(
+    population: Sequence[Individual] | Columns,
+    config: SelectionConfig | None = None,
+    rng: np.random.Generator | None = None,
+    num: int = 1,
+) -> list[int]:
+    """`num` distinct parent ids from the trained population (`Individual`s or `Columns`).
+
+    The result depends only on the population as a set, the config and the generator state.
+    """
+    return Selector(config, closest=False).select(population, rng, num)
+def _with_cost_ties(pool: Columns, costs: Sequence[str]) -> tuple[Columns, set[str]]:
+    """`pool` with each measured cost that has a spread read as its tie group's best
+    (`cost_ties`), and those costs' names (not kept: a new row may regroup old ones)."""
+    tied = {}
+    for cost in costs:
+        spreads = pool.costs.get(spread_name(cost))
+        if cost in pool.costs and has_spread(spreads):
+            tied[cost] = tied_values(pool.costs[cost], spreads, higher_better(cost))
+    if not tied:
+        return pool, set()
+    return Columns(pool.ids, pool.accuracy, {**pool.costs, **tied}, pool.examples,
+                   pool.correct_counts, pool.correct_bits), set(tied)
+
+
+def _draw_constrained(pool: Columns, acc: np.ndarray, violation: np.ndarray,
+                      config: SelectionConfig, rng: np.random.Generator, num: int
+                      ) -> list[int]:
+    """Parents by Deb's rule, some rows infeasible: from the feasible rows as from a whole
+    pool, as many as there are; the rest from the infeasible ones, p ∝ 10^(-normalized
+    violation) among the top-k least violating."""
+    feasible = violation <= 0
+    chosen: list[int] = []
+    if feasible.any():
+        chosen = _draw(pool.take(feasible), acc[feasible], config, rng,
+                       min(num, int(feasible.sum())))
+    rest = np.flatnonzero(~feasible)
+    weights = bounds_lib.constrained_order(violation[rest], np.zeros(len(rest)))
+    while len(chosen) < num:
+        at = sample_from_weights(weights, config, rng)
+        chosen.append(int(pool.ids[rest[at]]))
+        rest, weights = np.delete(rest, at), np.delete(weights, at)
+    return chosen

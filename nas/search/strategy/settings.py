@@ -1,19 +1,30 @@
 """The `search` section of a search config: each field declared once, read once at the edge.
 
-A search config has two sections: `train` (a `nas.train` config used for every candidate)
-and `search`. `SearchSettings` declares every field of `search` once: its type, its default
-as a config holds it, its check and what it means; `search_defaults` and `SEARCH_SCHEMA` are
-read from that declaration. `read_settings` checks a whole config before any study or workdir
-is created and returns the typed settings that everything after it reads by attribute; a
-worker in another process rebuilds them from the study's stored config with
-`SearchSettings.from_stored`. Unknown fields, wrong types and out-of-range values are one
-ValueError line naming the field by its full path and what was expected.
+`SearchSettings` declares every field (type, default, check, help); `search_defaults` and
+`SEARCH_SCHEMA` are read from it. `read_settings` checks a whole config (`train` and
+`search`) before any study or workdir exists; a worker rebuilds the settings from the
+study's stored config with `SearchSettings.from_stored`. A bad field is one ValueError line
+naming it by its full path.
+
+Decisions (fronts, parents, `min_acc`, rungs, "best", export) read a validation split, and
+the test split (`train.eval.data.split`) is only reported: an accuracy that chose a
+candidate is biased upward on the data that chose it. The validation split is carved out
+of the training split (`validation_fraction`, stratified, the same examples for every
+candidate, never trained on) unless `validation_split` names one (`decision_config`).
+
+The finals' settings (`FinalsConfig`) and the recipe of their runs (`Recipe`): in the search
+a child (which inherits its lineage's epochs) is compared with a seed that trained less, on
+one small validation split; the finals train the seed and the finalists alike, several
+times, on every training example when data are small, so the recommendation compares
+architectures, not training histories.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import json
+import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -21,18 +32,13 @@ import ml_collections
 
 from nas import schema
 from nas.search.strategy import hparams as hparams_lib
-from nas.search.strategy import splits
 from nas.search.strategy.constraints import check_constraints
 from nas.search.strategy.fidelity import FidelityConfig
-from nas.search.strategy.finals_config import FinalsConfig
-from nas.search.strategy.ray_config import RAY_SCHEMA, RayConfig, ray_defaults
 from nas.search.strategy.selection import (
-    COSTS,
     LATENCY,
-    MEASURED_COSTS,
     SelectionConfig,
+    bounded_costs,
     check_user_costs,
-    higher_better,
 )
 from nas.train.fit_config import FitConfig
 
@@ -40,9 +46,8 @@ if TYPE_CHECKING:
     from nas.mutation.config import MutationConfig
     from nas.train.latency import LatencySettings
 
-# Fields of the search section a resumed search takes from the command line rather than
-# from the stored config: how far and where to run, not what to search. Changing them on
-# resume is normal and silent; every other field comes from the stored config.
+# Fields a resumed search takes from the command line, not the stored config: how far and
+# where to run, not what to search, so a change is silent.
 OPERATIONAL = ("max_candidates", "executor", "workers", "ray_address", "num_cpus_per_candidate",
                "num_gpus_per_candidate", "time_limit_s", "hard_time_limit_s", "lease_s",
                "max_proposal_failures", "property_cache", "propose_ahead", "prepare_ahead",
@@ -50,14 +55,14 @@ OPERATIONAL = ("max_candidates", "executor", "workers", "ray_address", "num_cpus
 
 EXECUTORS = ("local", "ray", "inline")
 
-# Search fields added after studies were written, at the value that reads as before: a
-# study whose stored config lacks one resumes without a difference named.
+# Fields newer than some stored studies, at the value that means what their absence
+# meant: a study whose stored config lacks one resumes without a difference named.
 ADDED_FIELDS: dict[str, Any] = {"extra_seeds": [], "start_from": ""}
 
 
 def without_added(given: dict[str, Any], stored: dict[str, Any]) -> dict[str, Any]:
-    """`given` (a JSON-ready config) without the `ADDED_FIELDS` the `stored` config lacks
-    and `given` holds at their old reading."""
+    """`given` (a JSON-ready config) without the `ADDED_FIELDS` that `stored` lacks and
+    `given` holds at their `ADDED_FIELDS` value."""
     search = dict(given.get("search") or {})
     have = (stored.get("search") or {}) if isinstance(stored, dict) else {}
     for key, old in ADDED_FIELDS.items():
@@ -66,32 +71,87 @@ def without_added(given: dict[str, Any], stored: dict[str, Any]) -> dict[str, An
     return {**given, "search": search} if "search" in given else given
 
 
-# `search.max_refusals`'s default: what a study's config without it reads (the store).
+# `search.max_refusals`'s default, which the store reads too
 MAX_REFUSALS = 8
 
 LATENCY_MEASURE = ("auto", "on", "off")
 
 
 def latency_defaults() -> dict[str, Any]:
-    """`search.latency`: whether `latency_ms` is measured, and how (`LatencySettings`)."""
+    """`search.latency`'s default."""
     from nas.train.latency import LatencySettings
 
     return {"measure": "auto", **dataclasses.asdict(LatencySettings())}
 
 
 def _setting(default: Any, check: schema.Field | schema.Schema, help: str) -> Any:
-    """One field of `SearchSettings`: `default` as a config holds it (`search_defaults`; a
-    function for a value computed when asked), `check` its `nas.schema` check (a section's
-    own fields are checked by its typed record) and `help` what it means (the guide's
-    settings table)."""
+    """One field of `SearchSettings`: `default` as a config holds it (a function: computed
+    when asked), its `nas.schema` check, and `help` (the guide's settings table)."""
     return dataclasses.field(metadata={"default": default, "check": check, "help": help})
+
+
+# How a task gets its dataset: "ship" puts it in Ray's object store once per study and each
+# node keeps a copy in its own cache; "node" reads it where the config names it, on each
+# node (a tfds dataset prepared on every node, or a disk every node mounts).
+DATASET_MODES = ("ship", "node")
+
+RAY_SCHEMA: dict[str, schema.Field] = {
+    "num_cpus": schema.at_least(0, float, expected="(0: search.num_cpus_per_candidate)"),
+    "num_gpus": schema.at_least(0, float, expected="(0: search.num_gpus_per_candidate)"),
+    "resources": schema.Field(dict, expected="(custom resource name -> amount per task)"),
+    "dataset": schema.one_of(*DATASET_MODES),
+}
+
+
+def ray_defaults() -> dict[str, Any]:
+    return {"num_cpus": 0.0, "num_gpus": 0.0, "resources": {}, "dataset": "ship"}
+
+
+@dataclasses.dataclass(frozen=True)
+class RayConfig:
+    """`search.ray`: one Ray task's request (a node with 8 GPUs and `num_gpus` 1 trains 8),
+    resolved against `search.num_*_per_candidate`, and how its dataset reaches the node."""
+
+    num_cpus: float = 1.0
+    num_gpus: float = 0.0
+    resources: dict[str, float] = dataclasses.field(default_factory=dict)
+    dataset: str = "ship"
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None, num_cpus_per_candidate: float = 1.0,
+                  num_gpus_per_candidate: float = 0.0, prefix: str = "search.ray."
+                  ) -> RayConfig:
+        """The section checked (errors name `prefix`), its zeros read from
+        `search.num_*_per_candidate`."""
+        data = dict(data.to_dict() if hasattr(data, "to_dict") else (data or {}))
+        schema.check(data, RAY_SCHEMA, prefix)
+        values = {**ray_defaults(), **data}
+        resources = dict(values["resources"].to_dict() if hasattr(values["resources"], "to_dict")
+                         else values["resources"])
+        for name, amount in resources.items():
+            if name in ("CPU", "GPU"):
+                raise ValueError(f"config field '{prefix}resources.{name}': set "
+                                 f"{prefix}num_{name.lower()}s instead")
+            if not isinstance(name, str) or not name or isinstance(amount, bool) \
+                    or not isinstance(amount, int | float) or not math.isfinite(amount) \
+                    or amount <= 0:
+                raise ValueError(f"config field '{prefix}resources.{name}' must be a "
+                                 f"number > 0, got {amount!r}")
+        return cls(num_cpus=float(values["num_cpus"]) or float(num_cpus_per_candidate),
+                   num_gpus=float(values["num_gpus"]) or float(num_gpus_per_candidate),
+                   resources={str(k): float(v) for k, v in resources.items()},
+                   dataset=str(values["dataset"]))
+
+    def request(self) -> dict[str, float]:
+        """Every resource one task asks for, by Ray's names (nonzero ones only)."""
+        asked = {"CPU": self.num_cpus, "GPU": self.num_gpus, **self.resources}
+        return {k: v for k, v in asked.items() if v}
 
 
 @dataclasses.dataclass(frozen=True)
 class LatencyConfig:
-    """`search.latency`: whether `latency_ms` is measured ("auto": when a front, a bound or
-    the recommendation names it; "on"; "off"), how it is timed, and, resolved against the
-    rest of the settings, whether the worker times it."""
+    """`search.latency`: `measure` ("auto" | "on" | "off"), how it is timed, and whether the
+    worker times it (resolved against the rest of the settings)."""
 
     measure: str
     timing: LatencySettings
@@ -102,10 +162,134 @@ class LatencyConfig:
         return dataclasses.asdict(self.timing) if self.timed else None
 
 
+STARTS = ("auto", "scratch", "weights")
+
+
+@dataclasses.dataclass(frozen=True)
+class FinalsConfig:
+    """`search.finals`: who goes to the finals and how they train."""
+
+    # The finalists: the `k` cheapest candidates on the validation front (accuracy against
+    # the recommendation's cost) not already ruled out against the seed at the margin,
+    # plus the most accurate one. 0: no finals.
+    k: int = 2
+    # trainings per architecture (own init and data order), or more (`trained_repeats`)
+    repeats: int = 1
+    # the run part's least degrees of freedom: a finalist tied with the seed was found
+    # non-inferior at 2 points in 60 % of simulated finals with two, 79 % with four, 85 %
+    # with six and 98 % with ten (tests/search/test_repeated_interval.py). 0: `repeats`.
+    min_run_df: int = 6
+    # Below `cv_below` training images each repeat is a `folds`-fold cross-validation over
+    # train plus validation; otherwise the validation split alone decides.
+    folds: int = 3
+    cv_below: int = 20_000
+    # Epochs of every finals run. 0: from scratch, the seed's in the search (all its rounds:
+    # a shorter run ranks how fast one starts to learn); from weights, one seed round on top.
+    epochs: float = 0.0
+    # "scratch" (a fresh init each), "weights" (each on from its own weights, until all
+    # have had the same epochs), "auto": "weights" when the seed arrived trained.
+    start: str = "auto"
+    # Retrain the recommended architecture as the search trained, and take home whichever
+    # of that and the search's weights is more accurate on validation.
+    take_home: bool = True
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None, prefix: str = "search.finals."
+                  ) -> FinalsConfig:
+        """`prefix`: the section's path, which every error names."""
+        data = dict(data.to_dict() if hasattr(data, "to_dict") else (data or {}))
+        schema.check(data, FINALS_SCHEMA, prefix)
+        return cls(**data)
+
+    @property
+    def on(self) -> bool:
+        return self.k > 0
+
+
+FINALS_SCHEMA: dict[str, schema.Field] = {
+    "k": schema.at_least(0, expected="(0: no finals)"),
+    "repeats": schema.positive(),
+    "min_run_df": schema.at_least(0, expected="(0: repeats alone)"),
+    "folds": schema.positive(expected="(1: the validation split alone)"),
+    "cv_below": schema.at_least(0, expected="(training images below which folds apply)"),
+    "epochs": schema.at_least(0, float, expected="(0: the seed's rule)"),
+    "start": schema.one_of(*STARTS),
+    "take_home": schema.Field(bool),
+}
+
+
+def trained_repeats(finals: FinalsConfig, finalists: int, folds: int) -> int:
+    """Repeats the finals train: those asked, or more where `finalists` and the seed over
+    `folds` runs a repeat would leave the pooled run part (architectures x (runs - 1)
+    degrees of freedom) under `min_run_df`."""
+    if folds <= 1 or finalists <= 0 or finals.min_run_df <= 0:
+        return finals.repeats
+    runs = -(-finals.min_run_df // (finalists + 1)) + 1
+    return max(finals.repeats, -(-runs // folds))
+
+
+@dataclasses.dataclass(frozen=True)
+class Recipe:
+    """How every finals training of one study trains: what makes two runs comparable.
+    `folds` > 1: cross-validation over train plus validation (folds drawn per repeat from
+    `fold_seed`); 1: the search's splits. `epochs`: each run's ("weights": on top)."""
+
+    epochs: float
+    folds: int
+    start: str
+    seed: int  # repeat r trains with train.seed + r: its own init and data order
+    fold_seed: int
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+
+def recipe(finals: FinalsConfig, train: Mapping[str, Any], search: SearchSettings,
+           training_images: int, seed: Mapping[str, Any] | None = None) -> Recipe:
+    """The finals' recipe for a search of `training_images` training images (validation
+    included) whose seed ended with metrics `seed` (None: unknown). From weights, never
+    folds: the weights were trained on the folds that would be held out."""
+    start = finals.start
+    if start == "auto":
+        start = ("weights" if seed is not None and arrived_trained(
+            seed, search.seed_min_gain) else "scratch")
+    one_round = seed_round_epochs(train, search.seed_epochs)
+    rounds = int((seed or {}).get("rounds") or 1)
+    epochs = finals.epochs or (rounds * one_round if start == "scratch" else one_round)
+    folds = finals.folds if (start == "scratch" and training_images < finals.cv_below
+                             and not search.validation_split) else 1
+    return Recipe(float(epochs), int(folds), start, int(train.get("seed", 0) or 0),
+                  search.seed)
+
+
+def seed_round_epochs(train: Mapping[str, Any], seed_epochs: float) -> float:
+    """The epochs of one seed round (`search.seed_epochs`, else `train.total_epochs`)."""
+    return float(seed_epochs or 0.0) or float(train.get("total_epochs") or 1.0)
+
+
+def repeats_the_search(rec: Recipe, candidate: Any, train: Mapping[str, Any],
+                       seed_epochs: float) -> bool:
+    """Whether retraining `candidate` with `rec` as the search trained would repeat its
+    search training exactly: the seed, from scratch, one round, the same seed."""
+    return (candidate.parent_id is None and rec.start == "scratch"
+            and int(candidate.metrics.get("rounds") or 1) == 1
+            and rec.epochs == seed_round_epochs(train, seed_epochs) and rec.seed == int(
+                train.get("seed", 0) or 0))
+
+
+def arrived_trained(seed: Mapping[str, Any], min_gain: float = 0.0) -> bool:
+    """Whether the seed came trained: its rounds found it so (`nas.train.rounds`), or as it
+    arrived it was already within `min_gain` of where its search training took it."""
+    if seed.get("arrived_trained") or str(seed.get("rounds_stopped", "")).startswith(
+            "it arrived trained"):
+        return True
+    start, end = seed.get("start_accuracy"), seed.get("accuracy")
+    return start is not None and end is not None and float(start) >= float(end) - min_gain
+
+
 @dataclasses.dataclass(frozen=True)
 class SearchSettings:
-    """The checked `search` section. Build it with `read_settings` (a whole config, at the
-    edge) or `SearchSettings.from_stored` (a study's stored config, in a worker)."""
+    """The checked `search` section (`read_settings`, or `from_stored` in a worker)."""
 
     seed: int = _setting(0, schema.Field(int, low=0, high=2**63 - 1),  # an SQLite INTEGER
                          "every proposal's draws come from it and the proposal counter")
@@ -115,10 +299,9 @@ class SearchSettings:
         "epochs for the seed model (0: train.total_epochs, like children)")
     seed_max_epochs: float = _setting(
         0.0, schema.at_least(0, float, expected="(0: one round of seed_epochs)"),
-        "the seed trains in rounds of seed_epochs (each a whole schedule, from where the last "
-        "ended) while a round's validation accuracy beats the best by more than "
-        "seed_min_gain, stopping after seed_patience rounds without; at most seed_max_epochs "
-        "in all (0: one round only; nas.train.rounds says why)")
+        "the seed trains in rounds of seed_epochs while a round beats the best validation "
+        "accuracy by more than seed_min_gain, up to seed_patience rounds without, at most "
+        "this many epochs in all (0: one round; nas.train.rounds)")
     seed_patience: int = _setting(1, schema.positive(),
                                   "rounds without a gain before the seed stops")
     seed_min_gain: float = _setting(0.0, schema.Field(float, low=0.0, high=0.5),
@@ -128,24 +311,21 @@ class SearchSettings:
         "learning rate for children, which fine-tune (0: train.lr)")
     min_child_steps: int = _setting(
         0, schema.at_least(0, expected="(0: train.total_epochs decides)"),
-        "a child fine-tunes for at least this many optimizer steps, however few its "
-        "train.total_epochs make on a small dataset (train.min_steps; 0: epochs decide)")
+        "a child fine-tunes for at least this many optimizer steps (train.min_steps; 0: "
+        "epochs decide)")
     max_start_drop: float = _setting(
         0.0, schema.Field(float, low=0.0, high=1.0),
-        "a child whose validation accuracy at its start (inherited and fitted weights) is "
-        "more than this below its parent's is not trained: it is refused (0: off)")
+        "a child whose validation accuracy at its start is more than this below its "
+        "parent's is refused, not trained (0: off)")
     max_refusals: int = _setting(
         MAX_REFUSALS, schema.at_least(0, expected="(0: a refused child fails its slot)"),
-        "a child refused at its start (max_start_drop, fit.max_error, a constant output) is "
-        "no candidate: the driver proposes another in its place, up to this many times per "
-        "candidate slot; the next refusal fails the slot with its cause (0: a refused child "
-        "fails as a candidate)")
+        "a child refused at its start is replaced by another proposal, up to this many times "
+        "per candidate slot; the next refusal fails the slot (0: at once)")
     log_every_steps: int = _setting(
         10, schema.at_least(0, expected="(0: train.log_training_steps)"),
         "every candidate logs its training loss and accuracy every this many steps, so its "
-        "report shows a curve, not one point (0: train.log_training_steps)")
-    # where and how candidates train (most of them OPERATIONAL: a resumed search may change
-    # them)
+        "report shows a curve (0: train.log_training_steps)")
+    # where and how candidates train (most of them OPERATIONAL)
     executor: str = _setting("local", schema.one_of(*EXECUTORS), "local | ray | inline")
     workers: int = _setting(
         1, schema.at_least(0, expected="(0: only external nas-search workers train)"),
@@ -158,8 +338,8 @@ class SearchSettings:
                                              "GPUs of one candidate's Ray task")
     ray: RayConfig = _setting(
         ray_defaults, RAY_SCHEMA,
-        "nas.search.strategy.ray_config.RayConfig: each Ray task's num_cpus, num_gpus and "
-        "custom resources (0: the two fields above), and how its dataset reaches the node")
+        "RayConfig: each Ray task's resources (0: the two "
+        "fields above) and how its dataset reaches the node")
     time_limit_s: float = _setting(900.0, schema.positive(float),
                                    "per candidate; checked after every train step")
     hard_time_limit_s: float = _setting(1800.0, schema.positive(float),
@@ -172,64 +352,55 @@ class SearchSettings:
                                           "consecutive failed mutations before giving up")
     pipeline_depth: int = _setting(
         1, schema.positive(),
-        "candidate k is proposed from the results of candidates 1 .. k - pipeline_depth (all "
-        "finished first): a count, so proposals never depend on worker timing; set it to "
-        "`workers` to keep that many candidates training at once")
+        "candidate k is proposed from the results of candidates 1 .. k - pipeline_depth, "
+        "so proposals never depend on worker timing; `workers` keeps that many training")
     propose_ahead: int = _setting(
         1, schema.at_least(0, expected="(0: propose only when a worker is free)"),
-        "while every worker trains, the driver proposes up to this many next children "
-        "(pending, ready to claim) so a finishing worker never waits for a proposal; it "
-        "changes when a proposal runs, never what it proposes (0: propose only when a worker "
-        "is free). It takes effect with pipeline_depth >= 2: with 1, a proposal must read the "
-        "result of the candidate in training")
+        "proposals made ahead while every worker trains, so a finishing worker never waits "
+        "(when, not what; in effect with pipeline_depth >= 2)")
     prepare_ahead: int = _setting(
         1, schema.at_least(0, expected="(0: one worker process per device)"),
-        "each worker's device is served by 1 + this many processes (local workers, Ray tasks) "
-        "taking turns on it: while one trains, the others set up, fit and compile the next "
-        "claimed children, so the device does not wait for them. In effect only with "
-        "pipeline_depth > workers (the next children must not need the result in training); "
-        "external `nas-search worker`s on one device take turns when it is > 0; 0: one "
-        "process per device")
+        "each worker's device is served by 1 + this many processes taking turns, so the "
+        "next children set up, fit and compile while one trains (in effect with "
+        "pipeline_depth > workers)")
     selection: SelectionConfig = _setting(
         lambda: {"costs": ("flops", "params"), "min_acc": 0.0, "noninferiority_pt": 1.0,
                  "recommend_cost": "flops"},
         schema.Field(dict),
         "nas.search.strategy.selection.SelectionConfig: the fronts' costs, parent selection "
-        "and the recommendation's margin and cost (with the measured costs and the bounds)")
+        "and the recommendation's margin and cost")
     costs: Mapping[str, str] = _setting(
         dict, schema.Field(dict),
-        'a user\'s own costs, {name: "package.module:function"}: each measured on every '
-        "trained candidate, lower is better; search.selection.costs may name them")
+        'a user\'s own costs, {name: "package.module:function"}, measured on every trained '
+        "candidate, lower is better")
     constraints: Mapping[str, float] = _setting(
         dict, schema.Field(dict),
-        "upper bounds, {cost: bound} (a built-in cost, latency_ms or a user's): a candidate "
-        "over one is done but infeasible (nas.search.strategy.constraints)")
+        "upper bounds, {cost: bound}: a candidate over one is infeasible "
+        "(nas.search.strategy.constraints)")
     latency: LatencyConfig = _setting(
         latency_defaults, schema.Field(dict),
-        'latency_ms, timed in the worker after training (nas.train.latency): "auto" times it '
-        'when a front, a bound or the recommendation names it, "on" always, "off" never')
+        'latency_ms, timed in the worker after training (nas.train.latency): "auto" when '
+        'a front, a bound or the recommendation names it, "on", "off"')
     mutation: MutationConfig = _setting(
         dict, schema.Field(dict),
-        "nas.mutation.config.MutationConfig: how nas.mutation.propose_child proposes a child "
-        "(its input_shape: the training images' unless set)")
+        "nas.mutation.config.MutationConfig: how a child is proposed (input_shape: the "
+        "training images' unless set)")
     fit: FitConfig = _setting(
         dict, schema.Field(dict),
         "nas.train.fit_config.FitConfig: a child's new ops are fitted to the parent's tensors "
-        'they replace before it trains ({"steps": 0} disables)')
+        'before it trains ({"steps": 0} disables)')
     fidelity: FidelityConfig = _setting(
         dict, schema.Field(dict),
-        "nas.search.strategy.fidelity.FidelityConfig: children train to each of `rungs` "
-        "(epochs) and go on only if promoted there ({}: off, every child trains its whole "
-        "budget)")
+        "nas.search.strategy.fidelity.FidelityConfig: children train to each rung and go on "
+        "only if promoted ({}: off)")
     finals: FinalsConfig = _setting(
         lambda: dataclasses.asdict(FinalsConfig()), schema.Field(dict),
-        "nas.search.strategy.finals_config.FinalsConfig: after the search, the finalists and "
-        'the seed train alike and the recommendation reads them ({"k": 0}: off)')
+        "FinalsConfig: the finalists and the seed train "
+        'alike after the search ({"k": 0}: off)')
     validation_fraction: float = _setting(
         0.1, schema.Field(float, low=0.0, high=0.5),
-        "nas.search.strategy.splits: decisions read a validation split, carved out of the "
-        "training split (this fraction, never trained on) unless `validation_split` names "
-        "one; the test split (train.eval.data.split) is only reported")
+        "the fraction of the training split held out for the "
+        "decisions unless validation_split names a split")
     validation_split: str = _setting("", schema.Field(str),
                                      "a split of the dataset the decisions read instead")
     seed_graph: str = _setting("", schema.Field(str),
@@ -237,37 +408,34 @@ class SearchSettings:
     extra_seeds: tuple[str, ...] = _setting(
         tuple, schema.Field(list, check=lambda v: all(isinstance(s, str) and s for s in v),
                             expected="of non-empty strings"),
-        "further seeds, each trained as the seed is and a parent for proposals: graph JSON or "
-        'export files, or zoo model names; "the seed" the reports compare with stays the '
-        "first (seed_graph, or the zoo model)")
+        "further seeds (graph JSON, export files or zoo model names), each trained as the "
+        "seed is; the reports' seed stays the first")
     start_from: str = _setting(
         "", schema.Field(str),
-        "the workdir of an earlier search: a new study starts from its validation front "
-        "(accuracy against search.selection.recommend_cost), weights included, the most "
-        'accurate first ("": off; read once, when the study is created)')
+        "the workdir of an earlier search whose validation front, weights included, a new "
+        'study starts from ("": off)')
     max_params_ratio: float = _setting(
         4.0, schema.at_least(0, float, expected="(0: no bound)"),
-        "a proposed child with more parameters than this times the seed's is refused before "
-        "it is fitted or trained (0: no bound)")
+        "a proposed child with more parameters than this times the seed's is refused "
+        "(0: no bound)")
     hparams: Mapping[str, tuple[float, float]] = _setting(
         dict, schema.Field(dict),
-        'nas.search.strategy.hparams: {"lr" | "wd" | "child_lr": (low, high)}; a child takes '
-        "its parent's values, each times 0.8 or 1.25 within its range ({}: off)")
+        'nas.search.strategy.hparams: {"lr" | "wd" | "child_lr": (low, high)} evolved with '
+        "the architecture ({}: off)")
     property_cache: str = _setting(
         "", schema.Field(str),
         "nas.properties.op_cache: per-op shapes and pairings kept across processes (\"\": "
         '$NAS_PROPERTY_CACHE or ~/.cache/nas/op_properties.sqlite; "none": off)')
     tensorboard: bool = _setting(
         False, schema.Field(bool),
-        "TensorBoard runs under <workdir>/tensorboard: each candidate's curves, the study's "
-        "progress, the finals (nas.search.execution.tensorboard_runs; needs the `tensorboard` "
-        "extra). Watched, never read by the search")
+        "TensorBoard runs under <workdir>/tensorboard (nas.search.execution.tensorboard_runs; "
+        "the `tensorboard` extra), never read by the search")
 
     @classmethod
     def from_stored(cls, config: Mapping[str, Any] | ml_collections.ConfigDict
                     ) -> SearchSettings:
-        """The settings of a study's stored config (its JSON, `Study.config`), checked as at
-        the edge except that the dataset is not opened again."""
+        """The settings of a study's stored config (`Study.config`), checked as at the edge
+        but without opening the dataset again."""
         return _read(ml_collections.ConfigDict(dict(config)), check_data=False)
 
 
@@ -280,7 +448,7 @@ def _default(field: dataclasses.Field[Any]) -> Any:
 
 
 def search_defaults() -> ml_collections.ConfigDict:
-    """Every field of the search section at its default (`SearchSettings`' declaration)."""
+    """Every field of the search section at its default."""
     return ml_collections.ConfigDict({f.name: _default(f) for f in _FIELDS})
 
 
@@ -291,12 +459,11 @@ SEARCH_HELP: dict[str, str] = {f.name: f.metadata["help"] for f in _FIELDS}
 
 
 def stored_value(config: Mapping[str, Any] | None, name: str) -> Any:
-    """Search field `name` of a study's stored config (a dict, as the store holds it), its
-    declared default where the config has none (a study written before the field); a
-    section's fields the config leaves out at their defaults."""
+    """Search field `name` of a study's stored config (a dict), its default where the config
+    has none; a section's fields the config leaves out at their defaults."""
     default = _default(next(f for f in _FIELDS if f.name == name))
-    search = config.get("search") if isinstance(config, Mapping) else None
-    given = search.get(name) if isinstance(search, Mapping) else None
+    section = config.get("search") if isinstance(config, Mapping) else None
+    given = section.get(name) if isinstance(section, Mapping) else None
     if given is None:
         return default
     if isinstance(default, dict) and isinstance(given, Mapping):
@@ -305,30 +472,27 @@ def stored_value(config: Mapping[str, Any] | None, name: str) -> Any:
 
 
 def read_settings(config: Any) -> SearchSettings:
-    """The typed `search` section of a whole search config, read once at the edge; raises
-    ValueError on any bad field of `search` or `train`. A `train.num_classes` of 0 is set,
-    in `config`, to the data's number of classes."""
+    """The typed `search` section of a whole search config; ValueError on any bad field of
+    `search` or `train`. A `train.num_classes` of 0 is set, in `config`, to the data's."""
     return _read(config, check_data=True)
 
 
 def validate_search(config: Any) -> ml_collections.ConfigDict:
-    """The `search` section with defaults filled in, as a ConfigDict, after `read_settings`
-    checked the whole config."""
+    """The `search` section with defaults filled in, after `read_settings` checked it all."""
     read_settings(config)
     return filled(config.search)
 
 
 def filled(given: Any) -> ml_collections.ConfigDict:
-    """A search section as given (not yet checked), every field it leaves out at its
-    default: what a check reads before the settings are read."""
+    """A search section as given (not yet checked), the fields it leaves out at default."""
     search = search_defaults()
     search.update(given)
     return search
 
 
 def _read(config: Any, check_data: bool) -> SearchSettings:
-    """`read_settings`; with `check_data` False the dataset is not opened (a stored config
-    was checked so when its study was created)."""
+    """`read_settings`; `check_data` False: the dataset is not opened (a stored config's was
+    when its study was created)."""
     from nas.mutation.config import MutationConfig
     from nas.train import config as train_config
 
@@ -374,20 +538,20 @@ def _read(config: Any, check_data: bool) -> SearchSettings:
     settings = SearchSettings(**values, fidelity=FidelityConfig.from_dict(
         raw["fidelity"], prefix="search.fidelity."))
     check_one_process(train)
-    splits.check(train, settings)
+    check_splits(train, settings)
     settings.fidelity.schedule(float(train.total_epochs), prefix="search.fidelity.")
-    if check_data:
-        check_dataset(splits.decision_config(train, settings))
-        if not int(train.num_classes):  # 0: the data's number, written into the caller's
-            from nas.train import data as data_lib  # config so that the study records it
+    if check_data:  # the dataset exists, with at most train.num_classes classes
+        from nas.train import data as data_lib
 
+        _prefixed("train.", data_lib.check_dataset, decision_config(train, settings))
+        if not int(train.num_classes):  # 0: the data's, written so the study records it
             with config.train.unlocked():
                 config.train.num_classes = data_lib.check_num_classes(train)
     return settings
 
 
 def _scalar(check: schema.Field, value: Any) -> Any:
-    """A checked scalar field as its declared type (a float field may be given an int)."""
+    """A checked scalar as its declared type (a float field may be given an int)."""
     return float(value) if check.kind is float else value
 
 
@@ -395,8 +559,8 @@ TENSORBOARD_PACKAGE = "tensorboardX"
 
 
 def check_one_process(train: ml_collections.ConfigDict) -> None:
-    """A search runs in one process: its candidates train in workers of their own, none of
-    which would follow the driver into a program over several hosts."""
+    """A search runs in one process: its workers would not follow the driver into a
+    program over several hosts."""
     from nas.train import distributed
 
     asked = distributed.settings(train.distributed, environ={}, prefix="train.")
@@ -407,8 +571,8 @@ def check_one_process(train: ml_collections.ConfigDict) -> None:
 
 
 def check_tensorboard() -> None:
-    """`search.tensorboard=True` needs its writer: when it is missing, one ValueError line
-    saying what to install, before any study or workdir is created."""
+    """`search.tensorboard=True` needs its writer: one ValueError line saying what to
+    install when it is missing."""
     import importlib
 
     try:
@@ -420,23 +584,23 @@ def check_tensorboard() -> None:
                          f"{TENSORBOARD_PACKAGE})") from None
 
 
-def bounded_costs(users: Any) -> list[str]:
-    """The costs a bound may apply to: every lower-is-better one (throughput is not)."""
-    return [c for c in dict.fromkeys((*COSTS, *MEASURED_COSTS, *users))
-            if not higher_better(c)]
+def _cost_fields(search: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of a search section (a dict) that name costs, as given, {} where it leaves
+    one out: a stored section may predate any of them."""
+    return {name: search[name] if name in search else {}
+            for name in ("selection", "constraints", "latency", "costs")}
 
 
 def latency_named(search: Mapping[str, Any]) -> str:
-    """Which field of a search section (a dict) names `latency_ms` ("" if none): a front,
-    the recommendation's cost or a bound reads it."""
-    selection = dict(search.get("selection", {}) or {})
+    """Which field of a search section (a dict) names `latency_ms` ("" if none)."""
+    fields = _cost_fields(search)
+    selection = dict(fields["selection"] or {})
     costs = selection.get("costs", ())
     costs = (costs,) if isinstance(costs, str) else tuple(costs or ())
     for field, named in (("search.selection.costs", LATENCY in costs),
                          ("search.selection.recommend_cost",
                           selection.get("recommend_cost") == LATENCY),
-                         ("search.constraints", LATENCY in dict(search.get("constraints", {})
-                                                                or {}))):
+                         ("search.constraints", LATENCY in dict(fields["constraints"] or {}))):
         if named:
             return field
     return ""
@@ -447,7 +611,8 @@ def _latency(search: Mapping[str, Any]) -> LatencyConfig:
     names latency_ms, is one line."""
     from nas.train.latency import LatencySettings
 
-    values = {**latency_defaults(), **dict(search.get("latency", {}) or {})}
+    fields = _cost_fields(search)
+    values = {**latency_defaults(), **dict(fields["latency"] or {})}
     measure = values.pop("measure")
     if measure not in LATENCY_MEASURE:
         raise ValueError(f"config field 'search.latency.measure' must be one of "
@@ -467,17 +632,20 @@ def _latency(search: Mapping[str, Any]) -> LatencyConfig:
                          f"names latency_ms; set it to 'auto' or 'on'")
     # a user's own latency_ms function times it instead
     timed = not (measure == "off" or (measure == "auto" and not named)
-                 or LATENCY in dict(search.get("costs", {}) or {}))
+                 or LATENCY in dict(fields["costs"] or {}))
     return LatencyConfig(measure, timing, timed)
 
 
 def measured_costs(search: Any) -> tuple[str, ...]:
-    """The costs a worker measures besides the built-in ones, kept in the metrics, of a
-    search section as a dict (a stored one may predate fields, or be no search section at
-    all: no costs): the user's (`search.costs`) and `latency_ms` when it is timed."""
-    if not isinstance(search, Mapping) or not isinstance(search.get("costs", {}), Mapping):
+    """The costs a worker measures besides the built-in ones, of a search section as a dict
+    (a stored one may be none at all: no costs): the user's (`search.costs`) and
+    `latency_ms` when it is timed."""
+    if not isinstance(search, Mapping):
         return ()
-    users = tuple(k for k in dict(search.get("costs", {}) or {}) if isinstance(k, str))
+    costs = _cost_fields(search)["costs"]
+    if not isinstance(costs, Mapping):
+        return ()
+    users = tuple(k for k in costs if isinstance(k, str))
     try:
         timed = _latency(search).timed
     except ValueError:
@@ -485,17 +653,60 @@ def measured_costs(search: Any) -> tuple[str, ...]:
     return (*users, LATENCY) if timed and LATENCY not in users else users
 
 
+def check_splits(train: ml_collections.ConfigDict, search: SearchSettings) -> None:
+    """One-line ValueError for a search that would select on its test split (or on the
+    data it trains on)."""
+    test, trained = train.eval.data.split, train.input.data.split
+    named = search.validation_split
+    if named:
+        if named in (test, trained):
+            what = (
+                "test split (train.eval.data.split)"
+                if named == test
+                else "training split (train.input.data.split)"
+            )
+            raise ValueError(
+                f"config field 'search.validation_split' is {named!r}, the "
+                f"{what}: the search would select on it; name another split or "
+                f"set it to '' to carve one with search.validation_fraction"
+            )
+        return
+    if not search.validation_fraction:
+        raise ValueError(
+            f"config field 'search.validation_fraction' is 0 and "
+            f"search.validation_split is '': the search would select on the "
+            f"test split {test!r}; set a fraction (e.g. 0.1) or name a split"
+        )
+
+
+def decision_config(train: Any, search: SearchSettings) -> ml_collections.ConfigDict:
+    """The training config every candidate of the search trains with: evaluated on the
+    validation split (its `acc`), and on the test split once at the end (`test_acc`)."""
+    from nas.train.config import with_defaults
+
+    config = with_defaults(
+        ml_collections.ConfigDict(train.to_dict() if hasattr(train, "to_dict") else train)
+    )
+    if not config.eval.test_split:  # (a config made here already names it)
+        config.eval.test_split = config.eval.data.split
+    if search.validation_split:
+        config.eval.data.split = search.validation_split
+    else:
+        from nas.train.data import HOLDOUT
+
+        config.input.data.validation_fraction = float(search.validation_fraction)
+        config.eval.data.split = HOLDOUT
+    return config
+
+
 def candidate_train_config(train: dict[str, Any], search: SearchSettings, is_seed: bool,
                            held_out: bool = True) -> dict[str, Any]:
-    """The training settings one candidate trains with: the search's `train` section, with
-    the seed's own epochs (`search.seed_epochs`) or the children's learning rate
-    (`search.child_lr`: children start from inherited weights, so they fine-tune) and
-    least steps (`search.min_child_steps`), logging every `search.log_every_steps` steps so
-    each candidate has a curve, and evaluated on the search's validation split with the test
-    split once at the end (`nas.search.strategy.splits`). `held_out` False: a study written
-    before searches held out a validation split, whose candidates evaluated on test."""
+    """The training settings of one candidate: the `train` section with the seed's epochs,
+    or the children's learning rate and least steps, its logging interval, evaluated on the
+    validation split and once on test (`decision_config`). `held_out` False: a
+    study whose candidates evaluated on test (no validation split held out)."""
     if held_out:
-        config = splits.decision_config(train, search).to_dict()
+        config = decision_config(train, search).to_dict()
     else:
         config = dict(train)
     if is_seed and search.seed_epochs > 0:
@@ -510,8 +721,7 @@ def candidate_train_config(train: dict[str, Any], search: SearchSettings, is_see
 
 
 def seed_rounds(train: dict[str, Any], search: SearchSettings) -> dict[str, Any] | None:
-    """`nas.train.rounds.Rounds` fields for the seed's training, or None for one round
-    (`search.seed_max_epochs` 0, or no room for a second round)."""
+    """`nas.train.rounds.Rounds` fields for the seed's training, or None for one round."""
     from nas.train.rounds import Rounds
 
     epochs = float(candidate_train_config(train, search, is_seed=True)["total_epochs"])
@@ -523,23 +733,14 @@ def seed_rounds(train: dict[str, Any], search: SearchSettings) -> dict[str, Any]
             "min_gain": rounds.min_gain}
 
 
-def check_dataset(train: ml_collections.ConfigDict) -> None:
-    """The dataset must exist, and have no more classes than `train.num_classes`, before a
-    study is created for it (digits builds itself)."""
-    from nas.train import data as data_lib
-
-    _prefixed("train.", data_lib.check_dataset, train)
-
-
 def _prefixed(prefix: str, fn: Any, value: Any) -> Any:
-    """Run a `train` check, which names its fields without their section, naming them by
-    their full path in the error."""
+    """Run a `train` check, its errors naming fields by their full path."""
     try:
         return fn(value)
     except ValueError as e:
         text = str(e)
         for head in ("config field '", 'config field "'):
-            if text.startswith(head):  # named already; prefixed unless it has the prefix
+            if text.startswith(head):
                 if not text.startswith(head + prefix):
                     text = head + prefix + text[len(head):]
                 break

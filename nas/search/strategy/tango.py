@@ -1,22 +1,16 @@
 """Tango's score interval for the difference of two accuracies on the same examples.
 
-Why this interval: two candidates scored on the same n examples form a 2x2 table; b
-examples only the first got right, c only the second. The difference of accuracies is
-(b - c) / n, and how sure it is depends on how many examples are discordant, which is
-itself random. Tango's asymptotic score interval (Tango 1998, Stat Med 17:891-908) inverts
-the score test of "difference = d" with the discordant cells' maximum likelihood under
-that d, so it accounts for both; it is the usual interval for paired non-inferiority.
-The exact conditional (Clopper-Pearson on b / (b + c)) interval holds b + c fixed: when
-every discordant example goes one way its bound is the point estimate itself, which makes
-"non-inferior" too easy exactly where it matters. For b = 0, c = 5 of 360 this one gives
-[-3.21, -0.32] points where the conditional one gave [-1.39, +0.06].
+Why: on n shared examples, b only the first got right and c only the second; the
+difference is (b - c) / n, and how sure it is depends on b + c, itself random. Tango's
+score interval (Tango 1998, Stat Med 17:891-908) inverts the score test of "difference =
+d" with the discordant cells' maximum likelihood under d, so it accounts for both: the
+usual interval for paired non-inferiority. The exact conditional one holds b + c fixed,
+and when every discordant example goes one way its bound is the estimate itself.
 
-Limits are found by bisection on the score statistic (monotone in d): deterministic, no
-random draws. `bounds` runs it on arrays of tables, `bounds_one` on one table in plain
-floats (numpy's per-call cost, ~130 steps, dominated a table alone); both do the same
-IEEE operations in the same order, so a table gets the same bits either way.
-No discordant example (b = c = 0) gives +-z^2 / (n + z^2), not [0, 0]: agreement on n
-examples bounds the difference, it does not make it exactly 0.
+Limits are found by bisection on the score statistic (monotone in d). `bounds` runs it on
+arrays of tables, `bounds_one` on one table in plain floats (numpy's per-call cost
+dominated a table alone), with the same IEEE operations in the same order (the same
+bits). b = c = 0 gives +-z^2 / (n + z^2), not [0, 0]: agreement bounds the difference.
 """
 
 from __future__ import annotations
@@ -43,13 +37,13 @@ def _counts(name: str, value: np.ndarray | int) -> np.ndarray:
 
 def statistic(d: np.ndarray, n: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     """Tango's score statistic of "difference = d" for tables (n, b, c): decreasing in d,
-    0 at d = (b - c) / n. NaN only where it is 0 / 0 (d at the estimate, b = c = 0)."""
+    0 at d = (b - c) / n; NaN only for 0 / 0."""
     a = 2.0 * n
     lin = -b - c + (2.0 * n - b + c) * d
     const = -c * d * (1.0 - d)
     root = np.sqrt(np.maximum(lin * lin - 4.0 * a * const, 0.0))
-    # the non-negative root of a q^2 + lin q + const: q, the constrained ML estimate of
-    # P(only the second right); written without cancellation when lin > 0
+    # q, the constrained ML estimate of P(only the second right): the non-negative root
+    # of a q^2 + lin q + const, without cancellation when lin > 0
     with np.errstate(divide="ignore", invalid="ignore"):
         q = np.where(lin > 0, -2.0 * const / (lin + root), (root - lin) / (2.0 * a))
         variance = n * np.maximum(2.0 * q + d * (1.0 - d), 0.0)
@@ -58,9 +52,8 @@ def statistic(d: np.ndarray, n: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.
 
 def bounds(n: np.ndarray | int, only_a: np.ndarray | int, only_b: np.ndarray | int,
            z: float = Z95) -> tuple[np.ndarray, np.ndarray]:
-    """(low, high) of the two-sided score interval of p_a - p_b (fractions), elementwise
-    over tables of n examples with only_a right only for a and only_b only for b, at the
-    level that `z` stands for (95 % for Z95)."""
+    """(low, high) of the two-sided score interval of p_a - p_b, elementwise over tables of
+    n examples with only_a right only for a and only_b only for b, at the level of `z`."""
     n = _counts("n", n)
     b, c = np.broadcast_arrays(_counts("only_a", only_a), _counts("only_b", only_b))
     n = np.broadcast_to(n, b.shape)
@@ -82,8 +75,7 @@ def bounds(n: np.ndarray | int, only_a: np.ndarray | int, only_b: np.ndarray | i
 
 def _root(n: np.ndarray, b: np.ndarray, c: np.ndarray, lo: np.ndarray, hi: np.ndarray,
           level: float) -> np.ndarray:
-    """The d in (lo, hi) where the statistic crosses `level` (it is above at lo, below at
-    hi), by bisection; the statistic's 0 / 0 counts as 0."""
+    """The d in (lo, hi) where the statistic crosses `level`, by bisection (0 / 0: 0)."""
     lo, hi = lo.copy(), hi.copy()
     for _ in range(_STEPS):
         mid = 0.5 * (lo + hi)
@@ -106,8 +98,7 @@ def bounds_one(n: int, only_a: int, only_b: int, z: float = Z95) -> tuple[float,
 
 
 def _plain(n: object, b: object, c: object, z: float) -> bool:
-    """Whether (n, b, c, z) is one valid table of whole counts (else `bounds` refuses it
-    with its message, or takes the arrays)."""
+    """Whether (n, b, c, z) is one valid table of whole counts (else `bounds` decides)."""
     try:
         n, b, c = (float(v) for v in (n, b, c))  # type: ignore[arg-type]
     except (TypeError, ValueError):
