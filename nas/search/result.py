@@ -29,7 +29,7 @@ def _plain(key: str, value: Any) -> bool:
 def candidate_id(study: Study, value: int | str) -> tuple[int, str]:
     """(candidate id, a note) for an id, "recommended" (the summary's recommendation) or
     "best" (highest validation accuracy); one ValueError line when there is none yet."""
-    from nas.search.store import recommend
+    from nas.search.strategy import recommend
 
     if isinstance(value, int) and not isinstance(value, bool):
         return value, ""

@@ -18,7 +18,7 @@ from nas.search import Study
 from nas.search.inputs import apply_overrides, split_open_overrides
 from nas.search.reporting.dashboard import overview
 from nas.search.reporting.report import summary, write_report
-from nas.search.store import recommend
+from nas.search.strategy import recommend
 from nas.search.strategy.constraints import (
     check_constraints,
     constrained_dominates,

@@ -29,7 +29,6 @@ from nas.search.store.finals_table import (
     on_front,
     take_home_choice,
 )
-from nas.search.store.recommend import Comparisons, margin_pt, recommend_cost
 from nas.search.store.study import Study
 from nas.search.strategy.finals_config import (
     FinalsConfig,
@@ -37,6 +36,7 @@ from nas.search.strategy.finals_config import (
     repeats_the_search,
     trained_repeats,
 )
+from nas.search.strategy.recommend import Comparisons, margin_pt, recommend_cost
 from nas.search.strategy.settings import SearchSettings
 from nas.train.checkpoint import load_variables
 from tests.search.conftest import ROOT, dump_dom, headless_browser, tiny_search_config

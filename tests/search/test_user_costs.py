@@ -18,7 +18,7 @@ from nas.search.reporting.dashboard import overview
 from nas.search.reporting.highlights import front_of
 from nas.search.reporting.progress import RunningFront, progress_series
 from nas.search.reporting.report import pareto_figure, summary, write_report
-from nas.search.store import recommend
+from nas.search.strategy import recommend
 from nas.search.strategy.population import DoneCache
 from nas.search.strategy.selection import (
     Individual,

@@ -37,13 +37,6 @@ from nas.search.execution.task import Executor, Outcome, Task
 from nas.search.store.candidate import Status
 from nas.search.store.finals import FinalsStore, Run, run_name
 from nas.search.store.finals_table import FINALS_STATE, answer, choose_finalists, repeats_of
-from nas.search.store.recommend import (
-    Comparisons,
-    constraints,
-    margin_pt,
-    recommend_cost,
-    seed_of,
-)
 from nas.search.store.study import Study
 from nas.search.strategy import splits
 from nas.search.strategy.finals_config import (
@@ -51,6 +44,13 @@ from nas.search.strategy.finals_config import (
     recipe,
     repeats_the_search,
     trained_repeats,
+)
+from nas.search.strategy.recommend import (
+    Comparisons,
+    constraints,
+    margin_pt,
+    recommend_cost,
+    seed_of,
 )
 from nas.search.strategy.settings import SearchSettings
 from nas.train import data as data_lib

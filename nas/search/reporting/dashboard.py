@@ -35,10 +35,10 @@ from nas.search.reporting.report import (
     val_accuracy_text,
 )
 from nas.search.reporting.svg import esc
-from nas.search.store import recommend
 from nas.search.store.candidate import FINISHED, Candidate, Status
 from nas.search.store.finals_table import FINALS_STATE, answer
 from nas.search.store.study import MAX_CANDIDATES, Study
+from nas.search.strategy import recommend
 from nas.search.strategy.constraints import bounds_text
 from nas.search.strategy.selection import cost_value
 

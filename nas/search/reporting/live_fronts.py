@@ -25,8 +25,8 @@ from nas.io import examples
 from nas.search.reporting.highlights import SCALE_LIMIT, ranked_costs
 from nas.search.reporting.report import COST_LABELS, front_label, val_accuracy_text
 from nas.search.reporting.svg import Point, generation_colour, scatter
-from nas.search.store import recommend
 from nas.search.store.candidate import Candidate, Status
+from nas.search.strategy import recommend
 from nas.search.strategy.pareto import ParetoCurve
 from nas.search.strategy.selection import OBJECTIVES, cost_value, higher_better
 

@@ -16,9 +16,8 @@ from pathlib import Path
 
 from nas.atomic import atomic_write_with
 from nas.search.reporting.highlights import Highlights
-from nas.search.store import recommend
 from nas.search.store.candidate import Candidate, Status
-from nas.search.strategy import paired
+from nas.search.strategy import paired, recommend
 from nas.search.strategy.selection import cost_value, spread_name
 
 # accuracy: on the validation split (decides); test_accuracy: reported only

@@ -37,9 +37,9 @@ from nas.search.reporting.report_text import (
 )
 from nas.search.reporting.starts import start_text
 from nas.search.reporting.svg import Point, esc, generation_colour, line_chart, scatter
-from nas.search.store import recommend
 from nas.search.store.candidate import Candidate, Status
 from nas.search.store.study import Study
+from nas.search.strategy import recommend
 from nas.search.strategy.selection import cost_value
 from nas.train.config import image_shape
 

@@ -14,12 +14,11 @@ from nas.search.reporting.cells import fmt
 from nas.search.reporting.finals_report import finals_lines
 from nas.search.reporting.highlights import Highlights
 from nas.search.reporting.starts import summary_lines
-from nas.search.store import recommend
 from nas.search.store.candidate import STATUSES, Candidate, Status
 from nas.search.store.finals_table import answer
-from nas.search.store.recommend import cheapest_matching_seed
 from nas.search.store.study import Study
-from nas.search.strategy import intervals, move_mix
+from nas.search.strategy import intervals, move_mix, recommend
+from nas.search.strategy.recommend import cheapest_matching_seed
 from nas.search.strategy.selection import OBJECTIVES, cost_value
 from nas.train.intervals import wilson
 

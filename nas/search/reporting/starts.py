@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from nas.search.reporting.report_csv import hparams_text
-from nas.search.store import recommend
+from nas.search.strategy import recommend
 
 
 def seed_line(seed: Any) -> str | None:

@@ -147,8 +147,7 @@ def paired_metrics(study: Any, cand: Any, home: Any = None) -> dict[str, Any]:
     still tells how the candidate compares after the study is gone. With `home` (a finals
     retrain of it), that model's results."""
     from nas.io import examples
-    from nas.search.store import recommend
-    from nas.search.strategy import paired
+    from nas.search.strategy import paired, recommend
 
     out: dict[str, Any] = {}
     pairs = recommend.Comparisons.of(study)

@@ -26,7 +26,10 @@ import numpy as np
 from nas.io import examples
 from nas.search.store.candidate import Candidate, Status
 from nas.search.store.finals import FinalsStore, Run
-from nas.search.store.recommend import (
+from nas.search.strategy import paired
+from nas.search.strategy.finals_config import FinalsConfig, Recipe, repeats_the_search
+from nas.search.strategy.paired import Paired
+from nas.search.strategy.recommend import (
     Comparisons,
     Recommendation,
     best_by_validation,
@@ -37,9 +40,6 @@ from nas.search.store.recommend import (
     recommend_for,
     seed_of,
 )
-from nas.search.strategy import paired
-from nas.search.strategy.finals_config import FinalsConfig, Recipe, repeats_the_search
-from nas.search.strategy.paired import Paired
 from nas.search.strategy.repeated import (
     RunNoise,
     accuracy_interval,
