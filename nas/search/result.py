@@ -14,7 +14,7 @@ from typing import Any
 
 from nas.search.store.candidate import Candidate, Status
 from nas.search.store.export import export_candidate
-from nas.search.store.finals_table import answer
+from nas.search.store.finals import answer
 from nas.search.store.study import Study
 
 EXPORTS = "exports"  # loaded candidates are exported here once, in the workdir
@@ -55,9 +55,9 @@ def candidate_id(study: Study, value: int | str) -> tuple[int, str]:
 
 
 def take_home(study: Study, value: int | str) -> Any:
-    """For "recommended": the finals' retrain of it (`nas.search.store.finals.Run`) when
+    """For "recommended": the finals' retrain of it (`nas.search.strategy.finals_rules.Run`) when
     that is the model taken home (more accurate on validation than the search's own
-    weights, `nas.search.store.finals_table.TakeHome`); else None (the candidate's own
+    weights, `nas.search.strategy.finals_rules.TakeHome`); else None (the candidate's own
     weights are exported)."""
     if str(value).strip().lower() != "recommended":
         return None

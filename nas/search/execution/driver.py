@@ -41,7 +41,7 @@ from nas.search.execution.task import (
     rung_plan,
 )
 from nas.search.store.candidate import FINISHED, Inheritance, Status
-from nas.search.store.finals_table import finals_finished
+from nas.search.store.finals import finals_finished
 from nas.search.store.study import (
     MAX_CANDIDATES,
     PROPOSALS,

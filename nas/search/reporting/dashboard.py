@@ -36,7 +36,7 @@ from nas.search.reporting.report import (
 )
 from nas.search.reporting.svg import esc
 from nas.search.store.candidate import FINISHED, Candidate, Status
-from nas.search.store.finals_table import FINALS_STATE, answer
+from nas.search.store.finals import FINALS_STATE, answer
 from nas.search.store.study import MAX_CANDIDATES, Study
 from nas.search.strategy import recommend
 from nas.search.strategy.constraints import bounds_text

@@ -11,7 +11,7 @@ recommended architecture is taken home.
 from __future__ import annotations
 
 from nas.search.reporting.cells import fmt
-from nas.search.store.finals_table import Answer
+from nas.search.store.finals import Answer
 from nas.search.strategy import intervals
 from nas.search.strategy.selection import cost_value
 

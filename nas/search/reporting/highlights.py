@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from nas.search.store.candidate import Candidate, Status
-from nas.search.store.finals_table import Answer, answer
+from nas.search.store.finals import Answer, answer
 from nas.search.strategy import recommend
 from nas.search.strategy.cost_ties import has_spread, tied_values
 from nas.search.strategy.pareto import ParetoCurve

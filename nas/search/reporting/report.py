@@ -72,7 +72,7 @@ from nas.search.reporting.report_text import (  # noqa: F401 - public here too
 )
 from nas.search.reporting.svg import esc
 from nas.search.store.candidate import Candidate
-from nas.search.store.finals_table import answer
+from nas.search.store.finals import answer
 from nas.search.store.study import Study
 from nas.search.strategy import recommend
 from nas.search.strategy.recommend import cheapest_matching_seed  # noqa: F401 - public here too

@@ -15,7 +15,7 @@ from nas.search.reporting.finals_report import finals_lines
 from nas.search.reporting.highlights import Highlights
 from nas.search.reporting.starts import summary_lines
 from nas.search.store.candidate import STATUSES, Candidate, Status
-from nas.search.store.finals_table import answer
+from nas.search.store.finals import answer
 from nas.search.store.study import Study
 from nas.search.strategy import intervals, move_mix, recommend
 from nas.search.strategy.recommend import cheapest_matching_seed

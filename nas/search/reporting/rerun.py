@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from nas.search.store.candidate import FINISHED
-from nas.search.store.finals_table import finals_finished
+from nas.search.store.finals import finals_finished
 from nas.search.store.study import DB_NAME, MAX_CANDIDATES, Study, StudyNotFoundError
 from nas.search.strategy.settings import OPERATIONAL, without_added
 

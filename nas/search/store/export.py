@@ -23,7 +23,7 @@ def export_candidate(study: Any, candidate_id: int, path: str | os.PathLike,
     Its weights are copied from its final checkpoint (a candidate without one, e.g. a failed
     one, is exported without weights); its training settings are the study's `train` section
     as this candidate trained with it (`candidate_train_config`). With `home` (the finals'
-    retrain of it, `nas.search.store.finals.Run`): that model's weights, training settings
+    retrain of it, `nas.search.strategy.finals_rules.Run`): that model's weights, training settings
     and metrics instead, so the file's metrics describe exactly the weights it holds; its
     lineage is kept beside them."""
     from nas.search.strategy import hparams as hparams_lib
@@ -68,7 +68,7 @@ def export_candidate(study: Any, candidate_id: int, path: str | os.PathLike,
     }
     metrics = {**cand.metrics, **paired_metrics(study, cand)}
     if home is not None:
-        from nas.search.store.finals_table import retrain_metrics
+        from nas.search.strategy.finals_rules import retrain_metrics
 
         info["take_home"] = {"run": home.name, "trained_on": "the search's training split "
                              "(the finals' recipe), chosen over the search's weights on "

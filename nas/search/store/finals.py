@@ -1,6 +1,7 @@
-"""The finals' runs in the study file: one row per training of the finals, written in the
-same SQLite file as the candidates (its own table), so the finals are as crash-safe as the
-search.
+"""The finals in the study file: one row per training of the finals, in the same SQLite
+file as the candidates (its own table), so the finals are as crash-safe as the search; and
+the study's answer read from them (`answer`), by the rules of
+`nas.search.strategy.finals_rules`.
 
 Why rows, not state: a finals run that finished is never trained again, one that was
 running when the driver died trains again (resuming its own checkpoint), and a second call
@@ -14,14 +15,35 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from nas.io import examples
+from nas.search.store.candidate import Candidate, Status
 from nas.search.store.database import Database
+from nas.search.strategy import paired
+from nas.search.strategy.finals_config import FinalsConfig, Recipe, repeats_the_search
+from nas.search.strategy.finals_rules import (
+    FinalsTable,
+    Row,
+    Run,
+    TakeHome,
+    correctness,
+    decide,
+    take_home_choice,
+)
+from nas.search.strategy.recommend import (
+    Comparisons,
+    Recommendation,
+    margin_pt,
+    recommend_cost,
+    recommend_for,
+)
+from nas.search.strategy.repeated import accuracy_interval, compare_repeated, run_noise
+from nas.search.strategy.settings import stored_value
 
 TABLE = """
 CREATE TABLE IF NOT EXISTS finals_runs (
@@ -41,26 +63,6 @@ CREATE TABLE IF NOT EXISTS finals_runs (
     finished_at REAL
 )
 """
-
-
-@dataclasses.dataclass(frozen=True)
-class Run:
-    """One finals training: candidate `candidate_id`'s architecture, repeat `repeat`, fold
-    `fold` (0 without folds); kind "home" is the recommended architecture retrained the
-    way the search trained, a candidate for the model taken home."""
-
-    name: str
-    candidate_id: int
-    kind: str
-    repeat: int
-    fold: int
-    recipe: str
-    status: str
-    positions: np.ndarray | None  # which examples `correct` covers, in its order
-    correct: np.ndarray | None  # which of them this run got right
-    metrics: dict[str, Any]
-    checkpoint_path: str | None
-    error: str | None
 
 
 def run_name(kind: str, candidate_id: int, repeat: int = 0, fold: int = 0) -> str:
@@ -133,3 +135,121 @@ class FinalsStore:
 
     def close(self) -> None:
         self._db.close()
+
+
+def table(store: FinalsStore, candidates: dict[int, Candidate], recipe: Recipe, repeats: int,
+          finalists: Sequence[int], wall_s: float | None = None) -> FinalsTable | None:
+    """The finals table of `finalists` (the seed first), or None until every run of the
+    seed is done."""
+    runs = store.runs(recipe.to_json(), kind="finals")
+    wanted = {cid: [r for r in runs if r.candidate_id == cid and r.repeat < repeats]
+              for cid in finalists}
+    expected = repeats * recipe.folds
+    failed = tuple(f"candidate {r.candidate_id}: {r.error}" for rs in wanted.values()
+                   for r in rs if r.status == "failed")
+    complete = {cid: correctness([r for r in rs if r.status == "done"], repeats)
+                for cid, rs in wanted.items()
+                if sum(r.status == "done" for r in rs) == expected}
+    seed_id = finalists[0] if finalists else None
+    if seed_id is None or complete.get(seed_id) is None:
+        return None
+    seed_bits, _ = complete[seed_id]
+    paired_rows = {cid: found for cid, found in complete.items()
+                   if found is not None and found[0].shape == seed_bits.shape}
+    # the run part of every comparison, pooled over the table (`nas.search.strategy.repeated`)
+    noise = run_noise(list(paired_rows.values()))
+    rows = []
+    for cid in finalists:
+        if cid not in paired_rows:
+            continue
+        bits, run_ids = paired_rows[cid]
+        trained = [float(r.metrics["epochs"]) for r in wanted[cid]
+                   if r.status == "done" and "epochs" in r.metrics]
+        rows.append(Row(candidates[cid], accuracy_interval(bits, run_ids),
+                        None if cid == seed_id else compare_repeated(bits, seed_bits, run_ids,
+                                                                     noise=noise),
+                        int(bits.shape[0]), bits, run_ids,
+                        float(np.mean(trained)) if trained else None))
+    return FinalsTable(tuple(rows), recipe, repeats, sum(len(rs) for rs in wanted.values()),
+                       failed, wall_s, noise)
+
+
+FINALS_STATE = "finals"  # study state: {"recipe", "finalists", "repeats", "wall_s", ...}
+
+
+def repeats_of(state: Mapping[str, Any]) -> int:
+    """The repeats the finals of `state` train (`trained_repeats`; an older study: those
+    asked)."""
+    return int(state.get("trained_repeats") or state["repeats"])
+
+
+@dataclasses.dataclass(frozen=True)
+class Answer:
+    """What a study recommends: from the finals once they are complete, else from the
+    search alone (`search_pick`); `note` says which, and why when not the finals."""
+
+    recommendation: Recommendation
+    search_pick: Recommendation
+    table: FinalsTable | None
+    home: dict[int, Run]  # the finals' retrains of recommended architectures, by id
+    note: str
+    take_home: TakeHome | None = None  # what `--id=recommended` gives (None: no finals)
+
+
+def finals_finished(study: Any, finals: FinalsConfig | None = None) -> bool:
+    """Whether the study needs no more finals training: they are off, or they ran to the
+    end (the driver marks it) for the candidates there are now and for these finals
+    settings (`finals`: a resumed search's `search.finals`, which may differ from the
+    stored ones; None: the stored ones)."""
+    config = getattr(study, "config", None) or {}
+    wanted = finals if finals is not None else FinalsConfig.from_dict(
+        stored_value(config, "finals"))
+    if not wanted.on:
+        return True
+    state = study.get_state(FINALS_STATE, None) or {}
+    ran = state.get("settings")
+    same = (ran == dataclasses.asdict(wanted) if ran is not None else  # an older study's
+            (state.get("k"), state.get("repeats")) == (wanted.k, wanted.repeats))
+    return bool(state.get("complete")) and same and state.get("candidates") == len(
+        study.candidates(Status.DONE, with_graphs=False))
+
+
+def answer(study: Any, pairs: Comparisons | None = None) -> Answer:
+    """The study's recommendation, read from its finals where they are complete (`pairs`:
+    the study's comparisons, when the caller has them already)."""
+    config = getattr(study, "config", None)
+    margin, cost = margin_pt(config), recommend_cost(config)
+    done = study.candidates(Status.DONE, with_graphs=False)
+    pairs = pairs if pairs is not None else Comparisons.of(study)
+    pick = recommend_for(done, pairs, config)
+    state = study.get_state(FINALS_STATE, None)
+    if not state:  # off, or not started: the search's own answer, no finals text
+        return Answer(pick, pick, None, {}, "")
+    recipe = Recipe(**json.loads(state["recipe"]))
+    store = FinalsStore(study.path, read_only=True)
+    try:
+        by_id = {c.id: c for c in done}
+        finalists = [i for i in state["finalists"] if i in by_id]
+        found = table(store, by_id, recipe, repeats_of(state), finalists,
+                      state.get("wall_s"))
+        home = {r.candidate_id: r for r in store.runs(recipe.to_json(), kind="home")
+                if r.status == "done"}
+    finally:
+        store.close()
+    if found is None or not found.rows:
+        return Answer(pick, pick, found, home, "the finals are not complete")
+    if pick.bounds and pick.candidate is None:  # nothing within the bounds: none, as said
+        return Answer(pick, pick, found, home, "")
+    chosen = decide(found, margin, cost, pick, pick.bounds)
+    seed = found.rows[0].candidate
+    if chosen.candidate is None:
+        return Answer(chosen, pick, found, home, "")
+    sections = config or {}
+    repeated = repeats_the_search(recipe, chosen.candidate, sections.get("train") or {},
+                                  stored_value(config, "seed_epochs"))
+    kept = take_home_choice(chosen.candidate, home.get(chosen.candidate.id), repeated)
+    mine = kept.test_correct if kept.run is not None else pairs.test.get(chosen.candidate.id)
+    theirs = pairs.test.get(seed.id)
+    test = (paired.compare(mine, theirs) if chosen.candidate.id != seed.id or
+            kept.run is not None else None) if paired.comparable(mine, theirs) else None
+    return Answer(dataclasses.replace(chosen, test=test), pick, found, home, "", kept)

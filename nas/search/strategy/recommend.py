@@ -41,6 +41,7 @@ class Scored(Protocol):
     accuracy: float | None
     flops: float | None
     extra_metrics: dict[str, Any]
+    metrics: dict[str, Any]  # every reported metric
 
 
 
