@@ -1,38 +1,29 @@
 """`Study`: the durable, multi-process store of a search, one SQLite file per workdir.
 
-Every state change is one SQLite transaction in WAL mode, so a driver or worker killed
-at any moment leaves a consistent file that the next run resumes from. Claims use
-`BEGIN IMMEDIATE`, so two processes never claim the same candidate. WAL needs all
-processes on one host (or a filesystem with working shared memory and locks, which NFS
-is not).
+Every state change is one SQLite transaction in WAL mode, so a process killed at any
+moment leaves a consistent file that the next run resumes from; two processes never claim
+the same candidate. WAL needs all processes on one host (or a filesystem with working
+shared memory and locks, which NFS is not).
 
     study = Study.open(workdir, config)          # create or resume
     cid = study.add(graph_json, parent_id=p, fingerprint=fp, seed=s)
     cand = study.claim(worker="host:123")        # None when nothing is pending
     study.tell(cand.id, {"accuracy": .93, "flops": 1.2e6, ...})   # or study.fail(...)
 
-`Study` holds every operation on the file, by section: opening, writing candidates (a
-result arrives once: the first wins, and a worker that no longer holds its claim records
-nothing), claims as leases, reading, refused proposals and enqueued architectures.
+A result arrives once: the first wins, and a worker that no longer holds its claim
+records nothing. A claim is a lease of `lease_s` seconds that its worker renews
+(`LeaseKeeper`) while it trains; one that expires, or whose worker process on this host
+has exited, is re-queued by the next claim, and after `max_attempts` claims the
+candidate fails instead.
 
-Claims as leases: a claim marks a pending candidate running for `lease_s` seconds, which
-its worker renews (`LeaseKeeper`) while it trains. A lease that expires, or whose worker
-process on this host has exited, is re-queued by the next claim; after `max_attempts`
-claims a candidate fails instead of being retried forever.
+A refused proposal is not a candidate. A child refused at its start in a worker leaves
+the candidates table in the transaction that records its refusal, so it takes none of
+`search.max_candidates`, and the driver proposes another child in its place
+(`open_refusal`, `add(replaces=...)`); a slot refused `search.max_refusals` times fails
+with its last cause, so a search that cannot start any child ends.
 
-Refused proposals are not candidates. A child refused at its start in a worker (start
-accuracy below `search.max_start_drop`, a fit above `search.fit.max_error`, a constant
-output) leaves the candidates table in the transaction that records its refusal, so it
-takes none of `search.max_candidates`, and the driver proposes another child in its
-place (`open_refusal`, `add(replaces=...)`). A slot refused `search.max_refusals` times
-fails with its last cause instead, so a search that cannot start any child ends.
-Refusals before a candidate existed (a move that raised, a constant output found by the
-driver) are recorded with the proposal counter that moved past them, in one transaction.
-
-Enqueued architectures: a user often knows a model worth trying (a colleague's, a
-paper's, last month's best). `enqueue` adds it to a study that has its seeds; it trains as
-a seed does (no parent), before any proposed child, counts toward
-`search.max_candidates`, and is a parent for proposals like every other result.
+An enqueued architecture (a user's model worth trying) trains as a seed does, before any
+proposed child, and counts toward `search.max_candidates`.
 """
 
 from __future__ import annotations
@@ -93,9 +84,7 @@ DEFAULT_LEASE_S = stored_value(None, "lease_s")
 # Keys of the search's state (`set_state`), read back by a resumed driver, the workers
 # and the reports. A module's own state (`finals.FINALS_STATE`) is named in that module.
 PROPOSALS = "proposals"  # the next proposal's RNG stream and init folder
-# True once the driver ended its run (budget spent or a stop): external workers stop
-# claiming.
-STOPPED = "stopped"
+STOPPED = "stopped"  # the driver ended its run: external workers stop claiming
 MAX_CANDIDATES = "max_candidates"  # of the driver's last run, which workers count to
 # A study with several seeds: how many it starts from, and how many of them are in it
 # (a study without them has one seed, in once it has a candidate).
@@ -178,11 +167,8 @@ class Study:
 
     @classmethod
     def create(cls, workdir: str | os.PathLike, config: Any = None) -> Study:
-        """Create a new study; ValueError if one already exists in `workdir`.
-
-        `config` (a dict or anything with `to_dict()`, e.g. a ConfigDict) is stored as
-        JSON; `config["max_attempts"]` (default 3) caps re-queues of interrupted runs.
-        """
+        """Create a new study, storing `config` (a dict or a ConfigDict) as JSON;
+        ValueError if one already exists in `workdir`."""
         config_json = dumps(_plain_config(config), "config")
         study = cls(workdir, _token=_PRIVATE)
         if not database.is_empty(study.path):
@@ -319,13 +305,11 @@ class Study:
 
         `generation` defaults to the parent's + 1 (0 for a seed). A fingerprint already in
         the study (any status: a failed architecture fails again) raises
-        `DuplicateCandidateError` carrying `existing_id`, unless `allow_duplicate`.
-        `status` may be "infeasible" or "failed" to record a child that never reaches
-        training. `state` entries are saved with `set_state` in the same transaction, so
-        the driver's RNG/counters always match the candidates they produced. `blocks` is
-        any JSON value (how to rebuild the architecture from blocks). `inheritance`: its
-        `Inheritance` record (or that record's JSON object). `replaces`: the id of the
-        refused proposal this one takes the place of, marked in the same transaction.
+        `DuplicateCandidateError`, unless `allow_duplicate`. `status` may be "infeasible"
+        or "failed" for a child that never reaches training. `state` entries are saved as
+        `set_state` does, and `replaces` (a refused proposal's id this one takes the place
+        of) is marked, in the same transaction, so the driver's counters always match the
+        candidates they produced. `blocks`: any JSON value.
         """
         check_new_candidate(graph_json, status, fingerprint, seed)
         fields = {
@@ -374,14 +358,11 @@ class Study:
         self, candidate_id: int, metrics: Any, *, checkpoint_path: str | None = None,
         worker: str | None = None, rung_epochs: float | None = None,
     ) -> Candidate:
-        """Record a finished training: status done, with its metrics.
-
-        `metrics` is a mapping or dataclass with at least `accuracy`
-        (`candidate.split_metrics`). The first result wins: telling a finished candidate
-        (or, with `worker`, one that worker no longer holds) changes nothing and logs why.
-        With `rung_epochs` (a multi-fidelity child at its last rung) the result is also
-        recorded as that rung's, decision "final".
-        """
+        """Record a finished training: status done, with its metrics (as
+        `candidate.split_metrics` reads them). The first result wins: telling a finished
+        candidate (or, with `worker`, one that worker no longer holds) changes nothing and
+        logs why. With `rung_epochs` (a multi-fidelity child at its last rung) the result
+        is also that rung's, decision "final"."""
         known, extra = split_metrics(metrics)
         extra, bits = split_examples(extra)
         with self._db.write() as c:
@@ -444,11 +425,9 @@ class Study:
         self, candidate_id: int, error: str | BaseException, *, infeasible: bool = False,
         worker: str | None = None,
     ) -> Candidate:
-        """Record that a candidate failed (or is infeasible: it can never run, e.g. OOM).
-
-        Failed candidates are never retried automatically. Like `tell`, a no-op (logged)
-        on a finished candidate or one that `worker` no longer holds.
-        """
+        """Record that a candidate failed (or is infeasible: it can never run, e.g. OOM),
+        never to be retried. Like `tell`, a no-op (logged) on a finished candidate or one
+        that `worker` no longer holds."""
         if isinstance(error, BaseException):
             error = f"{type(error).__name__}: {error}"
         status = Status.INFEASIBLE if infeasible else Status.FAILED
@@ -468,15 +447,12 @@ class Study:
 
     def claim(self, worker: str | None = None, candidate_id: int | None = None, *,
               lease_s: float | None = None) -> Candidate | None:
-        """Atomically mark the oldest pending candidate (or `candidate_id`) running; a
-        pending one without a parent (a seed, an enqueued architecture) comes before any
-        proposed child, so what a user enqueues trains next.
-
-        The claim is a lease of `lease_s` seconds (default: the config's `lease_s`, else
-        60) that the worker must `renew` while it trains. Expired claims are re-queued
-        first, in the same transaction. Returns the claimed candidate, or None if nothing
-        (or not that one) is pending. Each claim counts one attempt.
-        """
+        """Atomically mark the oldest pending candidate (or `candidate_id`) running and
+        return it (None: nothing, or not that one, is pending); one without a parent (a
+        seed, an enqueued architecture) comes before any proposed child. The claim is a
+        lease of `lease_s` seconds (default: the config's) that the worker must `renew`;
+        expired claims are re-queued first, in the same transaction. Each claim counts one
+        attempt."""
         worker = worker or default_worker()
         lease_s = self._lease_s(lease_s)
         with self._db.write() as c:
@@ -503,8 +479,7 @@ class Study:
 
     def renew(self, candidate_id: int, worker: str, lease_s: float | None = None) -> bool:
         """Extend `worker`'s lease on a running candidate; False if it no longer holds it
-        (its lease expired and the candidate was re-queued or claimed by another worker):
-        the worker must then stop training it and record nothing."""
+        (its lease expired): the worker must then stop training it and record nothing."""
         lease_s = self._lease_s(lease_s)
         with self._db.write() as c:
             cur = c.execute(
@@ -526,30 +501,23 @@ class Study:
             return cur.rowcount == 1
 
     def requeue_expired(self, max_attempts: int | None = None) -> tuple[list[int], list[int]]:
-        """Re-queue running candidates whose lease expired (their worker died or hung);
-        a candidate whose attempts reached `max_attempts` is failed instead. Safe to call
-        by anyone at any time: live claims are left alone. Returns (requeued, failed)."""
+        """Re-queue running candidates whose lease expired, or fail those whose attempts
+        reached `max_attempts`; live claims are left alone. Returns (requeued, failed)."""
         max_attempts = self._max_attempts(max_attempts)
         with self._db.write() as c:
             return self._requeue_expired(c, max_attempts)
 
     def holds(self, candidate_id: int, worker: str) -> bool:
         """Whether `worker` holds the running claim on `candidate_id`."""
-        with self._db.read() as c:
-            row = c.execute("SELECT status, worker FROM candidates WHERE id=?",
-                            (candidate_id,)).fetchone()
-        return row is not None and row[0] == Status.RUNNING and row[1] == worker
+        rows = self._rows("SELECT status, worker FROM candidates WHERE id=?", (candidate_id,))
+        return rows == [(Status.RUNNING, worker)]
 
     def requeue_running(
         self, max_attempts: int | None = None, *, worker: str | None = None
     ) -> tuple[list[int], list[int]]:
-        """Return interrupted candidates (status running) to pending, or fail those whose
-        attempts reached `max_attempts` (default: config["max_attempts"] or 3).
-
-        Only for a study no live worker uses (tests, repair): drivers and workers rely on
-        leases instead (`requeue_expired`). `worker` restricts this to one worker's
-        candidates. Returns (requeued ids, failed ids).
-        """
+        """Return every running candidate (or `worker`'s), live or not, to pending, or fail
+        those whose attempts reached `max_attempts`: only for a study no live worker uses
+        (tests, repair). Returns (requeued, failed)."""
         max_attempts = self._max_attempts(max_attempts)
         where, args = f"status='{Status.RUNNING}'", []
         if worker is not None:
@@ -564,12 +532,11 @@ class Study:
 
     def get_state(self, key: str, default: Any = None) -> Any:
         """A value saved with `set_state` (or `add(state=...)`), else `default`."""
-        with self._db.read() as c:
-            row = c.execute("SELECT value FROM meta WHERE key=?", (STATE_PREFIX + key,)).fetchone()
-        if row is None:
+        rows = self._rows("SELECT value FROM meta WHERE key=?", (STATE_PREFIX + key,))
+        if not rows:
             return default
         try:
-            return json.loads(row[0])
+            return json.loads(rows[0][0])
         except ValueError as e:
             raise ValueError(f"{self.path}: state {key!r} holds damaged JSON ({e})") from None
 
@@ -580,10 +547,9 @@ class Study:
 
     def candidates(self, status: str | Iterable[str] | None = None, *,
                    with_graphs: bool = True) -> list[Candidate]:
-        """All candidates (or those with the given status/statuses), by id.
-
-        `with_graphs=False` leaves out the large fields (graph, spec, properties,
-        inheritance, blocks: empty or None), for listings of metrics over a large study."""
+        """All candidates (or those with the given status/statuses), by id; `with_graphs=
+        False` leaves out the large fields (graph, spec, properties, inheritance, blocks),
+        for listings of metrics over a large study."""
         query, args, where = (SELECT if with_graphs else SELECT_METRICS), [], ""
         if status is not None:
             statuses = _statuses(status)
@@ -595,8 +561,7 @@ class Study:
         return [self._with_rungs(candidate_from_row(r, self.path), rungs) for r in rows]
 
     def latest(self, k: int, status: str | Iterable[str]) -> list[Candidate]:
-        """The `k` newest candidates with the given status(es), newest first: ids from the
-        status index, then only those rows."""
+        """The `k` newest candidates with the given status(es), newest first."""
         statuses = _statuses(status)
         with self._db.read() as c:
             ids = sorted((i for s in statuses for (i,) in c.execute(
@@ -609,18 +574,14 @@ class Study:
         included (its row left the table, its id is not given again): the driver's next
         proposal reads results by id (`search.pipeline_depth`), which must not depend on
         whether the newest child was refused yet."""
-        with self._db.read() as c:
-            newest = int(c.execute("SELECT MAX(id) FROM candidates").fetchone()[0] or 0)
-            given = c.execute("SELECT seq FROM sqlite_sequence WHERE name='candidates'"
-                              ).fetchone()
-        return max(newest, int(given[0]) if given else 0)
+        newest = self._rows("SELECT MAX(id) FROM candidates")[0][0] or 0
+        given = self._rows("SELECT seq FROM sqlite_sequence WHERE name='candidates'")
+        return max(int(newest), int(given[0][0]) if given else 0)
 
     def first_unfinished_id(self) -> int | None:
-        """The oldest pending or running candidate's id; None when every one is finished.
-        Two lookups in the status index, whatever the study's size."""
-        with self._db.read() as c:
-            ids = [row[0] for status in (Status.PENDING, Status.RUNNING) for row in c.execute(
-                "SELECT id FROM candidates WHERE status=? ORDER BY id LIMIT 1", (status,))]
+        """The oldest pending or running candidate's id; None when every one is finished."""
+        ids = [i for status in (Status.PENDING, Status.RUNNING) for (i,) in self._rows(
+            "SELECT id FROM candidates WHERE status=? ORDER BY id LIMIT 1", (status,))]
         return min(ids, default=None)
 
     def done_rows(self, after: int = 0, through: int | None = None) -> list[Finished]:
@@ -639,8 +600,7 @@ class Study:
         if through is not None:
             query += " AND id <= ?"
             args.append(int(through))
-        with self._db.read() as c:
-            rows = c.execute(query + f" AND status='{Status.DONE}' ORDER BY id", args).fetchall()
+        rows = self._rows(query + f" AND status='{Status.DONE}' ORDER BY id", args)
         return [Finished(*row[:8], val_count=row[8],
                          val_bits=None if row[9] is None else bytes(row[9]),
                          user_costs={u: v for u, v in zip(users, row[10:], strict=True)
@@ -650,75 +610,56 @@ class Study:
                                                     float | None, str | None]]:
         """(id, parent id, status, accuracy, flops, move kind) of every candidate with id
         <= `through`, by id: what `nas.search.strategy.move_mix` counts."""
-        with self._db.read() as c:
-            rows = c.execute(
-                "SELECT id, parent_id, status, accuracy, flops,"
-                " json_extract(inheritance_json, '$.kind') FROM candidates WHERE id <= ?"
-                " ORDER BY id", (int(through),)).fetchall()
-        return [tuple(r) for r in rows]
+        return [tuple(r) for r in self._rows(
+            "SELECT id, parent_id, status, accuracy, flops,"
+            " json_extract(inheritance_json, '$.kind') FROM candidates WHERE id <= ?"
+            " ORDER BY id", (int(through),))]
 
     def has_candidate(self, candidate_id: int) -> bool:
-        """Whether the study has a candidate `candidate_id` (a refused child's id has
-        none)."""
-        with self._db.read() as c:
-            return c.execute("SELECT 1 FROM candidates WHERE id=?",
-                             (int(candidate_id),)).fetchone() is not None
+        """Whether the study has a candidate `candidate_id` (a refused child's id has none)."""
+        return bool(self._rows("SELECT 1 FROM candidates WHERE id=?", (int(candidate_id),)))
 
     def find(self, fingerprint: str) -> list[int]:
         """Ids of candidates with this fingerprint."""
-        with self._db.read() as c:
-            rows = c.execute(
-                "SELECT id FROM candidates WHERE fingerprint=? ORDER BY id", (fingerprint,)
-            ).fetchall()
-        return [r[0] for r in rows]
+        return [i for (i,) in self._rows(
+            "SELECT id FROM candidates WHERE fingerprint=? ORDER BY id", (fingerprint,))]
 
     def counts(self) -> dict[str, int]:
         """Number of candidates per status (every status present, zeros included)."""
         query = ("SELECT status, n FROM status_counts" if self._counted else
                  "SELECT status, COUNT(*) FROM candidates GROUP BY status")
-        with self._db.read() as c:
-            rows = c.execute(query).fetchall()
-        out: dict[str, int] = dict.fromkeys(STATUSES, 0)
-        out.update(rows)
-        return out
+        return {**dict.fromkeys(STATUSES, 0), **dict(self._rows(query))}
 
     def rung_counts(self) -> dict[int, tuple[float, int]]:
         """rung index -> (its epochs, number of results recorded there)."""
-        with self._db.read() as c:
-            rows = c.execute("SELECT rung, MAX(epochs), COUNT(*) FROM rungs GROUP BY rung"
-                             " ORDER BY rung").fetchall()
+        rows = self._rows("SELECT rung, MAX(epochs), COUNT(*) FROM rungs GROUP BY rung"
+                          " ORDER BY rung")
         return {int(r): (float(e), int(n)) for r, e, n in rows}
 
     def feasible_count(self, bounds: Mapping[str, float]) -> int:
         """How many done candidates are within every bound ({cost: upper bound}, as
-        `search.constraints`): one count over the table, whatever the study's size."""
+        `search.constraints`)."""
         where, args = [], []
         for cost, bound in bounds.items():
             column, cost_args = self._cost_column(cost)
             where.append(f"{column} <= ?")
             args += [*cost_args, float(bound)]
-        with self._db.read() as c:
-            return int(c.execute(
-                f"SELECT COUNT(*) FROM candidates WHERE status='{Status.DONE}'"
-                " AND accuracy IS NOT NULL"
-                + "".join(f" AND {w}" for w in where), args).fetchone()[0])
+        return int(self._rows(f"SELECT COUNT(*) FROM candidates WHERE status='{Status.DONE}'"
+                              " AND accuracy IS NOT NULL"
+                              + "".join(f" AND {w}" for w in where), args)[0][0])
 
     def pareto_front(self, cost: str = "flops") -> list[Candidate]:
-        """Done candidates on the accuracy/`cost` front, from most accurate to cheapest.
-
-        Candidates tied with a front point (same accuracy and cost) are all included.
-        Only the front's rows are read whole; the rest is one pass over an index.
-        """
+        """Done candidates on the accuracy/`cost` front, from most accurate to cheapest,
+        those tied with a front point included. Only the front's rows are read whole."""
         column, args = self._cost_column(cost)
         if args:  # a number in the metrics' JSON
             where = "json_type(metrics_json, ?) IN ('integer', 'real')"
             args += args
         else:
             where = f"{cost} IS NOT NULL"
-        with self._db.read() as c:
-            done = c.execute(f"SELECT id, accuracy, {column} FROM candidates WHERE "
-                             f"status='{Status.DONE}' AND accuracy IS NOT NULL AND {where}"
-                             " ORDER BY id", args).fetchall()
+        done = self._rows(f"SELECT id, accuracy, {column} FROM candidates WHERE "
+                          f"status='{Status.DONE}' AND accuracy IS NOT NULL AND {where}"
+                          " ORDER BY id", args)
         if not done:
             return []
         curve = ParetoCurve([(a, v) for _, a, v in done], (True, higher_better(cost)))
@@ -748,7 +689,7 @@ class Study:
                     split: str = "validation") -> dict[int, np.ndarray]:
         """candidate id -> which examples of `split` ("validation" or "test") it got
         right, in the split's order (boolean vector); candidates without a record (an
-        older study, a failed run) are absent. Read in one query."""
+        older study, a failed run) are absent."""
         if split not in EXAMPLE_SPLITS.values():
             raise ValueError(f"split: expected one of {sorted(EXAMPLE_SPLITS.values())}, "
                              f"got {split!r}")
@@ -759,10 +700,8 @@ class Study:
                 return {}
             query += f" AND candidate_id IN ({', '.join('?' * len(ids))})"
             args += sorted(ids)
-        with self._db.read() as c:
-            rows = c.execute(query + " ORDER BY candidate_id", args).fetchall()
         out = {}
-        for cid, count, bits in rows:
+        for cid, count, bits in self._rows(query + " ORDER BY candidate_id", args):
             if ids is not None and cid not in ids:
                 continue
             try:
@@ -776,12 +715,10 @@ class Study:
 
     def refuse(self, candidate_id: int, cause: str, *, worker: str | None = None
                ) -> Refusal | None:
-        """Records that a claimed child could not start near its parent (`cause`, one line).
-
-        Its row leaves the candidates table and the refusal is returned; or, when its slot
-        already had `max_refusals` proposals refused, it fails with a line naming the cause
-        (None). Like `fail`, a no-op (None) on a finished candidate or one that `worker` no
-        longer holds."""
+        """Records that a claimed child could not start near its parent (`cause`, one
+        line): its row leaves the candidates table and the refusal is returned; or, when
+        its slot already had `max_refusals` proposals refused, it fails (None). Like
+        `fail`, a no-op (None) on a finished candidate or one `worker` no longer holds."""
         with self._db.write() as c:
             if not self._may_record(c, candidate_id, "refusal", worker):
                 return None
@@ -831,10 +768,9 @@ class Study:
         return [Refusal(*row) for row in rows]
 
     def open_refusal(self, through: int) -> Refusal | None:
-        """The oldest child refused at its start, with an id up to `through`, that nothing
-        was proposed in place of yet (None: none). Why `through`: the driver's next
-        proposal reads the results up to that id, whatever the workers' timing, so the slot
-        it fills is decided by counts too."""
+        """The oldest child refused at its start, with an id up to `through` (what the
+        driver's next proposal reads, so the slot it fills is decided by counts too), that
+        nothing was proposed in place of yet (None: none)."""
         with self._db.read() as c:
             if not _has_refusals(c):
                 return None
@@ -860,9 +796,8 @@ class Study:
 
     def enqueue(self, architecture: Any, constants: dict[str, Any] | None = None, *,
                 variables: dict[str, Any] | None = None) -> int:
-        """Adds `architecture` as a pending candidate trained before any proposed child;
-        returns its id. The search trains it when it next runs (`nas.run_search` or
-        `nas-search` on this workdir), within `search.max_candidates`.
+        """Adds `architecture` as a pending candidate trained before any proposed child,
+        when the search next runs on this workdir; returns its id.
 
         architecture: what `nas.load_candidate` or `nas.from_flax` returns (with its
         weights, if it has them), the path of an exported candidate or graph JSON, or a
@@ -922,6 +857,11 @@ class Study:
                              f"{e.existing_id} of {self.workdir}") from None
 
     # --------------------------------------------------------------- internals
+
+    def _rows(self, sql: str, args: Iterable[Any] = ()) -> list[tuple]:
+        """Every row of one read statement."""
+        with self._db.read() as c:
+            return c.execute(sql, tuple(args)).fetchall()
 
     def _row(self, c: sqlite3.Connection, candidate_id: int, columns: str) -> tuple:
         """`columns` of one candidate's row; ValueError when there is none."""
@@ -1260,12 +1200,10 @@ def _check_weights(graph: Any, constants: dict[str, Any], variables: Any,
 
 
 class LeaseKeeper:
-    """A thread that renews a worker's claims while their candidates train, every held
-    lease at a quarter of its length on its own study connection, so a long compile or a
-    slow step never lets a live claim expire, while a dead worker's claims expire within
-    one lease. A renewal that fails means the lease was lost (it expired and someone
-    re-queued the candidate): the id moves to `lost`, and its trainer should stop and
-    record nothing."""
+    """A thread that renews a worker's held leases at a quarter of their length, on its
+    own study connection, so a long compile never lets a live claim expire while a dead
+    worker's claims expire within one lease. A lost lease (a renewal that fails) moves
+    its id to `lost`: its trainer should stop and record nothing."""
 
     def __init__(self, workdir: str | Path, worker: str, lease_s: float) -> None:
         self.worker = worker
