@@ -1,13 +1,11 @@
-"""The finals in the study file: one row per training of the finals, in the same SQLite
-file as the candidates (its own table), so the finals are as crash-safe as the search; and
-the study's answer read from them (`answer`), by the rules of
-`nas.search.strategy.finals_rules`.
+"""The finals in the study file, one row per training in its own table, so they are as
+crash-safe as the search; and the study's answer read from them (`answer`) by the rules
+of `nas.search.strategy.finals_rules`.
 
-Why rows, not state: a finals run that finished is never trained again, one that was
-running when the driver died trains again (resuming its own checkpoint), and a second call
-on a finished study finds every run done and trains nothing. A run belongs to a recipe
-(`recipe`: epochs, folds, start, seeds as JSON): runs of another recipe (the user changed
-`search.finals`) are kept but not read.
+Why rows, not state: a run that finished is never trained again, one that was running
+when the driver died trains again (resuming its own checkpoint), and a second call on a
+finished study trains nothing. A run belongs to a recipe (its JSON): runs of another
+recipe (the user changed `search.finals`) are kept but not read.
 """
 
 from __future__ import annotations
@@ -15,24 +13,23 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from nas.io import examples
-from nas.search.store.candidate import Candidate, Status
+from nas.search.store.candidate import Status
 from nas.search.store.database import Database
 from nas.search.strategy import paired
 from nas.search.strategy.finals_config import FinalsConfig, Recipe, repeats_the_search
 from nas.search.strategy.finals_rules import (
     FinalsTable,
-    Row,
     Run,
     TakeHome,
-    correctness,
     decide,
+    table,
     take_home_choice,
 )
 from nas.search.strategy.recommend import (
@@ -42,7 +39,6 @@ from nas.search.strategy.recommend import (
     recommend_cost,
     recommend_for,
 )
-from nas.search.strategy.repeated import accuracy_interval, compare_repeated, run_noise
 from nas.search.strategy.settings import stored_value
 
 TABLE = """
@@ -137,43 +133,6 @@ class FinalsStore:
         self._db.close()
 
 
-def table(store: FinalsStore, candidates: dict[int, Candidate], recipe: Recipe, repeats: int,
-          finalists: Sequence[int], wall_s: float | None = None) -> FinalsTable | None:
-    """The finals table of `finalists` (the seed first), or None until every run of the
-    seed is done."""
-    runs = store.runs(recipe.to_json(), kind="finals")
-    wanted = {cid: [r for r in runs if r.candidate_id == cid and r.repeat < repeats]
-              for cid in finalists}
-    expected = repeats * recipe.folds
-    failed = tuple(f"candidate {r.candidate_id}: {r.error}" for rs in wanted.values()
-                   for r in rs if r.status == "failed")
-    complete = {cid: correctness([r for r in rs if r.status == "done"], repeats)
-                for cid, rs in wanted.items()
-                if sum(r.status == "done" for r in rs) == expected}
-    seed_id = finalists[0] if finalists else None
-    if seed_id is None or complete.get(seed_id) is None:
-        return None
-    seed_bits, _ = complete[seed_id]
-    paired_rows = {cid: found for cid, found in complete.items()
-                   if found is not None and found[0].shape == seed_bits.shape}
-    # the run part of every comparison, pooled over the table (`nas.search.strategy.repeated`)
-    noise = run_noise(list(paired_rows.values()))
-    rows = []
-    for cid in finalists:
-        if cid not in paired_rows:
-            continue
-        bits, run_ids = paired_rows[cid]
-        trained = [float(r.metrics["epochs"]) for r in wanted[cid]
-                   if r.status == "done" and "epochs" in r.metrics]
-        rows.append(Row(candidates[cid], accuracy_interval(bits, run_ids),
-                        None if cid == seed_id else compare_repeated(bits, seed_bits, run_ids,
-                                                                     noise=noise),
-                        int(bits.shape[0]), bits, run_ids,
-                        float(np.mean(trained)) if trained else None))
-    return FinalsTable(tuple(rows), recipe, repeats, sum(len(rs) for rs in wanted.values()),
-                       failed, wall_s, noise)
-
-
 FINALS_STATE = "finals"  # study state: {"recipe", "finalists", "repeats", "wall_s", ...}
 
 
@@ -198,9 +157,8 @@ class Answer:
 
 def finals_finished(study: Any, finals: FinalsConfig | None = None) -> bool:
     """Whether the study needs no more finals training: they are off, or they ran to the
-    end (the driver marks it) for the candidates there are now and for these finals
-    settings (`finals`: a resumed search's `search.finals`, which may differ from the
-    stored ones; None: the stored ones)."""
+    end for the candidates there are now and for these settings (`finals`: a resumed
+    search's `search.finals`; None: the stored ones)."""
     config = getattr(study, "config", None) or {}
     wanted = finals if finals is not None else FinalsConfig.from_dict(
         stored_value(config, "finals"))
@@ -230,8 +188,8 @@ def answer(study: Any, pairs: Comparisons | None = None) -> Answer:
     try:
         by_id = {c.id: c for c in done}
         finalists = [i for i in state["finalists"] if i in by_id]
-        found = table(store, by_id, recipe, repeats_of(state), finalists,
-                      state.get("wall_s"))
+        found = table(store.runs(recipe.to_json(), kind="finals"), by_id, recipe,
+                      repeats_of(state), finalists, state.get("wall_s"))
         home = {r.candidate_id: r for r in store.runs(recipe.to_json(), kind="home")
                 if r.status == "done"}
     finally:

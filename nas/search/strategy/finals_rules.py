@@ -35,7 +35,12 @@ from nas.search.strategy.recommend import (
     feasible_ids,
     seed_of,
 )
-from nas.search.strategy.repeated import RunNoise, compare_repeated
+from nas.search.strategy.repeated import (
+    RunNoise,
+    accuracy_interval,
+    compare_repeated,
+    run_noise,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,6 +166,42 @@ def correctness(runs: Sequence[Run], repeats: int) -> tuple[np.ndarray, np.ndarr
     if len({row.size for row in rows}) != 1:
         return None
     return np.stack(rows), np.stack(ids)
+
+
+def table(runs: Sequence[Run], candidates: dict[int, Scored], recipe: Recipe, repeats: int,
+          finalists: Sequence[int], wall_s: float | None = None) -> FinalsTable | None:
+    """The finals table of `finalists` (the seed first) from the finals runs of `recipe`,
+    or None until every run of the seed is done."""
+    wanted = {cid: [r for r in runs if r.candidate_id == cid and r.repeat < repeats]
+              for cid in finalists}
+    expected = repeats * recipe.folds
+    failed = tuple(f"candidate {r.candidate_id}: {r.error}" for rs in wanted.values()
+                   for r in rs if r.status == "failed")
+    complete = {cid: correctness([r for r in rs if r.status == "done"], repeats)
+                for cid, rs in wanted.items()
+                if sum(r.status == "done" for r in rs) == expected}
+    seed_id = finalists[0] if finalists else None
+    if seed_id is None or complete.get(seed_id) is None:
+        return None
+    seed_bits, _ = complete[seed_id]
+    paired_rows = {cid: found for cid, found in complete.items()
+                   if found is not None and found[0].shape == seed_bits.shape}
+    # the run part of every comparison, pooled over the table (`repeated`)
+    noise = run_noise(list(paired_rows.values()))
+    rows = []
+    for cid in finalists:
+        if cid not in paired_rows:
+            continue
+        bits, run_ids = paired_rows[cid]
+        trained = [float(r.metrics["epochs"]) for r in wanted[cid]
+                   if r.status == "done" and "epochs" in r.metrics]
+        rows.append(Row(candidates[cid], accuracy_interval(bits, run_ids),
+                        None if cid == seed_id else compare_repeated(bits, seed_bits, run_ids,
+                                                                     noise=noise),
+                        int(bits.shape[0]), bits, run_ids,
+                        float(np.mean(trained)) if trained else None))
+    return FinalsTable(tuple(rows), recipe, repeats, sum(len(rs) for rs in wanted.values()),
+                       failed, wall_s, noise)
 
 
 def decide(found: FinalsTable, margin_pt: float, cost: str,
