@@ -42,6 +42,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import ml_collections
 import numpy as np
 from absl import logging as absl_logging
 
@@ -62,6 +63,7 @@ from nas.search.store.candidate import (
     status_of,
 )
 from nas.search.store.database import STATE_PREFIX, Database, Key, StudyNotFoundError
+from nas.search.strategy import hparams as hparams_lib
 from nas.search.strategy.fidelity import RungResult
 from nas.search.strategy.pareto import ParetoCurve
 from nas.search.strategy.population import Finished
@@ -71,15 +73,13 @@ from nas.search.strategy.selection import (
     higher_better,
     spread_name,
 )
-from nas.search.strategy.settings import stored_value
+from nas.search.strategy.settings import SearchSettings, measured_costs, stored_value
 
-__all__ = ["DB_NAME", "DEFAULT_LEASE_S", "DEFAULT_MAX_ATTEMPTS", "EXAMPLE_SPLITS", "Candidate",
-           "Decide", "DuplicateCandidateError", "LeaseKeeper", "Refusal", "Study",
-           "StudyNotFoundError", "default_worker", "split_examples"]
+__all__ = ["DB_NAME", "EXAMPLE_SPLITS", "Candidate", "Decide", "DuplicateCandidateError",
+           "LeaseKeeper", "Refusal", "Study", "StudyNotFoundError", "default_worker",
+           "split_examples"]
 
 DB_NAME = "study.db"
-DEFAULT_MAX_ATTEMPTS = stored_value(None, "max_attempts")
-DEFAULT_LEASE_S = stored_value(None, "lease_s")
 
 # Keys of the search's state (`set_state`), read back by a resumed driver, the workers
 # and the reports. A module's own state (`finals.FINALS_STATE`) is named in that module.
@@ -271,8 +271,6 @@ class Study:
         """The names of the costs measured in the worker (`settings.measured_costs`: the
         keys of `search.costs`, and `latency_ms` where it is timed): numbers in each done
         candidate's metrics, lower is better, ranked like the built-in costs."""
-        from nas.search.strategy.settings import measured_costs
-
         search = self.config.get("search") if isinstance(self.config, Mapping) else None
         return tuple(k for k in measured_costs(search) if k.isidentifier())
 
@@ -807,12 +805,8 @@ class Study:
         Each mistake (a study without its seeds yet, other outputs or input shape than the
         study's, weights that do not fit, an architecture already in the study) is one
         ValueError line, and nothing is written."""
-        import ml_collections
-
         from nas.graph.serialize import graph_to_json
         from nas.mutation import fingerprint_at
-        from nas.search.strategy import hparams as hparams_lib
-        from nas.search.strategy.settings import SearchSettings
         from nas.train import preflight
         from nas.train.checkpoint import save_variables
         from nas.train.config import image_shape, with_defaults
