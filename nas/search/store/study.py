@@ -364,13 +364,12 @@ class Study:
         known, extra = split_metrics(metrics)
         extra, bits = split_examples(extra)
         with self._db.write() as c:
-            if not self._may_record(c, candidate_id, "result", worker):
-                return self._get(c, candidate_id)
-            if rung_epochs is not None:
-                rung = self._row(c, candidate_id, "rung")[0]
-                self._insert_rung(c, candidate_id, rung, rung_epochs, known, extra,
-                                  "final", None, worker)
-            self._finish(c, candidate_id, Status.DONE, known, extra, bits, checkpoint_path)
+            if self._may_record(c, candidate_id, "result", worker):
+                if rung_epochs is not None:
+                    rung = self._row(c, candidate_id, "rung")[0]
+                    self._insert_rung(c, candidate_id, rung, rung_epochs, known, extra,
+                                      "final", None, worker)
+                self._finish(c, candidate_id, Status.DONE, known, extra, bits, checkpoint_path)
             return self._get(c, candidate_id)
 
     def record_rung(
@@ -430,9 +429,8 @@ class Study:
             error = f"{type(error).__name__}: {error}"
         status = Status.INFEASIBLE if infeasible else Status.FAILED
         with self._db.write() as c:
-            if not self._may_record(c, candidate_id, "failure", worker):
-                return self._get(c, candidate_id)
-            self._fail(c, candidate_id, str(error), status)
+            if self._may_record(c, candidate_id, "failure", worker):
+                self._fail(c, candidate_id, str(error), status)
             return self._get(c, candidate_id)
 
     def set_state(self, key: str, value: Any) -> None:
@@ -759,34 +757,28 @@ class Study:
     def refusals(self, stage: str | None = None) -> list[Refusal]:
         """The refused proposals (of one `stage`, or all), oldest first."""
         where, args = ("", ()) if stage is None else (" WHERE stage=?", (stage,))
-        with self._db.read() as c:
-            if not _has_refusals(c):
-                return []
-            rows = c.execute(SELECT_REFUSALS + f"{where} ORDER BY id", args).fetchall()
-        return [Refusal(*row) for row in rows]
+        if not self._has_refusals():
+            return []
+        return [Refusal(*row) for row in self._rows(SELECT_REFUSALS + f"{where} ORDER BY id",
+                                                    args)]
 
     def open_refusal(self, through: int) -> Refusal | None:
         """The oldest child refused at its start, with an id up to `through` (what the
         driver's next proposal reads, so the slot it fills is decided by counts too), that
         nothing was proposed in place of yet (None: none)."""
-        with self._db.read() as c:
-            if not _has_refusals(c):
-                return None
-            row = c.execute(
-                SELECT_REFUSALS + " WHERE replaced_by IS NULL AND"
-                " candidate_id IS NOT NULL AND candidate_id <= ? ORDER BY candidate_id"
-                " LIMIT 1", (int(through),)).fetchone()
-        return None if row is None else Refusal(*row)
+        if not self._has_refusals():
+            return None
+        rows = self._rows(SELECT_REFUSALS + " WHERE replaced_by IS NULL AND candidate_id IS NOT"
+                          " NULL AND candidate_id <= ? ORDER BY candidate_id LIMIT 1",
+                          (int(through),))
+        return Refusal(*rows[0]) if rows else None
 
     def refusal_counts(self) -> dict[str, dict[str, int]]:
         """{stage: {move kind: refused proposals}}, every stage present."""
         out: dict[str, dict[str, int]] = {s: {} for s in STAGES}
-        with self._db.read() as c:
-            if not _has_refusals(c):
-                return out
-            for stage, kind, n in c.execute(
-                    "SELECT stage, COALESCE(kind, '?'), COUNT(*) FROM refusals"
-                    " GROUP BY stage, kind ORDER BY stage, kind"):
+        if self._has_refusals():
+            for stage, kind, n in self._rows("SELECT stage, COALESCE(kind, '?'), COUNT(*) FROM"
+                                             " refusals GROUP BY stage, kind ORDER BY stage, kind"):
                 out.setdefault(stage, {})[kind] = int(n)
         return out
 
@@ -952,6 +944,12 @@ class Study:
         return Refusal(*c.execute(SELECT_REFUSALS + " WHERE id=?",
                                   (int(cur.lastrowid),)).fetchone())
 
+    def _has_refusals(self) -> bool:
+        """Whether the study has the refusals table (a read-only opener of an older study
+        may not)."""
+        return bool(self._rows("SELECT 1 FROM sqlite_master WHERE type='table' AND "
+                               "name='refusals'"))
+
     @staticmethod
     def _state_rows(state: Mapping[str, Any] | None) -> list[tuple[str, str]]:
         rows = []
@@ -1037,13 +1035,6 @@ def _statuses(status: str | Iterable[str]) -> list[str]:
     for name in statuses:
         status_of(name)
     return statuses
-
-
-def _has_refusals(c: sqlite3.Connection) -> bool:
-    """Whether the study has the refusals table (a read-only opener of an older study may
-    not)."""
-    return c.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='refusals'"
-                     ).fetchone() is not None
 
 
 def json_path(name: str) -> str:
