@@ -220,11 +220,9 @@ def is_empty(path: Path) -> bool:
     if not path.exists() or path.stat().st_size == 0:
         return True
     try:
-        conn = sqlite3.connect(f"file:{path.resolve()}?mode=ro", uri=True, timeout=60.0)
-        try:
+        uri = f"file:{path.resolve()}?mode=ro"
+        with contextlib.closing(sqlite3.connect(uri, uri=True, timeout=60.0)) as conn:
             return conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()[0] == 0
-        finally:
-            conn.close()
     except sqlite3.DatabaseError:  # a corrupt or foreign file is not empty
         return False
 

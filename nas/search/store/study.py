@@ -110,9 +110,6 @@ Decide = Callable[[RungResult, list[RungResult], float | None], tuple[bool, str]
 # Where a proposal was refused: "start": its child could not start near its parent (in a
 # worker, or found by the driver before the child was added); "move": the move raised.
 STAGES = ("start", "move")
-REFUSAL_COLUMNS = ("id", "proposal", "candidate_id", "parent_id", "kind", "stage", "cause",
-                   "slot_refusals", "replaced_by", "worker", "recorded_at")
-SELECT_REFUSALS = f"SELECT {', '.join(REFUSAL_COLUMNS)} FROM refusals"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,6 +129,9 @@ class Refusal:
     replaced_by: int | None
     worker: str | None
     recorded_at: float
+
+
+SELECT_REFUSALS = f"SELECT {', '.join(f.name for f in dataclasses.fields(Refusal))} FROM refusals"
 
 
 class DuplicateCandidateError(ValueError):
@@ -320,19 +320,16 @@ class Study:
         state_rows = self._state_rows(state)
         with self._db.write() as c:
             if parent_id is not None:
-                row = c.execute("SELECT generation FROM candidates WHERE id=?", (parent_id,))
-                parent = row.fetchone()
+                parent = c.execute("SELECT generation FROM candidates WHERE id=?",
+                                   (parent_id,)).fetchone()
                 if parent is None:
                     raise ValueError(f"parent_id: no candidate {parent_id} in {self.path}")
                 if generation is None:
                     generation = parent[0] + 1
-            if generation is None:
-                generation = 0
+            generation = 0 if generation is None else generation
             if fingerprint is not None and not allow_duplicate:
-                row = c.execute(
-                    "SELECT id FROM candidates WHERE fingerprint=? ORDER BY id LIMIT 1",
-                    (fingerprint,),
-                ).fetchone()
+                row = c.execute("SELECT id FROM candidates WHERE fingerprint=? ORDER BY id"
+                                " LIMIT 1", (fingerprint,)).fetchone()
                 if row is not None:
                     raise DuplicateCandidateError(fingerprint, row[0])
             now = time.time()
@@ -378,13 +375,11 @@ class Study:
         cost: str = "flops",
     ) -> Candidate:
         """Record a multi-fidelity child's result at `rung` (not its last) and decide, in
-        the same transaction, whether it goes on: `decide(result, peers, parent_accuracy)`
-        sees every result recorded earlier at this rung (same epochs). Promoted: pending
-        again at rung + 1 (its claim and attempt count reset; it resumes from its own
-        checkpoint). Not promoted: status `stopped`, with these metrics and
-        `checkpoint_path`. Like `tell`, a no-op (logged) on a finished candidate, one
-        `worker` no longer holds, or one not at `rung`.
-        """
+        the same transaction, whether it goes on: `decide` sees every result recorded
+        earlier at this rung (same epochs). Promoted: pending again at rung + 1, its claim
+        and attempts reset, to resume from its own checkpoint. Not promoted: `stopped`,
+        with these metrics. Like `tell`, a no-op (logged) on a finished candidate, one
+        `worker` no longer holds, or one not at `rung`."""
         known, extra = split_metrics(metrics)
         extra, bits = split_examples(extra)
         with self._db.write() as c:
@@ -395,9 +390,11 @@ class Study:
                 logging.info("%s: candidate %d is at rung %d; a result for rung %d is "
                              "ignored", self.path, candidate_id, at, rung)
                 return self._get(c, candidate_id)
+            # promotions rank by a cost the rungs table records, or by accuracy alone
+            rung_column = cost if cost in ("flops", "params") else "NULL"
             peers = [RungResult(int(i), float(a), None if v is None else float(v))
                      for i, a, v in c.execute(
-                         f"SELECT candidate_id, accuracy, {rung_cost(cost)} FROM rungs "
+                         f"SELECT candidate_id, accuracy, {rung_column} FROM rungs "
                          "WHERE rung=? AND epochs=? AND candidate_id!=? ORDER BY "
                          "candidate_id", (rung, float(epochs), candidate_id))]
             parent_acc = None
@@ -553,7 +550,8 @@ class Study:
             query, args = query + where, statuses
         with self._db.read() as c:
             rows = c.execute(query + " ORDER BY id", args).fetchall()
-            rungs = self._rungs(c, None, where and (f"SELECT id FROM candidates{where}", args))
+            rungs = self._rungs(c, where and f" WHERE candidate_id IN (SELECT id FROM candidates"
+                                f"{where})", args)
         return [self._with_rungs(candidate_from_row(r, self.path), rungs) for r in rows]
 
     def latest(self, k: int, status: str | Iterable[str]) -> list[Candidate]:
@@ -582,9 +580,8 @@ class Study:
 
     def done_rows(self, after: int = 0, through: int | None = None) -> list[Finished]:
         """Done candidates with `after` < id <= `through` (no bound: every later one), by
-        id, with only what selection reads (no graph; the packed validation results that
-        paired ties compare): a primary-key range read, so the driver reads each finished
-        candidate once (`nas.search.strategy.population`)."""
+        id, with only what selection reads (no graph; the packed validation results), so
+        the driver reads each finished candidate once (`nas.search.strategy.population`)."""
         measured = self.user_costs  # read from the metrics' JSON, only those configured
         users = (*measured, *map(spread_name, measured))  # with their spreads
         query = (f"SELECT id, parent_id, accuracy, {', '.join(LIGHT_COSTS)}, "
@@ -860,19 +857,14 @@ class Study:
     def _get(self, c: sqlite3.Connection, candidate_id: int) -> Candidate:
         row = self._row(c, candidate_id, ", ".join(COLUMNS))
         return self._with_rungs(candidate_from_row(row, self.path),
-                                self._rungs(c, candidate_id))
+                                self._rungs(c, " WHERE candidate_id=?", (candidate_id,)))
 
     @staticmethod
-    def _rungs(c: sqlite3.Connection, candidate_id: int | None,
-               among: tuple[str, list[Any]] | str = "") -> dict[int, list[dict[str, Any]]]:
-        """Recorded rung results by candidate id (of one candidate, of those the `among`
-        query (SQL, arguments) selects, or all)."""
-        where, args = ("", ()) if candidate_id is None else (" WHERE candidate_id=?",
-                                                             (candidate_id,))
-        if among:
-            where, args = f" WHERE candidate_id IN ({among[0]})", tuple(among[1])
+    def _rungs(c: sqlite3.Connection, where: str = "", args: Iterable[Any] = ()
+               ) -> dict[int, list[dict[str, Any]]]:
+        """Recorded rung results by candidate id (those `where` selects, or all)."""
         out: dict[int, list[dict[str, Any]]] = {}
-        for row in c.execute(SELECT_RUNGS + where + " ORDER BY candidate_id, rung", args):
+        for row in c.execute(SELECT_RUNGS + where + " ORDER BY candidate_id, rung", tuple(args)):
             entry = dict(zip(RUNG_COLUMNS, row, strict=True))
             out.setdefault(entry.pop("candidate_id"), []).append(entry)
         return out
@@ -945,8 +937,7 @@ class Study:
                                   (int(cur.lastrowid),)).fetchone())
 
     def _has_refusals(self) -> bool:
-        """Whether the study has the refusals table (a read-only opener of an older study
-        may not)."""
+        """Whether there is a refusals table (an older study opened read-only has none)."""
         return bool(self._rows("SELECT 1 FROM sqlite_master WHERE type='table' AND "
                                "name='refusals'"))
 
@@ -960,8 +951,7 @@ class Study:
         return rows
 
     def _cost_column(self, cost: str) -> tuple[str, list[Any]]:
-        """(SQL expression, arguments) of `cost`: its column, or a number in the metrics'
-        JSON (a user's cost, a measured one)."""
+        """(SQL expression, arguments) of `cost`: its column, or its number in the JSON."""
         check_cost(cost, user_costs=self.user_costs)
         if cost in self.user_costs or cost in MEASURED_COSTS:
             return "json_extract(metrics_json, ?)", [json_path(cost)]
@@ -998,8 +988,6 @@ class Study:
 
     def _requeue(self, c: sqlite3.Connection, rows: list[tuple[int, int, str | None]],
                  max_attempts: int, why: str) -> tuple[list[int], list[int]]:
-        """Pending again each (id, attempts, worker) of `rows`, or failed where its
-        attempts reached `max_attempts`; (requeued, failed)."""
         requeued, failed = [], []
         for cid, attempts, who in rows:
             if attempts >= max_attempts:
@@ -1040,11 +1028,6 @@ def _statuses(status: str | Iterable[str]) -> list[str]:
 def json_path(name: str) -> str:
     """The JSON path of a user's cost in `metrics_json` (an identifier: quoted as is)."""
     return f'$."{name}"'
-
-
-def rung_cost(cost: str) -> str:
-    """The rungs-table column a promotion ranks by (only costs the table records)."""
-    return cost if cost in ("flops", "params") else "NULL"
 
 
 def check_new_candidate(graph_json: Any, status: str, fingerprint: Any, seed: Any) -> None:
