@@ -16,9 +16,8 @@ from nas.search.store.candidate import COLUMNS, METRICS, STATUSES
 
 
 class Key(enum.StrEnum):
-    """The meta rows the store writes when it creates a study: they tell a study from
-    another SQLite file and hold its config. The search's own state lives beside them
-    as `STATE_PREFIX + key` rows (`Study.set_state`), so no state key can overwrite one."""
+    """The meta rows written when a study is created. The search's own state lives beside
+    them as `STATE_PREFIX + key` rows (`Study.set_state`), so no state key overwrites one."""
 
     FORMAT = "format"  # `FORMAT` in every study
     SCHEMA_VERSION = "schema_version"
@@ -42,20 +41,15 @@ class StudyNotFoundError(ValueError, FileNotFoundError):
 # when opened, so its candidates read as they were written.
 ADDED_COLUMNS = {"lease_until": "REAL", "blocks_json": "TEXT"}
 
-# Indexes added after a schema version was first written, created when a study is opened.
-# `candidates_selection` covers what parent selection and the progress line read, so a
-# proposal's queries never touch the rows' large columns.
-SELECTION_COLUMNS = ("id", "status", "parent_id", "accuracy", "flops", "params",
-                     "im_sec_core_train", "im_sec_core_infer")
+# Indexes added since, created when a study is opened: `candidates_selection` covers what
+# parent selection and the progress line read, so they never touch the large columns.
+LIGHT_COSTS = ("flops", "params", "im_sec_core_train", "im_sec_core_infer")
 VAL_EXAMPLES = "json_extract(metrics_json, '$.val_examples')"
-ADDED_INDEXES = {
-    "candidates_selection": "candidates(status, "
-    + ", ".join(c for c in SELECTION_COLUMNS if c != "status") + f", {VAL_EXAMPLES})",
-}
+ADDED_INDEXES = {"candidates_selection": f"candidates(status, id, parent_id, accuracy, "
+                                         f"{', '.join(LIGHT_COSTS)}, {VAL_EXAMPLES})"}
 
 # The number of candidates per status, kept by triggers in the transaction that changes a
-# status, so `Study.counts` (read several times per proposal) is six rows, not a count of
-# the whole table. A migration rebuilds the candidates table, which drops the triggers.
+# status, so `Study.counts` (read several times per proposal) reads six rows.
 STATUS_COUNTS = """
 CREATE TABLE IF NOT EXISTS status_counts (status TEXT PRIMARY KEY, n INTEGER NOT NULL)
 ;CREATE TRIGGER status_counts_insert AFTER INSERT ON candidates BEGIN
@@ -129,10 +123,8 @@ CREATE INDEX rungs_rung ON rungs(rung, epochs);
 """
 
 # Which validation and test examples each candidate got right (`nas.io.examples.pack`:
-# bit i of `bits` is example i of the split, in its fixed order), so two candidates are
-# compared example by example (`nas.search.strategy.paired`). Added after schema version
-# 2: an older study gets the empty table when opened, and falls back to unpaired
-# comparisons; older code ignores the table.
+# bit i is example i of the split), for paired comparisons. Added after schema version 2:
+# an older study gets the empty table when opened; older code ignores it.
 EXAMPLES = """
 CREATE TABLE IF NOT EXISTS examples (
     candidate_id INTEGER NOT NULL REFERENCES candidates(id),
@@ -170,15 +162,18 @@ CREATE TABLE meta (
     f"CREATE INDEX {name} ON {target};\n" for name, target in ADDED_INDEXES.items())
 
 
+def unreadable(path: Path, e: sqlite3.DatabaseError) -> ValueError:
+    return ValueError(f"{path}: not a readable SQLite database (corrupt or foreign file): {e}")
+
+
 def statements(script: str) -> list[str]:
     return [s for s in script.split(";") if s.strip()]
 
 
 @contextlib.contextmanager
 def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
-    """`BEGIN IMMEDIATE` on `conn`: committed on success, rolled back on any exception.
-    The write lock is taken before anything is read, so read-then-update sequences
-    (claims, duplicate checks, migrations) are atomic across processes."""
+    """`BEGIN IMMEDIATE` on `conn`, committed on success, rolled back on any exception: the
+    write lock is taken before anything is read, so read-then-update is atomic."""
     conn.execute("BEGIN IMMEDIATE")
     try:
         yield conn
@@ -232,9 +227,7 @@ def check_study(conn: sqlite3.Connection, path: Path) -> None:
     try:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     except sqlite3.DatabaseError as e:
-        raise ValueError(
-            f"{path}: not a readable SQLite database (corrupt or foreign file): {e}"
-        ) from e
+        raise unreadable(path, e) from e
     if not tables:
         raise StudyNotFoundError(f"{path}: empty database, no study in it yet")
     if "meta" not in tables or "candidates" not in tables:
@@ -287,8 +280,8 @@ def check_study(conn: sqlite3.Connection, path: Path) -> None:
 
 
 def add_status_counts(conn: sqlite3.Connection) -> None:
-    """Create the status counts and their triggers, counted from the table (inside the
-    caller's write transaction)."""
+    """Create the status counts and their triggers, counted from the table, in the
+    caller's transaction (a migration, which rebuilds the table, drops the triggers)."""
     for name in COUNT_TRIGGERS:
         conn.execute(f"DROP TRIGGER IF EXISTS {name}")
     for statement in STATUS_COUNTS.split("\n;"):
@@ -375,9 +368,7 @@ class Database:
                 conn.execute("PRAGMA foreign_keys=ON")
                 conn.execute("PRAGMA synchronous=FULL")
         except sqlite3.DatabaseError as e:
-            raise ValueError(
-                f"{self.path}: not a readable SQLite database (corrupt or foreign file): {e}"
-            ) from e
+            raise unreadable(self.path, e) from e
         self._conn, self._pid = conn, os.getpid()
         return conn
 

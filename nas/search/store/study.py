@@ -21,9 +21,6 @@ the candidates table in the transaction that records its refusal, so it takes no
 `search.max_candidates`, and the driver proposes another child in its place
 (`open_refusal`, `add(replaces=...)`); a slot refused `search.max_refusals` times fails
 with its last cause, so a search that cannot start any child ends.
-
-An enqueued architecture (a user's model worth trying) trains as a seed does, before any
-proposed child, and counts toward `search.max_candidates`.
 """
 
 from __future__ import annotations
@@ -97,7 +94,6 @@ LARGE = {"graph_json": "''", "spec_json": "NULL", "properties_json": "NULL",
 SELECT_METRICS = (f"SELECT {', '.join(LARGE.get(c, c) for c in COLUMNS)} "
                   f"FROM candidates")
 SELECT_RUNGS = f"SELECT {', '.join(RUNG_COLUMNS)} FROM rungs"
-LIGHT_COSTS = ("flops", "params", "im_sec_core_train", "im_sec_core_infer")
 PUT_META = "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)"
 
 # Metric names that carry per-example correctness (`nas.io.examples.to_text`) -> the split
@@ -584,7 +580,7 @@ class Study:
         the driver reads each finished candidate once (`nas.search.strategy.population`)."""
         measured = self.user_costs  # read from the metrics' JSON, only those configured
         users = (*measured, *map(spread_name, measured))  # with their spreads
-        query = (f"SELECT id, parent_id, accuracy, {', '.join(LIGHT_COSTS)}, "
+        query = (f"SELECT id, parent_id, accuracy, {', '.join(database.LIGHT_COSTS)}, "
                  f"{database.VAL_EXAMPLES}, e.count, e.bits"
                  + "".join(", json_extract(metrics_json, ?)" for _ in users)
                  + " FROM candidates LEFT JOIN examples e ON e.candidate_id = id AND "
@@ -783,8 +779,8 @@ class Study:
 
     def enqueue(self, architecture: Any, constants: dict[str, Any] | None = None, *,
                 variables: dict[str, Any] | None = None) -> int:
-        """Adds `architecture` as a pending candidate trained before any proposed child,
-        when the search next runs on this workdir; returns its id.
+        """Adds `architecture` (a user's model worth trying) as a pending candidate, trained
+        as a seed is, before any proposed child, when the search next runs; returns its id.
 
         architecture: what `nas.load_candidate` or `nas.from_flax` returns (with its
         weights, if it has them), the path of an exported candidate or graph JSON, or a
