@@ -205,9 +205,8 @@ class Candidate:
     @property
     def metrics(self) -> dict[str, Any]:
         """All reported metrics (known ones that are set, then extras)."""
-        out = {k: getattr(self, k) for k in METRICS if getattr(self, k) is not None}
-        out.update(self.extra_metrics)
-        return out
+        known = {k: getattr(self, k) for k in METRICS if getattr(self, k) is not None}
+        return {**known, **self.extra_metrics}
 
     @property
     def graph(self) -> Any:

@@ -202,8 +202,7 @@ def answer(study: Any, pairs: Comparisons | None = None) -> Answer:
     seed = found.rows[0].candidate
     if chosen.candidate is None:
         return Answer(chosen, pick, found, home, "")
-    sections = config or {}
-    repeated = repeats_the_search(recipe, chosen.candidate, sections.get("train") or {},
+    repeated = repeats_the_search(recipe, chosen.candidate, (config or {}).get("train") or {},
                                   stored_value(config, "seed_epochs"))
     kept = take_home_choice(chosen.candidate, home.get(chosen.candidate.id), repeated)
     mine = kept.test_correct if kept.run is not None else pairs.test.get(chosen.candidate.id)

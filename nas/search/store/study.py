@@ -306,13 +306,9 @@ class Study:
         candidates they produced. `blocks`: any JSON value.
         """
         check_new_candidate(graph_json, status, fingerprint, seed)
-        fields = {
-            "spec_json": dumps(spec, "spec"),
-            "properties_json": dumps(properties, "properties"),
-            "inheritance_json": dumps(Inheritance.from_json(inheritance).to_json(),
-                                      "inheritance"),
-            "blocks_json": dumps(blocks, "blocks"),
-        }
+        encoded = (dumps(spec, "spec"), dumps(properties, "properties"),
+                   dumps(Inheritance.from_json(inheritance).to_json(), "inheritance"),
+                   dumps(blocks, "blocks"))
         state_rows = self._state_rows(state)
         with self._db.write() as c:
             if parent_id is not None:
@@ -331,14 +327,10 @@ class Study:
             now = time.time()
             cur = c.execute(
                 "INSERT INTO candidates(parent_id, generation, status, graph_json, fingerprint,"
-                " seed, spec_json, properties_json, inheritance_json, error, created_at,"
-                " finished_at, blocks_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    parent_id, int(generation), status, graph_json, fingerprint, seed,
-                    fields["spec_json"], fields["properties_json"], fields["inheritance_json"],
-                    error, now, None if status == Status.PENDING else now, fields["blocks_json"],
-                ),
-            )  # fmt: skip
+                " seed, spec_json, properties_json, inheritance_json, blocks_json, error,"
+                " created_at, finished_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (parent_id, int(generation), status, graph_json, fingerprint, seed, *encoded,
+                 error, now, None if status == Status.PENDING else now))
             c.executemany(PUT_META, state_rows)
             if replaces is not None:
                 c.execute("UPDATE refusals SET replaced_by=? WHERE id=?",
@@ -393,14 +385,11 @@ class Study:
                          f"SELECT candidate_id, accuracy, {rung_column} FROM rungs "
                          "WHERE rung=? AND epochs=? AND candidate_id!=? ORDER BY "
                          "candidate_id", (rung, float(epochs), candidate_id))]
-            parent_acc = None
-            if parent_id is not None:
-                parent_acc = self._row(c, parent_id, "accuracy")[0]
+            parent_acc = None if parent_id is None else self._row(c, parent_id, "accuracy")[0]
             me = RungResult(candidate_id, known["accuracy"], known.get(cost))
             promoted, reason = decide(me, peers, parent_acc)
-            decision = "promoted" if promoted else "stopped"
-            self._insert_rung(c, candidate_id, rung, epochs, known, extra, decision, reason,
-                              worker)
+            self._insert_rung(c, candidate_id, rung, epochs, known, extra,
+                              "promoted" if promoted else "stopped", reason, worker)
             if promoted:
                 c.execute(
                     f"UPDATE candidates SET status='{Status.PENDING}', rung=?, worker=NULL,"
