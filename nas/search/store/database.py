@@ -231,32 +231,24 @@ def check_study(conn: sqlite3.Connection, path: Path) -> None:
     if not tables:
         raise StudyNotFoundError(f"{path}: empty database, no study in it yet")
     if "meta" not in tables or "candidates" not in tables:
-        raise ValueError(
-            f"{path}: a SQLite database but not a nas study (expected tables 'meta' and "
-            f"'candidates', found {sorted(tables)})"
-        )
+        raise ValueError(f"{path}: a SQLite database but not a nas study (expected tables "
+                         f"'meta' and 'candidates', found {sorted(tables)})")
     try:
         meta = dict(conn.execute("SELECT key, value FROM meta"))
         cols = {r[1] for r in conn.execute("PRAGMA table_info(candidates)")}
     except sqlite3.DatabaseError as e:
         raise ValueError(f"{path}: study database is damaged: {e}") from e
     if meta.get(Key.FORMAT) != FORMAT:
-        raise ValueError(
-            f"{path}: not a nas study (meta.format is {meta.get(Key.FORMAT)!r}, expected "
-            f"{FORMAT!r})"
-        )
+        raise ValueError(f"{path}: not a nas study (meta.format is {meta.get(Key.FORMAT)!r}, "
+                         f"expected {FORMAT!r})")
     try:
         version = int(meta.get(Key.SCHEMA_VERSION, ""))
     except ValueError:
-        raise ValueError(
-            f"{path}: meta.schema_version is {meta.get(Key.SCHEMA_VERSION)!r}, expected an "
-            f"integer"
-        ) from None
+        raise ValueError(f"{path}: meta.schema_version is {meta.get(Key.SCHEMA_VERSION)!r}, "
+                         f"expected an integer") from None
     if version > SCHEMA_VERSION:
-        raise ValueError(
-            f"{path}: study schema version {version} is newer than this nas supports "
-            f"({SCHEMA_VERSION}); upgrade nas to open it"
-        )
+        raise ValueError(f"{path}: study schema version {version} is newer than this nas "
+                         f"supports ({SCHEMA_VERSION}); upgrade nas to open it")
     if version < 1:
         raise ValueError(f"{path}: study schema version {version} is not supported")
     if version < SCHEMA_VERSION:

@@ -134,10 +134,8 @@ class DuplicateCandidateError(ValueError):
     """A candidate with the same fingerprint is already in the study."""
 
     def __init__(self, fingerprint: str, existing_id: int):
-        super().__init__(
-            f"fingerprint: {fingerprint} is already candidate {existing_id} "
-            "(pass allow_duplicate=True to add it anyway)"
-        )
+        super().__init__(f"fingerprint: {fingerprint} is already candidate {existing_id} "
+                         "(pass allow_duplicate=True to add it anyway)")
         self.fingerprint = fingerprint
         self.existing_id = existing_id
 
@@ -178,15 +176,9 @@ class Study:
             for statement in database.statements(database.SCHEMA):
                 c.execute(statement)  # not executescript: it would commit early
             database.add_status_counts(c)
-            c.executemany(
-                "INSERT INTO meta(key, value) VALUES (?, ?)",
-                [
-                    (Key.FORMAT, database.FORMAT),
-                    (Key.SCHEMA_VERSION, str(database.SCHEMA_VERSION)),
-                    (Key.CONFIG, config_json or "{}"),
-                    (Key.CREATED_AT, repr(time.time())),
-                ],
-            )
+            meta = {Key.FORMAT: database.FORMAT, Key.SCHEMA_VERSION: str(database.SCHEMA_VERSION),
+                    Key.CONFIG: config_json or "{}", Key.CREATED_AT: repr(time.time())}
+            c.executemany("INSERT INTO meta(key, value) VALUES (?, ?)", meta.items())
         study.config = json.loads(config_json or "{}")
         return study
 
@@ -1027,9 +1019,7 @@ def check_new_candidate(graph_json: Any, status: str, fingerprint: Any, seed: An
     except RecursionError:
         raise ValueError("graph_json: nested too deeply to be a graph") from None
     if status not in (Status.PENDING, Status.FAILED, Status.INFEASIBLE):
-        raise ValueError(
-            f"status: new candidates are pending/failed/infeasible, not {status!r}"
-        )
+        raise ValueError(f"status: new candidates are pending/failed/infeasible, not {status!r}")
     if fingerprint is not None and not isinstance(fingerprint, str):
         kind = type(fingerprint).__name__
         raise ValueError(f"fingerprint: expected a hex string, got {kind}")
