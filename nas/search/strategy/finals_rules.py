@@ -1,16 +1,14 @@
-"""The finals' rules: which candidates go to the finals, and what the finals decide.
+"""The finals' rules: who goes in (`choose_finalists`), the table of their repeated runs
+(`table`), what it decides (`decide`) and which trained model to take home
+(`take_home_choice`). The runs themselves are kept in the study (`nas.search.store.finals`).
 
-The finalists are the candidates the recommendation could choose: the `k` cheapest on the
-validation front (accuracy against the recommendation's cost) whose validation interval
-against the seed does not already rule them out at the margin, plus the most accurate
-child that could be recommended over the seed (cheaper than it, or more accurate on
-validation); the seed always runs. A child off the front is beaten on validation by one
-at most as costly, so it takes a finalist's place only where the front has fewer than `k`.
-The finals table compares every finalist with the seed over all repeats and examples
-(`repeated`), and the recommendation keeps the search's rule, read from it: the cheapest
-finalist non-inferior to the reference (the seed, or the most accurate finalist when one
-is better than the seed), else the reference. The runs themselves are kept in the study
-(`nas.search.store.finals`).
+The finalists are the candidates the recommendation could choose: the cheapest on the
+validation front not already ruled out against the seed, the most accurate child that
+could be recommended over the seed, and the seed. A child off the front is beaten on
+validation by one at most as costly, so it takes a finalist's place only where the front
+has fewer than `k`. The decision keeps the search's rule, read from the finals' paired
+comparisons: the cheapest finalist non-inferior to the reference (the seed, or the most
+accurate finalist when one is better than the seed), else the reference.
 """
 
 from __future__ import annotations

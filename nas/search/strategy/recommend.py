@@ -44,7 +44,6 @@ class Scored(Protocol):
     metrics: dict[str, Any]  # every reported metric
 
 
-
 def done_of(candidates: Sequence[Scored]) -> list[Scored]:
     """The done candidates with an accuracy, in their order."""
     return [c for c in candidates if c.status == "done" and c.accuracy is not None]
