@@ -233,7 +233,7 @@ def take_home(study: Any, test: tuple[np.ndarray, np.ndarray] | None) -> str:
     """What `result.recommended` is, and its test accuracy evaluated here beside the
     search's seed's (`key=value` words for the SUMMARY line)."""
     from nas.search.result import SearchResult
-    from nas.search.store.finals_table import answer
+    from nas.search.store.finals import answer
 
     result = SearchResult(study)
     found = answer(study)

@@ -25,7 +25,7 @@ import runpy
 import time
 
 from nas.search.execution.driver import Driver
-from nas.search.store.finals_table import answer
+from nas.search.store.finals import answer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -5,7 +5,7 @@ For each seed it runs (or resumes) the README search with a budget of candidates
     nas-search --config=configs/digits_cnn_search.py --workdir=DIR/seed_S
         --config.search.seed=S --config.search.max_candidates=N
 
-and prints, for the candidate the summary recommends (`nas.search.store.recommend`): its FLOPs
+and prints, for the candidate the summary recommends (`nas.search.strategy.recommend`): its FLOPs
 as a fraction of the seed's, its paired validation difference (what chose it), its test
 accuracy against the seed's 95 % Wilson test interval, and its paired test difference
 against minus the non-inferiority margin. The criterion: in every search the
@@ -46,8 +46,8 @@ def run_search(workdir: str, seed: int, candidates: int) -> tuple[float, float]:
 def measure(workdir: str, margin: float | None = None) -> dict:
     """The recommendation of the study in `workdir` (at its configured margin, or
     `margin` points), and how it does on test."""
-    from nas.search.store import recommend
     from nas.search.store.study import Study
+    from nas.search.strategy import recommend
     from nas.train import intervals
 
     study = Study.load(workdir)

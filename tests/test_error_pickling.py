@@ -51,7 +51,7 @@ def test_the_known_ones_are_found():
     names = {f"{c.__module__}.{c.__qualname__}" for c in CLASSES}
     assert set(BUILDERS) <= names
     assert {"nas.search.execution.worker.CandidateTimeout",
-            "nas.search.store._schema.StudyNotFoundError",
+            "nas.search.store.database.StudyNotFoundError",
             "nas.mutation.model_mutator.NoChildFound"} <= names
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from nas.search.store.candidate import Candidate, Status
 from nas.search.store.export import export_candidate
-from nas.search.store.finals_table import answer
+from nas.search.store.finals import answer
 from nas.search.store.study import Study
 
 EXPORTS = "exports"  # loaded candidates are exported here once, in the workdir
@@ -20,7 +20,7 @@ EXPORTS = "exports"  # loaded candidates are exported here once, in the workdir
 def candidate_id(study: Study, value: int | str) -> tuple[int, str]:
     """(candidate id, a note) for an id, "recommended" or "best" (highest validation
     accuracy); one ValueError line when there is none yet."""
-    from nas.search.store import recommend
+    from nas.search.strategy import recommend
 
     if isinstance(value, int) and not isinstance(value, bool):
         return value, ""
@@ -45,8 +45,8 @@ def candidate_id(study: Study, value: int | str) -> tuple[int, str]:
 
 
 def take_home(study: Study, value: int | str) -> Any:
-    """For "recommended": the finals' retrain of it (`finals.Run`) when that is the model
-    taken home (`finals_table.TakeHome`); else None (the candidate's own weights)."""
+    """For "recommended": the finals' retrain of it (`finals_rules.Run`) when that is the model
+    taken home (`finals_rules.TakeHome`); else None (the candidate's own weights)."""
     if str(value).strip().lower() != "recommended":
         return None
     kept = answer(study).take_home

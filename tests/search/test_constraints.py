@@ -19,7 +19,7 @@ from nas.search.inputs import apply_overrides, split_open_overrides
 from nas.search.reporting.dashboard import overview
 from nas.search.reporting.report import write_report
 from nas.search.reporting.report_text import summary
-from nas.search.store import recommend
+from nas.search.strategy import recommend
 from nas.search.strategy.constraints import (
     check_constraints,
     constrained_dominates,

@@ -9,7 +9,7 @@ from nas.io import examples
 from nas.search import Study
 from nas.search.reporting.dashboard import Dashboard
 from nas.search.reporting.report_text import summary
-from nas.search.store import recommend
+from nas.search.strategy import recommend
 from nas.zoo import cnn
 
 N = 143

@@ -22,16 +22,16 @@ from nas.search.execution.finals import Finals
 from nas.search.reporting.report import write_report
 from nas.search.reporting.report_text import summary
 from nas.search.result import SearchResult
-from nas.search.store.finals import FinalsStore, Run
-from nas.search.store.finals_table import (
-    answer,
+from nas.search.store.finals import FinalsStore, answer
+from nas.search.store.study import Study
+from nas.search.strategy.finals_rules import (
+    Run,
     choose_finalists,
     decide,
     on_front,
     take_home_choice,
 )
-from nas.search.store.recommend import Comparisons, margin_pt, recommend_cost
-from nas.search.store.study import Study
+from nas.search.strategy.recommend import Comparisons, margin_pt, recommend_cost
 from nas.search.strategy.settings import (
     FinalsConfig,
     SearchSettings,

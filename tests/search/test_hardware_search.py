@@ -10,7 +10,7 @@ import pytest
 import nas
 from nas.graph.serialize import load
 from nas.search.execution.worker import latency_metrics
-from nas.search.store import recommend
+from nas.search.strategy import recommend
 from nas.search.strategy.settings import SearchSettings
 from nas.train.checkpoint import load_variables
 from tests.search.conftest import SEARCH_CONFIG, TINY_IMAGE_SIZE

@@ -189,7 +189,7 @@ def test_summary_recommends_the_cheapest_non_inferior_child(tmp_path):
 
 
 def test_no_child_good_enough_recommends_the_seed_and_says_why(tmp_path):
-    from nas.search.store import recommend
+    from nas.search.strategy import recommend
 
     study = _study(tmp_path)
     done = [c for c in study.candidates("done") if c.id in (1, 3)]
@@ -240,7 +240,7 @@ def test_comparisons_against_the_seed_are_each_pairs_own():
     comparison (interval, decision, non-inferiority)."""
     from types import SimpleNamespace
 
-    from nas.search.store.recommend import Comparisons
+    from nas.search.strategy.recommend import Comparisons
 
     rng = np.random.default_rng(0)
     seed = rng.random(143) < 0.9

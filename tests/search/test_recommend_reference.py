@@ -17,7 +17,7 @@ import nas
 from nas.graph.serialize import graph_to_json
 from nas.io import examples
 from nas.search import Study
-from nas.search.store import recommend
+from nas.search.strategy import recommend
 
 N = 360  # validation images: enough for a cheaper child to be non-inferior at 2 pt
 

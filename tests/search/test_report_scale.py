@@ -13,7 +13,7 @@ from nas.io import examples
 from nas.search import Study
 from nas.search.reporting.highlights import SCALE_LIMIT
 from nas.search.reporting.report import write_report
-from nas.search.store import recommend
+from nas.search.strategy import recommend
 from nas.zoo import cnn
 from tests.search.conftest import dump_dom, headless_browser
 

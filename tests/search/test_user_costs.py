@@ -18,7 +18,7 @@ from nas.search.reporting.dashboard import overview
 from nas.search.reporting.highlights import front_of
 from nas.search.reporting.report import RunningFront, pareto_figure, progress_series, write_report
 from nas.search.reporting.report_text import summary
-from nas.search.store import recommend
+from nas.search.strategy import recommend
 from nas.search.strategy.population import DoneCache
 from nas.search.strategy.selection import (
     Individual,

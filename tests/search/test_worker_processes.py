@@ -155,7 +155,7 @@ if __name__ == "__main__":
 
 
 def test_idle_pool_worker_exits_when_its_driver_is_killed(tmp_path):
-    from nas.search.store.workers import is_zombie
+    from nas.search.store.study import is_zombie
 
     (tmp_path / "idle_pool.py").write_text(IDLE_POOL)
     driver = subprocess.Popen([sys.executable, str(tmp_path / "idle_pool.py")],

@@ -41,14 +41,18 @@ from nas.search.execution.task import (
     rung_plan,
 )
 from nas.search.store.candidate import FINISHED, Inheritance, Status
-from nas.search.store.enqueue import seeding
-from nas.search.store.finals_table import finals_finished
-from nas.search.store.lease import LeaseKeeper
-from nas.search.store.meta import MAX_CANDIDATES, PROPOSALS, SEEDS, SEEDS_ADDED, STOPPED
+from nas.search.store.finals import finals_finished
 from nas.search.store.study import (
+    MAX_CANDIDATES,
+    PROPOSALS,
+    SEEDS,
+    SEEDS_ADDED,
+    STOPPED,
     DuplicateCandidateError,
+    LeaseKeeper,
     Study,
     default_worker,
+    seeding,
 )
 from nas.search.strategy import blocks as blocks_lib
 from nas.search.strategy import hparams as hparams_lib

@@ -11,7 +11,7 @@ reads the examples it is scored on before it is scored.
 Then the recommended architecture trains once more the way the search trained (its
 training split, its validation split held out): what a user takes home is whichever of
 that model and the search's own weights of it is more accurate on validation, which
-neither trained on (`nas.search.store.finals_table.take_home_choice`); the test split is
+neither trained on (`nas.search.strategy.finals_rules.take_home_choice`); the test split is
 evaluated for the report only.
 
 Each training is a `Task` on the search's executor, recorded in the study's finals table
@@ -35,16 +35,16 @@ from nas.io import examples
 from nas.search.execution import tensorboard_runs
 from nas.search.execution.task import Executor, Outcome, Task
 from nas.search.store.candidate import Status
-from nas.search.store.finals import FinalsStore, Run, run_name
-from nas.search.store.finals_table import FINALS_STATE, answer, choose_finalists, repeats_of
-from nas.search.store.recommend import (
+from nas.search.store.finals import FINALS_STATE, FinalsStore, answer, repeats_of, run_name
+from nas.search.store.study import Study
+from nas.search.strategy.finals_rules import Run, choose_finalists
+from nas.search.strategy.recommend import (
     Comparisons,
     constraints,
     margin_pt,
     recommend_cost,
     seed_of,
 )
-from nas.search.store.study import Study
 from nas.search.strategy.settings import (
     Recipe,
     SearchSettings,

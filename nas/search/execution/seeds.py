@@ -6,7 +6,7 @@ the most accurate first), the `search.seed_graph` file (else the zoo model of
 trained as the seed is (`search.seed_epochs`, its rounds) and is a parent for proposals.
 
 "The seed" that the recommendation, the finals and the reports compare with is the first
-of them (`nas.search.store.recommend.seed_of`): with one seed nothing changes.
+of them (`nas.search.strategy.recommend.seed_of`): with one seed nothing changes.
 
 Why everything is read and checked here, before the study exists: a bad seed (a missing
 folder, another input shape, a duplicate) is one line, and nothing is written.

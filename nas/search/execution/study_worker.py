@@ -20,9 +20,16 @@ from nas.search.execution.task import Outcome, make_task, record_outcome, rung_p
 from nas.search.execution.user_functions import STATE, check_recorded, search_functions
 from nas.search.execution.worker import ClaimLost, describe_failure, train_candidate
 from nas.search.store.candidate import FINISHED
-from nas.search.store.lease import LeaseKeeper
-from nas.search.store.meta import MAX_CANDIDATES, STOPPED
-from nas.search.store.study import DB_NAME, Candidate, Study, StudyNotFoundError, default_worker
+from nas.search.store.study import (
+    DB_NAME,
+    MAX_CANDIDATES,
+    STOPPED,
+    Candidate,
+    LeaseKeeper,
+    Study,
+    StudyNotFoundError,
+    default_worker,
+)
 from nas.search.strategy.settings import SearchSettings
 
 

@@ -39,11 +39,10 @@ from nas.search.reporting.report_text import (
     val_accuracy_text,
 )
 from nas.search.reporting.svg import esc, scatter
-from nas.search.store import recommend
 from nas.search.store.candidate import FINISHED, Candidate, Status
-from nas.search.store.finals_table import FINALS_STATE, answer
-from nas.search.store.meta import MAX_CANDIDATES
-from nas.search.store.study import Study
+from nas.search.store.finals import FINALS_STATE, answer
+from nas.search.store.study import MAX_CANDIDATES, Study
+from nas.search.strategy import recommend
 from nas.search.strategy.constraints import bounds_text
 from nas.search.strategy.pareto import ParetoCurve
 from nas.search.strategy.selection import OBJECTIVES, cost_value, higher_better

@@ -14,9 +14,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from nas.search.store import recommend
 from nas.search.store.candidate import Candidate, Status
-from nas.search.store.finals_table import Answer, answer
+from nas.search.store.finals import Answer, answer
+from nas.search.strategy import recommend
 from nas.search.strategy.cost_ties import has_spread, tied_values
 from nas.search.strategy.pareto import ParetoCurve
 from nas.search.strategy.selection import cost_value, higher_better, spread_name

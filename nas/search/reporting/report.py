@@ -47,10 +47,9 @@ from nas.search.reporting.report_text import (
     val_accuracy_text,
 )
 from nas.search.reporting.svg import Point, esc, generation_colour, line_chart, scatter
-from nas.search.store import recommend
 from nas.search.store.candidate import Candidate, Status
 from nas.search.store.study import Study
-from nas.search.strategy import paired
+from nas.search.strategy import paired, recommend
 from nas.search.strategy.selection import check_cost, cost_value, higher_better, spread_name
 
 CSS = """

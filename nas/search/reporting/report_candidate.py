@@ -16,9 +16,9 @@ from typing import Any
 
 from nas.search.reporting.report_text import fmt, front_label, lineage, start_text
 from nas.search.reporting.svg import esc, line_chart, svg_open
-from nas.search.store import recommend
 from nas.search.store.candidate import Candidate, Inheritance
 from nas.search.store.study import Study
+from nas.search.strategy import recommend
 from nas.search.strategy.selection import cost_value
 from nas.train.config import image_shape
 from nas.train.perf import read_records

@@ -20,9 +20,8 @@ from typing import Any
 
 from nas.atomic import atomic_write_text
 from nas.search.store.candidate import FINISHED
-from nas.search.store.finals_table import finals_finished
-from nas.search.store.meta import MAX_CANDIDATES
-from nas.search.store.study import DB_NAME, Study, StudyNotFoundError
+from nas.search.store.finals import finals_finished
+from nas.search.store.study import DB_NAME, MAX_CANDIDATES, Study, StudyNotFoundError
 from nas.search.strategy.settings import OPERATIONAL, without_added
 
 STAMP = ".study_state.json"

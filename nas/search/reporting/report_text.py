@@ -11,12 +11,11 @@ from typing import Any
 
 from nas.search.reporting.highlights import Highlights
 from nas.search.reporting.svg import esc
-from nas.search.store import recommend
 from nas.search.store.candidate import STATUSES, Candidate, Status
-from nas.search.store.finals_table import Answer, answer
-from nas.search.store.recommend import cheapest_matching_seed
+from nas.search.store.finals import Answer, answer
 from nas.search.store.study import Study
-from nas.search.strategy import intervals, move_mix
+from nas.search.strategy import intervals, move_mix, recommend
+from nas.search.strategy.recommend import cheapest_matching_seed
 from nas.search.strategy.selection import OBJECTIVES, cost_value
 from nas.train.intervals import wilson
 

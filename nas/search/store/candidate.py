@@ -21,9 +21,7 @@ class Status(enum.StrEnum):
     DONE = "done"
     FAILED = "failed"
     INFEASIBLE = "infeasible"  # it can never run (e.g. out of memory)
-    # a child of a multi-fidelity search not promoted from a rung (its metrics are that
-    # rung's); see nas.search.strategy.fidelity
-    STOPPED = "stopped"
+    STOPPED = "stopped"  # not promoted from a multi-fidelity rung: its metrics are that rung's
 
 
 STATUSES = tuple(Status)
@@ -49,18 +47,15 @@ class Inheritance(Mapping[str, Any]):
 
     kind: the move that made a child (`nas.mutation`); inherited / new: the child's op
     names that took their parent's weights / start fresh; init_path: the starting weights
-    saved before the candidate existed (a child's, a seed's or an enqueued one's own);
-    fit_pairs: (child tensor, parent tensor) pairs its worker fits first; fit: the fit's
-    errors where the driver fitted the child (studies written before workers did); hparams: its
-    training hyperparameters (`search.hparams`); proposal: the driver's proposal counter
-    that made it; slot_refusals: how many proposals its slot had refused before it;
-    enqueued: a user's architecture (`Study.enqueue`); extra: any other key of the stored
-    object, kept so that it is written back unchanged.
+    saved before the candidate existed; fit_pairs: (child tensor, parent tensor) pairs its
+    worker fits first; fit: the fit's errors where the driver fitted the child (older
+    studies); hparams: its training hyperparameters (`search.hparams`); proposal: the
+    driver's proposal counter that made it; slot_refusals: how many proposals its slot had
+    refused before it; enqueued: a user's architecture (`Study.enqueue`); extra: any other
+    key of the stored object, written back unchanged.
 
-    None (False for `enqueued`) is a key the row does not have: `to_json` leaves it out,
-    so a new row holds exactly the keys that were set. The record also reads as that JSON
-    object (`inh["kind"]`, `inh.get("new")`, falsy when empty), for code that reads a
-    candidate's inheritance as a mapping.
+    None (False for `enqueued`) is a key the row does not have, which `to_json` leaves
+    out. The record also reads as that JSON object (`inh["kind"]`, falsy when empty).
     """
 
     kind: str | None = None
@@ -77,9 +72,9 @@ class Inheritance(Mapping[str, Any]):
 
     @classmethod
     def from_json(cls, value: Any) -> Inheritance:
-        """The record of a decoded `inheritance_json`: None (no record) is the empty one,
-        a missing key its default (a study written before the key existed); anything but
-        an object, or a key of the wrong type, is one ValueError line naming it."""
+        """The record of a decoded `inheritance_json` (None: the empty one; a missing key:
+        its default); anything but an object, or a key of the wrong type, is one
+        ValueError line naming it."""
         if value is None:
             return EMPTY_INHERITANCE
         if isinstance(value, Inheritance):
@@ -103,7 +98,7 @@ class Inheritance(Mapping[str, Any]):
         )
 
     def to_json(self) -> dict[str, Any] | None:
-        """The JSON object stored for this record (None for the empty one: a NULL row)."""
+        """The JSON object stored for this record (None for the empty one)."""
         out: dict[str, Any] = dict(self.extra)
         for key in _KEYS:
             value = getattr(self, key)
@@ -172,12 +167,10 @@ METRICS = (
 class Candidate:
     """A candidate architecture and what happened to it.
 
-    `graph_json` is the text of `nas.graph.serialize.graph_to_json` (graph + constants),
-    kept verbatim. `spec` and `properties` are decoded JSON values (the subgraph spec,
-    mutated properties); `inheritance` is its `Inheritance` record. `blocks` is the decoded
-    record a zoo builder rebuilds the architecture from (see `nas.search.strategy.blocks`),
-    None for graphs without blocks. Metric fields are None until the candidate is done;
-    `extra_metrics` holds any other reported values. Times are Unix seconds.
+    `graph_json`: the text of `nas.graph.serialize.graph_to_json`, verbatim. `spec`,
+    `properties`, `blocks`: decoded JSON (the subgraph spec, mutated properties, what a zoo
+    builder rebuilds it from: `nas.search.strategy.blocks`). Metric fields are None until
+    it is done; `extra_metrics` holds any other reported values. Times are Unix seconds.
     """
 
     id: int
@@ -212,9 +205,8 @@ class Candidate:
     @property
     def metrics(self) -> dict[str, Any]:
         """All reported metrics (known ones that are set, then extras)."""
-        out = {k: getattr(self, k) for k in METRICS if getattr(self, k) is not None}
-        out.update(self.extra_metrics)
-        return out
+        known = {k: getattr(self, k) for k in METRICS if getattr(self, k) is not None}
+        return {**known, **self.extra_metrics}
 
     @property
     def graph(self) -> Any:
@@ -259,7 +251,7 @@ _SET = object.__setattr__
 def candidate_from_row(row: tuple, source: object = "study") -> Candidate:
     """Build a `Candidate` from a row selected with `COLUMNS`; damaged JSON in a field is a
     ValueError naming `source` (the study file), the candidate and the field. Built
-    field by field without the frozen dataclass's checks: a listing of 100,000 rows."""
+    without the frozen dataclass's checks, for listings of 100,000 rows."""
     if len(row) != len(COLUMNS):
         raise ValueError(f"{source}: a candidate row of {len(row)} columns, expected "
                          f"{len(COLUMNS)}")
@@ -297,12 +289,9 @@ def dumps(value: Any, field: str) -> str | None:
 
 
 def split_metrics(metrics: Any) -> tuple[dict[str, float], dict[str, Any]]:
-    """Validate reported metrics; return (known metric columns, extras).
-
-    Accepts a mapping or a dataclass instance (e.g. `nas.train.Metrics`). `accuracy` is
-    required; known metrics must be finite numbers (a NaN result is a failure, to be
-    recorded with `Study.fail`).
-    """
+    """(known metric columns, extras) of reported metrics: a mapping or a dataclass
+    instance (`nas.train.Metrics`). `accuracy` is required; known metrics must be finite
+    numbers (a NaN result is a failure, for `Study.fail`)."""
     if dataclasses.is_dataclass(metrics) and not isinstance(metrics, type):
         metrics = dataclasses.asdict(metrics)
     if not isinstance(metrics, Mapping):

@@ -1,33 +1,33 @@
-"""`nas-search export`: one study candidate as a self-contained file (`nas.io.candidate`),
-or (`--format=flax`) as plain Flax code and its variables (`nas.interop.flax_code`).
-
-Why: a user leaves with the architecture, its trained weights, the training settings it was
-trained with and its metrics, in one file that still loads after the study is deleted; or
-with code their own training pipeline runs without `nas`.
+"""`nas-search export`: one study candidate as a self-contained file (`nas.io.candidate`)
+that still loads after the study is deleted, or (`--format=flax`) as plain Flax code and
+its variables (`nas.interop.flax_code`) that a user's own pipeline runs without `nas`.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
 
+from nas.io import examples
 from nas.io.candidate import ExportedCandidate, load_candidate, write_candidate
 from nas.search.store.candidate import Status
+from nas.search.strategy import hparams as hparams_lib
+from nas.search.strategy import paired, recommend
+from nas.search.strategy.finals_rules import retrain_metrics
+from nas.search.strategy.settings import SearchSettings, candidate_train_config
 
 
 def export_candidate(study: Any, candidate_id: int, path: str | os.PathLike,
                      home: Any = None) -> Path:
     """Write candidate `candidate_id` of `study` to `path` atomically; returns the path.
 
-    Its weights are copied from its final checkpoint (a candidate without one, e.g. a failed
-    one, is exported without weights); its training settings are the study's `train` section
-    as this candidate trained with it (`candidate_train_config`). With `home` (the finals'
-    retrain of it, `nas.search.store.finals.Run`): that model's weights, training settings
-    and metrics instead, so the file's metrics describe exactly the weights it holds; its
-    lineage is kept beside them."""
-    from nas.search.strategy import hparams as hparams_lib
-    from nas.search.strategy.settings import SearchSettings, candidate_train_config
+    Its weights come from its final checkpoint (none without one, e.g. a failed one), its
+    training settings are the study's `train` section as this candidate trained with it
+    (`candidate_train_config`). With `home` (the finals' retrain of it, a `finals_rules.
+    Run`): that model's weights, training settings and metrics instead, so the file's
+    metrics describe exactly the weights it holds; its lineage is kept beside them."""
     from nas.train.checkpoint import load_variables
     from nas.train.config import image_shape, with_defaults
 
@@ -68,8 +68,6 @@ def export_candidate(study: Any, candidate_id: int, path: str | os.PathLike,
     }
     metrics = {**cand.metrics, **paired_metrics(study, cand)}
     if home is not None:
-        from nas.search.store.finals_table import retrain_metrics
-
         info["take_home"] = {"run": home.name, "trained_on": "the search's training split "
                              "(the finals' recipe), chosen over the search's weights on "
                              "validation", "test_accuracy": home.metrics.get("test_accuracy"),
@@ -89,8 +87,6 @@ def export_candidate(study: Any, candidate_id: int, path: str | os.PathLike,
 def home_model(home: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     """(variables, training settings) of a take-home run (`nas.search.execution.finals`
     saves its weights in `<run>/final` and its settings in `<run>/train/config.json`)."""
-    import json
-
     from nas.train.checkpoint import load_variables
 
     folder = Path(home.checkpoint_path).parent
@@ -101,9 +97,9 @@ def home_model(home: Any) -> tuple[dict[str, Any], dict[str, Any]]:
 def export_flax_code(study: Any, candidate_id: int, directory: str | os.PathLike,
                      home: Any = None, api: str | None = None) -> Path:
     """Write candidate `candidate_id` of `study` as `model.py` and `variables.msgpack` into
-    `directory` (new or empty), from its final checkpoint and the image size it trained on.
-    A candidate without trained weights (failed, pending) is refused in one line. `api`
-    ("linen" or "nnx", `nas.export_flax`): by default the seed's, as it was imported."""
+    `directory` (new or empty), from its final checkpoint and the image size it trained on;
+    one without trained weights is refused in one line. `api` ("linen" or "nnx"): by
+    default the seed's, as it was imported."""
     from nas.graph.serialize import graph_from_dict
     from nas.interop.flax_code import check_out_dir, export_flax
     from nas.train.checkpoint import load_variables
@@ -142,14 +138,9 @@ def seed_api(study: Any) -> str:
 
 def paired_metrics(study: Any, cand: Any, home: Any = None) -> dict[str, Any]:
     """Its per-example results ("val_correct", "test_correct": `nas.io.examples.to_text`)
-    and its paired comparison with the seed (the search's) on each split ("vs_seed":
-    {split: difference, 95 % interval, decision}), where the study has them: the file then
-    still tells how the candidate compares after the study is gone. With `home` (a finals
-    retrain of it), that model's results."""
-    from nas.io import examples
-    from nas.search.store import recommend
-    from nas.search.strategy import paired
-
+    and its paired comparison with the search's seed on each split ("vs_seed"), where the
+    study has them, so the file still tells how it compares after the study is gone. With
+    `home` (a finals retrain of it), that model's results."""
     out: dict[str, Any] = {}
     pairs = recommend.Comparisons.of(study)
     mine = {"validation": pairs.validation.get(cand.id), "test": pairs.test.get(cand.id)}

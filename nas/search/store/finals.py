@@ -1,12 +1,11 @@
-"""The finals' runs in the study file: one row per training of the finals, written in the
-same SQLite file as the candidates (its own table), so the finals are as crash-safe as the
-search.
+"""The finals in the study file, one row per training in its own table, so they are as
+crash-safe as the search; and the study's answer read from them (`answer`) by the rules
+of `nas.search.strategy.finals_rules`.
 
-Why rows, not state: a finals run that finished is never trained again, one that was
-running when the driver died trains again (resuming its own checkpoint), and a second call
-on a finished study finds every run done and trains nothing. A run belongs to a recipe
-(`recipe`: epochs, folds, start, seeds as JSON): runs of another recipe (the user changed
-`search.finals`) are kept but not read.
+Why rows, not state: a run that finished is never trained again, one that was running
+when the driver died trains again (resuming its own checkpoint), and a second call on a
+finished study trains nothing. A run belongs to a recipe (its JSON): runs of another
+recipe (the user changed `search.finals`) are kept but not read.
 """
 
 from __future__ import annotations
@@ -14,14 +13,32 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from nas.io import examples
+from nas.search.store.candidate import Status
 from nas.search.store.database import Database
+from nas.search.strategy import paired
+from nas.search.strategy.finals_rules import (
+    FinalsTable,
+    Run,
+    TakeHome,
+    decide,
+    table,
+    take_home_choice,
+)
+from nas.search.strategy.recommend import (
+    Comparisons,
+    Recommendation,
+    margin_pt,
+    recommend_cost,
+    recommend_for,
+)
+from nas.search.strategy.settings import FinalsConfig, Recipe, repeats_the_search, stored_value
 
 TABLE = """
 CREATE TABLE IF NOT EXISTS finals_runs (
@@ -41,26 +58,6 @@ CREATE TABLE IF NOT EXISTS finals_runs (
     finished_at REAL
 )
 """
-
-
-@dataclasses.dataclass(frozen=True)
-class Run:
-    """One finals training: candidate `candidate_id`'s architecture, repeat `repeat`, fold
-    `fold` (0 without folds); kind "home" is the recommended architecture retrained the
-    way the search trained, a candidate for the model taken home."""
-
-    name: str
-    candidate_id: int
-    kind: str
-    repeat: int
-    fold: int
-    recipe: str
-    status: str
-    positions: np.ndarray | None  # which examples `correct` covers, in its order
-    correct: np.ndarray | None  # which of them this run got right
-    metrics: dict[str, Any]
-    checkpoint_path: str | None
-    error: str | None
 
 
 def run_name(kind: str, candidate_id: int, repeat: int = 0, fold: int = 0) -> str:
@@ -133,3 +130,82 @@ class FinalsStore:
 
     def close(self) -> None:
         self._db.close()
+
+
+FINALS_STATE = "finals"  # study state: {"recipe", "finalists", "repeats", "wall_s", ...}
+
+
+def repeats_of(state: Mapping[str, Any]) -> int:
+    """The repeats the finals of `state` train (`trained_repeats`; an older study: those
+    asked)."""
+    return int(state.get("trained_repeats") or state["repeats"])
+
+
+@dataclasses.dataclass(frozen=True)
+class Answer:
+    """What a study recommends: from the finals once they are complete, else from the
+    search alone (`search_pick`); `note` says which, and why when not the finals."""
+
+    recommendation: Recommendation
+    search_pick: Recommendation
+    table: FinalsTable | None
+    home: dict[int, Run]  # the finals' retrains of recommended architectures, by id
+    note: str
+    take_home: TakeHome | None = None  # what `--id=recommended` gives (None: no finals)
+
+
+def finals_finished(study: Any, finals: FinalsConfig | None = None) -> bool:
+    """Whether the study needs no more finals training: they are off, or they ran to the
+    end for the candidates there are now and for these settings (`finals`: a resumed
+    search's `search.finals`; None: the stored ones)."""
+    config = getattr(study, "config", None) or {}
+    wanted = finals if finals is not None else FinalsConfig.from_dict(
+        stored_value(config, "finals"))
+    if not wanted.on:
+        return True
+    state = study.get_state(FINALS_STATE, None) or {}
+    ran = state.get("settings")
+    same = (ran == dataclasses.asdict(wanted) if ran is not None else  # an older study's
+            (state.get("k"), state.get("repeats")) == (wanted.k, wanted.repeats))
+    return bool(state.get("complete")) and same and state.get("candidates") == len(
+        study.candidates(Status.DONE, with_graphs=False))
+
+
+def answer(study: Any, pairs: Comparisons | None = None) -> Answer:
+    """The study's recommendation, read from its finals where they are complete (`pairs`:
+    the study's comparisons, when the caller has them already)."""
+    config = getattr(study, "config", None)
+    margin, cost = margin_pt(config), recommend_cost(config)
+    done = study.candidates(Status.DONE, with_graphs=False)
+    pairs = pairs if pairs is not None else Comparisons.of(study)
+    pick = recommend_for(done, pairs, config)
+    state = study.get_state(FINALS_STATE, None)
+    if not state:  # off, or not started: the search's own answer, no finals text
+        return Answer(pick, pick, None, {}, "")
+    recipe = Recipe(**json.loads(state["recipe"]))
+    store = FinalsStore(study.path, read_only=True)
+    try:
+        by_id = {c.id: c for c in done}
+        finalists = [i for i in state["finalists"] if i in by_id]
+        found = table(store.runs(recipe.to_json(), kind="finals"), by_id, recipe,
+                      repeats_of(state), finalists, state.get("wall_s"))
+        home = {r.candidate_id: r for r in store.runs(recipe.to_json(), kind="home")
+                if r.status == "done"}
+    finally:
+        store.close()
+    if found is None or not found.rows:
+        return Answer(pick, pick, found, home, "the finals are not complete")
+    if pick.bounds and pick.candidate is None:  # nothing within the bounds: none, as said
+        return Answer(pick, pick, found, home, "")
+    chosen = decide(found, margin, cost, pick, pick.bounds)
+    seed = found.rows[0].candidate
+    if chosen.candidate is None:
+        return Answer(chosen, pick, found, home, "")
+    repeated = repeats_the_search(recipe, chosen.candidate, (config or {}).get("train") or {},
+                                  stored_value(config, "seed_epochs"))
+    kept = take_home_choice(chosen.candidate, home.get(chosen.candidate.id), repeated)
+    mine = kept.test_correct if kept.run is not None else pairs.test.get(chosen.candidate.id)
+    theirs = pairs.test.get(seed.id)
+    test = (paired.compare(mine, theirs) if chosen.candidate.id != seed.id or
+            kept.run is not None else None) if paired.comparable(mine, theirs) else None
+    return Answer(dataclasses.replace(chosen, test=test), pick, found, home, "", kept)

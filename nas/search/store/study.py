@@ -1,30 +1,26 @@
 """`Study`: the durable, multi-process store of a search, one SQLite file per workdir.
 
-Every state change is one SQLite transaction in WAL mode, so a driver or worker killed
-at any moment leaves a consistent file that the next run resumes from. Claims use
-`BEGIN IMMEDIATE` (the write lock is taken before the pending row is read), so two
-processes never claim the same candidate. WAL needs all processes on one host (or a
-filesystem with working shared memory and locks, which NFS is not).
-
-Typical use (the driver and any external worker share the workdir):
+Every state change is one SQLite transaction in WAL mode, so a process killed at any
+moment leaves a consistent file that the next run resumes from; two processes never claim
+the same candidate. WAL needs all processes on one host (or a filesystem with working
+shared memory and locks, which NFS is not).
 
     study = Study.open(workdir, config)          # create or resume
     cid = study.add(graph_json, parent_id=p, fingerprint=fp, seed=s)
     cand = study.claim(worker="host:123")        # None when nothing is pending
     study.tell(cand.id, {"accuracy": .93, "flops": 1.2e6, ...})   # or study.fail(...)
 
-One object, one connection: `Study` holds every operation on the file, by section:
-opening, writing candidates (a result arrives once: the first wins, and a worker that no
-longer holds its claim records nothing), claims as leases, reading, refused proposals,
-and enqueued architectures. What those stand on apart from the file lives beside it:
-the rows as `Candidate`s (`candidate`), the tables (`_schema`) and their keys (`meta`),
-worker names (`workers`), refusal records (`refusals`), reading a user's architecture
-(`enqueue`).
+A result arrives once: the first wins, and a worker that no longer holds its claim
+records nothing. A claim is a lease of `lease_s` seconds that its worker renews
+(`LeaseKeeper`) while it trains; one that expires, or whose worker process on this host
+has exited, is re-queued by the next claim, and after `max_attempts` claims the
+candidate fails instead.
 
-Claims as leases: a claim marks a pending candidate running for `lease_s` seconds, which
-its worker renews (`nas.search.store.lease.LeaseKeeper`) while it trains. A lease that
-expires, or whose worker process on this host has exited, is re-queued by the next
-claim; after `max_attempts` claims a candidate fails instead of being retried forever.
+A refused proposal is not a candidate. A child refused at its start in a worker leaves
+the candidates table in the transaction that records its refusal, so it takes none of
+`search.max_candidates`, and the driver proposes another child in its place
+(`open_refusal`, `add(replaces=...)`); a slot refused `search.max_refusals` times fails
+with its last cause, so a search that cannot start any child ends.
 """
 
 from __future__ import annotations
@@ -33,19 +29,22 @@ import dataclasses
 import json
 import logging
 import os
+import re
 import shutil
+import socket
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import ml_collections
 import numpy as np
+from absl import logging as absl_logging
 
 from nas.io import examples
-from nas.search.store import _schema
-from nas.search.store import refusals as refusal_rows
-from nas.search.store._schema import StudyNotFoundError
+from nas.search.store import database
 from nas.search.store.candidate import (
     COLUMNS,
     FINISHED,
@@ -60,11 +59,8 @@ from nas.search.store.candidate import (
     split_metrics,
     status_of,
 )
-from nas.search.store.database import Database
-from nas.search.store.enqueue import architecture_parts, check_weights, seeding
-from nas.search.store.meta import STATE_PREFIX, Key
-from nas.search.store.refusals import STAGES, Refusal
-from nas.search.store.workers import dead_local_process, default_worker
+from nas.search.store.database import STATE_PREFIX, Database, Key, StudyNotFoundError
+from nas.search.strategy import hparams as hparams_lib
 from nas.search.strategy.fidelity import RungResult
 from nas.search.strategy.pareto import ParetoCurve
 from nas.search.strategy.population import Finished
@@ -74,15 +70,23 @@ from nas.search.strategy.selection import (
     higher_better,
     spread_name,
 )
-from nas.search.strategy.settings import stored_value
+from nas.search.strategy.settings import SearchSettings, measured_costs, stored_value
 
-__all__ = ["DB_NAME", "DEFAULT_LEASE_S", "DEFAULT_MAX_ATTEMPTS", "EXAMPLE_SPLITS", "Candidate",
-           "Decide", "DuplicateCandidateError", "Refusal", "Study", "StudyNotFoundError",
-           "default_worker", "split_examples"]
+__all__ = ["DB_NAME", "EXAMPLE_SPLITS", "Candidate", "Decide", "DuplicateCandidateError",
+           "LeaseKeeper", "Refusal", "Study", "StudyNotFoundError", "default_worker",
+           "split_examples"]
 
 DB_NAME = "study.db"
-DEFAULT_MAX_ATTEMPTS = stored_value(None, "max_attempts")
-DEFAULT_LEASE_S = stored_value(None, "lease_s")
+
+# Keys of the search's state (`set_state`), read back by a resumed driver, the workers
+# and the reports. A module's own state (`finals.FINALS_STATE`) is named in that module.
+PROPOSALS = "proposals"  # the next proposal's RNG stream and init folder
+STOPPED = "stopped"  # the driver ended its run: external workers stop claiming
+MAX_CANDIDATES = "max_candidates"  # of the driver's last run, which workers count to
+# A study with several seeds: how many it starts from, and how many of them are in it
+# (a study without them has one seed, in once it has a candidate).
+SEEDS = "seeds"
+SEEDS_ADDED = "seeds_added"
 
 SELECT = f"SELECT {', '.join(COLUMNS)} FROM candidates"
 LARGE = {"graph_json": "''", "spec_json": "NULL", "properties_json": "NULL",
@@ -90,7 +94,7 @@ LARGE = {"graph_json": "''", "spec_json": "NULL", "properties_json": "NULL",
 SELECT_METRICS = (f"SELECT {', '.join(LARGE.get(c, c) for c in COLUMNS)} "
                   f"FROM candidates")
 SELECT_RUNGS = f"SELECT {', '.join(RUNG_COLUMNS)} FROM rungs"
-LIGHT_COSTS = ("flops", "params", "im_sec_core_train", "im_sec_core_infer")
+PUT_META = "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)"
 
 # Metric names that carry per-example correctness (`nas.io.examples.to_text`) -> the split
 # stored in the `examples` table.
@@ -99,15 +103,39 @@ EXAMPLE_SPLITS = {"val_correct": "validation", "test_correct": "test"}
 # decide(result, peers at the same rung, parent's accuracy) -> (promoted, reason)
 Decide = Callable[[RungResult, list[RungResult], float | None], tuple[bool, str]]
 
+# Where a proposal was refused: "start": its child could not start near its parent (in a
+# worker, or found by the driver before the child was added); "move": the move raised.
+STAGES = ("start", "move")
+
+
+@dataclasses.dataclass(frozen=True)
+class Refusal:
+    """One refused proposal. `candidate_id`: the id its child had (None when it was refused
+    before it was added); `slot_refusals`: how many proposals its slot has had refused,
+    this one included; `replaced_by`: the candidate proposed in its place."""
+
+    id: int
+    proposal: int | None
+    candidate_id: int | None
+    parent_id: int | None
+    kind: str | None
+    stage: str
+    cause: str
+    slot_refusals: int
+    replaced_by: int | None
+    worker: str | None
+    recorded_at: float
+
+
+SELECT_REFUSALS = f"SELECT {', '.join(f.name for f in dataclasses.fields(Refusal))} FROM refusals"
+
 
 class DuplicateCandidateError(ValueError):
     """A candidate with the same fingerprint is already in the study."""
 
     def __init__(self, fingerprint: str, existing_id: int):
-        super().__init__(
-            f"fingerprint: {fingerprint} is already candidate {existing_id} "
-            "(pass allow_duplicate=True to add it anyway)"
-        )
+        super().__init__(f"fingerprint: {fingerprint} is already candidate {existing_id} "
+                         "(pass allow_duplicate=True to add it anyway)")
         self.fingerprint = fingerprint
         self.existing_id = existing_id
 
@@ -127,20 +155,17 @@ class Study:
         self.path = self.workdir / DB_NAME
         self._db = Database(self.path, read_only=read_only)
         self.config: dict[str, Any] = {}
-        self._counted = True  # the file keeps its status counts (`_schema.STATUS_COUNTS`)
+        self._counted = True  # the file keeps its status counts (`database.STATUS_COUNTS`)
 
     # ----------------------------------------------------------------- opening
 
     @classmethod
     def create(cls, workdir: str | os.PathLike, config: Any = None) -> Study:
-        """Create a new study; ValueError if one already exists in `workdir`.
-
-        `config` (a dict or anything with `to_dict()`, e.g. a ConfigDict) is stored as
-        JSON; `config["max_attempts"]` (default 3) caps re-queues of interrupted runs.
-        """
+        """Create a new study, storing `config` (a dict or a ConfigDict) as JSON;
+        ValueError if one already exists in `workdir`."""
         config_json = dumps(_plain_config(config), "config")
         study = cls(workdir, _token=_PRIVATE)
-        if not _schema.is_empty(study.path):
+        if not database.is_empty(study.path):
             raise ValueError(f"{study.path}: a study already exists (use Study.load or Study.open)")
         study.workdir.mkdir(parents=True, exist_ok=True)
         conn = study._db.connect(create=True)
@@ -148,20 +173,12 @@ class Study:
         with study._db.write() as c:
             if c.execute("SELECT 1 FROM sqlite_master WHERE name='meta'").fetchone():
                 raise ValueError(f"{study.path}: a study already exists (created concurrently)")
-            for statement in _schema.SCHEMA.split(";"):
-                if statement.strip():
-                    c.execute(statement)  # not executescript: it would commit early
-            _schema.add_status_counts(c)
-            now = time.time()
-            c.executemany(
-                "INSERT INTO meta(key, value) VALUES (?, ?)",
-                [
-                    (Key.FORMAT, _schema.FORMAT),
-                    (Key.SCHEMA_VERSION, str(_schema.SCHEMA_VERSION)),
-                    (Key.CONFIG, config_json or "{}"),
-                    (Key.CREATED_AT, repr(now)),
-                ],
-            )
+            for statement in database.statements(database.SCHEMA):
+                c.execute(statement)  # not executescript: it would commit early
+            database.add_status_counts(c)
+            meta = {Key.FORMAT: database.FORMAT, Key.SCHEMA_VERSION: str(database.SCHEMA_VERSION),
+                    Key.CONFIG: config_json or "{}", Key.CREATED_AT: repr(time.time())}
+            c.executemany("INSERT INTO meta(key, value) VALUES (?, ?)", meta.items())
         study.config = json.loads(config_json or "{}")
         return study
 
@@ -176,8 +193,8 @@ class Study:
             raise StudyNotFoundError(f"{study.path}: no study here")
         conn = study._db.connect()
         try:
-            _schema.check_study(conn, study.path)
-            study._counted = _schema.ensure_status_counts(conn, study.path)
+            database.check_study(conn, study.path)
+            study._counted = database.ensure_status_counts(conn, study.path)
             row = conn.execute("SELECT value FROM meta WHERE key=?", (Key.CONFIG,)).fetchone()
             try:
                 study.config = json.loads(row[0]) if row else {}
@@ -212,8 +229,8 @@ class Study:
             raise
 
     def replace_config(self, config: Any) -> bool:
-        """Store `config` in place of the study's own while it has no candidates (it has
-        not started: nothing was decided with the old config); False once it has some."""
+        """Store `config` in place of the study's own while it has no candidates (nothing
+        was decided with the old config); False once it has some."""
         config_json = dumps(_plain_config(config), "config") or "{}"
         with self._db.write() as c:
             if c.execute("SELECT 1 FROM candidates LIMIT 1").fetchone():
@@ -239,12 +256,9 @@ class Study:
 
     @property
     def user_costs(self) -> tuple[str, ...]:
-        """The names of the costs measured in the worker (the keys of `search.costs` in its
-        config, and `latency_ms` where it is timed: `settings.measured_costs`): numbers in
-        each done candidate's metrics, lower is better, which fronts and the recommendation
-        may rank by like the built-in costs."""
-        from nas.search.strategy.settings import measured_costs
-
+        """The names of the costs measured in the worker (`settings.measured_costs`: the
+        keys of `search.costs`, and `latency_ms` where it is timed): numbers in each done
+        candidate's metrics, lower is better, ranked like the built-in costs."""
         search = self.config.get("search") if isinstance(self.config, Mapping) else None
         return tuple(k for k in measured_costs(search) if k.isidentifier())
 
@@ -277,53 +291,39 @@ class Study:
 
         `generation` defaults to the parent's + 1 (0 for a seed). A fingerprint already in
         the study (any status: a failed architecture fails again) raises
-        `DuplicateCandidateError` carrying `existing_id`, unless `allow_duplicate`.
-        `status` may be "infeasible" or "failed" to record a child that never reaches
-        training. `state` entries are saved with `set_state` in the same transaction, so
-        the driver's RNG/counters always match the candidates they produced. `blocks` is
-        any JSON value (the driver stores how to rebuild the architecture from blocks).
-        `inheritance`: its `Inheritance` record (or that record's JSON object).
-        `replaces`: the id of the refused proposal (`Study.refusals`) this one takes the
-        place of, marked in the same transaction.
+        `DuplicateCandidateError`, unless `allow_duplicate`. `status` may be "infeasible"
+        or "failed" for a child that never reaches training. `state` entries are saved as
+        `set_state` does, and `replaces` (a refused proposal's id this one takes the place
+        of) is marked, in the same transaction, so the driver's counters always match the
+        candidates they produced. `blocks`: any JSON value.
         """
         check_new_candidate(graph_json, status, fingerprint, seed)
-        fields = {
-            "spec_json": dumps(spec, "spec"),
-            "properties_json": dumps(properties, "properties"),
-            "inheritance_json": dumps(Inheritance.from_json(inheritance).to_json(),
-                                      "inheritance"),
-            "blocks_json": dumps(blocks, "blocks"),
-        }
+        encoded = (dumps(spec, "spec"), dumps(properties, "properties"),
+                   dumps(Inheritance.from_json(inheritance).to_json(), "inheritance"),
+                   dumps(blocks, "blocks"))
         state_rows = self._state_rows(state)
         with self._db.write() as c:
             if parent_id is not None:
-                row = c.execute("SELECT generation FROM candidates WHERE id=?", (parent_id,))
-                parent = row.fetchone()
+                parent = c.execute("SELECT generation FROM candidates WHERE id=?",
+                                   (parent_id,)).fetchone()
                 if parent is None:
                     raise ValueError(f"parent_id: no candidate {parent_id} in {self.path}")
                 if generation is None:
                     generation = parent[0] + 1
-            if generation is None:
-                generation = 0
+            generation = 0 if generation is None else generation
             if fingerprint is not None and not allow_duplicate:
-                row = c.execute(
-                    "SELECT id FROM candidates WHERE fingerprint=? ORDER BY id LIMIT 1",
-                    (fingerprint,),
-                ).fetchone()
+                row = c.execute("SELECT id FROM candidates WHERE fingerprint=? ORDER BY id"
+                                " LIMIT 1", (fingerprint,)).fetchone()
                 if row is not None:
                     raise DuplicateCandidateError(fingerprint, row[0])
             now = time.time()
             cur = c.execute(
                 "INSERT INTO candidates(parent_id, generation, status, graph_json, fingerprint,"
-                " seed, spec_json, properties_json, inheritance_json, error, created_at,"
-                " finished_at, blocks_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    parent_id, int(generation), status, graph_json, fingerprint, seed,
-                    fields["spec_json"], fields["properties_json"], fields["inheritance_json"],
-                    error, now, None if status == Status.PENDING else now, fields["blocks_json"],
-                ),
-            )  # fmt: skip
-            c.executemany("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", state_rows)
+                " seed, spec_json, properties_json, inheritance_json, blocks_json, error,"
+                " created_at, finished_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (parent_id, int(generation), status, graph_json, fingerprint, seed, *encoded,
+                 error, now, None if status == Status.PENDING else now))
+            c.executemany(PUT_META, state_rows)
             if replaces is not None:
                 c.execute("UPDATE refusals SET replaced_by=? WHERE id=?",
                           (int(cur.lastrowid), int(replaces)))
@@ -333,32 +333,20 @@ class Study:
         self, candidate_id: int, metrics: Any, *, checkpoint_path: str | None = None,
         worker: str | None = None, rung_epochs: float | None = None,
     ) -> Candidate:
-        """Record a finished training: status done, with its metrics.
-
-        `metrics` is a mapping or dataclass with at least `accuracy`; see
-        `candidate.split_metrics`. The first result wins: telling a finished candidate (or,
-        with `worker`, one that worker no longer holds) changes nothing and logs why.
-        With `rung_epochs` (a multi-fidelity child at its last rung) the result is also
-        recorded as that rung's, decision "final".
-        """
+        """Record a finished training: status done, with its metrics (as
+        `candidate.split_metrics` reads them). The first result wins: telling a finished
+        candidate (or, with `worker`, one that worker no longer holds) changes nothing and
+        logs why. With `rung_epochs` (a multi-fidelity child at its last rung) the result
+        is also that rung's, decision "final"."""
         known, extra = split_metrics(metrics)
         extra, bits = split_examples(extra)
-        cols = ", ".join(f"{k}=?" for k in METRICS)
-        values = [known.get(k) for k in METRICS]
         with self._db.write() as c:
-            if not self._may_record(c, candidate_id, "result", worker):
-                return self._get(c, candidate_id)
-            insert_examples(c, candidate_id, bits)
-            if rung_epochs is not None:
-                rung = c.execute("SELECT rung FROM candidates WHERE id=?",
-                                 (candidate_id,)).fetchone()[0]
-                self._insert_rung(c, candidate_id, rung, rung_epochs, known, extra,
-                                  "final", None, worker)
-            c.execute(
-                f"UPDATE candidates SET status='{Status.DONE}', {cols}, metrics_json=?,"
-                " checkpoint_path=?, error=NULL, finished_at=?, lease_until=NULL WHERE id=?",
-                (*values, dumps(extra, "metrics"), checkpoint_path, time.time(), candidate_id),
-            )
+            if self._may_record(c, candidate_id, "result", worker):
+                if rung_epochs is not None:
+                    rung = self._row(c, candidate_id, "rung")[0]
+                    self._insert_rung(c, candidate_id, rung, rung_epochs, known, extra,
+                                      "final", None, worker)
+                self._finish(c, candidate_id, Status.DONE, known, extra, bits, checkpoint_path)
             return self._get(c, candidate_id)
 
     def record_rung(
@@ -367,97 +355,74 @@ class Study:
         cost: str = "flops",
     ) -> Candidate:
         """Record a multi-fidelity child's result at `rung` (not its last) and decide, in
-        the same transaction, whether it goes on: `decide(result, peers, parent_accuracy)`
-        sees every result recorded earlier at this rung (same epochs). Promoted: pending
-        again at rung + 1 (its claim and attempt count reset; it resumes from its own
-        checkpoint). Not promoted: status `stopped`, with these metrics and
-        `checkpoint_path`. Like `tell`, a no-op (logged) on a finished candidate, one
-        `worker` no longer holds, or one not at `rung`.
-        """
+        the same transaction, whether it goes on: `decide` sees every result recorded
+        earlier at this rung (same epochs). Promoted: pending again at rung + 1, its claim
+        and attempts reset, to resume from its own checkpoint. Not promoted: `stopped`,
+        with these metrics. Like `tell`, a no-op (logged) on a finished candidate, one
+        `worker` no longer holds, or one not at `rung`."""
         known, extra = split_metrics(metrics)
         extra, bits = split_examples(extra)
         with self._db.write() as c:
             if not self._may_record(c, candidate_id, "rung result", worker):
                 return self._get(c, candidate_id)
-            at, parent_id = c.execute("SELECT rung, parent_id FROM candidates WHERE id=?",
-                                      (candidate_id,)).fetchone()
+            at, parent_id = self._row(c, candidate_id, "rung, parent_id")
             if at != rung:
                 logging.info("%s: candidate %d is at rung %d; a result for rung %d is "
                              "ignored", self.path, candidate_id, at, rung)
                 return self._get(c, candidate_id)
+            # promotions rank by a cost the rungs table records, or by accuracy alone
+            rung_column = cost if cost in ("flops", "params") else "NULL"
             peers = [RungResult(int(i), float(a), None if v is None else float(v))
                      for i, a, v in c.execute(
-                         f"SELECT candidate_id, accuracy, {rung_cost(cost)} FROM rungs "
+                         f"SELECT candidate_id, accuracy, {rung_column} FROM rungs "
                          "WHERE rung=? AND epochs=? AND candidate_id!=? ORDER BY "
                          "candidate_id", (rung, float(epochs), candidate_id))]
-            parent_acc = None
-            if parent_id is not None:
-                parent_acc = c.execute("SELECT accuracy FROM candidates WHERE id=?",
-                                       (parent_id,)).fetchone()[0]
+            parent_acc = None if parent_id is None else self._row(c, parent_id, "accuracy")[0]
             me = RungResult(candidate_id, known["accuracy"], known.get(cost))
             promoted, reason = decide(me, peers, parent_acc)
-            decision = "promoted" if promoted else "stopped"
-            self._insert_rung(c, candidate_id, rung, epochs, known, extra, decision, reason,
-                              worker)
+            self._insert_rung(c, candidate_id, rung, epochs, known, extra,
+                              "promoted" if promoted else "stopped", reason, worker)
             if promoted:
                 c.execute(
                     f"UPDATE candidates SET status='{Status.PENDING}', rung=?, worker=NULL,"
                     " started_at=NULL, lease_until=NULL, attempts=0 WHERE id=?",
                     (rung + 1, candidate_id))
             else:  # its metrics are this rung's, epochs included
-                insert_examples(c, candidate_id, bits)
-                known = {**known, "epochs": float(epochs)}
-                cols = ", ".join(f"{k}=?" for k in METRICS)
-                c.execute(
-                    f"UPDATE candidates SET status='{Status.STOPPED}', {cols}, metrics_json=?,"
-                    " checkpoint_path=?, error=NULL, finished_at=?, lease_until=NULL"
-                    " WHERE id=?",
-                    (*[known.get(k) for k in METRICS], dumps(extra, "metrics"),
-                     checkpoint_path, time.time(), candidate_id))
+                self._finish(c, candidate_id, Status.STOPPED, {**known, "epochs": float(epochs)},
+                             extra, bits, checkpoint_path)
             return self._get(c, candidate_id)
 
     def fail(
         self, candidate_id: int, error: str | BaseException, *, infeasible: bool = False,
         worker: str | None = None,
     ) -> Candidate:
-        """Record that a candidate failed (or is infeasible: it can never run, e.g. OOM).
-
-        Failed candidates are never retried automatically. Like `tell`, a no-op (logged)
-        on a finished candidate or one that `worker` no longer holds.
-        """
+        """Record that a candidate failed (or is infeasible: it can never run, e.g. OOM),
+        never to be retried. Like `tell`, a no-op (logged) on a finished candidate or one
+        that `worker` no longer holds."""
         if isinstance(error, BaseException):
             error = f"{type(error).__name__}: {error}"
         status = Status.INFEASIBLE if infeasible else Status.FAILED
         with self._db.write() as c:
-            if not self._may_record(c, candidate_id, "failure", worker):
-                return self._get(c, candidate_id)
-            c.execute(
-                "UPDATE candidates SET status=?, error=?, finished_at=?, lease_until=NULL"
-                " WHERE id=?",
-                (status, str(error), time.time(), candidate_id),
-            )
+            if self._may_record(c, candidate_id, "failure", worker):
+                self._fail(c, candidate_id, str(error), status)
             return self._get(c, candidate_id)
 
     def set_state(self, key: str, value: Any) -> None:
         """Save a JSON value for the driver (RNG state, generation counter, ...)."""
         rows = self._state_rows({key: value})
         with self._db.write() as c:
-            c.executemany("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", rows)
+            c.executemany(PUT_META, rows)
 
     # ------------------------------------------------------------------ claims
 
     def claim(self, worker: str | None = None, candidate_id: int | None = None, *,
               lease_s: float | None = None) -> Candidate | None:
-        """Atomically mark the oldest pending candidate (or `candidate_id`) running; a
-        pending one without a parent (a seed, an enqueued architecture) comes before any
-        proposed child, so what a user enqueues trains next.
-
-        The claim is a lease of `lease_s` seconds (default: the config's `lease_s`, else
-        60) that the worker must `renew` while it trains. Claims whose lease expired (or
-        whose worker process on this host is gone) are re-queued first, in the same
-        transaction, so whoever claims next picks them up. Returns the claimed candidate,
-        or None if nothing (or not that one) is pending. Each claim counts one attempt.
-        """
+        """Atomically mark the oldest pending candidate (or `candidate_id`) running and
+        return it (None: nothing, or not that one, is pending); one without a parent (a
+        seed, an enqueued architecture) comes before any proposed child. The claim is a
+        lease of `lease_s` seconds (default: the config's) that the worker must `renew`;
+        expired claims are re-queued first, in the same transaction. Each claim counts one
+        attempt."""
         worker = worker or default_worker()
         lease_s = self._lease_s(lease_s)
         with self._db.write() as c:
@@ -471,8 +436,7 @@ class Study:
                     return None
                 cid = row[0]
             else:
-                status = self._status(c, candidate_id)
-                if status != Status.PENDING:
+                if self._row(c, candidate_id, "status")[0] != Status.PENDING:
                     return None
                 cid = candidate_id
             now = time.time()
@@ -485,8 +449,7 @@ class Study:
 
     def renew(self, candidate_id: int, worker: str, lease_s: float | None = None) -> bool:
         """Extend `worker`'s lease on a running candidate; False if it no longer holds it
-        (its lease expired and the candidate was re-queued or claimed by another worker):
-        the worker must then stop training it and record nothing."""
+        (its lease expired): the worker must then stop training it and record nothing."""
         lease_s = self._lease_s(lease_s)
         with self._db.write() as c:
             cur = c.execute(
@@ -508,32 +471,23 @@ class Study:
             return cur.rowcount == 1
 
     def requeue_expired(self, max_attempts: int | None = None) -> tuple[list[int], list[int]]:
-        """Re-queue running candidates whose lease expired (their worker died or hung);
-        a candidate whose attempts reached `max_attempts` is failed instead. Safe to call
-        by anyone at any time: live claims are left alone. Returns (requeued, failed)."""
+        """Re-queue running candidates whose lease expired, or fail those whose attempts
+        reached `max_attempts`; live claims are left alone. Returns (requeued, failed)."""
         max_attempts = self._max_attempts(max_attempts)
         with self._db.write() as c:
             return self._requeue_expired(c, max_attempts)
 
     def holds(self, candidate_id: int, worker: str) -> bool:
         """Whether `worker` holds the running claim on `candidate_id`."""
-        with self._db.read() as c:
-            row = c.execute("SELECT status, worker FROM candidates WHERE id=?",
-                            (candidate_id,)).fetchone()
-        return row is not None and row[0] == Status.RUNNING and row[1] == worker
+        rows = self._rows("SELECT status, worker FROM candidates WHERE id=?", (candidate_id,))
+        return rows == [(Status.RUNNING, worker)]
 
     def requeue_running(
         self, max_attempts: int | None = None, *, worker: str | None = None
     ) -> tuple[list[int], list[int]]:
-        """Return interrupted candidates (status running) to pending, or fail them.
-
-        Only for a study no live worker uses (tests, repair): drivers and workers rely on
-        leases instead (`requeue_expired`, done by every `claim`). A candidate
-        whose attempts reached `max_attempts` (default: config["max_attempts"] or 3) is
-        marked failed instead, so a candidate that kills its process is not retried
-        forever. `worker` restricts this to one worker's candidates (leave others' alone
-        when external workers share the study). Returns (requeued ids, failed ids).
-        """
+        """Return every running candidate (or `worker`'s), live or not, to pending, or fail
+        those whose attempts reached `max_attempts`: only for a study no live worker uses
+        (tests, repair). Returns (requeued, failed)."""
         max_attempts = self._max_attempts(max_attempts)
         where, args = f"status='{Status.RUNNING}'", []
         if worker is not None:
@@ -542,40 +496,17 @@ class Study:
             rows = c.execute(
                 f"SELECT id, attempts, worker FROM candidates WHERE {where} ORDER BY id", args
             ).fetchall()
-            requeued, failed = [], []
-            now = time.time()
-            for cid, attempts, who in rows:
-                if attempts >= max_attempts:
-                    c.execute(
-                        f"UPDATE candidates SET status='{Status.FAILED}', error=?, finished_at=?"
-                        " WHERE id=?",
-                        (
-                            f"interrupted {attempts} time(s) (last worker {who}); "
-                            f"gave up after max_attempts={max_attempts}",
-                            now,
-                            cid,
-                        ),
-                    )
-                    failed.append(cid)
-                else:
-                    c.execute(
-                        f"UPDATE candidates SET status='{Status.PENDING}', worker=NULL,"
-                        " started_at=NULL, lease_until=NULL WHERE id=?",
-                        (cid,),
-                    )
-                    requeued.append(cid)
-            return requeued, failed
+            return self._requeue(c, rows, max_attempts, "")
 
     # ----------------------------------------------------------------- reading
 
     def get_state(self, key: str, default: Any = None) -> Any:
         """A value saved with `set_state` (or `add(state=...)`), else `default`."""
-        with self._db.read() as c:
-            row = c.execute("SELECT value FROM meta WHERE key=?", (STATE_PREFIX + key,)).fetchone()
-        if row is None:
+        rows = self._rows("SELECT value FROM meta WHERE key=?", (STATE_PREFIX + key,))
+        if not rows:
             return default
         try:
-            return json.loads(row[0])
+            return json.loads(rows[0][0])
         except ValueError as e:
             raise ValueError(f"{self.path}: state {key!r} holds damaged JSON ({e})") from None
 
@@ -586,28 +517,23 @@ class Study:
 
     def candidates(self, status: str | Iterable[str] | None = None, *,
                    with_graphs: bool = True) -> list[Candidate]:
-        """All candidates (or those with the given status/statuses), by id.
-
-        `with_graphs=False` leaves out the large fields (graph, spec, properties,
-        inheritance, blocks: empty or None), for listings of metrics over a large study."""
+        """All candidates (or those with the given status/statuses), by id; `with_graphs=
+        False` leaves out the large fields (graph, spec, properties, inheritance, blocks),
+        for listings of metrics over a large study."""
         query, args, where = (SELECT if with_graphs else SELECT_METRICS), [], ""
         if status is not None:
-            statuses = [status] if isinstance(status, str) else list(status)
-            for s in statuses:
-                status_of(s)
+            statuses = _statuses(status)
             where = f" WHERE status IN ({', '.join('?' * len(statuses))})"
             query, args = query + where, statuses
         with self._db.read() as c:
             rows = c.execute(query + " ORDER BY id", args).fetchall()
-            rungs = self._rungs(c, None, where and (f"SELECT id FROM candidates{where}", args))
+            rungs = self._rungs(c, where and f" WHERE candidate_id IN (SELECT id FROM candidates"
+                                f"{where})", args)
         return [self._with_rungs(candidate_from_row(r, self.path), rungs) for r in rows]
 
     def latest(self, k: int, status: str | Iterable[str]) -> list[Candidate]:
-        """The `k` newest candidates with the given status(es), newest first: ids from the
-        status index, then only those rows."""
-        statuses = [status] if isinstance(status, str) else list(status)
-        for s in statuses:
-            status_of(s)
+        """The `k` newest candidates with the given status(es), newest first."""
+        statuses = _statuses(status)
         with self._db.read() as c:
             ids = sorted((i for s in statuses for (i,) in c.execute(
                 "SELECT id FROM candidates WHERE status=? ORDER BY id DESC LIMIT ?", (s, k))),
@@ -615,34 +541,28 @@ class Study:
             return [self._get(c, i) for i in ids]
 
     def last_id(self) -> int:
-        """The newest id given to a candidate, 0 in an empty study (a refused child's
-        included: its row left the table, its id is not given again). Why not the largest
-        id in the table: the driver's next proposal reads results by id
-        (`search.pipeline_depth`), which must not depend on whether the newest child was
-        refused yet."""
-        with self._db.read() as c:
-            newest = int(c.execute("SELECT MAX(id) FROM candidates").fetchone()[0] or 0)
-            given = c.execute("SELECT seq FROM sqlite_sequence WHERE name='candidates'"
-                              ).fetchone()
-        return max(newest, int(given[0]) if given else 0)
+        """The newest id given to a candidate, 0 in an empty study, a refused child's
+        included (its row left the table, its id is not given again): the driver's next
+        proposal reads results by id (`search.pipeline_depth`), which must not depend on
+        whether the newest child was refused yet."""
+        newest = self._rows("SELECT MAX(id) FROM candidates")[0][0] or 0
+        given = self._rows("SELECT seq FROM sqlite_sequence WHERE name='candidates'")
+        return max(int(newest), int(given[0][0]) if given else 0)
 
     def first_unfinished_id(self) -> int | None:
-        """The oldest pending or running candidate's id; None when every one is finished.
-        Two lookups in the status index, whatever the study's size."""
-        with self._db.read() as c:
-            ids = [row[0] for status in (Status.PENDING, Status.RUNNING) for row in c.execute(
-                "SELECT id FROM candidates WHERE status=? ORDER BY id LIMIT 1", (status,))]
+        """The oldest pending or running candidate's id; None when every one is finished."""
+        ids = [i for status in (Status.PENDING, Status.RUNNING) for (i,) in self._rows(
+            "SELECT id FROM candidates WHERE status=? ORDER BY id LIMIT 1", (status,))]
         return min(ids, default=None)
 
     def done_rows(self, after: int = 0, through: int | None = None) -> list[Finished]:
         """Done candidates with `after` < id <= `through` (no bound: every later one), by
-        id, with only what selection reads (no graph; the packed validation results that
-        paired ties compare): a primary-key range read, so the
-        driver reads each finished candidate once (`nas.search.strategy.population`)."""
+        id, with only what selection reads (no graph; the packed validation results), so
+        the driver reads each finished candidate once (`nas.search.strategy.population`)."""
         measured = self.user_costs  # read from the metrics' JSON, only those configured
         users = (*measured, *map(spread_name, measured))  # with their spreads
-        query = (f"SELECT id, parent_id, accuracy, {', '.join(LIGHT_COSTS)}, "
-                 f"{_schema.VAL_EXAMPLES}, e.count, e.bits"
+        query = (f"SELECT id, parent_id, accuracy, {', '.join(database.LIGHT_COSTS)}, "
+                 f"{database.VAL_EXAMPLES}, e.count, e.bits"
                  + "".join(", json_extract(metrics_json, ?)" for _ in users)
                  + " FROM candidates LEFT JOIN examples e ON e.candidate_id = id AND "
                  "e.split = 'validation' WHERE id > ?")
@@ -650,8 +570,7 @@ class Study:
         if through is not None:
             query += " AND id <= ?"
             args.append(int(through))
-        with self._db.read() as c:
-            rows = c.execute(query + f" AND status='{Status.DONE}' ORDER BY id", args).fetchall()
+        rows = self._rows(query + f" AND status='{Status.DONE}' ORDER BY id", args)
         return [Finished(*row[:8], val_count=row[8],
                          val_bits=None if row[9] is None else bytes(row[9]),
                          user_costs={u: v for u, v in zip(users, row[10:], strict=True)
@@ -661,82 +580,56 @@ class Study:
                                                     float | None, str | None]]:
         """(id, parent id, status, accuracy, flops, move kind) of every candidate with id
         <= `through`, by id: what `nas.search.strategy.move_mix` counts."""
-        with self._db.read() as c:
-            rows = c.execute(
-                "SELECT id, parent_id, status, accuracy, flops,"
-                " json_extract(inheritance_json, '$.kind') FROM candidates WHERE id <= ?"
-                " ORDER BY id", (int(through),)).fetchall()
-        return [tuple(r) for r in rows]
+        return [tuple(r) for r in self._rows(
+            "SELECT id, parent_id, status, accuracy, flops,"
+            " json_extract(inheritance_json, '$.kind') FROM candidates WHERE id <= ?"
+            " ORDER BY id", (int(through),))]
 
     def has_candidate(self, candidate_id: int) -> bool:
-        """Whether the study has a candidate `candidate_id` (a refused child's id has
-        none)."""
-        with self._db.read() as c:
-            return c.execute("SELECT 1 FROM candidates WHERE id=?",
-                             (int(candidate_id),)).fetchone() is not None
+        """Whether the study has a candidate `candidate_id` (a refused child's id has none)."""
+        return bool(self._rows("SELECT 1 FROM candidates WHERE id=?", (int(candidate_id),)))
 
     def find(self, fingerprint: str) -> list[int]:
         """Ids of candidates with this fingerprint."""
-        with self._db.read() as c:
-            rows = c.execute(
-                "SELECT id FROM candidates WHERE fingerprint=? ORDER BY id", (fingerprint,)
-            ).fetchall()
-        return [r[0] for r in rows]
+        return [i for (i,) in self._rows(
+            "SELECT id FROM candidates WHERE fingerprint=? ORDER BY id", (fingerprint,))]
 
     def counts(self) -> dict[str, int]:
         """Number of candidates per status (every status present, zeros included)."""
         query = ("SELECT status, n FROM status_counts" if self._counted else
                  "SELECT status, COUNT(*) FROM candidates GROUP BY status")
-        with self._db.read() as c:
-            rows = c.execute(query).fetchall()
-        out: dict[str, int] = dict.fromkeys(STATUSES, 0)
-        out.update(rows)
-        return out
+        return {**dict.fromkeys(STATUSES, 0), **dict(self._rows(query))}
 
     def rung_counts(self) -> dict[int, tuple[float, int]]:
         """rung index -> (its epochs, number of results recorded there)."""
-        with self._db.read() as c:
-            rows = c.execute("SELECT rung, MAX(epochs), COUNT(*) FROM rungs GROUP BY rung"
-                             " ORDER BY rung").fetchall()
+        rows = self._rows("SELECT rung, MAX(epochs), COUNT(*) FROM rungs GROUP BY rung"
+                          " ORDER BY rung")
         return {int(r): (float(e), int(n)) for r, e, n in rows}
 
     def feasible_count(self, bounds: Mapping[str, float]) -> int:
         """How many done candidates are within every bound ({cost: upper bound}, as
-        `search.constraints`): one count over the table, whatever the study's size."""
+        `search.constraints`)."""
         where, args = [], []
         for cost, bound in bounds.items():
-            check_cost(cost, user_costs=self.user_costs)
-            if cost in self.user_costs or cost in MEASURED_COSTS:
-                where.append("json_extract(metrics_json, ?) <= ?")
-                args += [json_path(cost), float(bound)]
-            else:
-                where.append(f"{cost} <= ?")
-                args.append(float(bound))
-        with self._db.read() as c:
-            return int(c.execute(
-                f"SELECT COUNT(*) FROM candidates WHERE status='{Status.DONE}'"
-                " AND accuracy IS NOT NULL"
-                + "".join(f" AND {w}" for w in where), args).fetchone()[0])
+            column, cost_args = self._cost_column(cost)
+            where.append(f"{column} <= ?")
+            args += [*cost_args, float(bound)]
+        return int(self._rows(f"SELECT COUNT(*) FROM candidates WHERE status='{Status.DONE}'"
+                              " AND accuracy IS NOT NULL"
+                              + "".join(f" AND {w}" for w in where), args)[0][0])
 
     def pareto_front(self, cost: str = "flops") -> list[Candidate]:
-        """Done candidates on the accuracy/`cost` front, from most accurate to cheapest.
-
-        Candidates tied with a front point (same accuracy and cost) are all included.
-        Only the front's rows are read whole; the rest is one pass over an index.
-        """
-        check_cost(cost, user_costs=self.user_costs)
-        column, args = cost, []
-        if cost in self.user_costs or cost in MEASURED_COSTS:  # a number in the metrics' JSON
-            column = "json_extract(metrics_json, ?)"
-            args = [json_path(cost)]
+        """Done candidates on the accuracy/`cost` front, from most accurate to cheapest,
+        those tied with a front point included. Only the front's rows are read whole."""
+        column, args = self._cost_column(cost)
+        if args:  # a number in the metrics' JSON
             where = "json_type(metrics_json, ?) IN ('integer', 'real')"
             args += args
         else:
             where = f"{cost} IS NOT NULL"
-        with self._db.read() as c:
-            done = c.execute(f"SELECT id, accuracy, {column} FROM candidates WHERE "
-                             f"status='{Status.DONE}' AND accuracy IS NOT NULL AND {where}"
-                             " ORDER BY id", args).fetchall()
+        done = self._rows(f"SELECT id, accuracy, {column} FROM candidates WHERE "
+                          f"status='{Status.DONE}' AND accuracy IS NOT NULL AND {where}"
+                          " ORDER BY id", args)
         if not done:
             return []
         curve = ParetoCurve([(a, v) for _, a, v in done], (True, higher_better(cost)))
@@ -756,9 +649,8 @@ class Study:
             return [self._get(c, i) for (i,) in ids]
 
     def export(self, candidate_id: int, path: str | os.PathLike) -> Path:
-        """Write one candidate as a self-contained file, atomically: its graph, trained
-        weights, training settings and metrics (`nas.search.store.export`); `nas.load_candidate`
-        and `nas-train --graph` read it."""
+        """Write one candidate as a self-contained file, atomically (`export.export_candidate`);
+        `nas.load_candidate` and `nas-train --graph` read it."""
         from nas.search.store.export import export_candidate
 
         return export_candidate(self, candidate_id, path)
@@ -767,7 +659,7 @@ class Study:
                     split: str = "validation") -> dict[int, np.ndarray]:
         """candidate id -> which examples of `split` ("validation" or "test") it got
         right, in the split's order (boolean vector); candidates without a record (an
-        older study, a failed run) are absent. Read in one query."""
+        older study, a failed run) are absent."""
         if split not in EXAMPLE_SPLITS.values():
             raise ValueError(f"split: expected one of {sorted(EXAMPLE_SPLITS.values())}, "
                              f"got {split!r}")
@@ -778,10 +670,8 @@ class Study:
                 return {}
             query += f" AND candidate_id IN ({', '.join('?' * len(ids))})"
             args += sorted(ids)
-        with self._db.read() as c:
-            rows = c.execute(query + " ORDER BY candidate_id", args).fetchall()
         out = {}
-        for cid, count, bits in rows:
+        for cid, count, bits in self._rows(query + " ORDER BY candidate_id", args):
             if ids is not None and cid not in ids:
                 continue
             try:
@@ -795,35 +685,33 @@ class Study:
 
     def refuse(self, candidate_id: int, cause: str, *, worker: str | None = None
                ) -> Refusal | None:
-        """Records that a claimed child could not start near its parent (`cause`, one line).
-
-        Its row leaves the candidates table and the refusal is returned; or, when its slot
-        already had `max_refusals` proposals refused, it fails with a line naming the cause
-        (None). Like `fail`, a no-op (None) on a finished candidate or one that `worker` no
-        longer holds."""
+        """Records that a claimed child could not start near its parent (`cause`, one
+        line): its row leaves the candidates table and the refusal is returned; or, when
+        its slot already had `max_refusals` proposals refused, it fails (None). Like
+        `fail`, a no-op (None) on a finished candidate or one `worker` no longer holds."""
         with self._db.write() as c:
             if not self._may_record(c, candidate_id, "refusal", worker):
                 return None
-            row = c.execute("SELECT parent_id, inheritance_json FROM candidates WHERE id=?",
-                            (candidate_id,)).fetchone()
-            inheritance = refusal_rows.inheritance_of(row[1])
+            parent_id, text = self._row(c, candidate_id, "parent_id, inheritance_json")
+            try:
+                inheritance = Inheritance.from_json(json.loads(text) if text else None)
+            except ValueError:  # a damaged record counts as none: the refusal is still kept
+                inheritance = Inheritance()
             before = inheritance.slot_refusals or 0
             limit = self.max_refusals
             if before + 1 > limit:
-                line = (f"its slot's proposals were refused at their start {before + 1} "
-                        f"time(s) (search.max_refusals={limit}); the last: {cause}")
-                c.execute(f"UPDATE candidates SET status='{Status.FAILED}', error=?, finished_at=?,"
-                          " lease_until=NULL WHERE id=?", (line, time.time(), candidate_id))
+                self._fail(c, candidate_id, f"its slot's proposals were refused at their "
+                           f"start {before + 1} time(s) (search.max_refusals={limit}); the "
+                           f"last: {cause}")
                 return None
-            refusal_id = refusal_rows.insert(c, proposal=inheritance.proposal,
-                                             candidate_id=candidate_id, parent_id=row[0],
-                                             kind=inheritance.kind, stage="start",
-                                             cause=cause, slot_refusals=before + 1,
-                                             worker=worker)
+            refusal = self._insert_refusal(
+                c, proposal=inheritance.proposal, candidate_id=candidate_id,
+                parent_id=parent_id, kind=inheritance.kind, stage="start", cause=cause,
+                slot_refusals=before + 1, worker=worker)
             for table in ("examples", "rungs"):  # nothing refers to the row any more
                 c.execute(f"DELETE FROM {table} WHERE candidate_id=?", (candidate_id,))
             c.execute("DELETE FROM candidates WHERE id=?", (candidate_id,))
-            return refusal_rows.read(c, refusal_id)
+            return refusal
 
     def record_refusal(self, *, stage: str, cause: str, kind: str | None = None,
                        proposal: int | None = None, parent_id: int | None = None,
@@ -834,44 +722,37 @@ class Study:
             raise ValueError(f"stage: expected one of {STAGES}, got {stage!r}")
         rows = self._state_rows(state)
         with self._db.write() as c:
-            refusal_id = refusal_rows.insert(c, proposal=proposal, candidate_id=None,
-                                             parent_id=parent_id, kind=kind, stage=stage,
-                                             cause=cause, slot_refusals=0, worker=None)
-            c.executemany("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", rows)
-            return refusal_rows.read(c, refusal_id)
+            refusal = self._insert_refusal(c, proposal=proposal, candidate_id=None,
+                                           parent_id=parent_id, kind=kind, stage=stage,
+                                           cause=cause, slot_refusals=0, worker=None)
+            c.executemany(PUT_META, rows)
+            return refusal
 
     def refusals(self, stage: str | None = None) -> list[Refusal]:
         """The refused proposals (of one `stage`, or all), oldest first."""
         where, args = ("", ()) if stage is None else (" WHERE stage=?", (stage,))
-        with self._db.read() as c:
-            if not refusal_rows.has_table(c):
-                return []
-            rows = c.execute(refusal_rows.SELECT + f"{where} ORDER BY id", args).fetchall()
-        return [Refusal(*row) for row in rows]
+        if not self._has_refusals():
+            return []
+        return [Refusal(*row) for row in self._rows(SELECT_REFUSALS + f"{where} ORDER BY id",
+                                                    args)]
 
     def open_refusal(self, through: int) -> Refusal | None:
-        """The oldest child refused at its start, with an id up to `through`, that nothing
-        was proposed in place of yet (None: none). Why `through`: the driver's next
-        proposal reads the results up to that id, whatever the workers' timing, so the slot
-        it fills is decided by counts too."""
-        with self._db.read() as c:
-            if not refusal_rows.has_table(c):
-                return None
-            row = c.execute(
-                refusal_rows.SELECT + " WHERE replaced_by IS NULL AND"
-                " candidate_id IS NOT NULL AND candidate_id <= ? ORDER BY candidate_id"
-                " LIMIT 1", (int(through),)).fetchone()
-        return None if row is None else Refusal(*row)
+        """The oldest child refused at its start, with an id up to `through` (what the
+        driver's next proposal reads, so the slot it fills is decided by counts too), that
+        nothing was proposed in place of yet (None: none)."""
+        if not self._has_refusals():
+            return None
+        rows = self._rows(SELECT_REFUSALS + " WHERE replaced_by IS NULL AND candidate_id IS NOT"
+                          " NULL AND candidate_id <= ? ORDER BY candidate_id LIMIT 1",
+                          (int(through),))
+        return Refusal(*rows[0]) if rows else None
 
     def refusal_counts(self) -> dict[str, dict[str, int]]:
         """{stage: {move kind: refused proposals}}, every stage present."""
         out: dict[str, dict[str, int]] = {s: {} for s in STAGES}
-        with self._db.read() as c:
-            if not refusal_rows.has_table(c):
-                return out
-            for stage, kind, n in c.execute(
-                    "SELECT stage, COALESCE(kind, '?'), COUNT(*) FROM refusals"
-                    " GROUP BY stage, kind ORDER BY stage, kind"):
+        if self._has_refusals():
+            for stage, kind, n in self._rows("SELECT stage, COALESCE(kind, '?'), COUNT(*) FROM"
+                                             " refusals GROUP BY stage, kind ORDER BY stage, kind"):
                 out.setdefault(stage, {})[kind] = int(n)
         return out
 
@@ -879,24 +760,19 @@ class Study:
 
     def enqueue(self, architecture: Any, constants: dict[str, Any] | None = None, *,
                 variables: dict[str, Any] | None = None) -> int:
-        """Adds `architecture` as a pending candidate trained before any proposed child;
-        returns its id. The search trains it when it next runs (`nas.run_search` or
-        `nas-search` on this workdir), within `search.max_candidates`.
+        """Adds `architecture` (a user's model worth trying) as a pending candidate, trained
+        as a seed is, before any proposed child, when the search next runs; returns its id.
 
         architecture: what `nas.load_candidate` or `nas.from_flax` returns (with its
-          weights, if it has them), the path of an exported candidate or graph JSON, or a
-          `nas.graph.Graph` with its `constants`. variables: weights for a graph (or in
-          place of a candidate's own); None trains it from scratch.
+        weights, if it has them), the path of an exported candidate or graph JSON, or a
+        `nas.graph.Graph` with its `constants`. variables: weights for a graph (or in
+        place of a candidate's own); None trains it from scratch.
 
         Each mistake (a study without its seeds yet, other outputs or input shape than the
         study's, weights that do not fit, an architecture already in the study) is one
         ValueError line, and nothing is written."""
-        import ml_collections
-
         from nas.graph.serialize import graph_to_json
         from nas.mutation import fingerprint_at
-        from nas.search.strategy import hparams as hparams_lib
-        from nas.search.strategy.settings import SearchSettings
         from nas.train import preflight
         from nas.train.checkpoint import save_variables
         from nas.train.config import image_shape, with_defaults
@@ -909,13 +785,13 @@ class Study:
         if planned is None or added < planned:
             raise ValueError(f"enqueue: the study in {self.workdir} has no seed yet (expected "
                              f"a search that ran once; a model to start from is its seed)")
-        graph, constants, variables = architecture_parts(architecture, constants, variables)
+        graph, constants, variables = _architecture_parts(architecture, constants, variables)
         train = with_defaults(ml_collections.ConfigDict(config["train"]))
         search = SearchSettings.from_stored(config)
         preflight.check_outputs(graph, constants, train, "enqueue: the architecture")
         shape = image_shape(train)
         if variables is not None:
-            check_weights(graph, constants, variables, shape)
+            _check_weights(graph, constants, variables, shape)
         fingerprint = fingerprint_at(graph, constants, (1, *shape))
         existing = self.find(fingerprint)
         if existing:
@@ -942,24 +818,30 @@ class Study:
 
     # --------------------------------------------------------------- internals
 
-    def _get(self, c: sqlite3.Connection, candidate_id: int) -> Candidate:
-        row = c.execute(SELECT + " WHERE id=?", (candidate_id,)).fetchone()
+    def _rows(self, sql: str, args: Iterable[Any] = ()) -> list[tuple]:
+        """Every row of one read statement."""
+        with self._db.read() as c:
+            return c.execute(sql, tuple(args)).fetchall()
+
+    def _row(self, c: sqlite3.Connection, candidate_id: int, columns: str) -> tuple:
+        """`columns` of one candidate's row; ValueError when there is none."""
+        row = c.execute(f"SELECT {columns} FROM candidates WHERE id=?",
+                        (candidate_id,)).fetchone()
         if row is None:
             raise ValueError(f"candidate_id: no candidate {candidate_id!r} in {self.path}")
+        return row
+
+    def _get(self, c: sqlite3.Connection, candidate_id: int) -> Candidate:
+        row = self._row(c, candidate_id, ", ".join(COLUMNS))
         return self._with_rungs(candidate_from_row(row, self.path),
-                                self._rungs(c, candidate_id))
+                                self._rungs(c, " WHERE candidate_id=?", (candidate_id,)))
 
     @staticmethod
-    def _rungs(c: sqlite3.Connection, candidate_id: int | None,
-               among: tuple[str, list[Any]] | str = "") -> dict[int, list[dict[str, Any]]]:
-        """Recorded rung results by candidate id (of one candidate, of those the `among`
-        query (SQL, arguments) selects, or all)."""
-        where, args = ("", ()) if candidate_id is None else (" WHERE candidate_id=?",
-                                                             (candidate_id,))
-        if among:
-            where, args = f" WHERE candidate_id IN ({among[0]})", tuple(among[1])
+    def _rungs(c: sqlite3.Connection, where: str = "", args: Iterable[Any] = ()
+               ) -> dict[int, list[dict[str, Any]]]:
+        """Recorded rung results by candidate id (those `where` selects, or all)."""
         out: dict[int, list[dict[str, Any]]] = {}
-        for row in c.execute(SELECT_RUNGS + where + " ORDER BY candidate_id, rung", args):
+        for row in c.execute(SELECT_RUNGS + where + " ORDER BY candidate_id, rung", tuple(args)):
             entry = dict(zip(RUNG_COLUMNS, row, strict=True))
             out.setdefault(entry.pop("candidate_id"), []).append(entry)
         return out
@@ -969,19 +851,10 @@ class Study:
         found = rungs.get(candidate.id)
         return dataclasses.replace(candidate, rungs=tuple(found)) if found else candidate
 
-    def _status(self, c: sqlite3.Connection, candidate_id: int) -> str:
-        row = c.execute("SELECT status FROM candidates WHERE id=?", (candidate_id,)).fetchone()
-        if row is None:
-            raise ValueError(f"candidate_id: no candidate {candidate_id!r} in {self.path}")
-        return row[0]
     def _may_record(self, c: sqlite3.Connection, candidate_id: int, what: str,
                     worker: str | None) -> bool:
         """Whether a result may be written now; logs why not (never raises for races)."""
-        row = c.execute("SELECT status, worker FROM candidates WHERE id=?",
-                        (candidate_id,)).fetchone()
-        if row is None:
-            raise ValueError(f"candidate_id: no candidate {candidate_id!r} in {self.path}")
-        status, holder = row
+        status, holder = self._row(c, candidate_id, "status, worker")
         if status in FINISHED:
             logging.info("%s: candidate %d is already %s; %s of %s ignored", self.path,
                          candidate_id, status, what, worker or "this process")
@@ -991,6 +864,27 @@ class Study:
                          "is ignored", self.path, worker, candidate_id, status, holder, what)
             return False
         return True
+
+    @staticmethod
+    def _finish(c: sqlite3.Connection, candidate_id: int, status: Status,
+                known: Mapping[str, float], extra: Mapping[str, Any],
+                bits: Mapping[str, np.ndarray], checkpoint_path: str | None) -> None:
+        """Write a result (done, or stopped at a rung) with its per-example rows."""
+        c.executemany(
+            "INSERT OR REPLACE INTO examples(candidate_id, split, count, bits) VALUES (?, ?, ?, ?)",
+            [(candidate_id, split, int(v.size), examples.pack(v)) for split, v in bits.items()])
+        cols = ", ".join(f"{k}=?" for k in METRICS)
+        c.execute(
+            f"UPDATE candidates SET status='{status}', {cols}, metrics_json=?,"
+            " checkpoint_path=?, error=NULL, finished_at=?, lease_until=NULL WHERE id=?",
+            (*[known.get(k) for k in METRICS], dumps(extra, "metrics"), checkpoint_path,
+             time.time(), candidate_id))
+
+    @staticmethod
+    def _fail(c: sqlite3.Connection, candidate_id: int, error: str,
+              status: Status = Status.FAILED) -> None:
+        c.execute("UPDATE candidates SET status=?, error=?, finished_at=?, lease_until=NULL"
+                  " WHERE id=?", (status, error, time.time(), candidate_id))
 
     @staticmethod
     def _insert_rung(c: sqlite3.Connection, candidate_id: int, rung: int, epochs: float,
@@ -1007,6 +901,24 @@ class Study:
              worker, time.time()))
 
     @staticmethod
+    def _insert_refusal(c: sqlite3.Connection, *, proposal: int | None,
+                        candidate_id: int | None, parent_id: int | None, kind: str | None,
+                        stage: str, cause: Any, slot_refusals: int,
+                        worker: str | None) -> Refusal:
+        cur = c.execute(
+            "INSERT INTO refusals(proposal, candidate_id, parent_id, kind, stage, cause,"
+            " slot_refusals, worker, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (proposal, candidate_id, parent_id, kind, stage, str(cause)[:2000],
+             int(slot_refusals), worker, time.time()))
+        return Refusal(*c.execute(SELECT_REFUSALS + " WHERE id=?",
+                                  (int(cur.lastrowid),)).fetchone())
+
+    def _has_refusals(self) -> bool:
+        """Whether there is a refusals table (an older study opened read-only has none)."""
+        return bool(self._rows("SELECT 1 FROM sqlite_master WHERE type='table' AND "
+                               "name='refusals'"))
+
+    @staticmethod
     def _state_rows(state: Mapping[str, Any] | None) -> list[tuple[str, str]]:
         rows = []
         for key, value in (state or {}).items():
@@ -1014,6 +926,13 @@ class Study:
                 raise ValueError(f"state: keys must be non-empty strings, got {key!r}")
             rows.append((STATE_PREFIX + key, dumps(value, f"state.{key}") or "null"))
         return rows
+
+    def _cost_column(self, cost: str) -> tuple[str, list[Any]]:
+        """(SQL expression, arguments) of `cost`: its column, or its number in the JSON."""
+        check_cost(cost, user_costs=self.user_costs)
+        if cost in self.user_costs or cost in MEASURED_COSTS:
+            return "json_extract(metrics_json, ?)", [json_path(cost)]
+        return cost, []
 
     def _max_attempts(self, max_attempts: int | None) -> int:
         if max_attempts is None:
@@ -1034,28 +953,29 @@ class Study:
     def _requeue_expired(self, c: sqlite3.Connection, max_attempts: int
                          ) -> tuple[list[int], list[int]]:
         now = time.time()
-        rows = c.execute(
+        rows = [(cid, attempts, who) for cid, attempts, who, until in c.execute(
             f"SELECT id, attempts, worker, lease_until FROM candidates"
             f" WHERE status='{Status.RUNNING}' ORDER BY id").fetchall()
+            if until is None or until < now or dead_local_process(who)]
+        requeued, failed = self._requeue(c, rows, max_attempts, ", lease expired")
+        if requeued or failed:
+            logging.info("%s: leases expired: re-queued %s, failed %s", self.path, requeued,
+                         failed)
+        return requeued, failed
+
+    def _requeue(self, c: sqlite3.Connection, rows: list[tuple[int, int, str | None]],
+                 max_attempts: int, why: str) -> tuple[list[int], list[int]]:
         requeued, failed = [], []
-        for cid, attempts, who, until in rows:
-            if until is not None and until >= now and not dead_local_process(who):
-                continue
+        for cid, attempts, who in rows:
             if attempts >= max_attempts:
-                c.execute(
-                    f"UPDATE candidates SET status='{Status.FAILED}', error=?, finished_at=?,"
-                    " lease_until=NULL WHERE id=?",
-                    (f"interrupted {attempts} time(s) (last worker {who}, lease expired); "
-                     f"gave up after max_attempts={max_attempts}", now, cid))
+                self._fail(c, cid, f"interrupted {attempts} time(s) (last worker {who}{why}); "
+                           f"gave up after max_attempts={max_attempts}")
                 failed.append(cid)
             else:
                 c.execute(
                     f"UPDATE candidates SET status='{Status.PENDING}', worker=NULL,"
                     " started_at=NULL, lease_until=NULL WHERE id=?", (cid,))
                 requeued.append(cid)
-        if requeued or failed:
-            logging.info("%s: leases expired: re-queued %s, failed %s", self.path, requeued,
-                         failed)
         return requeued, failed
 
 
@@ -1074,14 +994,17 @@ def _plain_config(config: Any) -> dict[str, Any]:
     return json.loads(dumps(dict(config), "config"))
 
 
+def _statuses(status: str | Iterable[str]) -> list[str]:
+    """`status` as a list of status names, each checked."""
+    statuses = [status] if isinstance(status, str) else list(status)
+    for name in statuses:
+        status_of(name)
+    return statuses
+
+
 def json_path(name: str) -> str:
     """The JSON path of a user's cost in `metrics_json` (an identifier: quoted as is)."""
     return f'$."{name}"'
-
-
-def rung_cost(cost: str) -> str:
-    """The rungs-table column a promotion ranks by (only costs the table records)."""
-    return cost if cost in ("flops", "params") else "NULL"
 
 
 def check_new_candidate(graph_json: Any, status: str, fingerprint: Any, seed: Any) -> None:
@@ -1096,9 +1019,7 @@ def check_new_candidate(graph_json: Any, status: str, fingerprint: Any, seed: An
     except RecursionError:
         raise ValueError("graph_json: nested too deeply to be a graph") from None
     if status not in (Status.PENDING, Status.FAILED, Status.INFEASIBLE):
-        raise ValueError(
-            f"status: new candidates are pending/failed/infeasible, not {status!r}"
-        )
+        raise ValueError(f"status: new candidates are pending/failed/infeasible, not {status!r}")
     if fingerprint is not None and not isinstance(fingerprint, str):
         kind = type(fingerprint).__name__
         raise ValueError(f"fingerprint: expected a hex string, got {kind}")
@@ -1115,9 +1036,170 @@ def split_examples(extra: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, 
     return rest, bits
 
 
-def insert_examples(c: sqlite3.Connection, candidate_id: int,
-                    bits: Mapping[str, np.ndarray]) -> None:
-    """Store `bits` ({split: boolean vector}) as the candidate's rows, in transaction `c`."""
-    c.executemany(
-        "INSERT OR REPLACE INTO examples(candidate_id, split, count, bits) VALUES (?, ?, ?, ?)",
-        [(candidate_id, split, int(v.size), examples.pack(v)) for split, v in bits.items()])
+# ------------------------------------------------------------------ worker names
+
+
+def default_worker(role: str = "") -> str:
+    """A worker name that identifies this process: [role@]host:pid."""
+    return f"{role + '@' if role else ''}{socket.gethostname()}:{os.getpid()}"
+
+
+def dead_local_process(worker: str | None) -> bool:
+    """Whether `worker` names a process on this host ([role@]host:pid) that has exited:
+    its lease is void at once, without waiting for it to expire."""
+    match = re.fullmatch(r"(?:[^@]*@)?(.+):([0-9]+)", worker or "")
+    if match is None or match.group(1) != socket.gethostname():
+        return False
+    pid = int(match.group(2))
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # exists, owned by someone else
+        return False
+    return is_zombie(pid)
+
+
+def is_zombie(pid: int) -> bool:
+    """Whether process `pid` has exited and waits for its parent to reap it."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False
+
+
+# ------------------------------------------------------------------ seeds, enqueue
+
+
+def seeding(study: Study) -> tuple[int | None, int]:
+    """(seeds planned, seeds added) of `study`: (None, 0) before its first seed."""
+    if not study.last_id():
+        return None, 0
+    planned = study.get_state(SEEDS, None)
+    if planned is None:  # one seed, or a study written before there could be several
+        return 1, 1
+    return int(planned), int(study.get_state(SEEDS_ADDED, 0))
+
+
+def _architecture_parts(architecture: Any, constants: dict[str, Any] | None,
+                        variables: dict[str, Any] | None
+                        ) -> tuple[Any, dict[str, Any], dict[str, Any] | None]:
+    """(graph, constants, variables) of what `Study.enqueue` was given: a candidate
+    (its own weights unless `variables`), a file's path, or a graph with `constants`."""
+    from nas.graph import Graph
+    from nas.io.candidate import ExportedCandidate, read_graph_or_export_for
+
+    if isinstance(architecture, str | os.PathLike):
+        architecture = read_graph_or_export_for("enqueue", os.fspath(architecture))
+        if isinstance(architecture, bytes):
+            from nas.graph.serialize import load
+
+            architecture, constants = load(architecture)
+    if isinstance(architecture, ExportedCandidate):
+        graph, constants = architecture.graph, dict(architecture.constants)
+        variables = architecture.variables if variables is None else variables
+    else:
+        graph = architecture
+    if not isinstance(graph, Graph):
+        raise ValueError(f"enqueue: expected a candidate (nas.load_candidate, "
+                         f"nas.from_flax), an exported file's path or a nas.graph.Graph, "
+                         f"got {type(architecture).__name__}")
+    return graph, dict(constants or {}), variables
+
+
+def _check_weights(graph: Any, constants: dict[str, Any], variables: Any,
+                   shape: tuple[int, ...]) -> None:
+    """`variables` must have every array the graph's model has, at its shape: one line
+    naming the first that differs."""
+    import jax
+    import jax.numpy as jnp
+    from flax.traverse_util import flatten_dict
+
+    from nas.graph import Model
+
+    model = Model(graph, constants)
+    x = jax.ShapeDtypeStruct((1, *shape), jnp.float32)
+    want = flatten_dict(jax.eval_shape(lambda x: model.init(jax.random.PRNGKey(0), x), x),
+                        sep="/")
+    if not hasattr(variables, "items"):
+        raise ValueError(f"enqueue: variables: expected a dict of weights, got "
+                         f"{type(variables).__name__}")
+    have = flatten_dict(dict(variables), sep="/")
+    for name, leaf in want.items():
+        if name.startswith("params/") or name.startswith("batch_stats/"):
+            got = have.get(name)
+            if got is None:
+                raise ValueError(f"enqueue: variables: {name} is missing (expected the "
+                                 f"architecture's weights)")
+            if tuple(jnp.shape(got)) != tuple(leaf.shape):
+                raise ValueError(f"enqueue: variables: {name} has shape "
+                                 f"{tuple(jnp.shape(got))}, expected {tuple(leaf.shape)}")
+
+
+# ------------------------------------------------------------------------ leases
+
+
+class LeaseKeeper:
+    """A thread that renews a worker's held leases at a quarter of their length, on its
+    own study connection, so a long compile never lets a live claim expire while a dead
+    worker's claims expire within one lease. A lost lease (a renewal that fails) moves
+    its id to `lost`: its trainer should stop and record nothing."""
+
+    def __init__(self, workdir: str | Path, worker: str, lease_s: float) -> None:
+        self.worker = worker
+        self.lease_s = float(lease_s)
+        self._study = Study.load(workdir)
+        self._held: set[int] = set()
+        self._lost: set[int] = set()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="lease-keeper", daemon=True)
+        self._thread.start()
+
+    def hold(self, candidate_id: int) -> None:
+        with self._lock:
+            self._held.add(candidate_id)
+            self._lost.discard(candidate_id)
+
+    def drop(self, candidate_id: int) -> None:
+        with self._lock:
+            self._held.discard(candidate_id)
+
+    def lost(self, candidate_id: int) -> bool:
+        with self._lock:
+            return candidate_id in self._lost
+
+    def renew_now(self) -> None:
+        """Renew every held lease once (also called by the thread)."""
+        with self._lock:
+            held = sorted(self._held)
+        for cid in held:
+            try:
+                ok = self._study.renew(cid, self.worker, self.lease_s)
+            except ValueError as e:  # a damaged or vanished study: keep trying, say why
+                absl_logging.warning("lease of candidate %d not renewed: %s", cid, e)
+                continue
+            if not ok:
+                absl_logging.warning("%s lost its lease on candidate %d; it will not be recorded",
+                                self.worker, cid)
+                with self._lock:
+                    self._held.discard(cid)
+                    self._lost.add(cid)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.lease_s / 4):
+            self.renew_now()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=self.lease_s)
+        self._study.close()
+
+    def __enter__(self) -> LeaseKeeper:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -206,7 +206,7 @@ class SelectionConfig:
     noninferiority_pt: for the recommendation, not selection: a candidate is as good as
         the reference when the lower end of its paired 95 % interval (Tango's) of the
         validation accuracy difference is at least minus this many points
-        (`nas.search.store.recommend`).
+        (`nas.search.strategy.recommend`).
     recommend_cost: the cost the recommendation minimizes among non-inferior children.
     user_costs: the user's own costs (`search.costs`, lower is better), given by
         `from_dict` from the search section; `latency_ms` joins them where named.

@@ -2,24 +2,26 @@
 
 Why: what a user takes from a search is one answer, which candidate to use. Every child is
 compared to the seed on the same validation (and test) examples, paired example by example
-(`nas.search.strategy.paired`), and the answer is the cheapest candidate that is not worse
-than a reference by more than a margin the user sets (`search.selection.noninferiority_pt`),
-with the command that exports it. The reference is the seed (what the user would have used
-anyway), unless a child is better than the seed: then the seed was not worth matching (an
-untrained import), and the reference is the most accurate candidate (`recommend`).
-A study written before per-example results were kept falls back to the Wilson rule
+(`paired`), and the answer is the cheapest candidate that is not worse than a reference by
+more than a margin the user sets (`search.selection.noninferiority_pt`), with the command
+that exports it. The reference is the seed (what the user would have used anyway), unless
+a child is better than the seed: then the seed was not worth matching (an untrained
+import), and the reference is the most accurate candidate (`recommend`). A study written
+before per-example results were kept falls back to the Wilson rule
 (`cheapest_matching_seed`) and says so.
+
+The rules read a candidate's `Scored` fields only (`nas.search.store.candidate.Candidate`
+has them), and a study only through its `correctness` (`Comparisons.of`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from nas.search.store.candidate import Candidate, Status
 from nas.search.strategy import constraints as bounds_lib
 from nas.search.strategy import intervals, paired
 from nas.search.strategy.selection import (
@@ -28,6 +30,23 @@ from nas.search.strategy.selection import (
     higher_better,
 )
 from nas.search.strategy.settings import stored_value
+
+
+class Scored(Protocol):
+    """What the rules read of a candidate (`cost_value` reads its costs by name)."""
+
+    id: int
+    parent_id: int | None
+    status: str
+    accuracy: float | None
+    flops: float | None
+    extra_metrics: dict[str, Any]
+    metrics: dict[str, Any]  # every reported metric
+
+
+def done_of(candidates: Sequence[Scored]) -> list[Scored]:
+    """The done candidates with an accuracy, in their order."""
+    return [c for c in candidates if c.status == "done" and c.accuracy is not None]
 
 
 def margin_pt(config: dict[str, Any] | None) -> float:
@@ -47,32 +66,32 @@ def constraints(config: dict[str, Any] | None) -> dict[str, float]:
     return {str(k): float(v) for k, v in dict(bounds).items()}
 
 
-def feasible_ids(candidates: Sequence[Candidate], bounds: Mapping[str, float]) -> set[int]:
+def feasible_ids(candidates: Sequence[Scored], bounds: Mapping[str, float]) -> set[int]:
     """Ids of the done candidates within every bound (all done ones without bounds)."""
-    return {c.id for c in candidates if c.status == Status.DONE and c.accuracy is not None
-            and bounds_lib.violation(_costs_of(c, bounds), bounds) <= 0}
+    return {c.id for c in done_of(candidates)
+            if bounds_lib.violation(_costs_of(c, bounds), bounds) <= 0}
 
 
-def _costs_of(c: Candidate, bounds: Mapping[str, float]) -> dict[str, float | None]:
+def _costs_of(c: Scored, bounds: Mapping[str, float]) -> dict[str, float | None]:
     return {cost: cost_value(c, cost) for cost in bounds}
 
 
-def closest_to_bounds(candidates: Sequence[Candidate], bounds: Mapping[str, float]
-                      ) -> Candidate | None:
+def closest_to_bounds(candidates: Sequence[Scored], bounds: Mapping[str, float]
+                      ) -> Scored | None:
     """The done candidate of least total normalized violation (ties: more accurate, then
     older): what to look at when none meets the bounds."""
-    done = [c for c in candidates if c.status == Status.DONE and c.accuracy is not None]
+    done = done_of(candidates)
     return min(done, key=lambda c: (bounds_lib.violation(_costs_of(c, bounds), bounds),
                                     -c.accuracy, c.id), default=None)
 
 
-def bounds_lines(candidates: Sequence[Candidate], bounds: Mapping[str, float]) -> list[str]:
+def bounds_lines(candidates: Sequence[Scored], bounds: Mapping[str, float]) -> list[str]:
     """The summary's line on `search.constraints` (none without bounds): each bound, how
     many done candidates meet it and the least value reached, and how many meet all. A
     bound nothing met is said here, when the search ends, not refused before it."""
     if not bounds:
         return []
-    done = [c for c in candidates if c.status == Status.DONE and c.accuracy is not None]
+    done = done_of(candidates)
     parts = []
     for cost, bound in bounds.items():
         values = [v for c in done if (v := cost_value(c, cost)) is not None]
@@ -85,18 +104,18 @@ def bounds_lines(candidates: Sequence[Candidate], bounds: Mapping[str, float]) -
                                                    " (none met them)")]
 
 
-def recommend_for(candidates: Sequence[Candidate], pairs: Comparisons,
+def recommend_for(candidates: Sequence[Scored], pairs: Comparisons,
                   config: dict[str, Any] | None) -> Recommendation:
     """`recommend` with a study config's margin, cost and bounds."""
     return recommend(candidates, pairs, margin_pt(config), recommend_cost(config),
                      constraints(config))
 
 
-def seed_of(candidates: Sequence[Candidate]) -> Candidate | None:
+def seed_of(candidates: Sequence[Scored]) -> Scored | None:
     """The search's starting model: the first seed given (the parentless candidate of the
     lowest id, `nas.search.execution.seeds`), else the next seed that finished. With
     several seeds, the others (and enqueued architectures) are candidates like children."""
-    return next((c for c in candidates if c.parent_id is None and c.status == Status.DONE), None)
+    return next((c for c in candidates if c.parent_id is None and c.status == "done"), None)
 
 
 @dataclasses.dataclass
@@ -112,7 +131,7 @@ class Comparisons:
     def of(cls, study: Any, ids: Sequence[int] | None = None) -> Comparisons:
         return cls(study.correctness(ids, "validation"), study.correctness(ids, "test"))
 
-    def pair(self, a: Candidate | None, b: Candidate | None, split: str = "validation"
+    def pair(self, a: Scored | None, b: Scored | None, split: str = "validation"
              ) -> paired.Paired | None:
         """a against b on `split`; None unless both have results on the same examples."""
         if a is None or b is None:
@@ -123,7 +142,7 @@ class Comparisons:
         x, y = bits.get(a.id), bits.get(b.id)
         return paired.compare(x, y) if paired.comparable(x, y) else None
 
-    def against(self, reference: Candidate | None, split: str = "validation"
+    def against(self, reference: Scored | None, split: str = "validation"
                 ) -> dict[int, paired.Paired]:
         """Every candidate with results on `split` against `reference` (as `pair` gives
         it), by id, counted at once: the report and the summary compare 100,000 children
@@ -152,7 +171,7 @@ class Comparisons:
         return {i: found[j] for i, j in zip(ids, at.reshape(-1).tolist(), strict=True)}
 
 
-def versus(c: Candidate, other: Candidate | None, pairs: Comparisons | None,
+def versus(c: Scored, other: Scored | None, pairs: Comparisons | None,
            split: str = "validation") -> str:
     """c against `other` on `split`: the paired difference and decision (e.g. "-0.70 pt
     [-2.10, +0.00] paired, within noise"), else the Wilson decision of overlapping
@@ -176,15 +195,15 @@ def versus(c: Candidate, other: Candidate | None, pairs: Comparisons | None,
 class Recommendation:
     """The candidate to use (None: nothing done yet), how it compares, and why."""
 
-    candidate: Candidate | None
-    seed: Candidate | None
+    candidate: Scored | None
+    seed: Scored | None
     validation: paired.Paired | None  # candidate - seed, paired; None for the seed itself
     test: paired.Paired | None
     margin_pt: float
     reason: str  # why this one (or why none), the reference first
     # what it was held against: the seed, or the most accurate candidate when some child
     # is better than the seed (None: no paired results, or nothing done)
-    reference: Candidate | None = None
+    reference: Scored | None = None
     versus_reference: paired.Paired | None = None  # candidate - reference on validation
     cost: str = "flops"  # what "cheapest" minimized (`search.selection.recommend_cost`)
     # what `validation` was measured on: the search's validation split, or the finals
@@ -192,7 +211,7 @@ class Recommendation:
     # `search.constraints`: only candidates within them were considered; with none
     # feasible, `candidate` is None and `closest` the least violating one
     bounds: Mapping[str, float] = dataclasses.field(default_factory=dict)
-    closest: Candidate | None = None
+    closest: Scored | None = None
 
     @property
     def flops_ratio(self) -> float | None:
@@ -210,7 +229,7 @@ class Recommendation:
         return None if not mine or not theirs else float(mine) / float(theirs)
 
 
-def recommend(candidates: Sequence[Candidate], pairs: Comparisons, margin: float,
+def recommend(candidates: Sequence[Scored], pairs: Comparisons, margin: float,
               cost: str = "flops", bounds: Mapping[str, float] | None = None
               ) -> Recommendation:
     """The cheapest (`cost`, then the reference, then id) done candidate whose paired
@@ -236,8 +255,8 @@ def recommend(candidates: Sequence[Candidate], pairs: Comparisons, margin: float
         return _bounded(candidates, pairs, margin, cost, dict(bounds), seed)
     if seed.id not in pairs.validation:
         return _wilson_fallback(candidates, seed, margin)
-    done = [c for c in candidates if c.status == Status.DONE and c.accuracy is not None
-            and (cost_value(c, cost) is not None or c.id == seed.id)]
+    done = [c for c in done_of(candidates)
+            if cost_value(c, cost) is not None or c.id == seed.id]
     children = [c for c in done if c.id != seed.id]
     vs_seed = pairs.against(seed)
     better = [c for c in children if c.id in vs_seed and vs_seed[c.id].decision == "better"]
@@ -270,11 +289,11 @@ def recommend(candidates: Sequence[Candidate], pairs: Comparisons, margin: float
         reference, versus.get(chosen.id) if chosen.id != reference.id else None, cost)
 
 
-def _bounded(candidates: Sequence[Candidate], pairs: Comparisons, margin: float, cost: str,
-             bounds: dict[str, float], seed: Candidate) -> Recommendation:
+def _bounded(candidates: Sequence[Scored], pairs: Comparisons, margin: float, cost: str,
+             bounds: dict[str, float], seed: Scored) -> Recommendation:
     """`recommend` among the candidates within `bounds` (see there)."""
     within = feasible_ids(candidates, bounds)
-    done = [c for c in candidates if c.status == Status.DONE and c.accuracy is not None]
+    done = done_of(candidates)
     limits = bounds_lib.bounds_text(bounds)
     if not within:
         near = closest_to_bounds(done, bounds)
@@ -306,7 +325,7 @@ def _number(value: float | None) -> str:
     return "unmeasured" if value is None else f"{value:.4g}"
 
 
-def cheapness(c: Candidate, cost: str) -> float:
+def cheapness(c: Scored, cost: str) -> float:
     """What "cheapest" sorts by: `cost` (negated where more is better); no value (or a
     built-in cost of 0, not measured) last."""
     value = cost_value(c, cost)
@@ -315,9 +334,9 @@ def cheapness(c: Candidate, cost: str) -> float:
     return -float(value) if higher_better(cost) else float(value)
 
 
-def _wilson_fallback(candidates: Sequence[Candidate], seed: Candidate, margin: float
+def _wilson_fallback(candidates: Sequence[Scored], seed: Scored, margin: float
                      ) -> Recommendation:
-    cheap = cheapest_matching_seed([c for c in candidates if c.status == Status.DONE], seed)
+    cheap = cheapest_matching_seed([c for c in candidates if c.status == "done"], seed)
     if cheap is None or not seed.flops or not cheap.flops or cheap.flops >= seed.flops:
         return Recommendation(seed, seed, None, None, margin,
                               "no per-example results in this study (written by an older "
@@ -327,10 +346,10 @@ def _wilson_fallback(candidates: Sequence[Candidate], seed: Candidate, margin: f
                           "the cheapest child tied with the seed by Wilson intervals")
 
 
-def best_by_validation(candidates: Sequence[Candidate]) -> Candidate | None:
+def best_by_validation(candidates: Sequence[Scored]) -> Scored | None:
     """The done candidate of highest validation accuracy (ties: fewer FLOPs, then older),
     as `Study.best` orders them."""
-    done = [c for c in candidates if c.status == Status.DONE and c.accuracy is not None]
+    done = done_of(candidates)
     inf = float("inf")
     return min(done, key=lambda c: (-c.accuracy, c.flops if c.flops is not None else inf,
                                     c.id), default=None)
@@ -371,8 +390,8 @@ def recommendation_lines(rec: Recommendation, workdir: Any, take_home: bool = Fa
     return [line, "  " + export_command(workdir, c.id, take_home)]
 
 
-def cheapest_matching_seed(done: Sequence[Candidate], seed: Candidate | None
-                           ) -> Candidate | None:
+def cheapest_matching_seed(done: Sequence[Scored], seed: Scored | None
+                           ) -> Scored | None:
     """The child with the fewest FLOPs whose validation accuracy ties the seed's (each
     inside the other's interval, as selection ranks them) or is above it: chosen on
     validation, so its test accuracy is an honest report (None when there is none)."""

@@ -1,56 +1,69 @@
-"""Which candidates go to the finals, and what the finals decide.
+"""The finals' rules: who goes in (`choose_finalists`), the table of their repeated runs
+(`table`), what it decides (`decide`) and which trained model to take home
+(`take_home_choice`). The runs themselves are kept in the study (`nas.search.store.finals`).
 
-The finalists are the candidates the recommendation could choose: the `k` cheapest on the
-validation front (accuracy against the recommendation's cost) whose validation interval
-against the seed does not already rule them out at the margin (its upper end at or above
--margin), plus the most accurate child that could be recommended over the seed (cheaper
-than it, or more accurate on validation); the seed always runs. A child off the front
-is beaten on validation by one at most as costly, so it takes a finalist's place only
-where the front has fewer than `k`.
-The finals table then compares every finalist with the seed over all repeats and examples
-(`nas.search.strategy.repeated`), and the recommendation keeps the search's rule, read from
-it: the cheapest finalist non-inferior to the reference (the seed, or the most accurate
-finalist when one is better than the seed), else the reference.
+The finalists are the candidates the recommendation could choose: the cheapest on the
+validation front not already ruled out against the seed, the most accurate child that
+could be recommended over the seed, and the seed. A child off the front is beaten on
+validation by one at most as costly, so it takes a finalist's place only where the front
+has fewer than `k`. The decision keeps the search's rule, read from the finals' paired
+comparisons: the cheapest finalist non-inferior to the reference (the seed, or the most
+accurate finalist when one is better than the seed), else the reference.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from nas.io import examples
-from nas.search.store.candidate import Candidate, Status
-from nas.search.store.finals import FinalsStore, Run
-from nas.search.store.recommend import (
+from nas.search.strategy.paired import Paired
+from nas.search.strategy.recommend import (
     Comparisons,
     Recommendation,
+    Scored,
     best_by_validation,
     cheapness,
+    done_of,
     feasible_ids,
-    margin_pt,
-    recommend_cost,
-    recommend_for,
     seed_of,
 )
-from nas.search.strategy import paired
-from nas.search.strategy.paired import Paired
 from nas.search.strategy.repeated import (
     RunNoise,
     accuracy_interval,
     compare_repeated,
     run_noise,
 )
-from nas.search.strategy.settings import FinalsConfig, Recipe, repeats_the_search, stored_value
+from nas.search.strategy.settings import Recipe
 
 
-def choose_finalists(candidates: Sequence[Candidate], pairs: Comparisons, k: int,
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """One finals training: candidate `candidate_id`'s architecture, repeat `repeat`, fold
+    `fold` (0 without folds); kind "home" is the recommended architecture retrained the
+    way the search trained, a candidate for the model taken home."""
+
+    name: str
+    candidate_id: int
+    kind: str
+    repeat: int
+    fold: int
+    recipe: str
+    status: str
+    positions: np.ndarray | None  # which examples `correct` covers, in its order
+    correct: np.ndarray | None  # which of them this run got right
+    metrics: dict[str, Any]
+    checkpoint_path: str | None
+    error: str | None
+
+
+def choose_finalists(candidates: Sequence[Scored], pairs: Comparisons, k: int,
                      margin_pt: float, cost: str, bounds: Mapping[str, float] | None = None
-                     ) -> list[Candidate]:
+                     ) -> list[Scored]:
     """The seed first, then the `k` cheapest children on the validation front not ruled
     out at the margin on validation (paired with the seed), then, if the front has fewer,
     the cheapest others not ruled out (each finalist adds degrees of freedom to the
@@ -61,8 +74,8 @@ def choose_finalists(candidates: Sequence[Candidate], pairs: Comparisons, k: int
     if seed is None or k <= 0:
         return []
     within = feasible_ids(candidates, bounds) if bounds else None
-    done = [c for c in candidates if c.status == Status.DONE and c.accuracy is not None
-            and c.id != seed.id and (within is None or c.id in within)]
+    done = [c for c in done_of(candidates)
+            if c.id != seed.id and (within is None or c.id in within)]
     vs_seed = pairs.against(seed)
     alive = [c for c in done if c.id not in vs_seed
              or vs_seed[c.id].high >= -margin_pt / 100.0]
@@ -86,7 +99,7 @@ def choose_finalists(candidates: Sequence[Candidate], pairs: Comparisons, k: int
     return [seed, *chosen]
 
 
-def on_front(candidates: Sequence[Candidate], cost: str) -> set[int]:
+def on_front(candidates: Sequence[Scored], cost: str) -> set[int]:
     """Ids of the candidates no other one beats on validation accuracy at a cost at most
     theirs (ties on both stay on it); one sweep in cost order."""
     ranked = sorted((cheapness(c, cost), -float(c.accuracy), c.id) for c in candidates
@@ -107,7 +120,7 @@ class Row:
     """One architecture in the finals: its accuracy over the repeats (mean and interval)
     and its paired difference with the seed; `runs` trainings were read."""
 
-    candidate: Candidate
+    candidate: Scored
     accuracy: Paired  # difference = mean accuracy, low/high its interval
     vs_seed: Paired | None  # None for the seed itself
     runs: int
@@ -153,11 +166,10 @@ def correctness(runs: Sequence[Run], repeats: int) -> tuple[np.ndarray, np.ndarr
     return np.stack(rows), np.stack(ids)
 
 
-def table(store: FinalsStore, candidates: dict[int, Candidate], recipe: Recipe, repeats: int,
+def table(runs: Sequence[Run], candidates: dict[int, Scored], recipe: Recipe, repeats: int,
           finalists: Sequence[int], wall_s: float | None = None) -> FinalsTable | None:
-    """The finals table of `finalists` (the seed first), or None until every run of the
-    seed is done."""
-    runs = store.runs(recipe.to_json(), kind="finals")
+    """The finals table of `finalists` (the seed first) from the finals runs of `recipe`,
+    or None until every run of the seed is done."""
     wanted = {cid: [r for r in runs if r.candidate_id == cid and r.repeat < repeats]
               for cid in finalists}
     expected = repeats * recipe.folds
@@ -172,7 +184,7 @@ def table(store: FinalsStore, candidates: dict[int, Candidate], recipe: Recipe, 
     seed_bits, _ = complete[seed_id]
     paired_rows = {cid: found for cid, found in complete.items()
                    if found is not None and found[0].shape == seed_bits.shape}
-    # the run part of every comparison, pooled over the table (`nas.search.strategy.repeated`)
+    # the run part of every comparison, pooled over the table (`repeated`)
     noise = run_noise(list(paired_rows.values()))
     rows = []
     for cid in finalists:
@@ -252,7 +264,7 @@ class TakeHome:
     been chosen on that split (the seed's best round, the most accurate child), which only
     favours keeping them. Test accuracies are reported, never read here."""
 
-    candidate: Candidate
+    candidate: Scored
     retrain: Run | None  # None: not trained (take_home off) or it failed
     source: str  # "search" or "retrain"
     reason: str
@@ -279,7 +291,7 @@ class TakeHome:
         return retrain_metrics(self.candidate, self.run)
 
 
-def retrain_metrics(candidate: Candidate, run: Run) -> dict[str, Any]:
+def retrain_metrics(candidate: Scored, run: Run) -> dict[str, Any]:
     """The metrics of a finals retrain of `candidate`: the run's own, with the candidate's
     costs."""
     costs = {k: v for k, v in candidate.metrics.items()
@@ -296,7 +308,7 @@ TRAINING_METRICS = frozenset({
     "best_round", "round_accuracies", "rounds_stopped", "arrived_trained"})
 
 
-def take_home_choice(candidate: Candidate, retrain: Run | None, repeated: bool = False
+def take_home_choice(candidate: Scored, retrain: Run | None, repeated: bool = False
                      ) -> TakeHome:
     """Which trained model of `candidate` to take home (see `TakeHome`); `repeated`: no
     retrain was trained, as it would have repeated the search's training exactly."""
@@ -319,82 +331,3 @@ def _acc(value: float | None) -> str:
     return "unmeasured" if value is None else f"{float(value):.4f}"
 
 
-FINALS_STATE = "finals"  # study state: {"recipe", "finalists", "repeats", "wall_s", ...}
-
-
-def repeats_of(state: Mapping[str, Any]) -> int:
-    """The repeats the finals of `state` train (`trained_repeats`; an older study: those
-    asked)."""
-    return int(state.get("trained_repeats") or state["repeats"])
-
-
-@dataclasses.dataclass(frozen=True)
-class Answer:
-    """What a study recommends: from the finals once they are complete, else from the
-    search alone (`search_pick`); `note` says which, and why when not the finals."""
-
-    recommendation: Recommendation
-    search_pick: Recommendation
-    table: FinalsTable | None
-    home: dict[int, Run]  # the finals' retrains of recommended architectures, by id
-    note: str
-    take_home: TakeHome | None = None  # what `--id=recommended` gives (None: no finals)
-
-
-def finals_finished(study: Any, finals: FinalsConfig | None = None) -> bool:
-    """Whether the study needs no more finals training: they are off, or they ran to the
-    end (the driver marks it) for the candidates there are now and for these finals
-    settings (`finals`: a resumed search's `search.finals`, which may differ from the
-    stored ones; None: the stored ones)."""
-    config = getattr(study, "config", None) or {}
-    wanted = finals if finals is not None else FinalsConfig.from_dict(
-        stored_value(config, "finals"))
-    if not wanted.on:
-        return True
-    state = study.get_state(FINALS_STATE, None) or {}
-    ran = state.get("settings")
-    same = (ran == dataclasses.asdict(wanted) if ran is not None else  # an older study's
-            (state.get("k"), state.get("repeats")) == (wanted.k, wanted.repeats))
-    return bool(state.get("complete")) and same and state.get("candidates") == len(
-        study.candidates(Status.DONE, with_graphs=False))
-
-
-def answer(study: Any, pairs: Comparisons | None = None) -> Answer:
-    """The study's recommendation, read from its finals where they are complete (`pairs`:
-    the study's comparisons, when the caller has them already)."""
-    config = getattr(study, "config", None)
-    margin, cost = margin_pt(config), recommend_cost(config)
-    done = study.candidates(Status.DONE, with_graphs=False)
-    pairs = pairs if pairs is not None else Comparisons.of(study)
-    pick = recommend_for(done, pairs, config)
-    state = study.get_state(FINALS_STATE, None)
-    if not state:  # off, or not started: the search's own answer, no finals text
-        return Answer(pick, pick, None, {}, "")
-    recipe = Recipe(**json.loads(state["recipe"]))
-    store = FinalsStore(study.path, read_only=True)
-    try:
-        by_id = {c.id: c for c in done}
-        finalists = [i for i in state["finalists"] if i in by_id]
-        found = table(store, by_id, recipe, repeats_of(state), finalists,
-                      state.get("wall_s"))
-        home = {r.candidate_id: r for r in store.runs(recipe.to_json(), kind="home")
-                if r.status == "done"}
-    finally:
-        store.close()
-    if found is None or not found.rows:
-        return Answer(pick, pick, found, home, "the finals are not complete")
-    if pick.bounds and pick.candidate is None:  # nothing within the bounds: none, as said
-        return Answer(pick, pick, found, home, "")
-    chosen = decide(found, margin, cost, pick, pick.bounds)
-    seed = found.rows[0].candidate
-    if chosen.candidate is None:
-        return Answer(chosen, pick, found, home, "")
-    sections = config or {}
-    repeated = repeats_the_search(recipe, chosen.candidate, sections.get("train") or {},
-                                  stored_value(config, "seed_epochs"))
-    kept = take_home_choice(chosen.candidate, home.get(chosen.candidate.id), repeated)
-    mine = kept.test_correct if kept.run is not None else pairs.test.get(chosen.candidate.id)
-    theirs = pairs.test.get(seed.id)
-    test = (paired.compare(mine, theirs) if chosen.candidate.id != seed.id or
-            kept.run is not None else None) if paired.comparable(mine, theirs) else None
-    return Answer(dataclasses.replace(chosen, test=test), pick, found, home, "", kept)
