@@ -537,8 +537,8 @@ class RayExecutor:
                 ray_parts.write_files(curves, run.task.tensorboard)
             outcome = outcome_of(run.task, result)
             if outcome.metrics is not None:
-                outcome = outcome.replace(metrics={**outcome.metrics, **timings,
-                                                   "ray_retries": run.tries - 1})
+                metrics = {**outcome.metrics, **timings, "ray_retries": run.tries - 1}
+                outcome = dataclasses.replace(outcome, metrics=metrics)
             outcomes.append(outcome)
         now = time.monotonic()
         for ref, run in list(self._inflight.items()):
