@@ -1,11 +1,9 @@
 """The evolution loop: seed, then select a parent, mutate, train, record; resumable.
 
 Everything the loop decides derives from `search.seed` and a proposal counter stored in
-the same transaction as the candidate it produced, and every result is recorded before the
-next step. So a driver killed at any moment and started again with the same command goes
-on: finished candidates are kept, candidates whose lease expired are re-queued (and resume
-from their checkpoints). External workers (`nas-search worker`) may claim candidates at any
-time; the driver waits for them instead of stopping.
+the same transaction as the candidate it produced, so a driver killed at any moment and
+started again with the same command goes on where it stopped. External workers may claim
+candidates at any time; the driver waits for them instead of stopping.
 """
 
 from __future__ import annotations
@@ -97,10 +95,8 @@ def init_path(workdir: str | Path, proposal: int) -> str:
 
 
 def remove_partial_saves(study: Study) -> list[str]:
-    """Deletes what saves cut short by a kill left (orbax's *.orbax-checkpoint-tmp*
-    folders), so a resumed search never reads half-written weights. The driver alone
-    writes `inits/`; a candidate's folder is cleaned only while nobody holds a claim on it
-    (a live worker may be saving there)."""
+    """Deletes what saves cut short by a kill left (*.orbax-checkpoint-tmp*), except in
+    the folders of claimed candidates, where a live worker may be saving."""
     removed = []
     workdir = Path(study.workdir)
     running = {str(c.id) for c in study.candidates(Status.RUNNING)}
@@ -134,9 +130,8 @@ class Driver:
     def __init__(self, config: ml_collections.ConfigDict, workdir: str,
                  functions: Mapping[str, Callable[..., Any]] | None = None,
                  settings: SearchSettings | None = None) -> None:
-        """`functions`: the user's loss, optimizer, augmentation and costs by value, for
-        those the config names (the others are imported); a resumed study must get the ones
-        it was run with. `settings`: `config`'s, where the caller read them already."""
+        """`functions`: the user's functions by value (those the config names but not
+        given are imported). `settings`: `config`'s, where the caller read them already."""
         given = settings if settings is not None else read_settings(config)  # before disk
         self.workdir = os.path.abspath(workdir)
         self.study = open_study(self.workdir, config,
@@ -176,7 +171,7 @@ class Driver:
     # ------------------------------------------------------------------ proposing
     def seed_population(self) -> None:
         """Adds the seeds to a new study, each in its own transaction with the count added
-        so far, so an interrupted seeding goes on and a resumed study adds none again."""
+        so far, so an interrupted seeding goes on."""
         from nas.mutation import fingerprint_at
 
         planned, added = seeding(self.study)
@@ -221,7 +216,7 @@ class Driver:
 
     def choose_parent(self, done: Any, rng: np.random.Generator) -> int:
         """The parent of the next child: selection from the Pareto fronts (a subclass may
-        choose otherwise, e.g. a random-search baseline that always mutates the seed)."""
+        choose otherwise, e.g. a random-search baseline)."""
         if isinstance(done, Population):  # the driver's own: its columns are kept
             return self._selector.select(done.columns, rng, num=1)[0]
         return select_parents([Individual.from_candidate(c) for c in done], self.selection,
@@ -229,13 +224,12 @@ class Driver:
 
     def population(self) -> Population | None:
         """The done candidates the next proposal reads (ids up to `read_through`), or None
-        while one of them has not finished. So what is proposed depends only on the config
-        and the results, never on which results happen to be in (worker timing)."""
+        while one of them has not finished: worker timing never changes a proposal."""
         return self._done.population(self.read_through())
 
     def read_through(self) -> int:
         """The newest id the next proposal reads: the next id - `search.pipeline_depth`,
-        and every seed at least. Refused children's ids count (`Study.last_id`)."""
+        and every seed at least."""
         seeds = int(self.study.get_state(SEEDS, 1) or 1)
         return max(seeds, self.study.last_id() + 1 - self.search.pipeline_depth)
 
@@ -277,8 +271,7 @@ class Driver:
             if existing:
                 raise DuplicateCandidateError(child.fingerprint, existing[0])
             self.check_size(child, done)
-            # The starting weights are complete on disk before the candidate exists, so
-            # whoever claims it starts from exactly these weights.
+            # complete on disk before the candidate exists: whoever claims it reads them
             init = init_path(self.workdir, k)
             shutil.rmtree(init, ignore_errors=True)  # a save of this proposal interrupted
             fit_pairs = self.fit_pairs(child, graph)
@@ -287,8 +280,7 @@ class Driver:
             child_blocks = None
             if args is not None and child.blocks is not None:  # built by the zoo builder
                 child_blocks = blocks_lib.blocks_record(args, child.blocks)
-            # a child refused at its start gives its slot to this one (the oldest such
-            # slot among the results this proposal reads: counts decide, not timing)
+            # a child refused at its start gives its slot to this one
             slot = self.study.open_refusal(self.read_through())
             hparams = hparams_lib.perturb(parent.inheritance.hparams, self.train,
                                           self.search, self.search.seed, k)
@@ -318,9 +310,8 @@ class Driver:
         return child_id
 
     def seed_below_min_acc(self, done: Sequence[Any]) -> int | None:
-        """The seed, when no done candidate reaches `search.selection.min_acc`: its
-        children are proposed from it rather than the search ending with the seed alone
-        (said once per study). None otherwise."""
+        """The seed, when no done candidate reaches `search.selection.min_acc` (said once
+        per study), else None."""
         min_acc = self.selection.min_acc
         seed = next((c for c in done if c.parent_id is None), None)
         if min_acc is None or seed is None or any(c.accuracy >= min_acc for c in done):
@@ -352,18 +343,15 @@ class Driver:
             return None
 
     def check_seed_weights(self) -> None:
-        """Reads the finished seed's weights before the search writes anything: damaged
-        or missing ones end the command here, with the study unchanged."""
+        """Reads the finished seed's weights before the search writes anything."""
         seed = next((c for c in self.study.candidates(Status.DONE) if c.parent_id is None), None)
         if seed is not None and seed.checkpoint_path:
             self.parent_variables(seed)
 
     def check_size(self, child: Any, done: Any) -> None:
-        """Refuses a child over `search.max_params_ratio` times the seed's parameters.
-
-        Why: synthesis may widen a layer a lot (a grouped convolution of the flattened
-        features with 33.5 M new parameters, 15x its CifarNet parent): such a child costs
-        minutes to fit and train and stays far off the accuracy-cost front."""
+        """Refuses a child over `search.max_params_ratio` times the seed's parameters. Why:
+        synthesis may widen a layer 15x, and such a child costs minutes to train and stays
+        far off the front."""
         ratio = self.search.max_params_ratio
         seed = next((c for c in done if c.parent_id is None and c.params), None)
         if not ratio or seed is None:
@@ -376,8 +364,7 @@ class Driver:
 
     def parent_blocks(self, parent: Any) -> tuple[list[Any] | None, Any, dict[str, Any] | None]:
         """(blocks, zoo builder, builder arguments) for block-level mutation of `parent`,
-        or (None, None, None) when it is off or the parent has no blocks that rebuild it
-        (then a subgraph of its whole graph is mutated)."""
+        or (None, None, None): a subgraph of its whole graph is mutated."""
         if not self.search.mutation.mutate_by_block:
             return None, None, None
         if parent.blocks is None:
@@ -395,8 +382,8 @@ class Driver:
         return blocks, builder, args
 
     def fit_pairs(self, child: Any, parent: Any) -> list[tuple[str, str]]:
-        """(child tensor, parent tensor) pairs the worker fits the child's new ops on before
-        it trains; none where fitting does not apply. `parent`: the parent's graph."""
+        """(child tensor, parent tensor) pairs the child's new ops are fitted on before it
+        trains. `parent`: the parent's graph."""
         from nas.train import fit
 
         if not self.fit.steps or not child.new or child.function_preserving:
@@ -409,7 +396,7 @@ class Driver:
     def check_varies(self, child: Any, parent: tuple[Any, Any, Any],
                      pairs: list[tuple[str, str]]) -> None:
         """Raises `ConstantOutputError` for a child whose new outputs cannot depend on the
-        image (checked on the first fitting batch)."""
+        image."""
         from nas.train import fit
         from nas.train.data import plain_batches
 
@@ -430,8 +417,7 @@ class Driver:
                          self._starts)
 
     def startable(self, candidate_id: int) -> Task | None:
-        """The task of a claimed candidate, or None when it cannot start (e.g. its starting
-        weights on disk are damaged): it is then recorded as failed with that cause."""
+        """The task of a claimed candidate, or None when it cannot start (recorded failed)."""
         try:
             return self.task(candidate_id)
         except ValueError as e:
@@ -443,19 +429,16 @@ class Driver:
 
     # ------------------------------------------------------------------ loop
     def finished(self) -> bool:
-        """Whether the study already has `max_candidates` finished candidates and its
-        finals ran (a resumed search with nothing left to do)."""
+        """Whether the study has `max_candidates` finished candidates and its finals ran."""
         counts = self.study.counts()
         return sum(counts[s] for s in FINISHED) >= self.search.max_candidates and \
             finals_finished(self.study, self.search.finals)
 
     def run(self, progress: bool = True,
             callbacks: Sequence[Callable[[Any], Any]] = ()) -> Study:
-        """Runs to `max_candidates` finished candidates. Raises SearchFailed when nothing
-        could be trained; on Ctrl-C gives its claims back (the study stays resumable).
-
-        Each of `callbacks` is called with a candidate (`nas.search.Candidate`) as it
-        finishes; one that raises `StopSearch` ends the run there, as Ctrl-C does."""
+        """Runs to `max_candidates` finished candidates; SearchFailed when nothing trained.
+        Each of `callbacks` is called with each candidate that finishes; one that raises
+        `StopSearch` ends the run there, as Ctrl-C does (the claims are given back)."""
         search = self.search
         self._callbacks = tuple(callbacks)
         self._progress = progress
@@ -498,8 +481,7 @@ class Driver:
         return self.study
 
     def run_finals(self, executor: Executor) -> None:
-        """Trains what the finals still need on the search's executor (inline when
-        external workers train the candidates)."""
+        """Trains what the finals need on the search's executor (inline, without one)."""
         if not self._done.any_done():
             return
         if executor.capacity == 0:
@@ -509,8 +491,8 @@ class Driver:
                    self._progress)
 
     def release_claims(self, inflight: set[int]) -> None:
-        """Gives back every claim this driver still holds, those the loop never learned of
-        included: Ctrl-C can land after a claim's commit and before `claim` returns."""
+        """Gives back every claim this driver holds, including any the loop never learned
+        of (Ctrl-C after a claim's commit)."""
         mine = {c.id for c in self.study.candidates(Status.RUNNING, with_graphs=False)
                 if c.worker == self.worker}
         for cid in sorted(mine | inflight):
@@ -518,8 +500,8 @@ class Driver:
 
     @property
     def prepare_ahead(self) -> int:
-        """Processes per device beyond the training one (`search.prepare_ahead`): none
-        while every next child needs the result of the one in training."""
+        """Processes per device beyond the training one (`search.prepare_ahead`), as far
+        as the pipeline leaves children to prepare."""
         workers = max(1, self.search.workers)
         room = -(-(self.search.pipeline_depth - workers) // workers)  # ceiling
         return min(self.search.prepare_ahead, max(0, room))
@@ -589,8 +571,7 @@ class Driver:
                 self.tell_callbacks(outcome.candidate_id)
 
     def tell_callbacks(self, candidate_id: int) -> None:
-        """Calls each callback with the candidate, if it finished (a rung's promotion does
-        not finish it). StopSearch passes through: it ends the run."""
+        """Calls each callback with the candidate, if it finished."""
         if not self._callbacks:
             return
         try:
@@ -602,12 +583,9 @@ class Driver:
                 callback(candidate)
 
     def propose_ahead(self, executor: Executor) -> bool | None:
-        """While every worker trains, proposes one next child if fewer than
-        `search.propose_ahead` are pending and the results it reads are in: True if it
-        added one, False if the proposal failed, None if it was not the time.
-
-        Why: the proposal then runs while the workers train, so a worker that finishes
-        claims a ready child at once; what is proposed is the same either way."""
+        """While every worker trains, proposes one child if fewer than
+        `search.propose_ahead` are pending and its results are in, so a worker that
+        finishes claims one at once: True if added, False if failed, None if not now."""
         if executor.running() < executor.capacity:
             return None
         counts = self.study.counts()

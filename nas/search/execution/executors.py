@@ -1,8 +1,8 @@
 """Where candidates train: in this process, in local worker processes, or on a Ray cluster.
 
-Every executor runs `worker.train_candidate` on a `Task` and hands back `Outcome`s; only
-the driver writes to the study. A candidate that raises, dies with its worker process or
-runs past its hard time limit comes back as an Outcome with an error.
+Every executor runs `worker.train_candidate` on a `Task` and hands back `Outcome`s (one
+that raised, died with its process or ran past its hard time limit, with an error); only
+the driver writes to the study.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from absl import logging
 
 from nas.search.execution import ray_parts
 from nas.search.execution.task import Executor, Outcome, Task, outcome_of
-from nas.search.execution.worker import describe_failure, train_candidate, train_or_failure
+from nas.search.execution.worker import describe_failure, train_or_failure
 
 GUARD = 'if __name__ == "__main__":'
 KILLED = "worker process died (killed or out of memory)"
@@ -39,12 +39,8 @@ KILLED = "worker process died (killed or out of memory)"
 @contextlib.contextmanager
 def deferred_interrupt() -> Iterator[None]:
     """Holds SIGINT back for the block and delivers it right after, to the handler that was
-    in place (e.g. the CLI's). Outside the main thread, or where Python does not own the
-    SIGINT handler, it changes nothing.
-
-    Why: a KeyboardInterrupt while the pool starts a spawned worker leaves a child the pool
-    does not know of (nobody kills it) and leaked semaphores; the same holds between the
-    pool taking a task and the executor noting it."""
+    in place; outside the main thread it changes nothing. Why: a KeyboardInterrupt while
+    the pool starts a worker leaves a child nobody kills, and leaked semaphores."""
     previous = signal.getsignal(signal.SIGINT)
     if threading.current_thread() is not threading.main_thread() or previous is None:
         yield
@@ -64,10 +60,8 @@ def deferred_interrupt() -> Iterator[None]:
 
 
 def _holding_ctrl_c(fn: Any) -> Any:
-    """Run `fn`, raising a Ctrl-C that arrives meanwhile only once it returns.
-
-    Why: JAX initializes its plugins (seconds, for CUDA's) inside a bare `except:` that
-    swallows a KeyboardInterrupt, and the search would run on to the end."""
+    """Run `fn`, raising a Ctrl-C that arrives meanwhile once it returns. Why: JAX starts
+    its plugins inside a bare `except:` that would swallow the KeyboardInterrupt."""
     if threading.current_thread() is not threading.main_thread():
         return fn()
     caught: list[int] = []
@@ -81,11 +75,9 @@ def _holding_ctrl_c(fn: Any) -> Any:
 
 
 # ----------------------------------------------------------------------------- worker deaths
-# Why: a spawned worker first imports the user's script (`__main__`) again. A script that
-# calls `nas.run_search` outside the `__main__` guard runs the search once more there, and
-# the worker dies before it takes a candidate: "killed or out of memory" would send the user
-# the wrong way. So the worker leaves one line for the driver in a small file named by both
-# process ids, which the driver reads once and removes.
+# Why: a spawned worker imports the user's script again, and one that calls `nas.run_search`
+# outside the `__main__` guard dies there; "killed or out of memory" would mislead. So the
+# worker leaves one line for the driver in a file named by both process ids.
 
 
 def cause_path(parent_pid: int, pid: int) -> str:
@@ -93,15 +85,15 @@ def cause_path(parent_pid: int, pid: int) -> str:
 
 
 def in_spawned_import() -> bool:
-    """Whether this process is a spawned worker importing the user's `__main__` again
-    (multiprocessing then runs it as a module `__mp_main__` of its own)."""
+    """Whether this process is a spawned worker importing the user's `__main__` again (as
+    a module `__mp_main__` of its own)."""
     mp_main = sys.modules.get("__mp_main__")
     return mp_main is not None and mp_main is not sys.modules.get("__main__")
 
 
 def refuse_spawned_import(what: str = "run_search") -> None:
     """One RuntimeError, recorded for the driver, when called while a worker process
-    imports the script again: the search belongs under the `__main__` guard."""
+    imports the script again."""
     if not in_spawned_import():
         return
     script = os.path.basename(getattr(sys.modules.get("__mp_main__"), "__file__", "")
@@ -122,8 +114,8 @@ def record_death(line: str) -> None:
 
 
 def death_cause(processes: Iterable[Any]) -> str:
-    """The driver's line for the worker processes that ended (with `pid` and `exitcode`):
-    a recorded cause first, else from the exit codes."""
+    """The driver's line for the worker processes that ended: a recorded cause, else
+    one from the exit codes."""
     codes = []
     for process in processes:  # a recorded line counts before the process is reaped
         path = cause_path(os.getpid(), process.pid)
@@ -148,8 +140,8 @@ def death_cause(processes: Iterable[Any]) -> str:
 
 
 def visible_gpus() -> list[str]:
-    """This host's GPU ids, found without initializing any JAX backend (so the driver never
-    allocates accelerator memory): CUDA_VISIBLE_DEVICES if set, else `nvidia-smi -L`."""
+    """This host's GPU ids, found without initializing any JAX backend:
+    CUDA_VISIBLE_DEVICES if set, else `nvidia-smi -L`."""
     listed = os.environ.get("CUDA_VISIBLE_DEVICES")
     if listed is not None:
         return [x.strip() for x in listed.split(",") if x.strip() and x.strip() != "-1"]
@@ -163,12 +155,9 @@ def visible_gpus() -> list[str]:
 
 
 def worker_env(index: int, workers: int, gpus: list[str]) -> dict[str, str]:
-    """Environment of local worker `index` of `workers` on a host with `gpus`.
-
-    No process preallocates 75 % of a GPU (XLA's default). With workers <= GPUs each worker
-    sees its own GPUs (len(gpus) // workers of them); with more workers than GPUs, workers
-    share GPU `index % G`, each capped at an equal fraction of its memory.
-    """
+    """Environment of local worker `index` of `workers` on a host with `gpus`: no
+    preallocation; its own GPUs, or with more workers than GPUs an equal share of GPU
+    `index % G`'s memory."""
     env = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
     if not gpus:
         return env
@@ -186,7 +175,7 @@ def worker_env(index: int, workers: int, gpus: list[str]) -> dict[str, str]:
 def _taking_turns(executor: str, prepare_ahead: int, share_device: str | None
                   ) -> dict[str, Any]:
     """`train_candidate`'s extra arguments: with processes preparing ahead, the search
-    (its workdir) whose processes take turns on each device."""
+    whose processes take turns on each device."""
     if not prepare_ahead:
         return {}
     if not share_device:
@@ -196,8 +185,7 @@ def _taking_turns(executor: str, prepare_ahead: int, share_device: str | None
 
 
 def _init_worker(counter: Any, workers: int, gpus: list[str]) -> None:
-    """Runs first in each spawned worker, before jax is imported there. Process `index`
-    serves device slot `index % workers`."""
+    """Runs first in each spawned worker, before jax is imported there."""
     from tqdm import tqdm
 
     with counter.get_lock():
@@ -216,8 +204,8 @@ def _init_worker(counter: Any, workers: int, gpus: list[str]) -> None:
 
 
 def exit_when_orphaned(owner_pid: int, period_s: float = 1.0) -> None:
-    """Ends this process once its parent `owner_pid` is gone (a SIGKILLed driver never shuts
-    its pool down): an idle worker otherwise waits on the pool's call queue forever."""
+    """Ends this process once its parent `owner_pid` is gone: a killed driver never shuts
+    its pool down, and an idle worker would wait on its queue forever."""
     while os.getppid() == owner_pid:
         time.sleep(period_s)
     os._exit(1)
@@ -238,10 +226,7 @@ class InlineExecutor:
         self._done: list[Outcome] = []
 
     def submit(self, task: Task) -> None:
-        try:
-            self._done.append(outcome_of(task, train_candidate(task)))
-        except (Exception, MemoryError) as e:  # noqa: BLE001 - any failure is recorded
-            self._done.append(_failed(task, e))
+        self._done.append(outcome_of(task, train_or_failure(task)))
 
     def running(self) -> int:
         return len(self._done)  # finished but not yet handed back: still occupies the slot
@@ -255,15 +240,13 @@ class InlineExecutor:
 
 
 class LocalExecutor:
-    """A pool of spawned worker processes (kept alive between candidates, so jax is imported
-    once). A worker that dies or hangs past its hard time limit is replaced; its candidate
-    fails and the other in-flight candidates are resubmitted.
+    """A pool of spawned worker processes, kept between candidates. A worker that dies or
+    passes its hard time limit is replaced; its candidate fails, the others run again.
 
-    With `prepare_ahead` > 0, each of the `workers` devices is served by 1 + prepare_ahead
-    processes that take turns on it (`share_device`: the search's workdir): while one
-    trains, the others set up, fit and compile their candidates. A candidate may then wait
-    for the device through the training of those ahead of it, so its hard time limit counts
-    (1 + prepare_ahead) times `hard_timeout_s` from its submission."""
+    With `prepare_ahead` > 0, 1 + prepare_ahead processes serve each device and take turns
+    on it (`share_device`: the search's workdir): while one trains, the others prepare. A
+    candidate may wait through the training of those ahead of it, so its hard time limit
+    is (1 + prepare_ahead) times `hard_timeout_s`."""
 
     def __init__(self, workers: int = 1, hard_timeout_s: float = 0.0,
                  prepare_ahead: int = 0, share_device: str | None = None) -> None:
@@ -277,8 +260,7 @@ class LocalExecutor:
         self._gpus = visible_gpus()
         self._pool = self._new_pool()
         self._inflight: dict[cf.Future, tuple[Task, float]] = {}
-        # In flight when a worker process died: which one died is unknown, so each runs
-        # again alone; one that dies alone is the one recorded as died (`_after_death`).
+        # in flight when a worker died: each runs again alone (`_after_death`)
         self._suspects: list[Task] = []
         self._alone: cf.Future | None = None
 
@@ -333,9 +315,8 @@ class LocalExecutor:
         return outcomes
 
     def _after_death(self, broken: list[Task]) -> list[Outcome]:
-        """A worker process died and broke the pool. The candidate that ran alone is
-        recorded as died; of several in flight none is blamed: each runs again alone, first
-        to last (its neighbours' results and messages are never its own)."""
+        """A worker process died and broke the pool. A candidate that ran alone died; of
+        several, none is blamed: each runs again alone, so none gets another's cause."""
         outcomes, suspects = [], list(broken)
         for future, (task, _) in self._inflight.items():  # a result may be in already
             if future.done() and not future.cancelled() and future.exception() is None:
@@ -382,10 +363,9 @@ class LocalExecutor:
         return outcomes
 
     def close(self) -> None:
-        """Stops the workers (killed if interrupted: nobody will record their candidates)
-        and frees the pool's semaphores now, before a CLI's `os._exit`."""
-        # The pool's own queue too: Ctrl-C can land in `submit` after the pool took a task
-        # and before `_inflight` has it; waiting for that task would train it to the end.
+        """Stops the workers (killed if any task is left) and frees the pool's semaphores
+        now, before a CLI's `os._exit`."""
+        # the pool's queue too: Ctrl-C can land after the pool took a task, before `_inflight`
         if self._inflight or getattr(self._pool, "_pending_work_items", None):
             self._kill_workers()
         self._pool.shutdown(wait=True, cancel_futures=True)
@@ -395,9 +375,8 @@ class LocalExecutor:
 
 
 def _watch_new_workers(pool: cf.ProcessPoolExecutor) -> None:
-    """Wakes the pool's manager thread after a submit, so it watches a worker process that
-    the submit started. Why: CPython 3.11 wakes it before starting the process, so a worker
-    that died before any other result arrived was noticed only then (or never)."""
+    """Wakes the pool's manager thread after a submit, so it watches a worker that the
+    submit started (CPython 3.11 wakes it before, and a death went unnoticed)."""
     wakeup = getattr(pool, "_executor_manager_thread_wakeup", None)
     if wakeup is not None:
         wakeup.wakeup()
@@ -419,18 +398,12 @@ class RayRun:
 
 
 class RayExecutor:
-    """Each candidate is a Ray task with its own resource request, on nodes that need not
-    share any disk with the driver (`ray_parts.run_task`).
+    """Each candidate is a Ray task (`ray_parts.run_task`) with its own resource request.
 
-    The dataset goes into Ray's object store once per study (`dataset` "ship"; "node":
-    each node reads it where the config names it); a task's run folder travels to it and
-    back, and this driver alone writes it. A task whose node, worker or object is lost runs
-    again, up to `max_tries` starts (its metric `ray_retries` counts the extra ones); past
-    that it fails with the last cause. A task that no node can hold is one ValueError.
-
-    With `prepare_ahead` > 0, 1 + prepare_ahead tasks run per slot of `capacity` and take
-    turns on their node's device, as in `LocalExecutor`. On a cluster, give them resources
-    that fit that many at once (e.g. `num_gpus` 0.5 for two tasks per GPU)."""
+    `dataset` "ship" puts the data in the object store once per study; "node": each node
+    reads it where the config names it. A task whose node, worker or object is lost runs
+    again, up to `max_tries` starts (metric `ray_retries`). With `prepare_ahead` > 0,
+    1 + prepare_ahead tasks run per slot and take turns on their device, as locally."""
 
     def __init__(self, address: str | None = None, capacity: int = 1, num_cpus: float = 1,
                  num_gpus: float = 0, hard_timeout_s: float = 0.0, prepare_ahead: int = 0,
@@ -457,8 +430,7 @@ class RayExecutor:
         ray_parts.check_fits(ray, request)
         self._lost = tuple(getattr(ray.exceptions, n) for n in LOST_NODE_ERRORS
                            if hasattr(ray.exceptions, n))
-        # Ray sets CUDA_VISIBLE_DEVICES to the GPUs it gave the task; the task must not
-        # preallocate them, and a fractional GPU gets that fraction of its memory.
+        # no preallocation; a fractional GPU gets that fraction of its memory
         env = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
         if 0 < num_gpus < 1:
             env["XLA_PYTHON_CLIENT_MEM_FRACTION"] = f"{0.9 * num_gpus:.3f}"
@@ -476,8 +448,7 @@ class RayExecutor:
         self._start(RayRun(task, time.monotonic()))
 
     def _start(self, run: RayRun) -> None:
-        """Sends `run`'s task to Ray with its dataset reference and its run folder's files
-        (the task trains in a folder of its node)."""
+        """Sends `run`'s task to Ray with its dataset reference and its run folder's files."""
         folder = run.task.workdir
         try:
             dataset = self._dataset(run.task.train_config)
@@ -494,8 +465,7 @@ class RayExecutor:
         self._inflight[ref] = run
 
     def _dataset(self, train_config: dict[str, Any]) -> dict[str, Any] | None:
-        """The study's dataset as a shipment: put into the object store on first use, the
-        same reference for every later task."""
+        """The study's dataset as a shipment, put into the object store on first use."""
         if self._dataset_mode == "node":
             return None
         inp = train_config["input"]
@@ -550,8 +520,7 @@ class RayExecutor:
         return outcomes
 
     def _after_loss(self, run: RayRun, e: BaseException) -> list[Outcome]:
-        """A lost node, worker or object is no fault of the candidate: it runs again,
-        unless it was lost on every one of its `max_tries` starts."""
+        """A lost node is no fault of the candidate: it runs again, up to `max_tries`."""
         cause = describe_failure(e)[0]
         if run.tries >= self.max_tries:
             return [Outcome.failed(run.task, f"{cause} (on each of its {run.tries} tries)")]
@@ -588,9 +557,8 @@ class NoExecutor:
 
 
 def keep_driver_on_cpu() -> bool:
-    """Puts the driver's own JAX work (mutation, property inference, fingerprints) on the
-    CPU backend, so it never takes accelerator memory from out-of-process workers.
-    Effective only before this process first used JAX; returns whether it took effect."""
+    """Puts the driver's own JAX work on the CPU backend, so it takes no accelerator memory
+    from its workers; returns whether it took effect (only before JAX was first used)."""
     import jax
     from jax._src import xla_bridge
 
@@ -605,8 +573,7 @@ def make_executor(kind: str, *, workers: int, ray_address: str | None,
                   hard_timeout_s: float, num_cpus: float = 1, num_gpus: float = 0,
                   prepare_ahead: int = 0, share_device: str | None = None,
                   ray: Any = None, max_tries: int = 3) -> Executor:
-    """The executor `kind` names. `ray`: a `RayConfig` (its num_cpus and num_gpus win over
-    the two arguments); `max_tries`: starts of a Ray task whose node is lost."""
+    """The executor `kind` names. `ray`: a `RayConfig`, whose num_cpus and num_gpus win."""
     out_of_process = workers == 0 or kind in ("local", "ray")
     if out_of_process and not keep_driver_on_cpu():
         logging.warning("the driver already initialized an accelerator backend before its "

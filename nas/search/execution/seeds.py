@@ -1,13 +1,10 @@
 """Starting a search's study: resume it with its stored config, or create it, and the seeds
-a new one starts from, in the order they are added.
+a new one starts from, in order: the validation front of an earlier study
+(`search.start_from`), the `search.seed_graph` file (else the zoo model of
+`train.model_name`, when nothing else is given), then `search.extra_seeds`.
 
-The seeds: the validation front of an earlier study (`search.start_from`, the most accurate
-first), the `search.seed_graph` file (else the zoo model of `train.model_name`, when nothing
-else is given), then `search.extra_seeds`. Each trains as the seed does. "The seed" that the
-recommendation, the finals and the reports compare with is the first of them.
-
-Why everything is read and checked before the study exists: a bad seed (a missing folder,
-another input shape, a duplicate) is one line, and nothing is written.
+Why everything is read and checked before the study exists: a bad seed is one line, and
+nothing is written.
 """
 
 from __future__ import annotations
@@ -22,12 +19,17 @@ import ml_collections
 from absl import logging
 
 from nas import zoo
+from nas.graph import serialize
 from nas.graph.reversible import is_reversible
+from nas.io.candidate import read_graph_or_export_for
 from nas.search.store.candidate import Status
 from nas.search.store.study import DB_NAME, Study, StudyNotFoundError
 from nas.search.strategy import blocks as blocks_lib
+from nas.search.strategy.selection import cost_value
 from nas.search.strategy.settings import OPERATIONAL, SearchSettings, without_added
-from nas.train.config import image_shape
+from nas.train import preflight
+from nas.train.checkpoint import load_variables
+from nas.train.config import image_shape, with_defaults
 
 START_FROM = "search.start_from"
 
@@ -48,11 +50,9 @@ def resumed_config(given: ml_collections.ConfigDict, study: Study) -> ml_collect
 def open_study(workdir: str, config: ml_collections.ConfigDict,
                check_new: Callable[[ml_collections.ConfigDict], Any] | None = None) -> Study:
     """Resume the study in `workdir` (its stored config wins, except `OPERATIONAL` search
-    fields, which may change silently), or create it. Other differences are named once.
-
-    A study with no candidates yet has not started (its first run failed before seeding):
-    the given config replaces the stored one, so a corrected command starts it. `check_new`
-    runs on the config first in both of those cases, before anything is written."""
+    fields; other differences are named once), or create it. A study with no candidates
+    yet takes the given config, so a corrected command starts it. `check_new` runs on the
+    config first in both of those cases, before anything is written."""
     try:
         study = Study.load(workdir)
     except StudyNotFoundError:
@@ -87,8 +87,7 @@ def differences(given: Any, stored: Any, prefix: str) -> list[str]:
 
 
 def check_seed(config: ml_collections.ConfigDict, search: SearchSettings) -> None:
-    """Builds the seeds a new study of `config` would start from, so a bad model, seed
-    graph or earlier study is refused before the study exists."""
+    """Builds the seeds a new study of `config` would start from, refusing bad ones."""
     from nas.mutation import fingerprint_at
 
     parts = seed_list(config.train, search)
@@ -133,9 +132,6 @@ def read_seed_graph(path: str, field: str = "config field 'search.seed_graph'"
                     ) -> tuple[Any, dict[str, Any], dict[str, Any] | None]:
     """(graph, constants, variables or None) from a graph JSON or a `nas-search export`
     file at `path` (an export brings its weights); errors name `field`."""
-    from nas.graph import serialize
-    from nas.io.candidate import read_graph_or_export_for
-
     found = read_graph_or_export_for(field, path)
     if not isinstance(found, bytes):
         return found.graph, dict(found.constants), found.variables
@@ -149,9 +145,6 @@ def read_seed_graph(path: str, field: str = "config field 'search.seed_graph'"
 
 def file_part(train: ml_collections.ConfigDict, path: str, field: str) -> SeedPart:
     """A graph JSON or exported candidate, whose outputs must be the data's classes."""
-    from nas.train import preflight
-    from nas.train.config import with_defaults
-
     graph, constants, variables = read_seed_graph(path, field)
     preflight.check_outputs(graph, constants, with_defaults(train), f"{field}: {path}")
     return SeedPart(graph, constants, variables, None, field)
@@ -224,8 +217,6 @@ def check_same_input(source: dict[str, Any], train: ml_collections.ConfigDict, p
 def validation_front(candidates: Sequence[Any], cost: str) -> list[Any]:
     """The done candidates no other beats on validation accuracy and `cost` at once (an
     equal pair keeps the older), the most accurate first (ties: cheaper, then older)."""
-    from nas.search.strategy.selection import cost_value
-
     rows = [(c, cost_value(c, cost)) for c in candidates
             if c.status == Status.DONE and c.accuracy is not None]
     rows = [(c, v) for c, v in rows if v is not None]
@@ -241,11 +232,6 @@ def validation_front(candidates: Sequence[Any], cost: str) -> list[Any]:
 def front_parts(path: str, train: ml_collections.ConfigDict, cost: str) -> list[SeedPart]:
     """The validation front of the study in `path` (accuracy against `cost`), each with
     its trained weights."""
-    from nas.graph.serialize import load
-    from nas.train import preflight
-    from nas.train.checkpoint import load_variables
-    from nas.train.config import with_defaults
-
     study = source_study(path)
     try:
         check_same_input(study.config, train, path)
@@ -266,7 +252,7 @@ def front_parts(path: str, train: ml_collections.ConfigDict, cost: str) -> list[
             except ValueError as e:
                 raise ValueError(f"{where}: its weights cannot be read: "
                                  f"{str(e).splitlines()[0]}") from None
-            graph, constants = load(c.graph_json)
+            graph, constants = serialize.load(c.graph_json)
             preflight.check_outputs(graph, constants, with_defaults(train), where)
             parts.append(SeedPart(graph, dict(constants or {}), variables, c.blocks, where))
         return parts
