@@ -23,6 +23,7 @@ from tqdm.auto import tqdm
 
 from nas import functions as fn_lib
 from nas.graph.serialize import graph_to_json, load
+from nas.mutation import MoveFailed, NoChildFound, fingerprint_at, propose_child
 from nas.properties import op_cache
 from nas.search.execution import tensorboard_runs, user_functions
 from nas.search.execution.executors import make_executor
@@ -51,9 +52,13 @@ from nas.search.strategy.population import DoneCache, Population
 from nas.search.strategy.selection import Individual
 from nas.search.strategy.selector import Selector, select_parents
 from nas.search.strategy.settings import SearchSettings, candidate_train_config, read_settings
+from nas.train import fit
 from nas.train.checkpoint import load_variables, save_variables
 from nas.train.config import image_shape
+from nas.train.data import plain_batches
+from nas.train.fit import ConstantOutputError
 from nas.train.perf import count_params
+from nas.train.preflight import labelled_schedule_notes
 
 
 class ChildTooLargeError(Exception):
@@ -116,8 +121,6 @@ def remove_partial_saves(study: Study) -> list[str]:
 def schedule_lines(train: ml_collections.ConfigDict, search: SearchSettings) -> list[str]:
     """One line for each schedule that the seed's or the children's training shortens
     because its warmup or cooldown outlasts their run."""
-    from nas.train.preflight import labelled_schedule_notes
-
     plain = train.to_dict()
     return labelled_schedule_notes({
         "the seed": candidate_train_config(plain, search, is_seed=True),
@@ -172,8 +175,6 @@ class Driver:
     def seed_population(self) -> None:
         """Adds the seeds to a new study, each in its own transaction with the count added
         so far, so an interrupted seeding goes on."""
-        from nas.mutation import fingerprint_at
-
         planned, added = seeding(self.study)
         if planned is not None and added >= planned:
             return
@@ -235,9 +236,6 @@ class Driver:
 
     def propose(self) -> int | None:
         """Adds one mutated child of a selected parent; None if this proposal failed."""
-        from nas.mutation import MoveFailed, NoChildFound, propose_child
-        from nas.train.fit import ConstantOutputError
-
         done = self.population()
         if not done:
             return None
@@ -384,8 +382,6 @@ class Driver:
     def fit_pairs(self, child: Any, parent: Any) -> list[tuple[str, str]]:
         """(child tensor, parent tensor) pairs the child's new ops are fitted on before it
         trains. `parent`: the parent's graph."""
-        from nas.train import fit
-
         if not self.fit.steps or not child.new or child.function_preserving:
             return []
         if child.kind in RESIZED_IN_PLACE:
@@ -397,9 +393,6 @@ class Driver:
                      pairs: list[tuple[str, str]]) -> None:
         """Raises `ConstantOutputError` for a child whose new outputs cannot depend on the
         image."""
-        from nas.train import fit
-        from nas.train.data import plain_batches
-
         if not pairs:
             return
         train_input = splits.decision_config(self.train, self.search).input  # no validation

@@ -24,7 +24,10 @@ from collections.abc import Iterable, Iterator
 from types import FrameType
 from typing import Any
 
+import jax
 from absl import logging
+from jax._src import xla_bridge
+from tqdm import tqdm
 
 from nas.search.execution import ray_parts
 from nas.search.execution.task import Executor, Outcome, Task, outcome_of
@@ -186,8 +189,6 @@ def _taking_turns(executor: str, prepare_ahead: int, share_device: str | None
 
 def _init_worker(counter: Any, workers: int, gpus: list[str]) -> None:
     """Runs first in each spawned worker, before jax is imported there."""
-    from tqdm import tqdm
-
     with counter.get_lock():
         index = counter.value
         counter.value += 1
@@ -559,9 +560,6 @@ class NoExecutor:
 def keep_driver_on_cpu() -> bool:
     """Puts the driver's own JAX work on the CPU backend, so it takes no accelerator memory
     from its workers; returns whether it took effect (only before JAX was first used)."""
-    import jax
-    from jax._src import xla_bridge
-
     if xla_bridge.backends_are_initialized():
         return jax.default_backend() == "cpu"
     jax.config.update("jax_platforms", "cpu")
@@ -579,8 +577,6 @@ def make_executor(kind: str, *, workers: int, ray_address: str | None,
         logging.warning("the driver already initialized an accelerator backend before its "
                         "executor was made; it may hold accelerator memory")
     if not out_of_process:
-        import jax
-
         _holding_ctrl_c(jax.devices)  # the backend it trains on: now, not mid-candidate
     if workers == 0:
         return NoExecutor()

@@ -25,7 +25,9 @@ from nas.search.store.study import Study
 from nas.search.strategy import hparams as hparams_lib
 from nas.search.strategy.fidelity import RungPlan
 from nas.search.strategy.settings import SearchSettings, candidate_train_config, seed_rounds
+from nas.train import fit as fit_lib
 from nas.train.checkpoint import load_variables, save_variables
+from nas.train.config import base_config
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,8 +120,6 @@ def candidate_dir(workdir: str, candidate_id: int) -> str:
 
 def rung_plan(train: ml_collections.ConfigDict, search: SearchSettings) -> RungPlan:
     """The search's multi-fidelity rungs (children's budget: train.total_epochs)."""
-    from nas.train.config import base_config
-
     full = train.get("total_epochs", None)
     full = base_config().total_epochs if full is None else full
     return RungPlan.from_config(search.fidelity, float(full))
@@ -211,8 +211,6 @@ def fit_task(train: ml_collections.ConfigDict, search: SearchSettings, candidate
     pairs = candidate.inheritance.fit_pairs
     if not pairs:
         return None
-    from nas.train import fit as fit_lib
-
     try:
         parent_variables = load_variables(str(parent.checkpoint_path), shared=True)
     except ValueError as e:  # damaged since the child was proposed: train it unfitted

@@ -20,6 +20,8 @@ from typing import Any
 from absl import logging
 
 from nas.search.store.candidate import Status
+from nas.search.strategy.pareto import hypervolume
+from nas.search.strategy.selection import cost_value, higher_better
 
 FOLDER = "tensorboard"
 STUDY_RUN = "study"
@@ -135,8 +137,6 @@ class StudyRun:
     """The driver's study run: one point per finished-candidate count, when it grows."""
 
     def __init__(self, workdir: str, costs: Sequence[str]) -> None:
-        from nas.search.strategy.selection import higher_better
-
         self.writer = RunWriter(os.path.join(root(workdir), STUDY_RUN))
         # a front's hypervolume needs a reference cost: twice the seed's (lower is better)
         self.costs = tuple(c for c in costs if not higher_better(c))
@@ -173,8 +173,6 @@ class StudyRun:
     def hypervolumes(self, done: Any) -> dict[str, float]:
         """Each front's hypervolume, costs in units of the seed's, against (0 accuracy,
         twice the seed's cost): the seed alone scores its accuracy, a better front more."""
-        from nas.search.strategy.pareto import hypervolume
-
         seed = self.seed_costs(done)
         out = {}
         for cost in self.costs:
@@ -187,8 +185,6 @@ class StudyRun:
 
     def seed_costs(self, done: Any) -> dict[str, float]:
         """The first seed's costs (the hypervolumes' unit), found once."""
-        from nas.search.strategy.selection import cost_value
-
         if self._seed is None:
             seed = next((r for r in done.done() if r.parent_id is None), None)
             if seed is None:

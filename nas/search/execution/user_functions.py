@@ -16,9 +16,12 @@ from typing import Any
 import numpy as np
 
 from nas import functions as fn_lib
+from nas.graph.serialize import load
+from nas.io.candidate import ExportedCandidate
 from nas.search.strategy.selection import spread_name
 from nas.search.strategy.settings import SearchSettings
 from nas.train import custom
+from nas.train.config import image_shape
 
 STATE = "functions"  # the study's record: {key: {"name", "digest"}}
 COST_PREFIX = "costs."
@@ -73,10 +76,6 @@ def measure_costs(costs: Mapping[str, Callable[..., Any]], graph_json: str,
                   variables: Mapping[str, Any], train_config: Mapping[str, Any],
                   metrics: Mapping[str, Any]) -> dict[str, float]:
     """Each cost of the trained candidate (as `nas.load_candidate` gives it), by name."""
-    from nas.graph.serialize import load
-    from nas.io.candidate import ExportedCandidate
-    from nas.train.config import image_shape
-
     graph, constants = load(graph_json)
     candidate = ExportedCandidate(path="(the trained candidate)", graph=graph,
                                   constants=dict(constants or {}), variables=dict(variables),
