@@ -40,10 +40,11 @@ KILLED = "worker process died (killed or out of memory)"
 
 
 @contextlib.contextmanager
-def deferred_interrupt() -> Iterator[None]:
+def deferred_interrupt(raise_after: bool = False) -> Iterator[None]:
     """Holds SIGINT back for the block and delivers it right after, to the handler that was
-    in place; outside the main thread it changes nothing. Why: a KeyboardInterrupt while
-    the pool starts a worker leaves a child nobody kills, and leaked semaphores."""
+    in place (`raise_after`: as a KeyboardInterrupt); outside the main thread it changes
+    nothing. Why: a KeyboardInterrupt while the pool starts a worker leaves a child nobody
+    kills, and JAX starts its plugins inside a bare `except:` that would swallow it."""
     previous = signal.getsignal(signal.SIGINT)
     if threading.current_thread() is not threading.main_thread() or previous is None:
         yield
@@ -58,23 +59,10 @@ def deferred_interrupt() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
+        if received and raise_after:
+            raise KeyboardInterrupt
         if received:
             signal.raise_signal(signal.SIGINT)  # the previous handler runs now
-
-
-def _holding_ctrl_c(fn: Any) -> Any:
-    """Run `fn`, raising a Ctrl-C that arrives meanwhile once it returns. Why: JAX starts
-    its plugins inside a bare `except:` that would swallow the KeyboardInterrupt."""
-    if threading.current_thread() is not threading.main_thread():
-        return fn()
-    caught: list[int] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
-    try:
-        return fn()
-    finally:
-        signal.signal(signal.SIGINT, previous)
-        if caught:
-            raise KeyboardInterrupt
 
 
 # ----------------------------------------------------------------------------- worker deaths
@@ -109,11 +97,8 @@ def refuse_spawned_import(what: str = "run_search") -> None:
 
 def record_death(line: str) -> None:
     """Leaves `line` for the driver (this process's parent) to read."""
-    try:
-        with open(cause_path(os.getppid(), os.getpid()), "w") as f:
-            f.write(line)
-    except OSError:  # the line still reaches stderr with the exception
-        pass
+    with contextlib.suppress(OSError), open(cause_path(os.getppid(), os.getpid()), "w") as f:
+        f.write(line)  # else the line still reaches stderr with the exception
 
 
 def death_cause(processes: Iterable[Any]) -> str:
@@ -563,7 +548,8 @@ def keep_driver_on_cpu() -> bool:
     if xla_bridge.backends_are_initialized():
         return jax.default_backend() == "cpu"
     jax.config.update("jax_platforms", "cpu")
-    _holding_ctrl_c(jax.devices)  # now, not lazily in the middle of the search
+    with deferred_interrupt(raise_after=True):
+        jax.devices()  # now, not lazily in the middle of the search
     return True
 
 
@@ -577,7 +563,8 @@ def make_executor(kind: str, *, workers: int, ray_address: str | None,
         logging.warning("the driver already initialized an accelerator backend before its "
                         "executor was made; it may hold accelerator memory")
     if not out_of_process:
-        _holding_ctrl_c(jax.devices)  # the backend it trains on: now, not mid-candidate
+        with deferred_interrupt(raise_after=True):
+            jax.devices()  # the backend it trains on: now, not mid-candidate
     if workers == 0:
         return NoExecutor()
     if kind == "inline":

@@ -14,6 +14,7 @@ that finished is never trained again, one cut short resumes from its own checkpo
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 import time
@@ -59,18 +60,15 @@ class Finals:
         self.functions = functions
         self.decision = splits.decision_config(train, search)
         self.store = FinalsStore(study.path)
-        self._recipe: Recipe | None = None
 
-    @property
+    @functools.cached_property
     def recipe(self) -> Recipe:
-        if self._recipe is None:
-            inp = ml_collections.ConfigDict(self.decision.input.to_dict())
-            inp.data.validation_fraction = 0.0
-            images = data_lib.split_size(inp, inp.data.split, inp.data_dir or None)
-            seed = seed_of(self.study.candidates(Status.DONE, with_graphs=False))
-            self._recipe = recipe(self.config, self.train.to_dict(), self.search,
-                                  images, seed.metrics if seed is not None else None)
-        return self._recipe
+        inp = ml_collections.ConfigDict(self.decision.input.to_dict())
+        inp.data.validation_fraction = 0.0
+        images = data_lib.split_size(inp, inp.data.split, inp.data_dir or None)
+        seed = seed_of(self.study.candidates(Status.DONE, with_graphs=False))
+        return recipe(self.config, self.train.to_dict(), self.search, images,
+                      seed.metrics if seed is not None else None)
 
     def plan(self) -> list[Run]:
         """Plans the finals runs and, once they all finished, the take-home run; returns the

@@ -1,10 +1,8 @@
-"""The Ray executor's parts that need no cluster: folders as values, the dataset as a value,
-reaching Ray, and what one task runs on its node.
+"""The Ray executor's parts: folders as values, the dataset as a value, reaching Ray, and
+what one task runs on its node.
 
-Why: a Ray node may share no disk with the driver (KubeRay pods, cloud VMs, TPU slices).
-What a task needs from the driver's disk (the dataset, a run folder to resume) and what it
-writes there (the run folder, its TensorBoard event files) travel as `Files` through Ray's
-object store; only the driver writes its workdir.
+Why: a Ray node may share no disk with the driver. What a task needs from the driver's disk
+and what it writes there travel as `Files` through Ray's object store.
 """
 
 from __future__ import annotations
@@ -127,10 +125,8 @@ def unpack_once(files: Files, final: str) -> str:
 
 
 # ----------------------------------------------------------------------------- the dataset
-# The driver reads the data once per study and puts it in the object store; every task gets
-# the one reference, and a node fetches it only when its cache lacks the digest. The bundled
-# `digits` travels as its name (each node builds it). With `search.ray.dataset="node"`
-# nothing is shipped: each node reads the dataset where the config names it.
+# Read once per study into the object store; a node fetches it only when its cache lacks
+# the digest. `digits` travels as its name (each node builds it).
 
 
 def node_cache_dir() -> str:
@@ -141,8 +137,7 @@ def node_cache_dir() -> str:
 
 def dataset_files(train_config: dict[str, Any]) -> tuple[str, str, Files | None]:
     """(kind, name, files) of the dataset `train_config` trains on, read from this disk:
-    kind "npz"/"folder" (name: the file or folder's base name), "tfds" (name: the tfds
-    name) or "digits" (no files)."""
+    kind "npz", "folder", "tfds" or "digits" (no files)."""
     from nas.train import data as data_lib
     from nas.train import userdata
 
@@ -201,15 +196,12 @@ def node_train_config(train_config: dict[str, Any], shipped: dict[str, Any] | No
 
 # ----------------------------------------------------------------------------- the cluster
 # Why: `ray.init()` with no address joins whatever cluster Ray's session file names, a dead
-# one included. A local search therefore starts its own Ray; an address is checked to answer
-# within seconds, and a task that no node can hold is refused at start (Ray would keep it
-# pending forever).
+# one included; and Ray keeps a task that no node can hold pending forever.
 
 
 @contextlib.contextmanager
 def fork_then_exec() -> Iterator[None]:
-    """Silences JAX's warning that `os.fork()` was called, for Ray's process starts only:
-    each child Ray forks only sets its signals and then execs."""
+    """Silences JAX's `os.fork()` warning for Ray's process starts, which exec at once."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called",
                                 category=RuntimeWarning)
@@ -218,10 +210,8 @@ def fork_then_exec() -> Iterator[None]:
 
 def start_or_join(ray: Any, address: str | None, slots: int, request: dict[str, float]
                   ) -> None:
-    """Initializes Ray in this process, unless it already is (a user's own `ray.init`).
-
-    No `address`: a new local Ray with room for `slots` tasks of `request` at once. An
-    address ("auto", "host:port", "ray://host:port"): that cluster, or one ValueError line."""
+    """Initializes Ray here unless it already is: no `address`, a new local Ray with room
+    for `slots` tasks of `request`; else that cluster, or one ValueError line."""
     if ray.is_initialized():
         return
     if not address:
@@ -307,8 +297,7 @@ def run_task(task: Task, runtime: dict[str, Any], dataset: dict[str, Any] | None
              run_in: Files | None
              ) -> tuple[Any, Files | None, dict[str, float], Files | None]:
     """(result or `Failure`, the run folder's files, timings, the TensorBoard run's files
-    or None) of one task, trained in a temporary folder of this node; `runtime` are
-    `train_candidate`'s keyword arguments."""
+    or None) of one task, trained in a temporary folder of this node."""
     import ray
 
     timings: dict[str, float] = {}

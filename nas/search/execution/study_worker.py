@@ -43,10 +43,8 @@ def wait_for_study(workdir: str | Path, wait_s: float, poll_s: float = 0.5,
             except StudyNotFoundError:  # an empty file: a creation not yet committed
                 if time.monotonic() > deadline:
                     raise
-            except ValueError as e:
-                if "locked" not in str(e):  # damaged or foreign: waiting cannot help
-                    raise
-                if time.monotonic() > deadline:
+            except ValueError as e:  # damaged or foreign: waiting cannot help
+                if "locked" not in str(e) or time.monotonic() > deadline:
                     raise
         if not told and wait_s > 0:
             (say or logging.info)(f"waiting up to {wait_s:g} s for a study to appear in "

@@ -1,9 +1,6 @@
-"""The one task protocol: what a worker needs to train one thing, what comes back, who runs
-it, and how the holder of the claim records it.
-
-Why one protocol: a candidate, a rung of a multi-fidelity search and a run of the finals all
-train the same way (a graph, a recipe, starting weights), on the same executors. A `Task` is
-plain, picklable data made from the study; an `Outcome` is what training gave back.
+"""The one task protocol: what a worker needs to train one thing (`Task`, plain picklable
+data), what comes back (`Outcome`), who runs it (`Executor`), and how the holder of the
+claim records it. Why one: a candidate, a rung and a finals run all train the same way.
 """
 
 from __future__ import annotations
@@ -32,13 +29,9 @@ from nas.train.config import base_config
 
 @dataclasses.dataclass(frozen=True)
 class Task:
-    """Everything a worker needs to train one candidate, or one finals run of it.
-
-    `run` names a finals run (None: the candidate's own training). `workdir` holds the
-    run's checkpoints, so a run started again resumes; `stop_epochs` stops at a rung; `fit`
-    is what the child's new ops are fitted with first (`nas.train.fit.task`); `costs`
-    {name: "module:function"} run on the trained model; `functions` are the user's own, by
-    value (`nas.functions.pack`)."""
+    """Everything a worker needs to train one candidate, or one finals run (`run`) of it.
+    `workdir` holds its checkpoints, so a run started again resumes; `fit`: what the new
+    ops are fitted with first; `functions`: the user's own, by value."""
 
     candidate_id: int
     train_config: dict[str, Any]
@@ -126,10 +119,9 @@ def rung_plan(train: ml_collections.ConfigDict, search: SearchSettings) -> RungP
 
 
 class StartingWeights:
-    """The starting weights of the children this process proposed, saved to disk and kept
-    in memory until their task is made here. Why both: the files let a resumed search and
-    external workers start the child from exactly these weights, and the copy saves reading
-    back what was just written. At most `keep` are kept, the oldest dropped first."""
+    """The starting weights of the children this process proposed, saved to disk (for
+    a resumed search and external workers) and kept in memory (`keep` at most) until
+    their task is made here."""
 
     def __init__(self, keep: int) -> None:
         self.keep = max(1, keep)
@@ -158,10 +150,8 @@ def _host_copy(tree: Any) -> Any:
 def make_task(study: Study, train: ml_collections.ConfigDict, search: SearchSettings,
               candidate_id: int, functions: bytes | None = None,
               starts: StartingWeights | None = None) -> Task:
-    """The task of a claimed candidate: a seed's or a child's training (with evolved
-    hparams), to its current rung in its own training folder, so the next rung resumes
-    there. A child fits its new ops first, at its first rung only. Starting weights this
-    process saved (`starts`) are taken from memory, not read back."""
+    """The task of a claimed candidate, to its current rung in its own training folder (the
+    next rung resumes there); a child fits its new ops at its first rung only."""
     candidate = study.get(candidate_id)
     parent = None if candidate.parent_id is None else study.get(candidate.parent_id)
     train_config = candidate_train_config(train.to_dict(), search, is_seed=parent is None)
@@ -195,9 +185,8 @@ def make_task(study: Study, train: ml_collections.ConfigDict, search: SearchSett
 
 
 def start_bound(search: SearchSettings, parent: Any) -> float | None:
-    """The least start accuracy of a child of `parent`: the parent's validation accuracy
-    less `search.max_start_drop` (None: off, or a seed). Why: a child that starts far below
-    its parent ended below it after fine-tuning in every measured case."""
+    """The parent's validation accuracy less `search.max_start_drop` (None: off, or a
+    seed). Why: a child that started far below its parent ended below it, every time."""
     drop = search.max_start_drop
     if not drop or parent is None or parent.accuracy is None:
         return None
@@ -266,9 +255,8 @@ def refused_at_start(error: str) -> bool:
 
 
 def record_refusal(study: Study, candidate_id: int, error: str, worker: str | None) -> bool:
-    """Records a child refused at its start (`Study.refuse`) and deletes its files. False
-    when it was not refused: its slot had `search.max_refusals` refusals, or `worker` no
-    longer holds it."""
+    """Records a child refused at its start and deletes its files; False when it was not
+    refused (its slot had `search.max_refusals`, or `worker` lost it)."""
     try:
         saved = study.get(candidate_id).inheritance.init_path
         refusal = study.refuse(candidate_id, error, worker=worker)

@@ -11,6 +11,7 @@ stops. The writer is tensorboardX, an optional extra (`alphanas-search[tensorboa
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import time
@@ -64,9 +65,8 @@ class RunWriter:
     run shows each step once. A writer that cannot be made or written logs one warning and
     is off."""
 
-    def __init__(self, folder: str | None, flush_secs: int = 10) -> None:
+    def __init__(self, folder: str | None) -> None:
         self.folder = folder
-        self.flush_secs = flush_secs
         self._writer: Any = None
         self.off = folder is None
 
@@ -86,7 +86,7 @@ class RunWriter:
 
                 # TensorBoard reads a run's files in name order and the purge works on those
                 # read before: the nanosecond keeps two writers of one second in order
-                self._writer = SummaryWriter(logdir=self.folder, flush_secs=self.flush_secs,
+                self._writer = SummaryWriter(logdir=self.folder, flush_secs=10,
                                              purge_step=int(step),
                                              filename_suffix=f".{time.time_ns()}.{os.getpid()}")
             for tag, value in values.items():
@@ -116,10 +116,8 @@ class RunWriter:
 
     def close(self) -> None:
         if self._writer is not None:
-            try:
+            with contextlib.suppress(Exception):  # as in `scalars`
                 self._writer.close()
-            except Exception:  # noqa: BLE001 - as in `scalars`
-                pass
             self._writer = None
 
 

@@ -1,13 +1,9 @@
-"""Training one candidate, as a pure function that any executor can run anywhere.
+"""Training one candidate, as a pure function of plain data that any executor can run.
 
-`train_candidate` takes and returns plain data (config dict, graph JSON, numpy variables),
-so it runs the same in-process, in a local worker process, in a Ray task or in an external
-`nas-search worker`. Failures are exceptions that `describe_failure` words for the study.
-
-Processes of one search that serve one device on this host take turns on it (`DeviceTurn`):
-one trains while the others prepare. Why a file lock (`fcntl.flock` on a file named after the
-search's workdir and the device): every such process finds it from plain data, whichever
-executor started it, and the kernel releases it when its holder dies.
+Processes of one search that serve one device on this host take turns on it (`DeviceTurn`).
+Why a file lock named after the search's workdir and the device: every such process finds
+it from plain data, whichever executor started it, and the kernel releases it when its
+holder dies.
 """
 
 from __future__ import annotations
@@ -31,8 +27,6 @@ import numpy as np
 from nas.search.execution.task import Failure, Task
 from nas.train.options import TrainOptions
 
-_DEVICE_DATA: Any = None  # this process's device-resident training set, kept between candidates
-
 
 class CandidateTimeout(RuntimeError):
     """The candidate ran past its (soft) time limit."""
@@ -53,8 +47,7 @@ def lock_dir() -> str:
 
 def device_key() -> str:
     """This process's device, the same in every process that uses it: "cpu" ("cpu-N" for
-    slot N of a local executor with several workers), else the platform and the GPUs this
-    process sees (CUDA_VISIBLE_DEVICES, which names them for the whole host, where set)."""
+    a local executor's slot N), else the platform and the GPUs this process sees."""
     import jax
 
     devices = jax.local_devices()
@@ -113,15 +106,10 @@ def train_candidate(
     """Trains and evaluates `task`; returns (metrics, final variables as numpy).
 
     `share_device` (a search's workdir): the steps, evaluations and latency timing take
-    their turn on this device with that search's other processes on this host, which
-    prepare their candidates meanwhile. The soft `time_limit_s` is checked after every
-    step, device waits excluded (CandidateTimeout). `owner_pid`: training stops once this
-    process is orphaned. `should_stop()` True means the claim was lost (ClaimLost).
-
-    The child's new ops are fitted first (`task.fit`) while its steps compile; costs and
-    latency are measured at its last rung only, and join the metrics; a seed with `rounds`
-    trains on while it gains (`_train_rounds`).
-    """
+    turns on this device with that search's other processes here. The soft time limit
+    excludes device waits (CandidateTimeout). `owner_pid`: stops once this process is
+    orphaned. `should_stop()` True: the claim was lost (ClaimLost). Costs and latency are
+    measured at the last rung only."""
     import jax
 
     from nas.functions import unpack
@@ -169,21 +157,19 @@ def train_candidate(
     return values, variables
 
 
+@functools.cache
 def device_data() -> Any:
     """This process's device-resident training set, kept between candidates."""
-    global _DEVICE_DATA
-    if _DEVICE_DATA is None:
-        from nas.train.train import DeviceDataCache
+    from nas.train.train import DeviceDataCache
 
-        _DEVICE_DATA = DeviceDataCache()
-    return _DEVICE_DATA
+    return DeviceDataCache()
 
 
 def latency_metrics(graph: Any, constants: Any, variables: dict[str, Any],
                     train_config: dict[str, Any], settings: dict[str, Any],
                     turn: Any = None) -> dict[str, float]:
     """`latency_ms` (the median), `latency_ms_iqr` and the calls timed, of the trained
-    model's compiled inference, holding the device `turn` so that nothing else runs there."""
+    model's inference, holding the device `turn`."""
     from nas.graph import Model
     from nas.train.config import image_shape
     from nas.train.latency import LatencySettings, inference_latency
@@ -204,8 +190,7 @@ def _run_once(variables: Any, where: str | None, seen: list[float], *,
               options: TrainOptions, curves: str | None = None,
               workdir: str | None = None) -> tuple[Any, int, Any]:
     """One `train_and_eval` run from `variables` in `where`, each evaluation's accuracy
-    appended to `seen`; starting weights are evaluated first. Its records are mirrored to
-    the TensorBoard run `curves` (a seed's round, to one of its own)."""
+    appended to `seen`; its records mirrored to the TensorBoard run `curves`."""
     from nas.search.execution.tensorboard_runs import RunWriter, round_folder
     from nas.train import train_and_eval
 
@@ -221,9 +206,8 @@ def _run_once(variables: Any, where: str | None, seen: list[float], *,
 
 
 class StopCheck:
-    """Called after every train step: stopping raises at once, so nothing more is spent on
-    a candidate that is not recorded. The soft time limit counts from the last `restart`
-    (a seed's round), without device waits."""
+    """Called after every train step: stopping raises at once. The soft time limit counts
+    from the last `restart` (a seed's round), without device waits."""
 
     def __init__(self, time_limit_s: float, owner_pid: int | None,
                  should_stop: Callable[[], bool] | None, turn: Any) -> None:
@@ -250,11 +234,9 @@ class StopCheck:
 
 def _train_rounds(run: Callable[..., Any], rounds: dict[str, Any], workdir: str | None,
                   start: Any, new_round: Callable[[], None]) -> tuple[dict[str, Any], Any]:
-    """`run` in rounds (`nas.train.rounds.Rounds` fields): the schedule runs again from
-    where it ended while the validation accuracy still rises, each round with its own time
-    limit; the best round is returned, with the rounds' record in its metrics. Round k
-    runs in `workdir/round<k>` (round 0 in `workdir`), so a resumed seed replays finished
-    rounds from their checkpoints; a round's curve is read from its metrics.jsonl."""
+    """`run` in rounds (`nas.train.rounds.Rounds` fields) while the validation accuracy
+    rises; the best round, with the rounds' record in its metrics. Round k runs in
+    `workdir/round<k>`, so a resumed seed replays finished rounds from their checkpoints."""
     from nas.train.rounds import Rounds, train_in_rounds
 
     starts: list[float] = []
@@ -324,10 +306,8 @@ def is_out_of_memory(e: BaseException) -> bool:
 
 
 def describe_failure(e: BaseException) -> tuple[str, bool]:
-    """(one-line message to record, whether the candidate is infeasible: it can never run).
-
-    Out of memory, and a candidate refused for needing more device memory than the budget,
-    are infeasible: the same architecture on the same machine fails again."""
+    """(one-line message to record, whether the candidate is infeasible): out of memory,
+    or over the device memory budget, fails again on the same machine."""
     from nas.train.memory import DeviceBudgetExceeded
 
     if isinstance(e, DeviceBudgetExceeded):
@@ -342,8 +322,7 @@ def describe_failure(e: BaseException) -> tuple[str, bool]:
 
 
 def train_or_failure(task: Task, **runtime: Any) -> tuple[dict[str, Any], dict[str, Any]] | Failure:
-    """`train_candidate` in a worker process or Ray task: its result, or its failure as
-    data (`runtime`: `train_candidate`'s keyword arguments)."""
+    """`train_candidate`'s result, or its failure as data."""
     try:
         return train_candidate(task, **runtime)
     except (Exception, MemoryError) as e:  # noqa: BLE001 - the cause is sent back, named
