@@ -21,11 +21,24 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import jax
 import ml_collections
 import numpy as np
 
+from nas.functions import unpack
+from nas.graph import Model
+from nas.graph.serialize import load
 from nas.search.execution.task import Failure, Task
+from nas.search.execution.tensorboard_runs import RunWriter, round_folder
+from nas.search.execution.user_functions import cost_functions, measure_costs
+from nas.train import train_and_eval
+from nas.train.config import image_shape
+from nas.train.fit import fit_for_task
+from nas.train.latency import LatencySettings, inference_latency
+from nas.train.memory import DeviceBudgetExceeded
 from nas.train.options import TrainOptions
+from nas.train.rounds import Rounds, train_in_rounds
+from nas.train.train import DeviceDataCache
 
 
 class CandidateTimeout(RuntimeError):
@@ -48,8 +61,6 @@ def lock_dir() -> str:
 def device_key() -> str:
     """This process's device, the same in every process that uses it: "cpu" ("cpu-N" for
     a local executor's slot N), else the platform and the GPUs this process sees."""
-    import jax
-
     devices = jax.local_devices()
     platform = devices[0].platform
     if platform == "cpu":
@@ -110,13 +121,6 @@ def train_candidate(
     excludes device waits (CandidateTimeout). `owner_pid`: stops once this process is
     orphaned. `should_stop()` True: the claim was lost (ClaimLost). Costs and latency are
     measured at the last rung only."""
-    import jax
-
-    from nas.functions import unpack
-    from nas.graph.serialize import load
-    from nas.search.execution.user_functions import cost_functions, measure_costs
-    from nas.train.fit import fit_for_task
-
     graph, constants = load(task.graph_json)
     config = ml_collections.ConfigDict(task.train_config)
     shipped = unpack(task.functions)
@@ -160,8 +164,6 @@ def train_candidate(
 @functools.cache
 def device_data() -> Any:
     """This process's device-resident training set, kept between candidates."""
-    from nas.train.train import DeviceDataCache
-
     return DeviceDataCache()
 
 
@@ -170,10 +172,6 @@ def latency_metrics(graph: Any, constants: Any, variables: dict[str, Any],
                     turn: Any = None) -> dict[str, float]:
     """`latency_ms` (the median), `latency_ms_iqr` and the calls timed, of the trained
     model's inference, holding the device `turn`."""
-    from nas.graph import Model
-    from nas.train.config import image_shape
-    from nas.train.latency import LatencySettings, inference_latency
-
     model = Model(graph, constants)
 
     def infer(v: Any, x: Any) -> Any:
@@ -191,8 +189,6 @@ def _run_once(variables: Any, where: str | None, seen: list[float], *,
               workdir: str | None = None) -> tuple[Any, int, Any]:
     """One `train_and_eval` run from `variables` in `where`, each evaluation's accuracy
     appended to `seen`; its records mirrored to the TensorBoard run `curves`."""
-    from nas.search.execution.tensorboard_runs import RunWriter, round_folder
-    from nas.train import train_and_eval
 
     def on_eval(epoch: int, m: Any) -> bool:
         seen.append(float(m.acc))
@@ -237,8 +233,6 @@ def _train_rounds(run: Callable[..., Any], rounds: dict[str, Any], workdir: str 
     """`run` in rounds (`nas.train.rounds.Rounds` fields) while the validation accuracy
     rises; the best round, with the rounds' record in its metrics. Round k runs in
     `workdir/round<k>`, so a resumed seed replays finished rounds from their checkpoints."""
-    from nas.train.rounds import Rounds, train_in_rounds
-
     starts: list[float] = []
 
     def run_round(index: int, variables: Any) -> tuple[dict[str, Any], int, Any, list]:
@@ -296,6 +290,7 @@ def metrics_dict(metrics: Any) -> dict[str, Any]:
         values.pop("test_correct", None)
     return {names.get(k, k): v for k, v in values.items()}
 
+
 _BYTES = re.compile(r"([0-9][0-9,]*)\s*bytes", re.IGNORECASE)
 
 
@@ -308,8 +303,6 @@ def is_out_of_memory(e: BaseException) -> bool:
 def describe_failure(e: BaseException) -> tuple[str, bool]:
     """(one-line message to record, whether the candidate is infeasible): out of memory,
     or over the device memory budget, fails again on the same machine."""
-    from nas.train.memory import DeviceBudgetExceeded
-
     if isinstance(e, DeviceBudgetExceeded):
         return f"infeasible: {e}", True
     if is_out_of_memory(e):
