@@ -23,6 +23,8 @@ from typing import Any
 
 from nas.search.execution.task import Failure, Task
 from nas.search.execution.worker import describe_failure, train_or_failure
+from nas.train import data as data_lib
+from nas.train import userdata
 
 REACH_TIMEOUT_S = 5.0
 RUN_FOLDER = "train"
@@ -138,9 +140,6 @@ def node_cache_dir() -> str:
 def dataset_files(train_config: dict[str, Any]) -> tuple[str, str, Files | None]:
     """(kind, name, files) of the dataset `train_config` trains on, read from this disk:
     kind "npz", "folder", "tfds" or "digits" (no files)."""
-    from nas.train import data as data_lib
-    from nas.train import userdata
-
     inp = train_config["input"]
     name, data_dir = str(inp["data"]["name"]), str(inp.get("data_dir", "") or "")
     kind = userdata.kind_of(name)

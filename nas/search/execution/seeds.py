@@ -22,6 +22,7 @@ from nas import zoo
 from nas.graph import serialize
 from nas.graph.reversible import is_reversible
 from nas.io.candidate import read_graph_or_export_for
+from nas.mutation import fingerprint_at
 from nas.search.store.candidate import Status
 from nas.search.store.study import DB_NAME, Study, StudyNotFoundError
 from nas.search.strategy import blocks as blocks_lib
@@ -88,8 +89,6 @@ def differences(given: Any, stored: Any, prefix: str) -> list[str]:
 
 def check_seed(config: ml_collections.ConfigDict, search: SearchSettings) -> None:
     """Builds the seeds a new study of `config` would start from, refusing bad ones."""
-    from nas.mutation import fingerprint_at
-
     parts = seed_list(config.train, search)
     if len(parts) > 1:
         shape = (1, *image_shape(config.train))
