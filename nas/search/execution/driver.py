@@ -119,8 +119,7 @@ def remove_partial_saves(study: Study) -> list[str]:
 
 
 def schedule_lines(train: ml_collections.ConfigDict, search: SearchSettings) -> list[str]:
-    """One line for each schedule that the seed's or the children's training shortens
-    because its warmup or cooldown outlasts their run."""
+    """A line for each warmup or cooldown that the seed's or the children's run shortens."""
     plain = train.to_dict()
     return labelled_schedule_notes({
         "the seed": candidate_train_config(plain, search, is_seed=True),
@@ -173,8 +172,7 @@ class Driver:
 
     # ------------------------------------------------------------------ proposing
     def seed_population(self) -> None:
-        """Adds the seeds to a new study, each in its own transaction with the count added
-        so far, so an interrupted seeding goes on."""
+        """Adds the seeds to a new study, one transaction each, so a cut seeding goes on."""
         planned, added = seeding(self.study)
         if planned is not None and added >= planned:
             return
@@ -216,8 +214,7 @@ class Driver:
                              index + 1)
 
     def choose_parent(self, done: Any, rng: np.random.Generator) -> int:
-        """The parent of the next child: selection from the Pareto fronts (a subclass may
-        choose otherwise, e.g. a random-search baseline)."""
+        """The parent of the next child (a subclass may choose otherwise)."""
         if isinstance(done, Population):  # the driver's own: its columns are kept
             return self._selector.select(done.columns, rng, num=1)[0]
         return select_parents([Individual.from_candidate(c) for c in done], self.selection,
@@ -229,8 +226,7 @@ class Driver:
         return self._done.population(self.read_through())
 
     def read_through(self) -> int:
-        """The newest id the next proposal reads: the next id - `search.pipeline_depth`,
-        and every seed at least."""
+        """The newest id the next proposal reads (the seeds at least)."""
         seeds = int(self.study.get_state(SEEDS, 1) or 1)
         return max(seeds, self.study.last_id() + 1 - self.search.pipeline_depth)
 
@@ -308,8 +304,7 @@ class Driver:
         return child_id
 
     def seed_below_min_acc(self, done: Sequence[Any]) -> int | None:
-        """The seed, when no done candidate reaches `search.selection.min_acc` (said once
-        per study), else None."""
+        """The seed when none reaches `search.selection.min_acc` (said once), else None."""
         min_acc = self.selection.min_acc
         seed = next((c for c in done if c.parent_id is None), None)
         if min_acc is None or seed is None or any(c.accuracy >= min_acc for c in done):
@@ -361,8 +356,7 @@ class Driver:
                 f"{ratio:g} times the seed's {int(seed.params):,}")
 
     def parent_blocks(self, parent: Any) -> tuple[list[Any] | None, Any, dict[str, Any] | None]:
-        """(blocks, zoo builder, builder arguments) for block-level mutation of `parent`,
-        or (None, None, None): a subgraph of its whole graph is mutated."""
+        """(blocks, builder, builder args) to mutate `parent` by block, or three Nones."""
         if not self.search.mutation.mutate_by_block:
             return None, None, None
         if parent.blocks is None:
@@ -380,8 +374,7 @@ class Driver:
         return blocks, builder, args
 
     def fit_pairs(self, child: Any, parent: Any) -> list[tuple[str, str]]:
-        """(child tensor, parent tensor) pairs the child's new ops are fitted on before it
-        trains. `parent`: the parent's graph."""
+        """(child tensor, parent tensor) pairs to fit the new ops on; `parent`: a graph."""
         if not self.fit.steps or not child.new or child.function_preserving:
             return []
         if child.kind in RESIZED_IN_PLACE:
@@ -391,8 +384,7 @@ class Driver:
 
     def check_varies(self, child: Any, parent: tuple[Any, Any, Any],
                      pairs: list[tuple[str, str]]) -> None:
-        """Raises `ConstantOutputError` for a child whose new outputs cannot depend on the
-        image."""
+        """Raises `ConstantOutputError` when the new outputs cannot depend on the image."""
         if not pairs:
             return
         train_input = splits.decision_config(self.train, self.search).input  # no validation
@@ -484,8 +476,7 @@ class Driver:
                    self._progress)
 
     def release_claims(self, inflight: set[int]) -> None:
-        """Gives back every claim this driver holds, including any the loop never learned
-        of (Ctrl-C after a claim's commit)."""
+        """Gives back every claim this driver holds, those the loop never saw included."""
         mine = {c.id for c in self.study.candidates(Status.RUNNING, with_graphs=False)
                 if c.worker == self.worker}
         for cid in sorted(mine | inflight):
@@ -493,8 +484,7 @@ class Driver:
 
     @property
     def prepare_ahead(self) -> int:
-        """Processes per device beyond the training one (`search.prepare_ahead`), as far
-        as the pipeline leaves children to prepare."""
+        """Processes per device beyond the training one, as far as the pipeline allows."""
         workers = max(1, self.search.workers)
         room = -(-(self.search.pipeline_depth - workers) // workers)  # ceiling
         return min(self.search.prepare_ahead, max(0, room))

@@ -76,15 +76,13 @@ def cause_path(parent_pid: int, pid: int) -> str:
 
 
 def in_spawned_import() -> bool:
-    """Whether this process is a spawned worker importing the user's `__main__` again (as
-    a module `__mp_main__` of its own)."""
+    """Whether this is a spawned worker importing the user's `__main__` again."""
     mp_main = sys.modules.get("__mp_main__")
     return mp_main is not None and mp_main is not sys.modules.get("__main__")
 
 
 def refuse_spawned_import(what: str = "run_search") -> None:
-    """One RuntimeError, recorded for the driver, when called while a worker process
-    imports the script again."""
+    """One RuntimeError, recorded for the driver, inside a spawned import."""
     if not in_spawned_import():
         return
     script = os.path.basename(getattr(sys.modules.get("__mp_main__"), "__file__", "")
@@ -102,8 +100,7 @@ def record_death(line: str) -> None:
 
 
 def death_cause(processes: Iterable[Any]) -> str:
-    """The driver's line for the worker processes that ended: a recorded cause, else
-    one from the exit codes."""
+    """The driver's line for the ended worker processes: recorded, or from exit codes."""
     codes = []
     for process in processes:  # a recorded line counts before the process is reaped
         path = cause_path(os.getpid(), process.pid)
@@ -162,8 +159,7 @@ def worker_env(index: int, workers: int, gpus: list[str]) -> dict[str, str]:
 
 def _taking_turns(executor: str, prepare_ahead: int, share_device: str | None
                   ) -> dict[str, Any]:
-    """`train_candidate`'s extra arguments: with processes preparing ahead, the search
-    whose processes take turns on each device."""
+    """`train_candidate`'s extra arguments when processes prepare ahead."""
     if not prepare_ahead:
         return {}
     if not share_device:

@@ -71,8 +71,7 @@ class Finals:
                       seed.metrics if seed is not None else None)
 
     def plan(self) -> list[Run]:
-        """Plans the finals runs and, once they all finished, the take-home run; returns the
-        runs still to train."""
+        """Plans the finals runs, then the take-home run; the runs still to train."""
         if not self.config.on:
             return []
         before = self.study.get_state(FINALS_STATE, None) or {}
@@ -193,8 +192,7 @@ class Finals:
                           positions=self.positions(run, correct), checkpoint_path=path)
 
     def positions(self, run: Run, correct: np.ndarray | None) -> np.ndarray | None:
-        """Where the run's predictions sit in the training split (its fold), else in the
-        evaluated split's order."""
+        """Where the run's predictions sit in the training split, else in split order."""
         if correct is None:
             return None
         if run.kind == "finals" and self.recipe.folds > 1:

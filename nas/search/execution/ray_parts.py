@@ -138,8 +138,7 @@ def node_cache_dir() -> str:
 
 
 def dataset_files(train_config: dict[str, Any]) -> tuple[str, str, Files | None]:
-    """(kind, name, files) of the dataset `train_config` trains on, read from this disk:
-    kind "npz", "folder", "tfds" or "digits" (no files)."""
+    """(kind, name, files) of the dataset `train_config` trains on, from this disk."""
     inp = train_config["input"]
     name, data_dir = str(inp["data"]["name"]), str(inp.get("data_dir", "") or "")
     kind = userdata.kind_of(name)
@@ -171,8 +170,7 @@ def shipment(kind: str, name: str, digest: str, ref: Any) -> dict[str, Any]:
 def node_train_config(train_config: dict[str, Any], shipped: dict[str, Any] | None,
                       fetch: Callable[[Any], Files], cache_dir: str | None = None
                       ) -> dict[str, Any]:
-    """`train_config` reading its dataset from this node's cache (filled from the object
-    store with `fetch(ref)` the first time this node sees the digest)."""
+    """`train_config` reading its dataset from this node's cache, filled once."""
     if shipped is None:
         return train_config
     config = copy.deepcopy(train_config)

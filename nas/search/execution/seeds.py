@@ -199,8 +199,7 @@ def source_study(path: str) -> Any:
 
 def check_same_input(source: dict[str, Any], train: ml_collections.ConfigDict, path: str
                      ) -> None:
-    """The earlier study's images (size and channels) must be this one's: its models were
-    built for them."""
+    """The earlier study's image shape must be this one's: its models need it."""
     theirs = (source.get("train") or {}).get("input") or {}
     if "image_size" not in theirs:
         raise ValueError(f"{START_FROM}: {path} is not a search's study (its config has no "
@@ -229,8 +228,7 @@ def validation_front(candidates: Sequence[Any], cost: str) -> list[Any]:
 
 
 def front_parts(path: str, train: ml_collections.ConfigDict, cost: str) -> list[SeedPart]:
-    """The validation front of the study in `path` (accuracy against `cost`), each with
-    its trained weights."""
+    """The validation front of the study in `path`, each with its trained weights."""
     study = source_study(path)
     try:
         check_same_input(study.config, train, path)

@@ -195,8 +195,7 @@ def start_bound(search: SearchSettings, parent: Any) -> float | None:
 
 def fit_task(train: ml_collections.ConfigDict, search: SearchSettings, candidate: Any,
              parent: Any) -> dict[str, Any] | None:
-    """What the worker fits `candidate`'s new ops with (None: nothing to fit, or its
-    parent's weights can no longer be read, and it trains unfitted)."""
+    """What `candidate`'s new ops are fitted with (None: nothing, or unreadable parent)."""
     pairs = candidate.inheritance.fit_pairs
     if not pairs:
         return None

@@ -34,8 +34,7 @@ class CostFailed(RuntimeError):
 def search_functions(train: Any, search: SearchSettings,
                      given: Mapping[str, Callable[..., Any]] | None = None
                      ) -> dict[str, Callable[..., Any]]:
-    """{key: function} of every user function the config names: `given` ones by value,
-    the others imported by name."""
+    """{key: function} of the config's user functions: `given`, else imported."""
     given = dict(given or {})
     out = custom.train_functions(train, {k: v for k, v in given.items() if k in custom.KEYS})
     out.update(cost_functions(search.costs, given))

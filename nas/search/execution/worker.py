@@ -170,8 +170,7 @@ def device_data() -> Any:
 def latency_metrics(graph: Any, constants: Any, variables: dict[str, Any],
                     train_config: dict[str, Any], settings: dict[str, Any],
                     turn: Any = None) -> dict[str, float]:
-    """`latency_ms` (the median), `latency_ms_iqr` and the calls timed, of the trained
-    model's inference, holding the device `turn`."""
+    """`latency_ms`, `latency_ms_iqr` and the calls timed, holding the device `turn`."""
     model = Model(graph, constants)
 
     def infer(v: Any, x: Any) -> Any:
