@@ -40,7 +40,7 @@ def fetch_dataset(shipped):
     """On a node: the time to get the shipped dataset into its cache (0 fetches if there)."""
     import ray
 
-    from nas.search.execution.ray_data import node_train_config
+    from nas.search.execution.ray_parts import node_train_config
 
     config = {"input": {"data": {"name": "npz:/driver/only", "split": "train"},
                         "data_dir": ""}}
@@ -124,7 +124,7 @@ def cifar_sized_npz(path: str) -> str:
 def transfers(rounds: int, steps: int, tmp: str) -> None:
     import ray
 
-    from nas.search.execution.ray_data import dataset_files, shipment
+    from nas.search.execution.ray_parts import dataset_files, shipment
 
     models = {name: weights_and_step(name, steps) for name in ("CifarNet", "ResNet-50")}
     data = os.path.join(tmp, "data")

@@ -47,7 +47,7 @@ def run_study(config: ml_collections.ConfigDict, workdir: str, *, budget_given: 
         on_checked()
     check_workdir(workdir, create=True)
     if settings.executor == "ray" and settings.ray_address:
-        from nas.search.execution.ray_cluster import check_reachable
+        from nas.search.execution.ray_parts import check_reachable
 
         check_reachable(settings.ray_address)  # before the study is written
     before = stored_budget(workdir)
@@ -105,8 +105,8 @@ def run_search(seed: Any, data: Any, *, workdir: str | os.PathLike, max_candidat
       "npz:FILE": each row follows its example into the loss's `batch[name]`.
 
     Every mistake in the arguments is one ValueError naming the argument, before anything
-    is written."""
-    from nas.search.execution.worker_death import refuse_spawned_import
+    is written (no workdir is created)."""
+    from nas.search.execution.executors import refuse_spawned_import
 
     refuse_spawned_import("run_search")  # a worker importing a script without the guard
     workdir = os.fspath(workdir)

@@ -120,7 +120,7 @@ def test_unknown_dataset_is_refused_at_the_edge(tmp_path):
 def test_resume_warns_only_about_fields_that_cannot_change(tmp_path, caplog):
     import logging
 
-    from nas.search.execution.driver import open_study
+    from nas.search.execution.seeds import open_study
     from nas.search.store.study import Study
 
     study = Study.create(tmp_path, BASE.to_dict())
@@ -140,7 +140,7 @@ def test_resume_warns_only_about_fields_that_cannot_change(tmp_path, caplog):
 def test_resume_warning_names_every_ignored_field(tmp_path, caplog):
     import logging
 
-    from nas.search.execution.driver import open_study
+    from nas.search.execution.seeds import open_study
     from nas.search.store.study import Study
 
     study = Study.create(tmp_path, BASE.to_dict())
@@ -159,7 +159,7 @@ def test_resume_warning_names_every_ignored_field(tmp_path, caplog):
 def test_a_study_without_candidates_takes_the_given_config(tmp_path, caplog):
     import logging
 
-    from nas.search.execution.driver import check_seed, open_study
+    from nas.search.execution.seeds import check_seed, open_study
     from nas.search.store.study import Study
 
     Study.create(tmp_path, _with("train.model_name", "bogus").to_dict()).close()

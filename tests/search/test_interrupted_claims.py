@@ -66,7 +66,7 @@ def test_ctrl_c_leaves_another_workers_claim_alone(tmp_path, search_config):
 
 DEFERRED = """
 import signal
-from nas.search.execution.interrupts import deferred_interrupt
+from nas.search.execution.executors import deferred_interrupt
 # Python's own handler, as in a terminal: a job started in the background by a shell (CI)
 # inherits SIGINT ignored, and an ignored Ctrl-C is ignored after the step too
 signal.signal(signal.SIGINT, signal.default_int_handler)

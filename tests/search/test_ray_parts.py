@@ -7,9 +7,15 @@ import socket
 import numpy as np
 import pytest
 
-from nas.search.execution import ray_cluster, ray_data
-from nas.search.execution.ray_files import Files, read_files, replace_folder, unpack_once
-from nas.search.execution.ray_task import keep_returned, latest_step
+from nas.search.execution import ray_parts
+from nas.search.execution.ray_parts import (
+    Files,
+    keep_returned,
+    latest_step,
+    read_files,
+    replace_folder,
+    unpack_once,
+)
 from nas.search.strategy.settings import RayConfig, validate_search
 
 
@@ -77,7 +83,7 @@ def _train_config(name, data_dir=""):
 def test_an_npz_dataset_is_fetched_once_per_node_and_read_from_its_cache(tmp_path):
     (tmp_path / "driver").mkdir()
     path = _npz(str(tmp_path / "driver" / "d.npz"))
-    kind, name, files = ray_data.dataset_files(_train_config(f"npz:{path}", "/driver/tfds"))
+    kind, name, files = ray_parts.dataset_files(_train_config(f"npz:{path}", "/driver/tfds"))
     assert (kind, name) == ("npz", "d.npz")
     store = {"ref-1": files}  # the object store, as far as this node's cache can tell
     fetched = []
@@ -86,11 +92,11 @@ def test_an_npz_dataset_is_fetched_once_per_node_and_read_from_its_cache(tmp_pat
         fetched.append(ref)
         return store[ref]
 
-    shipped = ray_data.shipment(kind, name, files.digest(), "ref-1")
+    shipped = ray_parts.shipment(kind, name, files.digest(), "ref-1")
     cache = str(tmp_path / "node-cache")
     given = _train_config(f"npz:{path}", "/driver/tfds")
-    first = ray_data.node_train_config(given, shipped, fetch, cache)
-    again = ray_data.node_train_config(given, shipped, fetch, cache)
+    first = ray_parts.node_train_config(given, shipped, fetch, cache)
+    again = ray_parts.node_train_config(given, shipped, fetch, cache)
     assert fetched == ["ref-1"] and first == again
     assert given["input"]["data"]["name"] == f"npz:{path}"  # the caller's dict is unchanged
     local = first["input"]["data"]["name"].removeprefix("npz:")
@@ -104,19 +110,19 @@ def test_an_npz_dataset_is_fetched_once_per_node_and_read_from_its_cache(tmp_pat
 
 
 def test_digits_travels_as_its_name_and_a_missing_file_is_one_line(tmp_path):
-    kind, _, files = ray_data.dataset_files(_train_config("digits", "/driver/only"))
+    kind, _, files = ray_parts.dataset_files(_train_config("digits", "/driver/only"))
     assert (kind, files) == ("digits", None)
-    config = ray_data.node_train_config(_train_config("digits", "/driver/only"),
-                                        ray_data.shipment(kind, "digits", "", None),
+    config = ray_parts.node_train_config(_train_config("digits", "/driver/only"),
+                                        ray_parts.shipment(kind, "digits", "", None),
                                         lambda ref: pytest.fail("digits is never fetched"))
     assert config["input"]["data_dir"] == ""
     missing = str(tmp_path / "gone.npz")
     with pytest.raises(ValueError, match=r"^config field 'train.input.data.name': .*gone.npz: "
                                          r"no such file") as e:
-        ray_data.dataset_files(_train_config(f"npz:{missing}"))
+        ray_parts.dataset_files(_train_config(f"npz:{missing}"))
     assert "\n" not in str(e.value)
     with pytest.raises(ValueError, match="not prepared in .* search.ray.dataset='node'"):
-        ray_data.dataset_files(_train_config("cifar10", str(tmp_path)))
+        ray_parts.dataset_files(_train_config("cifar10", str(tmp_path)))
 
 
 def test_ray_settings_fall_back_on_the_per_candidate_fields():
@@ -150,5 +156,5 @@ def test_an_unreachable_address_is_one_line():
     address = f"127.0.0.1:{_closed_port()}"
     with pytest.raises(ValueError, match=r"^config field 'search.ray_address': cannot reach "
                                          r"a Ray cluster at [\d.]+:\d+ \(") as e:
-        ray_cluster.check_reachable(address)
+        ray_parts.check_reachable(address)
     assert "\n" not in str(e.value)

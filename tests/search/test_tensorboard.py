@@ -189,12 +189,11 @@ def test_a_missing_writer_says_what_to_install(monkeypatch, tmp_path):
 
 
 def test_a_ray_tasks_run_comes_back_with_it(tmp_path):
-    """What a Ray task runs on its node (`ray_task.run_task`, here in this process): its
+    """What a Ray task runs on its node (`ray_parts.run_task`, here in this process): its
     TensorBoard run is written in the node's folder, not at the driver's path, and comes
     back as files that the executor writes there."""
     pytest.importorskip("ray")
-    from nas.search.execution.ray_files import write_files
-    from nas.search.execution.ray_task import run_task
+    from nas.search.execution.ray_parts import run_task, write_files
     from nas.search.execution.task import Failure
 
     workdir = str(tmp_path / "study")

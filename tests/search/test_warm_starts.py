@@ -426,7 +426,7 @@ def test_a_study_from_before_these_fields_resumes_without_a_difference_named(
         tmp_path, search_config, caplog):
     import logging
 
-    from nas.search.execution.study_setup import open_study
+    from nas.search.execution.seeds import open_study
     from nas.search.strategy.settings import validate_search
 
     config = search_config()

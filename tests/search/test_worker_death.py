@@ -1,4 +1,4 @@
-"""A worker process that dies names its cause (`nas.search.execution.worker_death`)."""
+"""A worker process that dies names its cause (`nas.search.execution.executors`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import types
 
 import pytest
 
-from nas.search.execution import worker_death
+from nas.search.execution import executors
 from nas.search.store.study import Study
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -34,6 +34,6 @@ def test_a_script_without_the_main_guard_fails_naming_the_guard(tmp_path):
 def test_a_worker_that_exited_on_an_exception_is_not_called_killed():
     ended = [types.SimpleNamespace(pid=0, exitcode=1), types.SimpleNamespace(pid=1,
                                                                               exitcode=-15)]
-    assert "exited with status 1 on an exception" in worker_death.death_cause(ended)
+    assert "exited with status 1 on an exception" in executors.death_cause(ended)
     killed = [types.SimpleNamespace(pid=0, exitcode=-9)]
-    assert worker_death.death_cause(killed) == worker_death.KILLED
+    assert executors.death_cause(killed) == executors.KILLED

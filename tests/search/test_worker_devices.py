@@ -9,9 +9,9 @@ import time
 import jax
 import pytest
 
-from nas.search.execution.device_turns import DeviceTurn, device_key, lock_path
 from nas.search.execution.driver import Driver
 from nas.search.execution.executors import LocalExecutor, visible_gpus, worker_env
+from nas.search.execution.worker import DeviceTurn, device_key, lock_path
 
 
 def test_workers_get_their_own_gpus_when_there_are_enough():
@@ -94,7 +94,7 @@ def test_a_device_turn_waits_for_the_holder_and_counts_the_wait(tmp_path):
 
 HOLD = """
 import sys, time
-from nas.search.execution.device_turns import DeviceTurn
+from nas.search.execution.worker import DeviceTurn
 DeviceTurn(sys.argv[1]).__enter__()
 print("held", flush=True)
 time.sleep(300)

@@ -239,7 +239,7 @@ def test_a_search_says_which_schedules_it_shortens():
 
 def test_a_search_takes_the_folder_s_classes_and_checks_its_seed_graph(tmp_path):
     from nas.graph.serialize import graph_to_json
-    from nas.search.execution.driver import check_seed
+    from nas.search.execution.seeds import check_seed
     from nas.search.strategy.settings import read_settings
 
     root = three_class_folder(str(tmp_path / "imgs"), train=20, test=2)

@@ -1,12 +1,9 @@
 """The evolution loop: seed, then select a parent, mutate, train, record; resumable.
 
-Everything the loop decides is derived from `search.seed` and a proposal counter stored in
-the study in the same transaction as the candidate it produced, and every result is recorded
-in the study before the next step. So a driver killed at any moment and started again with
-the same command continues: finished candidates are kept, candidates whose claim's lease
-expired are re-queued (and resume from their own checkpoints), nothing finished is trained
-again. External workers (`nas-search worker`) may claim candidates at any time; the driver
-waits for them instead of stopping.
+Everything the loop decides derives from `search.seed` and a proposal counter stored in
+the same transaction as the candidate it produced, so a driver killed at any moment and
+started again with the same command goes on where it stopped. External workers may claim
+candidates at any time; the driver waits for them instead of stopping.
 """
 
 from __future__ import annotations
@@ -26,11 +23,12 @@ from tqdm.auto import tqdm
 
 from nas import functions as fn_lib
 from nas.graph.serialize import graph_to_json, load
+from nas.mutation import MoveFailed, NoChildFound, fingerprint_at, propose_child
 from nas.properties import op_cache
 from nas.search.execution import tensorboard_runs, user_functions
 from nas.search.execution.executors import make_executor
 from nas.search.execution.finals import Finals, run_finals
-from nas.search.execution.study_setup import open_study, resumed_config
+from nas.search.execution.seeds import check_seed, open_study, resumed_config, seed_list
 from nas.search.execution.task import (
     Executor,
     Outcome,
@@ -40,6 +38,7 @@ from nas.search.execution.task import (
     record_outcome,
     rung_plan,
 )
+from nas.search.execution.worker import describe_failure
 from nas.search.store.candidate import FINISHED, Inheritance, Status
 from nas.search.store.finals import finals_finished
 from nas.search.store.study import (
@@ -65,9 +64,13 @@ from nas.search.strategy.settings import (
     decision_config,
     read_settings,
 )
+from nas.train import fit
 from nas.train.checkpoint import load_variables, save_variables
 from nas.train.config import image_shape
+from nas.train.data import plain_batches
+from nas.train.fit import ConstantOutputError
 from nas.train.perf import count_params
+from nas.train.preflight import labelled_schedule_notes
 
 
 class ChildTooLargeError(Exception):
@@ -87,14 +90,15 @@ class SearchFailed(ValueError):
 # longer chosen as a parent (its children could not inherit), and the search goes on.
 UNUSABLE_PARENTS = "unusable_parents"
 
-
 # Moves whose changed ops keep their names: each is fitted to its parent's output where
 # that output keeps its shape (the layers after a narrowed group or a removed branch).
 RESIZED_IN_PLACE = ("shrink", "prune", "drop_branch", "stride", "separable")
 
-
 # Study state: whether the search said that its seed is below search.selection.min_acc.
 SEED_BELOW_MIN_ACC = "seed_below_min_acc_said"
+
+STOPPED_EARLY = ("search stopped early: nothing left to train and no child could be "
+                 "proposed (%d failed proposals)")
 
 
 def unusable_parents(study: Study) -> dict[int, str]:
@@ -108,11 +112,8 @@ def init_path(workdir: str | Path, proposal: int) -> str:
 
 
 def remove_partial_saves(study: Study) -> list[str]:
-    """Delete leftovers of saves interrupted by a kill (orbax's *.orbax-checkpoint-tmp*
-    folders), so a resumed search never reads or collides with half-written weights.
-
-    Called by the driver when it starts: it alone writes `inits/`; a candidate's folder is
-    cleaned only while nobody holds a claim on it (a live worker may be saving there)."""
+    """Deletes what saves cut short by a kill left (*.orbax-checkpoint-tmp*), except in
+    the folders of claimed candidates, where a live worker may be saving."""
     removed = []
     workdir = Path(study.workdir)
     running = {str(c.id) for c in study.candidates(Status.RUNNING)}
@@ -130,27 +131,11 @@ def remove_partial_saves(study: Study) -> list[str]:
 
 
 def schedule_lines(train: ml_collections.ConfigDict, search: SearchSettings) -> list[str]:
-    """One line for each schedule that the seed's or the children's training shortens
-    because its warmup or cooldown outlasts their run (`nas.train.optim.fitted_ramps`)."""
-    from nas.train.preflight import labelled_schedule_notes
-
+    """A line for each warmup or cooldown that the seed's or the children's run shortens."""
     plain = train.to_dict()
     return labelled_schedule_notes({
         "the seed": candidate_train_config(plain, search, is_seed=True),
         "each child": candidate_train_config(plain, search, is_seed=False)}, "train.")
-
-
-def check_seed(config: ml_collections.ConfigDict, search: SearchSettings) -> None:
-    """Builds the seeds a new study of `config` (its settings: `search`) would start from
-    (`seeds.seed_list`), so a bad model, seed graph or earlier study is refused before the
-    study exists."""
-    from nas.mutation import fingerprint_at
-    from nas.search.execution.seeds import check_distinct, seed_list
-
-    parts = seed_list(config.train, search)
-    if len(parts) > 1:
-        shape = (1, *image_shape(config.train))
-        check_distinct(parts, [fingerprint_at(p.graph, p.constants, shape) for p in parts])
 
 
 class Driver:
@@ -159,10 +144,8 @@ class Driver:
     def __init__(self, config: ml_collections.ConfigDict, workdir: str,
                  functions: Mapping[str, Callable[..., Any]] | None = None,
                  settings: SearchSettings | None = None) -> None:
-        """`functions`: the user's loss, optimizer, augmentation and costs by value
-        (`nas.search.execution.user_functions`), for those the config names; the others
-        it names are imported. A resumed study must get the ones it was run with.
-        `settings`: `config`'s, where the caller read them (`read_settings`) already."""
+        """`functions`: the user's functions by value (those the config names but not
+        given are imported). `settings`: `config`'s, where the caller read them already."""
         given = settings if settings is not None else read_settings(config)  # before disk
         self.workdir = os.path.abspath(workdir)
         self.study = open_study(self.workdir, config,
@@ -195,18 +178,13 @@ class Driver:
         self._starts = StartingWeights(self.search.pipeline_depth + 1)
         self._selector = Selector(self.selection)  # keeps the pool and its ties
         self._told_no_blocks = False  # "block-level mutation does not apply" logged once
-        self._progress = True  # progress bars (`run`'s argument)
+        self._progress = True
         self._board = (tensorboard_runs.StudyRun(self.workdir, self.selection.costs)
                        if self.search.tensorboard else None)  # written, never read
 
     # ------------------------------------------------------------------ proposing
     def seed_population(self) -> None:
-        """Adds the seeds (`nas.search.execution.seeds`) to a new study, each in its own
-        transaction with the count added so far, so an interrupted seeding goes on where
-        it stopped and a resumed study adds none again."""
-        from nas.mutation import fingerprint_at
-        from nas.search.execution.seeds import seed_list
-
+        """Adds the seeds to a new study, one transaction each, so a cut seeding goes on."""
         planned, added = seeding(self.study)
         if planned is not None and added >= planned:
             return
@@ -233,8 +211,7 @@ class Driver:
                 inheritance = dataclasses.replace(inheritance, init_path=path)
                 shutil.rmtree(path, ignore_errors=True)
                 save_variables(path, part.variables)
-            # the first seed's state as a single seed's always was; the counts say how
-            # many there are when there are several
+            # the counts of seeds are kept only when there are several
             state: dict[str, Any] = {PROPOSALS: 0} if index == 0 else {}
             if len(parts) > 1:
                 state.update({SEEDS: len(parts), SEEDS_ADDED: index + 1})
@@ -249,36 +226,24 @@ class Driver:
                              index + 1)
 
     def choose_parent(self, done: Any, rng: np.random.Generator) -> int:
-        """The parent of the next child: selection from the Pareto fronts (a subclass may
-        choose otherwise, e.g. a random-search baseline that always mutates the seed)."""
+        """The parent of the next child (a subclass may choose otherwise)."""
         if isinstance(done, Population):  # the driver's own: its columns are kept
             return self._selector.select(done.columns, rng, num=1)[0]
         return select_parents([Individual.from_candidate(c) for c in done], self.selection,
                               rng, num=1)[0]
 
     def population(self) -> Population | None:
-        """The done candidates the next proposal reads: those with an id up to the next
-        id - `search.pipeline_depth` (the seed at least); None while one of them has not
-        finished. So what is proposed never depends on which results happen to be in when
-        the proposal is made (worker timing), only on the config and the results.
-
-        They are `nas.search.strategy.population.Finished` rows (id, parent, accuracy, costs,
-        validation size; no graph), read once each: a proposal costs a few indexed
-        queries however large the study (`Study.get` gives a whole candidate)."""
+        """The done candidates the next proposal reads (ids up to `read_through`), or None
+        while one of them has not finished: worker timing never changes a proposal."""
         return self._done.population(self.read_through())
 
     def read_through(self) -> int:
-        """The newest id the next proposal reads: the next id - `search.pipeline_depth`
-        (the seed at least). Refused children's ids count (`Study.last_id`)."""
-        # the first proposal reads every seed's result, however deep the pipeline
+        """The newest id the next proposal reads (the seeds at least)."""
         seeds = int(self.study.get_state(SEEDS, 1) or 1)
         return max(seeds, self.study.last_id() + 1 - self.search.pipeline_depth)
 
     def propose(self) -> int | None:
         """Adds one mutated child of a selected parent; None if this proposal failed."""
-        from nas.mutation import MoveFailed, NoChildFound, propose_child
-        from nas.train.fit import ConstantOutputError
-
         done = self.population()
         if not done:
             return None
@@ -303,16 +268,16 @@ class Driver:
         blocks, builder, args = self.parent_blocks(parent)
         child = None
         try:
-            mutation = move_mix.for_proposal(self.study, self.mutation, self.read_through(),
-                                             k, float(self.selection.noninferiority_pt))
+            mutation = move_mix.for_proposal(self.study, self.search.mutation.to_dict(),
+                                             self.read_through(), k,
+                                             float(self.selection.noninferiority_pt))
             child = propose_child(graph, constants, variables, seed=child_seed,
                                   config=mutation, blocks=blocks, builder=builder)
             existing = self.study.find(child.fingerprint)
             if existing:
                 raise DuplicateCandidateError(child.fingerprint, existing[0])
             self.check_size(child, done)
-            # The starting weights are complete on disk before the candidate exists, so
-            # whoever claims it starts from exactly these weights.
+            # complete on disk before the candidate exists: whoever claims it reads them
             init = init_path(self.workdir, k)
             shutil.rmtree(init, ignore_errors=True)  # a save of this proposal interrupted
             fit_pairs = self.fit_pairs(child, graph)
@@ -321,9 +286,10 @@ class Driver:
             child_blocks = None
             if args is not None and child.blocks is not None:  # built by the zoo builder
                 child_blocks = blocks_lib.blocks_record(args, child.blocks)
-            # a child refused at its start gives its slot to this one (the oldest such
-            # slot among the results this proposal reads: counts decide, not timing)
+            # a child refused at its start gives its slot to this one
             slot = self.study.open_refusal(self.read_through())
+            hparams = hparams_lib.perturb(parent.inheritance.hparams, self.train,
+                                          self.search, self.search.seed, k)
             child_id = self.study.add(
                 child.graph_json(), parent_id=parent.id,
                 generation=parent.generation + 1, seed=child_seed,
@@ -332,7 +298,7 @@ class Driver:
                 inheritance=Inheritance(
                     kind=child.kind, inherited=tuple(sorted(child.inherited)),
                     new=tuple(sorted(child.new)), init_path=init,
-                    fit_pairs=tuple(fit_pairs) or None, hparams=self.child_hparams(parent, k),
+                    fit_pairs=tuple(fit_pairs) or None, hparams=hparams or None,
                     proposal=k, slot_refusals=slot.slot_refusals if slot else None),
                 state={PROPOSALS: k + 1}, replaces=slot.id if slot else None)
         except (MoveFailed, ConstantOutputError) as e:  # refused: recorded, and counted
@@ -349,16 +315,8 @@ class Driver:
             return None
         return child_id
 
-    def child_hparams(self, parent: Any, proposal: int) -> dict[str, Any] | None:
-        """The hyperparameters of a child of `parent` (`search.hparams`), None when off."""
-        values = hparams_lib.perturb(parent.inheritance.hparams, self.train,
-                                     self.search, self.search.seed, proposal)
-        return values or None
-
     def seed_below_min_acc(self, done: Sequence[Any]) -> int | None:
-        """The seed, when no done candidate reaches `search.selection.min_acc`:
-        its own children are proposed from it rather than the search ending with the seed
-        alone; said once per study, in one line naming what to set. None otherwise."""
+        """The seed when none reaches `search.selection.min_acc` (said once), else None."""
         min_acc = self.selection.min_acc
         seed = next((c for c in done if c.parent_id is None), None)
         if min_acc is None or seed is None or any(c.accuracy >= min_acc for c in done):
@@ -375,8 +333,7 @@ class Driver:
 
     def parent_variables(self, parent: Any) -> dict[str, Any] | None:
         """The weights of `parent`, or None when they cannot be read: it is then marked
-        unusable as a parent (recorded in the study, one warning naming the file) and the
-        search goes on with the others. The seed's are needed: SearchFailed."""
+        unusable as a parent and the search goes on. The seed's are needed: SearchFailed."""
         try:
             return load_variables(parent.checkpoint_path, shared=True)
         except ValueError as e:
@@ -391,19 +348,15 @@ class Driver:
             return None
 
     def check_seed_weights(self) -> None:
-        """Reads the finished seed's weights before the search writes anything: every
-        proposal may need them, so damaged or missing ones end the command here, with one
-        line and the study unchanged (`parent_variables`)."""
+        """Reads the finished seed's weights before the search writes anything."""
         seed = next((c for c in self.study.candidates(Status.DONE) if c.parent_id is None), None)
         if seed is not None and seed.checkpoint_path:
             self.parent_variables(seed)
 
     def check_size(self, child: Any, done: Any) -> None:
-        """Refuses a child over `search.max_params_ratio` times the seed's parameters.
-
-        Why: synthesis may widen a layer a lot (say a grouped convolution of the flattened
-        features with 33.5 M new parameters, 15x its CifarNet parent): such a child costs
-        minutes to fit and train and stays far off the accuracy-cost front."""
+        """Refuses a child over `search.max_params_ratio` times the seed's parameters. Why:
+        synthesis may widen a layer 15x, and such a child costs minutes to train and stays
+        far off the front."""
         ratio = self.search.max_params_ratio
         seed = next((c for c in done if c.parent_id is None and c.params), None)
         if not ratio or seed is None:
@@ -414,16 +367,8 @@ class Driver:
                 f"the child has {count:,} parameters, more than search.max_params_ratio="
                 f"{ratio:g} times the seed's {int(seed.params):,}")
 
-    @property
-    def mutation(self) -> dict[str, Any]:
-        """The `search.mutation` config as a dict (probing at the training input shape
-        unless it names another), which `move_mix` adapts per proposal."""
-        return self.search.mutation.to_dict()
-
     def parent_blocks(self, parent: Any) -> tuple[list[Any] | None, Any, dict[str, Any] | None]:
-        """(blocks, zoo builder, builder arguments) for block-level mutation of `parent`,
-        or (None, None, None) when it is off or the parent has no blocks (then a subgraph
-        of its whole graph is mutated, as the log line says once)."""
+        """(blocks, builder, builder args) to mutate `parent` by block, or three Nones."""
         if not self.search.mutation.mutate_by_block:
             return None, None, None
         if parent.blocks is None:
@@ -441,11 +386,7 @@ class Driver:
         return blocks, builder, args
 
     def fit_pairs(self, child: Any, parent: Any) -> list[tuple[str, str]]:
-        """(child tensor, parent tensor) pairs the worker fits the child's new ops on before
-        it trains (see `nas.train.fit`); none where fitting does not apply. `parent`: the
-        parent's graph (a resized op is matched to its namesake there, where it has one)."""
-        from nas.train import fit
-
+        """(child tensor, parent tensor) pairs to fit the new ops on; `parent`: a graph."""
         if not self.fit.steps or not child.new or child.function_preserving:
             return []
         if child.kind in RESIZED_IN_PLACE:
@@ -455,11 +396,7 @@ class Driver:
 
     def check_varies(self, child: Any, parent: tuple[Any, Any, Any],
                      pairs: list[tuple[str, str]]) -> None:
-        """Raises `ConstantOutputError` for a child whose new outputs cannot depend on the
-        image (`nas.train.fit.check_varies`, on the first fitting batch)."""
-        from nas.train import fit
-        from nas.train.data import plain_batches
-
+        """Raises `ConstantOutputError` when the new outputs cannot depend on the image."""
         if not pairs:
             return
         train_input = decision_config(self.train, self.search).input  # no validation
@@ -477,11 +414,7 @@ class Driver:
                          self._starts)
 
     def startable(self, candidate_id: int) -> Task | None:
-        """The task of a claimed candidate, or None when it cannot start (e.g. its starting
-        weights on disk are damaged): it is then recorded as failed with that cause, and
-        the search goes on (one candidate's damaged files end nothing else)."""
-        from nas.search.execution.worker import describe_failure
-
+        """The task of a claimed candidate, or None when it cannot start (recorded failed)."""
         try:
             return self.task(candidate_id)
         except ValueError as e:
@@ -493,20 +426,16 @@ class Driver:
 
     # ------------------------------------------------------------------ loop
     def finished(self) -> bool:
-        """Whether the study already has `max_candidates` finished candidates and its
-        finals ran (a resumed search with nothing left to do: no worker needs to start)."""
+        """Whether the study has `max_candidates` finished candidates and its finals ran."""
         counts = self.study.counts()
         return sum(counts[s] for s in FINISHED) >= self.search.max_candidates and \
             finals_finished(self.study, self.search.finals)
 
     def run(self, progress: bool = True,
             callbacks: Sequence[Callable[[Any], Any]] = ()) -> Study:
-        """Runs to `max_candidates` finished candidates. Raises SearchFailed when nothing
-        could be trained; on Ctrl-C gives its claims back (the study stays resumable).
-
-        Each of `callbacks` is called with a candidate (`nas.search.Candidate`) as it
-        finishes; one that raises `StopSearch` ends the run there, as Ctrl-C does, and the
-        study stays resumable."""
+        """Runs to `max_candidates` finished candidates; SearchFailed when nothing trained.
+        Each of `callbacks` is called with each candidate that finishes; one that raises
+        `StopSearch` ends the run there, as Ctrl-C does (the claims are given back)."""
         search = self.search
         self._callbacks = tuple(callbacks)
         self._progress = progress
@@ -549,8 +478,7 @@ class Driver:
         return self.study
 
     def run_finals(self, executor: Executor) -> None:
-        """Trains what the finals still need (`nas.search.execution.finals`) on the
-        search's executor (inline when external workers train the candidates)."""
+        """Trains what the finals need on the search's executor (inline, without one)."""
         if not self._done.any_done():
             return
         if executor.capacity == 0:
@@ -560,10 +488,7 @@ class Driver:
                    self._progress)
 
     def release_claims(self, inflight: set[int]) -> None:
-        """Gives back every claim this driver still holds: those in flight and any the
-        loop never learned of. Why the second: Ctrl-C can land after a claim's commit and
-        before `claim` returns, or before the loop adds the id to `inflight`; the claim
-        is then ours by name only (the worker name is this process's)."""
+        """Gives back every claim this driver holds, those the loop never saw included."""
         mine = {c.id for c in self.study.candidates(Status.RUNNING, with_graphs=False)
                 if c.worker == self.worker}
         for cid in sorted(mine | inflight):
@@ -571,9 +496,7 @@ class Driver:
 
     @property
     def prepare_ahead(self) -> int:
-        """Processes (local workers, Ray tasks) per device beyond the training one
-        (`search.prepare_ahead`): none while every next child needs the result of the one
-        in training."""
+        """Processes per device beyond the training one, as far as the pipeline allows."""
         workers = max(1, self.search.workers)
         room = -(-(self.search.pipeline_depth - workers) // workers)  # ceiling
         return min(self.search.prepare_ahead, max(0, room))
@@ -597,9 +520,7 @@ class Driver:
                         proposal_failures + 1
                     continue
                 if not pending and not running:
-                    logging.warning("search stopped early: nothing left to train and no child "
-                                    "could be proposed (%d failed proposals)",
-                                    proposal_failures)
+                    logging.warning(STOPPED_EARLY, proposal_failures)
                     return
                 time.sleep(min(1.0, self.search.lease_s / 4))
                 continue
@@ -636,8 +557,7 @@ class Driver:
                     continue
                 if self.study.counts()[Status.PENDING]:
                     continue  # e.g. a claim released by a worker
-                logging.warning("search stopped early: nothing left to train and no child "
-                                "could be proposed (%d failed proposals)", proposal_failures)
+                logging.warning(STOPPED_EARLY, proposal_failures)
                 return
             for outcome in executor.poll(timeout=1.0):
                 keeper.drop(outcome.candidate_id)
@@ -646,8 +566,7 @@ class Driver:
                 self.tell_callbacks(outcome.candidate_id)
 
     def tell_callbacks(self, candidate_id: int) -> None:
-        """Calls each callback with the candidate, if it finished (a rung's promotion does
-        not finish it). StopSearch passes through: it ends the run."""
+        """Calls each callback with the candidate, if it finished."""
         if not self._callbacks:
             return
         try:
@@ -659,13 +578,9 @@ class Driver:
                 callback(candidate)
 
     def propose_ahead(self, executor: Executor) -> bool | None:
-        """While every worker trains, proposes one next child if fewer than
-        `search.propose_ahead` are pending and the results it reads are in: True if it
-        added one, False if the proposal failed, None if it was not the time.
-
-        Why: the proposal (mutation, property inference, synthesis, checks) then runs while
-        the workers train, so a worker that finishes claims a ready child at once. What is
-        proposed is the same either way: `population` reads results by count."""
+        """While every worker trains, proposes one child if fewer than
+        `search.propose_ahead` are pending and its results are in, so a worker that
+        finishes claims one at once: True if added, False if failed, None if not now."""
         if executor.running() < executor.capacity:
             return None
         counts = self.study.counts()
@@ -700,4 +615,3 @@ class Driver:
 def rung_text(epochs: tuple[float, ...], counts: dict[int, tuple[float, int]]) -> str:
     """How many results each rung has, e.g. "0.25ep:6 1ep:3"."""
     return " ".join(f"{e:g}ep:{counts.get(i, (e, 0))[1]}" for i, e in enumerate(epochs))
-

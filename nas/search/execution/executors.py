@@ -1,13 +1,14 @@
 """Where candidates train: in this process, in local worker processes, or on a Ray cluster.
 
-Every executor runs `nas.search.execution.worker.train_candidate` on plain-data arguments and hands
-back `Outcome`s; only the driver writes to the study. A candidate that raises, dies with its
-worker process or runs past its hard time limit comes back as an Outcome with an error.
+Every executor runs `worker.train_candidate` on a `Task` and hands back `Outcome`s (one
+that raised, died with its process or ran past its hard time limit, with an error); only
+the driver writes to the study.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import dataclasses
 import math
 import multiprocessing
@@ -15,26 +16,117 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
+import tempfile
 import threading
 import time
+from collections.abc import Iterable, Iterator
+from types import FrameType
 from typing import Any
 
+import jax
 from absl import logging
+from jax._src import xla_bridge
+from tqdm import tqdm
 
-from nas.search.execution import ray_task
-from nas.search.execution.interrupts import deferred_interrupt
-from nas.search.execution.ray_cluster import fork_then_exec
-from nas.search.execution.ray_files import read_files, replace_folder, write_files
+from nas.search.execution import ray_parts
 from nas.search.execution.task import Executor, Outcome, Task, outcome_of
-from nas.search.execution.worker import describe_failure, train_candidate, train_or_failure
-from nas.search.execution.worker_death import death_cause
+from nas.search.execution.worker import describe_failure, train_or_failure
+
+GUARD = 'if __name__ == "__main__":'
+KILLED = "worker process died (killed or out of memory)"
+
+# ----------------------------------------------------------------------------- Ctrl-C
+
+
+@contextlib.contextmanager
+def deferred_interrupt(raise_after: bool = False) -> Iterator[None]:
+    """Holds SIGINT back for the block and delivers it right after, to the handler that was
+    in place (`raise_after`: as a KeyboardInterrupt); outside the main thread it changes
+    nothing. Why: a KeyboardInterrupt while the pool starts a worker leaves a child nobody
+    kills, and JAX starts its plugins inside a bare `except:` that would swallow it."""
+    previous = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or previous is None:
+        yield
+        return
+    received: list[int] = []
+
+    def hold(signum: int, frame: FrameType | None) -> None:
+        received.append(signum)
+
+    signal.signal(signal.SIGINT, hold)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if received and raise_after:
+            raise KeyboardInterrupt
+        if received:
+            signal.raise_signal(signal.SIGINT)  # the previous handler runs now
+
+
+# ----------------------------------------------------------------------------- worker deaths
+# Why: a spawned worker imports the user's script again, and one that calls `nas.run_search`
+# outside the `__main__` guard dies there; "killed or out of memory" would mislead. So the
+# worker leaves one line for the driver in a file named by both process ids.
+
+
+def cause_path(parent_pid: int, pid: int) -> str:
+    return os.path.join(tempfile.gettempdir(), f"nas-worker-death-{parent_pid}-{pid}.txt")
+
+
+def in_spawned_import() -> bool:
+    """Whether this is a spawned worker importing the user's `__main__` again."""
+    mp_main = sys.modules.get("__mp_main__")
+    return mp_main is not None and mp_main is not sys.modules.get("__main__")
+
+
+def refuse_spawned_import(what: str = "run_search") -> None:
+    """One RuntimeError, recorded for the driver, inside a spawned import."""
+    if not in_spawned_import():
+        return
+    script = os.path.basename(getattr(sys.modules.get("__mp_main__"), "__file__", "")
+                              or "your script")
+    line = (f"a worker process, importing {script} again, called nas.{what}: put the "
+            f"search under `{GUARD}` in {script}")
+    record_death(line)
+    raise RuntimeError(line)
+
+
+def record_death(line: str) -> None:
+    """Leaves `line` for the driver (this process's parent) to read."""
+    with contextlib.suppress(OSError), open(cause_path(os.getppid(), os.getpid()), "w") as f:
+        f.write(line)  # else the line still reaches stderr with the exception
+
+
+def death_cause(processes: Iterable[Any]) -> str:
+    """The driver's line for the ended worker processes: recorded, or from exit codes."""
+    codes = []
+    for process in processes:  # a recorded line counts before the process is reaped
+        path = cause_path(os.getpid(), process.pid)
+        try:
+            with open(path) as f:
+                line = f.read().strip()
+            os.remove(path)
+        except OSError:
+            line = ""
+        if line:
+            return line
+        code = getattr(process, "exitcode", None)
+        if code is not None:
+            codes.append(code)
+    if any(code > 0 for code in codes):  # the pool terminates the others: -SIGTERM
+        return (f"worker process exited with status {max(codes)} on an exception (its "
+                f"traceback is on stderr)")
+    return KILLED
+
 
 # ----------------------------------------------------------------------------- devices
 
 
 def visible_gpus() -> list[str]:
-    """This host's GPU ids, found without initializing any JAX backend (so the driver never
-    allocates accelerator memory): CUDA_VISIBLE_DEVICES if set, else `nvidia-smi -L`."""
+    """This host's GPU ids, found without initializing any JAX backend:
+    CUDA_VISIBLE_DEVICES if set, else `nvidia-smi -L`."""
     listed = os.environ.get("CUDA_VISIBLE_DEVICES")
     if listed is not None:
         return [x.strip() for x in listed.split(",") if x.strip() and x.strip() != "-1"]
@@ -48,12 +140,9 @@ def visible_gpus() -> list[str]:
 
 
 def worker_env(index: int, workers: int, gpus: list[str]) -> dict[str, str]:
-    """Environment of local worker `index` of `workers` on a host with `gpus`.
-
-    No process preallocates 75 % of a GPU (XLA's default). With workers <= GPUs each worker
-    sees its own GPUs (len(gpus) // workers of them); with more workers than GPUs, workers
-    share GPU `index % G`, each capped at an equal fraction of its memory.
-    """
+    """Environment of local worker `index` of `workers` on a host with `gpus`: no
+    preallocation; its own GPUs, or with more workers than GPUs an equal share of GPU
+    `index % G`'s memory."""
     env = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
     if not gpus:
         return env
@@ -70,8 +159,7 @@ def worker_env(index: int, workers: int, gpus: list[str]) -> dict[str, str]:
 
 def _taking_turns(executor: str, prepare_ahead: int, share_device: str | None
                   ) -> dict[str, Any]:
-    """`train_candidate`'s extra arguments: with processes preparing ahead, the search
-    (its workdir) whose processes take turns on each device."""
+    """`train_candidate`'s extra arguments when processes prepare ahead."""
     if not prepare_ahead:
         return {}
     if not share_device:
@@ -81,33 +169,25 @@ def _taking_turns(executor: str, prepare_ahead: int, share_device: str | None
 
 
 def _init_worker(counter: Any, workers: int, gpus: list[str]) -> None:
-    """Runs first in each spawned worker, before jax is imported there. Process `index`
-    serves device slot `index % workers` (with the other processes serving that slot)."""
+    """Runs first in each spawned worker, before jax is imported there."""
     with counter.get_lock():
         index = counter.value
         counter.value += 1
     os.environ.update(worker_env(index % workers, workers, gpus))
     if workers > 1:  # several slots of one CPU host are distinct devices to take turns on
         os.environ["NAS_DEVICE_SLOT"] = str(index % workers)
-    _ignore_sigint()
-    _no_process_shared_locks()
+    # Ctrl-C is the driver's: it kills the workers and releases their claims
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # tqdm's first bar would create a multiprocessing lock, which the resource tracker
+    # reports as leaked when the worker is killed; a thread lock is all one worker needs
+    tqdm.set_lock(threading.RLock())
     threading.Thread(target=exit_when_orphaned, args=(os.getppid(),), daemon=True,
                      name="exit-when-orphaned").start()
 
 
-def _no_process_shared_locks() -> None:
-    """A worker is killed when the search is interrupted, so it must not hold a semaphore
-    the resource tracker knows of: the tracker would warn of it as leaked. tqdm's first bar
-    creates a multiprocessing lock; a thread lock is all one worker's bars need."""
-    from tqdm import tqdm
-
-    tqdm.set_lock(threading.RLock())
-
-
 def exit_when_orphaned(owner_pid: int, period_s: float = 1.0) -> None:
-    """Ends this process once its parent `owner_pid` is gone (a SIGKILLed driver never shuts
-    its pool down). `owner_pid` checks in training stop a busy worker; this thread also
-    stops an idle one, which otherwise waits on the pool's call queue forever."""
+    """Ends this process once its parent `owner_pid` is gone: a killed driver never shuts
+    its pool down, and an idle worker would wait on its queue forever."""
     while os.getppid() == owner_pid:
         time.sleep(period_s)
     os._exit(1)
@@ -115,6 +195,9 @@ def exit_when_orphaned(owner_pid: int, period_s: float = 1.0) -> None:
 
 def _failed(task: Task, e: BaseException) -> Outcome:
     return Outcome.failed(task, *describe_failure(e))
+
+
+# ----------------------------------------------------------------------------- executors
 
 
 class InlineExecutor:
@@ -125,10 +208,7 @@ class InlineExecutor:
         self._done: list[Outcome] = []
 
     def submit(self, task: Task) -> None:
-        try:
-            self._done.append(outcome_of(task, train_candidate(task)))
-        except (Exception, MemoryError) as e:  # noqa: BLE001 - any failure is recorded
-            self._done.append(_failed(task, e))
+        self._done.append(outcome_of(task, train_or_failure(task)))
 
     def running(self) -> int:
         return len(self._done)  # finished but not yet handed back: still occupies the slot
@@ -141,24 +221,14 @@ class InlineExecutor:
         pass
 
 
-def _ignore_sigint() -> None:
-    """Pool workers leave Ctrl-C to the driver (which kills them and releases their claims)
-    instead of each printing a traceback."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
 class LocalExecutor:
-    """A pool of spawned worker processes (kept alive between candidates, so jax is imported
-    once). A worker that dies or hangs past its hard time limit is replaced; its candidate
-    fails and the other in-flight candidates are resubmitted.
+    """A pool of spawned worker processes, kept between candidates. A worker that dies or
+    passes its hard time limit is replaced; its candidate fails, the others run again.
 
-    With `prepare_ahead` > 0, each of the `workers` devices is served by 1 + prepare_ahead
-    processes that take turns on it (`share_device`: the search's workdir, see
-    `nas.search.execution.device_turns`): while one trains and evaluates, the others set up, fit and
-    compile their candidates, so the device starts the next one as soon as it is free. A
-    candidate may then wait for the device through the training of those ahead of it, so
-    its hard time limit counts (1 + prepare_ahead) times `hard_timeout_s` from its
-    submission."""
+    With `prepare_ahead` > 0, 1 + prepare_ahead processes serve each device and take turns
+    on it (`share_device`: the search's workdir): while one trains, the others prepare. A
+    candidate may wait through the training of those ahead of it, so its hard time limit
+    is (1 + prepare_ahead) times `hard_timeout_s`."""
 
     def __init__(self, workers: int = 1, hard_timeout_s: float = 0.0,
                  prepare_ahead: int = 0, share_device: str | None = None) -> None:
@@ -172,8 +242,7 @@ class LocalExecutor:
         self._gpus = visible_gpus()
         self._pool = self._new_pool()
         self._inflight: dict[cf.Future, tuple[Task, float]] = {}
-        # In flight when a worker process died: which one died is unknown, so each runs
-        # again alone; one that dies alone is the one recorded as died (`_after_death`).
+        # in flight when a worker died: each runs again alone (`_after_death`)
         self._suspects: list[Task] = []
         self._alone: cf.Future | None = None
 
@@ -183,6 +252,15 @@ class LocalExecutor:
         return cf.ProcessPoolExecutor(self.capacity, mp_context=self._context,
                                       initializer=_init_worker,
                                       initargs=(self._counter, self.workers, self._gpus))
+
+    def _kill_workers(self) -> None:
+        for process in list(getattr(self._pool, "_processes", {}).values()):
+            process.kill()
+
+    def _replace_pool(self) -> None:
+        self._kill_workers()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._pool = self._new_pool()
 
     def submit(self, task: Task) -> None:
         # owner_pid: an orphaned worker (its driver was killed) stops instead of training on.
@@ -219,10 +297,8 @@ class LocalExecutor:
         return outcomes
 
     def _after_death(self, broken: list[Task]) -> list[Outcome]:
-        """A worker process died (killed, out of memory, a crash in native code) and broke
-        the pool. The candidate that ran alone is recorded as died; of several in flight,
-        which one died is unknown, so none is blamed: each runs again alone, first to last
-        (its neighbours' results and messages are never its own)."""
+        """A worker process died and broke the pool. A candidate that ran alone died; of
+        several, none is blamed: each runs again alone, so none gets another's cause."""
         outcomes, suspects = [], list(broken)
         for future, (task, _) in self._inflight.items():  # a result may be in already
             if future.done() and not future.cancelled() and future.exception() is None:
@@ -231,11 +307,8 @@ class LocalExecutor:
                 suspects.append(task)
         self._inflight.clear()
         processes = list(getattr(self._pool, "_processes", {}).values())
-        cause = death_cause(processes)  # before the kills below: those that ended alone
-        for process in processes:
-            process.kill()
-        self._pool.shutdown(wait=False, cancel_futures=True)
-        self._pool = self._new_pool()
+        cause = death_cause(processes)  # before the kills: those that ended alone
+        self._replace_pool()
         if len(suspects) == 1:
             return outcomes + [Outcome.failed(suspects[0], cause)]
         logging.warning("a worker process died with candidates %s in flight; each runs again "
@@ -250,6 +323,7 @@ class LocalExecutor:
             self._alone = next(iter(self._inflight))
 
     def _enforce_hard_timeout(self) -> list[Outcome]:
+        """Fails the candidates past the hard time limit; the others restart in a new pool."""
         if not self.hard_timeout_s:
             return []
         now = time.monotonic()
@@ -263,29 +337,19 @@ class LocalExecutor:
                             task.candidate_id)
             outcomes.append(Outcome.failed(task, f"exceeded the hard time limit of "
                                                  f"{self.hard_timeout_s:.0f} s"))
-        self._restart()
-        return outcomes
-
-    def _restart(self) -> None:
-        """Replaces the pool; candidates still in flight start again in the new one."""
-        for process in list(getattr(self._pool, "_processes", {}).values()):
-            process.kill()
-        self._pool.shutdown(wait=False, cancel_futures=True)
-        self._pool = self._new_pool()
+        self._replace_pool()
         pending = list(self._inflight.values())
         self._inflight.clear()
         for task, _ in pending:
             self.submit(task)
+        return outcomes
 
     def close(self) -> None:
-        """Stops the workers (killed if interrupted: nobody will record their candidates)
-        and frees the pool's semaphores now: a CLI exits with `os._exit` right after its
-        error line, and the resource tracker would warn of leaked ones after it."""
-        # The pool's own queue too: Ctrl-C can land in `submit` after the pool took a task
-        # and before `_inflight` has it; waiting for that task would train it to the end.
+        """Stops the workers (killed if any task is left) and frees the pool's semaphores
+        now, before a CLI's `os._exit`."""
+        # the pool's queue too: Ctrl-C can land after the pool took a task, before `_inflight`
         if self._inflight or getattr(self._pool, "_pending_work_items", None):
-            for process in list(getattr(self._pool, "_processes", {}).values()):
-                process.kill()
+            self._kill_workers()
         self._pool.shutdown(wait=True, cancel_futures=True)
         self._inflight.clear()
         self._suspects.clear()
@@ -293,27 +357,17 @@ class LocalExecutor:
 
 
 def _watch_new_workers(pool: cf.ProcessPoolExecutor) -> None:
-    """Wakes the pool's manager thread after a submit, so it watches a worker process that
-    the submit started. Why: CPython 3.11 wakes it before starting the process, so a
-    worker that dies before any other result arrives was noticed only then: a candidate
-    killed beside one training for an hour was reported an hour late (and a pool whose
-    other workers were idle hung)."""
+    """Wakes the pool's manager thread after a submit, so it watches a worker that the
+    submit started (CPython 3.11 wakes it before, and a death went unnoticed)."""
     wakeup = getattr(pool, "_executor_manager_thread_wakeup", None)
     if wakeup is not None:
         wakeup.wakeup()
 
 
-_fork_then_exec = fork_then_exec  # the name this module used before ray_cluster had it
-
 # Ray's errors for a task whose node, worker process or object was lost: the candidate is
-# trained again elsewhere, not blamed (Ray's names; `_lost_errors` reads them).
+# trained again elsewhere, not blamed.
 LOST_NODE_ERRORS = ("NodeDiedError", "WorkerCrashedError", "ObjectLostError",
                     "LocalRayletDiedError", "OutOfMemoryError", "RaySystemError")
-
-
-def _lost_errors(ray: Any) -> tuple[type[BaseException], ...]:
-    return tuple(getattr(ray.exceptions, n) for n in LOST_NODE_ERRORS
-                 if hasattr(ray.exceptions, n))
 
 
 @dataclasses.dataclass
@@ -326,29 +380,17 @@ class RayRun:
 
 
 class RayExecutor:
-    """Each candidate is a Ray task with its own resource request, on nodes that need not
-    share any disk with the driver (`nas.search.execution.ray_task`).
+    """Each candidate is a Ray task (`ray_parts.run_task`) with its own resource request.
 
-    The dataset goes into Ray's object store once per study (`dataset` "ship"; "node":
-    each node reads it where the config names it); a task's run folder (a rung's
-    checkpoint, its curve) travels to it and back, and this driver alone writes it. A task
-    whose node, worker or object is lost runs again on the nodes that remain, up to
-    `max_tries` starts (its metric `ray_retries` counts the extra ones); past that it fails
-    with the last cause. A task that no node can hold is one ValueError at start.
-
-    With `prepare_ahead` > 0, 1 + prepare_ahead tasks run per slot of `capacity`; tasks on
-    the same node and device take turns on it for their steps and evaluations
-    (`share_device`: the search's workdir), preparing their candidates meanwhile, so each
-    one's hard time limit counts (1 + prepare_ahead) times `hard_timeout_s`. On a cluster,
-    give them resources that fit that many at once (e.g. `num_gpus` 0.5 for two tasks per
-    GPU); a local Ray started here has CPUs for all of them."""
+    `dataset` "ship" puts the data in the object store once per study; "node": each node
+    reads it where the config names it. A task whose node, worker or object is lost runs
+    again, up to `max_tries` starts (metric `ray_retries`). With `prepare_ahead` > 0,
+    1 + prepare_ahead tasks run per slot and take turns on their device, as locally."""
 
     def __init__(self, address: str | None = None, capacity: int = 1, num_cpus: float = 1,
                  num_gpus: float = 0, hard_timeout_s: float = 0.0, prepare_ahead: int = 0,
                  share_device: str | None = None, *, resources: dict[str, float] | None = None,
                  dataset: str = "ship", max_tries: int = 3) -> None:
-        from nas.search.execution.ray_cluster import check_fits, start_or_join
-
         ahead = max(0, prepare_ahead)
         self._share = _taking_turns("RayExecutor", ahead, share_device)
         self.capacity = max(1, capacity) * (1 + ahead)
@@ -366,11 +408,11 @@ class RayExecutor:
         self._ray = ray
         request = {k: float(v) for k, v in
                    {"CPU": num_cpus, "GPU": num_gpus, **(resources or {})}.items() if v}
-        start_or_join(ray, address or None, self.capacity, request)
-        check_fits(ray, request)
-        self._lost: tuple[type[BaseException], ...] = _lost_errors(ray)
-        # Ray sets CUDA_VISIBLE_DEVICES to the GPUs it gave the task; the task must not
-        # preallocate them, and a fractional GPU gets that fraction of its memory.
+        ray_parts.start_or_join(ray, address or None, self.capacity, request)
+        ray_parts.check_fits(ray, request)
+        self._lost = tuple(getattr(ray.exceptions, n) for n in LOST_NODE_ERRORS
+                           if hasattr(ray.exceptions, n))
+        # no preallocation; a fractional GPU gets that fraction of its memory
         env = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
         if 0 < num_gpus < 1:
             env["XLA_PYTHON_CLIENT_MEM_FRACTION"] = f"{0.9 * num_gpus:.3f}"
@@ -379,7 +421,7 @@ class RayExecutor:
             options["resources"] = dict(resources)
         if num_gpus:
             options["runtime_env"] = {"env_vars": env}
-        self._remote = ray.remote(**options)(ray_task.run_task)
+        self._remote = ray.remote(**options)(ray_parts.run_task)
         self._inflight: dict[Any, RayRun] = {}
         self._shipped: dict[str, dict[str, Any]] = {}
         self._ready: list[Outcome] = []  # failed before reaching Ray (e.g. no dataset file)
@@ -388,15 +430,15 @@ class RayExecutor:
         self._start(RayRun(task, time.monotonic()))
 
     def _start(self, run: RayRun) -> None:
-        """Sends `run`'s task to Ray with its dataset reference and its run folder's files
-        (the task's `workdir` stays here: the task trains in a folder of its node)."""
+        """Sends `run`'s task to Ray with its dataset reference and its run folder's files."""
         folder = run.task.workdir
         try:
             dataset = self._dataset(run.task.train_config)
             run_in = None
             if folder and os.path.isdir(folder):
-                step = ray_task.latest_step(folder)
-                run_in = read_files(folder, keep=lambda rel: ray_task.keep_returned(rel, step))
+                step = ray_parts.latest_step(folder)
+                run_in = ray_parts.read_files(
+                    folder, keep=lambda rel: ray_parts.keep_returned(rel, step))
         except (ValueError, OSError) as e:
             self._ready.append(_failed(run.task, e))
             return
@@ -405,18 +447,16 @@ class RayExecutor:
         self._inflight[ref] = run
 
     def _dataset(self, train_config: dict[str, Any]) -> dict[str, Any] | None:
-        """The study's dataset as a shipment (`nas.search.execution.ray_data`): read and put
-        into the object store on first use, the same reference for every later task."""
-        from nas.search.execution.ray_data import dataset_files, shipment
-
+        """The study's dataset as a shipment, put into the object store on first use."""
         if self._dataset_mode == "node":
             return None
         inp = train_config["input"]
         key = f"{inp['data']['name']}\0{inp.get('data_dir', '')}"
         if key not in self._shipped:
-            kind, name, files = dataset_files(train_config)
+            kind, name, files = ray_parts.dataset_files(train_config)
             ref = self._ray.put(files) if files is not None else None
-            self._shipped[key] = shipment(kind, name, files.digest() if files else "", ref)
+            self._shipped[key] = ray_parts.shipment(kind, name,
+                                                    files.digest() if files else "", ref)
             if files is not None:
                 logging.info("dataset %s: %.1f MB put into Ray's object store once; each node "
                              "caches it", inp["data"]["name"], files.size / 1e6)
@@ -443,14 +483,14 @@ class RayExecutor:
                 outcomes.append(_failed(run.task, cause))
                 continue
             if files is not None and run.task.workdir:
-                replace_folder(files, run.task.workdir)
+                ray_parts.replace_folder(files, run.task.workdir)
             if curves is not None and run.task.tensorboard:
                 # added beside earlier rungs' event files: each has a name of its own
-                write_files(curves, run.task.tensorboard)
+                ray_parts.write_files(curves, run.task.tensorboard)
             outcome = outcome_of(run.task, result)
             if outcome.metrics is not None:
-                outcome = outcome.replace(metrics={**outcome.metrics, **timings,
-                                                   "ray_retries": run.tries - 1})
+                metrics = {**outcome.metrics, **timings, "ray_retries": run.tries - 1}
+                outcome = dataclasses.replace(outcome, metrics=metrics)
             outcomes.append(outcome)
         now = time.monotonic()
         for ref, run in list(self._inflight.items()):
@@ -462,8 +502,7 @@ class RayExecutor:
         return outcomes
 
     def _after_loss(self, run: RayRun, e: BaseException) -> list[Outcome]:
-        """A lost node, worker or object is no fault of the candidate: it runs again on the
-        nodes that remain, unless it was lost on every one of its `max_tries` starts."""
+        """A lost node is no fault of the candidate: it runs again, up to `max_tries`."""
         cause = describe_failure(e)[0]
         if run.tries >= self.max_tries:
             return [Outcome.failed(run.task, f"{cause} (on each of its {run.tries} tries)")]
@@ -479,41 +518,6 @@ class RayExecutor:
             self._ray.cancel(ref, force=True)
         self._inflight.clear()
         self._ready.clear()
-
-
-def keep_driver_on_cpu() -> bool:
-    """With out-of-process workers the driver's JAX work (mutation, property inference,
-    fingerprints) runs on the CPU backend, so the driver never takes accelerator memory
-    from the workers. Effective only before this process first used JAX; returns whether
-    it took effect. Workers are unaffected (their platform comes from their environment)."""
-    import jax
-    from jax._src import xla_bridge
-
-    if xla_bridge.backends_are_initialized():
-        return jax.default_backend() == "cpu"
-    jax.config.update("jax_platforms", "cpu")
-    _holding_ctrl_c(jax.devices)  # now, not lazily in the middle of the search
-    return True
-
-
-def _holding_ctrl_c(fn: Any) -> Any:
-    """Run `fn`, raising a Ctrl-C that arrives meanwhile only once it returns.
-
-    JAX initializes every installed plugin (CUDA's loads its libraries: seconds) inside a
-    bare `except:` that logs and swallows the KeyboardInterrupt: a Ctrl-C there was lost
-    and the search ran on to the end."""
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        return fn()
-    caught: list[int] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
-    try:
-        return fn()
-    finally:
-        signal.signal(signal.SIGINT, previous)
-        if caught:
-            raise KeyboardInterrupt
 
 
 class NoExecutor:
@@ -534,21 +538,30 @@ class NoExecutor:
         pass
 
 
+def keep_driver_on_cpu() -> bool:
+    """Puts the driver's own JAX work on the CPU backend, so it takes no accelerator memory
+    from its workers; returns whether it took effect (only before JAX was first used)."""
+    if xla_bridge.backends_are_initialized():
+        return jax.default_backend() == "cpu"
+    jax.config.update("jax_platforms", "cpu")
+    with deferred_interrupt(raise_after=True):
+        jax.devices()  # now, not lazily in the middle of the search
+    return True
+
+
 def make_executor(kind: str, *, workers: int, ray_address: str | None,
                   hard_timeout_s: float, num_cpus: float = 1, num_gpus: float = 0,
                   prepare_ahead: int = 0, share_device: str | None = None,
                   ray: Any = None, max_tries: int = 3) -> Executor:
-    """The executor `kind` names. `ray`: a `nas.search.strategy.settings.RayConfig`
-    (its num_cpus and num_gpus win over the two arguments); `max_tries`: starts of a Ray
-    task whose node is lost."""
+    """The executor `kind` names. `ray`: a `settings.RayConfig`, whose num_cpus and num_gpus
+    win."""
     out_of_process = workers == 0 or kind in ("local", "ray")
     if out_of_process and not keep_driver_on_cpu():
         logging.warning("the driver already initialized an accelerator backend before its "
                         "executor was made; it may hold accelerator memory")
     if not out_of_process:
-        import jax
-
-        _holding_ctrl_c(jax.devices)  # the backend it trains on: now, not mid-candidate
+        with deferred_interrupt(raise_after=True):
+            jax.devices()  # the backend it trains on: now, not mid-candidate
     if workers == 0:
         return NoExecutor()
     if kind == "inline":

@@ -1,27 +1,20 @@
 """The finals: after the search's last candidate, the finalists and the seed train alike.
 
-Why: a child of the search inherited its lineage's training and was compared with a seed
-that trained less, on one small validation split. Here every finalist and the seed train
-the same recipe (`nas.search.strategy.settings.Recipe`: as long as the seed trained in
-the search) `repeats` times, each repeat with its own initialization and data order, as a
-k-fold cross-validation over train plus validation when data are small, so every training
-example is predicted once per repeat. Every run trains a fixed count of epochs, so no run
-reads the examples it is scored on before it is scored.
+Why: a child inherited its lineage's training and was compared with a seed that trained
+less, on one small validation split. Here each finalist and the seed train the same
+`Recipe`, `repeats` times (each with its own initialization and data order), as a k-fold
+cross-validation when data are small, for a fixed count of epochs. Then the recommended
+architecture trains once more as the search trained it (the "home" run); the user takes
+home whichever of that model and the search's own weights is more accurate on validation.
 
-Then the recommended architecture trains once more the way the search trained (its
-training split, its validation split held out): what a user takes home is whichever of
-that model and the search's own weights of it is more accurate on validation, which
-neither trained on (`nas.search.strategy.finals_rules.take_home_choice`); the test split is
-evaluated for the report only.
-
-Each training is a `Task` on the search's executor, recorded in the study's finals table
-(`nas.search.store.finals`) by the driver: a run that finished is never trained again, one
-cut short trains again from its own checkpoint.
+Each run is a `Task` on the search's executor, recorded in the study's finals table: a run
+that finished is never trained again, one cut short resumes from its own checkpoint.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 import time
@@ -58,8 +51,7 @@ from nas.train.checkpoint import load_variables, save_variables
 
 
 class Finals:
-    """The finals of the study a driver runs: which runs are left, their tasks, their
-    results."""
+    """The finals of a study: which runs are left, their tasks, their results."""
 
     def __init__(self, study: Study, train: ml_collections.ConfigDict,
                  search: SearchSettings, functions: bytes | None = None) -> None:
@@ -68,23 +60,18 @@ class Finals:
         self.functions = functions
         self.decision = decision_config(train, search)
         self.store = FinalsStore(study.path)
-        self._recipe: Recipe | None = None
 
-    # ------------------------------------------------------------------ what runs
-    @property
+    @functools.cached_property
     def recipe(self) -> Recipe:
-        if self._recipe is None:
-            inp = ml_collections.ConfigDict(self.decision.input.to_dict())
-            inp.data.validation_fraction = 0.0
-            images = data_lib.split_size(inp, inp.data.split, inp.data_dir or None)
-            seed = seed_of(self.study.candidates(Status.DONE, with_graphs=False))
-            self._recipe = recipe(self.config, self.train.to_dict(), self.search,
-                                  images, seed.metrics if seed is not None else None)
-        return self._recipe
+        inp = ml_collections.ConfigDict(self.decision.input.to_dict())
+        inp.data.validation_fraction = 0.0
+        images = data_lib.split_size(inp, inp.data.split, inp.data_dir or None)
+        seed = seed_of(self.study.candidates(Status.DONE, with_graphs=False))
+        return recipe(self.config, self.train.to_dict(), self.search, images,
+                      seed.metrics if seed is not None else None)
 
     def plan(self) -> list[Run]:
-        """Plans the finals runs (the finalists chosen from the search's results) and,
-        once they are all finished, the take-home runs; returns the runs still to train."""
+        """Plans the finals runs, then the take-home run; the runs still to train."""
         if not self.config.on:
             return []
         before = self.study.get_state(FINALS_STATE, None) or {}
@@ -108,13 +95,13 @@ class Finals:
             state["complete"] = False
             self.study.set_state(FINALS_STATE, state)
         repeats = repeats_of(state)
-        self.store.plan((run_name("finals", cid, r, f), cid, "finals", r, f, key)
-                        for cid in state["finalists"] for r in range(repeats)
-                        for f in range(self.recipe.folds))
-        runs = self.store.runs(key, kind="finals")
-        wanted = {run_name("finals", cid, r, f) for cid in state["finalists"]
-                  for r in range(repeats) for f in range(self.recipe.folds)}
-        left = [r for r in runs if r.name in wanted and r.status == "pending"]
+        planned = [(run_name("finals", cid, r, f), cid, "finals", r, f, key)
+                   for cid in state["finalists"] for r in range(repeats)
+                   for f in range(self.recipe.folds)]
+        self.store.plan(planned)
+        wanted = {p[0] for p in planned}
+        left = [r for r in self.store.runs(key, kind="finals")
+                if r.name in wanted and r.status == "pending"]
         if left or not self.config.take_home:
             return left
         found = answer(self.study)
@@ -127,19 +114,17 @@ class Finals:
                 if r.candidate_id == chosen.id and r.status == "pending"]
 
     def finish(self, seconds: float, complete: bool) -> None:
-        """Adds `seconds` of finals wall time to the study (reported, never decides) and
-        marks the finals `complete` (nothing left to train for these candidates)."""
+        """Adds `seconds` of finals wall time to the study and marks the finals
+        `complete` (nothing left to train for these candidates)."""
         state = dict(self.study.get_state(FINALS_STATE, None) or {})
         if state:
             state["wall_s"] = float(state.get("wall_s", 0.0)) + seconds
             state["complete"] = complete
             self.study.set_state(FINALS_STATE, state)
 
-    # ------------------------------------------------------------------ tasks
     def task(self, run: Run) -> Task:
-        """The task that trains `run`: the recipe from scratch (or from the candidate's own
-        weights), its repeat's seed, its fold held out (or, taken home: the search's
-        training split, evaluated on its validation split, the test split reported)."""
+        """The task that trains `run`: the recipe, its repeat's seed, its fold held out
+        (taken home: the search's splits, the test split reported)."""
         candidate = self.study.get(run.candidate_id)
         config = ml_collections.ConfigDict(self.decision.to_dict())
         rec = self.recipe
@@ -169,7 +154,7 @@ class Finals:
 
     def epochs(self, candidate: Any) -> float:
         """A run's epochs: the recipe's; from weights, what brings the candidate's lineage
-        to the most trained finalist's lineage plus the recipe's epochs."""
+        to the most trained finalist's plus the recipe's."""
         if self.recipe.start != "weights":
             return self.recipe.epochs
         state = self.study.get_state(FINALS_STATE, None) or {}
@@ -189,10 +174,9 @@ class Finals:
     def folder(self, run: Run) -> str:
         return os.path.join(str(self.study.workdir), "finals", run.name)
 
-    # ------------------------------------------------------------------ results
     def record(self, outcome: Outcome) -> None:
         """Writes a run's result (which examples it got right, and where they sit in the
-        split; a take-home model's weights) or its error."""
+        split; a take-home run's weights) or its error."""
         run = next(r for r in self.store.runs(self.recipe.to_json()) if r.name == outcome.run)
         if outcome.error is not None:
             self.store.record(run.name, error=outcome.error)
@@ -208,8 +192,7 @@ class Finals:
                           positions=self.positions(run, correct), checkpoint_path=path)
 
     def positions(self, run: Run, correct: np.ndarray | None) -> np.ndarray | None:
-        """Where the run's predictions sit in the training split (its fold), or in the
-        evaluated split's order."""
+        """Where the run's predictions sit in the training split, else in split order."""
         if correct is None:
             return None
         if run.kind == "finals" and self.recipe.folds > 1:
@@ -226,8 +209,7 @@ class Finals:
 
 
 def run_finals(finals: Finals, executor: Executor, progress: bool = True) -> None:
-    """Trains every run `finals` still needs on `executor`, recording each as it ends:
-    the finals runs in the order planned, then the take-home runs once they decided."""
+    """Trains every run `finals` still needs on `executor`, recording each as it ends."""
     if not finals.config.on:
         finals.close()
         return
@@ -258,6 +240,6 @@ def run_finals(finals: Finals, executor: Executor, progress: bool = True) -> Non
 
 
 def fold_seed(rec: Recipe, repeat: int) -> int:
-    """Repeat `repeat`'s fold assignment: its own per repeat, the same for every
-    architecture (so their predictions pair)."""
+    """Repeat `repeat`'s fold assignment: the same for every architecture, so their
+    predictions pair."""
     return int(np.random.SeedSequence([rec.fold_seed, repeat]).generate_state(1)[0])

@@ -1,39 +1,107 @@
-"""What a new study starts from: its seeds, in the order they are added.
+"""Starting a search's study: resume it with its stored config, or create it, and the seeds
+a new one starts from, in order: the validation front of an earlier study
+(`search.start_from`), the `search.seed_graph` file (else the zoo model of
+`train.model_name`, when nothing else is given), then `search.extra_seeds`.
 
-The seeds are, in order: the validation front of an earlier study (`search.start_from`,
-the most accurate first), the `search.seed_graph` file (else the zoo model of
-`train.model_name`, when nothing else is given), then `search.extra_seeds`. Each is
-trained as the seed is (`search.seed_epochs`, its rounds) and is a parent for proposals.
-
-"The seed" that the recommendation, the finals and the reports compare with is the first
-of them (`nas.search.strategy.recommend.seed_of`): with one seed nothing changes.
-
-Why everything is read and checked here, before the study exists: a bad seed (a missing
-folder, another input shape, a duplicate) is one line, and nothing is written.
+Why everything is read and checked before the study exists: a bad seed is one line, and
+nothing is written.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import ml_collections
+from absl import logging
 
 from nas import zoo
+from nas.graph import serialize
 from nas.graph.reversible import is_reversible
+from nas.io.candidate import read_graph_or_export_for
+from nas.mutation import fingerprint_at
 from nas.search.store.candidate import Status
+from nas.search.store.study import DB_NAME, Study, StudyNotFoundError
 from nas.search.strategy import blocks as blocks_lib
-from nas.search.strategy.settings import SearchSettings
+from nas.search.strategy.selection import cost_value
+from nas.search.strategy.settings import OPERATIONAL, SearchSettings, without_added
+from nas.train import preflight
+from nas.train.checkpoint import load_variables
+from nas.train.config import image_shape, with_defaults
 
 START_FROM = "search.start_from"
+
+# ----------------------------------------------------------------------------- the study
+
+
+def resumed_config(given: ml_collections.ConfigDict, study: Study) -> ml_collections.ConfigDict:
+    """The stored config of a resumed study, with the given operational search fields."""
+    if not study.config:
+        return given
+    config = ml_collections.ConfigDict(study.config)
+    for key in OPERATIONAL:
+        if key in given.get("search", {}):
+            config.search[key] = given.search[key]
+    return config
+
+
+def open_study(workdir: str, config: ml_collections.ConfigDict,
+               check_new: Callable[[ml_collections.ConfigDict], Any] | None = None) -> Study:
+    """Resume the study in `workdir` (its stored config wins, except `OPERATIONAL` search
+    fields; other differences are named once), or create it. A study with no candidates
+    yet takes the given config, so a corrected command starts it. `check_new` runs on the
+    config first in both of those cases, before anything is written."""
+    try:
+        study = Study.load(workdir)
+    except StudyNotFoundError:
+        if check_new is not None:
+            check_new(config)
+        return Study.open(workdir, config=config.to_dict())
+    if not any(study.counts().values()):
+        if check_new is not None:
+            check_new(config)
+        if study.replace_config(config.to_dict()):
+            return study
+    given = without_added(json.loads(json.dumps(config.to_dict(), default=list)),
+                          study.config)
+    # an operational field's own fields (search.finals.k) change with it
+    ignored = [f for f in differences(given, study.config, "")
+               if not (f.startswith("search.")
+                       and f.removeprefix("search.").split(".")[0] in OPERATIONAL)]
+    if ignored:
+        logging.warning("%s: resuming with its stored config; the given values of %s are "
+                        "ignored (only %s may change on resume)", study.path,
+                        ", ".join(ignored), ", ".join(f"search.{k}" for k in OPERATIONAL))
+    return study
+
+
+def differences(given: Any, stored: Any, prefix: str) -> list[str]:
+    if isinstance(given, dict) and isinstance(stored, dict):
+        out = []
+        for key in sorted(set(given) | set(stored)):
+            out += differences(given.get(key), stored.get(key), f"{prefix}{key}.")
+        return out
+    return [] if given == stored else [prefix.rstrip(".")]
+
+
+def check_seed(config: ml_collections.ConfigDict, search: SearchSettings) -> None:
+    """Builds the seeds a new study of `config` would start from, refusing bad ones."""
+    parts = seed_list(config.train, search)
+    if len(parts) > 1:
+        shape = (1, *image_shape(config.train))
+        check_distinct(parts, [fingerprint_at(p.graph, p.constants, shape) for p in parts])
+
+
+# ----------------------------------------------------------------------------- the seeds
 
 
 @dataclasses.dataclass(frozen=True)
 class SeedPart:
     """One seed: its graph, constants, weights (None: trained from scratch), blocks record
-    (None: no blocks), and where it came from (the field that named it)."""
+    (None: no blocks), and the field that named it."""
 
     graph: Any
     constants: dict[str, Any]
@@ -62,13 +130,7 @@ def zoo_part(train: ml_collections.ConfigDict, model_name: str | None = None,
 def read_seed_graph(path: str, field: str = "config field 'search.seed_graph'"
                     ) -> tuple[Any, dict[str, Any], dict[str, Any] | None]:
     """(graph, constants, variables or None) from a graph JSON or a `nas-search export`
-    file at `path`; errors name `field`.
-
-    An exported candidate brings its weights (a version 1 export, those of its
-    `checkpoint_path`, which must still exist); a plain graph JSON brings none."""
-    from nas.graph import serialize
-    from nas.io.candidate import read_graph_or_export_for
-
+    file at `path` (an export brings its weights); errors name `field`."""
     found = read_graph_or_export_for(field, path)
     if not isinstance(found, bytes):
         return found.graph, dict(found.constants), found.variables
@@ -81,18 +143,14 @@ def read_seed_graph(path: str, field: str = "config field 'search.seed_graph'"
 
 
 def file_part(train: ml_collections.ConfigDict, path: str, field: str) -> SeedPart:
-    """A graph JSON or exported candidate (with its weights when it has them), whose
-    outputs must be the data's classes."""
-    from nas.train import preflight
-    from nas.train.config import with_defaults
-
+    """A graph JSON or exported candidate, whose outputs must be the data's classes."""
     graph, constants, variables = read_seed_graph(path, field)
     preflight.check_outputs(graph, constants, with_defaults(train), f"{field}: {path}")
     return SeedPart(graph, constants, variables, None, field)
 
 
 def seed_list(train: ml_collections.ConfigDict, search: SearchSettings) -> list[SeedPart]:
-    """Every seed of a new study, in the order they are added (the module says which)."""
+    """Every seed of a new study, in the order they are added."""
     out: list[SeedPart] = []
     if search.start_from:
         out += front_parts(search.start_from, train, search.selection.recommend_cost)
@@ -124,10 +182,7 @@ def check_distinct(parts: Sequence[SeedPart], fingerprints: Sequence[str]) -> No
 
 
 def source_study(path: str) -> Any:
-    """The study in `path` for `search.start_from`: a missing folder, or a folder that
-    holds no study, is one line naming the setting."""
-    from nas.search.store.study import DB_NAME, Study
-
+    """The study in `path` for `search.start_from` (read-only)."""
     where = os.path.abspath(os.path.expanduser(path))
     if not os.path.isdir(where):
         raise ValueError(f"{START_FROM}: {path}: no such folder (expected the workdir of an "
@@ -144,10 +199,7 @@ def source_study(path: str) -> Any:
 
 def check_same_input(source: dict[str, Any], train: ml_collections.ConfigDict, path: str
                      ) -> None:
-    """The earlier study's images (size and channels) must be this one's: its models were
-    built for them."""
-    from nas.train.config import image_shape
-
+    """The earlier study's image shape must be this one's: its models need it."""
     theirs = (source.get("train") or {}).get("input") or {}
     if "image_size" not in theirs:
         raise ValueError(f"{START_FROM}: {path} is not a search's study (its config has no "
@@ -163,8 +215,6 @@ def check_same_input(source: dict[str, Any], train: ml_collections.ConfigDict, p
 def validation_front(candidates: Sequence[Any], cost: str) -> list[Any]:
     """The done candidates no other beats on validation accuracy and `cost` at once (an
     equal pair keeps the older), the most accurate first (ties: cheaper, then older)."""
-    from nas.search.strategy.selection import cost_value
-
     rows = [(c, cost_value(c, cost)) for c in candidates
             if c.status == Status.DONE and c.accuracy is not None]
     rows = [(c, v) for c, v in rows if v is not None]
@@ -178,13 +228,7 @@ def validation_front(candidates: Sequence[Any], cost: str) -> list[Any]:
 
 
 def front_parts(path: str, train: ml_collections.ConfigDict, cost: str) -> list[SeedPart]:
-    """The validation front of the study in `path` (accuracy against `cost`, this search's
-    `search.selection.recommend_cost`), each with its trained weights."""
-    from nas.graph.serialize import load
-    from nas.train import preflight
-    from nas.train.checkpoint import load_variables
-    from nas.train.config import with_defaults
-
+    """The validation front of the study in `path`, each with its trained weights."""
     study = source_study(path)
     try:
         check_same_input(study.config, train, path)
@@ -205,7 +249,7 @@ def front_parts(path: str, train: ml_collections.ConfigDict, cost: str) -> list[
             except ValueError as e:
                 raise ValueError(f"{where}: its weights cannot be read: "
                                  f"{str(e).splitlines()[0]}") from None
-            graph, constants = load(c.graph_json)
+            graph, constants = serialize.load(c.graph_json)
             preflight.check_outputs(graph, constants, with_defaults(train), where)
             parts.append(SeedPart(graph, dict(constants or {}), variables, c.blocks, where))
         return parts

@@ -1,9 +1,8 @@
 """An external study worker (`nas-search worker`): claims candidates and trains them here.
 
-Workers may start before the driver (they wait for the study to appear), survive a driver
-restart (their claims are leases they keep renewing) and die at any moment (their lease
-expires and the candidate is trained once more, by someone else). A worker trains until
-the search is finished, or trains exactly one given candidate.
+A worker may start before the driver (it waits for the study), survives a driver restart
+(its claims are leases it renews) and may die at any moment (its lease expires and someone
+else trains the candidate).
 """
 
 from __future__ import annotations
@@ -35,11 +34,9 @@ from nas.search.strategy.settings import SearchSettings
 
 def wait_for_study(workdir: str | Path, wait_s: float, poll_s: float = 0.5,
                    say: Callable[[str], None] | None = None) -> Study:
-    """The study in `workdir`, waiting up to `wait_s` for a driver to create it.
-
-    A file there that is not a study (damaged, foreign) is a ValueError at once: no driver
-    will turn it into one. Before it waits, `say` (else the log) is told once what for and
-    how long, so a worker started early does not sit silent for minutes."""
+    """The study in `workdir`, waiting up to `wait_s` for a driver to create it (`say`,
+    else the log, is told so once). A file there that is not a study is a ValueError at
+    once: no driver will turn it into one."""
     deadline = time.monotonic() + wait_s
     path = Path(workdir) / DB_NAME
     told = False
@@ -53,10 +50,8 @@ def wait_for_study(workdir: str | Path, wait_s: float, poll_s: float = 0.5,
             except StudyNotFoundError:  # an empty file: a creation not yet committed
                 if time.monotonic() > deadline:
                     raise
-            except ValueError as e:
-                if "locked" not in str(e):  # damaged or foreign: waiting cannot help
-                    raise
-                if time.monotonic() > deadline:
+            except ValueError as e:  # damaged or foreign: waiting cannot help
+                if "locked" not in str(e) or time.monotonic() > deadline:
                     raise
         if not told and wait_s > 0:
             (say or logging.info)(f"waiting up to {wait_s:g} s for a study to appear in "
@@ -80,11 +75,8 @@ def search_finished(study: Study, search: SearchSettings) -> bool:
 def train_claimed(study: Study, config: ml_collections.ConfigDict,
                   search: SearchSettings, candidate: Candidate, worker: str) -> None:
     """Train a claimed candidate here, renewing its lease, and record the outcome (nothing
-    if the lease was lost). Ctrl-C gives the claim back before it propagates.
-
-    With `search.prepare_ahead` > 0 the candidate's steps and evaluations take their turn
-    on this worker's device with the search's other processes on this host (local workers,
-    other `nas-search worker`s), so several workers per device pipeline their candidates."""
+    if the lease was lost). Ctrl-C gives the claim back. With `search.prepare_ahead` > 0
+    it takes turns on this device with the search's other processes on this host."""
     with LeaseKeeper(study.workdir, worker, search.lease_s) as keeper:
         keeper.hold(candidate.id)
         try:
@@ -110,13 +102,12 @@ def run_worker(workdir: str | Path, candidate_id: int | None = None, *, wait_s: 
                poll_s: float = 1.0, worker: str | None = None,
                say: Callable[[str], None] | None = None) -> list[Candidate]:
     """Claim and train candidates of the study in `workdir` until the search is finished
-    (or nothing was claimable for `wait_s`); with `candidate_id`, train just that one.
-    Returns the candidates this worker trained, as recorded. `say`: see `wait_for_study`."""
+    (or nothing was claimable for `wait_s`); with `candidate_id`, just that one. Returns
+    the candidates this worker trained, as recorded."""
     study = wait_for_study(workdir, wait_s, say=say)
     config = ml_collections.ConfigDict(study.config)
     search = SearchSettings.from_stored(study.config)
-    # The user's functions by name: one that only reached the driver's workers by value
-    # (defined in a notebook or __main__) cannot train here, which is one line at start.
+    # by name: one the driver shipped by value (from a notebook) is one line here, at start
     check_recorded(study.get_state(STATE, None), search_functions(config.train, search),
                    str(study.workdir))
     worker = worker or default_worker("worker")

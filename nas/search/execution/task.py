@@ -1,18 +1,13 @@
-"""The one task protocol: what a worker needs to train one thing, what comes back, and who
-runs it.
-
-Why one protocol: a candidate of the search, a rung of a multi-fidelity search and a run of
-the finals (`nas.search.execution.finals`) all train the same way (a graph, a recipe,
-starting weights), on the same executors (in-process, worker processes, Ray, external
-`nas-search worker`s). A `Task` is plain, picklable data made from the study; an `Outcome`
-is what training gave back; only the driver (or the worker that holds the claim) records it
-in the study. Executors implement `Executor` and the driver is typed against it.
+"""The one task protocol: what a worker needs to train one thing (`Task`, plain picklable
+data), what comes back (`Outcome`), who runs it (`Executor`), and how the holder of the
+claim records it. Why one: a candidate, a rung and a finals run all train the same way.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any, Protocol
@@ -27,19 +22,16 @@ from nas.search.store.study import Study
 from nas.search.strategy import hparams as hparams_lib
 from nas.search.strategy.fidelity import RungPlan
 from nas.search.strategy.settings import SearchSettings, candidate_train_config, seed_rounds
+from nas.train import fit as fit_lib
 from nas.train.checkpoint import load_variables, save_variables
+from nas.train.config import base_config
 
 
 @dataclasses.dataclass(frozen=True)
 class Task:
-    """Everything a worker needs to train one candidate, or one finals run of it.
-
-    `run` names a finals run (`nas.search.execution.finals`), None for the candidate's own
-    training. `workdir` holds the run's checkpoints, so a run started again resumes;
-    `stop_epochs` stops at a multi-fidelity rung; `fit` is what the worker fits the child's
-    new ops with first (`nas.train.fit.task`); `costs` {name: "module:function"}
-    run on the trained model; `functions` ships the user's own functions by value
-    (`nas.search.execution.user_functions.pack`)."""
+    """Everything a worker needs to train one candidate, or one finals run (`run`) of it.
+    `workdir` holds its checkpoints, so a run started again resumes; `fit`: what the new
+    ops are fitted with first; `functions`: the user's own, by value."""
 
     candidate_id: int
     train_config: dict[str, Any]
@@ -79,15 +71,11 @@ class Outcome:
     def failed(cls, task: Task, error: str, infeasible: bool = False) -> Outcome:
         return cls(task.candidate_id, error=error, infeasible=infeasible, run=task.run)
 
-    def replace(self, **changes: Any) -> Outcome:
-        return dataclasses.replace(self, **changes)
-
 
 @dataclasses.dataclass(frozen=True)
 class Failure:
-    """A task's failure as plain data: what a worker process sends back instead of its
-    exception, which the parent would have to rebuild (a class pickle cannot rebuild broke
-    the whole pool, and every candidate in it lost its own cause)."""
+    """A task's failure as plain data, sent back instead of its exception: one that pickle
+    cannot rebuild would break the whole pool, and every candidate in it lose its cause."""
 
     error: str  # "TypeName: first line", as `worker.describe_failure` words it
     infeasible: bool = False
@@ -102,8 +90,8 @@ def outcome_of(task: Task, result: Any) -> Outcome:
 
 
 class Executor(Protocol):
-    """Where tasks train. `capacity` tasks at most are `running()` at once; `poll` hands
-    back the outcomes that finished (each task's exactly once); `close` stops what runs."""
+    """Where tasks train. At most `capacity` are `running()` at once; `poll` hands back each
+    task's outcome exactly once; `close` stops what runs."""
 
     capacity: int
 
@@ -125,26 +113,22 @@ def candidate_dir(workdir: str, candidate_id: int) -> str:
 
 def rung_plan(train: ml_collections.ConfigDict, search: SearchSettings) -> RungPlan:
     """The search's multi-fidelity rungs (children's budget: train.total_epochs)."""
-    from nas.train.config import base_config
-
     full = train.get("total_epochs", None)
     full = base_config().total_epochs if full is None else full
     return RungPlan.from_config(search.fidelity, float(full))
 
 
 class StartingWeights:
-    """The starting weights of the children this process proposed, saved to disk and kept
-    in memory until their task is made here. Why both: the files let a resumed search and
-    other processes (external workers) start the child from exactly these weights, and the
-    copy saves the driver reading back what it has just written. At most `keep` are kept
-    (the oldest goes first: a child another process claimed is read from disk there)."""
+    """The starting weights of the children this process proposed, saved to disk (for
+    a resumed search and external workers) and kept in memory (`keep` at most) until
+    their task is made here."""
 
     def __init__(self, keep: int) -> None:
         self.keep = max(1, keep)
         self._kept: OrderedDict[str, dict[str, Any]] = OrderedDict()
 
     def save(self, path: str, variables: dict[str, Any]) -> str:
-        """Writes `variables` to `path` (`save_variables`) and keeps a copy; the path."""
+        """Writes `variables` to `path` and keeps a copy; the path."""
         path = save_variables(path, variables)
         self._kept[path] = _host_copy(variables)
         while len(self._kept) > self.keep:
@@ -166,17 +150,8 @@ def _host_copy(tree: Any) -> Any:
 def make_task(study: Study, train: ml_collections.ConfigDict, search: SearchSettings,
               candidate_id: int, functions: bytes | None = None,
               starts: StartingWeights | None = None) -> Task:
-    """The task of a claimed candidate.
-
-    Children start from inherited weights, so they fine-tune: they may train for fewer
-    epochs than a seed model trained from scratch (`seed_epochs`) and at a lower rate.
-    In a multi-fidelity search a child trains to its current rung (`stop_epochs`) in its
-    own training directory, so its next rung resumes from that checkpoint. A child with
-    `fit_pairs` carries what its worker needs to fit its new ops first, at its first rung
-    only (later rungs resume trained weights).
-
-    The candidate and its parent are read once; starting weights this process saved
-    (`starts`) are taken from memory, not read back."""
+    """The task of a claimed candidate, to its current rung in its own training folder (the
+    next rung resumes there); a child fits its new ops at its first rung only."""
     candidate = study.get(candidate_id)
     parent = None if candidate.parent_id is None else study.get(candidate.parent_id)
     train_config = candidate_train_config(train.to_dict(), search, is_seed=parent is None)
@@ -210,10 +185,8 @@ def make_task(study: Study, train: ml_collections.ConfigDict, search: SearchSett
 
 
 def start_bound(search: SearchSettings, parent: Any) -> float | None:
-    """The least start accuracy of a child of `parent` at its first rung: the parent's
-    validation accuracy less `search.max_start_drop` (None: off, or a seed). Why: a
-    child that starts far below its parent ended below it after fine-tuning in every
-    measured case (docs/benchmarks.md), so its training is not spent."""
+    """The parent's validation accuracy less `search.max_start_drop` (None: off, or a
+    seed). Why: a child that started far below its parent ended below it, every time."""
     drop = search.max_start_drop
     if not drop or parent is None or parent.accuracy is None:
         return None
@@ -222,13 +195,10 @@ def start_bound(search: SearchSettings, parent: Any) -> float | None:
 
 def fit_task(train: ml_collections.ConfigDict, search: SearchSettings, candidate: Any,
              parent: Any) -> dict[str, Any] | None:
-    """What the worker fits `candidate`'s new ops with (None: nothing to fit, or its
-    parent's weights can no longer be read, when it trains unfitted)."""
+    """What `candidate`'s new ops are fitted with (None: nothing, or unreadable parent)."""
     pairs = candidate.inheritance.fit_pairs
     if not pairs:
         return None
-    from nas.train import fit as fit_lib
-
     try:
         parent_variables = load_variables(str(parent.checkpoint_path), shared=True)
     except ValueError as e:  # damaged since the child was proposed: train it unfitted
@@ -243,9 +213,8 @@ def record_outcome(study: Study, outcome: Outcome, worker: str | None = None,
                    rungs: RungPlan | None = None) -> None:
     """Writes a finished candidate's weights and metrics, or its error, to the study.
 
-    With `worker`, nothing is written unless that worker still holds the claim (a lost
-    lease means another worker owns the candidate now). With `rungs`, a child that reached
-    a rung before its last is promoted or stopped there (`Study.record_rung`)."""
+    With `worker`, nothing is written unless that worker still holds the claim. With
+    `rungs`, a child at a rung before its last is promoted or stopped there."""
     cid = outcome.candidate_id
     if worker is not None and not study.holds(cid, worker):
         logging.warning("candidate %d: %s no longer holds it; its outcome is dropped", cid,
@@ -274,9 +243,8 @@ def record_outcome(study: Study, outcome: Outcome, worker: str | None = None,
         study.fail(cid, str(e), worker=worker)
 
 
-# What a child refused at its start raised (`nas.train.train.PoorStartError`,
-# `nas.train.fit.PoorFitError`, `nas.train.fit.ConstantOutputError`), as the first word of
-# the one-line cause that every executor (processes, Ray, external workers) carries back.
+# What a child refused at its start raised, as the first word of the one-line cause that
+# every executor carries back.
 REFUSED_AT_START = ("PoorStartError", "PoorFitError", "ConstantOutputError")
 
 
@@ -286,12 +254,8 @@ def refused_at_start(error: str) -> bool:
 
 
 def record_refusal(study: Study, candidate_id: int, error: str, worker: str | None) -> bool:
-    """Records a child refused at its start (`Study.refuse`) and deletes what it left on
-    disk (its starting weights, its training folder). False when it was not refused: its
-    slot had `search.max_refusals` refusals (it failed, naming the cause), or `worker` no
-    longer holds it."""
-    import shutil
-
+    """Records a child refused at its start and deletes its files; False when it was not
+    refused (its slot had `search.max_refusals`, or `worker` lost it)."""
     try:
         saved = study.get(candidate_id).inheritance.init_path
         refusal = study.refuse(candidate_id, error, worker=worker)
@@ -314,8 +278,6 @@ def record_rung(study: Study, outcome: Outcome, rung: int, epochs: float, rungs:
                 worker: str | None) -> None:
     """A child's result at a rung before its last: promoted (pending again, to resume) or
     stopped (its weights at this rung kept as its checkpoint)."""
-    import shutil
-
     cid = outcome.candidate_id
     path = save_variables(os.path.join(candidate_dir(str(study.workdir), cid), f"rung{rung}"),
                           outcome.variables or {})

@@ -1,25 +1,17 @@
-"""TensorBoard runs of a search (`search.tensorboard=True`), under `<workdir>/tensorboard/`.
+"""TensorBoard runs of a search (`search.tensorboard=True`), under `<workdir>/tensorboard/`:
+`candidate-0007` (candidate 7's curves; a seed's later rounds in `candidate-0001/round1`),
+`study` (the driver's counts, best accuracy and fronts' hypervolumes per finished-candidate
+count) and `finals/<run name>`.
 
-- `candidate-0007`: candidate 7's training curves (training loss and accuracy, learning
-  rate, validation accuracy and loss), mirrored from the records its metrics.jsonl gets, by
-  the process that trains it; a seed's later rounds are `candidate-0001/round1`, ...
-- `study`: the driver's view, against the number of finished candidates: the best
-  validation accuracy, each front's hypervolume, and done / failed / refused counts.
-- `finals/<run name>`: each finals and take-home run's curves.
-
-Why the worker writes a candidate's run and the driver only the study's: each run then has
-one writer, wherever it trains (local worker processes, external `nas-search worker`s,
-Ray tasks, whose run comes back as files with their run folder), and nothing is sent
-between processes for it. Nothing the search decides reads these files: a writer that
-fails logs one warning and stops writing, and the search goes on.
-
-The writer is tensorboardX (no TensorFlow), an optional extra: `pip install
-'alphanas-search[tensorboard]'` (`nas.search.strategy.settings.check_tensorboard` says so
-when it is missing).
+Why the process that trains a candidate writes its run, and the driver only the study's:
+each run then has one writer wherever it trains, and nothing is sent between processes for
+it. Nothing the search decides reads these files: a writer that fails logs one warning and
+stops. The writer is tensorboardX, an optional extra (`alphanas-search[tensorboard]`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import time
@@ -29,6 +21,8 @@ from typing import Any
 from absl import logging
 
 from nas.search.store.candidate import Status
+from nas.search.strategy.pareto import hypervolume
+from nas.search.strategy.selection import cost_value, higher_better
 
 FOLDER = "tensorboard"
 STUDY_RUN = "study"
@@ -63,23 +57,16 @@ def finals_run(workdir: str, run_name: str) -> str:
     return os.path.join(root(workdir), "finals", run_name)
 
 
-def study_run(workdir: str) -> str:
-    return os.path.join(root(workdir), STUDY_RUN)
-
-
 class RunWriter:
     """Scalars to one TensorBoard run in `folder` (None: writes nothing).
 
-    The event file is opened at the first scalar, so a run that logs nothing (a child
-    refused before its first step) leaves no folder. It purges what earlier files of the
-    run hold from that step on: a candidate resumed from its checkpoint after a killed
-    attempt (or a resumed driver's study run) shows each step once, the newest. A writer
-    that cannot be made or written (no tensorboardX on a Ray node, a full disk) logs one
-    warning and is off."""
+    The event file is opened at the first scalar, so a run that logs nothing leaves no
+    folder, and purges what earlier files of the run hold from that step on, so a resumed
+    run shows each step once. A writer that cannot be made or written logs one warning and
+    is off."""
 
-    def __init__(self, folder: str | None, flush_secs: int = 10) -> None:
+    def __init__(self, folder: str | None) -> None:
         self.folder = folder
-        self.flush_secs = flush_secs
         self._writer: Any = None
         self.off = folder is None
 
@@ -97,10 +84,9 @@ class RunWriter:
             if self._writer is None:
                 from tensorboardX import SummaryWriter
 
-                # the file's name holds only the second and the host; TensorBoard reads a
-                # run's files in name order, and the purge works on the files read before:
-                # the nanosecond keeps two writers of one second apart and in order
-                self._writer = SummaryWriter(logdir=self.folder, flush_secs=self.flush_secs,
+                # TensorBoard reads a run's files in name order and the purge works on those
+                # read before: the nanosecond keeps two writers of one second in order
+                self._writer = SummaryWriter(logdir=self.folder, flush_secs=10,
                                              purge_step=int(step),
                                              filename_suffix=f".{time.time_ns()}.{os.getpid()}")
             for tag, value in values.items():
@@ -112,8 +98,8 @@ class RunWriter:
                             str(e).splitlines()[0] if str(e) else type(e).__name__)
 
     def record(self, record: Mapping[str, Any]) -> None:
-        """A metrics.jsonl record (`nas.train.train`): its numbers at its step, named by
-        `TAGS` (others under `other/`); the final summary (a dict) is skipped."""
+        """A metrics.jsonl record's numbers at its step, named by `TAGS` (others under
+        `other/`); the final summary is skipped."""
         if self.off or "step" not in record:
             return
         values = {TAGS.get(k, f"other/{k}"): v for k, v in record.items()
@@ -130,17 +116,15 @@ class RunWriter:
 
     def close(self) -> None:
         if self._writer is not None:
-            try:
+            with contextlib.suppress(Exception):  # as in `scalars`
                 self._writer.close()
-            except Exception:  # noqa: BLE001 - as in `scalars`
-                pass
             self._writer = None
 
 
 def round_folder(folder: str | None, workdir: str | None, where: str | None) -> str | None:
-    """The run of one training of a task: the task's own (`folder`), or, for a seed's
-    round k (trained in `<workdir>/round<k>`, its steps counted from 0 again), a run
-    `<folder>/round<k>` beside it, so the rounds' curves do not overlap."""
+    """The run of one training of a task: `folder`, or for a seed's round k (trained in
+    `<workdir>/round<k>`, its steps from 0 again) `<folder>/round<k>`, so curves do not
+    overlap."""
     if folder is None or not where or not workdir or \
             os.path.abspath(where) == os.path.abspath(workdir):
         return folder
@@ -148,13 +132,10 @@ def round_folder(folder: str | None, workdir: str | None, where: str | None) -> 
 
 
 class StudyRun:
-    """The driver's study run: one point per finished-candidate count, written when that
-    count grows (`update`)."""
+    """The driver's study run: one point per finished-candidate count, when it grows."""
 
     def __init__(self, workdir: str, costs: Sequence[str]) -> None:
-        from nas.search.strategy.selection import higher_better
-
-        self.writer = RunWriter(study_run(workdir))
+        self.writer = RunWriter(os.path.join(root(workdir), STUDY_RUN))
         # a front's hypervolume needs a reference cost: twice the seed's (lower is better)
         self.costs = tuple(c for c in costs if not higher_better(c))
         self._written = 0
@@ -162,41 +143,34 @@ class StudyRun:
 
     def update(self, study: Any, finished: int, counts: Mapping[str, int], done: Any
                ) -> None:
-        """`counts`: the study's per status; `done`: the driver's `DoneCache`, refreshed:
-        its best and fronts are read."""
+        """`counts`: the study's per status; `done`: the driver's refreshed `DoneCache`."""
         if finished <= self._written or self.writer.off:
             return
         self._written = finished
         try:
-            self._update(study, finished, counts, done)
+            refused = sum(n for kinds in study.refusal_counts().values()
+                          for n in kinds.values())
+            values: dict[str, float] = {
+                "candidates/done": counts.get(Status.DONE, 0),
+                "candidates/failed": (counts.get(Status.FAILED, 0)
+                                      + counts.get(Status.INFEASIBLE, 0)),
+                "candidates/stopped": counts.get(Status.STOPPED, 0),
+                "candidates/refused": refused,
+            }
+            best = done.best()
+            if best is not None:
+                values["best/validation_accuracy"] = float(best.accuracy)
+                values.update(self.hypervolumes(done))
+            self.writer.scalars(values, finished)
+            self.writer.flush()
         except Exception as e:  # noqa: BLE001 - the search goes on without its study run
             self.writer.off = True
             logging.warning("TensorBoard run %s: not written (%s: %s)", self.writer.folder,
                             type(e).__name__, str(e).splitlines()[0] if str(e) else "")
 
-    def _update(self, study: Any, finished: int, counts: Mapping[str, int], done: Any
-                ) -> None:
-        refused = sum(n for kinds in study.refusal_counts().values() for n in kinds.values())
-        values: dict[str, float] = {
-            "candidates/done": counts.get(Status.DONE, 0),
-            "candidates/failed": (counts.get(Status.FAILED, 0)
-                                  + counts.get(Status.INFEASIBLE, 0)),
-            "candidates/stopped": counts.get(Status.STOPPED, 0),
-            "candidates/refused": refused,
-        }
-        best = done.best()
-        if best is not None:
-            values["best/validation_accuracy"] = float(best.accuracy)
-            values.update(self.hypervolumes(done))
-        self.writer.scalars(values, finished)
-        self.writer.flush()
-
     def hypervolumes(self, done: Any) -> dict[str, float]:
-        """Each front's hypervolume (`nas.search.strategy.pareto.hypervolume`) with costs
-        in units of the seed's and the reference (0 accuracy, twice the seed's cost): the
-        seed alone scores its accuracy, a front that adds cheaper or better models more."""
-        from nas.search.strategy.pareto import hypervolume
-
+        """Each front's hypervolume, costs in units of the seed's, against (0 accuracy,
+        twice the seed's cost): the seed alone scores its accuracy, a better front more."""
         seed = self.seed_costs(done)
         out = {}
         for cost in self.costs:
@@ -209,8 +183,6 @@ class StudyRun:
 
     def seed_costs(self, done: Any) -> dict[str, float]:
         """The first seed's costs (the hypervolumes' unit), found once."""
-        from nas.search.strategy.selection import cost_value
-
         if self._seed is None:
             seed = next((r for r in done.done() if r.parent_id is None), None)
             if seed is None:

@@ -1,11 +1,10 @@
-"""A search's user functions: which ones, checked against the study, shipped to workers.
+"""A search's user functions: which ones, checked against the study, measured in workers.
 
 Keys: "loss", "optimizer", "augment" (the `train` config's fields, `nas.train.custom`) and
-"costs.<name>" (the `search.costs` config: {name: "package.module:function"}). The config
-names each function; the study records each one's name and code digest when the search
-starts (state "functions"), and a resumed search whose function differs is refused in one
-line, before anything is written. The driver ships the functions by value with every task,
-so a function from a notebook cell or `__main__` trains in worker processes and Ray tasks.
+"costs.<name>" (`search.costs`: {name: "package.module:function"}). The study records each
+one's name and code digest (state "functions"), and a resumed search whose function differs
+is refused in one line. The driver ships the functions by value with every task, so one
+defined in a notebook or `__main__` trains in worker processes and Ray tasks too.
 """
 
 from __future__ import annotations
@@ -17,16 +16,15 @@ from typing import Any
 import numpy as np
 
 from nas import functions as fn_lib
-from nas.functions import unpack
+from nas.graph.serialize import load
+from nas.io.candidate import ExportedCandidate
 from nas.search.strategy.selection import spread_name
 from nas.search.strategy.settings import SearchSettings
 from nas.train import custom
+from nas.train.config import image_shape
 
 STATE = "functions"  # the study's record: {key: {"name", "digest"}}
 COST_PREFIX = "costs."
-
-__all__ = ["STATE", "CostFailed", "check_recorded", "cost_functions", "measure_costs",
-           "search_functions", "unpack"]
 
 
 class CostFailed(RuntimeError):
@@ -36,8 +34,7 @@ class CostFailed(RuntimeError):
 def search_functions(train: Any, search: SearchSettings,
                      given: Mapping[str, Callable[..., Any]] | None = None
                      ) -> dict[str, Callable[..., Any]]:
-    """{key: function} of every user function the config names: `given` ones by value,
-    the others imported by name (one ValueError naming the field when one cannot be)."""
+    """{key: function} of the config's user functions: `given`, else imported."""
     given = dict(given or {})
     out = custom.train_functions(train, {k: v for k, v in given.items() if k in custom.KEYS})
     out.update(cost_functions(search.costs, given))
@@ -78,10 +75,6 @@ def measure_costs(costs: Mapping[str, Callable[..., Any]], graph_json: str,
                   variables: Mapping[str, Any], train_config: Mapping[str, Any],
                   metrics: Mapping[str, Any]) -> dict[str, float]:
     """Each cost of the trained candidate (as `nas.load_candidate` gives it), by name."""
-    from nas.graph.serialize import load
-    from nas.io.candidate import ExportedCandidate
-    from nas.train.config import image_shape
-
     graph, constants = load(graph_json)
     candidate = ExportedCandidate(path="(the trained candidate)", graph=graph,
                                   constants=dict(constants or {}), variables=dict(variables),
@@ -102,7 +95,6 @@ def measure_costs(costs: Mapping[str, Callable[..., Any]], graph_json: str,
 
 
 def _one_value(name: str, fn: Callable[..., Any], candidate: Any) -> float:
-    """One call of a user's cost: a finite number, else `CostFailed` with its cause."""
     try:
         value = fn(candidate)
     except Exception as e:  # noqa: BLE001 - the user's code: its cause is the record

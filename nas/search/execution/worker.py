@@ -1,30 +1,45 @@
-"""Training one candidate, as a pure function that any executor can run anywhere.
+"""Training one candidate, as a pure function of plain data that any executor can run.
 
-`train_candidate` takes only plain data (config dict, graph JSON, numpy variables) and
-returns plain data, so it runs the same in-process, in a local worker process, in a Ray task
-or in an external `nas-search worker`. Failures are exceptions with a clear message that
-`describe_failure` turns into what the study records; the caller records them.
+Processes of one search that serve one device on this host take turns on it (`DeviceTurn`).
+Why a file lock named after the search's workdir and the device: every such process finds
+it from plain data, whichever executor started it, and the kernel releases it when its
+holder dies.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import functools
+import hashlib
 import math
 import os
 import re
+import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
 
+import jax
 import ml_collections
 import numpy as np
 
+from nas.functions import unpack
+from nas.graph import Model
+from nas.graph.serialize import load
 from nas.search.execution.task import Failure, Task
+from nas.search.execution.tensorboard_runs import RunWriter, round_folder
+from nas.search.execution.user_functions import cost_functions, measure_costs
+from nas.train import train_and_eval
+from nas.train.config import image_shape
+from nas.train.fit import fit_for_task
+from nas.train.latency import LatencySettings, inference_latency
+from nas.train.memory import DeviceBudgetExceeded
 from nas.train.options import TrainOptions
 from nas.train.perf import read_records
-
-_DEVICE_DATA: Any = None  # this process's device-resident training set, kept between candidates
+from nas.train.rounds import Rounds, train_in_rounds
+from nas.train.train import DeviceDataCache
 
 
 class CandidateTimeout(RuntimeError):
@@ -35,6 +50,64 @@ class ClaimLost(RuntimeError):
     """This worker no longer holds the candidate's lease: its result must not be recorded."""
 
 
+# ----------------------------------------------------------------------------- device turns
+
+
+def lock_dir() -> str:
+    """$NAS_DEVICE_LOCKS, else `nas-device-locks` in the host's temporary directory."""
+    return os.environ.get("NAS_DEVICE_LOCKS") or os.path.join(tempfile.gettempdir(),
+                                                             "nas-device-locks")
+
+
+def device_key() -> str:
+    """This process's device, the same in every process that uses it: "cpu" ("cpu-N" for
+    a local executor's slot N), else the platform and the GPUs this process sees."""
+    devices = jax.local_devices()
+    platform = devices[0].platform
+    if platform == "cpu":
+        slot = os.environ.get("NAS_DEVICE_SLOT")
+        return f"cpu-{slot}" if slot else "cpu"
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
+    ids = visible or ",".join(str(d.id) for d in devices)
+    return f"{platform}-{ids.replace(',', '_')}"
+
+
+def lock_path(workdir: str) -> str:
+    """The lock file of this process's device for the search in `workdir`."""
+    search = hashlib.sha256(os.path.realpath(workdir).encode()).hexdigest()[:16]
+    return os.path.join(lock_dir(), search, f"{device_key()}.lock")
+
+
+class DeviceTurn:
+    """A candidate's turn on its device (`with turn:`, as often as needed); `waited` sums
+    the time spent waiting for it, which the candidate's time limit excludes."""
+
+    def __init__(self, path: str) -> None:
+        self.path, self.waited = path, 0.0
+        self._fd: int | None = None
+
+    def __enter__(self) -> DeviceTurn:
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        start = time.monotonic()
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except BaseException:
+            os.close(fd)
+            raise
+        self.waited += time.monotonic() - start
+        self._fd = fd
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)  # closing the only descriptor of the open file releases the lock
+
+
+# ----------------------------------------------------------------------------- training
+
+
 def train_candidate(
     task: Task,
     *,
@@ -42,37 +115,13 @@ def train_candidate(
     should_stop: Callable[[], bool] | None = None,
     share_device: str | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Trains and evaluates a task (`nas.search.execution.task.Task`); returns (metrics,
-    final variables as numpy). The other arguments say how this process runs it.
+    """Trains and evaluates `task`; returns (metrics, final variables as numpy).
 
-    With `share_device` (a search's workdir) the candidate's steps and evaluations take
-    their turn on this process's device with the other processes of that search on this
-    host (`nas.search.execution.device_turns`): those prepare their candidates (inherited weights,
-    fitting, compilation) meanwhile. The soft `time_limit_s` is checked after every train
-    step (CandidateTimeout); time spent waiting for the device does not count. With
-    `owner_pid`, training stops as soon as this process is orphaned (its driver died, so
-    nobody would record the result and a new claim may already train it). `should_stop()`
-    (in-process callers only) True means the claim was lost (ClaimLost).
-
-    Of the task: `stop_epochs` stops at a multi-fidelity rung (see `TrainOptions`);
-    `workdir` holds the checkpoint that the next rung (or a restarted run) resumes from.
-    `fit`: the child's new ops are first fitted to the tensors they replace, on this
-    worker's device while its steps compile, unless `workdir` already holds a checkpoint
-    to resume; its errors and time join the metrics. `functions`: the user's loss,
-    optimizer, augmentation and costs by value; `costs`: each cost runs on the trained
-    candidate once it reaches its last rung, and its value joins the metrics under its
-    name (a cost that raises fails the candidate). `rounds` (a search's seed): trains on
-    while it gains, `_train_rounds`. `latency` (None: not timed): at its last
-    rung, the trained model's inference is timed holding this process's device turn, and
-    `latency_ms` with its spread `latency_ms_iqr` join the metrics.
-    """
-    import jax
-
-    from nas.graph.serialize import load
-    from nas.search.execution.device_turns import DeviceTurn, lock_path
-    from nas.search.execution.user_functions import cost_functions, measure_costs, unpack
-    from nas.train.fit import fit_for_task
-
+    `share_device` (a search's workdir): the steps, evaluations and latency timing take
+    turns on this device with that search's other processes here. The soft time limit
+    excludes device waits (CandidateTimeout). `owner_pid`: stops once this process is
+    orphaned. `should_stop()` True: the claim was lost (ClaimLost). Costs and latency are
+    measured at the last rung only."""
     graph, constants = load(task.graph_json)
     config = ml_collections.ConfigDict(task.train_config)
     shipped = unpack(task.functions)
@@ -113,29 +162,16 @@ def train_candidate(
     return values, variables
 
 
+@functools.cache
 def device_data() -> Any:
     """This process's device-resident training set, kept between candidates."""
-    global _DEVICE_DATA
-    if _DEVICE_DATA is None:
-        from nas.train.train import DeviceDataCache
-
-        _DEVICE_DATA = DeviceDataCache()
-    return _DEVICE_DATA
+    return DeviceDataCache()
 
 
 def latency_metrics(graph: Any, constants: Any, variables: dict[str, Any],
                     train_config: dict[str, Any], settings: dict[str, Any],
                     turn: Any = None) -> dict[str, float]:
-    """`latency_ms` (the median), `latency_ms_iqr` (its spread) and the calls timed, of the
-    trained model's compiled inference (`nas.train.latency`). Timed while holding the
-    device `turn` (when the worker shares its device), so that no other process of the
-    search trains on it meanwhile."""
-    import contextlib
-
-    from nas.graph import Model
-    from nas.train.config import image_shape
-    from nas.train.latency import LatencySettings, inference_latency
-
+    """`latency_ms`, `latency_ms_iqr` and the calls timed, holding the device `turn`."""
     model = Model(graph, constants)
 
     def infer(v: Any, x: Any) -> Any:
@@ -151,12 +187,8 @@ def _run_once(variables: Any, where: str | None, seen: list[float], *,
               stop_now: Callable[[int], bool], config: Any,
               options: TrainOptions, curves: str | None = None,
               workdir: str | None = None) -> tuple[Any, int, Any]:
-    """One `train_and_eval` run of `options` from `variables` in `where`, each
-    evaluation's accuracy appended to `seen`; starting weights given are evaluated first
-    (`start_accuracy`). With `curves` (the task's TensorBoard run), its records are
-    mirrored there (a round of a seed's, in `workdir/round<k>`, to a run of its own)."""
-    from nas.search.execution.tensorboard_runs import RunWriter, round_folder
-    from nas.train import train_and_eval
+    """One `train_and_eval` run from `variables` in `where`, each evaluation's accuracy
+    appended to `seen`; its records mirrored to the TensorBoard run `curves`."""
 
     def on_eval(epoch: int, m: Any) -> bool:
         seen.append(float(m.acc))
@@ -170,9 +202,8 @@ def _run_once(variables: Any, where: str | None, seen: list[float], *,
 
 
 class StopCheck:
-    """Called after every train step: stopping raises at once, so nothing more is spent
-    (no final evaluation or checkpoint of a candidate that is not recorded). The soft time
-    limit counts from the last `restart` (a seed's round), without device waits."""
+    """Called after every train step: stopping raises at once. The soft time limit counts
+    from the last `restart` (a seed's round), without device waits."""
 
     def __init__(self, time_limit_s: float, owner_pid: int | None,
                  should_stop: Callable[[], bool] | None, turn: Any) -> None:
@@ -199,15 +230,10 @@ class StopCheck:
 
 def _train_rounds(run: Callable[..., Any], rounds: dict[str, Any], workdir: str | None,
                   start: Any, new_round: Callable[[], None]) -> tuple[dict[str, Any], Any]:
-    """`run` in rounds (`nas.train.rounds.Rounds` fields `rounds`): the schedule is run
-    again from where it ended while the validation accuracy still rises; the best round
-    is returned, with `rounds`, `round_accuracies`, `best_round`, `curve` (validation
-    accuracy after every epoch) and the epochs of all rounds in its metrics. The time
-    limit is per round. Round 0 runs in `workdir`, round k in
-    `workdir/round<k>`, so a resumed seed replays its finished rounds from their
-    checkpoints. Each round's curve is read from its metrics.jsonl where it has one (the
-    same after a resume), else from its evaluations."""
-    from nas.train.rounds import Rounds, train_in_rounds
+    """`run` in rounds (`nas.train.rounds.Rounds` fields) while the validation accuracy
+    rises; the best round, with the rounds' record in its metrics. Round k runs in
+    `workdir/round<k>`, so a resumed seed replays finished rounds from their checkpoints."""
+    starts: list[float] = []
 
     def run_round(index: int, variables: Any) -> tuple[dict[str, Any], int, Any, list]:
         new_round()
@@ -215,18 +241,12 @@ def _train_rounds(run: Callable[..., Any], rounds: dict[str, Any], workdir: str 
         seen: list[float] = []
         metrics, epochs, state = run(variables, where, seen)
         values = metrics.record()
+        if index == 0 and "start_accuracy" in values:  # the seed as it arrived
+            starts.append(values["start_accuracy"])
         logged = epoch_accuracies(where) if where else []
         return values, epochs, state, logged or [*seen, float(values["accuracy"])]
 
-    starts: list[float] = []
-
-    def first_start(index: int, variables: Any) -> tuple[dict[str, Any], int, Any, list]:
-        out = run_round(index, variables)
-        if index == 0 and "start_accuracy" in out[0]:  # the seed as it arrived
-            starts.append(out[0]["start_accuracy"])
-        return out
-
-    result = train_in_rounds(first_start, Rounds(**rounds), start)
+    result = train_in_rounds(run_round, Rounds(**rounds), start)
     values = {**{k: v for k, v in result.metrics.items() if k != "start_accuracy"},
               **({"start_accuracy": starts[0]} if starts else {}),
               "epochs": result.epochs, "rounds": result.rounds,
@@ -256,14 +276,8 @@ def is_out_of_memory(e: BaseException) -> bool:
 
 
 def describe_failure(e: BaseException) -> tuple[str, bool]:
-    """(one-line message to record, whether the candidate is infeasible: it can never run).
-
-    Out-of-memory failures read "out of memory (asked N bytes)" and are infeasible: the
-    same architecture on the same machine fails again. So is a candidate rejected before
-    training for needing more device memory than the budget (its message carries the
-    estimate and the budget)."""
-    from nas.train.memory import DeviceBudgetExceeded
-
+    """(one-line message to record, whether the candidate is infeasible): out of memory,
+    or over the device memory budget, fails again on the same machine."""
     if isinstance(e, DeviceBudgetExceeded):
         return f"infeasible: {e}", True
     if is_out_of_memory(e):
@@ -276,8 +290,7 @@ def describe_failure(e: BaseException) -> tuple[str, bool]:
 
 
 def train_or_failure(task: Task, **runtime: Any) -> tuple[dict[str, Any], dict[str, Any]] | Failure:
-    """`train_candidate` in a worker process or Ray task: its result, or its failure as
-    data (`runtime`: `train_candidate`'s keyword arguments)."""
+    """`train_candidate`'s result, or its failure as data."""
     try:
         return train_candidate(task, **runtime)
     except (Exception, MemoryError) as e:  # noqa: BLE001 - the cause is sent back, named

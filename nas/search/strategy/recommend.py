@@ -33,15 +33,23 @@ from nas.search.strategy.settings import stored_value
 
 
 class Scored(Protocol):
-    """What the rules read of a candidate (`cost_value` reads its costs by name)."""
+    """What the rules read of a candidate (`cost_value` reads its costs by name); read-only,
+    so that a frozen `Candidate` satisfies it."""
 
-    id: int
-    parent_id: int | None
-    status: str
-    accuracy: float | None
-    flops: float | None
-    extra_metrics: dict[str, Any]
-    metrics: dict[str, Any]  # every reported metric
+    @property
+    def id(self) -> int: ...
+    @property
+    def parent_id(self) -> int | None: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def accuracy(self) -> float | None: ...
+    @property
+    def flops(self) -> float | None: ...
+    @property
+    def extra_metrics(self) -> dict[str, Any]: ...
+    @property
+    def metrics(self) -> dict[str, Any]: ...  # every reported metric
 
 
 def done_of(candidates: Sequence[Scored]) -> list[Scored]:
