@@ -19,8 +19,9 @@ from nas.search.store.study import Study
 from tests.search.conftest import ROOT, SEARCH_CONFIG
 
 FLAGS = [
+    f"--config={SEARCH_CONFIG}",  # first: absl reads an override only after its file
     "--config.search.finals.k=0",  # the finals have tests of their own
-    f"--config={SEARCH_CONFIG}", "--noprogress", "--config.train.total_epochs=0.5",
+    "--noprogress", "--config.train.total_epochs=0.5",
     "--config.train.ckpt_steps=0", "--config.train.log_training_steps=1000",
     "--config.train.schedule.warmup_steps=2", "--config.search.seed_epochs=0.5",
     "--config.search.seed_max_epochs=0",
