@@ -624,11 +624,11 @@ def _label_inside(ax: Any, text: str, xy: tuple[float, float], offset: tuple[flo
                 **style)
 
 
-def _lineage_png(ax: object, done: Sequence[Candidate], by_id: dict[int, Candidate],
+def _lineage_png(ax: Any, done: Sequence[Candidate], by_id: dict[int, Candidate],
                  cost: str) -> None:
     """Grey parent -> child lines, under the points."""
     for c in done:
         parent = by_id.get(c.parent_id) if c.parent_id is not None else None
         if parent is not None and parent.status == Status.DONE and cost_value(parent, cost):
-            ax.plot([cost_value(parent, cost), cost_value(c, cost)],  # type: ignore[attr-defined]
+            ax.plot([cost_value(parent, cost), cost_value(c, cost)],
                     [parent.accuracy, c.accuracy], color="0.75", linewidth=0.7, zorder=1)
