@@ -9,7 +9,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -18,6 +17,7 @@ from nas.search.reporting.report import to_csv, write_report
 from nas.search.reporting.report_text import summary
 from nas.search.store.study import Study
 from nas.search.strategy.fidelity import FidelityConfig, RungResult, promotion
+from tests.search._held_search import HELD, HOLD
 
 RUNGS = {"rungs": (0.25,), "keep": 0.5, "parent_ratio": 0.0}
 # digits: 1437 training images, 1294 once search.validation_fraction (0.1) holds 143 out;
@@ -89,8 +89,7 @@ def test_children_stop_at_a_rung_or_resume_to_the_full_budget(tmp_path, search_c
     assert ranking[0] in write_report(study).read_text()
 
 
-SEARCH_CONFIG = os.path.join(os.path.dirname(__file__), "..", "..", "configs",
-                             "digits_cnn_search.py")
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 OVERRIDES = [
     "--config.search.finals.k=0",  # the finals have tests of their own
     "--config.train.total_epochs=0.5", "--config.train.ckpt_steps=2",
@@ -105,17 +104,47 @@ OVERRIDES = [
 ]
 
 
-def start_driver(workdir):
-    command = [sys.executable, "-m", "nas.search.cli", f"--config={SEARCH_CONFIG}",
+def start_driver(workdir, *, hold=False):
+    """`nas-search` on the digits; `hold`: it holds inside the first child's task at its
+    last rung, and says so on stdout (tests/search/_held_search.py)."""
+    config = os.path.join(ROOT, "tests", "search", "_held_search.py")
+    command = [sys.executable, "-m", "nas.search.cli", f"--config={config}",
                f"--workdir={workdir}", "--noprogress", *OVERRIDES]
-    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    env.pop(HOLD, None)
+    if hold:
+        env[HOLD] = "1"
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            env=env, cwd=ROOT)
 
 
-def candidates(workdir):
-    try:
-        return Study.load(workdir).candidates()
-    except ValueError:
-        return []
+def wait_until_held(driver):
+    """Returns once `driver` holds (its line on stdout); its output if it ends first."""
+    seen = []
+    for line in driver.stdout:
+        if line.decode().strip() == HELD:
+            return
+        seen.append(line.decode())
+    driver.wait()
+    raise AssertionError("the driver ended before it held:\n" + "".join(seen)[-3000:])
+
+
+def assert_none_lost(before, study):
+    """Every candidate of `before` (id: Candidate, the study at the kill) is in `study` with
+    its rung results, none recorded again or lost; or it was refused at its start after
+    the kill (search.max_start_drop: its row leaves the table, its refusal stays), and the
+    search went on to a later proposal in its place, as max_candidates counts no refusal."""
+    after = {c.id: c for c in study.candidates()}
+    refused = {r.candidate_id: r for r in study.refusals("start")}
+    for cid, old in before.items():
+        if cid in after:
+            new = after[cid]
+            assert new.rungs[:len(old.rungs)] == old.rungs, cid
+            assert new.rung >= old.rung, cid
+        else:
+            assert cid in refused, f"candidate {cid} is lost: not in the study, not refused"
+            assert not old.rungs, cid  # a child is refused at its start only
+            assert max(after) > cid, cid
 
 
 @pytest.mark.slow  # two driver processes and three candidates: minutes on 2 shared cores
@@ -132,29 +161,24 @@ def test_killed_search_resumes_with_every_candidate_at_its_rung(tmp_path):
 
 
 def _kill_and_resume(workdir, drivers):
-    driver = start_driver(workdir)
+    driver = start_driver(workdir, hold=True)
     drivers.append(driver)
-    deadline = time.monotonic() + 400
-    # kill while a promoted child trains toward its last rung
-    while not any(c.rung == 1 and c.status == "running" for c in candidates(workdir)):
-        assert driver.poll() is None, driver.stdout.read().decode()[-3000:]
-        assert time.monotonic() < deadline
-        time.sleep(0.2)
-    driver.send_signal(signal.SIGKILL)  # at once: a wait here only lets the child finish
+    # killed inside a promoted child's task at its last rung: its steps taken, its
+    # result not recorded
+    wait_until_held(driver)
+    driver.send_signal(signal.SIGKILL)
     driver.wait()
-    before = {c.id: c for c in candidates(workdir)}
+    killed = Study.load(workdir)
+    before = {c.id: c for c in killed.candidates()}
     at_rung = [c for c in before.values() if c.rung == 1 and c.status == "running"]
     assert at_rung and at_rung[0].rungs[0]["decision"] == "promoted"
 
     driver = start_driver(workdir)
     drivers.append(driver)
-    output = driver.communicate(timeout=900)[0].decode()
+    output = driver.communicate(timeout=900)[0].decode()  # a hang's guard only
     assert driver.returncode == 0, output[-3000:]
     study = Study.load(workdir)
-    for cid, old in before.items():  # no rung result recorded again or lost
-        new = study.get(cid)
-        assert new.rungs[:len(old.rungs)] == old.rungs
-        assert new.rung >= old.rung
+    assert_none_lost(before, study)
     resumed = study.get(at_rung[0].id)
     assert resumed.status == "done" and resumed.attempts == 2  # re-queued once, at rung 1
     assert [r["decision"] for r in resumed.rungs] == ["promoted", "final"]
