@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import ml_collections
@@ -31,9 +32,9 @@ class SearchInterrupted(KeyboardInterrupt):
 def run_study(config: ml_collections.ConfigDict, workdir: str, *, budget_given: bool,
               functions: Mapping[str, Callable[..., Any]] | None = None,
               progress: bool = True, callbacks: Sequence[Callable[[Any], Any]] = (),
-              say: Callable[[str], None] = print,
-              on_checked: Callable[[], None] | None = None) -> tuple[Study, bool]:
-    """Runs (or resumes) the search of `config` in `workdir`; (study, whether it trained).
+              on_checked: Callable[[], None] | None = None) -> tuple[Study, Path | None]:
+    """Runs (or resumes) the search of `config` in `workdir`; (the study, the path of the
+    report of what it holds now, written when it trained, else None).
 
     A resumed study keeps the budget it last ran to unless `budget_given`; a finished one
     says so in one line and trains nothing. `on_checked` runs once the settings are read
@@ -56,21 +57,24 @@ def run_study(config: ml_collections.ConfigDict, workdir: str, *, budget_given: 
     if functions is None:  # with functions, the driver checks them against the study first
         line = finished_line(workdir, config)  # finished: no driver set-up
         if line is not None:
-            say(line)
-            return Study.load(workdir), False
+            print(line, flush=True)
+            return Study.load(workdir), None
     from nas.search.execution.driver import Driver
 
     driver = Driver(config, workdir, functions, settings)
     if driver.finished():  # resumed with nothing left to do: say so in one line
         counts = ", ".join(f"{s} {n}" for s, n in driver.study.counts().items() if n)
-        say(f"the search in {workdir} is finished ({counts}; max_candidates "
-            f"{driver.search.max_candidates}); report: {write_if_stale(driver.study)}")
-        return driver.study, False
+        print(f"the search in {workdir} is finished ({counts}; max_candidates "
+              f"{driver.search.max_candidates}); report: {write_if_stale(driver.study)}",
+              flush=True)
+        return driver.study, None
     driver.check_seed_weights()  # before a line is printed or the study is written
     after = driver.search.max_candidates
     if before is not None and after > before:
-        say(f"extending the search in {workdir} from {before} to {after} candidates")
-    return driver.run(progress=progress, callbacks=callbacks), True
+        print(f"extending the search in {workdir} from {before} to {after} candidates",
+              flush=True)
+    study = driver.run(progress=progress, callbacks=callbacks)
+    return study, write_if_stale(study)
 
 
 def run_search(seed: Any, data: Any, *, workdir: str | os.PathLike, max_candidates: int,
@@ -115,51 +119,35 @@ def run_search(seed: Any, data: Any, *, workdir: str | os.PathLike, max_candidat
                        augment=augment, costs=costs, callbacks=callbacks, extras=extras)
 
     def checked() -> None:
-        prepared.write(workdir)
-        line = _resuming_line(workdir, max_candidates)
-        if line:
-            print(line, flush=True)
+        prepared.write()
+        done, started = _done_count(workdir)
+        if started and done < max_candidates:
+            print(f"resuming: {done} done, {max_candidates - done} to go", flush=True)
 
     try:
-        study, trained = run_study(prepared.config, workdir, budget_given=True,
-                                   functions=prepared.functions, progress=progress,
-                                   callbacks=tuple(callbacks), on_checked=checked)
+        study, report = run_study(prepared.config, workdir, budget_given=True,
+                                  functions=prepared.functions, progress=progress,
+                                  callbacks=tuple(callbacks), on_checked=checked)
     except KeyboardInterrupt:
-        raise SearchInterrupted(_interrupted_line(workdir, max_candidates)) from None
-    if trained:  # as nas-search: the report of what the search holds now
-        from nas.search.reporting.report_state import write_if_stale
-
-        path = write_if_stale(study)
-        if progress:
-            print(f"report: {path}", flush=True)
+        done = _done_count(workdir)[0]
+        raise SearchInterrupted(f"interrupted: {done} of {max_candidates} candidates done, "
+                                f"the running ones went back to pending; call run_search "
+                                f"again to resume") from None
+    if report is not None and progress:  # as nas-search: the report of what it holds now
+        print(f"report: {report}", flush=True)
     return SearchResult(study)
 
 
-def _finished(workdir: str) -> tuple[int, bool] | None:
-    """(finished candidates, whether the study has any) of the study in `workdir`; None
-    when there is none."""
+def _done_count(workdir: str) -> tuple[int, bool]:
+    """(finished candidates, whether there is any candidate) of the study in `workdir`."""
     from nas.search.store.candidate import FINISHED
     from nas.search.store.study import StudyNotFoundError
 
     try:
         counts = Study.load(workdir).counts()
     except StudyNotFoundError:
-        return None
+        return 0, False
     return sum(counts[s] for s in FINISHED), any(counts.values())
-
-
-def _resuming_line(workdir: str, max_candidates: int) -> str | None:
-    """"resuming: N done, M to go" for a study that has candidates and is not finished."""
-    found = _finished(workdir)
-    if found is None or not found[1] or found[0] >= max_candidates:
-        return None
-    return f"resuming: {found[0]} done, {max_candidates - found[0]} to go"
-
-
-def _interrupted_line(workdir: str, max_candidates: int) -> str:
-    done = (_finished(workdir) or (0, False))[0]
-    return (f"interrupted: {done} of {max_candidates} candidates done, the running ones "
-            f"went back to pending; call run_search again to resume")
 
 
 @dataclasses.dataclass
@@ -169,17 +157,15 @@ class Prepared:
 
     config: ml_collections.ConfigDict
     functions: dict[str, Callable[..., Any]]
-    seeds: list[inputs.Seed]
-    paths: list[str]
+    saves: list[tuple[Any, str]]  # (a loaded candidate, where the study keeps its copy)
 
-    def write(self, workdir: str) -> None:
+    def write(self) -> None:
         from nas.io.candidate import save_candidate
 
-        for seed, path in zip(self.seeds, self.paths, strict=True):
-            # the study's own copy of a loaded candidate (`inputs.check_same_seed`)
-            if seed.candidate is not None and not os.path.isfile(path):
+        for candidate, path in self.saves:  # kept once: `inputs.check_same_seed` reads it
+            if not os.path.isfile(path):
                 os.makedirs(os.path.dirname(path), exist_ok=True)
-                save_candidate(seed.candidate, path)
+                save_candidate(candidate, path)
 
 
 def prepare(seed: Any, data: Any, *, workdir: str, max_candidates: int, config: Any,
@@ -224,15 +210,16 @@ def prepare(seed: Any, data: Any, *, workdir: str, max_candidates: int, config: 
         raise ValueError(f"data: expected (x_train, y_train, x_test, y_test) arrays or a "
                          f"dataset name ('folder:DIR', 'npz:FILE', a tfds name), got "
                          f"{type(data).__name__}")
+    npz = isinstance(data, str) and data.startswith("npz:")  # it may carry its own extras
     if extras is not None:
-        if arrays is None and not (isinstance(data, str) and data.startswith("npz:")):
+        if arrays is None and not npz:
             raise ValueError(f"extras: need data given as arrays or 'npz:FILE' (where the "
                              f"extras are stored beside the images), got {data!r}")
         arrays = (arrays or inputs.read_npz_arrays(data)).with_extras(extras)
 
-    paths = _seeds_into(cfg, seeds, workdir, set_keys)
-    for one, path in zip(seeds, paths, strict=True):
-        inputs.check_same_seed(one, path)
+    saves = _seeds_into(cfg, seeds, workdir, set_keys)
+    for candidate, path in saves:
+        inputs.check_same_seed(candidate, path)
     given = int(cfg.train.num_classes)
     if given and given != found:
         raise ValueError(f"config field 'train.num_classes' is {given}, but the data has "
@@ -241,16 +228,15 @@ def prepare(seed: Any, data: Any, *, workdir: str, max_candidates: int, config: 
     shape = image_shape(cfg.train)
     for one in seeds:
         inputs.check_classes(found, one.outputs(shape), arrays)
-    if cfg.search.start_from and not _has_candidates(workdir):  # read when it is created
+    if cfg.search.start_from and not _done_count(workdir)[1]:  # read when it is created
         from nas.search.execution.seeds import front_parts
 
         front_parts(str(cfg.search.start_from), cfg.train,
                     str(filled(cfg.search).selection.recommend_cost))
     if arrays is not None:
         stored = arrays.extras
-    else:  # an "npz:FILE" dataset carries its own
-        name = cfg.train.input.data.name
-        stored = inputs.read_npz_arrays(name).extras if name.startswith("npz:") else {}
+    else:
+        stored = inputs.read_npz_arrays(data).extras if npz else {}
     _check_traces(functions, found, shape, stored)
     fn_lib.pack(functions)  # each can be shipped, or one line naming it
     if arrays is not None:  # checked: kept as an npz in the data cache (not the workdir)
@@ -258,7 +244,7 @@ def prepare(seed: Any, data: Any, *, workdir: str, max_candidates: int, config: 
 
         root = os.path.join(cfg.train.input.data_dir or default_data_dir(), "nas_arrays")
         cfg.train.input.data.name = f"npz:{arrays.save(root)}"
-    return Prepared(cfg, functions, seeds, paths)
+    return Prepared(cfg, functions, saves)
 
 
 def _functions(cfg: ml_collections.ConfigDict, **given: Any) -> dict[str, Callable[..., Any]]:
@@ -362,16 +348,18 @@ def _first(e: BaseException) -> str:
 
 
 def _seeds_into(cfg: ml_collections.ConfigDict, seeds: Sequence[inputs.Seed], workdir: str,
-                set_keys: Sequence[str]) -> list[str]:
+                set_keys: Sequence[str]) -> list[tuple[Any, str]]:
     """The seeds as config fields (the first as `search.seed_graph` or the zoo model, the
     others as `search.extra_seeds`; all of them there with `search.start_from`, whose
     front comes first), and the images at their input shape (size and channels) unless
-    the overrides set them. Returns where each loaded candidate is kept ("" for others)."""
+    the overrides set them. Returns each loaded candidate with where the study keeps it."""
     root = os.path.abspath(workdir)
     paths = [seed.path if seed.candidate is None else
              os.path.join(root, inputs.SEED_FILE if i == 0 else f"seed{i}.zip")
              for i, seed in enumerate(seeds)]  # a zoo model's path is ""
     names = [seed.model_name or path for seed, path in zip(seeds, paths, strict=True)]
+    saves = [(seed.candidate, path) for seed, path in zip(seeds, paths, strict=True)
+             if seed.candidate is not None]
     first = 0
     if not cfg.search.start_from and seeds:
         first = 1
@@ -388,16 +376,15 @@ def _seeds_into(cfg: ml_collections.ConfigDict, seeds: Sequence[inputs.Seed], wo
                              f"[{shapes[0][0]}]'s {shapes[0][1]} (expected every seed to "
                              f"take the same images)")
     if not shapes and cfg.search.start_from:  # the earlier study's images, unless set
-        from nas.search.execution.seeds import source_study
+        from nas.search.execution.seeds import source_study, stored_shape
 
         # a resumed study reads its own (the earlier one may be gone by now)
-        where = workdir if _has_candidates(workdir) else str(cfg.search.start_from)
+        where = workdir if _done_count(workdir)[1] else str(cfg.search.start_from)
         with source_study(where) as study:
-            theirs = ((study.config.get("train") or {}).get("input") or {})
-        shapes = [(0, (theirs.get("image_size"), theirs.get("image_size"),
-                       theirs.get("channels", 3)))] if "image_size" in theirs else []
+            theirs = stored_shape(study.config)
+        shapes = [] if theirs is None else [(0, theirs)]
     if not shapes:
-        return paths
+        return saves
     shape = shapes[0][1]
     if len(shape) != 3 or shape[0] != shape[1] or shape[2] not in (1, 3):
         raise ValueError(f"seed: input shape {shape}: nas trains square images "
@@ -406,9 +393,4 @@ def _seeds_into(cfg: ml_collections.ConfigDict, seeds: Sequence[inputs.Seed], wo
         cfg.train.input.image_size = int(shape[0])
     if "train.input.channels" not in set_keys:
         cfg.train.input.channels = int(shape[2])
-    return paths
-
-
-def _has_candidates(workdir: str) -> bool:
-    found = _finished(workdir)
-    return found is not None and found[1]
+    return saves

@@ -166,7 +166,6 @@ def config_file_error(e: BaseException, argv: Sequence[str]) -> str:
 
 def _search(workdir: str) -> None:
     from nas.search.api import run_study
-    from nas.search.reporting.report_state import write_if_stale
     from nas.search.reporting.report_text import summary
 
     if _CONFIG.value is None:
@@ -177,11 +176,10 @@ def _search(workdir: str) -> None:
         if more:
             config.search.extra_seeds = tuple(more)
     given = "search.max_candidates" in config_flags.get_override_values(FLAGS["config"])
-    study, trained = run_study(config, workdir, budget_given=given, progress=_PROGRESS.value,
-                               say=lambda line: print(line, flush=True))
-    if trained:
+    study, report = run_study(config, workdir, budget_given=given, progress=_PROGRESS.value)
+    if report is not None:
         print(summary(study))
-        print(f"report: {write_if_stale(study)}")
+        print(f"report: {report}")
 
 
 def _worker(workdir: str) -> None:
@@ -234,7 +232,7 @@ def _report(workdir: str) -> None:
 
 
 def _export(workdir: str) -> None:
-    from nas.search.result import candidate_id, take_home
+    from nas.search.result import candidate_id
     from nas.search.store.export import export_candidate
     from nas.search.store.study import Study
 
@@ -252,10 +250,9 @@ def _export(workdir: str) -> None:
             raise ValueError(f"--out: {e}") from None
     study = Study.load(workdir)
     try:
-        cid, why = candidate_id(study, _ID.value)
+        cid, why, home = candidate_id(study, _ID.value)
     except ValueError as e:
         raise ValueError(f"--{e}") from None
-    home = take_home(study, _ID.value)
     if home is not None:
         why += ", the finals' retrain of it (more accurate on validation than the search's weights)"
     try:

@@ -93,10 +93,8 @@ def import_flax(spec: str, input_shape: str | None, variables: str | None,
                 out: str | None) -> str:
     """Imports the module and writes the seed file; returns its path. Checked only inside
     `nas.interop.check.checked_imports()`."""
-    from nas.interop.importer import from_flax
-
-    model, x, loaded = _prepare(spec, input_shape, variables, out)
-    return _save(from_flax(model, x, variables=loaded), out)
+    candidate, _, _, _ = _imported(spec, input_shape, variables, out)
+    return _save(candidate, out)
 
 
 def import_checked(spec: str, input_shape: str | None, variables: str | None,
@@ -104,18 +102,16 @@ def import_checked(spec: str, input_shape: str | None, variables: str | None,
     """`import_flax` with the import check always run before anything is written. Call it
     outside `checked_imports()`, which would check a second time."""
     from nas.interop.check import measure_import
-    from nas.interop.importer import from_flax
 
-    model, x, loaded = _prepare(spec, input_shape, variables, out)
-    candidate = from_flax(model, x, variables=loaded)
+    candidate, model, x, loaded = _imported(spec, input_shape, variables, out)
     measured = measure_import(candidate, model, x, variables=loaded)
     return Imported(_save(candidate, out), measured)
 
 
-def _prepare(spec: str, input_shape: str | None, variables: str | None, out: str | None
-             ) -> tuple[Any, Any, dict[str, Any] | None]:
-    """The module, the example batch and its variables (None: `from_flax` initialises a
-    linen module)."""
+def _imported(spec: str, input_shape: str | None, variables: str | None, out: str | None
+              ) -> tuple[Any, Any, Any, dict[str, Any] | None]:
+    """The imported candidate, the module, the example batch and its variables (None:
+    `from_flax` initialises a linen module)."""
     if not out:
         raise ValueError("import needs --out=FILE.zip")
     shape = parse_shape(input_shape)
@@ -123,6 +119,7 @@ def _prepare(spec: str, input_shape: str | None, variables: str | None, out: str
     import jax
 
     from nas.interop.calling import is_nnx
+    from nas.interop.importer import from_flax
     from nas.interop.layers import is_linen
 
     try:
@@ -140,7 +137,7 @@ def _prepare(spec: str, input_shape: str | None, variables: str | None, out: str
                              f"which holds its own weights")
         loaded = read_variables(variables)
     x = jax.random.normal(jax.random.PRNGKey(0), (EXAMPLE_BATCH, *shape))
-    return model, x, loaded
+    return from_flax(model, x, variables=loaded), model, x, loaded
 
 
 def _save(candidate: Any, out: str) -> str:

@@ -98,17 +98,17 @@ def read_seeds(seed: Any, start_from: bool) -> list[Seed]:
     return out
 
 
-def check_same_seed(seed: Seed, path: str) -> None:
+def check_same_seed(candidate: Any, path: str) -> None:
     """A study started from a loaded candidate keeps its copy at `path`: resuming it with
     another model is one line (its children descend from the first one)."""
-    if seed.candidate is None or not os.path.isfile(path):
+    if not os.path.isfile(path):
         return
     from nas.graph.serialize import graph_to_json
     from nas.io.candidate import load_candidate
 
     kept = load_candidate(path)
-    if graph_to_json(kept.graph, kept.constants) != graph_to_json(
-            seed.candidate.graph, seed.candidate.constants):
+    if graph_to_json(kept.graph, kept.constants) != graph_to_json(candidate.graph,
+                                                                  candidate.constants):
         raise ValueError(f"seed: the study in {os.path.dirname(path)} started from another "
                          f"model ({path}); resume it with that one, or start a new workdir")
 

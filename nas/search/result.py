@@ -17,40 +17,35 @@ from nas.search.store.study import Study
 EXPORTS = "exports"  # loaded candidates are exported here once, in the workdir
 
 
-def candidate_id(study: Study, value: int | str) -> tuple[int, str]:
-    """(candidate id, a note) for an id, "recommended" or "best" (highest validation
-    accuracy); one ValueError line when there is none yet."""
+def candidate_id(study: Study, value: int | str) -> tuple[int, str, Any]:
+    """(candidate id, a note, the weights to take) for an id, "recommended" or "best"
+    (highest validation accuracy); one ValueError line when there is none yet. The weights
+    are the finals' retrain of the recommended candidate (`finals_rules.Run`) when that is
+    the model taken home (`finals_rules.TakeHome`), else None (the candidate's own)."""
     from nas.search.strategy import recommend
 
     if isinstance(value, int) and not isinstance(value, bool):
-        return value, ""
+        return value, "", None
     text = str(value).strip().lower()
-    if text in ("recommended", "best"):
-        if text == "best":
-            chosen = recommend.best_by_validation(study.candidates(Status.DONE))
-        else:
-            rec = answer(study).recommendation
-            if rec.candidate is None and rec.closest is not None:  # none within the bounds
-                raise ValueError(f"id={value}: {rec.reason}")
-            chosen = rec.candidate
+    if text == "best":
+        chosen = recommend.best_by_validation(study.candidates(Status.DONE))
         if chosen is None:
             raise ValueError(f"id={value}: no finished candidate in the study yet")
-        return chosen.id, (" (recommended)" if text == "recommended"
-                           else " (best validation accuracy)")
+        return chosen.id, " (best validation accuracy)", None
+    if text == "recommended":
+        found = answer(study)
+        rec = found.recommendation
+        if rec.candidate is None and rec.closest is not None:  # none within the bounds
+            raise ValueError(f"id={value}: {rec.reason}")
+        if rec.candidate is None:
+            raise ValueError(f"id={value}: no finished candidate in the study yet")
+        home = found.take_home.run if found.take_home is not None else None
+        return rec.candidate.id, " (recommended)", home
     try:
-        return int(text), ""
+        return int(text), "", None
     except ValueError:
         raise ValueError(f"id: expected a candidate id, 'recommended' or 'best', got "
                          f"{value!r}") from None
-
-
-def take_home(study: Study, value: int | str) -> Any:
-    """For "recommended": the finals' retrain of it (`finals_rules.Run`) when that is the model
-    taken home (`finals_rules.TakeHome`); else None (the candidate's own weights)."""
-    if str(value).strip().lower() != "recommended":
-        return None
-    kept = answer(study).take_home
-    return kept.run if kept is not None else None
 
 
 class SearchResult:
@@ -78,8 +73,7 @@ class SearchResult:
         its export in the workdir (written the first time it is asked for)."""
         from nas.io.candidate import load_candidate
 
-        cid, _ = candidate_id(self.study, id)
-        home = take_home(self.study, id)
+        cid, _, home = candidate_id(self.study, id)
         name = f"candidate_{cid}" + ("_home" if home is not None else "")
         path = self.workdir / EXPORTS / f"{name}.zip"
         if not path.is_file():
@@ -132,8 +126,8 @@ class SearchResult:
 
     def export(self, path: str | os.PathLike, id: int | str = "recommended") -> Path:  # noqa: A002
         """Candidate `id` as one file that `nas.load_candidate` loads (`nas-search export`)."""
-        cid, _ = candidate_id(self.study, id)
-        return export_candidate(self.study, cid, path, take_home(self.study, id))
+        cid, _, home = candidate_id(self.study, id)
+        return export_candidate(self.study, cid, path, home)
 
     def export_flax(self, directory: str | os.PathLike, id: int | str = "recommended",  # noqa: A002
                     api: str | None = None) -> Path:
@@ -143,8 +137,8 @@ class SearchResult:
         from nas.search.store.export import export_flax_code
 
         check_out_dir(Path(directory))
-        cid, _ = candidate_id(self.study, id)
-        return export_flax_code(self.study, cid, directory, take_home(self.study, id), api=api)
+        cid, _, home = candidate_id(self.study, id)
+        return export_flax_code(self.study, cid, directory, home, api=api)
 
     def __repr__(self) -> str:
         counts = ", ".join(f"{s} {n}" for s, n in self.study.counts().items() if n)

@@ -197,14 +197,19 @@ def source_study(path: str) -> Any:
                          f"workdir): {str(e).splitlines()[0]}") from None
 
 
+def stored_shape(config: dict[str, Any]) -> tuple[int, int, int] | None:
+    """The images a study's stored config trains on (H, W, C); None where it names none."""
+    theirs = (config.get("train") or {}).get("input") or {}
+    return image_shape({"input": theirs}) if "image_size" in theirs else None
+
+
 def check_same_input(source: dict[str, Any], train: ml_collections.ConfigDict, path: str
                      ) -> None:
     """The earlier study's image shape must be this one's: its models need it."""
-    theirs = (source.get("train") or {}).get("input") or {}
-    if "image_size" not in theirs:
+    a, b = stored_shape(source), image_shape(train)
+    if a is None:
         raise ValueError(f"{START_FROM}: {path} is not a search's study (its config has no "
                          f"train.input.image_size)")
-    a, b = image_shape({"input": theirs}), image_shape(train)
     if a != b:
         raise ValueError(f"{START_FROM}: the study in {path} trained on {a[0]}x{a[1]}x{a[2]} "
                          f"images, this search on {b[0]}x{b[1]}x{b[2]} (expected the same "
