@@ -38,10 +38,11 @@ class Child:
     """A proposed child and how it relates to its parent.
 
     `inherited` / `new` are the op names of the child's params taken from the parent /
-    freshly initialized. `properties` are the mutated target properties the new subgraph
-    satisfies; they refer to `spec` spliced into `host_graph` (the child graph itself, or
-    for a block-level mutation the mutated block's definition). `fingerprint` identifies
-    what the child computes (resolved at the probe input shape), so equal networks match.
+    freshly initialized (an inherited op named otherwise in the parent: `renamed`).
+    `properties` are the mutated target properties the new subgraph satisfies; they refer
+    to `spec` spliced into `host_graph` (the child graph itself, or for a block-level
+    mutation the mutated block's definition). `fingerprint` identifies what the child
+    computes (resolved at the probe input shape), so equal networks match.
     `kind` says what changed: "subgraph", "block_add", "block_delete", "block_mutate"
     (one block redefined), "widen", "deepen", "shrink", "prune" (coupled channels
     narrowed), "drop_branch" (a residual branch removed), "stride" (a stride moved to an
@@ -70,6 +71,9 @@ class Child:
     # the ops whose outputs a fit matches to the parent's ops of the same names, where that
     # is not the new ops (a moved stride: the strided op's output, which kept its shape)
     fit_to: list[str] = field(default_factory=list)
+    # inherited ops whose parent op has another name: child op -> parent op (the ops of a
+    # redefined block, renamed with it)
+    renamed: dict[str, str] = field(default_factory=dict)
 
     def spec_json(self) -> list[dict[str, Any]]:
         """The subgraph spec as JSON-ready data: each op as in `graph_to_dict`, plus the
@@ -210,6 +214,22 @@ def _drawn_move(graph: Graph, constants: Any, variables: Any, cfg: MutationConfi
     return None
 
 
+def _with_renamed(variables: Mapping[str, Any] | None, renamed: Mapping[str, str]
+                  ) -> Mapping[str, Any] | None:
+    """The parent's variables, each renamed op's also under its child name (`renamed`:
+    child op -> parent op), so `build_variables` inherits them by name and shape."""
+    if not variables or not renamed:
+        return variables
+    out = {}
+    for collection, entries in variables.items():
+        entries = dict(entries)
+        for mine, theirs in renamed.items():
+            if theirs in entries and mine not in entries:
+                entries[mine] = entries[theirs]
+        out[collection] = entries
+    return out
+
+
 def draw_moves(weights: Mapping[str, float], rng: random.Random) -> list[str]:
     """The families of `weights` in the order drawn, each by its weight among those not
     drawn yet (those of weight 0 never): the first that applies to the parent makes the
@@ -287,8 +307,8 @@ def propose_child(
                                                              builder, child_id)
     with raised_as(proposal.kind):
         inputs = probe_inputs(proposal.graph, cfg.input_shape)
-        built = build_variables(proposal.graph, proposal.constants, inputs, variables,
-                                seed=seed)
+        built = build_variables(proposal.graph, proposal.constants, inputs,
+                                _with_renamed(variables, proposal.renamed), seed=seed)
         if variables and proposal.kind == "subgraph" and not proposal.preserving:
             copy_replaced(graph, proposal.spec, variables, built.variables)
     return Child(
@@ -308,5 +328,6 @@ def propose_child(
         host_inputs=proposal.host_inputs,
         seed=seed,
         attempts=proposal.attempts,
+        renamed={k: v for k, v in proposal.renamed.items() if k in built.inherited},
         seconds=time.monotonic() - start,
     )

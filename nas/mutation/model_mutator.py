@@ -59,6 +59,9 @@ class Proposal:
     preserving: bool = False
     attempts: int = 1
     fingerprint: str = ""  # of the child graph (set once its shapes are checked)
+    # child op -> the parent's op it continues (`renamed_ops`): a redefined block's ops
+    # are renamed with it, so only this map lets them take their old weights
+    renamed: dict[str, str] = field(default_factory=dict)
 
 
 def probe_inputs(graph: Graph, input_shape: Sequence[int]) -> dict[str, jax.ShapeDtypeStruct]:
@@ -78,6 +81,24 @@ def fingerprint_at(graph: Graph, constants: Mapping[str, Any] | None,
 def strip_trial(name: str) -> str:
     match = re.fullmatch(r"(.+)/trial[0-9]+", name)
     return match.group(1) if match else name
+
+
+def renamed_ops(parent_blocks: Sequence[Block], child_blocks: Sequence[Block]
+                ) -> dict[str, str]:
+    """Child op name -> parent op name, for each op of a renamed block instance (a redefined
+    block, `<block>/trial<id>`) that the parent's instance at the same position also had
+    (same name in the block's definition). Both lists are instantiated blocks of equal
+    length, whose instance ops follow their definition's ops in order."""
+    renamed = {}
+    for mine, theirs in zip(child_blocks, parent_blocks, strict=True):
+        if mine.name == theirs.name:
+            continue  # same name, same op names: inherited by name already
+        their_ops = {base.name: op.name
+                     for base, op in zip(theirs.base_graph.ops, theirs.graph.ops, strict=True)}
+        for base, op in zip(mine.base_graph.ops, mine.graph.ops, strict=True):
+            if base.name in their_ops:
+                renamed[op.name] = their_ops[base.name]
+    return renamed
 
 
 class ModelMutator:
@@ -169,6 +190,10 @@ class ModelMutator:
         parent_fp = fingerprint_graph(graph, constants, shapes=parent_shapes)
         parent_out = [parent_shapes.shape(n) for n in graph.output_names]
         by_block = bool(blocks) and builder is not None and cfg.mutate_by_block
+        if by_block:
+            # Stored blocks hold only their definitions; instances know their input tensors,
+            # which the block is synthesized for, and their op names, which inherit weights.
+            _, _, blocks = builder(blocks=list(blocks))
         reasons: list[str] = []
         for attempt in range(1, max(cfg.retries, 1) + 1):
             try:
@@ -261,7 +286,8 @@ class ModelMutator:
             return Proposal(child_graph, dict(child_constants), "block_mutate", spec, props,
                             blocks=built, host_graph=host,
                             host_constants=dict(contexts[mutated][0]),
-                            host_inputs=contexts[mutated][2])
+                            host_inputs=contexts[mutated][2],
+                            renamed=renamed_ops(blocks, built))
         child_graph, child_constants, built = builder(blocks=new_blocks)
         return Proposal(child_graph, dict(child_constants), kind, blocks=built)
 

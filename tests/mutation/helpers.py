@@ -31,7 +31,7 @@ def check_child(child, graph, constants, variables, num_classes=10, forward=True
     assert not child.inherited & child.new
     for name in child.inherited:
         mine = jax.tree.leaves(params[name])
-        theirs = jax.tree.leaves(variables["params"][name])
+        theirs = jax.tree.leaves(variables["params"][child.renamed.get(name, name)])
         assert len(mine) == len(theirs)
         for a, b in zip(mine, theirs, strict=True):
             assert a.dtype == b.dtype and a.shape == b.shape

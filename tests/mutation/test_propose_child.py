@@ -2,6 +2,8 @@
 
 import json
 
+import jax
+import numpy as np
 import pytest
 
 from nas.graph.block import Block
@@ -108,6 +110,43 @@ def test_block_level_mutation():
             assert any("/trial" in b.name for b in child.blocks)
         check_child(child, graph, constants, variables, forward=seed % 3 == 0)
     assert {"block_add", "block_delete", "block_mutate"} <= kinds
+
+
+def test_a_redefined_block_keeps_the_weights_of_its_unchanged_ops():
+    """A redefined block is renamed (`conv_layer/trial<id>`), and so are its instances' ops:
+    each op its old definition also had takes the old instance's weights where the shapes
+    agree. Blocks as a study stores them (definitions only) give the same child, synthesized
+    for each instance's real input (not the model's)."""
+    from nas.graph.serialize import blocks_from_list, blocks_to_list
+
+    build = builder("cnn", 10, 32)
+    graph, constants, blocks = build()
+    variables = parent_variables(graph, constants)
+    config = {**FAST, "mutate_by_block": True, "block_add_prob": 0.0, "block_delete_prob": 0.0,
+              "block_mutate_prob": 1.0}
+    stored = blocks_from_list(blocks_to_list(blocks))
+    kept = 0
+    for seed in range(6):  # seed 5 keeps the block's conv, 0-4 replace it
+        child = propose_child(graph, constants, variables, seed=seed, config=config,
+                              blocks=blocks, builder=build)
+        again = propose_child(graph, constants, variables, seed=seed, config=config,
+                              blocks=stored, builder=build)
+        assert child.kind == again.kind == "block_mutate"
+        assert child.graph_json() == again.graph_json()
+        assert child.host_inputs["input"].shape in {(1, 32, 32, 32), (1, 16, 16, 64)}
+        for mine, theirs in zip(child.blocks, blocks, strict=True):
+            old_ops = {base.name: op.name for base, op in zip(
+                theirs.base_graph.ops, theirs.graph.ops, strict=True)}
+            for base, op in zip(mine.base_graph.ops, mine.graph.ops, strict=True):
+                if op.name not in child.variables["params"] or base.name not in old_ops:
+                    continue
+                old = variables["params"][old_ops[base.name]]
+                new = child.variables["params"][op.name]
+                if jax.tree.map(np.shape, old) == jax.tree.map(np.shape, new):
+                    assert op.name in child.inherited
+                    assert all(jax.tree.leaves(jax.tree.map(np.array_equal, old, new)))
+                    kept += 1
+    assert kept  # at least one op of a redefined block kept its weights
 
 
 def test_no_child_found_is_a_value_error_with_a_reason():

@@ -31,7 +31,17 @@ def _block_config(search_config, **search):
     config.search.mutation.update(ALL_BLOCKS)
     config.search.fit = {"steps": 0}
     config.search.mutation.linear_p = None  # linear pairings compile per op kind: slow
+    # Unfitted, block children start near chance (docs/function-preservation.md): an added
+    # or deleted block changes the width fc/dense reads, so that layer starts fresh. The
+    # preset's start bound would refuse every one; these tests check that block children
+    # are recorded, trained and resumed, and what they inherit.
+    config.search.max_start_drop = 0.0
     return config
+
+
+def _check_inherits_what_blocks_leave(child):
+    """No block edit changes the stem or the last classifier layer: the child inherits them."""
+    assert {"proj", "fc/logits"} <= set(child.inheritance.inherited), child.inheritance
 
 
 def _trained_seed(driver, tmp_path, accuracy=0.9):
@@ -83,6 +93,23 @@ def test_block_children_are_recorded_with_their_blocks(tmp_path, search_config):
             assert all("/trial" in b.name for b in blocks)  # block_mutate_prob 1.0: all
         assert child.fingerprint and child.properties is not None
     assert kinds <= BLOCK_KINDS and len(kinds) >= 2
+
+
+def test_block_children_fit_the_layer_a_block_resizes(tmp_path, search_config):
+    """A block added or deleted changes the width fc/dense reads: it starts fresh under its
+    old name, so it is fitted to the parent's fc/dense output (with the new block's ops)."""
+    config = _block_config(search_config, pipeline_depth=6)
+    config.search.fit = {"steps": 3, "batches": 1, "batch_size": 8}
+    driver = Driver(config, str(tmp_path / "s"))
+    _trained_seed(driver, tmp_path)
+    resized = 0
+    for cid in filter(None, [driver.propose() for _ in range(6)]):
+        inheritance = driver.study.get(cid).inheritance
+        if inheritance.kind in ("block_add", "block_delete"):
+            assert "fc/dense" in inheritance.new
+            assert inheritance.fit_pairs == (("fc/dense:0", "fc/dense:0"),)
+            resized += 1
+    assert resized
 
 
 def test_whole_graph_mutation_by_default_drops_blocks(tmp_path, search_config):
@@ -195,6 +222,7 @@ def test_block_search_trains_block_children(tmp_path, search_config):
         assert 0.0 <= c.accuracy <= 1.0 and c.im_sec_core_train > 0
         _check_rebuilds(c)
     assert child.parent_id == seed.id and child.inheritance["kind"] in BLOCK_KINDS
+    _check_inherits_what_blocks_leave(child)
 
 
 @pytest.mark.slow  # three candidates train, then a resumed driver trains one more: 1-2 min
@@ -208,6 +236,7 @@ def test_block_search_resumes_after_stopping(tmp_path, search_config):
                    workdir).run(progress=False)
     (last,) = [c for c in study.candidates() if c.id not in first]
     assert last.status == "done" and last.inheritance["kind"] in BLOCK_KINDS
+    _check_inherits_what_blocks_leave(last)
     for c in study.candidates():
         _check_rebuilds(c)
 

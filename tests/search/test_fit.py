@@ -21,10 +21,13 @@ from tests.mutation.helpers import parent_variables
 CONFIG = {"linear_p": None, "time_limit_s": 600.0}  # never binding, even at load
 
 
-def _child_with_new_params(graph, constants, variables, new_type=None):
-    """The first proposed child with new parameters (of an op of `new_type`, if given)."""
+def _child_with_new_params(graph, constants, variables, new_type=None, image_size=32):
+    """The first proposed child with new parameters (of an op of `new_type`, if given),
+    proposed at `image_size` as the driver proposes at the training images' size: a child
+    proposed at another size has variables the trained model cannot use."""
+    config = {**CONFIG, "input_shape": (1, image_size, image_size, 3)}
     for seed in range(20):
-        child = propose_child(graph, constants, variables, seed=seed, config=CONFIG)
+        child = propose_child(graph, constants, variables, seed=seed, config=config)
         types = {op.type.name for op in child.graph.ops if op.name in set(child.new)}
         if child.kind == "subgraph" and child.new and new_type in types | {None}:
             return child
@@ -257,7 +260,7 @@ def test_a_child_compiles_at_most_four_programs_and_its_repeat_none(tmp_path, se
     variables = parent_variables(graph, constants, image_size=size)
     parent_json = graph_to_json(graph, constants)
     train_candidate(Task(0, train.to_dict(), parent_json, variables))
-    child = _child_with_new_params(graph, constants, variables, new_type)
+    child = _child_with_new_params(graph, constants, variables, new_type, image_size=size)
     task = fit.task(parent_json, variables, child.new, replaced_tensors(child.spec),
                     train.input, FitConfig(steps=3, batches=2, batch_size=8), seed=0)
     first, _ = train_candidate(Task(1, train.to_dict(), child.graph_json(), child.variables,

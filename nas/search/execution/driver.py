@@ -93,6 +93,10 @@ UNUSABLE_PARENTS = "unusable_parents"
 # Moves whose changed ops keep their names: each is fitted to its parent's output where
 # that output keeps its shape (the layers after a narrowed group or a removed branch).
 RESIZED_IN_PLACE = ("shrink", "prune", "drop_branch", "stride", "separable")
+# Block edits: the ops after an added, deleted or redefined block keep their names and may
+# start fresh at a new input width (CifarNet's fc/dense after a block added or deleted, its
+# child at chance); those are fitted the same way, with the new block's ops.
+BLOCK_EDITS = ("block_add", "block_delete", "block_mutate")
 
 # Study state: whether the search said that its seed is below search.selection.min_acc.
 SEED_BELOW_MIN_ACC = "seed_below_min_acc_said"
@@ -389,7 +393,7 @@ class Driver:
         """(child tensor, parent tensor) pairs to fit the new ops on; `parent`: a graph."""
         if not self.fit.steps or not child.new or child.function_preserving:
             return []
-        if child.kind in RESIZED_IN_PLACE:
+        if child.kind in RESIZED_IN_PLACE or child.kind in BLOCK_EDITS:
             theirs = {op.name for op in parent.ops}
             return fit.resized_in_place(n for n in (child.fit_to or child.new) if n in theirs)
         return fit.replaced_tensors(child.spec) if child.kind == "subgraph" else []
