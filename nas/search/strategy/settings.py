@@ -241,8 +241,9 @@ def arrived_trained(seed: Mapping[str, Any], min_gain: float = 0.0) -> bool:
 
 
 @dataclasses.dataclass(frozen=True)
-class SearchSettings:
-    """The checked `search` section (`read_settings`, or `from_stored` in a worker)."""
+class SearchSettings(schema.Section):
+    """The checked `search` section (`read_settings`, or `from_stored` in a worker). A
+    field's default is the config's: `read_settings` builds each sub-section's record."""
 
     seed: int = schema.setting(0, schema.Field(int, low=0, high=2**63 - 1),  # an SQLite INTEGER
                                "every proposal's draws come from it and the proposal counter")
@@ -392,6 +393,12 @@ class SearchSettings:
         but without opening the dataset again."""
         return _read(ml_collections.ConfigDict(dict(config)), check_data=False)
 
+    def check_section(self, prefix: str) -> None:
+        if self.hard_time_limit_s < self.time_limit_s:
+            raise ValueError(f"config field '{prefix}hard_time_limit_s' must be >= "
+                             f"{prefix}time_limit_s ({self.time_limit_s:g}), got "
+                             f"{self.hard_time_limit_s:g}")
+
 
 _FIELDS = schema.settings_of(SearchSettings)
 
@@ -457,13 +464,7 @@ def _read(config: Any, check_data: bool) -> SearchSettings:
     user = config.search.to_dict() if hasattr(config.search, "to_dict") else config.search
     schema.check(user, SEARCH_SCHEMA, "search.")
     raw = filled(config.search).to_dict()
-    values: dict[str, Any] = {
-        name: float(raw[name]) if f.metadata["check"].kind is float else raw[name]
-        for name, f in _FIELDS.items() if f.metadata["check"].kind in (int, float, str, bool)}
-    if values["hard_time_limit_s"] < values["time_limit_s"]:
-        raise ValueError(f"config field 'search.hard_time_limit_s' must be >= "
-                         f"search.time_limit_s ({values['time_limit_s']:g}), got "
-                         f"{values['hard_time_limit_s']:g}")
+    values = {name: raw[name] for name in _FIELDS}
     mutation = MutationConfig.from_dict(raw["mutation"], "search.mutation.")
     users = check_user_costs(list(raw["costs"]), "search.costs")
     values["costs"] = {str(k): v for k, v in raw["costs"].items()}
@@ -485,7 +486,7 @@ def _read(config: Any, check_data: bool) -> SearchSettings:
         mutation = dataclasses.replace(mutation, input_shape=(1, *train_config.image_shape(train)))
     values["mutation"] = mutation
     values["fidelity"] = FidelityConfig.from_dict(raw["fidelity"], "search.fidelity.")
-    settings = SearchSettings(**values)
+    settings = SearchSettings(**values, prefix="search.")
     check_one_process(train)
     check_splits(train, settings)
     settings.fidelity.schedule(float(train.total_epochs), prefix="search.fidelity.")
