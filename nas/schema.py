@@ -152,9 +152,10 @@ def _section_dict(values: Any, prefix: str) -> Any:
     return values
 
 
-def setting(default: Any, check: Field | None, help: str = "") -> Any:
+def setting(default: Any, check: Field | Schema | None, help: str = "") -> Any:
     """One field of a `Section`: its default (a callable: called for a fresh value each
-    time), its check (None: its section's `check_section` checks it) and its help text."""
+    time), its check and its help text. A `Schema` check (a nested section's `checks`) is
+    for `check` alone; None: none here (its section's `check_section` may check it)."""
     metadata = {"check": check, "help": help}
     if callable(default):
         return dataclasses.field(default_factory=default, metadata=metadata)
@@ -172,6 +173,12 @@ def settings_of(cls: Any) -> dict[str, dataclasses.Field[Any]]:
     """The fields of a dataclass that a config sets ({name: field}), in declaration order:
     those declared with `setting`."""
     return {f.name: f for f in dataclasses.fields(cls) if "check" in f.metadata}
+
+
+def checks(cls: Any) -> dict[str, Field]:
+    """The `Field` check of every setting of a section that has one: its `Schema`."""
+    return {name: f.metadata["check"] for name, f in settings_of(cls).items()
+            if isinstance(f.metadata["check"], Field)}
 
 
 def defaults(cls: Any) -> dict[str, Any]:
@@ -198,9 +205,9 @@ class Section:
     def __post_init__(self, prefix: str) -> None:
         for name, field in settings_of(self).items():
             spec = field.metadata["check"]
-            value = getattr(self, name)
-            if spec is None:
+            if not isinstance(spec, Field):
                 continue
+            value = getattr(self, name)
             check_value(spec, value, f"{prefix}{name}")
             if spec.kind is float and value is not None:
                 object.__setattr__(self, name, float(value))

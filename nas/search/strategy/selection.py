@@ -221,8 +221,9 @@ class SelectionConfig(schema.Section):
     top_n: int = schema.setting(0, schema.at_least(0))
     top_perc: float = schema.setting(0.1, schema.Field(float, low=0, low_open=True, high=1))
     min_to_select: int = schema.setting(10, schema.at_least(0))
-    normalize: bool = schema.setting(True, schema.Field(bool))
-    balanced: bool = schema.setting(True, schema.Field(bool))
+    # unchecked: any value has been taken for its truth, so a stored study's still opens
+    normalize: bool = schema.setting(True, None)
+    balanced: bool = schema.setting(True, None)
     generations_to_live: int = schema.setting(0, schema.at_least(0))
     warm_up: int = schema.setting(0, schema.at_least(0))
     aging: str = schema.setting("cosine", schema.one_of(*AGING_MODES))

@@ -292,7 +292,7 @@ class SearchSettings(schema.Section):
     num_gpus_per_candidate: float = schema.setting(0.0, schema.at_least(0, float),
                                                    "GPUs of one candidate's Ray task")
     ray: RayConfig = schema.setting(
-        lambda: schema.defaults(RayConfig), schema.Field(dict),
+        lambda: schema.defaults(RayConfig), schema.checks(RayConfig),
         "RayConfig: each Ray task's resources (0: the two "
         "fields above) and how its dataset reaches the node")
     time_limit_s: float = schema.setting(900.0, schema.positive(float),
@@ -408,7 +408,7 @@ def search_defaults() -> ml_collections.ConfigDict:
     return ml_collections.ConfigDict({name: schema.default_of(f) for name, f in _FIELDS.items()})
 
 
-SEARCH_SCHEMA: dict[str, schema.Field] = {
+SEARCH_SCHEMA: dict[str, schema.Field | schema.Schema] = {
     name: f.metadata["check"] for name, f in _FIELDS.items()}
 
 SEARCH_HELP: dict[str, str] = {name: f.metadata["help"] for name, f in _FIELDS.items()}
