@@ -3,6 +3,8 @@
 Why: every section of a config (`train`, `search`, `search.mutation`, ...) states each
 field's type and range or allowed values in one table, so adding a field is one line and
 every mistake reads the same: `config field 'search.workers' must be an int >= 1, got 0`.
+A `Section` is that table as a frozen dataclass: each field a `setting` (default, check,
+help), read from a config's dict by `Section.from_dict` under the path it is given.
 Imports nothing else from `nas`, so every stage can use it.
 """
 
