@@ -80,10 +80,12 @@ class MutationConfig(schema.Section):
     """Everything `propose_child` needs besides the parent. Build from a dict with
     `MutationConfig.from_dict` (unknown or mistyped fields raise ValueError)."""
 
+    # "random_subgraph" or "random_sequential"
     mutator: str = schema.setting("random_subgraph", schema.one_of(*MUTATORS))
     # probability of growing the subgraph by one more op
     p: float = schema.setting(0.75, schema.fraction())
-    max_len: int = schema.setting(3, schema.at_least(0))  # subgraph size cap in ops (0: max_perc)
+    # subgraph size cap in ops (0: use max_perc)
+    max_len: int = schema.setting(3, schema.at_least(0))
     # subgraph size cap as a fraction of the graph
     max_perc: float = schema.setting(0.0, schema.fraction())
     # progressive | enum | random_enum | primer
@@ -102,7 +104,8 @@ class MutationConfig(schema.Section):
     max_steps: int = schema.setting(4000, schema.positive())
     # wall-clock safety net only (recorded as such if it fires)
     time_limit_s: float = schema.setting(600.0, schema.positive(float))
-    retries: int = schema.setting(8, schema.at_least(0))  # subgraph selections tried
+    # subgraph selections tried before giving up
+    retries: int = schema.setting(8, schema.at_least(0))
     # probe input, batch dimension included
     input_shape: tuple[int, ...] = schema.setting((1, 32, 32, 3), schema.Field(
         list, check=_input_shape_ok,
