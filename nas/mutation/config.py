@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from nas import schema
@@ -75,144 +75,104 @@ def _input_shape_ok(shape: Any) -> bool:
                                    for d in shape)
 
 
-# One line per field: type and range or allowed values (see nas.schema).
-MUTATION_SCHEMA: dict[str, schema.Field] = {
-    "mutator": schema.one_of(*MUTATORS),
-    "p": schema.fraction(),
-    "max_len": schema.at_least(0),
-    "max_perc": schema.fraction(),
-    "synthesizer": schema.one_of(*SYNTHESIZERS),
-    "synthesis": schema.Field(dict, nullable=True, expected="of synthesizer kwargs"),
-    "graph_p": schema.fraction(),
-    "shape_p": schema.fraction(),
-    "depth_p": schema.fraction(nullable=True),
-    "depth_delta_max": schema.at_least(0),
-    "linear_p": schema.fraction(nullable=True),
-    "max_steps": schema.positive(),
-    "time_limit_s": schema.positive(float),
-    "retries": schema.at_least(0),
-    "input_shape": schema.Field(list, check=_input_shape_ok,
-                                expected="of positive ints, batch first, e.g. (1, 32, 32, 3)"),
-    "function_preserving": schema.Field(bool),
-    "net2net_p": schema.fraction(),
-    "shrink_p": schema.fraction(),
-    "moves": schema.Field(dict, nullable=True, check=_moves_ok,
-                          expected=f"of weights >= 0 (not all 0) of {', '.join(MOVES)}"),
-    "adapt_moves": schema.Field(bool),
-    "move_floor": schema.Field(float, low=0.0, high=0.2),
-    "mutate_by_block": schema.Field(bool),
-    "block_add_prob": schema.fraction(),
-    "block_delete_prob": schema.fraction(),
-    "block_mutate_prob": schema.fraction(),
-    "child_id": schema.at_least(0, nullable=True),
-    "search_space": schema.Field(dict, nullable=True, expected="of SearchSpace fields"),
-}
-
-
-def check_combined(values: Mapping[str, Any], prefix: str = "") -> None:
-    """The checks of `MutationConfig`'s fields taken together, naming them under `prefix`."""
-    if values["max_len"] > 0 and values["max_perc"] > 0:
-        raise ValueError(f"config fields '{prefix}max_len' and '{prefix}max_perc': set at "
-                         f"most one")
-    if values["block_add_prob"] + values["block_delete_prob"] > 1.0:
-        raise ValueError(
-            f"config field '{prefix}block_add_prob' + '{prefix}block_delete_prob' must be "
-            f"<= 1 (one draw per child decides add, delete or redefine a block), got "
-            f"{values['block_add_prob']:g} + {values['block_delete_prob']:g}")
-
-
-@dataclasses.dataclass
-class MutationConfig:
+@dataclasses.dataclass(frozen=True)
+class MutationConfig(schema.Section):
     """Everything `propose_child` needs besides the parent. Build from a dict with
     `MutationConfig.from_dict` (unknown or mistyped fields raise ValueError)."""
 
-    mutator: str = "random_subgraph"  # or "random_sequential"
-    p: float = 0.75  # probability of growing the subgraph by one more op
-    max_len: int = 3  # subgraph size cap in ops (0: use max_perc)
-    max_perc: float = 0.0  # subgraph size cap as a fraction of the graph
-    synthesizer: str = "progressive"  # progressive | enum | random_enum | primer
-    synthesis: dict[str, Any] | None = None  # kwargs of the synthesizer (None: defaults)
-    graph_p: float = 0.2  # GraphSynthesizer: probability of trying to drop a branch
-    shape_p: float = 0.0  # property mutation strengths; None disables a property
-    depth_p: float | None = 0.5
-    depth_delta_max: int = 2
-    linear_p: float | None = 0.5
-    max_steps: int = 4000  # synthesis steps for one child (a count: same child anywhere)
-    time_limit_s: float = 600.0  # wall-clock safety net only (recorded as such if it fires)
-    retries: int = 8  # subgraph selections tried before giving up
-    input_shape: tuple[int, ...] = (1, 32, 32, 3)  # probe input, batch dimension included
-    function_preserving: bool = False  # add new subgraphs as zero-initialized residuals
+    # "random_subgraph" or "random_sequential"
+    mutator: str = schema.setting("random_subgraph", schema.one_of(*MUTATORS))
+    # probability of growing the subgraph by one more op
+    p: float = schema.setting(0.75, schema.fraction())
+    # subgraph size cap in ops (0: use max_perc)
+    max_len: int = schema.setting(3, schema.at_least(0))
+    # subgraph size cap as a fraction of the graph
+    max_perc: float = schema.setting(0.0, schema.fraction())
+    # progressive | enum | random_enum | primer
+    synthesizer: str = schema.setting("progressive", schema.one_of(*SYNTHESIZERS))
+    # kwargs of the synthesizer (None: defaults)
+    synthesis: dict[str, Any] | None = schema.setting(
+        None, schema.Field(dict, nullable=True, expected="of synthesizer kwargs"))
+    # GraphSynthesizer: probability of trying to drop a branch
+    graph_p: float = schema.setting(0.2, schema.fraction())
+    # property mutation strengths; None disables a property
+    shape_p: float = schema.setting(0.0, schema.fraction())
+    depth_p: float | None = schema.setting(0.5, schema.fraction(nullable=True))
+    depth_delta_max: int = schema.setting(2, schema.at_least(0))
+    linear_p: float | None = schema.setting(0.5, schema.fraction(nullable=True))
+    # synthesis steps for one child (a count: same child anywhere)
+    max_steps: int = schema.setting(4000, schema.positive())
+    # wall-clock safety net only (recorded as such if it fires)
+    time_limit_s: float = schema.setting(600.0, schema.positive(float))
+    # subgraph selections tried before giving up
+    retries: int = schema.setting(8, schema.at_least(0))
+    # probe input, batch dimension included
+    input_shape: tuple[int, ...] = schema.setting((1, 32, 32, 3), schema.Field(
+        list, check=_input_shape_ok,
+        expected="of positive ints, batch first, e.g. (1, 32, 32, 3)"))
+    # add new subgraphs as zero-initialized residuals
+    function_preserving: bool = schema.setting(False, schema.Field(bool))
     # probability that a child is a Net2Net move instead (nas.mutation.net2net: a layer
     # widened by copying units, or an identity layer inserted): it starts exactly at its
     # parent's function (0: never; draws nothing, so other children are unchanged; not
     # with block-level mutation, whose children must be block edits)
-    net2net_p: float = 0.0
+    net2net_p: float = schema.setting(0.0, schema.fraction())
     # probability that a child is a shrink move (nas.mutation.net2net.propose_shrink: one
     # layer's or every layer's width scaled by 1/2 or 1/4, the largest-norm units kept);
     # drawn after net2net_p; 0: never
-    shrink_p: float = 0.0
+    shrink_p: float = schema.setting(0.0, schema.fraction())
     # The share of each family of moves (MOVES; missing: 0): one weighted draw per child,
     # a family that does not apply to the parent giving its turn to the next one drawn.
     # net2net_p or shrink_p above 0 decide instead, as they did before `moves` existed
     # (so a config that sets them over the digits preset means what it meant)
-    moves: dict[str, float] | None = None
+    moves: dict[str, float] | None = schema.setting(None, schema.Field(
+        dict, nullable=True, check=_moves_ok,
+        expected=f"of weights >= 0 (not all 0) of {', '.join(MOVES)}"))
     # Whether the search draws `moves` by what paid in the study so far: each family's
     # share times its (children that reached the validation front or stayed within the
     # recommendation's margin at a lower cost + 1) / (tries + 2), counted over the results
     # a proposal reads, so the same after a resume; each family keeps `move_floor` of the
     # draws (nas.search.strategy.move_mix)
-    adapt_moves: bool = True
-    move_floor: float = 0.05
+    adapt_moves: bool = schema.setting(True, schema.Field(bool))
+    move_floor: float = schema.setting(0.05, schema.Field(float, low=0.0, high=0.2))
     # Block-level mutation (needs the parent's blocks and a zoo builder; a graph without
     # blocks, e.g. a user's seed graph, is mutated by subgraph). One draw per child: add a
     # copy of a block with block_add_prob, delete one with block_delete_prob, else redefine
     # one block; each other instance of that block follows with block_mutate_prob.
     # Off by default: whole-graph subgraph mutation also edits the stem and the classifier,
     # and its new ops are fitted before training (nas.train.fit).
-    mutate_by_block: bool = False
-    block_add_prob: float = 0.2
-    block_delete_prob: float = 0.2
-    block_mutate_prob: float = 0.2
-    child_id: int | None = None  # names new ops/blocks; None: derived from the seed
+    mutate_by_block: bool = schema.setting(False, schema.Field(bool))
+    block_add_prob: float = schema.setting(0.2, schema.fraction())
+    block_delete_prob: float = schema.setting(0.2, schema.fraction())
+    block_mutate_prob: float = schema.setting(0.2, schema.fraction())
+    # names new ops/blocks; None: derived from the seed
+    child_id: int | None = schema.setting(None, schema.at_least(0, nullable=True))
     # nas.synthesis.search_space.SearchSpace fields ({}: its defaults, None: the reference's
     # unrestricted space)
-    search_space: dict[str, Any] | None = dataclasses.field(default_factory=dict)
+    search_space: dict[str, Any] | None = schema.setting(
+        dict, schema.Field(dict, nullable=True, expected="of SearchSpace fields"))
 
-    def __post_init__(self) -> None:
-        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        schema.check(values, MUTATION_SCHEMA)
-        check_combined(values)
+    def check_section(self, prefix: str) -> None:
+        if self.max_len > 0 and self.max_perc > 0:
+            raise ValueError(f"config fields '{prefix}max_len' and '{prefix}max_perc': set at "
+                             f"most one")
+        if self.block_add_prob + self.block_delete_prob > 1.0:
+            raise ValueError(
+                f"config field '{prefix}block_add_prob' + '{prefix}block_delete_prob' must be "
+                f"<= 1 (one draw per child decides add, delete or redefine a block), got "
+                f"{self.block_add_prob:g} + {self.block_delete_prob:g}")
         if self.moves is not None:
-            self.moves = {k: float(self.moves[k]) for k in MOVES if k in self.moves}
-        self.input_shape = tuple(self.input_shape)
+            moves = dict(self.moves.items())
+            object.__setattr__(self, "moves", {k: float(moves[k]) for k in MOVES if k in moves})
+        object.__setattr__(self, "input_shape", tuple(self.input_shape))
         if self.search_space is not None:
-            self.search_space = SearchSpace.from_dict(self.search_space).to_dict()
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | MutationConfig | None, prefix: str = ""
-                  ) -> MutationConfig:
-        """`prefix`: the section's path in a larger config (e.g. "search.mutation."), which
-        every error names its field under."""
-        if data is None:
-            return cls()
-        if isinstance(data, MutationConfig):
-            return data
-        if not isinstance(data, Mapping):
-            raise ValueError(f"mutation config must be a dict or MutationConfig, got "
-                             f"{type(data).__name__}")
-        schema.check(data, MUTATION_SCHEMA, prefix)  # named before construction
-        defaults = {f.name: getattr(cls, f.name) for f in dataclasses.fields(cls)
-                    if f.default is not dataclasses.MISSING}
-        check_combined({**defaults, **dict(data)}, prefix)
-        return cls(**dict(data))
+            object.__setattr__(self, "search_space",
+                               SearchSpace.from_dict(self.search_space).to_dict())
 
     @property
     def drawn_moves(self) -> dict[str, float] | None:
         """The `moves` a child is drawn by; None where net2net_p and shrink_p decide."""
         return None if self.net2net_p or self.shrink_p else self.moves
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
     def synthesis_kwargs(self) -> dict[str, Any]:
         kwargs = dict(DEFAULT_SYNTHESIS[self.synthesizer])

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from nas.train.fit_config import FIT_SCHEMA, FitConfig  # noqa: F401
+from nas.train.fit_config import FitConfig
 
 
 def task(

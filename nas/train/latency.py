@@ -22,43 +22,32 @@ from typing import Any
 
 import numpy as np
 
+from nas import schema
+
 DEVICES = ("train", "cpu")
 
 
 @dataclasses.dataclass(frozen=True)
-class LatencySettings:
+class LatencySettings(schema.Section):
     """How `inference_latency` times: `batch` examples per call on `device` ("train": the
     device the candidate trained on, "cpu": the host's), `warmup` calls first, then at
     least `min_calls` and at most `max_calls` timed calls, stopping once the median's 95 %
     interval (order statistics) is within +-`precision` of it; `max_seconds` of timing
     stops it too (a safety net)."""
 
-    batch: int = 1
-    device: str = "train"
-    warmup: int = 10
-    min_calls: int = 30
-    max_calls: int = 2000
-    check_every: int = 10
-    precision: float = 0.02
-    max_seconds: float = 20.0
+    batch: int = schema.setting(1, schema.at_least(1))
+    device: str = schema.setting("train", schema.one_of(*DEVICES))
+    warmup: int = schema.setting(10, schema.at_least(0))
+    min_calls: int = schema.setting(30, schema.at_least(1))
+    max_calls: int = schema.setting(2000, schema.at_least(1))
+    check_every: int = schema.setting(10, schema.at_least(1))
+    precision: float = schema.setting(0.02, schema.positive(float))
+    max_seconds: float = schema.setting(20.0, schema.positive(float))
 
-    def __post_init__(self) -> None:
-        for name in ("batch", "min_calls", "max_calls", "check_every"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}: must be an integer >= 1, got {value!r}")
-        if isinstance(self.warmup, bool) or not isinstance(self.warmup, int) or self.warmup < 0:
-            raise ValueError(f"warmup: must be an integer >= 0, got {self.warmup!r}")
+    def check_section(self, prefix: str) -> None:
         if self.max_calls < self.min_calls:
-            raise ValueError(f"max_calls: must be >= min_calls ({self.min_calls}), got "
-                             f"{self.max_calls}")
-        if self.device not in DEVICES:
-            raise ValueError(f"device: expected one of {DEVICES}, got {self.device!r}")
-        for name in ("precision", "max_seconds"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not (
-                    math.isfinite(value) and value > 0):
-                raise ValueError(f"{name}: must be a number > 0, got {value!r}")
+            raise ValueError(f"config field '{prefix}max_calls' must be >= {prefix}min_calls "
+                             f"({self.min_calls}), got {self.max_calls}")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -74,7 +74,7 @@ def test_fidelity_config_and_schedule():
            ({"cost": "latency"}, "cost"), ({"eta": 3}, "unknown")]
     for values, match in bad:
         with pytest.raises(ValueError, match=f"search.fidelity.*{match}"):
-            FidelityConfig.from_dict(values)
+            FidelityConfig.from_dict(values, "search.fidelity.")
     with pytest.raises(ValueError, match="exceeds the full budget"):
         FidelityConfig.from_dict({"rungs": [2.0]}).schedule(1.0)
 

@@ -392,7 +392,7 @@ def test_bad_finals_settings_are_one_line():
     for bad, field in (({"k": -1}, "k"), ({"start": "warm"}, "start"),
                        ({"repeats": 0}, "repeats"), ({"nope": 1}, "nope")):
         with pytest.raises(ValueError, match=f"search.finals.{field}"):
-            FinalsConfig.from_dict(bad)
+            FinalsConfig.from_dict(bad, "search.finals.")
 
 
 @pytest.mark.slow  # a search in a subprocess killed during its finals, then resumed

@@ -126,8 +126,9 @@ def test_digits_travels_as_its_name_and_a_missing_file_is_one_line(tmp_path):
 
 
 def test_ray_settings_fall_back_on_the_per_candidate_fields():
-    assert RayConfig.from_dict({}, 2.0, 0.5) == RayConfig(2.0, 0.5, {}, "ship")
-    config = RayConfig.from_dict({"num_gpus": 1, "resources": {"TPU": 4}, "dataset": "node"})
+    assert RayConfig.from_dict({}).resolved(2.0, 0.5) == RayConfig(2.0, 0.5, {}, "ship")
+    config = RayConfig.from_dict({"num_gpus": 1, "resources": {"TPU": 4}, "dataset": "node"}
+                                 ).resolved(1.0, 0.0)
     assert config.request() == {"CPU": 1.0, "GPU": 1.0, "TPU": 4.0}
 
 

@@ -69,11 +69,11 @@ def test_the_median_interval_narrows_with_more_samples():
 
 
 @pytest.mark.parametrize("field, value, match", [
-    ("batch", 0, "batch: must be an integer >= 1"),
-    ("device", "tpu", "device: expected one of"),
-    ("precision", 0.0, "precision: must be a number > 0"),
-    ("max_calls", 5, r"max_calls: must be >= min_calls"),
-    ("warmup", -1, "warmup: must be an integer >= 0"),
+    ("batch", 0, "config field 'batch' must be an int >= 1"),
+    ("device", "tpu", "config field 'device' must be one of"),
+    ("precision", 0.0, "config field 'precision' must be a number > 0"),
+    ("max_calls", 5, r"config field 'max_calls' must be >= min_calls"),
+    ("warmup", -1, "config field 'warmup' must be an int >= 0"),
 ])
 def test_bad_settings_are_one_line(field, value, match):
     with pytest.raises(ValueError, match=match):

@@ -160,7 +160,7 @@ def finals_finished(study: Any, finals: FinalsConfig | None = None) -> bool:
     search's `search.finals`; None: the stored ones)."""
     config = getattr(study, "config", None) or {}
     wanted = finals if finals is not None else FinalsConfig.from_dict(
-        stored_value(config, "finals"))
+        stored_value(config, "finals"), "search.finals.")
     if not wanted.on:
         return True
     state = study.get_state(FINALS_STATE, None) or {}

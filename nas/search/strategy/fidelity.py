@@ -21,6 +21,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from nas import schema
 from nas.search.strategy.selection import OBJECTIVES
 
 RUNG_COSTS = ("", "flops", "params")  # what a rung ranks by: accuracy alone, or vs a cost
@@ -36,49 +37,24 @@ class RungResult:
 
 
 @dataclasses.dataclass(frozen=True)
-class FidelityConfig:
+class FidelityConfig(schema.Section):
     """`search.fidelity`. rungs: epochs at which children are compared before the full
     budget (empty: off); keep: fraction promoted; parent_ratio: below this fraction of its
     parent's accuracy a child stops; cost: "" ranks by accuracy, else by Pareto layer."""
 
-    rungs: tuple[float, ...] = ()
-    keep: float = 0.5
-    parent_ratio: float = 0.5
-    cost: str = ""
+    rungs: tuple[float, ...] = schema.setting((), schema.Field(
+        list, check=lambda rungs: all(_number(r) and 0 < r < math.inf for r in rungs),
+        expected="of epochs > 0"))
+    keep: float = schema.setting(0.5, schema.Field(float, low=0, low_open=True, high=1))
+    parent_ratio: float = schema.setting(0.5, schema.at_least(0, float))
+    cost: str = schema.setting("", schema.one_of(*RUNG_COSTS, expected="('': accuracy only)"))
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | FidelityConfig | None,
-                  prefix: str = "search.fidelity.") -> FidelityConfig:
-        """`prefix`: the section's path, which every error names."""
-        if isinstance(data, FidelityConfig):
-            return data
-        data = dict(data.to_dict() if hasattr(data, "to_dict") else (data or {}))
-        known = [f.name for f in dataclasses.fields(cls)]
-        unknown = sorted(set(data) - set(known))
-        if unknown:
-            raise ValueError(f"config field '{prefix}{unknown[0]}' is unknown; expected one "
-                             f"of {', '.join(known)}")
-        rungs = data.get("rungs", ())
-        if not isinstance(rungs, list | tuple) or not all(
-                _number(r) and 0 < r < math.inf for r in rungs):
-            raise ValueError(f"config field '{prefix}rungs' must be a list of epochs > 0, "
-                             f"got {rungs!r}")
+    def check_section(self, prefix: str) -> None:
+        rungs = tuple(float(r) for r in self.rungs)
         if any(b <= a for a, b in zip(rungs, rungs[1:], strict=False)):
             raise ValueError(f"config field '{prefix}rungs' must be epochs that increase, "
-                             f"got {list(rungs)}")
-        for name, high in (("keep", 1.0), ("parent_ratio", math.inf)):
-            value = data.get(name, getattr(cls, name))
-            if not _number(value) or not (0 < value <= high if name == "keep"
-                                          else 0 <= value < high):
-                expected = "a fraction > 0 and <= 1" if name == "keep" else "a number >= 0"
-                raise ValueError(f"config field '{prefix}{name}' must be {expected}, got "
-                                 f"{value!r}")
-        cost = data.get("cost", "")
-        if cost not in RUNG_COSTS:
-            raise ValueError(f"config field '{prefix}cost' must be '' (accuracy only), "
-                             f"'flops' or 'params', got {cost!r}")
-        return cls(rungs=tuple(float(r) for r in rungs), keep=float(data.get("keep", cls.keep)),
-                   parent_ratio=float(data.get("parent_ratio", cls.parent_ratio)), cost=cost)
+                             f"got {list(self.rungs)}")
+        object.__setattr__(self, "rungs", rungs)
 
     def schedule(self, full_epochs: float, prefix: str = "search.fidelity.") -> tuple[float, ...]:
         """Every rung's epochs, the full budget last (() when off); a rung above the full
@@ -167,7 +143,7 @@ class RungPlan:
     @classmethod
     def from_config(cls, fidelity: Mapping[str, Any] | FidelityConfig | None,
                     full_epochs: float) -> RungPlan:
-        config = FidelityConfig.from_dict(fidelity)
+        config = FidelityConfig.from_dict(fidelity, "search.fidelity.")
         return cls(config, config.schedule(full_epochs))
 
     def applies(self, candidate: Any) -> bool:

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from nas import schema
 from nas.search.strategy import constraints as bounds_lib
 from nas.search.strategy.closest import CostIndex
 from nas.search.strategy.constraints import check_constraints
@@ -187,7 +188,7 @@ def _number(value: float | None) -> float:
 
 
 @dataclasses.dataclass(frozen=True)
-class SelectionConfig:
+class SelectionConfig(schema.Section):
     """Knobs of `select_parents`. Accuracy units are whatever the study stores.
 
     costs: cost objectives, one drawn uniformly per suggestion (built-in or a user's).
@@ -208,83 +209,47 @@ class SelectionConfig:
         validation accuracy difference is at least minus this many points
         (`nas.search.strategy.recommend`).
     recommend_cost: the cost the recommendation minimizes among non-inferior children.
-    user_costs: the user's own costs (`search.costs`, lower is better), given by
-        `from_dict` from the search section; `latency_ms` joins them where named.
+    user_costs: the user's own costs (`search.costs`, lower is better), given to
+        `from_dict` by the search section; `latency_ms` joins them where named.
     constraints: {cost: upper bound} (`search.constraints`): parents are drawn by
         constrained domination (`nas.search.strategy.constraints`).
     """
 
-    costs: tuple[str, ...] = ("flops", "params")
-    p_accuracy_only: float = 0.2
-    min_acc: float | None = None
-    top_n: int = 0
-    top_perc: float = 0.1
-    min_to_select: int = 10
-    normalize: bool = True
-    balanced: bool = True
-    generations_to_live: int = 0
-    warm_up: int = 0
-    aging: str = "cosine"
-    noise_ties: bool = True
-    noninferiority_pt: float = 1.0
-    recommend_cost: str = "flops"
+    costs: tuple[str, ...] = schema.setting(("flops", "params"), None)
+    p_accuracy_only: float = schema.setting(0.2, schema.fraction())
+    min_acc: float | None = schema.setting(None, schema.Field(float, nullable=True))
+    top_n: int = schema.setting(0, schema.at_least(0))
+    top_perc: float = schema.setting(0.1, schema.Field(float, low=0, low_open=True, high=1))
+    min_to_select: int = schema.setting(10, schema.at_least(0))
+    # unchecked: any value has been taken for its truth, so a stored study's still opens
+    normalize: bool = schema.setting(True, None)
+    balanced: bool = schema.setting(True, None)
+    generations_to_live: int = schema.setting(0, schema.at_least(0))
+    warm_up: int = schema.setting(0, schema.at_least(0))
+    aging: str = schema.setting("cosine", schema.one_of(*AGING_MODES))
+    noise_ties: bool = schema.setting(True, schema.Field(bool))
+    noninferiority_pt: float = schema.setting(
+        1.0, schema.Field(float, low=0, high=100, expected="(accuracy points)"))
+    recommend_cost: str = schema.setting("flops", None)
     user_costs: tuple[str, ...] = ()
     constraints: Mapping[str, float] = dataclasses.field(default_factory=dict, hash=False)
 
-    def __post_init__(self) -> None:
+    def check_section(self, prefix: str) -> None:
+        """The costs named: built-in ones or the user's; errors name `prefix`'s section."""
+        section = f"{prefix.rstrip('.')}: " if prefix else ""
         costs = (self.costs,) if isinstance(self.costs, str) else tuple(self.costs)
         object.__setattr__(self, "costs", costs)
         named = {*costs, self.recommend_cost, *dict(self.constraints or {})}
-        users = check_user_costs(self.user_costs, "user_costs")
+        users = check_user_costs(self.user_costs, f"{section}user_costs")
         users += tuple(m for m in MEASURED_COSTS if m in named and m not in users)
         object.__setattr__(self, "user_costs", users)
         object.__setattr__(self, "constraints", check_constraints(
-            self.constraints, bounded_costs(users), "constraints"))
+            self.constraints, bounded_costs(users), f"{section}constraints"))
         if not costs:
-            raise ValueError("costs: need at least one cost objective")
-        for c in costs:
-            check_cost(c, "costs", users)
-        check_cost(self.recommend_cost, "recommend_cost", users)
-        if not 0.0 <= self.p_accuracy_only <= 1.0:
-            raise ValueError(f"p_accuracy_only: must be in [0, 1], got {self.p_accuracy_only}")
-        if not 0.0 < self.top_perc <= 1.0:
-            raise ValueError(f"top_perc: must be in (0, 1], got {self.top_perc}")
-        for name in ("top_n", "min_to_select", "generations_to_live", "warm_up"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"{name}: must be an integer >= 0, got {value!r}")
-        if self.min_acc is not None and not math.isfinite(self.min_acc):
-            raise ValueError(f"min_acc: must be finite or None, got {self.min_acc}")
-        if not isinstance(self.noise_ties, bool):
-            raise ValueError(f"noise_ties: must be true or false, got {self.noise_ties!r}")
-        margin = self.noninferiority_pt
-        if isinstance(margin, bool) or not isinstance(margin, int | float) or not (
-                math.isfinite(margin) and 0.0 <= margin <= 100.0):
-            raise ValueError(f"noninferiority_pt: must be a number of accuracy points in "
-                             f"[0, 100], got {margin!r}")
-        if self.aging not in AGING_MODES:
-            raise ValueError(f"aging: expected one of {AGING_MODES}, got {self.aging!r}")
-
-    @classmethod
-    def from_dict(cls, values: Mapping[str, Any] | None, user_costs: Sequence[str] = (),
-                  constraints: Mapping[str, Any] | None = None, prefix: str = ""
-                  ) -> SelectionConfig:
-        """From a plain dict, naming unknown keys; `user_costs`: the keys of `search.costs`;
-        `constraints`: `search.constraints`; `prefix`: the section's path, which every
-        error names."""
-        values = dict(values or {})
-        known = {f.name for f in dataclasses.fields(cls)} - {"user_costs", "constraints"}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"config field '{prefix}{unknown[0]}' is unknown; expected one "
-                             f"of {', '.join(sorted(known))}")
-        try:
-            return cls(**values, user_costs=tuple(user_costs),
-                       constraints=dict(constraints or {}))
-        except ValueError as e:  # its checks name a field without the section
-            if not prefix:
-                raise
-            raise ValueError(f"{prefix.rstrip('.')}: {e}") from None
+            raise ValueError(f"{section}costs: need at least one cost objective")
+        for cost in costs:
+            check_cost(cost, f"{section}costs", users)
+        check_cost(self.recommend_cost, f"{section}recommend_cost", users)
 
 
 def age(accuracy: float, alive: int, config: SelectionConfig) -> float:

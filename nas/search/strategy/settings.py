@@ -21,7 +21,6 @@ architectures, not training histories.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
 import math
@@ -41,10 +40,10 @@ from nas.search.strategy.selection import (
     check_user_costs,
 )
 from nas.train.fit_config import FitConfig
+from nas.train.latency import LatencySettings
 
 if TYPE_CHECKING:
     from nas.mutation.config import MutationConfig
-    from nas.train.latency import LatencySettings
 
 # Fields a resumed search takes from the command line, not the stored config: how far and
 # where to run, not what to search, so a change is silent.
@@ -74,60 +73,28 @@ def without_added(given: dict[str, Any], stored: dict[str, Any]) -> dict[str, An
 # `search.max_refusals`'s default, which the store reads too
 MAX_REFUSALS = 8
 
-LATENCY_MEASURE = ("auto", "on", "off")
-
-
-def latency_defaults() -> dict[str, Any]:
-    """`search.latency`'s default."""
-    from nas.train.latency import LatencySettings
-
-    return {"measure": "auto", **dataclasses.asdict(LatencySettings())}
-
-
-def _setting(default: Any, check: schema.Field | schema.Schema, help: str) -> Any:
-    """One field of `SearchSettings`: `default` as a config holds it (a function: computed
-    when asked), its `nas.schema` check, and `help` (the guide's settings table)."""
-    return dataclasses.field(metadata={"default": default, "check": check, "help": help})
-
-
 # How a task gets its dataset: "ship" puts it in Ray's object store once per study and each
 # node keeps a copy in its own cache; "node" reads it where the config names it, on each
 # node (a tfds dataset prepared on every node, or a disk every node mounts).
 DATASET_MODES = ("ship", "node")
 
-RAY_SCHEMA: dict[str, schema.Field] = {
-    "num_cpus": schema.at_least(0, float, expected="(0: search.num_cpus_per_candidate)"),
-    "num_gpus": schema.at_least(0, float, expected="(0: search.num_gpus_per_candidate)"),
-    "resources": schema.Field(dict, expected="(custom resource name -> amount per task)"),
-    "dataset": schema.one_of(*DATASET_MODES),
-}
-
-
-def ray_defaults() -> dict[str, Any]:
-    return {"num_cpus": 0.0, "num_gpus": 0.0, "resources": {}, "dataset": "ship"}
-
 
 @dataclasses.dataclass(frozen=True)
-class RayConfig:
+class RayConfig(schema.Section):
     """`search.ray`: one Ray task's request (a node with 8 GPUs and `num_gpus` 1 trains 8),
-    resolved against `search.num_*_per_candidate`, and how its dataset reaches the node."""
+    its zeros read from `search.num_*_per_candidate` (`resolved`), and how its dataset
+    reaches the node."""
 
-    num_cpus: float = 1.0
-    num_gpus: float = 0.0
-    resources: dict[str, float] = dataclasses.field(default_factory=dict)
-    dataset: str = "ship"
+    num_cpus: float = schema.setting(
+        0.0, schema.at_least(0, float, expected="(0: search.num_cpus_per_candidate)"))
+    num_gpus: float = schema.setting(
+        0.0, schema.at_least(0, float, expected="(0: search.num_gpus_per_candidate)"))
+    resources: dict[str, float] = schema.setting(
+        dict, schema.Field(dict, expected="(custom resource name -> amount per task)"))
+    dataset: str = schema.setting("ship", schema.one_of(*DATASET_MODES))
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None, num_cpus_per_candidate: float = 1.0,
-                  num_gpus_per_candidate: float = 0.0, prefix: str = "search.ray."
-                  ) -> RayConfig:
-        """The section checked (errors name `prefix`), its zeros read from
-        `search.num_*_per_candidate`."""
-        data = dict(data.to_dict() if hasattr(data, "to_dict") else (data or {}))
-        schema.check(data, RAY_SCHEMA, prefix)
-        values = {**ray_defaults(), **data}
-        resources = dict(values["resources"].to_dict() if hasattr(values["resources"], "to_dict")
-                         else values["resources"])
+    def check_section(self, prefix: str) -> None:
+        resources = dict(self.resources)
         for name, amount in resources.items():
             if name in ("CPU", "GPU"):
                 raise ValueError(f"config field '{prefix}resources.{name}': set "
@@ -137,10 +104,13 @@ class RayConfig:
                     or amount <= 0:
                 raise ValueError(f"config field '{prefix}resources.{name}' must be a "
                                  f"number > 0, got {amount!r}")
-        return cls(num_cpus=float(values["num_cpus"]) or float(num_cpus_per_candidate),
-                   num_gpus=float(values["num_gpus"]) or float(num_gpus_per_candidate),
-                   resources={str(k): float(v) for k, v in resources.items()},
-                   dataset=str(values["dataset"]))
+        object.__setattr__(self, "resources", {str(k): float(v) for k, v in resources.items()})
+
+    def resolved(self, num_cpus_per_candidate: float, num_gpus_per_candidate: float
+                 ) -> RayConfig:
+        """The request with its zeros read from `search.num_*_per_candidate`."""
+        return dataclasses.replace(self, num_cpus=self.num_cpus or float(num_cpus_per_candidate),
+                                   num_gpus=self.num_gpus or float(num_gpus_per_candidate))
 
     def request(self) -> dict[str, float]:
         """Every resource one task asks for, by Ray's names (nonzero ones only)."""
@@ -149,73 +119,56 @@ class RayConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class LatencyConfig:
-    """`search.latency`: `measure` ("auto" | "on" | "off"), how it is timed, and whether the
-    worker times it (resolved against the rest of the settings)."""
+class LatencyConfig(LatencySettings):
+    """`search.latency`: `measure` ("auto" | "on" | "off"), how it is timed (the fields of
+    `LatencySettings`), and whether the worker times it (`timed`: resolved against the
+    rest of the settings)."""
 
-    measure: str
-    timing: LatencySettings
-    timed: bool
+    measure: str = schema.setting("auto", schema.one_of("auto", "on", "off"))
+    timed: bool = False
 
     def task_settings(self) -> dict[str, Any] | None:
         """`LatencySettings` fields for a candidate's task, None when it is not timed."""
-        return dataclasses.asdict(self.timing) if self.timed else None
+        if not self.timed:
+            return None
+        return {name: getattr(self, name) for name in schema.settings_of(LatencySettings)}
 
 
 STARTS = ("auto", "scratch", "weights")
 
 
 @dataclasses.dataclass(frozen=True)
-class FinalsConfig:
+class FinalsConfig(schema.Section):
     """`search.finals`: who goes to the finals and how they train."""
 
     # The finalists: the `k` cheapest candidates on the validation front (accuracy against
     # the recommendation's cost) not already ruled out against the seed at the margin,
     # plus the most accurate one. 0: no finals.
-    k: int = 2
+    k: int = schema.setting(2, schema.at_least(0, expected="(0: no finals)"))
     # trainings per architecture (own init and data order), or more (`trained_repeats`)
-    repeats: int = 1
+    repeats: int = schema.setting(1, schema.positive())
     # the run part's least degrees of freedom: a finalist tied with the seed was found
     # non-inferior at 2 points in 60 % of simulated finals with two, 79 % with four, 85 %
     # with six and 98 % with ten (tests/search/test_repeated_interval.py). 0: `repeats`.
-    min_run_df: int = 6
+    min_run_df: int = schema.setting(6, schema.at_least(0, expected="(0: repeats alone)"))
     # Below `cv_below` training images each repeat is a `folds`-fold cross-validation over
     # train plus validation; otherwise the validation split alone decides.
-    folds: int = 3
-    cv_below: int = 20_000
+    folds: int = schema.setting(3, schema.positive(expected="(1: the validation split alone)"))
+    cv_below: int = schema.setting(
+        20_000, schema.at_least(0, expected="(training images below which folds apply)"))
     # Epochs of every finals run. 0: from scratch, the seed's in the search (all its rounds:
     # a shorter run ranks how fast one starts to learn); from weights, one seed round on top.
-    epochs: float = 0.0
+    epochs: float = schema.setting(0.0, schema.at_least(0, float, expected="(0: the seed's rule)"))
     # "scratch" (a fresh init each), "weights" (each on from its own weights, until all
     # have had the same epochs), "auto": "weights" when the seed arrived trained.
-    start: str = "auto"
+    start: str = schema.setting("auto", schema.one_of(*STARTS))
     # Retrain the recommended architecture as the search trained, and take home whichever
     # of that and the search's weights is more accurate on validation.
-    take_home: bool = True
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None, prefix: str = "search.finals."
-                  ) -> FinalsConfig:
-        """`prefix`: the section's path, which every error names."""
-        data = dict(data.to_dict() if hasattr(data, "to_dict") else (data or {}))
-        schema.check(data, FINALS_SCHEMA, prefix)
-        return cls(**data)
+    take_home: bool = schema.setting(True, schema.Field(bool))
 
     @property
     def on(self) -> bool:
         return self.k > 0
-
-
-FINALS_SCHEMA: dict[str, schema.Field] = {
-    "k": schema.at_least(0, expected="(0: no finals)"),
-    "repeats": schema.positive(),
-    "min_run_df": schema.at_least(0, expected="(0: repeats alone)"),
-    "folds": schema.positive(expected="(1: the validation split alone)"),
-    "cv_below": schema.at_least(0, expected="(training images below which folds apply)"),
-    "epochs": schema.at_least(0, float, expected="(0: the seed's rule)"),
-    "start": schema.one_of(*STARTS),
-    "take_home": schema.Field(bool),
-}
 
 
 def trained_repeats(finals: FinalsConfig, finalists: int, folds: int) -> int:
@@ -288,145 +241,147 @@ def arrived_trained(seed: Mapping[str, Any], min_gain: float = 0.0) -> bool:
 
 
 @dataclasses.dataclass(frozen=True)
-class SearchSettings:
-    """The checked `search` section (`read_settings`, or `from_stored` in a worker)."""
+class SearchSettings(schema.Section):
+    """The checked `search` section (`read_settings`, or `from_stored` in a worker). A
+    field's default is the config's: `read_settings` builds each sub-section's record."""
 
-    seed: int = _setting(0, schema.Field(int, low=0, high=2**63 - 1),  # an SQLite INTEGER
-                         "every proposal's draws come from it and the proposal counter")
-    max_candidates: int = _setting(12, schema.positive(), "candidates, the seed model included")
-    seed_epochs: float = _setting(
+    seed: int = schema.setting(0, schema.Field(int, low=0, high=2**63 - 1),  # an SQLite INTEGER
+                               "every proposal's draws come from it and the proposal counter")
+    max_candidates: int = schema.setting(12, schema.positive(),
+                                         "candidates, the seed model included")
+    seed_epochs: float = schema.setting(
         0.0, schema.at_least(0, float, expected="(0: train.total_epochs)"),
         "epochs for the seed model (0: train.total_epochs, like children)")
-    seed_max_epochs: float = _setting(
+    seed_max_epochs: float = schema.setting(
         0.0, schema.at_least(0, float, expected="(0: one round of seed_epochs)"),
         "the seed trains in rounds of seed_epochs while a round beats the best validation "
         "accuracy by more than seed_min_gain, up to seed_patience rounds without, at most "
         "this many epochs in all (0: one round; nas.train.rounds)")
-    seed_patience: int = _setting(1, schema.positive(),
-                                  "rounds without a gain before the seed stops")
-    seed_min_gain: float = _setting(0.0, schema.Field(float, low=0.0, high=0.5),
-                                    "the least gain in validation accuracy a round counts")
-    child_lr: float = _setting(
+    seed_patience: int = schema.setting(1, schema.positive(),
+                                        "rounds without a gain before the seed stops")
+    seed_min_gain: float = schema.setting(0.0, schema.Field(float, low=0.0, high=0.5),
+                                          "the least gain in validation accuracy a round counts")
+    child_lr: float = schema.setting(
         0.0, schema.at_least(0, float, expected="(0: train.lr)"),
         "learning rate for children, which fine-tune (0: train.lr)")
-    min_child_steps: int = _setting(
+    min_child_steps: int = schema.setting(
         0, schema.at_least(0, expected="(0: train.total_epochs decides)"),
         "a child fine-tunes for at least this many optimizer steps (train.min_steps; 0: "
         "epochs decide)")
-    max_start_drop: float = _setting(
+    max_start_drop: float = schema.setting(
         0.0, schema.Field(float, low=0.0, high=1.0),
         "a child whose validation accuracy at its start is more than this below its "
         "parent's is refused, not trained (0: off)")
-    max_refusals: int = _setting(
+    max_refusals: int = schema.setting(
         MAX_REFUSALS, schema.at_least(0, expected="(0: a refused child fails its slot)"),
         "a child refused at its start is replaced by another proposal, up to this many times "
         "per candidate slot; the next refusal fails the slot (0: at once)")
-    log_every_steps: int = _setting(
+    log_every_steps: int = schema.setting(
         10, schema.at_least(0, expected="(0: train.log_training_steps)"),
         "every candidate logs its training loss and accuracy every this many steps, so its "
         "report shows a curve (0: train.log_training_steps)")
     # where and how candidates train (most of them OPERATIONAL)
-    executor: str = _setting("local", schema.one_of(*EXECUTORS), "local | ray | inline")
-    workers: int = _setting(
+    executor: str = schema.setting("local", schema.one_of(*EXECUTORS), "local | ray | inline")
+    workers: int = schema.setting(
         1, schema.at_least(0, expected="(0: only external nas-search workers train)"),
         "candidates the driver trains at once (0: only nas-search workers)")
-    ray_address: str = _setting("", schema.Field(str),
-                                '"" starts a local Ray; "auto" joins a running cluster')
-    num_cpus_per_candidate: float = _setting(1.0, schema.positive(float),
-                                             "CPUs of one candidate's Ray task")
-    num_gpus_per_candidate: float = _setting(0.0, schema.at_least(0, float),
-                                             "GPUs of one candidate's Ray task")
-    ray: RayConfig = _setting(
-        ray_defaults, RAY_SCHEMA,
+    ray_address: str = schema.setting("", schema.Field(str),
+                                      '"" starts a local Ray; "auto" joins a running cluster')
+    num_cpus_per_candidate: float = schema.setting(1.0, schema.positive(float),
+                                                   "CPUs of one candidate's Ray task")
+    num_gpus_per_candidate: float = schema.setting(0.0, schema.at_least(0, float),
+                                                   "GPUs of one candidate's Ray task")
+    ray: RayConfig = schema.setting(
+        lambda: schema.defaults(RayConfig), schema.checks(RayConfig),
         "RayConfig: each Ray task's resources (0: the two "
         "fields above) and how its dataset reaches the node")
-    time_limit_s: float = _setting(900.0, schema.positive(float),
-                                   "per candidate; checked after every train step")
-    hard_time_limit_s: float = _setting(1800.0, schema.positive(float),
-                                        "the worker is killed past this")
-    lease_s: float = _setting(60.0, schema.Field(float, low=0.05, high=86400.0),
-                              "a claim not renewed for this long is re-queued")
-    max_attempts: int = _setting(3, schema.positive(),
-                                 "a candidate interrupted this often is failed")
-    max_proposal_failures: int = _setting(25, schema.positive(),
-                                          "consecutive failed mutations before giving up")
-    pipeline_depth: int = _setting(
+    time_limit_s: float = schema.setting(900.0, schema.positive(float),
+                                         "per candidate; checked after every train step")
+    hard_time_limit_s: float = schema.setting(1800.0, schema.positive(float),
+                                              "the worker is killed past this")
+    lease_s: float = schema.setting(60.0, schema.Field(float, low=0.05, high=86400.0),
+                                    "a claim not renewed for this long is re-queued")
+    max_attempts: int = schema.setting(3, schema.positive(),
+                                       "a candidate interrupted this often is failed")
+    max_proposal_failures: int = schema.setting(25, schema.positive(),
+                                                "consecutive failed mutations before giving up")
+    pipeline_depth: int = schema.setting(
         1, schema.positive(),
         "candidate k is proposed from the results of candidates 1 .. k - pipeline_depth, "
         "so proposals never depend on worker timing; `workers` keeps that many training")
-    propose_ahead: int = _setting(
+    propose_ahead: int = schema.setting(
         1, schema.at_least(0, expected="(0: propose only when a worker is free)"),
         "proposals made ahead while every worker trains, so a finishing worker never waits "
         "(when, not what; in effect with pipeline_depth >= 2)")
-    prepare_ahead: int = _setting(
+    prepare_ahead: int = schema.setting(
         1, schema.at_least(0, expected="(0: one worker process per device)"),
         "each worker's device is served by 1 + this many processes taking turns, so the "
         "next children set up, fit and compile while one trains (in effect with "
         "pipeline_depth > workers)")
-    selection: SelectionConfig = _setting(
+    selection: SelectionConfig = schema.setting(
         lambda: {"costs": ("flops", "params"), "min_acc": 0.0, "noninferiority_pt": 1.0,
                  "recommend_cost": "flops"},
         schema.Field(dict),
         "nas.search.strategy.selection.SelectionConfig: the fronts' costs, parent selection "
         "and the recommendation's margin and cost")
-    costs: Mapping[str, str] = _setting(
+    costs: Mapping[str, str] = schema.setting(
         dict, schema.Field(dict),
         'a user\'s own costs, {name: "package.module:function"}, measured on every trained '
         "candidate, lower is better")
-    constraints: Mapping[str, float] = _setting(
+    constraints: Mapping[str, float] = schema.setting(
         dict, schema.Field(dict),
         "upper bounds, {cost: bound}: a candidate over one is infeasible "
         "(nas.search.strategy.constraints)")
-    latency: LatencyConfig = _setting(
-        latency_defaults, schema.Field(dict),
+    latency: LatencyConfig = schema.setting(
+        lambda: schema.defaults(LatencyConfig), schema.Field(dict),
         'latency_ms, timed in the worker after training (nas.train.latency): "auto" when '
         'a front, a bound or the recommendation names it, "on", "off"')
-    mutation: MutationConfig = _setting(
+    mutation: MutationConfig = schema.setting(
         dict, schema.Field(dict),
         "nas.mutation.config.MutationConfig: how a child is proposed (input_shape: the "
         "training images' unless set)")
-    fit: FitConfig = _setting(
+    fit: FitConfig = schema.setting(
         dict, schema.Field(dict),
         "nas.train.fit_config.FitConfig: a child's new ops are fitted to the parent's tensors "
         'before it trains ({"steps": 0} disables)')
-    fidelity: FidelityConfig = _setting(
+    fidelity: FidelityConfig = schema.setting(
         dict, schema.Field(dict),
         "nas.search.strategy.fidelity.FidelityConfig: children train to each rung and go on "
         "only if promoted ({}: off)")
-    finals: FinalsConfig = _setting(
-        lambda: dataclasses.asdict(FinalsConfig()), schema.Field(dict),
+    finals: FinalsConfig = schema.setting(
+        lambda: schema.defaults(FinalsConfig), schema.Field(dict),
         "FinalsConfig: the finalists and the seed train "
         'alike after the search ({"k": 0}: off)')
-    validation_fraction: float = _setting(
+    validation_fraction: float = schema.setting(
         0.1, schema.Field(float, low=0.0, high=0.5),
         "the fraction of the training split held out for the "
         "decisions unless validation_split names a split")
-    validation_split: str = _setting("", schema.Field(str),
-                                     "a split of the dataset the decisions read instead")
-    seed_graph: str = _setting("", schema.Field(str),
-                               'graph JSON or `nas-search export` file to start from ("": zoo)')
-    extra_seeds: tuple[str, ...] = _setting(
+    validation_split: str = schema.setting("", schema.Field(str),
+                                           "a split of the dataset the decisions read instead")
+    seed_graph: str = schema.setting(
+        "", schema.Field(str), 'graph JSON or `nas-search export` file to start from ("": zoo)')
+    extra_seeds: tuple[str, ...] = schema.setting(
         tuple, schema.Field(list, check=lambda v: all(isinstance(s, str) and s for s in v),
                             expected="of non-empty strings"),
         "further seeds (graph JSON, export files or zoo model names), each trained as the "
         "seed is; the reports' seed stays the first")
-    start_from: str = _setting(
+    start_from: str = schema.setting(
         "", schema.Field(str),
         "the workdir of an earlier search whose validation front, weights included, a new "
         'study starts from ("": off)')
-    max_params_ratio: float = _setting(
+    max_params_ratio: float = schema.setting(
         4.0, schema.at_least(0, float, expected="(0: no bound)"),
         "a proposed child with more parameters than this times the seed's is refused "
         "(0: no bound)")
-    hparams: Mapping[str, tuple[float, float]] = _setting(
+    hparams: Mapping[str, tuple[float, float]] = schema.setting(
         dict, schema.Field(dict),
         'nas.search.strategy.hparams: {"lr" | "wd" | "child_lr": (low, high)} evolved with '
         "the architecture ({}: off)")
-    property_cache: str = _setting(
+    property_cache: str = schema.setting(
         "", schema.Field(str),
         "nas.properties.op_cache: per-op shapes and pairings kept across processes (\"\": "
         '$NAS_PROPERTY_CACHE or ~/.cache/nas/op_properties.sqlite; "none": off)')
-    tensorboard: bool = _setting(
+    tensorboard: bool = schema.setting(
         False, schema.Field(bool),
         "TensorBoard runs under <workdir>/tensorboard (nas.search.execution.tensorboard_runs; "
         "the `tensorboard` extra), never read by the search")
@@ -438,30 +393,31 @@ class SearchSettings:
         but without opening the dataset again."""
         return _read(ml_collections.ConfigDict(dict(config)), check_data=False)
 
+    def check_section(self, prefix: str) -> None:
+        if self.hard_time_limit_s < self.time_limit_s:
+            raise ValueError(f"config field '{prefix}hard_time_limit_s' must be >= "
+                             f"{prefix}time_limit_s ({self.time_limit_s:g}), got "
+                             f"{self.hard_time_limit_s:g}")
 
-_FIELDS = dataclasses.fields(SearchSettings)
 
-
-def _default(field: dataclasses.Field[Any]) -> Any:
-    given = field.metadata["default"]
-    return given() if callable(given) else copy.deepcopy(given)
+_FIELDS = schema.settings_of(SearchSettings)
 
 
 def search_defaults() -> ml_collections.ConfigDict:
     """Every field of the search section at its default."""
-    return ml_collections.ConfigDict({f.name: _default(f) for f in _FIELDS})
+    return ml_collections.ConfigDict({name: schema.default_of(f) for name, f in _FIELDS.items()})
 
 
 SEARCH_SCHEMA: dict[str, schema.Field | schema.Schema] = {
-    f.name: f.metadata["check"] for f in _FIELDS}
+    name: f.metadata["check"] for name, f in _FIELDS.items()}
 
-SEARCH_HELP: dict[str, str] = {f.name: f.metadata["help"] for f in _FIELDS}
+SEARCH_HELP: dict[str, str] = {name: f.metadata["help"] for name, f in _FIELDS.items()}
 
 
 def stored_value(config: Mapping[str, Any] | None, name: str) -> Any:
     """Search field `name` of a study's stored config (a dict), its default where the config
     has none; a section's fields the config leaves out at their defaults."""
-    default = _default(next(f for f in _FIELDS if f.name == name))
+    default = schema.default_of(_FIELDS[name])
     section = config.get("search") if isinstance(config, Mapping) else None
     given = section.get(name) if isinstance(section, Mapping) else None
     if given is None:
@@ -508,35 +464,29 @@ def _read(config: Any, check_data: bool) -> SearchSettings:
     user = config.search.to_dict() if hasattr(config.search, "to_dict") else config.search
     schema.check(user, SEARCH_SCHEMA, "search.")
     raw = filled(config.search).to_dict()
-    values: dict[str, Any] = {
-        f.name: _scalar(f.metadata["check"], raw[f.name]) for f in _FIELDS
-        if isinstance(f.metadata["check"], schema.Field) and f.metadata["check"].kind in (
-            int, float, str, bool)}
-    if values["hard_time_limit_s"] < values["time_limit_s"]:
-        raise ValueError(f"config field 'search.hard_time_limit_s' must be >= "
-                         f"search.time_limit_s ({values['time_limit_s']:g}), got "
-                         f"{values['hard_time_limit_s']:g}")
-    mutation = MutationConfig.from_dict(raw["mutation"], prefix="search.mutation.")
+    values = {name: raw[name] for name in _FIELDS}
+    mutation = MutationConfig.from_dict(raw["mutation"], "search.mutation.")
     users = check_user_costs(list(raw["costs"]), "search.costs")
     values["costs"] = {str(k): v for k, v in raw["costs"].items()}
     values["constraints"] = check_constraints(raw["constraints"], bounded_costs(users))
     values["selection"] = SelectionConfig.from_dict(
-        raw["selection"], measured_costs(raw), values["constraints"], prefix="search.selection.")
+        raw["selection"], "search.selection.", user_costs=measured_costs(raw),
+        constraints=values["constraints"])
     values["latency"] = _latency(raw)
-    values["fit"] = FitConfig.from_dict(raw["fit"], prefix="search.fit.")
-    values["finals"] = FinalsConfig.from_dict(raw["finals"], prefix="search.finals.")
+    values["fit"] = FitConfig.from_dict(raw["fit"], "search.fit.")
+    values["finals"] = FinalsConfig.from_dict(raw["finals"], "search.finals.")
     values["hparams"] = hparams_lib.check(raw["hparams"], "search.hparams")
     if values["tensorboard"]:
         check_tensorboard()
-    values["ray"] = RayConfig.from_dict(raw["ray"], values["num_cpus_per_candidate"],
-                                        values["num_gpus_per_candidate"], prefix="search.ray.")
+    values["ray"] = RayConfig.from_dict(raw["ray"], "search.ray.").resolved(
+        values["num_cpus_per_candidate"], values["num_gpus_per_candidate"])
     values["extra_seeds"] = tuple(raw["extra_seeds"])
     train = _prefixed("train.", train_config.with_defaults, config.train)
     if "input_shape" not in raw["mutation"]:  # proposals probe at the training images' shape
         mutation = dataclasses.replace(mutation, input_shape=(1, *train_config.image_shape(train)))
     values["mutation"] = mutation
-    settings = SearchSettings(**values, fidelity=FidelityConfig.from_dict(
-        raw["fidelity"], prefix="search.fidelity."))
+    values["fidelity"] = FidelityConfig.from_dict(raw["fidelity"], "search.fidelity.")
+    settings = SearchSettings(**values, prefix="search.")
     check_one_process(train)
     check_splits(train, settings)
     settings.fidelity.schedule(float(train.total_epochs), prefix="search.fidelity.")
@@ -548,11 +498,6 @@ def _read(config: Any, check_data: bool) -> SearchSettings:
             with config.train.unlocked():
                 config.train.num_classes = data_lib.check_num_classes(train)
     return settings
-
-
-def _scalar(check: schema.Field, value: Any) -> Any:
-    """A checked scalar as its declared type (a float field may be given an int)."""
-    return float(value) if check.kind is float else value
 
 
 TENSORBOARD_PACKAGE = "tensorboardX"
@@ -609,31 +554,16 @@ def latency_named(search: Mapping[str, Any]) -> str:
 def _latency(search: Mapping[str, Any]) -> LatencyConfig:
     """`search.latency` of a search section (a dict): a bad field, or "off" while something
     names latency_ms, is one line."""
-    from nas.train.latency import LatencySettings
-
     fields = _cost_fields(search)
-    values = {**latency_defaults(), **dict(fields["latency"] or {})}
-    measure = values.pop("measure")
-    if measure not in LATENCY_MEASURE:
-        raise ValueError(f"config field 'search.latency.measure' must be one of "
-                         f"{LATENCY_MEASURE}, got {measure!r}")
-    known = {f.name for f in dataclasses.fields(LatencySettings)}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise ValueError(f"config field 'search.latency.{unknown[0]}' is unknown; expected "
-                         f"one of {sorted(known | {'measure'})}")
-    try:  # its own checks name a field without the section
-        timing = LatencySettings(**values)
-    except ValueError as e:
-        raise ValueError(f"search.latency: {e}") from None
+    latency = LatencyConfig.from_dict(fields["latency"] or {}, "search.latency.")
     named = latency_named(search)
-    if measure == "off" and named:
+    if latency.measure == "off" and named:
         raise ValueError(f"config field 'search.latency.measure' is 'off', but {named} "
                          f"names latency_ms; set it to 'auto' or 'on'")
     # a user's own latency_ms function times it instead
-    timed = not (measure == "off" or (measure == "auto" and not named)
+    timed = not (latency.measure == "off" or (latency.measure == "auto" and not named)
                  or LATENCY in dict(fields["costs"] or {}))
-    return LatencyConfig(measure, timing, timed)
+    return dataclasses.replace(latency, timed=timed)
 
 
 def measured_costs(search: Any) -> tuple[str, ...]:
