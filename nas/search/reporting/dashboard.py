@@ -7,15 +7,14 @@ report) is rendered when asked for; the CSV downloads. The study is opened read-
 writes. The overview is recomputed only when the database changed (`PRAGMA data_version`).
 
 The overview answers every 2 s, at 100,000 candidates too, so its pictures of the fronts
-(`LiveFronts`) read each finished row once, without its graph, compare its per-example
-results once with each reference (`GrowingComparisons`), and draw again only when the
-number of done candidates changed; past `SCALE_LIMIT` as density, as in the report.
+(`LiveFronts`) read each finished row and its per-example results once, without its graph
+(`population.DoneCache`), and draw again only when the number of done candidates changed;
+past `SCALE_LIMIT` as density, as in the report.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import threading
 from collections.abc import Sequence
@@ -51,35 +50,6 @@ from nas.search.strategy.selection import cost_value, higher_better
 POLL_MS = 2000  # how often the overview asks for news
 
 
-@dataclasses.dataclass
-class GrowingComparisons(recommend.Comparisons):
-    """`recommend.Comparisons` over results that only grow (the caller adds to
-    `validation` / `test`): `against` compares only the candidates added since it last
-    compared against that reference (a paired result depends on the two candidates'
-    results alone), so a redraw after one more candidate finished compares one child, not
-    100,000, with the seed."""
-
-    _grown: dict[tuple[int, str], dict[int, Any]] = dataclasses.field(
-        default_factory=dict, repr=False, compare=False)
-
-    KEPT = 4  # references whose counts are kept (the seed and the most accurate, mostly)
-
-    def against(self, reference: Any, split: str = "validation") -> dict[int, Any]:
-        bits = self.validation if split == "validation" else self.test
-        mine = bits.get(reference.id) if reference is not None else None
-        if mine is None:
-            return {}
-        known = self._grown.pop((reference.id, split), {})  # back in as the newest
-        fresh = {i: v for i, v in bits.items() if i not in known}
-        if fresh:
-            fresh[reference.id] = mine
-            known.update(recommend.Comparisons(fresh, {}).against(reference))
-        while len(self._grown) >= self.KEPT:
-            self._grown.pop(next(iter(self._grown)))
-        self._grown[reference.id, split] = known
-        return known
-
-
 class LiveFronts:
     """The overview's front pictures of one study, kept up to date as candidates finish.
     Owned by a long-lived `Dashboard`; not shared between threads (its caller locks)."""
@@ -89,7 +59,8 @@ class LiveFronts:
         self.k = k
         self.costs = ranked_costs(study)  # search.selection.costs
         self._done = DoneCache(study)  # each finished row read once, without its graph
-        self._pairs = GrowingComparisons({}, {})  # per-example results, grown as read
+        self._validation: dict[int, np.ndarray] = {}  # per-example results, read once each
+        self._test: dict[int, np.ndarray] = {}
         self._read: set[int] = set()  # ids whose results are read
         self._drawn: tuple[int, dict[str, Any]] | None = None  # (done count, pictures)
         self._whole: dict[int, Candidate] = {}  # rows read whole for the last pictures
@@ -110,13 +81,14 @@ class LiveFronts:
         new = [r for r in done if r.id not in self._read]
         if not new:
             return
-        self._pairs.validation.update(_unpacked(new))
-        self._pairs.test.update(self.study.correctness([r.id for r in new], "test"))
+        self._validation.update(_unpacked(new))
+        self._test.update(self.study.correctness([r.id for r in new], "test"))
         self._read.update(r.id for r in new)
 
     def _draw(self, done: list[Any]) -> dict[str, Any]:
         config = getattr(self.study, "config", None)
-        rec = recommend.recommend_for(done, self._pairs, config).candidate
+        pairs = recommend.Comparisons(self._validation, self._test)  # counted afresh
+        rec = recommend.recommend_for(done, pairs, config).candidate
         seed = recommend.seed_of(done)
         marks = point_marks(seed, rec)
         ids = np.array([r.id for r in done], dtype=np.int64)
