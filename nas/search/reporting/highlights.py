@@ -19,6 +19,7 @@ from nas.search.store.finals import Answer, answer
 from nas.search.strategy import recommend
 from nas.search.strategy.cost_ties import has_spread, tied_values
 from nas.search.strategy.pareto import front_rows
+from nas.search.strategy.population import best_order
 from nas.search.strategy.selection import cost_value, higher_better, spread_name
 
 # Finished candidates up to which the report draws every point and lists every row.
@@ -51,10 +52,8 @@ def ranked_costs(study: object) -> list[str]:
 
 def best_of(candidates: Sequence[Candidate], k: int) -> list[Candidate]:
     """The `k` most accurate done candidates, in `Study.best`'s order."""
-    inf = float("inf")
     done = (c for c in candidates if c.status == Status.DONE and c.accuracy is not None)
-    return heapq.nsmallest(k, done, key=lambda c: (
-        -c.accuracy, c.flops if c.flops is not None else inf, c.id))
+    return heapq.nsmallest(k, done, key=best_order)
 
 
 @dataclasses.dataclass(frozen=True)

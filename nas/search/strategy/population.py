@@ -129,7 +129,7 @@ class DoneCache:
 
     def best(self) -> Finished | None:
         """The most accurate done candidate (ties: fewer FLOPs, then older), as `Study.best`."""
-        return min([*([self._best] if self._best else []), *self._tail], key=_rank,
+        return min([*([self._best] if self._best else []), *self._tail], key=best_order,
                    default=None)
 
     def front_size(self, cost: str = "flops") -> int:
@@ -154,7 +154,7 @@ class DoneCache:
         if not rows:
             return
         self._rows.extend(rows)
-        self._best = min([*([self._best] if self._best else []), *rows], key=_rank)
+        self._best = min([*([self._best] if self._best else []), *rows], key=best_order)
         self._columns.extend(Columns(
             np.array([f.id for f in rows], dtype=np.int64),
             np.array([f.accuracy for f in rows], dtype=float),
@@ -165,7 +165,8 @@ class DoneCache:
             _bit_rows([f.val_bits for f in rows])))
 
 
-def _rank(c: Finished) -> tuple[float, float, int]:
+def best_order(c: Any) -> tuple[float, float, int]:
+    """What `Study.best` sorts by: the most accurate first, then fewer FLOPs, then older."""
     return (-c.accuracy, float("inf") if c.flops is None else c.flops, c.id)
 
 
