@@ -185,9 +185,8 @@ class Front:
         values = np.asarray(values, dtype=float)
         rows = np.flatnonzero(~np.isnan(values))
         if len(rows) > 1:
-            kept = [(a, self._sign * b) for a, b in zip(self._first, self._second, strict=True)]
-            both = np.concatenate([np.reshape(kept, (-1, 2)),
-                                   np.stack([accuracy[rows], values[rows]], axis=1)])
+            kept = np.reshape(self.points, (-1, 2))
+            both = np.concatenate([kept, np.stack([accuracy[rows], values[rows]], axis=1)])
             on = ParetoCurve(both, (True, self._sign > 0)).holds(both)
             rows = rows[on[len(kept):]]
         for row in rows.tolist():
