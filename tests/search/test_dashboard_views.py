@@ -157,30 +157,6 @@ def test_the_ringed_points_are_the_studys_fronts_ties_included(tmp_path):
         assert len(ringed) >= 2
 
 
-def test_growing_comparisons_count_as_a_fresh_one_does():
-    from nas.search.reporting.dashboard import GrowingComparisons
-
-    class Ref:
-        def __init__(self, i):
-            self.id = i
-
-    rng = np.random.default_rng(3)
-    all_val = {i: rng.random(N) < rng.uniform(0.5, 0.95) for i in range(1, 61)}
-    all_test = {i: rng.random(40) < 0.8 for i in range(1, 61)}
-    grown = GrowingComparisons({}, {})
-    for upto in (1, 2, 10, 11, 35, 60):
-        for i in range(1, upto + 1):
-            grown.validation.setdefault(i, all_val[i])
-            grown.test.setdefault(i, all_test[i])
-        fresh = recommend.Comparisons({i: all_val[i] for i in range(1, upto + 1)},
-                                      {i: all_test[i] for i in range(1, upto + 1)})
-        for ref in {1, upto, (upto + 1) // 2}:
-            for split in ("validation", "test"):
-                assert grown.against(Ref(ref), split) == fresh.against(Ref(ref), split)
-    assert len(grown._grown) <= GrowingComparisons.KEPT
-    assert grown.against(Ref(99)) == {}  # a reference without results
-
-
 def test_results_unpacked_together_equal_one_by_one():
     from types import SimpleNamespace
 

@@ -16,7 +16,7 @@ from nas.io import examples
 from nas.search import Study
 from nas.search.reporting.dashboard import overview
 from nas.search.reporting.highlights import front_of
-from nas.search.reporting.report import RunningFront, pareto_figure, progress_series, write_report
+from nas.search.reporting.report import pareto_figure, progress_series, write_report
 from nas.search.reporting.report_text import summary
 from nas.search.strategy import recommend
 from nas.search.strategy.population import DoneCache
@@ -184,7 +184,7 @@ def test_progress_and_dashboard_fronts_read_the_cost(study):
     done = study.candidates("done", with_graphs=False)
     assert progress_series(done, "latency_ms", study.user_costs)[-1][2] == 3
     with pytest.raises(ValueError, match="cost: unknown cost objective 'energy'"):
-        RunningFront("energy")  # not a cost unless the search names it
+        progress_series(done, "energy")  # not a cost unless the search names it
     fronts = {f["cost"]: f for f in json.loads(json.dumps(overview(study)))["fronts"]}
     assert [r["id"] for r in fronts["latency_ms"]["rows"]] == [1, 2, 5]
     assert [r["cost_value"] for r in fronts["latency_ms"]["rows"]] == ["9", "2", "1"]

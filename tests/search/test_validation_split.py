@@ -78,8 +78,9 @@ def test_wilson_interval():
 
 def test_ties_inside_the_interval_prefer_the_cheaper():
     # 0.97 and 0.96 on 143 examples are inside one another's interval; 0.80 is not.
-    tied = intervals.tied_accuracies([0.96, 0.97, 0.80], [143, 143, 143])
-    assert tied == [0.97, 0.97, 0.80]
+    ties = intervals.NoiseTies()
+    ties.extend(np.array([0.96, 0.97, 0.80]), np.array([143.0, 143.0, 143.0]))
+    assert ties.values().tolist() == [0.97, 0.97, 0.80]
     population = [
         Individual(1, 0.97, flops=100.0, params=10.0, examples=143),
         Individual(2, 0.96, flops=40.0, params=4.0, examples=143),

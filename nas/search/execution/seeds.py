@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import ml_collections
+import numpy as np
 from absl import logging
 
 from nas import zoo
@@ -26,6 +27,7 @@ from nas.mutation import fingerprint_at
 from nas.search.store.candidate import Status
 from nas.search.store.study import DB_NAME, Study, StudyNotFoundError
 from nas.search.strategy import blocks as blocks_lib
+from nas.search.strategy.pareto import ParetoCurve
 from nas.search.strategy.selection import cost_value
 from nas.search.strategy.settings import OPERATIONAL, SearchSettings, without_added
 from nas.train import preflight
@@ -220,16 +222,14 @@ def check_same_input(source: dict[str, Any], train: ml_collections.ConfigDict, p
 def validation_front(candidates: Sequence[Any], cost: str) -> list[Any]:
     """The done candidates no other beats on validation accuracy and `cost` at once (an
     equal pair keeps the older), the most accurate first (ties: cheaper, then older)."""
-    rows = [(c, cost_value(c, cost)) for c in candidates
-            if c.status == Status.DONE and c.accuracy is not None]
-    rows = [(c, v) for c, v in rows if v is not None]
-    rows.sort(key=lambda r: (r[1], -r[0].accuracy, r[0].id))  # cheapest first
-    front, best = [], None
-    for c, _ in rows:
-        if best is None or c.accuracy > best:
-            front.append(c)
-            best = c.accuracy
-    return sorted(front, key=lambda c: (-c.accuracy, cost_value(c, cost), c.id))
+    done = sorted((c for c in candidates if c.status == Status.DONE
+                   and c.accuracy is not None and cost_value(c, cost) is not None),
+                  key=lambda c: c.id)
+    if not done:
+        return []
+    curve = ParetoCurve(np.array([(c.accuracy, cost_value(c, cost)) for c in done],
+                                 dtype=float), (True, False))
+    return [done[i] for i in curve.indices.tolist()]
 
 
 def front_parts(path: str, train: ml_collections.ConfigDict, cost: str) -> list[SeedPart]:

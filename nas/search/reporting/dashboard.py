@@ -7,15 +7,14 @@ report) is rendered when asked for; the CSV downloads. The study is opened read-
 writes. The overview is recomputed only when the database changed (`PRAGMA data_version`).
 
 The overview answers every 2 s, at 100,000 candidates too, so its pictures of the fronts
-(`LiveFronts`) read each finished row once, without its graph, compare its per-example
-results once with each reference (`GrowingComparisons`), and draw again only when the
-number of done candidates changed; past `SCALE_LIMIT` as density, as in the report.
+(`LiveFronts`) read each finished row and its per-example results once, without its graph
+(`population.DoneCache`), and draw again only when the number of done candidates changed;
+past `SCALE_LIMIT` as density, as in the report.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import threading
 from collections.abc import Sequence
@@ -25,7 +24,7 @@ import numpy as np
 from aiohttp import web
 
 from nas.io import examples
-from nas.search.reporting.highlights import SCALE_LIMIT, ranked_costs
+from nas.search.reporting.highlights import SCALE_LIMIT, best_of, ranked_costs
 from nas.search.reporting.report import CSS, front_point, point_marks, to_csv
 from nas.search.reporting.report_candidate import candidate_section, input_shape
 from nas.search.reporting.report_text import (
@@ -44,81 +43,11 @@ from nas.search.store.finals import FINALS_STATE, answer
 from nas.search.store.study import MAX_CANDIDATES, Study
 from nas.search.strategy import recommend
 from nas.search.strategy.constraints import bounds_text
-from nas.search.strategy.pareto import ParetoCurve
-from nas.search.strategy.selection import OBJECTIVES, cost_value, higher_better
+from nas.search.strategy.pareto import front_rows
+from nas.search.strategy.population import DoneCache
+from nas.search.strategy.selection import cost_value, higher_better
 
 POLL_MS = 2000  # how often the overview asks for news
-
-
-def front_mask(accuracy: np.ndarray, values: np.ndarray, cost: str) -> np.ndarray:
-    """Which of the (accuracy, `cost` value) pairs are on their Pareto front (ties with a
-    front point included); NaN (no value) never is."""
-    ok = np.isfinite(accuracy) & np.isfinite(values)
-    out = np.zeros(accuracy.shape, dtype=bool)
-    if not ok.any():
-        return out
-    curve = ParetoCurve(np.column_stack([accuracy[ok], values[ok]]),
-                        (True, higher_better(cost)))
-    for a, v in curve.points.tolist():  # a front has few points; the rows are many
-        out |= (accuracy == a) & (values == v)
-    return out
-
-
-@dataclasses.dataclass
-class GrowingComparisons(recommend.Comparisons):
-    """`recommend.Comparisons` over results that only grow (the caller adds to
-    `validation` / `test`): `against` compares only the candidates added since it last
-    compared against that reference (a paired result depends on the two candidates'
-    results alone), so a redraw after one more candidate finished compares one child, not
-    100,000, with the seed."""
-
-    _grown: dict[tuple[int, str], dict[int, Any]] = dataclasses.field(
-        default_factory=dict, repr=False, compare=False)
-
-    KEPT = 4  # references whose counts are kept (the seed and the most accurate, mostly)
-
-    def against(self, reference: Any, split: str = "validation") -> dict[int, Any]:
-        bits = self.validation if split == "validation" else self.test
-        mine = bits.get(reference.id) if reference is not None else None
-        if mine is None:
-            return {}
-        known = self._grown.pop((reference.id, split), {})  # back in as the newest
-        fresh = {i: v for i, v in bits.items() if i not in known}
-        if fresh:
-            fresh[reference.id] = mine
-            known.update(recommend.Comparisons(fresh, {}).against(reference))
-        while len(self._grown) >= self.KEPT:
-            self._grown.pop(next(iter(self._grown)))
-        self._grown[reference.id, split] = known
-        return known
-
-
-class _Columns:
-    """The done rows seen so far, in arrival order, with accuracy and each cost as arrays
-    (NaN: none): a done candidate never changes, so they only grow."""
-
-    def __init__(self, costs: Sequence[str]) -> None:
-        self.ids = np.zeros(0, dtype=np.int64)
-        self.accuracy = np.zeros(0)
-        self.values = {cost: np.zeros(0) for cost in (*costs, "flops")}
-
-    def extend(self, rows: Sequence[Any]) -> None:
-        self.ids = np.concatenate([self.ids, np.array([r.id for r in rows], dtype=np.int64)])
-        self.accuracy = np.concatenate([self.accuracy, np.array(
-            [np.nan if r.accuracy is None else r.accuracy for r in rows], dtype=float)])
-        for cost in self.values:  # a built-in cost is a float or None (NaN here)
-            new = (np.array([getattr(r, cost) for r in rows], dtype=float)
-                   if cost in OBJECTIVES else
-                   np.array([np.nan if (v := cost_value(r, cost)) is None else v
-                             for r in rows], dtype=float))
-            self.values[cost] = np.concatenate([self.values[cost], new])
-
-    def best(self, k: int) -> list[int]:
-        """Ids of the k most accurate (ties: fewer FLOPs, then older), as `Study.best`."""
-        flops = np.where(np.isfinite(self.values["flops"]), self.values["flops"], np.inf)
-        ok = np.flatnonzero(np.isfinite(self.accuracy))
-        order = np.lexsort((self.ids[ok], flops[ok], -self.accuracy[ok]))[:k]
-        return self.ids[ok][order].tolist()
 
 
 class LiveFronts:
@@ -129,11 +58,10 @@ class LiveFronts:
         self.study = study
         self.k = k
         self.costs = ranked_costs(study)  # search.selection.costs
-        self._through = 0  # every candidate with an id up to this is finished and read
-        self._settled: list[Any] = []  # the done rows up to `_through`, by id
-        self._columns = _Columns(self.costs)
-        self._pairs = GrowingComparisons({}, {})  # per-example results, grown as read
-        self._read: set[int] = set()  # ids in `_columns` (and their results read)
+        self._done = DoneCache(study)  # each finished row read once, without its graph
+        self._validation: dict[int, np.ndarray] = {}  # per-example results, read once each
+        self._test: dict[int, np.ndarray] = {}
+        self._read: set[int] = set()  # ids whose results are read
         self._drawn: tuple[int, dict[str, Any]] | None = None  # (done count, pictures)
         self._whole: dict[int, Candidate] = {}  # rows read whole for the last pictures
 
@@ -141,45 +69,39 @@ class LiveFronts:
         """{"plots": [{"cost", "label", "svg"}, ...], "seed": id, "recommended": id,
         "done": n, "large": bool}: one plot per ranked cost, redrawn only when a candidate
         finished."""
-        done = self._refresh()
+        self._done.refresh()
+        done = self._done.done()
         if self._drawn is None or self._drawn[0] != len(done):
             self._absorb(done)
             self._drawn = (len(done), self._draw(done))
         return self._drawn[1]
-
-    def _refresh(self) -> list[Any]:
-        """Every done row (`Study.done_rows`: no graph), by id. Those up to the first
-        unfinished candidate are final and read once; the few done past it (finished out
-        of order) are read again each time, a few indexed queries in all."""
-        first_open = self.study.first_unfinished_id()
-        end = self.study.last_id() if first_open is None else first_open - 1
-        if end > self._through:
-            self._settled.extend(self.study.done_rows(self._through, end))
-            self._through = end
-        return self._settled + self.study.done_rows(self._through)
 
     def _absorb(self, done: list[Any]) -> None:
         """Take in the rows new since the last call, with their per-example results."""
         new = [r for r in done if r.id not in self._read]
         if not new:
             return
-        self._pairs.validation.update(_unpacked(new))
-        self._pairs.test.update(self.study.correctness([r.id for r in new], "test"))
+        self._validation.update(_unpacked(new))
+        self._test.update(self.study.correctness([r.id for r in new], "test"))
         self._read.update(r.id for r in new)
-        self._columns.extend(new)
 
     def _draw(self, done: list[Any]) -> dict[str, Any]:
-        cols = self._columns
         config = getattr(self.study, "config", None)
-        rec = recommend.recommend_for(done, self._pairs, config).candidate
+        pairs = recommend.Comparisons(self._validation, self._test)  # counted afresh
+        rec = recommend.recommend_for(done, pairs, config).candidate
         seed = recommend.seed_of(done)
         marks = point_marks(seed, rec)
-        on = {cost: front_mask(cols.accuracy, cols.values[cost], cost) for cost in self.costs}
+        ids = np.array([r.id for r in done], dtype=np.int64)
+        accuracy = np.array([r.accuracy for r in done], dtype=float)
+        values = {cost: np.array([np.nan if (v := cost_value(r, cost)) is None else v
+                                  for r in done], dtype=float) for cost in self.costs}
+        on = {cost: ids[front_rows(accuracy, values[cost], higher_better(cost))].tolist()
+              for cost in self.costs}
         large = len(done) > SCALE_LIMIT
         if large:  # the highlighted candidates as points, read whole (a few rows, each
-            ids = set(marks) | set(cols.best(self.k))  # once: a finished row is final)
-            ids |= {int(i) for mask in on.values() for i in cols.ids[mask]}
-            shown = {i: self._whole.get(i) or self.study.get(i) for i in sorted(ids)}
+            wanted = set(marks) | {c.id for c in best_of(done, self.k)}  # once: a
+            wanted |= {i for front in on.values() for i in front}  # finished row is final)
+            shown = {i: self._whole.get(i) or self.study.get(i) for i in sorted(wanted)}
             self._whole = shown  # bounded: only what the pictures show now
         else:
             kept = {r.id for r in done}
@@ -193,13 +115,12 @@ class LiveFronts:
             points = {c.id: front_point(c, cost_value(c, cost), label, marks, top,
                                         f"/candidates/{c.id}") for c in shown.values()
                       if c.accuracy is not None and cost_value(c, cost) is not None}
-            ringed = sorted((i for i in cols.ids[on[cost]].tolist() if i in points),
+            ringed = sorted((i for i in on[cost] if i in points),
                             key=lambda i: (points[i].x, i))
             for i in ringed:
                 points[i].ring = True
-            values = cols.values[cost]
-            ok = np.isfinite(values) & np.isfinite(cols.accuracy)
-            density = (np.column_stack([values[ok], cols.accuracy[ok]]) if large
+            ok = np.isfinite(values[cost]) & np.isfinite(accuracy)
+            density = (np.column_stack([values[cost][ok], accuracy[ok]]) if large
                        else np.zeros((0, 2)))
             edges = [] if large else [(points[c.parent_id], points[c.id])
                                       for c in shown.values() if c.id in points

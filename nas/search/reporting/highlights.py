@@ -18,7 +18,8 @@ from nas.search.store.candidate import Candidate, Status
 from nas.search.store.finals import Answer, answer
 from nas.search.strategy import recommend
 from nas.search.strategy.cost_ties import has_spread, tied_values
-from nas.search.strategy.pareto import ParetoCurve
+from nas.search.strategy.pareto import front_rows
+from nas.search.strategy.population import best_order
 from nas.search.strategy.selection import cost_value, higher_better, spread_name
 
 # Finished candidates up to which the report draws every point and lists every row.
@@ -32,18 +33,13 @@ def front_of(candidates: Sequence[Candidate], cost: str) -> list[Candidate]:
     values = {c.id: v for c in candidates if c.status == Status.DONE and c.accuracy is not None
               and (v := cost_value(c, cost)) is not None}
     done = [c for c in candidates if c.id in values]
-    if not done:
-        return []
     ranked = np.array([values[c.id] for c in done], dtype=float)
     spreads = np.array([cost_value(c, spread_name(cost)) or 0.0 for c in done])
     if has_spread(spreads):
         ranked = tied_values(ranked, spreads, higher_better(cost))
-    curve = ParetoCurve(np.stack([[c.accuracy for c in done], ranked], axis=1),
-                        (True, higher_better(cost)))
-    on = {tuple(p) for p in curve.points.tolist()}
-    front = [c for c, v in zip(done, ranked.tolist(), strict=True)
-             if (c.accuracy, float(v)) in on]
-    return sorted(front, key=lambda c: (float(values[c.id]), c.id))
+    rows = front_rows(np.array([c.accuracy for c in done], dtype=float), ranked,
+                      higher_better(cost))
+    return sorted((done[i] for i in rows), key=lambda c: (float(values[c.id]), c.id))
 
 
 def ranked_costs(study: object) -> list[str]:
@@ -56,10 +52,8 @@ def ranked_costs(study: object) -> list[str]:
 
 def best_of(candidates: Sequence[Candidate], k: int) -> list[Candidate]:
     """The `k` most accurate done candidates, in `Study.best`'s order."""
-    inf = float("inf")
     done = (c for c in candidates if c.status == Status.DONE and c.accuracy is not None)
-    return heapq.nsmallest(k, done, key=lambda c: (
-        -c.accuracy, c.flops if c.flops is not None else inf, c.id))
+    return heapq.nsmallest(k, done, key=best_order)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,7 +15,6 @@ canvas (no pyplot global state, no display needed), imported only when a figure 
 
 from __future__ import annotations
 
-import bisect
 import csv
 import io
 import os
@@ -50,6 +49,7 @@ from nas.search.reporting.svg import Point, esc, generation_colour, line_chart, 
 from nas.search.store.candidate import Candidate, Status
 from nas.search.store.study import Study
 from nas.search.strategy import paired, recommend
+from nas.search.strategy.pareto import Front
 from nas.search.strategy.selection import check_cost, cost_value, higher_better, spread_name
 
 CSS = """
@@ -92,45 +92,14 @@ document.querySelectorAll('table.sortable').forEach(function(table){
 """
 
 
-class RunningFront:
-    """The accuracy/`cost` front of the points added so far, and how many candidates lie
-    on it (ties with a front point count, as `front_of` lists them). Points are kept
-    higher-is-better in both, by cost ascending, so accuracy descends along the list."""
-
-    def __init__(self, cost: str, user_costs: Sequence[str] = ()):
-        check_cost(cost, "cost", user_costs)
-        self._sign = 1.0 if higher_better(cost) else -1.0
-        self._second: list[float] = []  # ascending
-        self._first: list[float] = []  # descending, accuracy
-        self._count: list[int] = []  # candidates at each point
-        self.size = 0
-
-    def add(self, accuracy: float, cost: float) -> None:
-        a, b = float(accuracy), self._sign * float(cost)
-        i = bisect.bisect_left(self._second, b)
-        if i < len(self._second) and self._first[i] >= a:  # the best-accuracy point at or
-            if self._first[i] == a and self._second[i] == b:  # past this cost
-                self._count[i] += 1
-                self.size += 1
-            return  # dominated
-        j = bisect.bisect_right(self._second, b)
-        while j > 0 and self._first[j - 1] <= a:  # the points the new one dominates
-            j -= 1
-            self.size -= self._count[j]
-            del self._second[j], self._first[j], self._count[j]
-        self._second.insert(j, b)
-        self._first.insert(j, a)
-        self._count.insert(j, 1)
-        self.size += 1
-
-
 def progress_series(candidates: Sequence[Candidate], cost: str = "flops",
                     user_costs: Sequence[str] = ()) -> list[tuple[int, float, int]]:
     """(n finished, best accuracy so far, front size so far) in the order done candidates
     finished; the front over those with `cost` (which may be one of `user_costs`)."""
+    check_cost(cost, "cost", user_costs)
     done = sorted((c for c in candidates if c.status == Status.DONE and c.accuracy is not None),
                   key=lambda c: (c.finished_at or 0.0, c.id))
-    front = RunningFront(cost, user_costs)
+    front = Front(higher_better(cost))
     out: list[tuple[int, float, int]] = []
     best = float("-inf")
     for n, c in enumerate(done, start=1):

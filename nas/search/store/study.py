@@ -62,7 +62,7 @@ from nas.search.store.candidate import (
 from nas.search.store.database import STATE_PREFIX, Database, Key, StudyNotFoundError
 from nas.search.strategy import hparams as hparams_lib
 from nas.search.strategy.fidelity import RungResult
-from nas.search.strategy.pareto import ParetoCurve
+from nas.search.strategy.pareto import front_rows
 from nas.search.strategy.population import Finished
 from nas.search.strategy.selection import (
     MEASURED_COSTS,
@@ -630,13 +630,10 @@ class Study:
         done = self._rows(f"SELECT id, accuracy, {column} FROM candidates WHERE "
                           f"status='{Status.DONE}' AND accuracy IS NOT NULL AND {where}"
                           " ORDER BY id", args)
-        if not done:
-            return []
-        curve = ParetoCurve([(a, v) for _, a, v in done], (True, higher_better(cost)))
-        order = {tuple(p): i for i, p in enumerate(curve.points.tolist())}
-        front = [(order[(a, float(v))], i) for i, a, v in done if (a, float(v)) in order]
+        rows = front_rows(np.array([a for _, a, _ in done], dtype=float),
+                          np.array([v for _, _, v in done], dtype=float), higher_better(cost))
         with self._db.read() as c:
-            return [self._get(c, i) for _, i in sorted(front)]
+            return [self._get(c, done[row][0]) for row in rows.tolist()]
 
     def best(self, k: int = 5) -> list[Candidate]:
         """The `k` most accurate done candidates (ties: fewer FLOPs, then older)."""

@@ -21,7 +21,6 @@ a pass over the heads, not a regrouping of the population.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 
 import numpy as np
 
@@ -58,27 +57,6 @@ def tied(a: float, n: int, b: float, m: int) -> bool:
     a_low, a_high = wilson(a, n)
     b_low, b_high = wilson(b, m)
     return a_low <= b <= a_high and b_low <= a <= b_high
-
-
-def tied_accuracies(accuracies: Sequence[float], sizes: Sequence[int | None]) -> list[float]:
-    """Each accuracy replaced by the best of its tie group (`tied`, the grouping of
-    `NoiseTies` without per-example results), pair by pair."""
-    order = sorted(range(len(accuracies)), key=lambda i: (-accuracies[i], i))
-    out = list(map(float, accuracies))
-    grouped: set[int] = set()
-    for head in order:
-        if head in grouped:
-            continue
-        grouped.add(head)
-        if not sizes[head]:
-            continue
-        for other in order:
-            if other in grouped or not sizes[other]:
-                continue
-            if tied(accuracies[head], int(sizes[head]), accuracies[other], int(sizes[other])):
-                out[other] = out[head]
-                grouped.add(other)
-    return out
 
 
 def wilson_arrays(accuracies: np.ndarray, sizes: np.ndarray, z: float = Z95

@@ -13,7 +13,10 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 from nas.mutation.config import MOVES, family
+from nas.search.strategy.pareto import front_rows
 
 
 @dataclasses.dataclass
@@ -29,12 +32,9 @@ class MoveCounts:
 
 def _front(rows: list[tuple[int, float, float]]) -> set[int]:
     """Ids of the rows (id, accuracy, flops) no other row beats on both (ties kept)."""
-    out = set()
-    for i, acc, flops in rows:
-        if not any((a >= acc and f <= flops) and (a > acc or f < flops)
-                   for _, a, f in rows):
-            out.add(i)
-    return out
+    on = front_rows(np.array([acc for _, acc, _ in rows], dtype=float),
+                    np.array([flops for _, _, flops in rows], dtype=float))
+    return {rows[i][0] for i in on.tolist()}
 
 
 def move_counts(study: Any, through: int, proposal: int | None = None,

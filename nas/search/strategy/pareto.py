@@ -1,10 +1,16 @@
 """Pareto front of two objectives, and each point's signed distance to it: 0 on the front,
 positive behind it, negative beyond it. Internally every objective is "standardized" so
 that higher is better (a lower-better objective is negated).
+
+Every front of the search is found here: `ParetoCurve` (the curve's points and the
+distances selection ranks by), `front_rows` (the rows on it, ties included: the store's,
+the report's and the dashboard's fronts) and `Front` (a front of rows that only grow,
+kept between calls: the selector's, the driver's progress line, the report's progress).
 """
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence
 
 import numpy as np
@@ -65,6 +71,13 @@ class ParetoCurve:
             return np.ones(2)
         return extent
 
+    def holds(self, points: ArrayLike) -> np.ndarray:
+        """Whether each point is one of the curve's (a row tied with a front point)."""
+        std = self.standardize(points)
+        reach = np.searchsorted(-self.curve[:, 0], -std[:, 0], side="right")
+        at = self.curve[np.maximum(reach - 1, 0)]
+        return (reach > 0) & (at[:, 0] == std[:, 0]) & (at[:, 1] == std[:, 1])
+
     def dominated(self, points: ArrayLike) -> np.ndarray:
         """Whether each point is weakly dominated by some curve point."""
         std = self.standardize(points)
@@ -115,6 +128,87 @@ class ParetoCurve:
         t = float(rng.random())
         std = self.curve[i] + t * (self.curve[i + 1] - self.curve[i])
         return std * self._signs
+
+
+def front_rows(accuracy: np.ndarray, values: np.ndarray, higher_better: bool = False
+               ) -> np.ndarray:
+    """Positions of the rows on the front of accuracy against a cost (`higher_better`:
+    the cost's direction), ties with a front point included, the most accurate first and
+    equal points by position; a row without a finite value in both is never on it."""
+    accuracy = np.asarray(accuracy, dtype=float)
+    values = np.asarray(values, dtype=float)
+    rows = np.flatnonzero(np.isfinite(accuracy) & np.isfinite(values))
+    if not len(rows):
+        return rows
+    points = np.stack([accuracy[rows], values[rows]], axis=1)
+    on = rows[ParetoCurve(points, (True, higher_better)).holds(points)]
+    return on[np.lexsort((on, -accuracy[on]))]
+
+
+class Front:
+    """The accuracy/cost front of rows added over time, and how many rows lie on it (ties
+    with a front point count). Why kept: a row off the front never returns to it, so
+    adding one costs a binary search, not a pass over every row. Its points are kept
+    higher-is-better in both, by cost ascending, so accuracy descends along them."""
+
+    def __init__(self, higher_better: bool = False) -> None:
+        self._sign = 1.0 if higher_better else -1.0
+        self._second: list[float] = []  # ascending
+        self._first: list[float] = []  # descending: accuracy
+        self._count: list[int] = []  # rows at each point
+        self.size = 0
+        self._curve: ParetoCurve | None = None  # of the points, until one changes
+
+    def add(self, accuracy: float, cost: float) -> None:
+        a, b = float(accuracy), self._sign * float(cost)
+        i = bisect.bisect_left(self._second, b)
+        if i < len(self._second) and self._first[i] >= a:  # the best-accuracy point at or
+            if self._first[i] == a and self._second[i] == b:  # past this cost
+                self._count[i] += 1
+                self.size += 1
+            return  # dominated
+        j = bisect.bisect_right(self._second, b)
+        while j > 0 and self._first[j - 1] <= a:  # the points the new one dominates
+            j -= 1
+            self.size -= self._count[j]
+            del self._second[j], self._first[j], self._count[j]
+        self._second.insert(j, b)
+        self._first.insert(j, a)
+        self._count.insert(j, 1)
+        self.size += 1
+        self._curve = None
+
+    def extend(self, accuracy: np.ndarray, values: np.ndarray) -> None:
+        """Add rows (a NaN value: skipped). Only those on the front of the kept points
+        and them can stay, so only those are added one by one."""
+        accuracy = np.asarray(accuracy, dtype=float)
+        values = np.asarray(values, dtype=float)
+        rows = np.flatnonzero(~np.isnan(values))
+        if len(rows) > 1:
+            kept = np.reshape(self.points, (-1, 2))
+            both = np.concatenate([kept, np.stack([accuracy[rows], values[rows]], axis=1)])
+            on = ParetoCurve(both, (True, self._sign > 0)).holds(both)
+            rows = rows[on[len(kept):]]
+        for row in rows.tolist():
+            self.add(accuracy[row], values[row])
+
+    def copy(self) -> Front:
+        out = Front(self._sign > 0)
+        out._second, out._first, out._count = (list(self._second), list(self._first),
+                                               list(self._count))
+        out.size, out._curve = self.size, self._curve
+        return out
+
+    @property
+    def points(self) -> list[tuple[float, float]]:
+        """The front's (accuracy, cost) points, the most accurate first."""
+        return [(a, self._sign * b) for a, b in zip(self._first, self._second, strict=True)]
+
+    def curve(self) -> ParetoCurve:
+        """The front as a `ParetoCurve` (the same as one of every row added)."""
+        if self._curve is None:
+            self._curve = ParetoCurve(self.points, (True, self._sign > 0))
+        return self._curve
 
 
 def _on_curve(std: np.ndarray, among: np.ndarray) -> np.ndarray:

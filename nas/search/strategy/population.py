@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from nas.search.strategy.pareto import ParetoCurve
+from nas.search.strategy.pareto import Front
 from nas.search.strategy.selection import (
     COSTS,
     Columns,
@@ -98,7 +98,7 @@ class DoneCache:
         self._columns = GrowingColumns((*COSTS, *self._measured))  # of `_rows`
         self._tail: list[Finished] = []
         self._best: Finished | None = None  # of `_rows`
-        self._fronts: dict[str, tuple[int, dict[tuple[float, float], int]]] = {}
+        self._fronts: dict[str, tuple[Front, int]] = {}  # of the first rows, by cost
 
     def refresh(self) -> int | None:
         """Read what finished since the last call; the first unfinished id (None: none)."""
@@ -129,31 +129,32 @@ class DoneCache:
 
     def best(self) -> Finished | None:
         """The most accurate done candidate (ties: fewer FLOPs, then older), as `Study.best`."""
-        return min([*([self._best] if self._best else []), *self._tail], key=_rank,
+        return min([*([self._best] if self._best else []), *self._tail], key=best_order,
                    default=None)
 
     def front_size(self, cost: str = "flops") -> int:
-        """How many done candidates `Study.pareto_front(cost)` lists (ties included). The
-        kept rows' front is kept (a row off it never returns), with how many rows equal
-        each point, and each call folds in the rows since."""
-        return sum(self._front(cost).values())
+        """How many done candidates `Study.pareto_front(cost)` lists (ties included)."""
+        return self._front(cost).size
 
     def front_points(self, cost: str = "flops") -> list[tuple[float, float]]:
         """The (accuracy, cost) points of that front."""
-        return list(self._front(cost))
+        return self._front(cost).points
 
-    def _front(self, cost: str) -> dict[tuple[float, float], int]:
+    def _front(self, cost: str) -> Front:
+        """The kept rows' front, with the rows since and the tail."""
         check_cost(cost, user_costs=self.user_costs)
-        counted, front = self._fronts.get(cost, (0, {}))
-        front = _fold(front, self._rows[counted:], cost)
-        self._fronts[cost] = (len(self._rows), front)
-        return _fold(front, self._tail, cost)
+        front, counted = self._fronts.get(cost) or (Front(higher_better(cost)), 0)
+        _extend(front, self._rows[counted:], cost)
+        self._fronts[cost] = (front, len(self._rows))
+        front = front.copy()
+        _extend(front, self._tail, cost)
+        return front
 
     def _append(self, rows: Sequence[Finished]) -> None:
         if not rows:
             return
         self._rows.extend(rows)
-        self._best = min([*([self._best] if self._best else []), *rows], key=_rank)
+        self._best = min([*([self._best] if self._best else []), *rows], key=best_order)
         self._columns.extend(Columns(
             np.array([f.id for f in rows], dtype=np.int64),
             np.array([f.accuracy for f in rows], dtype=float),
@@ -164,24 +165,15 @@ class DoneCache:
             _bit_rows([f.val_bits for f in rows])))
 
 
-def _rank(c: Finished) -> tuple[float, float, int]:
+def best_order(c: Any) -> tuple[float, float, int]:
+    """What `Study.best` sorts by: the most accurate first, then fewer FLOPs, then older."""
     return (-c.accuracy, float("inf") if c.flops is None else c.flops, c.id)
 
 
-def _fold(front: dict[tuple[float, float], int], rows: Sequence[Finished], cost: str
-          ) -> dict[tuple[float, float], int]:
-    """The accuracy/`cost` front of `front`'s points and `rows`, with each point's count."""
-    new = [(float(r.accuracy), float(value)) for r in rows
-           if (value := cost_value(r, cost)) is not None]
-    if not new:
-        return front
-    points = list(front) + new
-    curve = ParetoCurve(points, (True, higher_better(cost)))
-    out = {tuple(p): front.get(tuple(p), 0) for p in curve.points.tolist()}
-    for p in new:
-        if p in out:
-            out[p] += 1
-    return out
+def _extend(front: Front, rows: Sequence[Finished], cost: str) -> None:
+    """Add the rows' (accuracy, `cost`) points to `front`."""
+    front.extend(np.array([r.accuracy for r in rows], dtype=float),
+                 np.array([_nan(cost_value(r, cost)) for r in rows], dtype=float))
 
 
 def _bit_rows(packed: Sequence[bytes | None]) -> np.ndarray:

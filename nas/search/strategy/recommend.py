@@ -24,6 +24,7 @@ import numpy as np
 
 from nas.search.strategy import constraints as bounds_lib
 from nas.search.strategy import intervals, paired
+from nas.search.strategy.population import best_order
 from nas.search.strategy.selection import (
     OBJECTIVES,
     cost_value,
@@ -357,10 +358,7 @@ def _wilson_fallback(candidates: Sequence[Scored], seed: Scored, margin: float
 def best_by_validation(candidates: Sequence[Scored]) -> Scored | None:
     """The done candidate of highest validation accuracy (ties: fewer FLOPs, then older),
     as `Study.best` orders them."""
-    done = done_of(candidates)
-    inf = float("inf")
-    return min(done, key=lambda c: (-c.accuracy, c.flops if c.flops is not None else inf,
-                                    c.id), default=None)
+    return min(done_of(candidates), key=best_order, default=None)
 
 
 def export_command(workdir: Any, candidate_id: int, take_home: bool = False) -> str:

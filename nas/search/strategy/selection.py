@@ -27,7 +27,7 @@ from nas.search.strategy.constraints import check_constraints
 from nas.search.strategy.cost_ties import has_spread, tied_values
 from nas.search.strategy.growing import Growing
 from nas.search.strategy.intervals import NoiseTies
-from nas.search.strategy.pareto import ParetoCurve
+from nas.search.strategy.pareto import Front, ParetoCurve
 
 # Objective name -> whether higher is better.
 OBJECTIVES: dict[str, bool] = {
@@ -407,7 +407,7 @@ class Selector:
         self._ties = NoiseTies()  # of the pool's accuracies (when they do not age)
         # cost -> the pool's front and how many of its rows it covers, while the ranked
         # accuracies of covered rows stay as they were (no aging, no regrouping)
-        self._fronts: dict[str, tuple[ParetoCurve, int]] = {}
+        self._fronts: dict[str, tuple[Front, int]] = {}
         # cost -> the pool's points grouped for the closest-k search, kept under the same
         # condition; cost -> how many of the pool's values are missing or not finite
         self._indexes: dict[str, CostIndex] = {}
@@ -487,18 +487,11 @@ class Selector:
 
     def _front(self, pool: Columns, acc: np.ndarray, cost: str) -> ParetoCurve:
         """The front of (ranked accuracy, cost) over the whole pool: the kept front with the
-        rows added since (the same curve: dropped points stay dominated)."""
-        values = pool.costs[cost]
-        curve, covered = self._fronts.get(cost, (None, 0))
-        rows = np.arange(covered, len(pool))
-        rows = rows[~np.isnan(values[rows])]
-        points = np.stack([acc[rows], values[rows]], axis=1)
-        if curve is not None:
-            points = np.concatenate([curve.points, points]) if len(rows) else curve.points
-        if curve is None or len(rows):
-            curve = ParetoCurve(points, (True, higher_better(cost)))
-        self._fronts[cost] = (curve, len(pool))
-        return curve
+        rows added since."""
+        front, covered = self._fronts.get(cost) or (Front(higher_better(cost)), 0)
+        front.extend(acc[covered:], pool.costs[cost][covered:])
+        self._fronts[cost] = (front, len(pool))
+        return front.curve()
 
     def _accuracies(self, pool: Columns) -> np.ndarray:
         """What the ranking reads: accuracy after aging, tie groups at their head's value."""
