@@ -481,7 +481,7 @@ def _read(config: Any, check_data: bool) -> SearchSettings:
     values["ray"] = RayConfig.from_dict(raw["ray"], "search.ray.").resolved(
         values["num_cpus_per_candidate"], values["num_gpus_per_candidate"])
     values["extra_seeds"] = tuple(raw["extra_seeds"])
-    train = _prefixed("train.", train_config.with_defaults, config.train)
+    train = train_config.with_defaults(config.train, prefix="train.")
     if "input_shape" not in raw["mutation"]:  # proposals probe at the training images' shape
         mutation = dataclasses.replace(mutation, input_shape=(1, *train_config.image_shape(train)))
     values["mutation"] = mutation
@@ -493,10 +493,10 @@ def _read(config: Any, check_data: bool) -> SearchSettings:
     if check_data:  # the dataset exists, with at most train.num_classes classes
         from nas.train import data as data_lib
 
-        _prefixed("train.", data_lib.check_dataset, decision_config(train, settings))
+        data_lib.check_dataset(decision_config(train, settings), prefix="train.")
         if not int(train.num_classes):  # 0: the data's, written so the study records it
             with config.train.unlocked():
-                config.train.num_classes = data_lib.check_num_classes(train)
+                config.train.num_classes = data_lib.check_num_classes(train, prefix="train.")
     return settings
 
 
@@ -662,18 +662,3 @@ def seed_rounds(train: dict[str, Any], search: SearchSettings) -> dict[str, Any]
     return {"max_rounds": rounds.max_rounds, "patience": rounds.patience,
             "min_gain": rounds.min_gain}
 
-
-def _prefixed(prefix: str, fn: Any, value: Any) -> Any:
-    """Run a `train` check, its errors naming fields by their full path."""
-    try:
-        return fn(value)
-    except ValueError as e:
-        text = str(e)
-        for head in ("config field '", 'config field "'):
-            if text.startswith(head):
-                if not text.startswith(head + prefix):
-                    text = head + prefix + text[len(head):]
-                break
-        else:
-            text = f"{prefix.rstrip('.')}: {text}"
-        raise ValueError(text) from e
