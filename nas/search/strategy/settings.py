@@ -427,6 +427,19 @@ def stored_value(config: Mapping[str, Any] | None, name: str) -> Any:
     return given
 
 
+def stored_setting(config: Mapping[str, Any] | None, name: str) -> Any:
+    """Search field `name` of a study's stored config (`stored_value`) as the settings read
+    it: checked by the field's own declaration, one ValueError line naming
+    `search.<name>`, a number field's value a float. For the one field a store needs of a
+    config that may be no search's whole config (a study's own, or one the reader never
+    saw): `SearchSettings.from_stored` reads a whole one. `name` is a field with a `Field`
+    check (not a section)."""
+    check = _FIELDS[name].metadata["check"]
+    value = stored_value(config, name)
+    schema.check_value(check, value, f"search.{name}")
+    return float(value) if check.kind is float else value
+
+
 def read_settings(config: Any) -> SearchSettings:
     """The typed `search` section of a whole search config; ValueError on any bad field of
     `search` or `train`. A `train.num_classes` of 0 is set, in `config`, to the data's."""
