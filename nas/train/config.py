@@ -207,7 +207,7 @@ RULES: dict[str, schema.Field] = {
 }
 
 
-def _check_optax(name: str, kwargs: Mapping[str, Any]) -> None:
+def _check_optax(name: str, kwargs: Mapping[str, Any], prefix: str) -> None:
     """`optax.<optax_name>(**optax)` must build a gradient transformation: `callable` alone
     also lets through a loss (softmax_cross_entropy) or a factory missing an argument
     (adam without learning_rate), which failed only once the data was loaded."""
@@ -218,11 +218,12 @@ def _check_optax(name: str, kwargs: Mapping[str, Any]) -> None:
         tx = factory(**kwargs)
     except Exception as e:  # noqa: BLE001 - any failure is the config's
         reason = (str(e).splitlines() or [type(e).__name__])[0]
-        raise ValueError(f"config field 'optax_name' {expected}; optax.{name}(**{kwargs!r}) "
-                         f"raised {type(e).__name__}: {reason}") from None
+        raise ValueError(f"config field '{prefix}optax_name' {expected}; "
+                         f"optax.{name}(**{kwargs!r}) raised {type(e).__name__}: "
+                         f"{reason}") from None
     if not isinstance(tx, optax.GradientTransformation):
-        raise ValueError(f"config field 'optax_name' {expected}; optax.{name} returned "
-                         f"{type(tx).__name__}")
+        raise ValueError(f"config field '{prefix}optax_name' {expected}; optax.{name} "
+                         f"returned {type(tx).__name__}")
 
 
 def config_schema() -> dict[str, Any]:
@@ -260,40 +261,44 @@ def _check_one_schedule(sched: Any, path: str) -> None:
                          f"got {decay!r}")
 
 
-def _check_schedule(value: Any) -> None:
+def _check_schedule(value: Any, prefix: str) -> None:
     """`schedule` is one dict, or a list of (regex, dict-or-None) pairs (None freezes)."""
+    path = f"{prefix}schedule"
     if isinstance(value, Mapping):
-        _check_one_schedule(value, "schedule")
+        _check_one_schedule(value, path)
         return
     if not isinstance(value, list | tuple):
-        raise ValueError(f"config field 'schedule' must be a dict or a list of (regex, dict) "
+        raise ValueError(f"config field '{path}' must be a dict or a list of (regex, dict) "
                          f"pairs, got {_kind(value)}")
     for i, pair in enumerate(value):
         if not (isinstance(pair, list | tuple) and len(pair) == 2 and isinstance(pair[0], str)
                 and _is_regex(pair[0])):
-            raise ValueError(f"config field 'schedule[{i}]' must be a (regex, dict) pair")
-        _check_one_schedule(pair[1], f"schedule[{i}]")
+            raise ValueError(f"config field '{path}[{i}]' must be a (regex, dict) pair")
+        _check_one_schedule(pair[1], f"{path}[{i}]")
 
 
-def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+def validate(config: ml_collections.ConfigDict, prefix: str = "") -> ml_collections.ConfigDict:
     """Check `config` against `config_schema()`; return it unchanged, or raise ValueError
-    naming the first bad field and what was expected."""
+    naming the first bad field and what was expected. `prefix`: the config's path in a
+    larger one ("train." in a search's), which every field's path starts with."""
     if not isinstance(config, Mapping | ml_collections.ConfigDict):
         raise ValueError(f"config must be a ConfigDict, got {type(config).__name__}")
     cfg = config.to_dict() if isinstance(config, ml_collections.ConfigDict) else dict(config)
-    schema.check(cfg, config_schema())
+    schema.check(cfg, config_schema(), prefix)
     if "schedule" in cfg:
-        _check_schedule(cfg["schedule"])
+        _check_schedule(cfg["schedule"], prefix)
     if "optax_name" in cfg:
-        _check_optax(cfg["optax_name"], cfg.get("optax") or {})
+        _check_optax(cfg["optax_name"], cfg.get("optax") or {}, prefix)
     return config
 
 
-def with_defaults(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-    """Fill fields the user's config left out from `base_config()`, then validate."""
+def with_defaults(config: ml_collections.ConfigDict, prefix: str = ""
+                  ) -> ml_collections.ConfigDict:
+    """Fill fields the user's config left out from `base_config()`, then validate; a bad
+    field is named under `prefix` (`validate`)."""
     merged = base_config()
     user = config.to_dict() if isinstance(config, ml_collections.ConfigDict) else dict(config)
-    schema.check(user, config_schema())  # unknown or bad fields fail before merging
+    schema.check(user, config_schema(), prefix)  # unknown or bad fields fail before merging
     merged.unlock()
     for key, value in user.items():
         if key in ("optax", "model", "schedule", "mesh_shape"):  # a list read from JSON
@@ -303,4 +308,4 @@ def with_defaults(config: ml_collections.ConfigDict) -> ml_collections.ConfigDic
             merged[key].update(value)
         else:
             merged[key] = value
-    return validate(merged)
+    return validate(merged, prefix)

@@ -252,19 +252,21 @@ def _remembered(table: dict, key: Any, make: Callable[[], Any], keep: int) -> An
 _SOURCES: dict[tuple[str, str, str], Any] = {}  # per process, a handful of entries
 
 
-def open_source(name: str, split: str, data_dir: str | None) -> Any:
-    """A random-access tfds source; builds the bundled `digits` on first use.
+def open_source(name: str, split: str, data_dir: str | None, prefix: str = "") -> Any:
+    """A random-access tfds source; builds the bundled `digits` on first use. A dataset
+    that cannot be opened is one ValueError line naming `input.data.name` under `prefix`
+    (the training config's path in a larger one: "train.").
 
     Opened once per process (the sources are read-only): a search candidate opened its
     training, validation and test splits, and more, at about 12 ms each."""
     data_dir = resolve_data_dir(data_dir)
     return _remembered(_SOURCES, (name, split, data_dir),
-                       lambda: _open_source(name, split, data_dir), keep=16)
+                       lambda: _open_source(name, split, data_dir, prefix), keep=16)
 
 
-def _open_source(name: str, split: str, data_dir: str) -> Any:
+def _open_source(name: str, split: str, data_dir: str, prefix: str) -> Any:
     if userdata.kind_of(name):
-        return userdata.open_split(name, split, data_dir)
+        return userdata.open_split(name, split, data_dir, prefix)
     if name == "digits":
         digits_lib.ensure_built(data_dir)
     try:
@@ -272,12 +274,12 @@ def _open_source(name: str, split: str, data_dir: str) -> Any:
     except Exception as e:  # tfds raises several types for a missing dataset or split
         if not _is_prepared(name, data_dir):
             raise ValueError(
-                f"config field 'input.data.name': dataset {name!r} is not prepared in "
+                f"config field '{prefix}input.data.name': dataset {name!r} is not prepared in "
                 f"{data_dir} (build it there with tfds, file_format='array_record', or set "
                 f"input.data_dir)"
             ) from e
         raise ValueError(
-            f"config field 'input.data.name': cannot open {name!r} split {split!r} in "
+            f"config field '{prefix}input.data.name': cannot open {name!r} split {split!r} in "
             f"{data_dir}: {type(e).__name__}: {str(e).splitlines()[0][:200]}"
         ) from e
 
@@ -300,12 +302,13 @@ class Subset:
         return self.source.dataset_info
 
 
-def holdout_indices(labels: np.ndarray, fraction: float) -> np.ndarray:
+def holdout_indices(labels: np.ndarray, fraction: float, prefix: str = "") -> np.ndarray:
     """Sorted positions of the validation examples: `fraction` of each class (rounded, at
-    least one of a class with two or more examples), drawn with a fixed seed."""
+    least one of a class with two or more examples), drawn with a fixed seed. A bad
+    fraction names its field under `prefix`."""
     if not 0 < fraction < 1:
-        raise ValueError(f"config field 'input.data.validation_fraction' must be in (0, 1) "
-                         f"to carve a validation split, got {fraction:g}")
+        raise ValueError(f"config field '{prefix}input.data.validation_fraction' must be in "
+                         f"(0, 1) to carve a validation split, got {fraction:g}")
     rng = np.random.default_rng(_HOLDOUT_SEED)
     held = []
     for label in np.unique(labels):
@@ -316,15 +319,17 @@ def holdout_indices(labels: np.ndarray, fraction: float) -> np.ndarray:
     return np.sort(np.concatenate(held)) if held else np.zeros(0, np.int64)
 
 
-def fold_indices(labels: np.ndarray, folds: int, fold: int, seed: int) -> np.ndarray:
+def fold_indices(labels: np.ndarray, folds: int, fold: int, seed: int, prefix: str = ""
+                 ) -> np.ndarray:
     """Sorted positions of fold `fold` of `folds`: each class's examples shuffled with
     `seed` and dealt round-robin (one deal over all classes), so every fold holds each
-    class in proportion and fold sizes differ by at most one."""
+    class in proportion and fold sizes differ by at most one. A bad fold names its field
+    under `prefix`."""
     if folds < 2 or not 0 <= fold < folds:
-        raise ValueError(f"config field 'input.data.fold' must be in [0, {folds}) with "
-                         f"input.data.folds={folds} (at least 2), got {fold}")
+        raise ValueError(f"config field '{prefix}input.data.fold' must be in [0, {folds}) "
+                         f"with input.data.folds={folds} (at least 2), got {fold}")
     if len(labels) < folds:
-        raise ValueError(f"config field 'input.data.folds': {folds} folds of "
+        raise ValueError(f"config field '{prefix}input.data.folds': {folds} folds of "
                          f"{len(labels)} examples")
     rng = np.random.default_rng(seed)
     order = np.concatenate([rng.permutation(np.flatnonzero(labels == label))
@@ -332,25 +337,27 @@ def fold_indices(labels: np.ndarray, folds: int, fold: int, seed: int) -> np.nda
     return np.sort(order[fold::folds])
 
 
-def carved(inp: Any) -> tuple[str, float, int]:
+def carved(inp: Any, prefix: str = "") -> tuple[str, float, int]:
     """How `inp` carves its training split: (eval split name, validation fraction, folds);
-    ("", 0, 0) when nothing is carved. Both at once is a one-line ValueError."""
+    ("", 0, 0) when nothing is carved. Both at once is a one-line ValueError naming the
+    two fields under `prefix`."""
     fraction = float(inp.data.get("validation_fraction", 0.0) or 0.0)
     folds = int(inp.data.get("folds", 0) or 0)
     if fraction > 0 and folds:
-        raise ValueError("config fields 'input.data.validation_fraction' and "
-                         "'input.data.folds': set one of them, not both")
+        raise ValueError(f"config fields '{prefix}input.data.validation_fraction' and "
+                         f"'{prefix}input.data.folds': set one of them, not both")
     return (FOLD, 0.0, folds) if folds else (HOLDOUT, fraction, 0) if fraction > 0 else \
         ("", 0.0, 0)
 
 
-def held_out(inp: Any, labels: np.ndarray) -> np.ndarray:
+def held_out(inp: Any, labels: np.ndarray, prefix: str = "") -> np.ndarray:
     """Sorted positions of the training split that `inp` holds out (its validation part,
-    or its fold)."""
-    name, fraction, folds = carved(inp)
+    or its fold); a bad carving names its fields under `prefix`."""
+    name, fraction, folds = carved(inp, prefix)
     if name == FOLD:
-        return fold_indices(labels, folds, int(inp.data.fold), int(inp.data.fold_seed))
-    return holdout_indices(labels, fraction)
+        return fold_indices(labels, folds, int(inp.data.fold), int(inp.data.fold_seed),
+                            prefix)
+    return holdout_indices(labels, fraction, prefix)
 
 
 _SPLIT_LABELS: dict[tuple, np.ndarray] = {}
@@ -367,98 +374,101 @@ def split_labels(name: str, split: str, data_dir: str | None, source: Any) -> np
 
 
 def split_source(inp: Any, split: str, data_dir: str | None, process_index: int = 0,
-                 process_count: int = 1) -> Any:
+                 process_count: int = 1, prefix: str = "") -> Any:
     """This host's share of `split` of the input config `inp`: with
     `inp.data.validation_fraction` > 0, the training split without its validation part,
-    and `HOLDOUT` that part; any other split as tfds names it."""
-    name = _carved_split(inp, split)
+    and `HOLDOUT` that part; any other split as tfds names it. A bad field is named under
+    `prefix`, the training config's path in a larger one (`check_dataset`)."""
+    name = _carved_split(inp, split, prefix)
     if not name:
         return open_source(inp.data.name, host_split(split, process_index, process_count),
-                           data_dir)
-    full = open_source(inp.data.name, inp.data.split, data_dir)
-    held = held_out(inp, split_labels(inp.data.name, inp.data.split, data_dir, full))
+                           data_dir, prefix)
+    full = open_source(inp.data.name, inp.data.split, data_dir, prefix)
+    held = held_out(inp, split_labels(inp.data.name, inp.data.split, data_dir, full), prefix)
     keep = held if split == name else np.setdiff1d(np.arange(len(full)), held)
     return Subset(full, np.array_split(keep, process_count)[process_index])
 
 
-def split_size(inp: Any, split: str, data_dir: str | None) -> int:
+def split_size(inp: Any, split: str, data_dir: str | None, prefix: str = "") -> int:
     """The number of examples `split_source(inp, split, ...)` gives over all hosts. A user
     dataset's (folder:, npz:) or the digits' split train or test is counted from its
     labels, without converting or building it: a run's checks come before anything is
-    written."""
+    written. A bad field is named under `prefix` (`split_source`)."""
     base = inp.data.split if split in (HOLDOUT, FOLD) else split
-    labels = _labels_unwritten(inp.data.name, base)
+    labels = _labels_unwritten(inp.data.name, base, prefix)
     if labels is None:
-        return len(split_source(inp, split, data_dir))
-    name = _carved_split(inp, split)
+        return len(split_source(inp, split, data_dir, prefix=prefix))
+    name = _carved_split(inp, split, prefix)
     if not name:
         return len(labels)
-    held = len(held_out(inp, labels))
+    held = len(held_out(inp, labels, prefix))
     return held if split == name else len(labels) - held
 
 
-def _carved_split(inp: Any, split: str) -> str:
+def _carved_split(inp: Any, split: str, prefix: str) -> str:
     """The carved eval split's name when `split` is it or the training split it is carved
     from, else "" (a split as tfds names it). A carved name without its carving is one
-    line."""
-    name, _, _ = carved(inp)
+    line, naming the fields under `prefix`."""
+    name, _, _ = carved(inp, prefix)
     if split in (HOLDOUT, FOLD) and split != name:
-        need = ("input.data.validation_fraction > 0" if split == HOLDOUT
-                else "input.data.folds > 1")
-        raise ValueError(f"eval split {split!r} needs {need} (the part of input.data.split "
-                         f"{inp.data.split!r} held out)")
+        need = (f"{prefix}input.data.validation_fraction > 0" if split == HOLDOUT
+                else f"{prefix}input.data.folds > 1")
+        raise ValueError(f"eval split {split!r} needs {need} (the part of "
+                         f"{prefix}input.data.split {inp.data.split!r} held out)")
     return name if name and split in (name, inp.data.split) else ""
 
 
-def _labels_unwritten(name: str, split: str) -> np.ndarray | None:
+def _labels_unwritten(name: str, split: str, prefix: str) -> np.ndarray | None:
     """Every label of `split` of a user dataset or of the bundled digits, read from what
     they are made of (files, scikit-learn's arrays) without converting or building them;
-    None for any other dataset or split."""
+    None for any other dataset or split. A fault is named under `prefix`."""
     kind = userdata.kind_of(name)
     if kind and split in userfiles.SPLITS:
-        return userfiles.labels(kind, userdata.path_of(name)).splits[split]
+        return userdata.labels(name, prefix).splits[split]
     if name == "digits" and split in ("train", "test"):
         return digits_lib.labels()[digits_lib.split_indices()[split]]
     return None
 
 
-def dataset_classes(name: str, data_dir: str | None = None, split: str = "train") -> int:
+def dataset_classes(name: str, data_dir: str | None = None, split: str = "train",
+                    prefix: str = "") -> int:
     """The number of classes of the dataset `name` (`input.data.name`): a `folder:DIR`'s
     class folders, an `npz:FILE`'s labels (the largest + 1), a tfds dataset's label
     feature (`split` is opened to read it). A user dataset is not converted for it.
-    ValueError (one line) when the dataset cannot be read or declares no class count."""
+    ValueError (one line) when the dataset cannot be read or declares no class count,
+    naming the field under `prefix`."""
     kind = userdata.kind_of(name)
     if kind:
-        return userfiles.labels(kind, userdata.path_of(name)).num_classes
+        return userdata.labels(name, prefix).num_classes
     if name == "digits":
         return digits_lib.NUM_CLASSES
-    features = open_source(name, split, data_dir).dataset_info.features
+    features = open_source(name, split, data_dir, prefix).dataset_info.features
     found = getattr(features["label"], "num_classes", None) if "label" in features else None
     if not found:
-        raise ValueError(f"config field 'num_classes': dataset {name!r} declares no number "
-                         f"of classes (no ClassLabel 'label'); set num_classes")
+        raise ValueError(f"config field '{prefix}num_classes': dataset {name!r} declares no "
+                         f"number of classes (no ClassLabel 'label'); set num_classes")
     return int(found)
 
 
-def check_num_classes(config: Any) -> int:
+def check_num_classes(config: Any, prefix: str = "") -> int:
     """The number of classes `config` trains: `num_classes`, or with 0 the data's
     (`dataset_classes`). A number set that disagrees with the data is one ValueError line
-    naming the field and both numbers (an npz's labels only bound it from below: a class
-    may have no example)."""
+    naming the field (under `prefix`, the config's path in a larger one) and both numbers
+    (an npz's labels only bound it from below: a class may have no example)."""
     inp = config.input
     name, given = inp.data.name, int(config.num_classes)
-    found = dataset_classes(name, inp.data_dir or None, inp.data.split)
+    found = dataset_classes(name, inp.data_dir or None, inp.data.split, prefix)
     kind = userdata.kind_of(name)
     if given == 0:
         return found
     if kind == "npz" and given < found:
-        raise ValueError(f"{userdata.path_of(name)}: labels up to {found - 1}, outside config "
-                         f"field 'num_classes' = {given} (labels must be 0..{given - 1}; "
-                         f"0 takes the number from the data)")
+        raise ValueError(f"{userdata.path_of(name, prefix)}: labels up to {found - 1}, "
+                         f"outside config field '{prefix}num_classes' = {given} (labels "
+                         f"must be 0..{given - 1}; 0 takes the number from the data)")
     if kind != "npz" and given != found:
         what = "class folders" if kind == "folder" else "classes"
-        raise ValueError(f"config field 'num_classes' is {given}, but dataset {name!r} has "
-                         f"{found} {what} (0 takes the number from the data)")
+        raise ValueError(f"config field '{prefix}num_classes' is {given}, but dataset "
+                         f"{name!r} has {found} {what} (0 takes the number from the data)")
     return given
 
 
@@ -475,20 +485,22 @@ def with_num_classes(config: Any) -> Any:
     return out
 
 
-def check_dataset(config: Any) -> None:
+def check_dataset(config: Any, prefix: str = "") -> None:
     """The training split of a (full) training config opens (a user dataset is counted,
     not converted), holds a batch, and its classes are the config's `num_classes`
     (`check_num_classes`): fewer would one-hot the larger labels to all-zero targets and
-    train silently on a wrong task, more would train a head for classes never seen."""
+    train silently on a wrong task, more would train a head for classes never seen.
+    `prefix`: the config's path in a larger one ("train." in a search's), which every
+    field named in an error starts with."""
     inp = config.input
     if userdata.kind_of(inp.data.name):
-        userdata.check_files(inp.data.name, resolve_data_dir(inp.data_dir or None))
-    size = split_size(inp, inp.data.split, inp.data_dir or None)
+        userdata.check_files(inp.data.name, resolve_data_dir(inp.data_dir or None), prefix)
+    size = split_size(inp, inp.data.split, inp.data_dir or None, prefix)
     if size < inp.batch_size:
-        raise ValueError(f"config field 'input.batch_size' must be <= the {size} "
+        raise ValueError(f"config field '{prefix}input.batch_size' must be <= the {size} "
                          f"examples of {inp.data.name!r} split {inp.data.split!r}, got "
                          f"{inp.batch_size}")
-    check_num_classes(config)
+    check_num_classes(config, prefix)
 
 
 def _is_prepared(name: str, data_dir: str) -> bool:

@@ -66,10 +66,11 @@ def check(config: ml_collections.ConfigDict, graph: Any = None,
     return graph, constants
 
 
-def schedule_notes(config: ml_collections.ConfigDict) -> list[str]:
+def schedule_notes(config: ml_collections.ConfigDict, prefix: str = "") -> list[str]:
     """One line per schedule that `optim.fitted_ramps` shortens to fit the run, naming its
-    config field; a schedule that cannot be built (e.g. a negative warmup) raises a
-    one-line ValueError naming the field. Builds the schedule functions, never runs them."""
+    config field under `prefix` (the config's path in a larger one: "train."); a schedule
+    that cannot be built (e.g. a negative warmup) raises a one-line ValueError naming the
+    field. Builds the schedule functions, never runs them."""
     total_steps, steps_per_epoch = training_steps(config)
     where = (f"total_epochs {float(config.total_epochs):g} x {steps_per_epoch:.1f} steps per "
              f"epoch at batch size {int(config.input.batch_size)}")
@@ -77,15 +78,16 @@ def schedule_notes(config: ml_collections.ConfigDict) -> list[str]:
         where += f", raised to min_steps {int(config.min_steps)}"
     notes = []
     for field, sched in _schedules(config.schedule):
+        path = f"{prefix}{field}"
         try:
             optim.make_schedule(sched, total_steps=total_steps, steps_per_epoch=steps_per_epoch,
                                 global_batch_size=int(config.input.batch_size))
             note = optim.shortening_note(sched, total_steps, steps_per_epoch)
         except ValueError as e:
             reason = str(e).removeprefix("schedule: ")
-            raise ValueError(f"config field {field!r}: {reason} ({where})") from None
+            raise ValueError(f"config field {path!r}: {reason} ({where})") from None
         if note:
-            notes.append(f"config field {field!r}: {note} ({where})")
+            notes.append(f"config field {path!r}: {note} ({where})")
     return notes
 
 
@@ -121,14 +123,12 @@ def check_outputs(graph: Any, constants: Any, config: ml_collections.ConfigDict,
 def labelled_schedule_notes(configs: Mapping[str, Any], section: str = "") -> list[str]:
     """`schedule_notes` of several training configs of one run, each line led by its label
     (a search's seed and its children train for different epochs): `configs` maps a label
-    to a training config or its dict; `section` (e.g. "train.") prefixes the field names
-    as the user wrote them."""
+    to a training config or its dict; `section` (e.g. "train.") is the configs' path in
+    the user's, which every field named starts with."""
     from nas.train.config import with_defaults
 
     lines = []
     for label, config in configs.items():
-        full = with_defaults(ml_collections.ConfigDict(dict(config)))
-        for note in schedule_notes(full):
-            lines.append(f"{label}: " + note.replace("config field '", f"config field "
-                                                     f"'{section}", 1))
+        full = with_defaults(ml_collections.ConfigDict(dict(config)), section)
+        lines += [f"{label}: {note}" for note in schedule_notes(full, section)]
     return lines

@@ -40,13 +40,15 @@ def kind_of(name: str) -> str | None:
     return kind if sep and kind in KINDS else None
 
 
-def path_of(name: str) -> str:
-    """The user's folder or file named by `name`, as an absolute path."""
+def path_of(name: str, prefix: str = "") -> str:
+    """The user's folder or file named by `name`, as an absolute path. A name without one
+    is a ValueError naming `input.data.name` under `prefix` (the training config's path in
+    a larger one: "train.")."""
     kind = kind_of(name)
     path = name[len(kind) + 1:] if kind else ""
     if not path:
-        raise ValueError(f"config field 'input.data.name': {name!r} names no path (expected "
-                         f"'folder:DIR' or 'npz:FILE')")
+        raise ValueError(f"config field '{prefix}input.data.name': {name!r} names no path "
+                         f"(expected 'folder:DIR' or 'npz:FILE')")
     return os.path.abspath(os.path.expanduser(path))
 
 
@@ -83,24 +85,30 @@ class UserImages(tfds.core.GeneratorBasedBuilder):
         yield from self._content.examples(split)
 
 
-def converted_dir(name: str, data_dir: str) -> str:
+def converted_dir(name: str, data_dir: str, prefix: str = "") -> str:
     """The folder holding `name`'s array_record files, converting it first if it is not
-    there yet (checks the files and raises one ValueError line naming the one at fault)."""
+    there yet (checks the files and raises one ValueError line naming the one at fault,
+    under `prefix`: `_in_section`)."""
     kind = kind_of(name)
     if kind is None:
-        raise ValueError(f"config field 'input.data.name': {name!r} is not a user dataset "
-                         f"(expected 'folder:DIR' or 'npz:FILE')")
-    path = path_of(name)
-    key = userfiles.content_key(kind, path)
-    root = os.path.join(data_dir, SUBDIR)
-    final = _final_dir(kind, key, data_dir)
-    if os.path.isdir(final):
-        return final
-    os.makedirs(root, exist_ok=True)
-    with open(os.path.join(root, f".{kind}-{key[:20]}.lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one process converts, the others wait for it
-        if not os.path.isdir(final):
-            _convert(userfiles.read(kind, path), root, final)
+        raise ValueError(f"config field '{prefix}input.data.name': {name!r} is not a user "
+                         f"dataset (expected 'folder:DIR' or 'npz:FILE')")
+    path = path_of(name, prefix)
+    try:
+        key = userfiles.content_key(kind, path)
+        root = os.path.join(data_dir, SUBDIR)
+        final = _final_dir(kind, key, data_dir)
+        if os.path.isdir(final):
+            return final
+        os.makedirs(root, exist_ok=True)
+        with open(os.path.join(root, f".{kind}-{key[:20]}.lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # one process converts, the others wait for it
+            if not os.path.isdir(final):
+                _convert(userfiles.read(kind, path), root, final)
+    except ValueError as e:
+        if not prefix:
+            raise
+        raise ValueError(_in_section(prefix, str(e))) from e
     return final
 
 
@@ -108,17 +116,45 @@ def _final_dir(kind: str, key: str, data_dir: str) -> str:
     return os.path.join(data_dir, SUBDIR, f"{kind}-{key[:20]}-v{FORMAT}")
 
 
-def check_files(name: str, data_dir: str) -> None:
+def check_files(name: str, data_dir: str, prefix: str = "") -> None:
     """Check the user dataset `name` as its conversion reads it (the layout, each image's
-    header, the npz's arrays), writing nothing: one ValueError naming the file at fault.
-    A dataset converted already was checked then."""
+    header, the npz's arrays), writing nothing: one ValueError naming the file at fault,
+    under `prefix` (`_in_section`). A dataset converted already was checked then."""
     kind = kind_of(name)
     if kind is None:
-        raise ValueError(f"config field 'input.data.name': {name!r} is not a user dataset "
-                         f"(expected 'folder:DIR' or 'npz:FILE')")
-    path = path_of(name)
-    if not os.path.isdir(_final_dir(kind, userfiles.content_key(kind, path), data_dir)):
-        userfiles.read(kind, path)
+        raise ValueError(f"config field '{prefix}input.data.name': {name!r} is not a user "
+                         f"dataset (expected 'folder:DIR' or 'npz:FILE')")
+    path = path_of(name, prefix)
+    try:
+        if not os.path.isdir(_final_dir(kind, userfiles.content_key(kind, path), data_dir)):
+            userfiles.read(kind, path)
+    except ValueError as e:
+        if not prefix:
+            raise
+        raise ValueError(_in_section(prefix, str(e))) from e
+
+
+def labels(name: str, prefix: str = "") -> userfiles.Labels:
+    """The labels of the user dataset `name` (`userfiles.labels`: nothing converted); a
+    fault names the file under `prefix` (`_in_section`)."""
+    kind = kind_of(name)
+    if kind is None:
+        raise ValueError(f"config field '{prefix}input.data.name': {name!r} is not a user "
+                         f"dataset (expected 'folder:DIR' or 'npz:FILE')")
+    path = path_of(name, prefix)
+    try:
+        return userfiles.labels(kind, path)
+    except ValueError as e:
+        if not prefix:
+            raise
+        raise ValueError(_in_section(prefix, str(e))) from e
+
+
+def _in_section(prefix: str, fault: str) -> str:
+    """A fault of the user's files (`userfiles`: it names the file, not a field) as a
+    larger config names it: after the section that holds the training config ("train:
+    <file>: ..." for `prefix` "train.")."""
+    return f"{prefix.rstrip('.')}: {fault}"
 
 
 def _convert(content: userfiles.Content, root: str, final: str) -> None:
@@ -138,14 +174,15 @@ def _convert(content: userfiles.Content, root: str, final: str) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def open_split(name: str, split: str, data_dir: str) -> Any:
+def open_split(name: str, split: str, data_dir: str, prefix: str = "") -> Any:
     """A random-access source of `split` ("train", "test", or a slice such as
-    "train[:50%]") of the user dataset `name`."""
-    folder = converted_dir(name, data_dir)
+    "train[:50%]") of the user dataset `name`; a fault is named under `prefix`
+    (`converted_dir`)."""
+    folder = converted_dir(name, data_dir, prefix)
     builder = tfds.builder_from_directory(folder)
     try:
         return builder.as_data_source(split=split)
     except Exception as e:  # tfds raises several types for an unknown split
-        raise ValueError(f"config field 'input.data.name': {name!r} has splits "
+        raise ValueError(f"config field '{prefix}input.data.name': {name!r} has splits "
                          f"{list(userfiles.SPLITS)}, cannot read split {split!r} "
                          f"({type(e).__name__}: {str(e).splitlines()[0][:200]})") from None

@@ -117,6 +117,25 @@ def test_unknown_dataset_is_refused_at_the_edge(tmp_path):
         validate_search(config)
 
 
+def test_the_train_section_s_checks_name_their_fields_by_the_full_path(tmp_path):
+    """The training config's own checks are given its path in the search config: every
+    field they name starts with `train.`; a fault of the user's files, which names the file,
+    follows the section's name."""
+    with pytest.raises(ValueError, match=r"^config field 'train\.bogus' is unknown; expected "
+                                         r"one of the \d+ fields of train, e\.g\. augment, "):
+        validate_search(_with("train.bogus", 1))
+    config = _with("train.input.data.folds", 3)  # the search carves a validation fraction
+    with pytest.raises(ValueError) as e:
+        validate_search(config)
+    assert str(e.value) == ("config fields 'train.input.data.validation_fraction' and "
+                            "'train.input.data.folds': set one of them, not both")
+    missing = str(tmp_path / "gone.npz")
+    with pytest.raises(ValueError) as e:
+        validate_search(_with("train.input.data.name", f"npz:{missing}"))
+    assert str(e.value) == (f"train: {missing}: cannot read the npz file: No such file or "
+                            f"directory")
+
+
 def test_resume_warns_only_about_fields_that_cannot_change(tmp_path, caplog):
     import logging
 

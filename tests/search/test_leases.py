@@ -6,6 +6,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from nas.search.store.study import Study, default_worker
 
 GRAPH = json.dumps({"g": 0})
@@ -67,3 +69,17 @@ def test_old_study_without_lease_column_is_migrated(tmp_path):
     study = Study.load(tmp_path)
     assert study.claim("w").id == a
     assert study.renew(a, "w")
+
+
+def test_a_claim_reads_the_studys_lease_and_attempts_as_the_settings_declare_them(tmp_path):
+    study = Study.create(tmp_path, {"search": {"lease_s": 0.01}})
+    study.add(GRAPH)
+    with pytest.raises(ValueError) as e:
+        study.claim("w")
+    assert str(e.value) == ("config field 'search.lease_s' must be a number >= 0.05 and "
+                            "<= 86400, got 0.01")
+    with pytest.raises(ValueError, match="^lease_s: must be a number of seconds > 0, got 0$"):
+        study.claim("w", lease_s=0)  # a caller's own argument
+    study = Study.create(tmp_path / "top", {"max_attempts": 0})  # a study's own config
+    with pytest.raises(ValueError, match="^max_attempts: must be an integer >= 1, got 0$"):
+        study.requeue_expired()

@@ -200,12 +200,14 @@ def test_a_task_no_node_can_hold_is_refused_at_start(monkeypatch):
     pending forever, so the executor refuses it at once, in one line."""
     ray = pytest.importorskip("ray")
     from nas.search.execution.executors import RayExecutor
+    from nas.search.strategy.settings import RayConfig
 
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
     try:
         with pytest.raises(ValueError, match=r"^config field 'search.ray': each task asks for "
                                              r"CPU 1, GPU 64, TPU 1, more than any node") as e:
-            RayExecutor(None, 1, num_cpus=1, num_gpus=64, resources={"TPU": 1.0})
+            RayExecutor(None, 1, settings=RayConfig(num_cpus=1, num_gpus=64,
+                                                    resources={"TPU": 1.0}))
     finally:
         ray.shutdown()
     assert "\n" not in str(e.value)

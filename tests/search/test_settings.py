@@ -20,6 +20,7 @@ from nas.search.strategy.settings import (
     SearchSettings,
     read_settings,
     search_defaults,
+    stored_setting,
     stored_value,
     validate_search,
 )
@@ -89,6 +90,21 @@ def test_a_bad_nested_field_names_its_full_path(search_config, section, value, p
     text = str(e.value)
     assert text.startswith("config field") and f"'{path}" in text.split(":")[0], text
     assert "\n" not in text
+
+
+def test_a_stored_setting_is_checked_by_its_own_declaration():
+    """A store reading one setting of a config no reader may have seen (a study's own)
+    checks it as the settings reader would, in the same words."""
+    assert stored_setting({"search": {"lease_s": 5}}, "lease_s") == 5.0
+    assert isinstance(stored_setting({"search": {"lease_s": 5}}, "lease_s"), float)
+    assert stored_setting(None, "max_attempts") == search_defaults().max_attempts
+    with pytest.raises(ValueError) as e:
+        stored_setting({"search": {"lease_s": 0.01}}, "lease_s")
+    assert str(e.value) == ("config field 'search.lease_s' must be a number >= 0.05 and "
+                            "<= 86400, got 0.01")
+    with pytest.raises(ValueError) as e:
+        stored_setting({"search": {"max_attempts": 0}}, "max_attempts")
+    assert str(e.value) == "config field 'search.max_attempts' must be an int > 0, got 0"
 
 
 def test_a_stored_field_reads_its_declared_default_where_the_config_has_none():

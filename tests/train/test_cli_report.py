@@ -122,3 +122,20 @@ def test_a_schedule_longer_than_the_run_is_shortened_with_one_line_each(data_dir
     assert len(notes) == 1 and notes[0].startswith(
         "config field 'schedule[0]': warmup (0) + cooldown (30) steps exceed the run's 22 "
         "steps: shortened to warmup 0 + cooldown 11")
+
+
+def test_a_schedule_in_a_larger_config_is_named_by_its_full_path(data_dir):
+    """A search's checks give the training config's path: the field its schedule line or
+    its error names starts with it."""
+    from nas.train import preflight
+
+    config = with_defaults(tiny_config(data_dir, **{"schedule.warmup_steps": 100}))
+    assert preflight.schedule_notes(config, "train.") == [
+        "config field 'train.schedule': warmup (100) + cooldown (0) steps exceed the run's "
+        "22 steps: shortened to warmup 11 + cooldown 0, half the run (total_epochs 1 x 22.5 "
+        "steps per epoch at batch size 64)"]
+    config.schedule.warmup_steps = -3
+    with pytest.raises(ValueError) as e:
+        preflight.labelled_schedule_notes({"the seed": config.to_dict()}, "train.")
+    assert str(e.value) == ("config field 'train.schedule': warmup must be >= 0 steps, got -3 "
+                            "(total_epochs 1 x 22.5 steps per epoch at batch size 64)")

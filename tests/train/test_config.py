@@ -107,3 +107,50 @@ def test_num_classes_must_be_0_or_at_least_2(bad):
     cfg["num_classes"] = bad
     with pytest.raises(ValueError, match="'num_classes'"):
         config_lib.validate(cfg)
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("lr", -1.0, "config field '{p}lr' must be a number >= 0, got -1.0"),
+    ("input", 5, "config field '{p}input' must be a dict, got int"),
+    ("schedule", [("(", {})], "config field '{p}schedule[0]' must be a (regex, dict) pair"),
+    ("schedule", {"decay_type": "zigzag"},
+     "config field '{p}schedule.decay_type' must be one of ('cosine', 'linear', 'rsqrt', "
+     "'stair', 'constant', 'exponential'), got 'zigzag'"),
+    ("optax_name", "softmax_cross_entropy",
+     "config field '{p}optax_name' must name an optax transform that takes the 'optax' "
+     "arguments, e.g. 'scale_by_adam'; optax.softmax_cross_entropy(**{{}}) raised "
+     "TypeError: softmax_cross_entropy() missing 2 required positional arguments: "
+     "'logits' and 'labels'"),
+])
+@pytest.mark.parametrize("prefix", ["", "train."])
+def test_a_bad_field_is_named_under_the_prefix_given(field, value, message, prefix):
+    """nas-train names a field by its path in the training config; a search, whose
+    `train` section it is, by its path in the search config."""
+    with pytest.raises(ValueError) as e:
+        config_lib.with_defaults({field: value}, prefix=prefix)
+    assert str(e.value) == message.format(p=prefix)
+
+
+@pytest.mark.parametrize("prefix", ["", "train."])
+def test_a_dataset_check_names_its_fields_under_the_prefix_given(data_dir, prefix):
+    from nas.train import data
+
+    cfg = config_lib.base_config()
+    cfg.input.data_dir = data_dir
+    cfg.input.data.validation_fraction, cfg.input.data.folds = 0.1, 3
+    with pytest.raises(ValueError) as e:
+        data.check_dataset(cfg, prefix)
+    assert str(e.value) == (f"config fields '{prefix}input.data.validation_fraction' and "
+                            f"'{prefix}input.data.folds': set one of them, not both")
+    cfg.input.data.validation_fraction = 0.0
+    cfg.input.data.fold = 3
+    with pytest.raises(ValueError) as e:
+        data.check_dataset(cfg, prefix)
+    assert str(e.value) == (f"config field '{prefix}input.data.fold' must be in [0, 3) with "
+                            f"input.data.folds=3 (at least 2), got 3")
+    cfg.input.data.folds = cfg.input.data.fold = 0
+    cfg.input.batch_size = 5000
+    with pytest.raises(ValueError) as e:
+        data.check_dataset(cfg, prefix)
+    assert str(e.value) == (f"config field '{prefix}input.batch_size' must be <= the 1437 "
+                            f"examples of 'digits' split 'train', got 5000")

@@ -334,3 +334,25 @@ def test_a_user_dataset_name_without_a_path_is_one_line(tmp_path, name):
         data.check_dataset(_config(tmp_path, name))
     assert str(e.value) == (f"config field 'input.data.name': {name!r} names no path "
                             f"(expected 'folder:DIR' or 'npz:FILE')")
+
+
+@pytest.mark.parametrize("prefix, lead", [("", ""), ("train.", "train: ")])
+def test_a_fault_of_the_files_is_named_under_the_section_given(tmp_path, prefix, lead):
+    """A fault of a user's files names the file, not a field: nas-train's line starts with
+    it, a search's with the section that holds the training config."""
+    missing = str(tmp_path / "gone.npz")
+    with pytest.raises(ValueError) as e:
+        data.check_dataset(_config(tmp_path, f"npz:{missing}"), prefix)
+    assert str(e.value) == (f"{lead}{missing}: cannot read the npz file: No such file or "
+                            f"directory")
+    with pytest.raises(ValueError) as e:
+        data.check_dataset(_config(tmp_path, "npz:"), prefix)
+    assert str(e.value) == (f"config field '{prefix}input.data.name': 'npz:' names no path "
+                            f"(expected 'folder:DIR' or 'npz:FILE')")
+    path = write_npz(str(tmp_path / "d.npz"), small_arrays())
+    config = _config(tmp_path, f"npz:{path}")
+    config.num_classes = 2
+    with pytest.raises(ValueError) as e:
+        data.check_dataset(config, prefix)
+    assert str(e.value) == (f"{path}: labels up to 2, outside config field '{prefix}num_classes'"
+                            f" = 2 (labels must be 0..1; 0 takes the number from the data)")

@@ -32,6 +32,7 @@ from tqdm import tqdm
 from nas.search.execution import ray_parts
 from nas.search.execution.task import Executor, Outcome, Task, outcome_of
 from nas.search.execution.worker import describe_failure, train_or_failure
+from nas.search.strategy.settings import RayConfig
 
 GUARD = 'if __name__ == "__main__":'
 KILLED = "worker process died (killed or out of memory)"
@@ -382,43 +383,47 @@ class RayRun:
 class RayExecutor:
     """Each candidate is a Ray task (`ray_parts.run_task`) with its own resource request.
 
-    `dataset` "ship" puts the data in the object store once per study; "node": each node
-    reads it where the config names it. A task whose node, worker or object is lost runs
-    again, up to `max_tries` starts (metric `ray_retries`). With `prepare_ahead` > 0,
-    1 + prepare_ahead tasks run per slot and take turns on their device, as locally."""
+    `settings` is `search.ray` as the settings reader gave it (`RayConfig`, its zeros
+    resolved): one task's request (`RayConfig.request`) and how its dataset travels,
+    "ship" (into the object store once per study) or "node" (each node reads it where the
+    config names it); None: one CPU a task, the data shipped. A task whose node, worker
+    or object is lost runs again, up to `max_tries` starts (metric `ray_retries`). With
+    `prepare_ahead` > 0, 1 + prepare_ahead tasks run per slot and take turns on their
+    device, as locally."""
 
-    def __init__(self, address: str | None = None, capacity: int = 1, num_cpus: float = 1,
-                 num_gpus: float = 0, hard_timeout_s: float = 0.0, prepare_ahead: int = 0,
-                 share_device: str | None = None, *, resources: dict[str, float] | None = None,
-                 dataset: str = "ship", max_tries: int = 3) -> None:
+    def __init__(self, address: str | None = None, capacity: int = 1,
+                 hard_timeout_s: float = 0.0, prepare_ahead: int = 0,
+                 share_device: str | None = None, *, settings: RayConfig | None = None,
+                 max_tries: int = 3) -> None:
+        if settings is None:
+            settings = RayConfig().resolved(num_cpus_per_candidate=1.0,
+                                            num_gpus_per_candidate=0.0)
         ahead = max(0, prepare_ahead)
         self._share = _taking_turns("RayExecutor", ahead, share_device)
         self.capacity = max(1, capacity) * (1 + ahead)
         self.hard_timeout_s = hard_timeout_s * (1 + ahead)
         self.max_tries = max(1, max_tries)
-        if dataset not in ("ship", "node"):
-            raise ValueError(f"config field 'search.ray.dataset' must be 'ship' or 'node', "
-                             f"got {dataset!r}")
-        self._dataset_mode = dataset
+        self._dataset_mode = settings.dataset
         try:
             import ray
         except ImportError:
             raise ValueError("executor 'ray' needs ray: pip install 'alphanas-search[ray]' "
                              "(from a clone: pip install -e '.[ray]')") from None
         self._ray = ray
-        request = {k: float(v) for k, v in
-                   {"CPU": num_cpus, "GPU": num_gpus, **(resources or {})}.items() if v}
+        request = settings.request()
         ray_parts.start_or_join(ray, address or None, self.capacity, request)
         ray_parts.check_fits(ray, request)
         self._lost = tuple(getattr(ray.exceptions, n) for n in LOST_NODE_ERRORS
                            if hasattr(ray.exceptions, n))
+        num_gpus = settings.num_gpus
         # no preallocation; a fractional GPU gets that fraction of its memory
         env = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
         if 0 < num_gpus < 1:
             env["XLA_PYTHON_CLIENT_MEM_FRACTION"] = f"{0.9 * num_gpus:.3f}"
-        options: dict[str, Any] = {"num_cpus": num_cpus, "num_gpus": num_gpus, "max_retries": 0}
-        if resources:
-            options["resources"] = dict(resources)
+        options: dict[str, Any] = {"num_cpus": settings.num_cpus, "num_gpus": num_gpus,
+                                   "max_retries": 0}
+        if settings.resources:
+            options["resources"] = dict(settings.resources)
         if num_gpus:
             options["runtime_env"] = {"env_vars": env}
         self._remote = ray.remote(**options)(ray_parts.run_task)
@@ -552,9 +557,9 @@ def keep_driver_on_cpu() -> bool:
 def make_executor(kind: str, *, workers: int, ray_address: str | None,
                   hard_timeout_s: float, num_cpus: float = 1, num_gpus: float = 0,
                   prepare_ahead: int = 0, share_device: str | None = None,
-                  ray: Any = None, max_tries: int = 3) -> Executor:
-    """The executor `kind` names. `ray`: a `settings.RayConfig`, whose num_cpus and num_gpus
-    win."""
+                  ray: RayConfig | None = None, max_tries: int = 3) -> Executor:
+    """The executor `kind` names. `ray`: the study's `settings.RayConfig`, whose num_cpus
+    and num_gpus win (None: a request of `num_cpus` and `num_gpus`, the data shipped)."""
     out_of_process = workers == 0 or kind in ("local", "ray")
     if out_of_process and not keep_driver_on_cpu():
         logging.warning("the driver already initialized an accelerator backend before its "
@@ -569,12 +574,9 @@ def make_executor(kind: str, *, workers: int, ray_address: str | None,
     if kind == "local":
         return LocalExecutor(workers, hard_timeout_s, prepare_ahead, share_device)
     if kind == "ray":
-        if ray is not None:
-            num_cpus, num_gpus = ray.num_cpus, ray.num_gpus
-        return RayExecutor(ray_address or None, workers, num_cpus, num_gpus, hard_timeout_s,
-                           prepare_ahead, share_device,
-                           resources=dict(ray.resources) if ray is not None else None,
-                           dataset=ray.dataset if ray is not None else "ship",
-                           max_tries=max_tries)
+        if ray is None:
+            ray = RayConfig().resolved(num_cpus, num_gpus)
+        return RayExecutor(ray_address or None, workers, hard_timeout_s, prepare_ahead,
+                           share_device, settings=ray, max_tries=max_tries)
     raise ValueError(f"config field 'search.executor': unknown executor {kind!r}; expected "
                      f"'local', 'ray' or 'inline'")

@@ -70,7 +70,12 @@ from nas.search.strategy.selection import (
     higher_better,
     spread_name,
 )
-from nas.search.strategy.settings import SearchSettings, measured_costs, stored_value
+from nas.search.strategy.settings import (
+    SearchSettings,
+    measured_costs,
+    stored_setting,
+    stored_value,
+)
 
 __all__ = ["DB_NAME", "EXAMPLE_SPLITS", "Candidate", "Decide", "DuplicateCandidateError",
            "LeaseKeeper", "Refusal", "Study", "StudyNotFoundError", "default_worker",
@@ -932,16 +937,27 @@ class Study:
         return cost, []
 
     def _max_attempts(self, max_attempts: int | None) -> int:
+        """`max_attempts` as a caller gave it, else the study's config's: its
+        `search.max_attempts` as the settings declare it (`stored_setting`)."""
         if max_attempts is None:
-            max_attempts = self.config.get("max_attempts",
-                                           stored_value(self.config, "max_attempts"))
+            if "max_attempts" not in self.config:
+                return int(stored_setting(self.config, "max_attempts"))
+            # a study's own config, not a search's (Study.create(workdir, {"max_attempts":
+            # 2})), may name it at the top, as the first studies did
+            max_attempts = self.config["max_attempts"]
+        # a caller's argument or a value at the top: no settings reader saw either
         if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
             raise ValueError(f"max_attempts: must be an integer >= 1, got {max_attempts!r}")
         return max_attempts
 
     def _lease_s(self, lease_s: float | None) -> float:
+        """`lease_s` as a caller gave it, else the study's config's: its `search.lease_s`
+        as the settings declare it (`stored_setting`)."""
         if lease_s is None:
-            lease_s = self.config.get("lease_s", stored_value(self.config, "lease_s"))
+            if "lease_s" not in self.config:
+                return float(stored_setting(self.config, "lease_s"))
+            lease_s = self.config["lease_s"]  # at the top, as in `_max_attempts`
+        # a caller's argument or a value at the top: no settings reader saw either
         if isinstance(lease_s, bool) or not isinstance(lease_s, int | float) or not (
                 0 < lease_s < 1e7):
             raise ValueError(f"lease_s: must be a number of seconds > 0, got {lease_s!r}")

@@ -427,6 +427,19 @@ def stored_value(config: Mapping[str, Any] | None, name: str) -> Any:
     return given
 
 
+def stored_setting(config: Mapping[str, Any] | None, name: str) -> Any:
+    """Search field `name` of a study's stored config (`stored_value`) as the settings read
+    it: checked by the field's own declaration, one ValueError line naming
+    `search.<name>`, a number field's value a float. For the one field a store needs of a
+    config that may be no search's whole config (a study's own, or one the reader never
+    saw): `SearchSettings.from_stored` reads a whole one. `name` is a field with a `Field`
+    check (not a section)."""
+    check = _FIELDS[name].metadata["check"]
+    value = stored_value(config, name)
+    schema.check_value(check, value, f"search.{name}")
+    return float(value) if check.kind is float else value
+
+
 def read_settings(config: Any) -> SearchSettings:
     """The typed `search` section of a whole search config; ValueError on any bad field of
     `search` or `train`. A `train.num_classes` of 0 is set, in `config`, to the data's."""
@@ -481,7 +494,7 @@ def _read(config: Any, check_data: bool) -> SearchSettings:
     values["ray"] = RayConfig.from_dict(raw["ray"], "search.ray.").resolved(
         values["num_cpus_per_candidate"], values["num_gpus_per_candidate"])
     values["extra_seeds"] = tuple(raw["extra_seeds"])
-    train = _prefixed("train.", train_config.with_defaults, config.train)
+    train = train_config.with_defaults(config.train, prefix="train.")
     if "input_shape" not in raw["mutation"]:  # proposals probe at the training images' shape
         mutation = dataclasses.replace(mutation, input_shape=(1, *train_config.image_shape(train)))
     values["mutation"] = mutation
@@ -493,10 +506,10 @@ def _read(config: Any, check_data: bool) -> SearchSettings:
     if check_data:  # the dataset exists, with at most train.num_classes classes
         from nas.train import data as data_lib
 
-        _prefixed("train.", data_lib.check_dataset, decision_config(train, settings))
+        data_lib.check_dataset(decision_config(train, settings), prefix="train.")
         if not int(train.num_classes):  # 0: the data's, written so the study records it
             with config.train.unlocked():
-                config.train.num_classes = data_lib.check_num_classes(train)
+                config.train.num_classes = data_lib.check_num_classes(train, prefix="train.")
     return settings
 
 
@@ -662,18 +675,3 @@ def seed_rounds(train: dict[str, Any], search: SearchSettings) -> dict[str, Any]
     return {"max_rounds": rounds.max_rounds, "patience": rounds.patience,
             "min_gain": rounds.min_gain}
 
-
-def _prefixed(prefix: str, fn: Any, value: Any) -> Any:
-    """Run a `train` check, its errors naming fields by their full path."""
-    try:
-        return fn(value)
-    except ValueError as e:
-        text = str(e)
-        for head in ("config field '", 'config field "'):
-            if text.startswith(head):
-                if not text.startswith(head + prefix):
-                    text = head + prefix + text[len(head):]
-                break
-        else:
-            text = f"{prefix.rstrip('.')}: {text}"
-        raise ValueError(text) from e
