@@ -8,7 +8,9 @@ import json
 import os
 import sys
 
-os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+# The suite's XLA flags, if any, are kept (tests/conftest.py: the cheapest codegen).
+os.environ["XLA_FLAGS"] = " ".join(filter(None, [os.environ.get("XLA_FLAGS"),
+                                                  "--xla_force_host_platform_device_count=2"]))
 os.environ["JAX_PLATFORMS"] = "cpu"  # the forced devices exist only on the CPU platform
 sys.path.insert(0, os.path.dirname(__file__))
 

@@ -14,7 +14,9 @@ import sys
 
 os.environ["JAX_PLATFORMS"] = "cpu"
 devices = 1 if sys.argv[1] == "process" else 2
-os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+# The suite's XLA flags, if any, are kept (tests/conftest.py: the cheapest codegen).
+DEVICE_FLAG = f"--xla_force_host_platform_device_count={devices}"
+os.environ["XLA_FLAGS"] = " ".join(filter(None, [os.environ.get("XLA_FLAGS"), DEVICE_FLAG]))
 sys.path.insert(0, os.path.dirname(__file__))
 
 import jax  # noqa: E402

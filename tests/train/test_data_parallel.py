@@ -20,8 +20,11 @@ RETIRED = {"pmap", "device_put_replicated", "device_put_sharded"}
 
 def _run(script: str, *args: str) -> dict:
     # JAX_PLATFORMS=cpu: the forced devices are CPU devices, also where a GPU is the default.
-    env = dict(os.environ, JAX_PLATFORMS="cpu",
-               XLA_FLAGS="--xla_force_host_platform_device_count=2")
+    # The suite's XLA flags (tests/conftest.py: the cheapest codegen) are kept: replacing
+    # them would compile the subprocess's programs at full optimization.
+    flags = " ".join(filter(None, [os.environ.get("XLA_FLAGS"),
+                                   "--xla_force_host_platform_device_count=2"]))
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=flags)
     proc = subprocess.run([sys.executable, os.path.join(HERE, script), *args], env=env,
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
