@@ -21,6 +21,7 @@ import io
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -88,13 +89,9 @@ class UserImages(tfds.core.GeneratorBasedBuilder):
 def converted_dir(name: str, data_dir: str, prefix: str = "") -> str:
     """The folder holding `name`'s array_record files, converting it first if it is not
     there yet (checks the files and raises one ValueError line naming the one at fault,
-    under `prefix`: `_in_section`)."""
-    kind = kind_of(name)
-    if kind is None:
-        raise ValueError(f"config field '{prefix}input.data.name': {name!r} is not a user "
-                         f"dataset (expected 'folder:DIR' or 'npz:FILE')")
-    path = path_of(name, prefix)
-    try:
+    under `prefix`: `_faults_under`)."""
+    kind, path = _user_dataset(name, prefix)
+    with _faults_under(prefix):
         key = userfiles.content_key(kind, path)
         root = os.path.join(data_dir, SUBDIR)
         final = _final_dir(kind, key, data_dir)
@@ -105,10 +102,6 @@ def converted_dir(name: str, data_dir: str, prefix: str = "") -> str:
             fcntl.flock(lock, fcntl.LOCK_EX)  # one process converts, the others wait for it
             if not os.path.isdir(final):
                 _convert(userfiles.read(kind, path), root, final)
-    except ValueError as e:
-        if not prefix:
-            raise
-        raise ValueError(_in_section(prefix, str(e))) from e
     return final
 
 
@@ -119,42 +112,42 @@ def _final_dir(kind: str, key: str, data_dir: str) -> str:
 def check_files(name: str, data_dir: str, prefix: str = "") -> None:
     """Check the user dataset `name` as its conversion reads it (the layout, each image's
     header, the npz's arrays), writing nothing: one ValueError naming the file at fault,
-    under `prefix` (`_in_section`). A dataset converted already was checked then."""
-    kind = kind_of(name)
-    if kind is None:
-        raise ValueError(f"config field '{prefix}input.data.name': {name!r} is not a user "
-                         f"dataset (expected 'folder:DIR' or 'npz:FILE')")
-    path = path_of(name, prefix)
-    try:
+    under `prefix` (`_faults_under`). A dataset converted already was checked then."""
+    kind, path = _user_dataset(name, prefix)
+    with _faults_under(prefix):
         if not os.path.isdir(_final_dir(kind, userfiles.content_key(kind, path), data_dir)):
             userfiles.read(kind, path)
-    except ValueError as e:
-        if not prefix:
-            raise
-        raise ValueError(_in_section(prefix, str(e))) from e
 
 
 def labels(name: str, prefix: str = "") -> userfiles.Labels:
     """The labels of the user dataset `name` (`userfiles.labels`: nothing converted); a
-    fault names the file under `prefix` (`_in_section`)."""
+    fault names the file under `prefix` (`_faults_under`)."""
+    kind, path = _user_dataset(name, prefix)
+    with _faults_under(prefix):
+        return userfiles.labels(kind, path)
+
+
+def _user_dataset(name: str, prefix: str) -> tuple[str, str]:
+    """(kind, absolute path) of the user dataset `name`; a ValueError naming
+    `input.data.name` under `prefix` when it names none."""
     kind = kind_of(name)
     if kind is None:
         raise ValueError(f"config field '{prefix}input.data.name': {name!r} is not a user "
                          f"dataset (expected 'folder:DIR' or 'npz:FILE')")
-    path = path_of(name, prefix)
+    return kind, path_of(name, prefix)
+
+
+@contextlib.contextmanager
+def _faults_under(prefix: str) -> Iterator[None]:
+    """A fault of the user's files (`userfiles`: it names the file, not a field) as a
+    larger config names it: after the section that holds the training config ("train:
+    <file>: ..." for `prefix` "train."); unchanged without a prefix."""
     try:
-        return userfiles.labels(kind, path)
+        yield
     except ValueError as e:
         if not prefix:
             raise
-        raise ValueError(_in_section(prefix, str(e))) from e
-
-
-def _in_section(prefix: str, fault: str) -> str:
-    """A fault of the user's files (`userfiles`: it names the file, not a field) as a
-    larger config names it: after the section that holds the training config ("train:
-    <file>: ..." for `prefix` "train.")."""
-    return f"{prefix.rstrip('.')}: {fault}"
+        raise ValueError(f"{prefix.rstrip('.')}: {e}") from e
 
 
 def _convert(content: userfiles.Content, root: str, final: str) -> None:
