@@ -36,7 +36,9 @@ def start_driver(workdir, *extra):
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 
-def wait_for(condition, process, timeout=240):
+def wait_for(condition, process, timeout=1800):
+    """Returns once `condition()` holds; fails at once if `process` ends first. `timeout`
+    is a hang's guard only: on a loaded machine the driver may take many minutes."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if condition():

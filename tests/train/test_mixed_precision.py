@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import tiny_config, tiny_graph
+from helpers import AT_32, tiny_config, tiny_graph
 
 from nas.graph import Model
 from nas.train import TrainOptions, flops, optim, steps, train_and_eval
@@ -58,8 +58,9 @@ def test_bf16_digits_within_one_point_of_f32(data_dir):
     acc = {}
     for dtype in ("float32", "bfloat16"):
         graph, constants = tiny_graph(with_bn=True)
+        # at 32x32: the accuracy bar was set there (16x16 reaches 0.79 in 3 epochs)
         metrics, _, _ = train_and_eval(tiny_config(data_dir, total_epochs=3.0,
-                                                   compute_dtype=dtype),
+                                                   compute_dtype=dtype, **AT_32),
                                        eval_perf=False,
                                        options=TrainOptions(graph=graph, constants=constants))
         acc[dtype] = metrics.acc
