@@ -1,13 +1,17 @@
 """Leased claims: only expired (or dead-process) claims are re-queued; late results are
 ignored, never a crash."""
 
+import contextlib
 import json
+import os
+import sqlite3
 import subprocess
 import sys
 import time
 
 import pytest
 
+from nas.search.execution.driver import Driver
 from nas.search.store.study import Study, default_worker
 
 GRAPH = json.dumps({"g": 0})
@@ -83,3 +87,31 @@ def test_a_claim_reads_the_studys_lease_and_attempts_as_the_settings_declare_the
     study = Study.create(tmp_path / "top", {"max_attempts": 0})  # a study's own config
     with pytest.raises(ValueError, match="^max_attempts: must be an integer >= 1, got 0$"):
         study.requeue_expired()
+
+
+LEASE_WORKDIR = "NAS_TEST_LEASE_WORKDIR"
+
+
+def lease_given(candidate) -> float:
+    """A user cost: the length of the lease the candidate in training was claimed with,
+    read in the process that trains it (the driver's, with the inline executor)."""
+    path = os.path.join(os.environ[LEASE_WORKDIR], "study.db")
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        until, started = conn.execute("SELECT lease_until, started_at FROM candidates "
+                                      "WHERE status='running'").fetchone()
+    return until - started
+
+
+def test_a_resumed_driver_claims_with_its_own_lease_not_the_stored_one(
+        tmp_path, search_config, monkeypatch):
+    """The keeper renews a quarter of the way through the lease it is given; a first claim
+    for the lease the study was created with would expire long before that renewal."""
+    monkeypatch.setenv(LEASE_WORKDIR, str(tmp_path))
+    costs = {"lease_given": "tests.search.test_leases:lease_given"}
+    for max_candidates, lease_s in ((1, 30.0), (2, 3600.0)):
+        config = search_config(max_candidates=max_candidates, lease_s=lease_s, costs=costs)
+        config.train.total_epochs = 0.1
+        study = Driver(config, str(tmp_path)).run(progress=False)
+    seed, child = study.candidates()
+    assert seed.extra_metrics["lease_given"] == pytest.approx(30.0, abs=1.0)
+    assert child.extra_metrics["lease_given"] == pytest.approx(3600.0, abs=1.0)

@@ -92,6 +92,14 @@ def test_a_refusal_before_the_child_exists_moves_the_proposal_counter_with_it(tm
     assert [r.kind for r in again.refusals("move")] == ["deepen"]
 
 
+def test_a_studys_stored_max_refusals_is_read_as_the_settings_declare_it(tmp_path):
+    study = Study.create(tmp_path, {"search": {"max_refusals": "many"}})
+    with pytest.raises(ValueError) as e:
+        _ = study.max_refusals
+    assert str(e.value).startswith("config field 'search.max_refusals' must be an int")
+    assert Study.create(tmp_path / "default", {}).max_refusals == 8
+
+
 def test_max_refusals_is_checked(search_config):
     assert validate_search(search_config()).max_refusals == 8
     with pytest.raises(ValueError, match="search.max_refusals"):

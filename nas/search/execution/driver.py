@@ -529,7 +529,8 @@ class Driver:
                 time.sleep(min(1.0, self.search.lease_s / 4))
                 continue
             while executor.running() < executor.capacity:
-                candidate = self.study.claim(worker=self.worker)
+                # this run's lease, which the keeper renews, not the one stored at creation
+                candidate = self.study.claim(worker=self.worker, lease_s=self.search.lease_s)
                 if candidate is not None:
                     inflight.add(candidate.id)  # before its task is built: Ctrl-C frees it
                     task = self.startable(candidate.id)

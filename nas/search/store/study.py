@@ -74,7 +74,6 @@ from nas.search.strategy.settings import (
     SearchSettings,
     measured_costs,
     stored_setting,
-    stored_value,
 )
 
 __all__ = ["DB_NAME", "EXAMPLE_SPLITS", "Candidate", "Decide", "DuplicateCandidateError",
@@ -269,8 +268,9 @@ class Study:
 
     @property
     def max_refusals(self) -> int:
-        """`search.max_refusals` of the study's config (its default where it has none)."""
-        return int(stored_value(self.config, "max_refusals"))
+        """`search.max_refusals` of the study's config (its default where it has none),
+        checked as the settings declare it."""
+        return int(stored_setting(self.config, "max_refusals"))
 
     # ----------------------------------------------------------------- writing
 
