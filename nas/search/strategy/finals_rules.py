@@ -14,7 +14,6 @@ accurate finalist when one is better than the seed), else the reference.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -22,6 +21,7 @@ import numpy as np
 
 from nas.io import examples
 from nas.search.strategy.paired import Paired
+from nas.search.strategy.pareto import front_rows
 from nas.search.strategy.recommend import (
     Comparisons,
     Recommendation,
@@ -100,19 +100,14 @@ def choose_finalists(candidates: Sequence[Scored], pairs: Comparisons, k: int,
 
 
 def on_front(candidates: Sequence[Scored], cost: str) -> set[int]:
-    """Ids of the candidates no other one beats on validation accuracy at a cost at most
-    theirs (ties on both stay on it); one sweep in cost order."""
-    ranked = sorted((cheapness(c, cost), -float(c.accuracy), c.id) for c in candidates
-                    if c.accuracy is not None)
-    front: set[int] = set()
-    best_cheaper = -float("inf")  # the highest accuracy at a lower cost
-    for _, group in itertools.groupby(ranked, key=lambda r: r[0]):
-        rows = list(group)
-        top = -rows[0][1]
-        if top > best_cheaper:
-            front.update(cid for _, neg, cid in rows if -neg == top)
-        best_cheaper = max(best_cheaper, top)
-    return front
+    """Ids of the candidates on the validation front against `cost` (`pareto.front_rows`:
+    ties on both stay on it); one without the cost counts as the costliest."""
+    scored = [c for c in candidates if c.accuracy is not None]
+    cheap = np.array([cheapness(c, cost) for c in scored], dtype=float)
+    known = cheap[np.isfinite(cheap)]
+    cheap[~np.isfinite(cheap)] = 2 * abs(known.max()) + 1 if known.size else 0.0
+    rows = front_rows(np.array([float(c.accuracy) for c in scored]), cheap)
+    return {scored[i].id for i in rows}
 
 
 @dataclasses.dataclass(frozen=True)
