@@ -191,8 +191,10 @@ def test_two_nas_train_processes_train_one_candidate(data_dir, tmp_path):
         f"                       **{{'input.device_data_bytes': 0}})\n")
     port, workdir = _free_port(), tmp_path / "run"
     base = {k: v for k, v in os.environ.items() if k not in distributed.ENV.values()}
-    base.update(PYTHONPATH=ROOT, JAX_PLATFORMS="cpu",
-                XLA_FLAGS="--xla_force_host_platform_device_count=1")
+    # the suite's XLA flags (tests/conftest.py: the cheapest codegen) are kept
+    flags = " ".join(filter(None, [os.environ.get("XLA_FLAGS"),
+                                   "--xla_force_host_platform_device_count=1"]))
+    base.update(PYTHONPATH=ROOT, JAX_PLATFORMS="cpu", XLA_FLAGS=flags)
     command = [sys.executable, "-m", "nas.train.cli", f"--config={tmp_path}/tiny.py",
                f"--graph={tmp_path}/tiny.json", f"--workdir={workdir}", "--noprogress",
                "--config.compilation_cache_dir=none"]
