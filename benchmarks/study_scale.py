@@ -111,11 +111,9 @@ def cached(n: int, cache: str) -> str:
 
 def one_proposal(driver: Any, bar: Any, graph_json: str, fingerprint: str) -> int:
     """The loop's bookkeeping for one proposal, the child standing in for a mutation."""
-    from nas.search.store.candidate import FINISHED
-
     study = driver.study
     counts = study.counts()
-    driver._update(bar, sum(counts[s] for s in FINISHED), counts)
+    driver._update(bar, study.finished_count(counts), counts)
     study.counts()  # the loop reads the counts again before it proposes
     done = driver.population()
     k = int(study.get_state("proposals", 0))

@@ -40,7 +40,12 @@ def run_study(config: ml_collections.ConfigDict, workdir: str, *, budget_given: 
     says so in one line and trains nothing. `on_checked` runs once the settings are read
     (run_search writes the seeds' files then, so a bad field leaves nothing behind)."""
     from nas.cli_messages import check_workdir
-    from nas.search.reporting.report_state import finished_line, stored_budget, write_if_stale
+    from nas.search.reporting.report_state import (
+        finished_line,
+        finished_text,
+        stored_budget,
+        write_if_stale,
+    )
     from nas.search.strategy.settings import read_settings
 
     settings = read_settings(config)  # the whole config, before the workdir exists
@@ -63,10 +68,7 @@ def run_study(config: ml_collections.ConfigDict, workdir: str, *, budget_given: 
 
     driver = Driver(config, workdir, functions, settings)
     if driver.finished():  # resumed with nothing left to do: say so in one line
-        counts = ", ".join(f"{s} {n}" for s, n in driver.study.counts().items() if n)
-        print(f"the search in {workdir} is finished ({counts}; max_candidates "
-              f"{driver.search.max_candidates}); report: {write_if_stale(driver.study)}",
-              flush=True)
+        print(finished_text(workdir, driver.study, driver.search.max_candidates), flush=True)
         return driver.study, None
     driver.check_seed_weights()  # before a line is printed or the study is written
     after = driver.search.max_candidates
@@ -140,14 +142,14 @@ def run_search(seed: Any, data: Any, *, workdir: str | os.PathLike, max_candidat
 
 def _done_count(workdir: str) -> tuple[int, bool]:
     """(finished candidates, whether there is any candidate) of the study in `workdir`."""
-    from nas.search.store.candidate import FINISHED
     from nas.search.store.study import StudyNotFoundError
 
     try:
-        counts = Study.load(workdir).counts()
+        study = Study.load(workdir)
     except StudyNotFoundError:
         return 0, False
-    return sum(counts[s] for s in FINISHED), any(counts.values())
+    counts = study.counts()
+    return study.finished_count(counts), any(counts.values())
 
 
 @dataclasses.dataclass

@@ -9,7 +9,7 @@ from nas.graph.serialize import graph_to_json, load
 from nas.search.execution.driver import Driver, SearchFailed
 from nas.search.execution.study_worker import run_worker
 from nas.search.reporting.report import write_report
-from nas.search.store.study import Study
+from nas.search.store.study import SEEDS, SEEDS_ADDED, Study
 
 
 def fingerprints(study):
@@ -148,6 +148,34 @@ def test_bad_model_is_refused_before_the_study_exists(tmp_path, search_config):
     with pytest.raises(ValueError, match="train.model_name.*bogus"):
         Driver(config, str(tmp_path / "w"))
     assert not (tmp_path / "w").exists()
+
+
+def test_a_new_studys_seeds_are_built_once_and_a_resumed_cut_seeding_builds_them(
+        tmp_path, search_config, monkeypatch):
+    from nas.search.execution import driver as driver_lib
+    from nas.search.execution import seeds
+
+    built = []
+    real = seeds.seed_list
+
+    def counted(train, search):
+        built.append(1)
+        return real(train, search)
+
+    monkeypatch.setattr(seeds, "seed_list", counted)  # check_seed's
+    monkeypatch.setattr(driver_lib, "seed_list", counted)  # the driver's, on resume
+    driver = Driver(search_config(), str(tmp_path))
+    assert len(built) == 1 and not (tmp_path / "inits").exists()  # checked, nothing added
+    driver.seed_population()  # adds the seeds it checked
+    assert len(built) == 1 and len(driver.study.candidates()) == 1
+    driver.seed_population()  # seeded: nothing built or added
+    assert len(built) == 1 and len(driver.study.candidates()) == 1
+    again = Driver(search_config(), str(tmp_path))  # resumed: not checked, not built
+    assert len(built) == 1
+    again.study.set_state(SEEDS, 2)  # as if its seeding was cut after the first of two
+    again.study.set_state(SEEDS_ADDED, 1)
+    again.seed_population()  # built from its stored config (this one has one seed)
+    assert len(built) == 2 and len(again.study.candidates()) == 1
 
 
 def test_two_drivers_seeding_together_share_the_seed(tmp_path, search_config):

@@ -136,3 +136,37 @@ def test_a_kept_selector_chooses_what_a_fresh_selection_chooses():
         shrunk = columns.take(np.arange(400) % 7 != 3)  # a parent marked unusable: regrouped
         assert kept.select(shrunk, np.random.default_rng(1)) == select_parents(
             shrunk, config, np.random.default_rng(1))
+
+
+def test_a_kept_selector_views_the_rows_it_is_given_till_one_is_left_out():
+    """The driver's selector reads the population's own columns (`DoneCache`'s, grown in
+    place) while every row reaches min_acc, and its pool is a copy from the first that does
+    not on; either way it chooses the parents a fresh selection chooses."""
+    from nas.search.strategy.selection import (
+        Columns,
+        GrowingColumns,
+        SelectionConfig,
+        Selector,
+        select_parents,
+    )
+
+    acc, sizes, correct, counts = _rows(400, 5)
+    assert acc.min() >= 0.3
+    acc[300] = 0.1  # candidate 301: below min_acc, left out of the pool
+    rng = np.random.default_rng(5)
+    rows = Columns(np.arange(1, 401, dtype=np.int64), acc,
+                   {"flops": rng.uniform(1e6, 1e8, 400), "params": rng.uniform(1e4, 1e6, 400),
+                    "im_sec_core_train": np.full(400, np.nan),
+                    "im_sec_core_infer": np.full(400, np.nan)},
+                   sizes, counts, _packed(correct, counts))
+    for config in (SelectionConfig(min_acc=0.3), SelectionConfig(min_acc=0.3, noise_ties=False),
+                   SelectionConfig(min_acc=0.3, generations_to_live=30)):
+        grown, kept, read = GrowingColumns(), Selector(config), 0
+        for n in (50, 51, 60, 200, 300, 301, 302, 400):
+            grown.extend(rows.take(slice(read, n)))  # as the driver's DoneCache appends
+            read, pool = n, grown.columns
+            for seed in range(3):
+                want = select_parents(pool, config, np.random.default_rng([n, seed]), num=2)
+                got = kept.select(pool, np.random.default_rng([n, seed]), num=2)
+                assert got == want, (config, n, seed)
+            assert np.shares_memory(kept._pool.accuracy, pool.accuracy) == (n <= 300), n

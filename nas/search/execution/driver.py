@@ -28,7 +28,13 @@ from nas.properties import op_cache
 from nas.search.execution import tensorboard_runs, user_functions
 from nas.search.execution.executors import make_executor
 from nas.search.execution.finals import Finals, run_finals
-from nas.search.execution.seeds import check_seed, open_study, resumed_config, seed_list
+from nas.search.execution.seeds import (
+    SeedPart,
+    check_seed,
+    open_study,
+    resumed_config,
+    seed_list,
+)
 from nas.search.execution.task import (
     Executor,
     Outcome,
@@ -40,7 +46,7 @@ from nas.search.execution.task import (
 )
 from nas.search.execution.worker import describe_failure
 from nas.search.store.candidate import FINISHED, Inheritance, Status
-from nas.search.store.finals import finals_finished
+from nas.search.store.finals import search_complete
 from nas.search.store.study import (
     MAX_CANDIDATES,
     PROPOSALS,
@@ -152,8 +158,14 @@ class Driver:
         given are imported). `settings`: `config`'s, where the caller read them already."""
         given = settings if settings is not None else read_settings(config)  # before disk
         self.workdir = os.path.abspath(workdir)
+        checked: list[tuple[ml_collections.ConfigDict, list[SeedPart]]] = []  # a new study's
         self.study = open_study(self.workdir, config,
-                                check_new=lambda new: check_seed(new, given))
+                                check_new=lambda new: checked.append((new, check_seed(new, given))))
+        # the seeds built to check them, before the study was written, for seed_population
+        # to add (not where another driver wrote the study first, with another config)
+        self._seeds: list[SeedPart] | None = None
+        if checked and self.study.holds_config(checked[0][0]):
+            self._seeds = checked[0][1]
         config = resumed_config(config, self.study)
         # the stored config's (its dataset was checked when the study was created)
         self.search = SearchSettings.from_stored(config)
@@ -190,9 +202,11 @@ class Driver:
     def seed_population(self) -> None:
         """Adds the seeds to a new study, one transaction each, so a cut seeding goes on."""
         planned, added = seeding(self.study)
+        parts, self._seeds = self._seeds, None  # those checked when the study was created
         if planned is not None and added >= planned:
             return
-        parts = seed_list(self.train, self.search)
+        if parts is None:  # a resumed study's (its seeding was cut short)
+            parts = seed_list(self.train, self.search)
         if self.search.seed_graph and self.search.mutation.mutate_by_block and \
                 not any(p.blocks for p in parts):
             logging.warning("search.mutation.mutate_by_block: the seed graph %s has no "
@@ -431,9 +445,7 @@ class Driver:
     # ------------------------------------------------------------------ loop
     def finished(self) -> bool:
         """Whether the study has `max_candidates` finished candidates and its finals ran."""
-        counts = self.study.counts()
-        return sum(counts[s] for s in FINISHED) >= self.search.max_candidates and \
-            finals_finished(self.study, self.search.finals)
+        return search_complete(self.study, self.search.max_candidates, self.search.finals)
 
     def run(self, progress: bool = True,
             callbacks: Sequence[Callable[[Any], Any]] = ()) -> Study:
@@ -511,7 +523,7 @@ class Driver:
         proposal_failures = 0
         while True:
             counts = self.study.counts()
-            finished = sum(counts[s] for s in FINISHED)
+            finished = self.study.finished_count(counts)
             self._update(bar, finished, counts)
             if finished >= self.search.max_candidates:
                 return

@@ -89,12 +89,14 @@ def differences(given: Any, stored: Any, prefix: str) -> list[str]:
     return [] if given == stored else [prefix.rstrip(".")]
 
 
-def check_seed(config: ml_collections.ConfigDict, search: SearchSettings) -> None:
-    """Builds the seeds a new study of `config` would start from, refusing bad ones."""
+def check_seed(config: ml_collections.ConfigDict, search: SearchSettings) -> list[SeedPart]:
+    """Builds the seeds a new study of `config` would start from, refusing bad ones; the
+    seeds, for the driver to add (`Driver.seed_population`) without building them again."""
     parts = seed_list(config.train, search)
     if len(parts) > 1:
         shape = (1, *image_shape(config.train))
         check_distinct(parts, [fingerprint_at(p.graph, p.constants, shape) for p in parts])
+    return parts
 
 
 # ----------------------------------------------------------------------------- the seeds

@@ -18,7 +18,6 @@ from absl import logging
 from nas.search.execution.task import Outcome, make_task, record_outcome, rung_plan
 from nas.search.execution.user_functions import STATE, check_recorded, search_functions
 from nas.search.execution.worker import ClaimLost, describe_failure, train_candidate
-from nas.search.store.candidate import FINISHED
 from nas.search.store.study import (
     DB_NAME,
     MAX_CANDIDATES,
@@ -67,9 +66,7 @@ def search_finished(study: Study, search: SearchSettings) -> bool:
     """The driver stopped, or as many candidates finished as the driver asked for."""
     if study.get_state(STOPPED, False):
         return True
-    counts = study.counts()
-    finished = sum(counts[s] for s in FINISHED)
-    return finished >= int(study.get_state(MAX_CANDIDATES, search.max_candidates))
+    return study.finished_count() >= int(study.get_state(MAX_CANDIDATES, search.max_candidates))
 
 
 def train_claimed(study: Study, config: ml_collections.ConfigDict,

@@ -175,7 +175,7 @@ def overview(study: Study, k: int = 10, recent: int = 10,
                "extra": [["cost_value", cost]] if cost in users else []}
               for cost in ranked_costs(study)]
     return {"workdir": str(study.workdir.resolve()), "counts": counts,
-            "finished": sum(counts[s] for s in FINISHED),
+            "finished": study.finished_count(counts),
             "max_candidates": study.get_state(MAX_CANDIDATES),
             "best": [_row(c) for c in study.best(k)],
             "recent": [_row(c) for c in study.latest(recent, FINISHED)],

@@ -19,8 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from nas.atomic import atomic_write_text
-from nas.search.store.candidate import FINISHED
-from nas.search.store.finals import finals_finished
+from nas.search.store.finals import search_complete
 from nas.search.store.study import DB_NAME, MAX_CANDIDATES, Study, StudyNotFoundError
 from nas.search.strategy.settings import OPERATIONAL, without_added
 
@@ -91,9 +90,16 @@ def finished_line(workdir: str, config: Any) -> str | None:
         return None
     counts = study.counts()
     max_candidates = int(config.search.max_candidates)
-    if not any(counts.values()) or sum(counts[s] for s in FINISHED) < max_candidates \
-            or not finals_finished(study):
+    if not any(counts.values()) or not search_complete(study, max_candidates, counts=counts):
         return None
+    return finished_text(workdir, study, max_candidates, counts)
+
+
+def finished_text(workdir: str, study: Any, max_candidates: int,
+                  counts: dict[str, int] | None = None) -> str:
+    """What a rerun of a finished search prints: its counts (`counts`, where read
+    already), its budget and its report, rewritten first only when stale."""
+    counts = study.counts() if counts is None else counts
     shown = ", ".join(f"{s} {n}" for s, n in counts.items() if n)
     return (f"the search in {workdir} is finished ({shown}; max_candidates "
             f"{max_candidates}); report: {write_if_stale(study)}")

@@ -171,6 +171,14 @@ def finals_finished(study: Any, finals: FinalsConfig | None = None) -> bool:
         study.candidates(Status.DONE, with_graphs=False))
 
 
+def search_complete(study: Any, max_candidates: int, finals: FinalsConfig | None = None,
+                    counts: Mapping[str, int] | None = None) -> bool:
+    """Whether a search of `study` to `max_candidates` has nothing left to do: that many
+    candidates finished (`Study.finished_count`, of `counts` where given) and its finals
+    ran (`finals_finished`, for `finals`)."""
+    return study.finished_count(counts) >= max_candidates and finals_finished(study, finals)
+
+
 def answer(study: Any, pairs: Comparisons | None = None) -> Answer:
     """The study's recommendation, read from its finals where they are complete (`pairs`:
     the study's comparisons, when the caller has them already)."""

@@ -221,7 +221,7 @@ class Study:
             except StudyNotFoundError:  # empty: its creation was interrupted; create it now
                 pass
             else:
-                if config is not None and _plain_config(config) != study.config:
+                if config is not None and not study.holds_config(config):
                     logging.warning("%s: resuming with the stored config; the given one "
                                     "differs", path)
                 return study
@@ -231,6 +231,10 @@ class Study:
             if path.is_file():  # another process created it first
                 return cls.load(workdir)
             raise
+
+    def holds_config(self, config: Any) -> bool:
+        """Whether `config` (a dict or a ConfigDict) is the one the study stores."""
+        return _plain_config(config) == self.config
 
     def replace_config(self, config: Any) -> bool:
         """Store `config` in place of the study's own while it has no candidates (nothing
@@ -604,6 +608,13 @@ class Study:
         query = ("SELECT status, n FROM status_counts" if self._counted else
                  "SELECT status, COUNT(*) FROM candidates GROUP BY status")
         return {**dict.fromkeys(STATUSES, 0), **dict(self._rows(query))}
+
+    def finished_count(self, counts: Mapping[str, int] | None = None) -> int:
+        """How many candidates finished (`FINISHED`: done, failed, infeasible, stopped),
+        what `search.max_candidates` counts; `counts`: this study's `counts()`, where the
+        caller read them already (one snapshot for both)."""
+        counts = self.counts() if counts is None else counts
+        return sum(counts[s] for s in FINISHED)
 
     def rung_counts(self) -> dict[int, tuple[float, int]]:
         """rung index -> (its epochs, number of results recorded there)."""
