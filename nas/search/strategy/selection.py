@@ -403,11 +403,7 @@ class Selector:
         users = self.config.user_costs
         self._costs = (*COSTS, *users, *map(spread_name, users))  # the pool's columns
         self._seen = np.zeros(0, dtype=np.int64)  # ids of the population last given
-        self._pool: Columns | None = None  # its rows reaching min_acc, in the pool's costs
-        # the pool's own copy, once it is not every row of the population given (one below
-        # min_acc) or lacks a column: till then the pool views the given columns (the
-        # driver's: `population.DoneCache`'s), no copy
-        self._kept: GrowingColumns | None = None
+        self._pool: GrowingColumns | None = None  # its rows reaching min_acc
         self._ties = NoiseTies()  # of the pool's accuracies (when they do not age)
         # cost -> the pool's front and how many of its rows it covers, while the ranked
         # accuracies of covered rows stay as they were (no aging, no regrouping)
@@ -446,37 +442,30 @@ class Selector:
         return _draw(pool, acc, config, rng, num, front, index)
 
     def _update(self, columns: Columns) -> Columns:
-        """The pool of `columns`: the kept one plus the rows new since the last call. While
-        no row was left out (below min_acc), it views `columns` (no copy); from the first
-        left out on, it is a copy that grows."""
+        """The pool of `columns`: the kept one plus the rows new since the last call."""
         known = len(self._seen)
         if (self._pool is None or len(columns) < known
                 or not (_same_start(columns.ids, self._seen)
                         or np.array_equal(columns.ids[:known], self._seen))):
-            self._pool, self._kept, self._ties, self._fronts, known = None, None, NoiseTies(), {}, 0
+            self._pool, self._ties, self._fronts, known = None, NoiseTies(), {}, 0
             self._indexes, self._unusable = {}, dict.fromkeys(self._costs, 0)
         new = columns.take(slice(known, None))
         if self.config.min_acc is not None:
             new = new.take(new.accuracy >= self.config.min_acc)
-        before = 0 if self._pool is None else len(self._pool)
-        viewed = (self._viewed(columns) if self._kept is None and len(new) == len(columns) - known
-                  else None)
-        if viewed is None:
-            if self._kept is None:  # the first row left out: the pool so far, copied once
-                self._kept = GrowingColumns(self._costs)
-                if self._pool is not None:
-                    self._kept.extend(self._pool)
-            self._kept.extend(new)
-            viewed = self._kept.columns
-        self._pool = pool = viewed
+        if self._pool is None:
+            self._pool = GrowingColumns(self._costs)
+        before = len(self._pool.columns)
+        self._pool.extend(new)
+        added = self._pool.columns
         for cost in self._costs:
-            self._unusable[cost] += int(np.sum(~np.isfinite(pool.costs[cost][before:])))
+            self._unusable[cost] += int(np.sum(~np.isfinite(added.costs[cost][before:])))
         kept = self.config.generations_to_live <= 0
         if self.config.noise_ties and kept:
             kept = self._ties.extend(new.accuracy, new.examples, new.correct_bits,
                                      new.correct_counts)
         if not kept:
             self._fronts, self._indexes = {}, {}
+        pool = self._pool.columns
         if self._indexes and len(new):
             acc = self._ties.values()
             for cost, index in self._indexes.items():
@@ -485,16 +474,6 @@ class Selector:
                     index.add(row, float(acc[row]), float(second[row - before]))
         self._seen = columns.ids
         return pool
-
-    def _viewed(self, columns: Columns) -> Columns | None:
-        """Every row of `columns` as the pool, in its costs (views, no copy); None where
-        `columns` lacks one of those or its per-example results (the pool copies them, a
-        missing cost as NaN)."""
-        if (columns.correct_counts is None or columns.correct_bits is None
-                or not all(c in columns.costs for c in self._costs)):
-            return None
-        return Columns(columns.ids, columns.accuracy, {c: columns.costs[c] for c in self._costs},
-                       columns.examples, columns.correct_counts, columns.correct_bits)
 
     def _index(self, pool: Columns, acc: np.ndarray, cost: str) -> CostIndex | None:
         """The pool's closest-k index for `cost`; None where it does not apply."""
