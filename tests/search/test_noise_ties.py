@@ -112,18 +112,29 @@ def test_the_span_bounds_every_tie():
                         2 - 2 * accuracy + (2 * k - m) / 143)
 
 
+def _population(seed: int, below_min_acc: int | None = None):
+    """400 candidates' `Columns` with per-example results (`_rows`) and random FLOPs and
+    parameters; `below_min_acc`: the row set to accuracy 0.1, under every other one."""
+    from nas.search.strategy.selection import Columns
+
+    acc, sizes, correct, counts = _rows(400, seed)
+    if below_min_acc is not None:
+        assert acc.min() >= 0.3
+        acc[below_min_acc] = 0.1
+    rng = np.random.default_rng(seed)
+    return Columns(np.arange(1, 401, dtype=np.int64), acc,
+                   {"flops": rng.uniform(1e6, 1e8, 400), "params": rng.uniform(1e4, 1e6, 400),
+                    "im_sec_core_train": np.full(400, np.nan),
+                    "im_sec_core_infer": np.full(400, np.nan)},
+                   sizes, counts, _packed(correct, counts))
+
+
 def test_a_kept_selector_chooses_what_a_fresh_selection_chooses():
     """The driver's selector, fed a population that grows, keeps its pool and ties; each
     call chooses the parents `select_parents` chooses from scratch (paired ties too)."""
-    from nas.search.strategy.selection import Columns, SelectionConfig, Selector, select_parents
+    from nas.search.strategy.selection import SelectionConfig, Selector, select_parents
 
-    acc, sizes, correct, counts = _rows(400, 4)
-    rng = np.random.default_rng(4)
-    columns = Columns(np.arange(1, 401, dtype=np.int64), acc,
-                      {"flops": rng.uniform(1e6, 1e8, 400), "params": rng.uniform(1e4, 1e6, 400),
-                       "im_sec_core_train": np.full(400, np.nan),
-                       "im_sec_core_infer": np.full(400, np.nan)},
-                      sizes, counts, _packed(correct, counts))
+    columns = _population(4)
     for config in (SelectionConfig(min_acc=0.6), SelectionConfig(generations_to_live=30),
                    SelectionConfig(noise_ties=False, balanced=False, p_accuracy_only=0.0)):
         kept = Selector(config)
@@ -143,22 +154,13 @@ def test_a_kept_selector_over_rows_grown_in_place_chooses_as_a_fresh_selection()
     place); before and after a row below min_acc is left out of its pool, it chooses the
     parents a fresh selection chooses."""
     from nas.search.strategy.selection import (
-        Columns,
         GrowingColumns,
         SelectionConfig,
         Selector,
         select_parents,
     )
 
-    acc, sizes, correct, counts = _rows(400, 5)
-    assert acc.min() >= 0.3
-    acc[300] = 0.1  # candidate 301: below min_acc, left out of the pool
-    rng = np.random.default_rng(5)
-    rows = Columns(np.arange(1, 401, dtype=np.int64), acc,
-                   {"flops": rng.uniform(1e6, 1e8, 400), "params": rng.uniform(1e4, 1e6, 400),
-                    "im_sec_core_train": np.full(400, np.nan),
-                    "im_sec_core_infer": np.full(400, np.nan)},
-                   sizes, counts, _packed(correct, counts))
+    rows = _population(5, below_min_acc=300)  # candidate 301: left out of the pool
     for config in (SelectionConfig(min_acc=0.3), SelectionConfig(min_acc=0.3, noise_ties=False),
                    SelectionConfig(min_acc=0.3, generations_to_live=30)):
         grown, kept, read = GrowingColumns(), Selector(config), 0
