@@ -228,3 +228,15 @@ def test_refuses_corrupt_foreign_and_newer_files(tmp_path):
     db.write_bytes(bytes(data))
     with pytest.raises(ValueError, match="damaged|not a"):
         Study.load(damaged).candidates()
+
+
+def test_the_budget_is_the_drivers_last_else_the_stored_configs(tmp_path):
+    study = Study.create(tmp_path / "a", {"search": {"max_candidates": 5}})
+    assert study.max_candidates == 5
+    study.set_state("max_candidates", 9)  # a resumed driver extended it
+    assert study.max_candidates == 9 and Study.load(tmp_path / "a").max_candidates == 9
+    assert Study.create(tmp_path / "b", {}).max_candidates == 12  # the field's default
+    bad = Study.create(tmp_path / "c", {"search": {"max_candidates": 0}})
+    with pytest.raises(ValueError) as e:
+        _ = bad.max_candidates
+    assert str(e.value).startswith("config field 'search.max_candidates' must be")

@@ -20,7 +20,6 @@ from nas.search.execution.user_functions import STATE, check_recorded, search_fu
 from nas.search.execution.worker import ClaimLost, describe_failure, train_candidate
 from nas.search.store.study import (
     DB_NAME,
-    MAX_CANDIDATES,
     STOPPED,
     Candidate,
     LeaseKeeper,
@@ -62,11 +61,11 @@ def wait_for_study(workdir: str | Path, wait_s: float, poll_s: float = 0.5,
         time.sleep(poll_s)
 
 
-def search_finished(study: Study, search: SearchSettings) -> bool:
+def search_finished(study: Study) -> bool:
     """The driver stopped, or as many candidates finished as the driver asked for."""
     if study.get_state(STOPPED, False):
         return True
-    return study.finished_count() >= int(study.get_state(MAX_CANDIDATES, search.max_candidates))
+    return study.finished_count() >= study.max_candidates
 
 
 def train_claimed(study: Study, config: ml_collections.ConfigDict,
@@ -117,7 +116,7 @@ def run_worker(workdir: str | Path, candidate_id: int | None = None, *, wait_s: 
                 status = study.get(candidate_id).status
                 raise ValueError(f"--candidate={candidate_id}: candidate {candidate_id} is "
                                  f"{status}, not pending")
-            if search_finished(study, search) or time.monotonic() - idle_since > wait_s:
+            if search_finished(study) or time.monotonic() - idle_since > wait_s:
                 return trained
             time.sleep(poll_s)
             continue

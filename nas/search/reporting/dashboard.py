@@ -40,7 +40,7 @@ from nas.search.reporting.report_text import (
 from nas.search.reporting.svg import esc, scatter
 from nas.search.store.candidate import FINISHED, Candidate, Status
 from nas.search.store.finals import FINALS_STATE, answer
-from nas.search.store.study import MAX_CANDIDATES, Study
+from nas.search.store.study import Study
 from nas.search.strategy import recommend
 from nas.search.strategy.constraints import bounds_text
 from nas.search.strategy.pareto import front_rows
@@ -176,7 +176,7 @@ def overview(study: Study, k: int = 10, recent: int = 10,
               for cost in ranked_costs(study)]
     return {"workdir": str(study.workdir.resolve()), "counts": counts,
             "finished": study.finished_count(counts),
-            "max_candidates": study.get_state(MAX_CANDIDATES),
+            "max_candidates": study.max_candidates,
             "best": [_row(c) for c in study.best(k)],
             "recent": [_row(c) for c in study.latest(recent, FINISHED)],
             "fronts": fronts, "k": k, "finals": finals_section(study), **_bounds(study),

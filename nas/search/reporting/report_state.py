@@ -20,7 +20,7 @@ from typing import Any
 
 from nas.atomic import atomic_write_text
 from nas.search.store.finals import search_complete
-from nas.search.store.study import DB_NAME, MAX_CANDIDATES, Study, StudyNotFoundError
+from nas.search.store.study import DB_NAME, Study, StudyNotFoundError
 from nas.search.strategy.settings import OPERATIONAL, without_added
 
 STAMP = ".study_state.json"
@@ -121,10 +121,6 @@ def stored_budget(workdir: str) -> int | None:
     except StudyNotFoundError:
         return None
     try:
-        if not any(study.counts().values()):
-            return None
-        first = (study.config.get("search") or {}).get("max_candidates")
-        value = study.get_state(MAX_CANDIDATES, first)
-        return None if value is None else int(value)
+        return study.max_candidates if any(study.counts().values()) else None
     finally:
         study.close()

@@ -276,6 +276,13 @@ class Study:
         checked as the settings declare it."""
         return int(stored_setting(self.config, "max_refusals"))
 
+    @property
+    def max_candidates(self) -> int:
+        """The budget the driver last ran to (`MAX_CANDIDATES`), else the stored config's
+        `search.max_candidates`: what workers, reruns and the dashboard count to."""
+        value = self.get_state(MAX_CANDIDATES)
+        return int(stored_setting(self.config, "max_candidates") if value is None else value)
+
     # ----------------------------------------------------------------- writing
 
     def add(
