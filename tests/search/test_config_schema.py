@@ -149,9 +149,9 @@ def test_resume_warns_only_about_fields_that_cannot_change(tmp_path, caplog):
     changed = _with("search.max_candidates", 99)
     changed.search.workers = 0
     changed.search.finals.k = 0  # a field of an operational field (the finals) changes too
-    open_study(str(tmp_path), changed).close()
+    open_study(str(tmp_path), changed)[0].close()
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
-    open_study(str(tmp_path), _with("search.seed", 7)).close()
+    open_study(str(tmp_path), _with("search.seed", 7))[0].close()
     (record,) = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert "search.seed" in record.getMessage() and "max_candidates" in record.getMessage()
 
@@ -170,7 +170,7 @@ def test_resume_warning_names_every_ignored_field(tmp_path, caplog):
                                "max_attempts")):
         changed.search[field] = changed.search.get(field, 1) + 1 + i
     caplog.set_level(logging.WARNING)
-    open_study(str(tmp_path), changed).close()
+    open_study(str(tmp_path), changed)[0].close()
     (record,) = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert "train.model_name" in record.getMessage() and "search.seed," in record.getMessage()
 
@@ -184,7 +184,7 @@ def test_a_study_without_candidates_takes_the_given_config(tmp_path, caplog):
     Study.create(tmp_path, _with("train.model_name", "bogus").to_dict()).close()
     caplog.set_level(logging.WARNING)
     fixed = _with("search.seed", 3)
-    study = open_study(str(tmp_path), fixed)
+    study, _ = open_study(str(tmp_path), fixed)
     assert study.config["train"]["model_name"] == "cnn" and study.config["search"]["seed"] == 3
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
     with pytest.raises(ValueError, match="train.model_name"):  # checked before it is stored

@@ -29,7 +29,6 @@ from nas.search.execution import tensorboard_runs, user_functions
 from nas.search.execution.executors import make_executor
 from nas.search.execution.finals import Finals, run_finals
 from nas.search.execution.seeds import (
-    SeedPart,
     check_seed,
     open_study,
     resumed_config,
@@ -158,14 +157,9 @@ class Driver:
         given are imported). `settings`: `config`'s, where the caller read them already."""
         given = settings if settings is not None else read_settings(config)  # before disk
         self.workdir = os.path.abspath(workdir)
-        checked: list[tuple[ml_collections.ConfigDict, list[SeedPart]]] = []  # a new study's
-        self.study = open_study(self.workdir, config,
-                                check_new=lambda new: checked.append((new, check_seed(new, given))))
-        # the seeds built to check them, before the study was written, for seed_population
-        # to add (not where another driver wrote the study first, with another config)
-        self._seeds: list[SeedPart] | None = None
-        if checked and self.study.holds_config(checked[0][0]):
-            self._seeds = checked[0][1]
+        # the seeds checked before a new study was written, for seed_population to add
+        self.study, self._seeds = open_study(self.workdir, config,
+                                             check_new=lambda new: check_seed(new, given))
         config = resumed_config(config, self.study)
         # the stored config's (its dataset was checked when the study was created)
         self.search = SearchSettings.from_stored(config)

@@ -13,7 +13,7 @@ import dataclasses
 import json
 import os
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import ml_collections
 import numpy as np
@@ -36,6 +36,8 @@ from nas.train.config import image_shape, with_defaults
 
 START_FROM = "search.start_from"
 
+T = TypeVar("T")
+
 # ----------------------------------------------------------------------------- the study
 
 
@@ -51,22 +53,24 @@ def resumed_config(given: ml_collections.ConfigDict, study: Study) -> ml_collect
 
 
 def open_study(workdir: str, config: ml_collections.ConfigDict,
-               check_new: Callable[[ml_collections.ConfigDict], Any] | None = None) -> Study:
+               check_new: Callable[[ml_collections.ConfigDict], T] | None = None
+               ) -> tuple[Study, T | None]:
     """Resume the study in `workdir` (its stored config wins, except `OPERATIONAL` search
     fields; other differences are named once), or create it. A study with no candidates
     yet takes the given config, so a corrected command starts it. `check_new` runs on the
-    config first in both of those cases, before anything is written."""
+    config first in both of those cases, before anything is written; its result comes back
+    beside the study where the study holds the config it checked (else None: a resumed
+    study, or one another driver created first with another config)."""
     try:
         study = Study.load(workdir)
     except StudyNotFoundError:
-        if check_new is not None:
-            check_new(config)
-        return Study.open(workdir, config=config.to_dict())
+        checked = check_new(config) if check_new is not None else None
+        study = Study.open(workdir, config=config.to_dict())
+        return study, checked if study.holds_config(config) else None
     if not any(study.counts().values()):
-        if check_new is not None:
-            check_new(config)
+        checked = check_new(config) if check_new is not None else None
         if study.replace_config(config.to_dict()):
-            return study
+            return study, checked
     given = without_added(json.loads(json.dumps(config.to_dict(), default=list)),
                           study.config)
     # an operational field's own fields (search.finals.k) change with it
@@ -77,7 +81,7 @@ def open_study(workdir: str, config: ml_collections.ConfigDict,
         logging.warning("%s: resuming with its stored config; the given values of %s are "
                         "ignored (only %s may change on resume)", study.path,
                         ", ".join(ignored), ", ".join(f"search.{k}" for k in OPERATIONAL))
-    return study
+    return study, None
 
 
 def differences(given: Any, stored: Any, prefix: str) -> list[str]:
