@@ -99,6 +99,8 @@ SELECT_METRICS = (f"SELECT {', '.join(LARGE.get(c, c) for c in COLUMNS)} "
                   f"FROM candidates")
 SELECT_RUNGS = f"SELECT {', '.join(RUNG_COLUMNS)} FROM rungs"
 PUT_META = "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)"
+# a claimed candidate back to pending, unclaimed
+UNCLAIM = f"status='{Status.PENDING}', worker=NULL, started_at=NULL, lease_until=NULL"
 
 # Metric names that carry per-example correctness (`nas.io.examples.to_text`) -> the split
 # stored in the `examples` table.
@@ -399,10 +401,8 @@ class Study:
             self._insert_rung(c, candidate_id, rung, epochs, known, extra,
                               "promoted" if promoted else "stopped", reason, worker)
             if promoted:
-                c.execute(
-                    f"UPDATE candidates SET status='{Status.PENDING}', rung=?, worker=NULL,"
-                    " started_at=NULL, lease_until=NULL, attempts=0 WHERE id=?",
-                    (rung + 1, candidate_id))
+                c.execute(f"UPDATE candidates SET {UNCLAIM}, rung=?, attempts=0 WHERE id=?",
+                          (rung + 1, candidate_id))
             else:  # its metrics are this rung's, epochs included
                 self._finish(c, candidate_id, Status.STOPPED, {**known, "epochs": float(epochs)},
                              extra, bits, checkpoint_path)
@@ -442,48 +442,37 @@ class Study:
         worker = worker or default_worker()
         lease_s = self._lease_s(lease_s)
         with self._db.write() as c:
-            self._requeue_expired(c, self._max_attempts(None))
+            self._requeue(c, self._max_attempts(None), expired=True)
             if candidate_id is None:
-                row = c.execute(
-                    f"SELECT id FROM candidates WHERE status='{Status.PENDING}'"
-                    " ORDER BY parent_id IS NOT NULL, id LIMIT 1"
-                ).fetchone()
-                if row is None:
-                    return None
-                cid = row[0]
-            else:
-                if self._row(c, candidate_id, "status")[0] != Status.PENDING:
-                    return None
-                cid = candidate_id
+                row = c.execute(f"SELECT id FROM candidates WHERE status='{Status.PENDING}'"
+                                " ORDER BY parent_id IS NOT NULL, id LIMIT 1").fetchone()
+                candidate_id = None if row is None else row[0]
+            elif self._row(c, candidate_id, "status")[0] != Status.PENDING:
+                candidate_id = None
+            if candidate_id is None:
+                return None
             now = time.time()
-            c.execute(
-                f"UPDATE candidates SET status='{Status.RUNNING}', worker=?, started_at=?,"
-                " finished_at=NULL, attempts=attempts+1, lease_until=? WHERE id=?",
-                (worker, now, now + lease_s, cid),
-            )
-            return self._get(c, cid)
+            c.execute(f"UPDATE candidates SET status='{Status.RUNNING}', worker=?, started_at=?,"
+                      " finished_at=NULL, attempts=attempts+1, lease_until=? WHERE id=?",
+                      (worker, now, now + lease_s, candidate_id))
+            return self._get(c, candidate_id)
 
     def renew(self, candidate_id: int, worker: str, lease_s: float | None = None) -> bool:
         """Extend `worker`'s lease on a running candidate; False if it no longer holds it
         (its lease expired): the worker must then stop training it and record nothing."""
         lease_s = self._lease_s(lease_s)
         with self._db.write() as c:
-            cur = c.execute(
-                f"UPDATE candidates SET lease_until=? WHERE id=? AND status='{Status.RUNNING}'"
-                " AND worker=?",
-                (time.time() + lease_s, candidate_id, worker),
-            )
+            cur = c.execute(f"UPDATE candidates SET lease_until=? WHERE id=? AND"
+                            f" status='{Status.RUNNING}' AND worker=?",
+                            (time.time() + lease_s, candidate_id, worker))
             return cur.rowcount == 1
 
     def release(self, candidate_id: int, worker: str) -> bool:
         """Give a claim back (e.g. on Ctrl-C): pending again, the attempt not counted."""
         with self._db.write() as c:
-            cur = c.execute(
-                f"UPDATE candidates SET status='{Status.PENDING}', worker=NULL, started_at=NULL,"
-                " lease_until=NULL, attempts=MAX(attempts-1, 0)"
-                f" WHERE id=? AND status='{Status.RUNNING}' AND worker=?",
-                (candidate_id, worker),
-            )
+            cur = c.execute(f"UPDATE candidates SET {UNCLAIM}, attempts=MAX(attempts-1, 0)"
+                            f" WHERE id=? AND status='{Status.RUNNING}' AND worker=?",
+                            (candidate_id, worker))
             return cur.rowcount == 1
 
     def requeue_expired(self, max_attempts: int | None = None) -> tuple[list[int], list[int]]:
@@ -491,7 +480,7 @@ class Study:
         reached `max_attempts`; live claims are left alone. Returns (requeued, failed)."""
         max_attempts = self._max_attempts(max_attempts)
         with self._db.write() as c:
-            return self._requeue_expired(c, max_attempts)
+            return self._requeue(c, max_attempts, expired=True)
 
     def holds(self, candidate_id: int, worker: str) -> bool:
         """Whether `worker` holds the running claim on `candidate_id`."""
@@ -505,14 +494,8 @@ class Study:
         those whose attempts reached `max_attempts`: only for a study no live worker uses
         (tests, repair). Returns (requeued, failed)."""
         max_attempts = self._max_attempts(max_attempts)
-        where, args = f"status='{Status.RUNNING}'", []
-        if worker is not None:
-            where, args = where + " AND worker=?", [worker]
         with self._db.write() as c:
-            rows = c.execute(
-                f"SELECT id, attempts, worker FROM candidates WHERE {where} ORDER BY id", args
-            ).fetchall()
-            return self._requeue(c, rows, max_attempts, "")
+            return self._requeue(c, max_attempts, worker=worker)
 
     # ----------------------------------------------------------------- reading
 
@@ -751,21 +734,16 @@ class Study:
     def refusals(self, stage: str | None = None) -> list[Refusal]:
         """The refused proposals (of one `stage`, or all), oldest first."""
         where, args = ("", ()) if stage is None else (" WHERE stage=?", (stage,))
-        if not self._has_refusals():
-            return []
-        return [Refusal(*row) for row in self._rows(SELECT_REFUSALS + f"{where} ORDER BY id",
-                                                    args)]
+        return self._refusals(f"{where} ORDER BY id", args)
 
     def open_refusal(self, through: int) -> Refusal | None:
         """The oldest child refused at its start, with an id up to `through` (what the
         driver's next proposal reads, so the slot it fills is decided by counts too), that
         nothing was proposed in place of yet (None: none)."""
-        if not self._has_refusals():
-            return None
-        rows = self._rows(SELECT_REFUSALS + " WHERE replaced_by IS NULL AND candidate_id IS NOT"
-                          " NULL AND candidate_id <= ? ORDER BY candidate_id LIMIT 1",
-                          (int(through),))
-        return Refusal(*rows[0]) if rows else None
+        found = self._refusals(" WHERE replaced_by IS NULL AND candidate_id IS NOT NULL AND"
+                               " candidate_id <= ? ORDER BY candidate_id LIMIT 1",
+                               (int(through),))
+        return found[0] if found else None
 
     def refusal_counts(self) -> dict[str, dict[str, int]]:
         """{stage: {move kind: refused proposals}}, every stage present."""
@@ -938,6 +916,11 @@ class Study:
         return bool(self._rows("SELECT 1 FROM sqlite_master WHERE type='table' AND "
                                "name='refusals'"))
 
+    def _refusals(self, where: str, args: Iterable[Any]) -> list[Refusal]:
+        if not self._has_refusals():
+            return []
+        return [Refusal(*row) for row in self._rows(SELECT_REFUSALS + where, args)]
+
     @staticmethod
     def _state_rows(state: Mapping[str, Any] | None) -> list[tuple[str, str]]:
         rows = []
@@ -955,58 +938,54 @@ class Study:
         return cost, []
 
     def _max_attempts(self, max_attempts: int | None) -> int:
-        """`max_attempts` as a caller gave it, else the study's config's: its
-        `search.max_attempts` as the settings declare it (`stored_setting`)."""
-        if max_attempts is None:
-            if "max_attempts" not in self.config:
-                return int(stored_setting(self.config, "max_attempts"))
-            # a study's own config, not a search's (Study.create(workdir, {"max_attempts":
-            # 2})), may name it at the top, as the first studies did
-            max_attempts = self.config["max_attempts"]
-        # a caller's argument or a value at the top: no settings reader saw either
-        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
-            raise ValueError(f"max_attempts: must be an integer >= 1, got {max_attempts!r}")
-        return max_attempts
+        return int(self._setting("max_attempts", max_attempts, "an integer >= 1",
+                                 lambda v: isinstance(v, int) and v >= 1))
 
     def _lease_s(self, lease_s: float | None) -> float:
-        """`lease_s` as a caller gave it, else the study's config's: its `search.lease_s`
-        as the settings declare it (`stored_setting`)."""
-        if lease_s is None:
-            if "lease_s" not in self.config:
-                return float(stored_setting(self.config, "lease_s"))
-            lease_s = self.config["lease_s"]  # at the top, as in `_max_attempts`
+        return float(self._setting("lease_s", lease_s, "a number of seconds > 0",
+                                   lambda v: isinstance(v, int | float) and 0 < v < 1e7))
+
+    def _setting(self, name: str, value: Any, expected: str,
+                 valid: Callable[[Any], bool]) -> Any:
+        """`value` as a caller gave it, else the study's config's: its `search.<name>` as
+        the settings declare it (`stored_setting`)."""
+        if value is None:
+            if name not in self.config:
+                return stored_setting(self.config, name)
+            # a study's own config, not a search's (Study.create(workdir, {"max_attempts":
+            # 2})), may name it at the top, as the first studies did
+            value = self.config[name]
         # a caller's argument or a value at the top: no settings reader saw either
-        if isinstance(lease_s, bool) or not isinstance(lease_s, int | float) or not (
-                0 < lease_s < 1e7):
-            raise ValueError(f"lease_s: must be a number of seconds > 0, got {lease_s!r}")
-        return float(lease_s)
+        if isinstance(value, bool) or not valid(value):
+            raise ValueError(f"{name}: must be {expected}, got {value!r}")
+        return value
 
-    def _requeue_expired(self, c: sqlite3.Connection, max_attempts: int
-                         ) -> tuple[list[int], list[int]]:
+    def _requeue(self, c: sqlite3.Connection, max_attempts: int, *, expired: bool = False,
+                 worker: str | None = None) -> tuple[list[int], list[int]]:
+        """Return running candidates (`worker`'s, or all; with `expired` only those whose
+        lease expired or whose worker on this host exited) to pending, or fail those whose
+        attempts reached `max_attempts`. Returns (requeued, failed)."""
         now = time.time()
-        rows = [(cid, attempts, who) for cid, attempts, who, until in c.execute(
-            f"SELECT id, attempts, worker, lease_until FROM candidates"
-            f" WHERE status='{Status.RUNNING}' ORDER BY id").fetchall()
-            if until is None or until < now or dead_local_process(who)]
-        requeued, failed = self._requeue(c, rows, max_attempts, ", lease expired")
-        if requeued or failed:
-            logging.info("%s: leases expired: re-queued %s, failed %s", self.path, requeued,
-                         failed)
-        return requeued, failed
-
-    def _requeue(self, c: sqlite3.Connection, rows: list[tuple[int, int, str | None]],
-                 max_attempts: int, why: str) -> tuple[list[int], list[int]]:
+        where, args = f"status='{Status.RUNNING}'", []
+        if worker is not None:
+            where, args = where + " AND worker=?", [worker]
+        rows = c.execute(f"SELECT id, attempts, worker, lease_until FROM candidates"
+                         f" WHERE {where} ORDER BY id", args).fetchall()
         requeued, failed = [], []
-        for cid, attempts, who in rows:
+        for cid, attempts, who, until in rows:
+            if expired and until is not None and until >= now and not dead_local_process(who):
+                continue  # a live claim
             if attempts >= max_attempts:
+                why = ", lease expired" if expired else ""
                 self._fail(c, cid, f"interrupted {attempts} time(s) (last worker {who}{why}); "
                            f"gave up after max_attempts={max_attempts}")
                 failed.append(cid)
             else:
-                c.execute(
-                    f"UPDATE candidates SET status='{Status.PENDING}', worker=NULL,"
-                    " started_at=NULL, lease_until=NULL WHERE id=?", (cid,))
+                c.execute(f"UPDATE candidates SET {UNCLAIM} WHERE id=?", (cid,))
                 requeued.append(cid)
+        if expired and (requeued or failed):
+            logging.info("%s: leases expired: re-queued %s, failed %s", self.path, requeued,
+                         failed)
         return requeued, failed
 
 
