@@ -169,7 +169,7 @@ class Study:
     def create(cls, workdir: str | os.PathLike, config: Any = None) -> Study:
         """Create a new study, storing `config` (a dict or a ConfigDict) as JSON;
         ValueError if one already exists in `workdir`."""
-        config_json = dumps(_plain_config(config), "config")
+        plain = _plain_config(config)
         study = cls(workdir, _token=_PRIVATE)
         if not database.is_empty(study.path):
             raise ValueError(f"{study.path}: a study already exists (use Study.load or Study.open)")
@@ -183,9 +183,9 @@ class Study:
                 c.execute(statement)  # not executescript: it would commit early
             database.add_status_counts(c)
             meta = {Key.FORMAT: database.FORMAT, Key.SCHEMA_VERSION: str(database.SCHEMA_VERSION),
-                    Key.CONFIG: config_json or "{}", Key.CREATED_AT: repr(time.time())}
+                    Key.CONFIG: dumps(plain, "config"), Key.CREATED_AT: repr(time.time())}
             c.executemany("INSERT INTO meta(key, value) VALUES (?, ?)", meta.items())
-        study.config = json.loads(config_json or "{}")
+        study.config = plain
         return study
 
     @classmethod
@@ -241,12 +241,12 @@ class Study:
     def replace_config(self, config: Any) -> bool:
         """Store `config` in place of the study's own while it has no candidates (nothing
         was decided with the old config); False once it has some."""
-        config_json = dumps(_plain_config(config), "config") or "{}"
+        plain = _plain_config(config)
         with self._db.write() as c:
             if c.execute("SELECT 1 FROM candidates LIMIT 1").fetchone():
                 return False
-            c.execute("UPDATE meta SET value=? WHERE key=?", (config_json, Key.CONFIG))
-        self.config = json.loads(config_json)
+            c.execute("UPDATE meta SET value=? WHERE key=?", (dumps(plain, "config"), Key.CONFIG))
+        self.config = plain
         return True
 
     def close(self) -> None:
