@@ -236,8 +236,6 @@ _JSON_COLUMNS = ("spec_json", "properties_json", "inheritance_json", "metrics_js
                  "blocks_json")
 _AT = {name: i for i, name in enumerate(COLUMNS)}
 _JSON_AT = tuple(_AT[name] for name in _JSON_COLUMNS)
-_STATUS_AT = _AT["status"]
-_INHERITANCE_AT = _AT["inheritance_json"]
 # Candidate's fields in COLUMNS order (a JSON column gives its decoded field), the last,
 # `rungs`, left at its default
 _FIELDS = tuple(f.name for f in dataclasses.fields(Candidate))[:-1]
@@ -267,8 +265,8 @@ def candidate_from_row(row: tuple, source: object = "study") -> Candidate:
                                  f"damaged JSON ({detail})") from None
     values[_AT["metrics_json"]] = values[_AT["metrics_json"]] or {}
     try:
-        values[_STATUS_AT] = status_of(values[_STATUS_AT], "status")
-        values[_INHERITANCE_AT] = Inheritance.from_json(values[_INHERITANCE_AT])
+        values[_AT["status"]] = status_of(values[_AT["status"]], "status")
+        values[_AT["inheritance_json"]] = Inheritance.from_json(values[_AT["inheritance_json"]])
     except ValueError as e:
         raise ValueError(f"{source}: candidate {row[0]}: {e}") from None
     out = _NEW(Candidate)
