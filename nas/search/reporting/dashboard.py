@@ -25,7 +25,13 @@ from aiohttp import web
 
 from nas.io import examples
 from nas.search.reporting.highlights import SCALE_LIMIT, best_of, ranked_costs
-from nas.search.reporting.report import CSS, front_point, point_marks, to_csv
+from nas.search.reporting.report import (
+    CSS,
+    accuracy_scatter,
+    front_point,
+    point_marks,
+    to_csv,
+)
 from nas.search.reporting.report_candidate import candidate_section, input_shape
 from nas.search.reporting.report_text import (
     COST_LABELS,
@@ -37,7 +43,7 @@ from nas.search.reporting.report_text import (
     reported_test_text,
     val_accuracy_text,
 )
-from nas.search.reporting.svg import esc, scatter
+from nas.search.reporting.svg import esc
 from nas.search.store.candidate import FINISHED, Candidate, Status
 from nas.search.store.finals import FINALS_STATE, answer
 from nas.search.store.study import Study
@@ -117,18 +123,12 @@ class LiveFronts:
                       if c.accuracy is not None and cost_value(c, cost) is not None}
             ringed = sorted((i for i in on[cost] if i in points),
                             key=lambda i: (points[i].x, i))
-            for i in ringed:
-                points[i].ring = True
             ok = np.isfinite(values[cost]) & np.isfinite(accuracy)
             density = (np.column_stack([values[cost][ok], accuracy[ok]]) if large
                        else np.zeros((0, 2)))
-            edges = [] if large else [(points[c.parent_id], points[c.id])
-                                      for c in shown.values() if c.id in points
-                                      and c.parent_id in points]
-            plots.append({"cost": cost, "label": front_label(cost), "svg": scatter(
-                list(points.values()), label, "validation accuracy",
-                f"scatter live-front scatter-{cost}", [points[i] for i in ringed],
-                edges=edges, density=density)})
+            plots.append({"cost": cost, "label": front_label(cost), "svg": accuracy_scatter(
+                points, ringed, () if large else shown.values(), label,
+                f"scatter live-front scatter-{cost}", density)})
         return {"plots": plots, "done": len(done), "large": large,
                 "seed": seed.id if seed is not None else None,
                 "recommended": rec.id if rec is not None else None}

@@ -24,6 +24,8 @@ from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from nas.atomic import atomic_write_bytes, atomic_write_text, atomic_write_with
 from nas.search.reporting.highlights import SCALE_LIMIT, Highlights, front_of, ranked_costs
 from nas.search.reporting.report_candidate import (
@@ -136,21 +138,16 @@ def scatters(candidates: Sequence[Candidate], front_ids: set[int], ranked: Seque
             c, measured(c, cost), label, marks, top,
             f"#cand-{c.id}" if c.id in front_ids or shown is not None else f"#c{c.id}",
             notes.get(c.id, ""), error_bar(c)) for c in drawn}
-        front = ([c for c in fronts.get(cost) or front_of(have, cost) if c.id in points]
+        front = ([c.id for c in fronts.get(cost) or front_of(have, cost) if c.id in points]
                  if cost in ranked else [])
-        for c in front:
-            points[c.id].ring = True
-        edges = [(points[c.parent_id], points[c.id]) for c in drawn
-                 if c.parent_id in points]
         density = [] if shown is None else [(float(measured(c, cost)), float(c.accuracy))
                                             for c in have]
         title = ("front the search ranked by" if cost in ranked
                  else "measured, not ranked by the search")
         charts.append(f'<figure class="front" data-cost="{esc(cost)}"><figcaption>'
                       f"{esc(front_label(cost))} ({title})</figcaption>"
-                      + scatter(list(points.values()), label, "validation accuracy",
-                                f"scatter scatter-{cost}", [points[c.id] for c in front],
-                                edges=edges, density=density) + "</figure>")
+                      + accuracy_scatter(points, front, drawn, label, f"scatter scatter-{cost}",
+                                         density) + "</figure>")
     legend = " ".join(f'<span style="color:{generation_colour(g, top)}">&#9679;</span> {g}'
                       for g in range(top + 1)) if done else ""
     keys = (f"colour: generation {legend}; red rings: on that Pareto front; grey lines: "
@@ -163,6 +160,19 @@ def scatters(candidates: Sequence[Candidate], front_ids: set[int], ranked: Seque
     else:
         keys += "; every point links to its candidate"
     return f'<div class="plots">{"".join(charts)}</div><p class="note">{keys}</p>'
+
+
+def accuracy_scatter(points: dict[int, Point], front: Sequence[int],
+                     edged: Iterable[Candidate], label: str, css_class: str,
+                     density: Sequence[tuple[float, float]] | np.ndarray) -> str:
+    """Validation accuracy against the cost named `label`: `points` by id, those of `front`
+    (in cost order) ringed and joined, a line to each of `edged` from its parent's point."""
+    for i in front:
+        points[i].ring = True
+    edges = [(points[c.parent_id], points[c.id]) for c in edged
+             if c.id in points and c.parent_id in points]
+    return scatter(list(points.values()), label, "validation accuracy", css_class,
+                   [points[i] for i in front], edges=edges, density=density)
 
 
 def point_marks(seed: Candidate | None, recommended: Candidate | None) -> dict[int, str]:
@@ -533,7 +543,11 @@ def _draw_cost(fig: Any, ax: Any, cands: Sequence[Candidate], by_id: dict[int, C
                        zorder=1)
         shown = front
     else:
-        _lineage_png(ax, done, by_id, cost)
+        for c in done:  # grey parent -> child lines, under the points
+            parent = by_id.get(c.parent_id) if c.parent_id is not None else None
+            if parent is not None and parent.status == Status.DONE and cost_value(parent, cost):
+                ax.plot([cost_value(parent, cost), cost_value(c, cost)],
+                        [parent.accuracy, c.accuracy], color="0.75", linewidth=0.7, zorder=1)
         sc = ax.scatter(values, [c.accuracy for c in done],
                         c=[c.generation for c in done], cmap="viridis", s=18, zorder=2)
         shown = done
@@ -592,12 +606,3 @@ def _label_inside(ax: Any, text: str, xy: tuple[float, float], offset: tuple[flo
                 ha="right" if dx < 0 else "left", va="top" if dy < 0 else "bottom",
                 **style)
 
-
-def _lineage_png(ax: Any, done: Sequence[Candidate], by_id: dict[int, Candidate],
-                 cost: str) -> None:
-    """Grey parent -> child lines, under the points."""
-    for c in done:
-        parent = by_id.get(c.parent_id) if c.parent_id is not None else None
-        if parent is not None and parent.status == Status.DONE and cost_value(parent, cost):
-            ax.plot([cost_value(parent, cost), cost_value(c, cost)],
-                    [parent.accuracy, c.accuracy], color="0.75", linewidth=0.7, zorder=1)
