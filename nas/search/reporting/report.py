@@ -408,24 +408,22 @@ def rung_summary(c: Candidate) -> str:
     return "; ".join(f"{r['epochs']:g}ep {r['accuracy']:.4g} {r['decision']}" for r in c.rungs)
 
 
-def paired_columns(c: Candidate, seed: Candidate | None,
-                   versus: dict[str, dict[int, paired.Paired]]) -> dict[str, object]:
-    """The `*_vs_seed*` cells of one candidate (`versus`: per split, against the seed)."""
-    out: dict[str, object] = {}
-    for split, prefix in (("validation", "val"), ("test", "test")):
+def paired_cells(c: Candidate, seed: Candidate | None,
+                 versus: dict[str, dict[int, paired.Paired]]) -> list[object]:
+    """The `*_vs_seed*` cells of one candidate, in `CSV_COLUMNS` order (`versus`: per split,
+    against the seed)."""
+    out: list[object] = []
+    for split in ("validation", "test"):
         found = versus[split].get(c.id) if seed is not None and c.id != seed.id else None
-        if found is not None:
-            out |= {f"{prefix}_vs_seed_pt": round(100 * found.difference, 4),
-                    f"{prefix}_vs_seed_low_pt": round(100 * found.low, 4),
-                    f"{prefix}_vs_seed_high_pt": round(100 * found.high, 4),
-                    f"{prefix}_vs_seed": found.decision}
+        out += [None] * 4 if found is None else [
+            round(100 * found.difference, 4), round(100 * found.low, 4),
+            round(100 * found.high, 4), found.decision]
     return out
 
 
 _HEAD = attrgetter("id", "parent_id", "generation", "status", "accuracy")
 _COSTS = attrgetter("loss", "flops", "params", "im_sec_core_train", "im_sec_core_infer",
                     "epochs", "attempts")
-_PAIRED = tuple(k for k in CSV_COLUMNS if "_vs_seed" in k)
 
 
 def csv_rows(candidates: Iterable[Candidate], marks: Highlights) -> Iterator[list]:
@@ -446,10 +444,9 @@ def csv_rows(candidates: Iterable[Candidate], marks: Highlights) -> Iterator[lis
     for c in candidates:
         extra = c.extra_metrics
         accuracies[c.id] = c.accuracy
-        cells = paired_columns(c, seed, versus)
         row = [*_HEAD(c), *(extra.get(k) for k in _EXTRA), *_COSTS(c), int(c.id in front),
                rung_summary(c), c.fingerprint, c.worker, c.error,
-               *(cells.get(k) for k in _PAIRED), int(c.id == chosen_id),
+               *paired_cells(c, seed, versus), int(c.id == chosen_id),
                accuracies.get(c.parent_id) if c.parent_id is not None else None,
                extra.get("start_accuracy"), hparams_text(extra.get("hparams")),
                *(cost_value(c, u) for u in user_costs), *(cost_value(c, u) for u in spreads),
