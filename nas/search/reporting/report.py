@@ -19,7 +19,7 @@ import csv
 import io
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from operator import attrgetter
 from pathlib import Path
 from typing import Any
@@ -113,15 +113,6 @@ def progress_series(candidates: Sequence[Candidate], cost: str = "flops",
     return out
 
 
-def changes(series: Sequence[tuple[int, float, int]]) -> list[tuple[int, float, int]]:
-    """The entries of `series` where the best accuracy or the front size changed, and the
-    last: the same step charts, drawn from far fewer points."""
-    out = [e for i, e in enumerate(series) if i == 0 or e[1:] != series[i - 1][1:]]
-    if series and out[-1] != series[-1]:
-        out.append(series[-1])
-    return out
-
-
 def scatters(candidates: Sequence[Candidate], front_ids: set[int], ranked: Sequence[str],
              marks: dict[int, str], notes: dict[int, str], shown: set[int] | None,
              fronts: dict[str, list[Candidate]], user_costs: Sequence[str]) -> str:
@@ -204,8 +195,9 @@ def progress(candidates: Sequence[Candidate]) -> str:
     series = progress_series(candidates)
     if not series:
         return '<p class="note">no finished candidates yet</p>'
-    if len(series) > SCALE_LIMIT:  # the same steps, drawn from the points that change
-        series = changes(series)
+    if len(series) > SCALE_LIMIT:  # the same steps, drawn from the entries that change
+        series = [e for i, e in enumerate(series)
+                  if i in (0, len(series) - 1) or e[1:] != series[i - 1][1:]]
     acc = line_chart([("best validation accuracy", "#2ca02c",
                        [(n, a) for n, a, _ in series])],
                      "candidates finished", "validation accuracy", "progress progress-accuracy",
@@ -217,31 +209,24 @@ def progress(candidates: Sequence[Candidate]) -> str:
     return f'<div class="plots">{acc}{size}</div>'
 
 
-BEST_COLUMNS: tuple[tuple[str, Callable[[Candidate], str]], ...] = (
-    ("id", lambda c: str(c.id)),
-    ("parent", lambda c: fmt(c.parent_id)),
-    ("gen", lambda c: fmt(c.generation)),
-    ("val accuracy [95%]", val_accuracy_text),
-    ("test accuracy [95%]", reported_test_text),
-    ("loss", lambda c: fmt(c.loss)),
-    ("flops", lambda c: fmt(c.flops)),
-    ("params", lambda c: fmt(c.params)),
-    ("im/s/core", lambda c: fmt(c.im_sec_core_train)),
-)
+BEST_COLUMNS = ("id", "parent", "gen", "val accuracy [95%]", "test accuracy [95%]", "loss",
+                "flops", "params", "im/s/core")
 
 
 def best_table(study: Study, k: int) -> str:
-    """The k candidates of best validation accuracy, a column per `BEST_COLUMNS` entry."""
+    """The k candidates of best validation accuracy."""
     best = study.best(k)
     head = f"Best {k} by validation accuracy" + (
         f" (only {len(best)} done)" if len(best) < k else "")
     rows = "".join(
         f'<tr data-best="{c.id}"><td><a href="#c{c.id}">{c.id}</a></td>'
-        + "".join(f"<td>{esc(cell(c))}</td>" for _, cell in BEST_COLUMNS[1:])
+        + "".join(f"<td>{esc(fmt(v))}</td>" for v in (
+            c.parent_id, c.generation, val_accuracy_text(c), reported_test_text(c), c.loss,
+            c.flops, c.params, c.im_sec_core_train))
         + "</tr>" for c in best)
     return (f'<section id="best" data-k="{k}"><h2>{esc(head)}</h2>'
             f'<table id="best-table"><thead><tr>'
-            + "".join(f"<th>{esc(h)}</th>" for h, _ in BEST_COLUMNS)
+            + "".join(f"<th>{esc(h)}</th>" for h in BEST_COLUMNS)
             + f"</tr></thead><tbody>{rows}</tbody></table></section>")
 
 
