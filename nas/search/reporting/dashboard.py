@@ -187,7 +187,7 @@ def finals_section(study: Study) -> str:
     """The finals table as escaped HTML, once the finals have started ("" before)."""
     if not study.get_state(FINALS_STATE, None):
         return ""
-    return finals_html(answer(study), ("flops", "params", *study.user_costs))
+    return finals_html(answer(study), study.user_costs)
 
 
 def _bounds(study: Study) -> dict[str, Any]:

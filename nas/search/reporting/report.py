@@ -113,27 +113,30 @@ def progress_series(candidates: Sequence[Candidate], cost: str = "flops",
     return out
 
 
-def scatters(candidates: Sequence[Candidate], front_ids: set[int], ranked: Sequence[str],
-             marks: dict[int, str], notes: dict[int, str], shown: set[int] | None,
-             fronts: dict[str, list[Candidate]], user_costs: Sequence[str]) -> str:
-    """Accuracy against each measured cost; `marks` ("seed", "recommended" by id) and
-    `notes` (each candidate against the seed). With `shown`, only those candidates are
-    points (each linking to its section) over the population drawn as density."""
+def scatters(candidates: Sequence[Candidate], hl: Highlights) -> str:
+    """Accuracy against each measured cost, each point saying how it compares with the seed.
+    Past `SCALE_LIMIT`, only the candidates shown in detail are points (each linking to its
+    section) over the population drawn as density."""
+    shown = hl.ids() if hl.large else None
+    seed, front_ids = hl.seed, hl.front_ids
+    marks = point_marks(seed, hl.recommended)
+    notes = {c.id: text for c in candidates if c.accuracy is not None and seed is not None
+             and c.id != seed.id and (shown is None or c.id in shown)
+             and (text := recommend.versus(c, seed, hl.pairs))}
     done = [c for c in candidates if c.status == Status.DONE and c.accuracy is not None]
     top = max((c.generation for c in done), default=0)
     charts = []
-    for cost, label in costs_present(candidates, user_costs) or COST_LABELS[:1]:
+    for cost, label in costs_present(candidates, hl.user_costs) or COST_LABELS[:1]:
         have = [c for c in done if measured(c, cost) is not None]
         drawn = have if shown is None else [c for c in have if c.id in shown]
         points = {c.id: front_point(
             c, measured(c, cost), label, marks, top,
             f"#cand-{c.id}" if c.id in front_ids or shown is not None else f"#c{c.id}",
             notes.get(c.id, ""), error_bar(c)) for c in drawn}
-        front = ([c.id for c in fronts.get(cost) or front_of(have, cost) if c.id in points]
-                 if cost in ranked else [])
+        front = [c.id for c in hl.fronts.get(cost, ()) if c.id in points]
         density = [] if shown is None else [(float(measured(c, cost)), float(c.accuracy))
                                             for c in have]
-        title = ("front the search ranked by" if cost in ranked
+        title = ("front the search ranked by" if cost in hl.fronts
                  else "measured, not ranked by the search")
         charts.append(f'<figure class="front" data-cost="{esc(cost)}"><figcaption>'
                       f"{esc(front_label(cost))} ({title})</figcaption>"
@@ -289,31 +292,22 @@ def render_html(study: Study, candidates: Sequence[Candidate], k: int, hl: Highl
     ancestors are read here."""
     by_id = {c.id: c for c in candidates}
     costs = [cost for cost, _ in costs_present(candidates, study.user_costs)]
-    ranked = list(hl.fronts)
-    front_ids, shown = hl.front_ids, hl.ids()
-    seed, rec, pairs = hl.seed, hl.recommendation, hl.pairs
-    finals_costs = ("flops", "params", *study.user_costs)
-    points = point_marks(seed, rec.candidate)
-    notes = {c.id: text for c in candidates if c.accuracy is not None and seed is not None
-             and c.id != seed.id and (not hl.large or c.id in shown)
-             and (text := recommend.versus(c, seed, pairs))}
+    shown, rec = hl.ids(), hl.recommendation
     listed = [c for c in candidates if c.id in shown] if hl.large else list(candidates)
     rows_at = {c.id for c in listed}
-    counts = study.counts()
-    count_text = "; ".join([", ".join(f"{s}: {n}" for s, n in counts.items()),
+    count_text = "; ".join([", ".join(f"{s}: {n}" for s, n in study.counts().items()),
                             *recommend.bounds_lines(candidates, rec.bounds)])
     order = sorted(shown, key=lambda i: (-(by_id[i].accuracy or 0.0), i))
     full = _with_graphs(study, order, by_id)
     archs: dict[int, Architecture] = {}
     sections = "".join(candidate_section(
         study, full[i], full, input_shape(study), costs,
-        [cost for cost in ranked if any(c.id == i for c in hl.fronts[cost])], archs, pairs,
+        [cost for cost, front in hl.fronts.items() if any(c.id == i for c in front)], archs,
+        hl.pairs,
         why=hl.reasons(i), sections=shown, rows=rows_at)
         for i in order)
-    ranked_text = ", ".join(front_label(cost) for cost in ranked)
+    ranked_text = ", ".join(front_label(cost) for cost in hl.fronts)
     toc = " ".join(f'<a href="#cand-{i}">{i}</a>' for i in order) or "none yet"
-    plots = scatters(candidates, front_ids, ranked, points, notes,
-                     shown if hl.large else None, hl.fronts, study.user_costs)
     return (
         "<!doctype html>\n<html><head><meta charset='utf-8'>"
         f"<title>nas study {esc(str(study.workdir))}</title><style>{CSS}</style></head>"
@@ -321,10 +315,10 @@ def render_html(study: Study, candidates: Sequence[Candidate], k: int, hl: Highl
         f"{esc(count_text)}<br>generated {esc(time.strftime('%Y-%m-%d %H:%M:%S'))}</p>"
         f'<section id="fronts"><h2>Accuracy against cost</h2>'
         f"{_recommendation_html(rec, study)}"
-        f"{plots}</section>{finals_html(hl.found, finals_costs)}"
+        f"{scatters(candidates, hl)}</section>{finals_html(hl.found, study.user_costs)}"
         f'<section id="progress"><h2>Search progress</h2>{progress(candidates)}</section>'
         f"{best_table(study, k)}"
-        f"{table(study, listed, by_id, shown, front_ids, rows_at, hl.large, len(candidates))}"
+        f"{table(study, listed, by_id, shown, hl.front_ids, rows_at, hl.large, len(candidates))}"
         f'<section id="front"><h2>Candidates in detail</h2><p>those on the fronts the '
         f"search ranked parents by (<code>search.selection.costs</code>): "
         f"{esc(ranked_text)}; the best {k} by validation accuracy; the seed; the "

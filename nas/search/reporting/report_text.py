@@ -128,7 +128,7 @@ def summary(study: Study, k: int = 5, *, candidates: Sequence[Candidate] | None 
                          f"on test: {versus_seed(cheap, seed) or 'not measured'}")
     found = marks.found if marks is not None else answer(study, pairs)
     lines += recommend.bounds_lines(done, recommend.constraints(study.config))
-    lines += finals_lines(found, ("flops", "params", *users))
+    lines += finals_lines(found, users)
     rec = found.recommendation
     home = (rec.candidate is not None and found.take_home is not None
             and found.take_home.candidate.id == rec.candidate.id)
@@ -253,9 +253,9 @@ def hparams_text(hparams: object) -> str | None:
     return " ".join(f"{k}={float(v):.4g}" for k, v in sorted(hparams.items()))
 
 
-def finals_lines(found: Answer, costs: tuple[str, ...] = ("flops", "params")) -> list[str]:
+def finals_lines(found: Answer, user_costs: Sequence[str] = ()) -> list[str]:
     """The summary's finals section: a table and two lines ([] without finals)."""
-    table = found.table
+    table, costs = found.table, ("flops", "params", *user_costs)
     if table is None:
         return [f"finals: {found.note}"] if found.note else []
     recipe = table.recipe
@@ -319,10 +319,10 @@ def finals_rows(found: Answer, costs: tuple[str, ...]) -> list[tuple[str, ...]]:
     return rows
 
 
-def finals_html(found: Answer, costs: tuple[str, ...] = ("flops", "params")) -> str:
+def finals_html(found: Answer, user_costs: Sequence[str] = ()) -> str:
     """The report's finals section: the summary's table and lines as HTML ("" without
     finals)."""
-    lines = finals_lines(found, costs)
+    lines, costs = finals_lines(found, user_costs), ("flops", "params", *user_costs)
     if not lines:
         return ""
     if found.table is None:
