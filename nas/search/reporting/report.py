@@ -36,6 +36,7 @@ from nas.search.reporting.report_candidate import (
 )
 from nas.search.reporting.report_text import (
     COST_LABELS,
+    cost_label,
     costs_present,
     error_bar,
     finals_html,
@@ -361,8 +362,9 @@ def write_report(study: Study, out_dir: str | os.PathLike | None = None, k: int 
         candidates = study.candidates(with_graphs=False)
     if marks is None:
         marks = Highlights.of(study, candidates, k)
-    # the SVG fronts show the same
-    atomic_write_bytes(out / "pareto.png", plot_png(study, candidates, fronts=marks.fronts))
+    png = io.BytesIO()  # the same fronts as the SVG ones
+    pareto_figure(study, candidates, fronts=marks.fronts).savefig(png, format="png")
+    atomic_write_bytes(out / "pareto.png", png.getvalue())
     write_csv(out / "report.csv", candidates, marks)
     return atomic_write_text(out / "report.html", render_html(study, candidates, k, marks))
 
@@ -457,30 +459,19 @@ def write_csv(path: str | os.PathLike, candidates: Iterable[Candidate], marks: H
     return atomic_write_with(path, write)
 
 
-_PLOTS = (("flops", "FLOPs"), ("params", "parameters"))
-
-
 def plot_costs(study: Study) -> list[tuple[str, str]]:
     """The (cost, label) pairs pareto.png plots: FLOPs and parameters, and each other cost
     the search ranked parents by (`search.selection.costs`, a user's own included)."""
-    labels = dict(COST_LABELS)
-    return [*_PLOTS, *((cost, labels.get(cost, cost)) for cost in ranked_costs(study)
-                       if cost not in dict(_PLOTS))]
-
-
-def plot_png(study: Study, candidates: Sequence[Candidate] | None = None, *,
-             fronts: dict[str, list[Candidate]] | None = None) -> bytes:
-    """PNG of accuracy against each of `plot_costs`: all done candidates, the front, parent
-    -> child (past `SCALE_LIMIT`: the population as density, the front and the seed over
-    it). `fronts`: fronts already found, by cost (the others are found here)."""
-    buf = io.BytesIO()
-    pareto_figure(study, candidates, fronts=fronts).savefig(buf, format="png")
-    return buf.getvalue()
+    return [*COST_LABELS[:2], *((cost, cost_label(cost)) for cost in ranked_costs(study)
+                                if cost not in ("flops", "params"))]
 
 
 def pareto_figure(study: Study, candidates: Sequence[Candidate] | None = None, *,
                   fronts: dict[str, list[Candidate]] | None = None) -> Any:
-    """The matplotlib `Figure` that `plot_png` saves (its labels are measurable)."""
+    """The matplotlib `Figure` of pareto.png: accuracy against each of `plot_costs`, all
+    done candidates, the front, parent -> child (past `SCALE_LIMIT`: the population as
+    density, the front and the seed over it). `fronts`: fronts already found, by cost (the
+    others are found here)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -527,8 +518,7 @@ def _draw_cost(fig: Any, ax: Any, cands: Sequence[Candidate], by_id: dict[int, C
         sc = ax.scatter(values, [c.accuracy for c in done],
                         c=[c.generation for c in done], cmap="viridis", s=18, zorder=2)
         shown = done
-    bars = [(c, error_bar(c)) for c in shown]
-    bars = [(c, e) for c, e in bars if e is not None]
+    bars = [(c, e) for c in shown if (e := error_bar(c)) is not None]
     if bars:  # 95 % Wilson intervals of the validation accuracies
         ax.errorbar([cost_value(c, cost) for c, _ in bars], [c.accuracy for c, _ in bars],
                     yerr=[[max(c.accuracy - e[0], 0.0) for c, e in bars],  # rounding

@@ -184,9 +184,14 @@ def versus_seed(c: Candidate, seed: Candidate | None,
                              (theirs["test_accuracy"], theirs.get("test_examples")))
 
 
+def cost_label(cost: str) -> str:
+    """ "FLOPs" for flops; a user's cost by its name."""
+    return dict(COST_LABELS).get(cost, cost)
+
+
 def front_label(cost: str) -> str:
     """ "accuracy vs FLOPs": the objectives of one front."""
-    return f"accuracy vs {dict(COST_LABELS).get(cost, cost)}"
+    return f"accuracy vs {cost_label(cost)}"
 
 
 def costs_present(candidates: Sequence[Candidate], user_costs: Sequence[str] = ()
