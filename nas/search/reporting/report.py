@@ -365,7 +365,15 @@ def write_report(study: Study, out_dir: str | os.PathLike | None = None, k: int 
     png = io.BytesIO()  # the same fronts as the SVG ones
     pareto_figure(study, candidates, fronts=marks.fronts).savefig(png, format="png")
     atomic_write_bytes(out / "pareto.png", png.getvalue())
-    write_csv(out / "report.csv", candidates, marks)
+    rows = csv_rows(candidates, marks)
+
+    def write_csv(f: io.BufferedIOBase) -> None:  # `to_csv`'s text, streamed
+        text = io.TextIOWrapper(f, encoding="utf-8", newline="", write_through=False)
+        csv.writer(text, lineterminator="\n").writerows(rows)
+        text.flush()
+        text.detach()  # the caller closes (and fsyncs) the file
+
+    atomic_write_with(out / "report.csv", write_csv)
     return atomic_write_text(out / "report.html", render_html(study, candidates, k, marks))
 
 
@@ -442,21 +450,6 @@ def to_csv(study: Study, candidates: Sequence[Candidate] | None = None) -> str:
     rows = csv_rows(cands, Highlights.of(study, cands, 0))
     csv.writer(buf, lineterminator="\n").writerows(rows)
     return buf.getvalue()
-
-
-def write_csv(path: str | os.PathLike, candidates: Iterable[Candidate], marks: Highlights
-              ) -> Path:
-    """`to_csv`'s text streamed to `path` atomically, with the fronts, the seed and the
-    recommendation already found (`marks`)."""
-    rows = csv_rows(candidates, marks)
-
-    def write(f: io.BufferedIOBase) -> None:
-        text = io.TextIOWrapper(f, encoding="utf-8", newline="", write_through=False)
-        csv.writer(text, lineterminator="\n").writerows(rows)
-        text.flush()
-        text.detach()  # the caller closes (and fsyncs) the file
-
-    return atomic_write_with(path, write)
 
 
 def plot_costs(study: Study) -> list[tuple[str, str]]:

@@ -61,9 +61,8 @@ def write_if_stale(study: Any) -> Path:
     """The report's path, writing it first unless it is current."""
     from nas.search.reporting.report import write_report
 
-    path = study.workdir / "report" / "report.html"
     if is_current(study):
-        return path
+        return study.workdir / "report" / "report.html"
     state = study_state(study)
     path = write_report(study)
     mark_current(study, state)
