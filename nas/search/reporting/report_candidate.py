@@ -176,7 +176,7 @@ def symbol_legend(arch: Architecture) -> str:
             + "</ul></div>")
 
 
-def op_table(arch: Architecture, new: set[str], made: Mapping[str, str] | None = None) -> str:
+def op_table(arch: Architecture, new: set[str], made: Mapping[str, str]) -> str:
     """The op list with output shapes; ops with fresh weights marked; each op named for
     people (type, place, the candidate that made it: `made`, see `origins`) above its id."""
     if not arch.ops:
@@ -190,7 +190,7 @@ def op_table(arch: Architecture, new: set[str], made: Mapping[str, str] | None =
         after = ", ".join(kinds.get(i, "graph input") for i in op.inputs)
         where = f"depth {depth[op.name]} of {deepest}, after {after or 'nothing'}"
         rows.append(f"<tr{cls}><td class='l'><span class='op-readable'>"
-                    f"{esc(readable_op(op, (made or {}).get(op.name, '')))}</span><br>"
+                    f"{esc(readable_op(op, made.get(op.name, '')))}</span><br>"
                     f"<small class='note'>{esc(where)} · {esc(op.name)}</small></td>"
                     f"<td class='l'>{esc(op.type)}</td><td class='l'>"
                     f"{esc(op.kwargs)}</td><td class='l'>{esc(op.shape)}</td></tr>")

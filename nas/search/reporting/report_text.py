@@ -76,9 +76,13 @@ def summary(study: Study, k: int = 5, *, candidates: Sequence[Candidate] | None 
     if rungs:  # multi-fidelity: results per rung, and the children stopped at one
         lines.append("rungs: " + ", ".join(f"{e:g} epochs {n} result(s)"
                                           for e, n in rungs.values()))
+
+    def listed(status: str) -> list[Candidate]:  # metrics only: a large study
+        return ([c for c in candidates if c.status == status] if candidates is not None
+                else study.candidates(status, with_graphs=False))
+
     best = study.best(k)
-    stopped = ([c for c in candidates if c.status == Status.STOPPED] if candidates is not None
-               else study.candidates(Status.STOPPED, with_graphs=False))
+    stopped = listed(Status.STOPPED)
     if stopped:
         lines.append(f"stopped at a rung ({len(stopped)}): " + ", ".join(
             f"{c.id} ({fmt(c.epochs)} epochs, accuracy {fmt(c.accuracy)})"
@@ -90,8 +94,7 @@ def summary(study: Study, k: int = 5, *, candidates: Sequence[Candidate] | None 
     header = ("id", "parent", "gen", "val accuracy [95%]", "test accuracy [95%]",
               "val vs seed", "test vs seed", "val loss", "flops", "params", "im/s/core",
               *users)
-    done = ([c for c in candidates if c.status == Status.DONE] if candidates is not None
-            else study.candidates(Status.DONE, with_graphs=False))  # metrics only: a large study
+    done = listed(Status.DONE)
     seed = next((c for c in done if c.parent_id is None), None)
     pairs = marks.pairs if marks is not None else recommend.Comparisons.of(study)
     # by id: `best` rows are read whole, `done` without graphs, so the same candidate's two
