@@ -194,13 +194,10 @@ class Dashboard:
         self._cached: tuple[int, bytes] | None = None
         self.live = LiveFronts(study, k)  # the overview's front pictures, kept up to date
 
-    def _version(self) -> int:
-        with self.study._db.read() as c:
-            return int(c.execute("PRAGMA data_version").fetchone()[0])
-
     def overview_json(self) -> bytes:
         with self._lock:
-            version = self._version()
+            with self.study._db.read() as c:  # changed by every other connection's commit
+                version = int(c.execute("PRAGMA data_version").fetchone()[0])
             if self._cached is None or self._cached[0] != version:
                 body = json.dumps(overview(self.study, self.k, live=self.live)).encode()
                 self._cached = (version, body)
