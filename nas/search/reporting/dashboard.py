@@ -25,10 +25,17 @@ from aiohttp import web
 
 from nas.io import examples
 from nas.search.reporting.highlights import SCALE_LIMIT, best_of, ranked_costs
-from nas.search.reporting.report import CSS, front_point, point_marks, to_csv
+from nas.search.reporting.report import (
+    CSS,
+    accuracy_scatter,
+    front_point,
+    point_marks,
+    to_csv,
+)
 from nas.search.reporting.report_candidate import candidate_section, input_shape
 from nas.search.reporting.report_text import (
     COST_LABELS,
+    cost_label,
     finals_html,
     fmt,
     front_label,
@@ -37,7 +44,7 @@ from nas.search.reporting.report_text import (
     reported_test_text,
     val_accuracy_text,
 )
-from nas.search.reporting.svg import esc, scatter
+from nas.search.reporting.svg import esc
 from nas.search.store.candidate import FINISHED, Candidate, Status
 from nas.search.store.finals import FINALS_STATE, answer
 from nas.search.store.study import Study
@@ -72,18 +79,13 @@ class LiveFronts:
         self._done.refresh()
         done = self._done.done()
         if self._drawn is None or self._drawn[0] != len(done):
-            self._absorb(done)
+            new = [r for r in done if r.id not in self._read]  # with their per-example results
+            if new:
+                self._validation.update(_unpacked(new))
+                self._test.update(self.study.correctness([r.id for r in new], "test"))
+                self._read.update(r.id for r in new)
             self._drawn = (len(done), self._draw(done))
         return self._drawn[1]
-
-    def _absorb(self, done: list[Any]) -> None:
-        """Take in the rows new since the last call, with their per-example results."""
-        new = [r for r in done if r.id not in self._read]
-        if not new:
-            return
-        self._validation.update(_unpacked(new))
-        self._test.update(self.study.correctness([r.id for r in new], "test"))
-        self._read.update(r.id for r in new)
 
     def _draw(self, done: list[Any]) -> dict[str, Any]:
         config = getattr(self.study, "config", None)
@@ -108,27 +110,20 @@ class LiveFronts:
             shown = {c.id: c for c in self.study.candidates(Status.DONE, with_graphs=False)
                      if c.id in kept}
         top = max((c.generation for c in shown.values()), default=0)
-        labels = dict(COST_LABELS)
         plots = []
         for cost in self.costs:
-            label = labels.get(cost, cost)
+            label = cost_label(cost)
             points = {c.id: front_point(c, cost_value(c, cost), label, marks, top,
                                         f"/candidates/{c.id}") for c in shown.values()
                       if c.accuracy is not None and cost_value(c, cost) is not None}
             ringed = sorted((i for i in on[cost] if i in points),
                             key=lambda i: (points[i].x, i))
-            for i in ringed:
-                points[i].ring = True
             ok = np.isfinite(values[cost]) & np.isfinite(accuracy)
             density = (np.column_stack([values[cost][ok], accuracy[ok]]) if large
                        else np.zeros((0, 2)))
-            edges = [] if large else [(points[c.parent_id], points[c.id])
-                                      for c in shown.values() if c.id in points
-                                      and c.parent_id in points]
-            plots.append({"cost": cost, "label": front_label(cost), "svg": scatter(
-                list(points.values()), label, "validation accuracy",
-                f"scatter live-front scatter-{cost}", [points[i] for i in ringed],
-                edges=edges, density=density)})
+            plots.append({"cost": cost, "label": front_label(cost), "svg": accuracy_scatter(
+                points, ringed, () if large else shown.values(), label,
+                f"scatter live-front scatter-{cost}", density)})
         return {"plots": plots, "done": len(done), "large": large,
                 "seed": seed.id if seed is not None else None,
                 "recommended": rec.id if rec is not None else None}
@@ -168,6 +163,9 @@ def overview(study: Study, k: int = 10, recent: int = 10,
     `live`, the fronts drawn too ("pictures": SVG plots, the seed's and the recommended
     candidate's ids)."""
     counts = study.counts()
+    limits = recommend.constraints(study.config)  # search.constraints
+    bounds = ({"bounds": bounds_text(limits), "feasible": study.feasible_count(limits)}
+              if limits else {})
     users = study.user_costs  # a front of the search's own cost shows it as a column
     fronts = [{"cost": cost, "label": front_label(cost),
                "rows": [{**_row(c), "cost_value": fmt(cost_value(c, cost))}
@@ -179,24 +177,11 @@ def overview(study: Study, k: int = 10, recent: int = 10,
             "max_candidates": study.max_candidates,
             "best": [_row(c) for c in study.best(k)],
             "recent": [_row(c) for c in study.latest(recent, FINISHED)],
-            "fronts": fronts, "k": k, "finals": finals_section(study), **_bounds(study),
+            "fronts": fronts, "k": k,
+            # the finals table as escaped HTML, once the finals have started
+            "finals": (finals_html(answer(study), study.user_costs)
+                       if study.get_state(FINALS_STATE, None) else ""), **bounds,
             **({"pictures": live.pictures()} if live is not None else {})}
-
-
-def finals_section(study: Study) -> str:
-    """The finals table as escaped HTML, once the finals have started ("" before)."""
-    if not study.get_state(FINALS_STATE, None):
-        return ""
-    return finals_html(answer(study), ("flops", "params", *study.user_costs))
-
-
-def _bounds(study: Study) -> dict[str, Any]:
-    """`search.constraints` and how many done candidates are within them (nothing
-    without bounds)."""
-    bounds = recommend.constraints(study.config)
-    if not bounds:
-        return {}
-    return {"bounds": bounds_text(bounds), "feasible": study.feasible_count(bounds)}
 
 
 class Dashboard:
@@ -209,13 +194,10 @@ class Dashboard:
         self._cached: tuple[int, bytes] | None = None
         self.live = LiveFronts(study, k)  # the overview's front pictures, kept up to date
 
-    def _version(self) -> int:
-        with self.study._db.read() as c:
-            return int(c.execute("PRAGMA data_version").fetchone()[0])
-
     def overview_json(self) -> bytes:
         with self._lock:
-            version = self._version()
+            with self.study._db.read() as c:  # changed by every other connection's commit
+                version = int(c.execute("PRAGMA data_version").fetchone()[0])
             if self._cached is None or self._cached[0] != version:
                 body = json.dumps(overview(self.study, self.k, live=self.live)).encode()
                 self._cached = (version, body)

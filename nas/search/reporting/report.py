@@ -19,10 +19,12 @@ import csv
 import io
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from operator import attrgetter
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from nas.atomic import atomic_write_bytes, atomic_write_text, atomic_write_with
 from nas.search.reporting.highlights import SCALE_LIMIT, Highlights, front_of, ranked_costs
@@ -34,6 +36,7 @@ from nas.search.reporting.report_candidate import (
 )
 from nas.search.reporting.report_text import (
     COST_LABELS,
+    cost_label,
     costs_present,
     error_bar,
     finals_html,
@@ -111,46 +114,35 @@ def progress_series(candidates: Sequence[Candidate], cost: str = "flops",
     return out
 
 
-def changes(series: Sequence[tuple[int, float, int]]) -> list[tuple[int, float, int]]:
-    """The entries of `series` where the best accuracy or the front size changed, and the
-    last: the same step charts, drawn from far fewer points."""
-    out = [e for i, e in enumerate(series) if i == 0 or e[1:] != series[i - 1][1:]]
-    if series and out[-1] != series[-1]:
-        out.append(series[-1])
-    return out
-
-
-def scatters(candidates: Sequence[Candidate], front_ids: set[int], ranked: Sequence[str],
-             marks: dict[int, str], notes: dict[int, str], shown: set[int] | None,
-             fronts: dict[str, list[Candidate]], user_costs: Sequence[str]) -> str:
-    """Accuracy against each measured cost; `marks` ("seed", "recommended" by id) and
-    `notes` (each candidate against the seed). With `shown`, only those candidates are
-    points (each linking to its section) over the population drawn as density."""
+def scatters(candidates: Sequence[Candidate], hl: Highlights) -> str:
+    """Accuracy against each measured cost, each point saying how it compares with the seed.
+    Past `SCALE_LIMIT`, only the candidates shown in detail are points (each linking to its
+    section) over the population drawn as density."""
+    shown = hl.ids() if hl.large else None
+    seed, front_ids = hl.seed, hl.front_ids
+    marks = point_marks(seed, hl.recommended)
+    notes = {c.id: text for c in candidates if c.accuracy is not None and seed is not None
+             and c.id != seed.id and (shown is None or c.id in shown)
+             and (text := recommend.versus(c, seed, hl.pairs))}
     done = [c for c in candidates if c.status == Status.DONE and c.accuracy is not None]
     top = max((c.generation for c in done), default=0)
     charts = []
-    for cost, label in costs_present(candidates, user_costs) or COST_LABELS[:1]:
+    for cost, label in costs_present(candidates, hl.user_costs) or COST_LABELS[:1]:
         have = [c for c in done if measured(c, cost) is not None]
         drawn = have if shown is None else [c for c in have if c.id in shown]
         points = {c.id: front_point(
             c, measured(c, cost), label, marks, top,
             f"#cand-{c.id}" if c.id in front_ids or shown is not None else f"#c{c.id}",
             notes.get(c.id, ""), error_bar(c)) for c in drawn}
-        front = ([c for c in fronts.get(cost) or front_of(have, cost) if c.id in points]
-                 if cost in ranked else [])
-        for c in front:
-            points[c.id].ring = True
-        edges = [(points[c.parent_id], points[c.id]) for c in drawn
-                 if c.parent_id in points]
+        front = [c.id for c in hl.fronts.get(cost, ()) if c.id in points]
         density = [] if shown is None else [(float(measured(c, cost)), float(c.accuracy))
                                             for c in have]
-        title = ("front the search ranked by" if cost in ranked
+        title = ("front the search ranked by" if cost in hl.fronts
                  else "measured, not ranked by the search")
         charts.append(f'<figure class="front" data-cost="{esc(cost)}"><figcaption>'
                       f"{esc(front_label(cost))} ({title})</figcaption>"
-                      + scatter(list(points.values()), label, "validation accuracy",
-                                f"scatter scatter-{cost}", [points[c.id] for c in front],
-                                edges=edges, density=density) + "</figure>")
+                      + accuracy_scatter(points, front, drawn, label, f"scatter scatter-{cost}",
+                                         density) + "</figure>")
     legend = " ".join(f'<span style="color:{generation_colour(g, top)}">&#9679;</span> {g}'
                       for g in range(top + 1)) if done else ""
     keys = (f"colour: generation {legend}; red rings: on that Pareto front; grey lines: "
@@ -163,6 +155,19 @@ def scatters(candidates: Sequence[Candidate], front_ids: set[int], ranked: Seque
     else:
         keys += "; every point links to its candidate"
     return f'<div class="plots">{"".join(charts)}</div><p class="note">{keys}</p>'
+
+
+def accuracy_scatter(points: dict[int, Point], front: Sequence[int],
+                     edged: Iterable[Candidate], label: str, css_class: str,
+                     density: Sequence[tuple[float, float]] | np.ndarray) -> str:
+    """Validation accuracy against the cost named `label`: `points` by id, those of `front`
+    (in cost order) ringed and joined, a line to each of `edged` from its parent's point."""
+    for i in front:
+        points[i].ring = True
+    edges = [(points[c.parent_id], points[c.id]) for c in edged
+             if c.id in points and c.parent_id in points]
+    return scatter(list(points.values()), label, "validation accuracy", css_class,
+                   [points[i] for i in front], edges=edges, density=density)
 
 
 def point_marks(seed: Candidate | None, recommended: Candidate | None) -> dict[int, str]:
@@ -194,8 +199,9 @@ def progress(candidates: Sequence[Candidate]) -> str:
     series = progress_series(candidates)
     if not series:
         return '<p class="note">no finished candidates yet</p>'
-    if len(series) > SCALE_LIMIT:  # the same steps, drawn from the points that change
-        series = changes(series)
+    if len(series) > SCALE_LIMIT:  # the same steps, drawn from the entries that change
+        series = [e for i, e in enumerate(series)
+                  if i in (0, len(series) - 1) or e[1:] != series[i - 1][1:]]
     acc = line_chart([("best validation accuracy", "#2ca02c",
                        [(n, a) for n, a, _ in series])],
                      "candidates finished", "validation accuracy", "progress progress-accuracy",
@@ -207,31 +213,24 @@ def progress(candidates: Sequence[Candidate]) -> str:
     return f'<div class="plots">{acc}{size}</div>'
 
 
-BEST_COLUMNS: tuple[tuple[str, Callable[[Candidate], str]], ...] = (
-    ("id", lambda c: str(c.id)),
-    ("parent", lambda c: fmt(c.parent_id)),
-    ("gen", lambda c: fmt(c.generation)),
-    ("val accuracy [95%]", val_accuracy_text),
-    ("test accuracy [95%]", reported_test_text),
-    ("loss", lambda c: fmt(c.loss)),
-    ("flops", lambda c: fmt(c.flops)),
-    ("params", lambda c: fmt(c.params)),
-    ("im/s/core", lambda c: fmt(c.im_sec_core_train)),
-)
+BEST_COLUMNS = ("id", "parent", "gen", "val accuracy [95%]", "test accuracy [95%]", "loss",
+                "flops", "params", "im/s/core")
 
 
 def best_table(study: Study, k: int) -> str:
-    """The k candidates of best validation accuracy, a column per `BEST_COLUMNS` entry."""
+    """The k candidates of best validation accuracy."""
     best = study.best(k)
     head = f"Best {k} by validation accuracy" + (
         f" (only {len(best)} done)" if len(best) < k else "")
     rows = "".join(
         f'<tr data-best="{c.id}"><td><a href="#c{c.id}">{c.id}</a></td>'
-        + "".join(f"<td>{esc(cell(c))}</td>" for _, cell in BEST_COLUMNS[1:])
+        + "".join(f"<td>{esc(fmt(v))}</td>" for v in (
+            c.parent_id, c.generation, val_accuracy_text(c), reported_test_text(c), c.loss,
+            c.flops, c.params, c.im_sec_core_train))
         + "</tr>" for c in best)
     return (f'<section id="best" data-k="{k}"><h2>{esc(head)}</h2>'
             f'<table id="best-table"><thead><tr>'
-            + "".join(f"<th>{esc(h)}</th>" for h, _ in BEST_COLUMNS)
+            + "".join(f"<th>{esc(h)}</th>" for h in BEST_COLUMNS)
             + f"</tr></thead><tbody>{rows}</tbody></table></section>")
 
 
@@ -294,31 +293,22 @@ def render_html(study: Study, candidates: Sequence[Candidate], k: int, hl: Highl
     ancestors are read here."""
     by_id = {c.id: c for c in candidates}
     costs = [cost for cost, _ in costs_present(candidates, study.user_costs)]
-    ranked = list(hl.fronts)
-    front_ids, shown = hl.front_ids, hl.ids()
-    seed, rec, pairs = hl.seed, hl.recommendation, hl.pairs
-    finals_costs = ("flops", "params", *study.user_costs)
-    points = point_marks(seed, rec.candidate)
-    notes = {c.id: text for c in candidates if c.accuracy is not None and seed is not None
-             and c.id != seed.id and (not hl.large or c.id in shown)
-             and (text := recommend.versus(c, seed, pairs))}
+    shown, rec = hl.ids(), hl.recommendation
     listed = [c for c in candidates if c.id in shown] if hl.large else list(candidates)
     rows_at = {c.id for c in listed}
-    counts = study.counts()
-    count_text = "; ".join([", ".join(f"{s}: {n}" for s, n in counts.items()),
+    count_text = "; ".join([", ".join(f"{s}: {n}" for s, n in study.counts().items()),
                             *recommend.bounds_lines(candidates, rec.bounds)])
     order = sorted(shown, key=lambda i: (-(by_id[i].accuracy or 0.0), i))
     full = _with_graphs(study, order, by_id)
     archs: dict[int, Architecture] = {}
     sections = "".join(candidate_section(
         study, full[i], full, input_shape(study), costs,
-        [cost for cost in ranked if any(c.id == i for c in hl.fronts[cost])], archs, pairs,
+        [cost for cost, front in hl.fronts.items() if any(c.id == i for c in front)], archs,
+        hl.pairs,
         why=hl.reasons(i), sections=shown, rows=rows_at)
         for i in order)
-    ranked_text = ", ".join(front_label(cost) for cost in ranked)
+    ranked_text = ", ".join(front_label(cost) for cost in hl.fronts)
     toc = " ".join(f'<a href="#cand-{i}">{i}</a>' for i in order) or "none yet"
-    plots = scatters(candidates, front_ids, ranked, points, notes,
-                     shown if hl.large else None, hl.fronts, study.user_costs)
     return (
         "<!doctype html>\n<html><head><meta charset='utf-8'>"
         f"<title>nas study {esc(str(study.workdir))}</title><style>{CSS}</style></head>"
@@ -326,10 +316,10 @@ def render_html(study: Study, candidates: Sequence[Candidate], k: int, hl: Highl
         f"{esc(count_text)}<br>generated {esc(time.strftime('%Y-%m-%d %H:%M:%S'))}</p>"
         f'<section id="fronts"><h2>Accuracy against cost</h2>'
         f"{_recommendation_html(rec, study)}"
-        f"{plots}</section>{finals_html(hl.found, finals_costs)}"
+        f"{scatters(candidates, hl)}</section>{finals_html(hl.found, study.user_costs)}"
         f'<section id="progress"><h2>Search progress</h2>{progress(candidates)}</section>'
         f"{best_table(study, k)}"
-        f"{table(study, listed, by_id, shown, front_ids, rows_at, hl.large, len(candidates))}"
+        f"{table(study, listed, by_id, shown, hl.front_ids, rows_at, hl.large, len(candidates))}"
         f'<section id="front"><h2>Candidates in detail</h2><p>those on the fronts the '
         f"search ranked parents by (<code>search.selection.costs</code>): "
         f"{esc(ranked_text)}; the best {k} by validation accuracy; the seed; the "
@@ -372,9 +362,18 @@ def write_report(study: Study, out_dir: str | os.PathLike | None = None, k: int 
         candidates = study.candidates(with_graphs=False)
     if marks is None:
         marks = Highlights.of(study, candidates, k)
-    # the SVG fronts show the same
-    atomic_write_bytes(out / "pareto.png", plot_png(study, candidates, fronts=marks.fronts))
-    write_csv(out / "report.csv", candidates, marks)
+    png = io.BytesIO()  # the same fronts as the SVG ones
+    pareto_figure(study, candidates, fronts=marks.fronts).savefig(png, format="png")
+    atomic_write_bytes(out / "pareto.png", png.getvalue())
+    rows = csv_rows(candidates, marks)
+
+    def write_csv(f: io.BufferedIOBase) -> None:  # `to_csv`'s text, streamed
+        text = io.TextIOWrapper(f, encoding="utf-8", newline="", write_through=False)
+        csv.writer(text, lineterminator="\n").writerows(rows)
+        text.flush()
+        text.detach()  # the caller closes (and fsyncs) the file
+
+    atomic_write_with(out / "report.csv", write_csv)
     return atomic_write_text(out / "report.html", render_html(study, candidates, k, marks))
 
 
@@ -398,24 +397,22 @@ def rung_summary(c: Candidate) -> str:
     return "; ".join(f"{r['epochs']:g}ep {r['accuracy']:.4g} {r['decision']}" for r in c.rungs)
 
 
-def paired_columns(c: Candidate, seed: Candidate | None,
-                   versus: dict[str, dict[int, paired.Paired]]) -> dict[str, object]:
-    """The `*_vs_seed*` cells of one candidate (`versus`: per split, against the seed)."""
-    out: dict[str, object] = {}
-    for split, prefix in (("validation", "val"), ("test", "test")):
+def paired_cells(c: Candidate, seed: Candidate | None,
+                 versus: dict[str, dict[int, paired.Paired]]) -> list[object]:
+    """The `*_vs_seed*` cells of one candidate, in `CSV_COLUMNS` order (`versus`: per split,
+    against the seed)."""
+    out: list[object] = []
+    for split in ("validation", "test"):
         found = versus[split].get(c.id) if seed is not None and c.id != seed.id else None
-        if found is not None:
-            out |= {f"{prefix}_vs_seed_pt": round(100 * found.difference, 4),
-                    f"{prefix}_vs_seed_low_pt": round(100 * found.low, 4),
-                    f"{prefix}_vs_seed_high_pt": round(100 * found.high, 4),
-                    f"{prefix}_vs_seed": found.decision}
+        out += [None] * 4 if found is None else [
+            round(100 * found.difference, 4), round(100 * found.low, 4),
+            round(100 * found.high, 4), found.decision]
     return out
 
 
 _HEAD = attrgetter("id", "parent_id", "generation", "status", "accuracy")
 _COSTS = attrgetter("loss", "flops", "params", "im_sec_core_train", "im_sec_core_infer",
                     "epochs", "attempts")
-_PAIRED = tuple(k for k in CSV_COLUMNS if "_vs_seed" in k)
 
 
 def csv_rows(candidates: Iterable[Candidate], marks: Highlights) -> Iterator[list]:
@@ -436,10 +433,9 @@ def csv_rows(candidates: Iterable[Candidate], marks: Highlights) -> Iterator[lis
     for c in candidates:
         extra = c.extra_metrics
         accuracies[c.id] = c.accuracy
-        cells = paired_columns(c, seed, versus)
         row = [*_HEAD(c), *(extra.get(k) for k in _EXTRA), *_COSTS(c), int(c.id in front),
                rung_summary(c), c.fingerprint, c.worker, c.error,
-               *(cells.get(k) for k in _PAIRED), int(c.id == chosen_id),
+               *paired_cells(c, seed, versus), int(c.id == chosen_id),
                accuracies.get(c.parent_id) if c.parent_id is not None else None,
                extra.get("start_accuracy"), hparams_text(extra.get("hparams")),
                *(cost_value(c, u) for u in user_costs), *(cost_value(c, u) for u in spreads),
@@ -456,45 +452,19 @@ def to_csv(study: Study, candidates: Sequence[Candidate] | None = None) -> str:
     return buf.getvalue()
 
 
-def write_csv(path: str | os.PathLike, candidates: Iterable[Candidate], marks: Highlights
-              ) -> Path:
-    """`to_csv`'s text streamed to `path` atomically, with the fronts, the seed and the
-    recommendation already found (`marks`)."""
-    rows = csv_rows(candidates, marks)
-
-    def write(f: io.BufferedIOBase) -> None:
-        text = io.TextIOWrapper(f, encoding="utf-8", newline="", write_through=False)
-        csv.writer(text, lineterminator="\n").writerows(rows)
-        text.flush()
-        text.detach()  # the caller closes (and fsyncs) the file
-
-    return atomic_write_with(path, write)
-
-
-_PLOTS = (("flops", "FLOPs"), ("params", "parameters"))
-
-
 def plot_costs(study: Study) -> list[tuple[str, str]]:
     """The (cost, label) pairs pareto.png plots: FLOPs and parameters, and each other cost
     the search ranked parents by (`search.selection.costs`, a user's own included)."""
-    labels = dict(COST_LABELS)
-    return [*_PLOTS, *((cost, labels.get(cost, cost)) for cost in ranked_costs(study)
-                       if cost not in dict(_PLOTS))]
-
-
-def plot_png(study: Study, candidates: Sequence[Candidate] | None = None, *,
-             fronts: dict[str, list[Candidate]] | None = None) -> bytes:
-    """PNG of accuracy against each of `plot_costs`: all done candidates, the front, parent
-    -> child (past `SCALE_LIMIT`: the population as density, the front and the seed over
-    it). `fronts`: fronts already found, by cost (the others are found here)."""
-    buf = io.BytesIO()
-    pareto_figure(study, candidates, fronts=fronts).savefig(buf, format="png")
-    return buf.getvalue()
+    return [*COST_LABELS[:2], *((cost, cost_label(cost)) for cost in ranked_costs(study)
+                                if cost not in ("flops", "params"))]
 
 
 def pareto_figure(study: Study, candidates: Sequence[Candidate] | None = None, *,
                   fronts: dict[str, list[Candidate]] | None = None) -> Any:
-    """The matplotlib `Figure` that `plot_png` saves (its labels are measurable)."""
+    """The matplotlib `Figure` of pareto.png: accuracy against each of `plot_costs`, all
+    done candidates, the front, parent -> child (past `SCALE_LIMIT`: the population as
+    density, the front and the seed over it). `fronts`: fronts already found, by cost (the
+    others are found here)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -533,12 +503,15 @@ def _draw_cost(fig: Any, ax: Any, cands: Sequence[Candidate], by_id: dict[int, C
                        zorder=1)
         shown = front
     else:
-        _lineage_png(ax, done, by_id, cost)
+        for c in done:  # grey parent -> child lines, under the points
+            parent = by_id.get(c.parent_id) if c.parent_id is not None else None
+            if parent is not None and parent.status == Status.DONE and cost_value(parent, cost):
+                ax.plot([cost_value(parent, cost), cost_value(c, cost)],
+                        [parent.accuracy, c.accuracy], color="0.75", linewidth=0.7, zorder=1)
         sc = ax.scatter(values, [c.accuracy for c in done],
                         c=[c.generation for c in done], cmap="viridis", s=18, zorder=2)
         shown = done
-    bars = [(c, error_bar(c)) for c in shown]
-    bars = [(c, e) for c, e in bars if e is not None]
+    bars = [(c, e) for c in shown if (e := error_bar(c)) is not None]
     if bars:  # 95 % Wilson intervals of the validation accuracies
         ax.errorbar([cost_value(c, cost) for c, _ in bars], [c.accuracy for c, _ in bars],
                     yerr=[[max(c.accuracy - e[0], 0.0) for c, e in bars],  # rounding
@@ -592,12 +565,3 @@ def _label_inside(ax: Any, text: str, xy: tuple[float, float], offset: tuple[flo
                 ha="right" if dx < 0 else "left", va="top" if dy < 0 else "bottom",
                 **style)
 
-
-def _lineage_png(ax: Any, done: Sequence[Candidate], by_id: dict[int, Candidate],
-                 cost: str) -> None:
-    """Grey parent -> child lines, under the points."""
-    for c in done:
-        parent = by_id.get(c.parent_id) if c.parent_id is not None else None
-        if parent is not None and parent.status == Status.DONE and cost_value(parent, cost):
-            ax.plot([cost_value(parent, cost), cost_value(c, cost)],
-                    [parent.accuracy, c.accuracy], color="0.75", linewidth=0.7, zorder=1)

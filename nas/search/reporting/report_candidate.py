@@ -176,7 +176,7 @@ def symbol_legend(arch: Architecture) -> str:
             + "</ul></div>")
 
 
-def op_table(arch: Architecture, new: set[str], made: Mapping[str, str] | None = None) -> str:
+def op_table(arch: Architecture, new: set[str], made: Mapping[str, str]) -> str:
     """The op list with output shapes; ops with fresh weights marked; each op named for
     people (type, place, the candidate that made it: `made`, see `origins`) above its id."""
     if not arch.ops:
@@ -190,7 +190,7 @@ def op_table(arch: Architecture, new: set[str], made: Mapping[str, str] | None =
         after = ", ".join(kinds.get(i, "graph input") for i in op.inputs)
         where = f"depth {depth[op.name]} of {deepest}, after {after or 'nothing'}"
         rows.append(f"<tr{cls}><td class='l'><span class='op-readable'>"
-                    f"{esc(readable_op(op, (made or {}).get(op.name, '')))}</span><br>"
+                    f"{esc(readable_op(op, made.get(op.name, '')))}</span><br>"
                     f"<small class='note'>{esc(where)} · {esc(op.name)}</small></td>"
                     f"<td class='l'>{esc(op.type)}</td><td class='l'>"
                     f"{esc(op.kwargs)}</td><td class='l'>{esc(op.shape)}</td></tr>")
@@ -255,22 +255,11 @@ def diagram(arch: Architecture, new: set[str]) -> str:
     return "".join(parts)
 
 
-@dataclass
-class Mutation:
-    """How a child differs from its parent, by op name."""
-
-    removed: list[OpRow]
-    added: list[OpRow]
-    inherited: list[str]
-    fresh: list[str]
-    fit: dict[str, float] = field(default_factory=dict)  # the fit's errors, if fitted
-    kind: str = ""  # the mutation: "subgraph", "block_add", "block_delete", "block_mutate"...
-
-
-def mutation_diff(child: Architecture, parent: Architecture, inheritance: Inheritance,
-                  metrics: Mapping[str, Any] | None) -> Mutation:
-    """What changed; the fit's errors come from the child's metrics (its worker fitted it),
-    else from its inheritance record."""
+def diff_html(child: Architecture, parent: Architecture, inheritance: Inheritance,
+              metrics: Mapping[str, Any] | None) -> tuple[str, set[str]]:
+    """What the mutation changed, by op name, and the names of the ops it added; the fit's
+    errors come from the child's metrics (its worker fitted it), else from its inheritance
+    record."""
     parent_ops = {op.name: op for op in parent.ops}
     child_ops = {op.name: op for op in child.ops}
     removed = [op for name, op in parent_ops.items() if name not in child_ops]
@@ -278,11 +267,8 @@ def mutation_diff(child: Architecture, parent: Architecture, inheritance: Inheri
     metrics = metrics or {}
     fit = {k: metrics[f"fit_{k}"] for k in ("mse_before", "mse_after")
            if f"fit_{k}" in metrics} or inheritance.fit or {}
-    return Mutation(removed, added, sorted(inheritance.inherited or ()),
-                    sorted(inheritance.new or ()), dict(fit), inheritance.kind or "")
+    inherited, fresh = sorted(inheritance.inherited or ()), sorted(inheritance.new or ())
 
-
-def diff_html(m: Mutation) -> str:
     def ops(rows: Sequence[OpRow]) -> str:
         if not rows:
             return "<i>none</i>"
@@ -294,16 +280,17 @@ def diff_html(m: Mutation) -> str:
         return ", ".join(f"<code>{esc(n)}</code>" for n in items) or "<i>none</i>"
 
     fitted = ""
-    if "mse_before" in m.fit and "mse_after" in m.fit:
+    if "mse_before" in fit and "mse_after" in fit:
         fitted = (f'<p class="fit"><b>fresh weights fitted</b> to the replaced tensors: '
-                  f"relative error {m.fit['mse_before']:.3g} → {m.fit['mse_after']:.3g}</p>")
-    kind = f'<p class="kind"><b>mutation</b>: <code>{esc(m.kind)}</code></p>' if m.kind else ""
+                  f"relative error {fit['mse_before']:.3g} → {fit['mse_after']:.3g}</p>")
+    kind = (f'<p class="kind"><b>mutation</b>: <code>{esc(inheritance.kind)}</code></p>'
+            if inheritance.kind else "")
     return ('<div class="diff">' + kind
-            + '<div class="removed"><b>replaced subgraph</b>' + ops(m.removed)
-            + '</div><div class="added"><b>new subgraph</b>' + ops(m.added) + "</div>"
-            + f'<p class="weights"><b>inherited weights</b> ({len(m.inherited)} ops): '
-            + names(m.inherited) + f"<br><b>fresh weights</b> ({len(m.fresh)} ops): "
-            + names(m.fresh) + "</p>" + fitted + "</div>")
+            + '<div class="removed"><b>replaced subgraph</b>' + ops(removed)
+            + '</div><div class="added"><b>new subgraph</b>' + ops(added) + "</div>"
+            + f'<p class="weights"><b>inherited weights</b> ({len(inherited)} ops): '
+            + names(inherited) + f"<br><b>fresh weights</b> ({len(fresh)} ops): "
+            + names(fresh) + "</p>" + fitted + "</div>"), {op.name for op in added}
 
 
 def training_curve(records: Sequence[Mapping[str, Any]]) -> str:
@@ -357,9 +344,7 @@ def candidate_section(study: Study, c: Candidate, by_id: dict[int, Candidate],
     fresh = set(c.inheritance.new or ())
     added: set[str] = set()
     if parent is not None:
-        diff = mutation_diff(arch, arch_of(parent.id), c.inheritance, c.metrics)
-        added = {op.name for op in diff.added}
-        change = diff_html(diff)
+        change, added = diff_html(arch, arch_of(parent.id), c.inheritance, c.metrics)
     else:
         change = '<p class="note">seed model: no parent</p>'
     metrics = ", ".join(f"{k} {fmt(v)}" for k in ("accuracy", *costs)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -39,10 +38,10 @@ def study_state(study: Any) -> dict[str, Any]:
             "renderer": digest.hexdigest()[:16]}
 
 
-def is_current(study: Any, out_dir: str | os.PathLike | None = None) -> bool:
-    """Whether the report in `out_dir` (default `<workdir>/report`) was written from the
-    study as it is now and all its files are there."""
-    out = Path(out_dir) if out_dir is not None else study.workdir / "report"
+def is_current(study: Any) -> bool:
+    """Whether `<workdir>/report` was written from the study as it is now and all its files
+    are there."""
+    out = study.workdir / "report"
     try:
         stamp = json.loads((out / STAMP).read_text())
     except (OSError, ValueError):
@@ -52,21 +51,18 @@ def is_current(study: Any, out_dir: str | os.PathLike | None = None) -> bool:
     return stamp == study_state(study)
 
 
-def mark_current(study: Any, state: dict[str, Any], out_dir: str | os.PathLike | None = None
-                 ) -> None:
-    """Record that the report in `out_dir` shows `state` (taken before it was written, so
-    a change made meanwhile makes the next check rewrite it)."""
-    out = Path(out_dir) if out_dir is not None else study.workdir / "report"
-    atomic_write_text(out / STAMP, json.dumps(state, sort_keys=True))
+def mark_current(study: Any, state: dict[str, Any]) -> None:
+    """Record that `<workdir>/report` shows `state` (taken before it was written, so a
+    change made meanwhile makes the next check rewrite it)."""
+    atomic_write_text(study.workdir / "report" / STAMP, json.dumps(state, sort_keys=True))
 
 
 def write_if_stale(study: Any) -> Path:
     """The report's path, writing it first unless it is current."""
     from nas.search.reporting.report import write_report
 
-    path = study.workdir / "report" / "report.html"
     if is_current(study):
-        return path
+        return study.workdir / "report" / "report.html"
     state = study_state(study)
     path = write_report(study)
     mark_current(study, state)

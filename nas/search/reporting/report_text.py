@@ -76,9 +76,13 @@ def summary(study: Study, k: int = 5, *, candidates: Sequence[Candidate] | None 
     if rungs:  # multi-fidelity: results per rung, and the children stopped at one
         lines.append("rungs: " + ", ".join(f"{e:g} epochs {n} result(s)"
                                           for e, n in rungs.values()))
+
+    def listed(status: str) -> list[Candidate]:  # metrics only: a large study
+        return ([c for c in candidates if c.status == status] if candidates is not None
+                else study.candidates(status, with_graphs=False))
+
     best = study.best(k)
-    stopped = ([c for c in candidates if c.status == Status.STOPPED] if candidates is not None
-               else study.candidates(Status.STOPPED, with_graphs=False))
+    stopped = listed(Status.STOPPED)
     if stopped:
         lines.append(f"stopped at a rung ({len(stopped)}): " + ", ".join(
             f"{c.id} ({fmt(c.epochs)} epochs, accuracy {fmt(c.accuracy)})"
@@ -90,8 +94,7 @@ def summary(study: Study, k: int = 5, *, candidates: Sequence[Candidate] | None 
     header = ("id", "parent", "gen", "val accuracy [95%]", "test accuracy [95%]",
               "val vs seed", "test vs seed", "val loss", "flops", "params", "im/s/core",
               *users)
-    done = ([c for c in candidates if c.status == Status.DONE] if candidates is not None
-            else study.candidates(Status.DONE, with_graphs=False))  # metrics only: a large study
+    done = listed(Status.DONE)
     seed = next((c for c in done if c.parent_id is None), None)
     pairs = marks.pairs if marks is not None else recommend.Comparisons.of(study)
     # by id: `best` rows are read whole, `done` without graphs, so the same candidate's two
@@ -128,7 +131,7 @@ def summary(study: Study, k: int = 5, *, candidates: Sequence[Candidate] | None 
                          f"on test: {versus_seed(cheap, seed) or 'not measured'}")
     found = marks.found if marks is not None else answer(study, pairs)
     lines += recommend.bounds_lines(done, recommend.constraints(study.config))
-    lines += finals_lines(found, ("flops", "params", *users))
+    lines += finals_lines(found, users)
     rec = found.recommendation
     home = (rec.candidate is not None and found.take_home is not None
             and found.take_home.candidate.id == rec.candidate.id)
@@ -184,9 +187,14 @@ def versus_seed(c: Candidate, seed: Candidate | None,
                              (theirs["test_accuracy"], theirs.get("test_examples")))
 
 
+def cost_label(cost: str) -> str:
+    """ "FLOPs" for flops; a user's cost by its name."""
+    return dict(COST_LABELS).get(cost, cost)
+
+
 def front_label(cost: str) -> str:
     """ "accuracy vs FLOPs": the objectives of one front."""
-    return f"accuracy vs {dict(COST_LABELS).get(cost, cost)}"
+    return f"accuracy vs {cost_label(cost)}"
 
 
 def costs_present(candidates: Sequence[Candidate], user_costs: Sequence[str] = ()
@@ -253,9 +261,9 @@ def hparams_text(hparams: object) -> str | None:
     return " ".join(f"{k}={float(v):.4g}" for k, v in sorted(hparams.items()))
 
 
-def finals_lines(found: Answer, costs: tuple[str, ...] = ("flops", "params")) -> list[str]:
+def finals_lines(found: Answer, user_costs: Sequence[str] = ()) -> list[str]:
     """The summary's finals section: a table and two lines ([] without finals)."""
-    table = found.table
+    table, costs = found.table, ("flops", "params", *user_costs)
     if table is None:
         return [f"finals: {found.note}"] if found.note else []
     recipe = table.recipe
@@ -319,10 +327,10 @@ def finals_rows(found: Answer, costs: tuple[str, ...]) -> list[tuple[str, ...]]:
     return rows
 
 
-def finals_html(found: Answer, costs: tuple[str, ...] = ("flops", "params")) -> str:
+def finals_html(found: Answer, user_costs: Sequence[str] = ()) -> str:
     """The report's finals section: the summary's table and lines as HTML ("" without
     finals)."""
-    lines = finals_lines(found, costs)
+    lines, costs = finals_lines(found, user_costs), ("flops", "params", *user_costs)
     if not lines:
         return ""
     if found.table is None:

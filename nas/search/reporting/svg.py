@@ -84,12 +84,10 @@ class Axes:
         self.x0, self.x1 = _padded(float(x.min()), float(x.max()))
         self.y0, self.y1 = _padded(float(y.min()), float(y.max()))
 
-    def _tx(self, x: float) -> float:
-        return math.log10(x) if self.log_x and x > 0 else x
-
     def px(self, x: float) -> float:
         span = self.width - self.left - self.right
-        return self.left + (self._tx(x) - self.x0) / (self.x1 - self.x0) * span
+        tx = math.log10(x) if self.log_x and x > 0 else x
+        return self.left + (tx - self.x0) / (self.x1 - self.x0) * span
 
     def py(self, y: float) -> float:
         span = self.height - self.top - self.bottom
