@@ -76,28 +76,18 @@ def cause_path(parent_pid: int, pid: int) -> str:
     return os.path.join(tempfile.gettempdir(), f"nas-worker-death-{parent_pid}-{pid}.txt")
 
 
-def in_spawned_import() -> bool:
-    """Whether this is a spawned worker importing the user's `__main__` again."""
+def refuse_spawned_import() -> None:
+    """One RuntimeError, recorded for the driver, inside a spawned worker's import of the
+    user's `__main__`."""
     mp_main = sys.modules.get("__mp_main__")
-    return mp_main is not None and mp_main is not sys.modules.get("__main__")
-
-
-def refuse_spawned_import(what: str = "run_search") -> None:
-    """One RuntimeError, recorded for the driver, inside a spawned import."""
-    if not in_spawned_import():
+    if mp_main is None or mp_main is sys.modules.get("__main__"):
         return
-    script = os.path.basename(getattr(sys.modules.get("__mp_main__"), "__file__", "")
-                              or "your script")
-    line = (f"a worker process, importing {script} again, called nas.{what}: put the "
+    script = os.path.basename(getattr(mp_main, "__file__", "") or "your script")
+    line = (f"a worker process, importing {script} again, called nas.run_search: put the "
             f"search under `{GUARD}` in {script}")
-    record_death(line)
-    raise RuntimeError(line)
-
-
-def record_death(line: str) -> None:
-    """Leaves `line` for the driver (this process's parent) to read."""
     with contextlib.suppress(OSError), open(cause_path(os.getppid(), os.getpid()), "w") as f:
         f.write(line)  # else the line still reaches stderr with the exception
+    raise RuntimeError(line)
 
 
 def death_cause(processes: Iterable[Any]) -> str:
@@ -198,6 +188,10 @@ def _failed(task: Task, e: BaseException) -> Outcome:
     return Outcome.failed(task, *describe_failure(e))
 
 
+def _too_late(task: Task, hard_timeout_s: float) -> Outcome:
+    return Outcome.failed(task, f"exceeded the hard time limit of {hard_timeout_s:.0f} s")
+
+
 # ----------------------------------------------------------------------------- executors
 
 
@@ -254,8 +248,11 @@ class LocalExecutor:
                                       initializer=_init_worker,
                                       initargs=(self._counter, self.workers, self._gpus))
 
+    def _processes(self) -> list[Any]:
+        return list(getattr(self._pool, "_processes", {}).values())
+
     def _kill_workers(self) -> None:
-        for process in list(getattr(self._pool, "_processes", {}).values()):
+        for process in self._processes():
             process.kill()
 
     def _replace_pool(self) -> None:
@@ -307,8 +304,7 @@ class LocalExecutor:
             else:
                 suspects.append(task)
         self._inflight.clear()
-        processes = list(getattr(self._pool, "_processes", {}).values())
-        cause = death_cause(processes)  # before the kills: those that ended alone
+        cause = death_cause(self._processes())  # before the kills: those that ended alone
         self._replace_pool()
         if len(suspects) == 1:
             return outcomes + [Outcome.failed(suspects[0], cause)]
@@ -336,8 +332,7 @@ class LocalExecutor:
             task, _ = self._inflight.pop(future)
             logging.warning("candidate %d exceeded the hard time limit; killing its worker",
                             task.candidate_id)
-            outcomes.append(Outcome.failed(task, f"exceeded the hard time limit of "
-                                                 f"{self.hard_timeout_s:.0f} s"))
+            outcomes.append(_too_late(task, self.hard_timeout_s))
         self._replace_pool()
         pending = list(self._inflight.values())
         self._inflight.clear()
@@ -502,8 +497,7 @@ class RayExecutor:
             if self.hard_timeout_s and now - run.started > self.hard_timeout_s:
                 self._ray.cancel(ref, force=True)
                 del self._inflight[ref]
-                outcomes.append(Outcome.failed(run.task, f"exceeded the hard time limit of "
-                                                         f"{self.hard_timeout_s:.0f} s"))
+                outcomes.append(_too_late(run.task, self.hard_timeout_s))
         return outcomes
 
     def _after_loss(self, run: RayRun, e: BaseException) -> list[Outcome]:
@@ -555,16 +549,16 @@ def keep_driver_on_cpu() -> bool:
 
 
 def make_executor(kind: str, *, workers: int, ray_address: str | None,
-                  hard_timeout_s: float, num_cpus: float = 1, num_gpus: float = 0,
-                  prepare_ahead: int = 0, share_device: str | None = None,
-                  ray: RayConfig | None = None, max_tries: int = 3) -> Executor:
-    """The executor `kind` names. `ray`: the study's `settings.RayConfig`, whose num_cpus
-    and num_gpus win (None: a request of `num_cpus` and `num_gpus`, the data shipped)."""
-    out_of_process = workers == 0 or kind in ("local", "ray")
-    if out_of_process and not keep_driver_on_cpu():
-        logging.warning("the driver already initialized an accelerator backend before its "
-                        "executor was made; it may hold accelerator memory")
-    if not out_of_process:
+                  hard_timeout_s: float, prepare_ahead: int = 0,
+                  share_device: str | None = None, ray: RayConfig | None = None,
+                  max_tries: int = 3) -> Executor:
+    """The executor `kind` names. `ray`: the study's resolved `settings.RayConfig` (None:
+    one CPU a task, the data shipped)."""
+    if workers == 0 or kind in ("local", "ray"):
+        if not keep_driver_on_cpu():
+            logging.warning("the driver already initialized an accelerator backend before "
+                            "its executor was made; it may hold accelerator memory")
+    else:
         with deferred_interrupt(raise_after=True):
             jax.devices()  # the backend it trains on: now, not mid-candidate
     if workers == 0:
@@ -574,8 +568,6 @@ def make_executor(kind: str, *, workers: int, ray_address: str | None,
     if kind == "local":
         return LocalExecutor(workers, hard_timeout_s, prepare_ahead, share_device)
     if kind == "ray":
-        if ray is None:
-            ray = RayConfig().resolved(num_cpus, num_gpus)
         return RayExecutor(ray_address or None, workers, hard_timeout_s, prepare_ahead,
                            share_device, settings=ray, max_tries=max_tries)
     raise ValueError(f"config field 'search.executor': unknown executor {kind!r}; expected "
