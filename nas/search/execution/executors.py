@@ -148,15 +148,17 @@ def worker_env(index: int, workers: int, gpus: list[str]) -> dict[str, str]:
     return env
 
 
-def _taking_turns(executor: str, prepare_ahead: int, share_device: str | None
-                  ) -> dict[str, Any]:
-    """`train_candidate`'s extra arguments when processes prepare ahead."""
-    if not prepare_ahead:
-        return {}
-    if not share_device:
+def _taking_turns(executor: str, slots: int, hard_timeout_s: float, prepare_ahead: int,
+                  share_device: str | None) -> tuple[int, float, dict[str, Any]]:
+    """(capacity, hard time limit, `train_candidate`'s extra arguments) of `slots`, each
+    served by 1 + prepare_ahead processes: a candidate may wait through the training of
+    those ahead of it, so its hard time limit grows as much."""
+    ahead = max(0, prepare_ahead)
+    if ahead and not share_device:
         raise ValueError(f"{executor}: prepare_ahead needs share_device (the search's "
                          f"workdir), where its processes take turns on their devices")
-    return {"share_device": share_device}
+    share = {"share_device": share_device} if ahead else {}
+    return max(1, slots) * (1 + ahead), hard_timeout_s * (1 + ahead), share
 
 
 def _init_worker(counter: Any, workers: int, gpus: list[str]) -> None:
@@ -176,11 +178,11 @@ def _init_worker(counter: Any, workers: int, gpus: list[str]) -> None:
                      name="exit-when-orphaned").start()
 
 
-def exit_when_orphaned(owner_pid: int, period_s: float = 1.0) -> None:
+def exit_when_orphaned(owner_pid: int) -> None:
     """Ends this process once its parent `owner_pid` is gone: a killed driver never shuts
     its pool down, and an idle worker would wait on its queue forever."""
     while os.getppid() == owner_pid:
-        time.sleep(period_s)
+        time.sleep(1.0)
     os._exit(1)
 
 
@@ -221,17 +223,14 @@ class LocalExecutor:
     passes its hard time limit is replaced; its candidate fails, the others run again.
 
     With `prepare_ahead` > 0, 1 + prepare_ahead processes serve each device and take turns
-    on it (`share_device`: the search's workdir): while one trains, the others prepare. A
-    candidate may wait through the training of those ahead of it, so its hard time limit
-    is (1 + prepare_ahead) times `hard_timeout_s`."""
+    on it (`share_device`: the search's workdir): while one trains, the others prepare; the
+    hard time limit is (1 + prepare_ahead) times `hard_timeout_s`."""
 
     def __init__(self, workers: int = 1, hard_timeout_s: float = 0.0,
                  prepare_ahead: int = 0, share_device: str | None = None) -> None:
         self.workers = max(1, workers)
-        self.prepare_ahead = max(0, prepare_ahead)
-        self._share = _taking_turns("LocalExecutor", self.prepare_ahead, share_device)
-        self.capacity = self.workers * (1 + self.prepare_ahead)
-        self.hard_timeout_s = hard_timeout_s * (1 + self.prepare_ahead)
+        self.capacity, self.hard_timeout_s, self._share = _taking_turns(
+            "LocalExecutor", workers, hard_timeout_s, prepare_ahead, share_device)
         self._context = multiprocessing.get_context("spawn")
         self._counter = self._context.Value("i", 0)
         self._gpus = visible_gpus()
@@ -393,10 +392,8 @@ class RayExecutor:
         if settings is None:
             settings = RayConfig().resolved(num_cpus_per_candidate=1.0,
                                             num_gpus_per_candidate=0.0)
-        ahead = max(0, prepare_ahead)
-        self._share = _taking_turns("RayExecutor", ahead, share_device)
-        self.capacity = max(1, capacity) * (1 + ahead)
-        self.hard_timeout_s = hard_timeout_s * (1 + ahead)
+        self.capacity, self.hard_timeout_s, self._share = _taking_turns(
+            "RayExecutor", capacity, hard_timeout_s, prepare_ahead, share_device)
         self.max_tries = max(1, max_tries)
         self._dataset_mode = settings.dataset
         try:
