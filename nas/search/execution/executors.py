@@ -200,8 +200,9 @@ def _too_late(task: Task, hard_timeout_s: float) -> Outcome:
 class InlineExecutor:
     """Runs each candidate to completion in this process (debugging, tests)."""
 
+    capacity = 1
+
     def __init__(self) -> None:
-        self.capacity = 1
         self._done: list[Outcome] = []
 
     def submit(self, task: Task) -> None:
@@ -408,15 +409,14 @@ class RayExecutor:
         self._lost = tuple(getattr(ray.exceptions, n) for n in LOST_NODE_ERRORS
                            if hasattr(ray.exceptions, n))
         num_gpus = settings.num_gpus
-        # no preallocation; a fractional GPU gets that fraction of its memory
-        env = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
-        if 0 < num_gpus < 1:
-            env["XLA_PYTHON_CLIENT_MEM_FRACTION"] = f"{0.9 * num_gpus:.3f}"
         options: dict[str, Any] = {"num_cpus": settings.num_cpus, "num_gpus": num_gpus,
                                    "max_retries": 0}
         if settings.resources:
             options["resources"] = dict(settings.resources)
-        if num_gpus:
+        if num_gpus:  # no preallocation; a fractional GPU gets that fraction of its memory
+            env = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+            if num_gpus < 1:
+                env["XLA_PYTHON_CLIENT_MEM_FRACTION"] = f"{0.9 * num_gpus:.3f}"
             options["runtime_env"] = {"env_vars": env}
         self._remote = ray.remote(**options)(ray_parts.run_task)
         self._inflight: dict[Any, RayRun] = {}
@@ -516,22 +516,13 @@ class RayExecutor:
         self._ready.clear()
 
 
-class NoExecutor:
+class NoExecutor(InlineExecutor):
     """`search.workers=0`: the driver only proposes; `nas-search worker`s train."""
 
     capacity = 0
 
     def submit(self, task: Task) -> None:
         raise ValueError("search.workers=0: this driver trains nothing")
-
-    def running(self) -> int:
-        return 0
-
-    def poll(self, timeout: float) -> list[Outcome]:
-        return []
-
-    def close(self) -> None:
-        pass
 
 
 def keep_driver_on_cpu() -> bool:
