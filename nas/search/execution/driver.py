@@ -8,7 +8,6 @@ candidates at any time; the driver waits for them instead of stopping.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import shutil
 import time
@@ -217,13 +216,13 @@ class Driver:
         hparams = hparams_lib.seed_values(self.train, self.search)
         for index in range(added, len(parts)):
             part = parts[index]
-            # search.hparams: the seed's values, its children's starting point
-            inheritance = Inheritance(hparams=hparams or None)
+            path = None
             if part.variables is not None:  # saved before the candidate exists, as for children
                 path = init_path(self.workdir, "seed" if index == 0 else f"seed{index}")
-                inheritance = dataclasses.replace(inheritance, init_path=path)
                 shutil.rmtree(path, ignore_errors=True)
                 save_variables(path, part.variables)
+            # search.hparams: the seed's values, its children's starting point
+            inheritance = Inheritance(hparams=hparams or None, init_path=path)
             # the counts of seeds are kept only when there are several
             state: dict[str, Any] = {PROPOSALS: 0} if index == 0 else {}
             if len(parts) > 1:
