@@ -181,9 +181,8 @@ def latency_metrics(graph: Any, constants: Any, variables: dict[str, Any],
 
 
 def _run_once(variables: Any, where: str | None, seen: list[float], *,
-              stop_now: Callable[[int], bool], config: Any,
-              options: TrainOptions, curves: str | None = None,
-              workdir: str | None = None) -> tuple[Any, int, Any]:
+              stop_now: Callable[[int], bool], config: Any, options: TrainOptions,
+              curves: str | None, workdir: str | None) -> tuple[Any, int, Any]:
     """One `train_and_eval` run from `variables` in `where`, each evaluation's accuracy
     appended to `seen`; its records mirrored to the TensorBoard run `curves`."""
 
