@@ -425,6 +425,14 @@ class Driver:
         return make_task(self.study, self.train, self.search, candidate_id, self._shipped,
                          self._starts)
 
+    def startable(self, candidate_id: int) -> Task | None:
+        """The task of a claimed candidate, or None when it cannot start (recorded failed)."""
+        try:
+            return self.task(candidate_id)
+        except ValueError as e:
+            self.record(Outcome(candidate_id, error=describe_failure(e)[0]))
+            return None
+
     def record(self, outcome: Outcome) -> None:
         record_outcome(self.study, outcome, worker=self.worker, rungs=self.rungs)
 
@@ -529,14 +537,12 @@ class Driver:
                 candidate = self.study.claim(worker=self.worker, lease_s=self.search.lease_s)
                 if candidate is not None:
                     inflight.add(candidate.id)  # before its task is built: Ctrl-C frees it
-                    try:
-                        task = self.task(candidate.id)
-                    except ValueError as e:  # it cannot start: recorded failed
-                        self.record(Outcome(candidate.id, error=describe_failure(e)[0]))
+                    task = self.startable(candidate.id)
+                    if task is None:  # recorded as failed
                         inflight.discard(candidate.id)
-                        continue
-                    keeper.hold(candidate.id)
-                    executor.submit(task)
+                    else:
+                        keeper.hold(candidate.id)
+                        executor.submit(task)
                     continue
                 total = sum(self.study.counts().values())
                 self._done.refresh()
