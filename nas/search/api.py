@@ -114,7 +114,7 @@ def run_search(seed: Any, data: Any, *, workdir: str | os.PathLike, max_candidat
     is written (no workdir is created)."""
     from nas.search.execution.executors import refuse_spawned_import
 
-    refuse_spawned_import("run_search")  # a worker importing a script without the guard
+    refuse_spawned_import()  # a worker importing a script without the guard
     workdir = os.fspath(workdir)
     prepared = prepare(seed, data, workdir=workdir, max_candidates=max_candidates,
                        config=config, overrides=overrides, loss=loss, optimizer=optimizer,

@@ -8,7 +8,6 @@ candidates at any time; the driver waits for them instead of stopping.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import shutil
 import time
@@ -115,8 +114,9 @@ def unusable_parents(study: Study) -> dict[int, str]:
     return {int(k): str(v) for k, v in (study.get_state(UNUSABLE_PARENTS, {}) or {}).items()}
 
 
-def init_path(workdir: str | Path, proposal: int) -> str:
-    """Where proposal `proposal`'s starting weights are saved before its candidate exists."""
+def init_path(workdir: str | Path, proposal: int | str) -> str:
+    """Where a proposal's (or a named seed's) starting weights are saved before its
+    candidate exists."""
     return os.path.join(os.path.abspath(workdir), "inits", str(proposal))
 
 
@@ -188,6 +188,7 @@ class Driver:
         self._starts = StartingWeights(self.search.pipeline_depth + 1)
         self._selector = Selector(self.selection)  # keeps the pool and its ties
         self._told_no_blocks = False  # "block-level mutation does not apply" logged once
+        self._failures = 0  # failed proposals in a row: the loop stops at max_proposal_failures
         self._progress = True
         self._board = (tensorboard_runs.StudyRun(self.workdir, self.selection.costs)
                        if self.search.tensorboard else None)  # written, never read
@@ -215,14 +216,13 @@ class Driver:
         hparams = hparams_lib.seed_values(self.train, self.search)
         for index in range(added, len(parts)):
             part = parts[index]
-            # search.hparams: the seed's values, its children's starting point
-            inheritance = Inheritance(hparams=hparams or None)
+            path = None
             if part.variables is not None:  # saved before the candidate exists, as for children
-                name = "seed" if index == 0 else f"seed{index}"
-                path = os.path.join(os.path.abspath(self.workdir), "inits", name)
-                inheritance = dataclasses.replace(inheritance, init_path=path)
+                path = init_path(self.workdir, "seed" if index == 0 else f"seed{index}")
                 shutil.rmtree(path, ignore_errors=True)
                 save_variables(path, part.variables)
+            # search.hparams: the seed's values, its children's starting point
+            inheritance = Inheritance(hparams=hparams or None, init_path=path)
             # the counts of seeds are kept only when there are several
             state: dict[str, Any] = {PROPOSALS: 0} if index == 0 else {}
             if len(parts) > 1:
@@ -457,8 +457,7 @@ class Driver:
         self.seed_population()
         executor = make_executor(
             search.executor, workers=search.workers, ray_address=search.ray_address,
-            hard_timeout_s=search.hard_time_limit_s, num_cpus=search.num_cpus_per_candidate,
-            num_gpus=search.num_gpus_per_candidate, prepare_ahead=self.prepare_ahead,
+            hard_timeout_s=search.hard_time_limit_s, prepare_ahead=self.prepare_ahead,
             share_device=self.workdir, ray=search.ray, max_tries=search.max_attempts)
         keeper = LeaseKeeper(self.workdir, self.worker, search.lease_s)
         bar = tqdm(total=search.max_candidates, disable=not progress, unit="cand")
@@ -514,7 +513,7 @@ class Driver:
     def _loop(self, executor: Executor, keeper: LeaseKeeper, inflight: set[int], bar: tqdm) -> None:
         # reads self.search on every pass: a caller may replace the settings while it runs
         # (a benchmark's wall-clock budget lowers max_candidates)
-        proposal_failures = 0
+        self._failures = 0
         while True:
             counts = self.study.counts()
             finished = self.study.finished_count(counts)
@@ -523,16 +522,15 @@ class Driver:
                 return
             if executor.capacity == 0:  # external workers train: keep one child pending
                 pending, running = counts[Status.PENDING], counts[Status.RUNNING]
-                may_propose = proposal_failures < self.search.max_proposal_failures
                 if not pending and sum(counts.values()) < self.search.max_candidates and \
-                        counts[Status.DONE] and may_propose and self.population() is not None:
-                    proposal_failures = 0 if self.propose() is not None else \
-                        proposal_failures + 1
+                        counts[Status.DONE] and self._may_propose() and \
+                        self.population() is not None:
+                    self._propose_counted()
                     continue
                 if not pending and not running:
-                    logging.warning(STOPPED_EARLY, proposal_failures)
+                    logging.warning(STOPPED_EARLY, self._failures)
                     return
-                time.sleep(min(1.0, self.search.lease_s / 4))
+                self._wait_for_workers()
                 continue
             while executor.running() < executor.capacity:
                 # this run's lease, which the keeper renews, not the one stored at creation
@@ -552,29 +550,35 @@ class Driver:
                     break
                 if self.population() is None:  # wait for the results it must read
                     break
-                if self.propose() is None:
-                    proposal_failures += 1
-                    if proposal_failures >= self.search.max_proposal_failures:
-                        break
-                else:
-                    proposal_failures = 0
-            if proposal_failures < self.search.max_proposal_failures:
-                ahead = self.propose_ahead(executor)
-                if ahead is not None:
-                    proposal_failures = 0 if ahead else proposal_failures + 1
+                if not self._propose_counted() and not self._may_propose():
+                    break
+            if self._may_propose():
+                self.propose_ahead(executor)
             if executor.running() == 0:
                 if self.study.counts()[Status.RUNNING]:  # external workers are training
-                    time.sleep(min(1.0, self.search.lease_s / 4))
+                    self._wait_for_workers()
                     continue
                 if self.study.counts()[Status.PENDING]:
                     continue  # e.g. a claim released by a worker
-                logging.warning(STOPPED_EARLY, proposal_failures)
+                logging.warning(STOPPED_EARLY, self._failures)
                 return
             for outcome in executor.poll(timeout=1.0):
                 keeper.drop(outcome.candidate_id)
                 inflight.discard(outcome.candidate_id)
                 self.record(outcome)
                 self.tell_callbacks(outcome.candidate_id)
+
+    def _propose_counted(self) -> bool:
+        """`propose`, counting the failed proposals in a row (`_failures`)."""
+        added = self.propose() is not None
+        self._failures = 0 if added else self._failures + 1
+        return added
+
+    def _may_propose(self) -> bool:
+        return self._failures < self.search.max_proposal_failures
+
+    def _wait_for_workers(self) -> None:
+        time.sleep(min(1.0, self.search.lease_s / 4))
 
     def tell_callbacks(self, candidate_id: int) -> None:
         """Calls each callback with the candidate, if it finished."""
@@ -588,18 +592,18 @@ class Driver:
             for callback in self._callbacks:
                 callback(candidate)
 
-    def propose_ahead(self, executor: Executor) -> bool | None:
+    def propose_ahead(self, executor: Executor) -> bool:
         """While every worker trains, proposes one child if fewer than
         `search.propose_ahead` are pending and its results are in, so a worker that
-        finishes claims one at once: True if added, False if failed, None if not now."""
+        finishes claims one at once (counted in `_failures`): whether one was added."""
         if executor.running() < executor.capacity:
-            return None
+            return False
         counts = self.study.counts()
         if (counts["pending"] >= self.search.propose_ahead
                 or sum(counts.values()) >= self.search.max_candidates
                 or self.population() is None):
-            return None
-        return self.propose() is not None
+            return False
+        return self._propose_counted()
 
     def _update(self, bar: tqdm, finished: int, counts: dict[str, int]) -> None:
         rungs = self.study.rung_counts() if self.rungs.epochs else {}

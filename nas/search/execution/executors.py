@@ -76,28 +76,18 @@ def cause_path(parent_pid: int, pid: int) -> str:
     return os.path.join(tempfile.gettempdir(), f"nas-worker-death-{parent_pid}-{pid}.txt")
 
 
-def in_spawned_import() -> bool:
-    """Whether this is a spawned worker importing the user's `__main__` again."""
+def refuse_spawned_import() -> None:
+    """One RuntimeError, recorded for the driver, inside a spawned worker's import of the
+    user's `__main__`."""
     mp_main = sys.modules.get("__mp_main__")
-    return mp_main is not None and mp_main is not sys.modules.get("__main__")
-
-
-def refuse_spawned_import(what: str = "run_search") -> None:
-    """One RuntimeError, recorded for the driver, inside a spawned import."""
-    if not in_spawned_import():
+    if mp_main is None or mp_main is sys.modules.get("__main__"):
         return
-    script = os.path.basename(getattr(sys.modules.get("__mp_main__"), "__file__", "")
-                              or "your script")
-    line = (f"a worker process, importing {script} again, called nas.{what}: put the "
+    script = os.path.basename(getattr(mp_main, "__file__", "") or "your script")
+    line = (f"a worker process, importing {script} again, called nas.run_search: put the "
             f"search under `{GUARD}` in {script}")
-    record_death(line)
-    raise RuntimeError(line)
-
-
-def record_death(line: str) -> None:
-    """Leaves `line` for the driver (this process's parent) to read."""
     with contextlib.suppress(OSError), open(cause_path(os.getppid(), os.getpid()), "w") as f:
         f.write(line)  # else the line still reaches stderr with the exception
+    raise RuntimeError(line)
 
 
 def death_cause(processes: Iterable[Any]) -> str:
@@ -158,15 +148,17 @@ def worker_env(index: int, workers: int, gpus: list[str]) -> dict[str, str]:
     return env
 
 
-def _taking_turns(executor: str, prepare_ahead: int, share_device: str | None
-                  ) -> dict[str, Any]:
-    """`train_candidate`'s extra arguments when processes prepare ahead."""
-    if not prepare_ahead:
-        return {}
-    if not share_device:
+def _taking_turns(executor: str, slots: int, hard_timeout_s: float, prepare_ahead: int,
+                  share_device: str | None) -> tuple[int, float, dict[str, Any]]:
+    """(capacity, hard time limit, `train_candidate`'s extra arguments) of `slots`, each
+    served by 1 + prepare_ahead processes: a candidate may wait through the training of
+    those ahead of it, so its hard time limit grows as much."""
+    ahead = max(0, prepare_ahead)
+    if ahead and not share_device:
         raise ValueError(f"{executor}: prepare_ahead needs share_device (the search's "
                          f"workdir), where its processes take turns on their devices")
-    return {"share_device": share_device}
+    share = {"share_device": share_device} if ahead else {}
+    return max(1, slots) * (1 + ahead), hard_timeout_s * (1 + ahead), share
 
 
 def _init_worker(counter: Any, workers: int, gpus: list[str]) -> None:
@@ -186,16 +178,20 @@ def _init_worker(counter: Any, workers: int, gpus: list[str]) -> None:
                      name="exit-when-orphaned").start()
 
 
-def exit_when_orphaned(owner_pid: int, period_s: float = 1.0) -> None:
+def exit_when_orphaned(owner_pid: int) -> None:
     """Ends this process once its parent `owner_pid` is gone: a killed driver never shuts
     its pool down, and an idle worker would wait on its queue forever."""
     while os.getppid() == owner_pid:
-        time.sleep(period_s)
+        time.sleep(1.0)
     os._exit(1)
 
 
 def _failed(task: Task, e: BaseException) -> Outcome:
     return Outcome.failed(task, *describe_failure(e))
+
+
+def _too_late(task: Task, hard_timeout_s: float) -> Outcome:
+    return Outcome.failed(task, f"exceeded the hard time limit of {hard_timeout_s:.0f} s")
 
 
 # ----------------------------------------------------------------------------- executors
@@ -204,8 +200,9 @@ def _failed(task: Task, e: BaseException) -> Outcome:
 class InlineExecutor:
     """Runs each candidate to completion in this process (debugging, tests)."""
 
+    capacity = 1
+
     def __init__(self) -> None:
-        self.capacity = 1
         self._done: list[Outcome] = []
 
     def submit(self, task: Task) -> None:
@@ -227,17 +224,14 @@ class LocalExecutor:
     passes its hard time limit is replaced; its candidate fails, the others run again.
 
     With `prepare_ahead` > 0, 1 + prepare_ahead processes serve each device and take turns
-    on it (`share_device`: the search's workdir): while one trains, the others prepare. A
-    candidate may wait through the training of those ahead of it, so its hard time limit
-    is (1 + prepare_ahead) times `hard_timeout_s`."""
+    on it (`share_device`: the search's workdir): while one trains, the others prepare; the
+    hard time limit is (1 + prepare_ahead) times `hard_timeout_s`."""
 
     def __init__(self, workers: int = 1, hard_timeout_s: float = 0.0,
                  prepare_ahead: int = 0, share_device: str | None = None) -> None:
         self.workers = max(1, workers)
-        self.prepare_ahead = max(0, prepare_ahead)
-        self._share = _taking_turns("LocalExecutor", self.prepare_ahead, share_device)
-        self.capacity = self.workers * (1 + self.prepare_ahead)
-        self.hard_timeout_s = hard_timeout_s * (1 + self.prepare_ahead)
+        self.capacity, self.hard_timeout_s, self._share = _taking_turns(
+            "LocalExecutor", workers, hard_timeout_s, prepare_ahead, share_device)
         self._context = multiprocessing.get_context("spawn")
         self._counter = self._context.Value("i", 0)
         self._gpus = visible_gpus()
@@ -254,8 +248,11 @@ class LocalExecutor:
                                       initializer=_init_worker,
                                       initargs=(self._counter, self.workers, self._gpus))
 
+    def _processes(self) -> list[Any]:
+        return list(getattr(self._pool, "_processes", {}).values())
+
     def _kill_workers(self) -> None:
-        for process in list(getattr(self._pool, "_processes", {}).values()):
+        for process in self._processes():
             process.kill()
 
     def _replace_pool(self) -> None:
@@ -307,8 +304,7 @@ class LocalExecutor:
             else:
                 suspects.append(task)
         self._inflight.clear()
-        processes = list(getattr(self._pool, "_processes", {}).values())
-        cause = death_cause(processes)  # before the kills: those that ended alone
+        cause = death_cause(self._processes())  # before the kills: those that ended alone
         self._replace_pool()
         if len(suspects) == 1:
             return outcomes + [Outcome.failed(suspects[0], cause)]
@@ -336,8 +332,7 @@ class LocalExecutor:
             task, _ = self._inflight.pop(future)
             logging.warning("candidate %d exceeded the hard time limit; killing its worker",
                             task.candidate_id)
-            outcomes.append(Outcome.failed(task, f"exceeded the hard time limit of "
-                                                 f"{self.hard_timeout_s:.0f} s"))
+            outcomes.append(_too_late(task, self.hard_timeout_s))
         self._replace_pool()
         pending = list(self._inflight.values())
         self._inflight.clear()
@@ -398,10 +393,8 @@ class RayExecutor:
         if settings is None:
             settings = RayConfig().resolved(num_cpus_per_candidate=1.0,
                                             num_gpus_per_candidate=0.0)
-        ahead = max(0, prepare_ahead)
-        self._share = _taking_turns("RayExecutor", ahead, share_device)
-        self.capacity = max(1, capacity) * (1 + ahead)
-        self.hard_timeout_s = hard_timeout_s * (1 + ahead)
+        self.capacity, self.hard_timeout_s, self._share = _taking_turns(
+            "RayExecutor", capacity, hard_timeout_s, prepare_ahead, share_device)
         self.max_tries = max(1, max_tries)
         self._dataset_mode = settings.dataset
         try:
@@ -416,15 +409,14 @@ class RayExecutor:
         self._lost = tuple(getattr(ray.exceptions, n) for n in LOST_NODE_ERRORS
                            if hasattr(ray.exceptions, n))
         num_gpus = settings.num_gpus
-        # no preallocation; a fractional GPU gets that fraction of its memory
-        env = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
-        if 0 < num_gpus < 1:
-            env["XLA_PYTHON_CLIENT_MEM_FRACTION"] = f"{0.9 * num_gpus:.3f}"
         options: dict[str, Any] = {"num_cpus": settings.num_cpus, "num_gpus": num_gpus,
                                    "max_retries": 0}
         if settings.resources:
             options["resources"] = dict(settings.resources)
-        if num_gpus:
+        if num_gpus:  # no preallocation; a fractional GPU gets that fraction of its memory
+            env = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+            if num_gpus < 1:
+                env["XLA_PYTHON_CLIENT_MEM_FRACTION"] = f"{0.9 * num_gpus:.3f}"
             options["runtime_env"] = {"env_vars": env}
         self._remote = ray.remote(**options)(ray_parts.run_task)
         self._inflight: dict[Any, RayRun] = {}
@@ -502,8 +494,7 @@ class RayExecutor:
             if self.hard_timeout_s and now - run.started > self.hard_timeout_s:
                 self._ray.cancel(ref, force=True)
                 del self._inflight[ref]
-                outcomes.append(Outcome.failed(run.task, f"exceeded the hard time limit of "
-                                                         f"{self.hard_timeout_s:.0f} s"))
+                outcomes.append(_too_late(run.task, self.hard_timeout_s))
         return outcomes
 
     def _after_loss(self, run: RayRun, e: BaseException) -> list[Outcome]:
@@ -525,22 +516,13 @@ class RayExecutor:
         self._ready.clear()
 
 
-class NoExecutor:
+class NoExecutor(InlineExecutor):
     """`search.workers=0`: the driver only proposes; `nas-search worker`s train."""
 
     capacity = 0
 
     def submit(self, task: Task) -> None:
         raise ValueError("search.workers=0: this driver trains nothing")
-
-    def running(self) -> int:
-        return 0
-
-    def poll(self, timeout: float) -> list[Outcome]:
-        return []
-
-    def close(self) -> None:
-        pass
 
 
 def keep_driver_on_cpu() -> bool:
@@ -555,16 +537,16 @@ def keep_driver_on_cpu() -> bool:
 
 
 def make_executor(kind: str, *, workers: int, ray_address: str | None,
-                  hard_timeout_s: float, num_cpus: float = 1, num_gpus: float = 0,
-                  prepare_ahead: int = 0, share_device: str | None = None,
-                  ray: RayConfig | None = None, max_tries: int = 3) -> Executor:
-    """The executor `kind` names. `ray`: the study's `settings.RayConfig`, whose num_cpus
-    and num_gpus win (None: a request of `num_cpus` and `num_gpus`, the data shipped)."""
-    out_of_process = workers == 0 or kind in ("local", "ray")
-    if out_of_process and not keep_driver_on_cpu():
-        logging.warning("the driver already initialized an accelerator backend before its "
-                        "executor was made; it may hold accelerator memory")
-    if not out_of_process:
+                  hard_timeout_s: float, prepare_ahead: int = 0,
+                  share_device: str | None = None, ray: RayConfig | None = None,
+                  max_tries: int = 3) -> Executor:
+    """The executor `kind` names. `ray`: the study's resolved `settings.RayConfig` (None:
+    one CPU a task, the data shipped)."""
+    if workers == 0 or kind in ("local", "ray"):
+        if not keep_driver_on_cpu():
+            logging.warning("the driver already initialized an accelerator backend before "
+                            "its executor was made; it may hold accelerator memory")
+    else:
         with deferred_interrupt(raise_after=True):
             jax.devices()  # the backend it trains on: now, not mid-candidate
     if workers == 0:
@@ -574,8 +556,6 @@ def make_executor(kind: str, *, workers: int, ray_address: str | None,
     if kind == "local":
         return LocalExecutor(workers, hard_timeout_s, prepare_ahead, share_device)
     if kind == "ray":
-        if ray is None:
-            ray = RayConfig().resolved(num_cpus, num_gpus)
         return RayExecutor(ray_address or None, workers, hard_timeout_s, prepare_ahead,
                            share_device, settings=ray, max_tries=max_tries)
     raise ValueError(f"config field 'search.executor': unknown executor {kind!r}; expected "

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nas.search.execution.task import Failure, Task
-from nas.search.execution.worker import describe_failure, train_or_failure
+from nas.search.execution.worker import describe_failure, one_line, train_or_failure
 from nas.train import data as data_lib
 from nas.train import userdata
 
@@ -93,13 +93,12 @@ def replace_folder(files: Files, root: str) -> None:
     A kill in between leaves a `.incoming`/`.replaced` sibling, which the next call removes."""
     parent = os.path.dirname(os.path.abspath(root))
     os.makedirs(parent, exist_ok=True)
-    base = os.path.basename(root)
-    for stale in (f".{base}.incoming", f".{base}.replaced"):
-        shutil.rmtree(os.path.join(parent, stale), ignore_errors=True)
-    incoming = os.path.join(parent, f".{base}.incoming")
+    incoming, replaced = (os.path.join(parent, f".{os.path.basename(root)}.{part}")
+                          for part in ("incoming", "replaced"))
+    for stale in (incoming, replaced):
+        shutil.rmtree(stale, ignore_errors=True)
     write_files(files, incoming)
     os.makedirs(incoming, exist_ok=True)
-    replaced = os.path.join(parent, f".{base}.replaced")
     if os.path.exists(root):
         os.rename(root, replaced)
     os.rename(incoming, root)
@@ -223,7 +222,7 @@ def start_or_join(ray: Any, address: str | None, slots: int, request: dict[str, 
             ray.init(address=address, include_dashboard=False, log_to_driver=False)
     except (ConnectionError, TimeoutError, RuntimeError, ValueError) as e:
         raise ValueError(f"config field 'search.ray_address': cannot join the Ray cluster at "
-                         f"{address!r} ({_first_line(e)})") from None
+                         f"{address!r} ({one_line(e)[:300]})") from None
 
 
 def check_reachable(address: str) -> None:
@@ -240,7 +239,7 @@ def check_reachable(address: str) -> None:
             target = None
         except Exception as e:  # noqa: BLE001 - Ray's own reasons, e.g. a malformed address
             raise ValueError(f"config field 'search.ray_address': {address!r} is not a Ray "
-                             f"address ({_first_line(e)})") from None
+                             f"address ({one_line(e)[:300]})") from None
         if target is None:
             raise ValueError(f"config field 'search.ray_address': {address!r} names no "
                              f"running Ray cluster (start one with `ray start --head`, or "
@@ -251,7 +250,7 @@ def check_reachable(address: str) -> None:
             pass
     except (OSError, ValueError) as e:
         raise ValueError(f"config field 'search.ray_address': cannot reach a Ray cluster at "
-                         f"{target} ({_first_line(e)})") from None
+                         f"{target} ({one_line(e)[:300]})") from None
 
 
 def check_fits(ray: Any, request: dict[str, float]) -> None:
@@ -264,11 +263,6 @@ def check_fits(ray: Any, request: dict[str, float]) -> None:
     asked = ", ".join(f"{k} {v:g}" for k, v in sorted(request.items()))
     raise ValueError(f"config field 'search.ray': each task asks for {asked}, more than any "
                      f"node of the Ray cluster has ({len(nodes)} node(s): {have or 'none'})")
-
-
-def _first_line(e: BaseException) -> str:
-    text = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
-    return f"{type(e).__name__}: {text[0] if text else ''}"[:300]
 
 
 # ----------------------------------------------------------------------------- one task

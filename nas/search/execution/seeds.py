@@ -97,9 +97,16 @@ def check_seed(config: ml_collections.ConfigDict, search: SearchSettings) -> lis
     """Builds the seeds a new study of `config` would start from, refusing bad ones; the
     seeds, for the driver to add (`Driver.seed_population`) without building them again."""
     parts = seed_list(config.train, search)
+    # the study keeps one candidate per architecture: two seeds of one are one line
     if len(parts) > 1:
         shape = (1, *image_shape(config.train))
-        check_distinct(parts, [fingerprint_at(p.graph, p.constants, shape) for p in parts])
+        fingerprints = [fingerprint_at(p.graph, p.constants, shape) for p in parts]
+        first: dict[str, str] = {}
+        for part, fp in zip(parts, fingerprints, strict=True):
+            if fp in first:
+                raise ValueError(f"{part.source}: the same architecture as {first[fp]} "
+                                 f"(expected each seed to be a different model)")
+            first[fp] = part.source
     return parts
 
 
@@ -173,17 +180,6 @@ def seed_list(train: ml_collections.ConfigDict, search: SearchSettings) -> list[
         else:
             out.append(file_part(train, os.path.expanduser(name), field))
     return out
-
-
-def check_distinct(parts: Sequence[SeedPart], fingerprints: Sequence[str]) -> None:
-    """Two seeds of the same architecture are one line naming both (the study keeps one
-    candidate per architecture)."""
-    first: dict[str, str] = {}
-    for part, fp in zip(parts, fingerprints, strict=True):
-        if fp in first:
-            raise ValueError(f"{part.source}: the same architecture as {first[fp]} (expected "
-                             f"each seed to be a different model)")
-        first[fp] = part.source
 
 
 # ----------------------------------------------------------------------------- start_from

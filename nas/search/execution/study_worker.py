@@ -30,7 +30,7 @@ from nas.search.store.study import (
 from nas.search.strategy.settings import SearchSettings
 
 
-def wait_for_study(workdir: str | Path, wait_s: float, poll_s: float = 0.5,
+def wait_for_study(workdir: str | Path, wait_s: float,
                    say: Callable[[str], None] | None = None) -> Study:
     """The study in `workdir`, waiting up to `wait_s` for a driver to create it (`say`,
     else the log, is told so once). A file there that is not a study is a ValueError at
@@ -58,7 +58,7 @@ def wait_for_study(workdir: str | Path, wait_s: float, poll_s: float = 0.5,
         if time.monotonic() > deadline:
             raise ValueError(f"{path}: no study appeared within {wait_s:g} s (start the "
                              f"driver with --workdir={workdir})")
-        time.sleep(poll_s)
+        time.sleep(0.5)
 
 
 def search_finished(study: Study) -> bool:
@@ -95,8 +95,8 @@ def train_claimed(study: Study, config: ml_collections.ConfigDict,
 
 
 def run_worker(workdir: str | Path, candidate_id: int | None = None, *, wait_s: float = 600.0,
-               poll_s: float = 1.0, worker: str | None = None,
-               say: Callable[[str], None] | None = None) -> list[Candidate]:
+               worker: str | None = None, say: Callable[[str], None] | None = None
+               ) -> list[Candidate]:
     """Claim and train candidates of the study in `workdir` until the search is finished
     (or nothing was claimable for `wait_s`); with `candidate_id`, just that one. Returns
     the candidates this worker trained, as recorded."""
@@ -118,7 +118,7 @@ def run_worker(workdir: str | Path, candidate_id: int | None = None, *, wait_s: 
                                  f"{status}, not pending")
             if search_finished(study) or time.monotonic() - idle_since > wait_s:
                 return trained
-            time.sleep(poll_s)
+            time.sleep(1.0)
             continue
         logging.info("%s: training candidate %d", worker, candidate.id)
         train_claimed(study, config, search, candidate, worker)

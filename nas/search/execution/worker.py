@@ -53,12 +53,6 @@ class ClaimLost(RuntimeError):
 # ----------------------------------------------------------------------------- device turns
 
 
-def lock_dir() -> str:
-    """$NAS_DEVICE_LOCKS, else `nas-device-locks` in the host's temporary directory."""
-    return os.environ.get("NAS_DEVICE_LOCKS") or os.path.join(tempfile.gettempdir(),
-                                                             "nas-device-locks")
-
-
 def device_key() -> str:
     """This process's device, the same in every process that uses it: "cpu" ("cpu-N" for
     a local executor's slot N), else the platform and the GPUs this process sees."""
@@ -73,9 +67,12 @@ def device_key() -> str:
 
 
 def lock_path(workdir: str) -> str:
-    """The lock file of this process's device for the search in `workdir`."""
+    """The lock file of this process's device for the search in `workdir`, under
+    $NAS_DEVICE_LOCKS, else `nas-device-locks` in the host's temporary directory."""
+    locks = os.environ.get("NAS_DEVICE_LOCKS") or os.path.join(tempfile.gettempdir(),
+                                                              "nas-device-locks")
     search = hashlib.sha256(os.path.realpath(workdir).encode()).hexdigest()[:16]
-    return os.path.join(lock_dir(), search, f"{device_key()}.lock")
+    return os.path.join(locks, search, f"{device_key()}.lock")
 
 
 class DeviceTurn:
@@ -184,9 +181,8 @@ def latency_metrics(graph: Any, constants: Any, variables: dict[str, Any],
 
 
 def _run_once(variables: Any, where: str | None, seen: list[float], *,
-              stop_now: Callable[[int], bool], config: Any,
-              options: TrainOptions, curves: str | None = None,
-              workdir: str | None = None) -> tuple[Any, int, Any]:
+              stop_now: Callable[[int], bool], config: Any, options: TrainOptions,
+              curves: str | None, workdir: str | None) -> tuple[Any, int, Any]:
     """One `train_and_eval` run from `variables` in `where`, each evaluation's accuracy
     appended to `seen`; its records mirrored to the TensorBoard run `curves`."""
 
@@ -269,10 +265,10 @@ def epoch_accuracies(workdir: str) -> list[float]:
 _BYTES = re.compile(r"([0-9][0-9,]*)\s*bytes", re.IGNORECASE)
 
 
-def is_out_of_memory(e: BaseException) -> bool:
-    """An allocation failure: the host's MemoryError or XLA's RESOURCE_EXHAUSTED."""
-    return isinstance(e, MemoryError) or "RESOURCE_EXHAUSTED" in str(e) or (
-        "out of memory" in str(e).lower() and "Error" in type(e).__name__)
+def one_line(e: BaseException) -> str:
+    """"TypeName: the first non-blank line of its message"."""
+    text = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    return f"{type(e).__name__}: {text[0] if text else ''}"
 
 
 def describe_failure(e: BaseException) -> tuple[str, bool]:
@@ -280,13 +276,15 @@ def describe_failure(e: BaseException) -> tuple[str, bool]:
     or over the device memory budget, fails again on the same machine."""
     if isinstance(e, DeviceBudgetExceeded):
         return f"infeasible: {e}", True
-    if is_out_of_memory(e):
-        match = _BYTES.search(str(e))
+    text = str(e)
+    # the host's MemoryError, or an allocation failure of XLA's
+    if isinstance(e, MemoryError) or "RESOURCE_EXHAUSTED" in text or (
+            "out of memory" in text.lower() and "Error" in type(e).__name__):
+        match = _BYTES.search(text)
         asked = f"asked {int(match.group(1).replace(',', '')):,} bytes" if match else \
             "size not reported"
         return f"out of memory ({asked})", True
-    text = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
-    return f"{type(e).__name__}: {text[0] if text else ''}"[:2000], False
+    return one_line(e)[:2000], False
 
 
 def train_or_failure(task: Task, **runtime: Any) -> tuple[dict[str, Any], dict[str, Any]] | Failure:
