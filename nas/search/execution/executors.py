@@ -516,13 +516,22 @@ class RayExecutor:
         self._ready.clear()
 
 
-class NoExecutor(InlineExecutor):
+class NoExecutor:
     """`search.workers=0`: the driver only proposes; `nas-search worker`s train."""
 
     capacity = 0
 
     def submit(self, task: Task) -> None:
         raise ValueError("search.workers=0: this driver trains nothing")
+
+    def running(self) -> int:
+        return 0
+
+    def poll(self, timeout: float) -> list[Outcome]:
+        return []
+
+    def close(self) -> None:
+        pass
 
 
 def keep_driver_on_cpu() -> bool:
