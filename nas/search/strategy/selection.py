@@ -164,13 +164,10 @@ class Columns:
            ) -> Columns:
         """From individuals in any order; a column per built-in and per user's cost."""
         pool = sorted(population, key=lambda ind: ind.id)
-        return cls(
-            np.array([ind.id for ind in pool], dtype=np.int64),
-            np.array([ind.accuracy for ind in pool], dtype=float),
-            {c: np.array([_number(cost_value(ind, c)) for ind in pool], dtype=float)
-             for c in (*COSTS, *user_costs, *map(spread_name, user_costs))},
-            np.array([float(int(ind.examples)) if ind.examples else math.nan
-                      for ind in pool], dtype=float))
+        return cls(np.array([ind.id for ind in pool], dtype=np.int64),
+                   np.array([ind.accuracy for ind in pool], dtype=float),
+                   cost_columns(pool, pool_costs(user_costs)),
+                   size_column([ind.examples for ind in pool]))
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -183,8 +180,20 @@ class Columns:
                        None if self.correct_bits is None else self.correct_bits[keep])
 
 
-def _number(value: float | None) -> float:
-    return math.nan if value is None else float(value)
+def pool_costs(user_costs: Sequence[str]) -> tuple[str, ...]:
+    """The cost columns of a pool: the built-in costs, the user's and their spreads."""
+    return (*COSTS, *user_costs, *map(spread_name, user_costs))
+
+
+def cost_columns(items: Sequence[Any], costs: Sequence[str]) -> dict[str, np.ndarray]:
+    """Each of `costs` of `items` as a float column (`cost_value`; none: NaN)."""
+    return {c: np.array([math.nan if (v := cost_value(item, c)) is None else v
+                         for item in items], dtype=float) for c in costs}
+
+
+def size_column(sizes: Sequence[Any]) -> np.ndarray:
+    """Sample sizes as selection reads them (`int(n)`), NaN where unknown (falsy)."""
+    return np.array([float(int(n)) if n else math.nan for n in sizes], dtype=float)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -400,8 +409,7 @@ class Selector:
     def __init__(self, config: SelectionConfig | None = None, closest: bool = True) -> None:
         self.config = config or SelectionConfig()
         self.closest = closest  # keep closest-k indexes (worth it over many calls)
-        users = self.config.user_costs
-        self._costs = (*COSTS, *users, *map(spread_name, users))  # the pool's columns
+        self._costs = pool_costs(self.config.user_costs)  # the pool's columns
         self._seen = np.zeros(0, dtype=np.int64)  # ids of the population last given
         self._pool: GrowingColumns | None = None  # its rows reaching min_acc
         self._ties = NoiseTies()  # of the pool's accuracies (when they do not age)
