@@ -104,9 +104,7 @@ def cost_value(item: Any, cost: str) -> float | None:
     if not isinstance(values, Mapping):
         values = getattr(item, "extra_metrics", None) or {}
     value = values.get(cost)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
+    return float(value) if schema.Field(float).ok(value) else None
 
 
 @dataclasses.dataclass(frozen=True)

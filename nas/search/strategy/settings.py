@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -99,9 +98,7 @@ class RayConfig(schema.Section):
             if name in ("CPU", "GPU"):
                 raise ValueError(f"config field '{prefix}resources.{name}': set "
                                  f"{prefix}num_{name.lower()}s instead")
-            if not isinstance(name, str) or not name or isinstance(amount, bool) \
-                    or not isinstance(amount, int | float) or not math.isfinite(amount) \
-                    or amount <= 0:
+            if not isinstance(name, str) or not name or not schema.positive(float).ok(amount):
                 raise ValueError(f"config field '{prefix}resources.{name}' must be a "
                                  f"number > 0, got {amount!r}")
         object.__setattr__(self, "resources", {str(k): float(v) for k, v in resources.items()})
