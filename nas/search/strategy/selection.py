@@ -171,7 +171,6 @@ class Columns:
         return len(self.ids)
 
     def take(self, keep: np.ndarray | slice) -> Columns:
-        """The rows a mask or slice selects."""
         return Columns(self.ids[keep], self.accuracy[keep],
                        {c: v[keep] for c, v in self.costs.items()}, self.examples[keep],
                        None if self.correct_counts is None else self.correct_counts[keep],
@@ -559,8 +558,7 @@ def _draw_row(pool: Columns, acc: np.ndarray, config: SelectionConfig,
         weights = acc.max() - acc[idx]
     else:
         cost = config.costs[int(rng.integers(len(config.costs)))]
-        kept = index(cost) if index is not None and front is not None and \
-            config.balanced else None
+        kept = index(cost) if index is not None and config.balanced else None
         curve = anchor = None
         if kept is not None:  # the rows near the anchor only, when the checks hold
             curve = front(cost)
@@ -613,8 +611,7 @@ def _with_cost_ties(pool: Columns, costs: Sequence[str]) -> tuple[Columns, set[s
             tied[cost] = tied_values(pool.costs[cost], spreads, higher_better(cost))
     if not tied:
         return pool, set()
-    return Columns(pool.ids, pool.accuracy, {**pool.costs, **tied}, pool.examples,
-                   pool.correct_counts, pool.correct_bits), set(tied)
+    return dataclasses.replace(pool, costs={**pool.costs, **tied}), set(tied)
 
 
 def _draw_constrained(pool: Columns, acc: np.ndarray, violation: np.ndarray,
