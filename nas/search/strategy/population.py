@@ -76,7 +76,6 @@ class Population(Sequence[Finished]):
         return itertools.islice(self._rows, self._count)
 
     def without(self, ids: Collection[int]) -> Population:
-        """These candidates but those with the given ids."""
         if not ids:
             return self
         return Population([c for c in self if c.id not in ids],
@@ -169,7 +168,6 @@ def best_order(c: Any) -> tuple[float, float, int]:
 
 
 def _extend(front: Front, rows: Sequence[Finished], cost: str) -> None:
-    """Add the rows' (accuracy, `cost`) points to `front`."""
     front.extend(np.array([r.accuracy for r in rows], dtype=float),
                  cost_columns(rows, (cost,))[cost])
 
