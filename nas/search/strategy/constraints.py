@@ -10,11 +10,12 @@ a value for a bounded cost violates it infinitely.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+
+from nas import schema
 
 
 def check_constraints(bounds: Mapping[str, Any] | None, cost_names: Sequence[str],
@@ -33,8 +34,7 @@ def check_constraints(bounds: Mapping[str, Any] | None, cost_names: Sequence[str
         if name not in cost_names:
             raise ValueError(f"{where}: unknown cost {name!r}; a bound applies to one "
                              f"of {tuple(cost_names)} (a user's cost is named in search.costs)")
-        if isinstance(bound, bool) or not isinstance(bound, int | float) or not (
-                math.isfinite(bound) and bound >= 0):
+        if not schema.at_least(0, float).ok(bound):
             raise ValueError(f"{where}: expected an upper bound, a finite number >= 0, "
                              f"got {bound!r:.60}")
         out[str(name)] = float(bound)

@@ -43,7 +43,7 @@ class FidelityConfig(schema.Section):
     parent's accuracy a child stops; cost: "" ranks by accuracy, else by Pareto layer."""
 
     rungs: tuple[float, ...] = schema.setting((), schema.Field(
-        list, check=lambda rungs: all(_number(r) and 0 < r < math.inf for r in rungs),
+        list, check=lambda rungs: all(schema.positive(float).ok(r) for r in rungs),
         expected="of epochs > 0"))
     keep: float = schema.setting(0.5, schema.Field(float, low=0, low_open=True, high=1))
     parent_ratio: float = schema.setting(0.5, schema.at_least(0, float))
@@ -67,11 +67,6 @@ class FidelityConfig(schema.Section):
                              f"epochs exceeds the full budget train.total_epochs={full:g}")
         rungs = self.rungs[:-1] if self.rungs[-1] == full else self.rungs
         return (*rungs, full)
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and \
-        math.isfinite(value)
 
 
 def rung_order(results: Sequence[RungResult], by_cost: bool = False,

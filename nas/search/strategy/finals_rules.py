@@ -272,10 +272,8 @@ class TakeHome:
     @property
     def test_correct(self) -> np.ndarray | None:
         """Which test examples the model taken home gets right (None: not evaluated)."""
-        if self.run is not None:
-            text = self.run.metrics.get("test_correct")
-            return examples.from_text(text, "take-home test_correct") if text else None
-        return None
+        text = self.run.metrics.get("test_correct") if self.run is not None else None
+        return examples.from_text(text, "take-home test_correct") if text else None
 
     @property
     def metrics(self) -> dict[str, Any]:

@@ -37,7 +37,6 @@ class Growing:
         self._size += len(rows)
 
     def insert(self, at: int, value: object) -> None:
-        """Insert one row before position `at`."""
         self._reserve(self._size + 1)
         self._buffer[at + 1: self._size + 1] = self._buffer[at: self._size]  # numpy: overlap ok
         self._buffer[at] = value

@@ -16,13 +16,13 @@ import numpy as np
 
 from nas.search.strategy.pareto import Front
 from nas.search.strategy.selection import (
-    COSTS,
     Columns,
     GrowingColumns,
     check_cost,
-    cost_value,
+    cost_columns,
     higher_better,
-    spread_name,
+    pool_costs,
+    size_column,
 )
 
 
@@ -76,7 +76,6 @@ class Population(Sequence[Finished]):
         return itertools.islice(self._rows, self._count)
 
     def without(self, ids: Collection[int]) -> Population:
-        """These candidates but those with the given ids."""
         if not ids:
             return self
         return Population([c for c in self if c.id not in ids],
@@ -94,8 +93,7 @@ class DoneCache:
                                 else user_costs)
         self._through = 0  # every id <= this is finished and read
         self._rows: list[Finished] = []
-        self._measured = (*self.user_costs, *map(spread_name, self.user_costs))
-        self._columns = GrowingColumns((*COSTS, *self._measured))  # of `_rows`
+        self._columns = GrowingColumns(pool_costs(self.user_costs))  # of `_rows`
         self._tail: list[Finished] = []
         self._best: Finished | None = None  # of `_rows`
         self._fronts: dict[str, tuple[Front, int]] = {}  # of the first rows, by cost
@@ -158,9 +156,8 @@ class DoneCache:
         self._columns.extend(Columns(
             np.array([f.id for f in rows], dtype=np.int64),
             np.array([f.accuracy for f in rows], dtype=float),
-            {c: np.array([_nan(cost_value(f, c)) for f in rows], dtype=float)
-             for c in (*COSTS, *self._measured)},
-            np.array([_size(f.val_examples) for f in rows], dtype=float),
+            cost_columns(rows, pool_costs(self.user_costs)),
+            size_column([f.val_examples for f in rows]),
             np.array([f.val_count or 0 for f in rows], dtype=np.int64),
             _bit_rows([f.val_bits for f in rows])))
 
@@ -171,9 +168,8 @@ def best_order(c: Any) -> tuple[float, float, int]:
 
 
 def _extend(front: Front, rows: Sequence[Finished], cost: str) -> None:
-    """Add the rows' (accuracy, `cost`) points to `front`."""
     front.extend(np.array([r.accuracy for r in rows], dtype=float),
-                 np.array([_nan(cost_value(r, cost)) for r in rows], dtype=float))
+                 cost_columns(rows, (cost,))[cost])
 
 
 def _bit_rows(packed: Sequence[bytes | None]) -> np.ndarray:
@@ -184,12 +180,3 @@ def _bit_rows(packed: Sequence[bytes | None]) -> np.ndarray:
         if b:
             out[i, : len(b)] = np.frombuffer(b, np.uint8)
     return out
-
-
-def _nan(value: float | None) -> float:
-    return float("nan") if value is None else float(value)
-
-
-def _size(value: Any) -> float:
-    """A sample size as selection reads it (`int(n)`), NaN when unknown (falsy)."""
-    return float(int(value)) if value else float("nan")

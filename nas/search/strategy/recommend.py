@@ -54,7 +54,6 @@ class Scored(Protocol):
 
 
 def done_of(candidates: Sequence[Scored]) -> list[Scored]:
-    """The done candidates with an accuracy, in their order."""
     return [c for c in candidates if c.status == "done" and c.accuracy is not None]
 
 

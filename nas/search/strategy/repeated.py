@@ -61,7 +61,13 @@ def compare_repeated(a: np.ndarray, b: np.ndarray, runs: np.ndarray | None = Non
     table (None: from these two alone). `n` counts predictions (repeats x examples)."""
     a = np.atleast_2d(np.asarray(a, dtype=bool))
     b = np.atleast_2d(np.asarray(b, dtype=bool))
-    d, runs = _difference(a, b, runs)
+    if a.shape != b.shape or a.size == 0:
+        raise ValueError(f"paired repeats need equal non-empty shapes, got {a.shape} and "
+                         f"{b.shape}")
+    runs = np.zeros(a.shape, np.int64) if runs is None else np.asarray(runs, np.int64)
+    if runs.shape != a.shape:
+        raise ValueError(f"runs has shape {runs.shape}, expected {a.shape}")
+    d = a.astype(np.float64) - b.astype(np.float64)
     noise = noise if noise is not None else run_noise([(a, runs), (b, runs)])
     low, high = _interval(d, runs, level, (1.0, -1.0), noise)
     return Paired(float(d.mean()), max(-1.0, low), min(1.0, high), int(a.size),
@@ -78,19 +84,6 @@ def accuracy_interval(a: np.ndarray, runs: np.ndarray | None = None, level: floa
     noise = RunNoise(pooled.variance / 2.0, pooled.df)  # one architecture's runs
     low, high = _interval(a.astype(np.float64), runs, level, (1.0, 0.0), noise)
     return Paired(float(a.mean()), max(0.0, low), min(1.0, high), int(a.size), 0, 0)
-
-
-def _difference(a: np.ndarray, b: np.ndarray, runs: np.ndarray | None
-                ) -> tuple[np.ndarray, np.ndarray]:
-    a = np.atleast_2d(np.asarray(a, dtype=bool))
-    b = np.atleast_2d(np.asarray(b, dtype=bool))
-    if a.shape != b.shape or a.size == 0:
-        raise ValueError(f"paired repeats need equal non-empty shapes, got {a.shape} and "
-                         f"{b.shape}")
-    runs = np.zeros(a.shape, np.int64) if runs is None else np.asarray(runs, np.int64)
-    if runs.shape != a.shape:
-        raise ValueError(f"runs has shape {runs.shape}, expected {a.shape}")
-    return a.astype(np.float64) - b.astype(np.float64), runs
 
 
 def _per_run(d: np.ndarray, runs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

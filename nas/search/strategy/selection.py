@@ -104,9 +104,7 @@ def cost_value(item: Any, cost: str) -> float | None:
     if not isinstance(values, Mapping):
         values = getattr(item, "extra_metrics", None) or {}
     value = values.get(cost)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
+    return float(value) if schema.Field(float).ok(value) else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,27 +162,35 @@ class Columns:
            ) -> Columns:
         """From individuals in any order; a column per built-in and per user's cost."""
         pool = sorted(population, key=lambda ind: ind.id)
-        return cls(
-            np.array([ind.id for ind in pool], dtype=np.int64),
-            np.array([ind.accuracy for ind in pool], dtype=float),
-            {c: np.array([_number(cost_value(ind, c)) for ind in pool], dtype=float)
-             for c in (*COSTS, *user_costs, *map(spread_name, user_costs))},
-            np.array([float(int(ind.examples)) if ind.examples else math.nan
-                      for ind in pool], dtype=float))
+        return cls(np.array([ind.id for ind in pool], dtype=np.int64),
+                   np.array([ind.accuracy for ind in pool], dtype=float),
+                   cost_columns(pool, pool_costs(user_costs)),
+                   size_column([ind.examples for ind in pool]))
 
     def __len__(self) -> int:
         return len(self.ids)
 
     def take(self, keep: np.ndarray | slice) -> Columns:
-        """The rows a mask or slice selects."""
         return Columns(self.ids[keep], self.accuracy[keep],
                        {c: v[keep] for c, v in self.costs.items()}, self.examples[keep],
                        None if self.correct_counts is None else self.correct_counts[keep],
                        None if self.correct_bits is None else self.correct_bits[keep])
 
 
-def _number(value: float | None) -> float:
-    return math.nan if value is None else float(value)
+def pool_costs(user_costs: Sequence[str]) -> tuple[str, ...]:
+    """The cost columns of a pool: the built-in costs, the user's and their spreads."""
+    return (*COSTS, *user_costs, *map(spread_name, user_costs))
+
+
+def cost_columns(items: Sequence[Any], costs: Sequence[str]) -> dict[str, np.ndarray]:
+    """Each of `costs` of `items` as a float column (`cost_value`; none: NaN)."""
+    return {c: np.array([math.nan if (v := cost_value(item, c)) is None else v
+                         for item in items], dtype=float) for c in costs}
+
+
+def size_column(sizes: Sequence[Any]) -> np.ndarray:
+    """Sample sizes as selection reads them (`int(n)`), NaN where unknown (falsy)."""
+    return np.array([float(int(n)) if n else math.nan for n in sizes], dtype=float)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -400,8 +406,7 @@ class Selector:
     def __init__(self, config: SelectionConfig | None = None, closest: bool = True) -> None:
         self.config = config or SelectionConfig()
         self.closest = closest  # keep closest-k indexes (worth it over many calls)
-        users = self.config.user_costs
-        self._costs = (*COSTS, *users, *map(spread_name, users))  # the pool's columns
+        self._costs = pool_costs(self.config.user_costs)  # the pool's columns
         self._seen = np.zeros(0, dtype=np.int64)  # ids of the population last given
         self._pool: GrowingColumns | None = None  # its rows reaching min_acc
         self._ties = NoiseTies()  # of the pool's accuracies (when they do not age)
@@ -553,8 +558,7 @@ def _draw_row(pool: Columns, acc: np.ndarray, config: SelectionConfig,
         weights = acc.max() - acc[idx]
     else:
         cost = config.costs[int(rng.integers(len(config.costs)))]
-        kept = index(cost) if index is not None and front is not None and \
-            config.balanced else None
+        kept = index(cost) if index is not None and config.balanced else None
         curve = anchor = None
         if kept is not None:  # the rows near the anchor only, when the checks hold
             curve = front(cost)
@@ -607,8 +611,7 @@ def _with_cost_ties(pool: Columns, costs: Sequence[str]) -> tuple[Columns, set[s
             tied[cost] = tied_values(pool.costs[cost], spreads, higher_better(cost))
     if not tied:
         return pool, set()
-    return Columns(pool.ids, pool.accuracy, {**pool.costs, **tied}, pool.examples,
-                   pool.correct_counts, pool.correct_bits), set(tied)
+    return dataclasses.replace(pool, costs={**pool.costs, **tied}), set(tied)
 
 
 def _draw_constrained(pool: Columns, acc: np.ndarray, violation: np.ndarray,

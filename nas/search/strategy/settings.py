@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -99,9 +98,7 @@ class RayConfig(schema.Section):
             if name in ("CPU", "GPU"):
                 raise ValueError(f"config field '{prefix}resources.{name}': set "
                                  f"{prefix}num_{name.lower()}s instead")
-            if not isinstance(name, str) or not name or isinstance(amount, bool) \
-                    or not isinstance(amount, int | float) or not math.isfinite(amount) \
-                    or amount <= 0:
+            if not isinstance(name, str) or not name or not schema.positive(float).ok(amount):
                 raise ValueError(f"config field '{prefix}resources.{name}' must be a "
                                  f"number > 0, got {amount!r}")
         object.__setattr__(self, "resources", {str(k): float(v) for k, v in resources.items()})
@@ -391,7 +388,7 @@ class SearchSettings(schema.Section):
                     ) -> SearchSettings:
         """The settings of a study's stored config (`Study.config`), checked as at the edge
         but without opening the dataset again."""
-        return _read(ml_collections.ConfigDict(dict(config)), check_data=False)
+        return read_settings(ml_collections.ConfigDict(dict(config)), check_data=False)
 
     def check_section(self, prefix: str) -> None:
         if self.hard_time_limit_s < self.time_limit_s:
@@ -428,22 +425,13 @@ def stored_value(config: Mapping[str, Any] | None, name: str) -> Any:
 
 
 def stored_setting(config: Mapping[str, Any] | None, name: str) -> Any:
-    """Search field `name` of a study's stored config (`stored_value`) as the settings read
-    it: checked by the field's own declaration, one ValueError line naming
-    `search.<name>`, a number field's value a float. For the one field a store needs of a
-    config that may be no search's whole config (a study's own, or one the reader never
-    saw): `SearchSettings.from_stored` reads a whole one. `name` is a field with a `Field`
-    check (not a section)."""
+    """`stored_value`, checked by the field's own declaration (one ValueError line naming
+    `search.<name>`; a number a float): for the one field a store needs of a config that
+    may be no search's whole config. `name`: a field with a `Field` check (no section)."""
     check = _FIELDS[name].metadata["check"]
     value = stored_value(config, name)
     schema.check_value(check, value, f"search.{name}")
     return float(value) if check.kind is float else value
-
-
-def read_settings(config: Any) -> SearchSettings:
-    """The typed `search` section of a whole search config; ValueError on any bad field of
-    `search` or `train`. A `train.num_classes` of 0 is set, in `config`, to the data's."""
-    return _read(config, check_data=True)
 
 
 def validate_search(config: Any) -> ml_collections.ConfigDict:
@@ -459,9 +447,11 @@ def filled(given: Any) -> ml_collections.ConfigDict:
     return search
 
 
-def _read(config: Any, check_data: bool) -> SearchSettings:
-    """`read_settings`; `check_data` False: the dataset is not opened (a stored config's was
-    when its study was created)."""
+def read_settings(config: Any, check_data: bool = True) -> SearchSettings:
+    """The typed `search` section of a whole search config; ValueError on any bad field of
+    `search` or `train`. A `train.num_classes` of 0 is set, in `config`, to the data's.
+    `check_data` False: the dataset is not opened (a stored config's was when its study was
+    created)."""
     from nas.mutation.config import MutationConfig
     from nas.train import config as train_config
 
@@ -542,23 +532,16 @@ def check_tensorboard() -> None:
                          f"{TENSORBOARD_PACKAGE})") from None
 
 
-def _cost_fields(search: Mapping[str, Any]) -> dict[str, Any]:
-    """The fields of a search section (a dict) that name costs, as given, {} where it leaves
-    one out: a stored section may predate any of them."""
-    return {name: search[name] if name in search else {}
-            for name in ("selection", "constraints", "latency", "costs")}
-
-
 def latency_named(search: Mapping[str, Any]) -> str:
-    """Which field of a search section (a dict) names `latency_ms` ("" if none)."""
-    fields = _cost_fields(search)
-    selection = dict(fields["selection"] or {})
+    """Which field of a search section (a dict) names `latency_ms` ("" if none); a stored
+    section may predate any of the fields that name costs."""
+    selection = dict(search.get("selection") or {})
     costs = selection.get("costs", ())
     costs = (costs,) if isinstance(costs, str) else tuple(costs or ())
     for field, named in (("search.selection.costs", LATENCY in costs),
                          ("search.selection.recommend_cost",
                           selection.get("recommend_cost") == LATENCY),
-                         ("search.constraints", LATENCY in dict(fields["constraints"] or {}))):
+                         ("search.constraints", LATENCY in dict(search.get("constraints") or {}))):
         if named:
             return field
     return ""
@@ -567,15 +550,14 @@ def latency_named(search: Mapping[str, Any]) -> str:
 def _latency(search: Mapping[str, Any]) -> LatencyConfig:
     """`search.latency` of a search section (a dict): a bad field, or "off" while something
     names latency_ms, is one line."""
-    fields = _cost_fields(search)
-    latency = LatencyConfig.from_dict(fields["latency"] or {}, "search.latency.")
+    latency = LatencyConfig.from_dict(search.get("latency") or {}, "search.latency.")
     named = latency_named(search)
     if latency.measure == "off" and named:
         raise ValueError(f"config field 'search.latency.measure' is 'off', but {named} "
                          f"names latency_ms; set it to 'auto' or 'on'")
     # a user's own latency_ms function times it instead
     timed = not (latency.measure == "off" or (latency.measure == "auto" and not named)
-                 or LATENCY in dict(fields["costs"] or {}))
+                 or LATENCY in dict(search.get("costs") or {}))
     return dataclasses.replace(latency, timed=timed)
 
 
@@ -585,7 +567,7 @@ def measured_costs(search: Any) -> tuple[str, ...]:
     `latency_ms` when it is timed."""
     if not isinstance(search, Mapping):
         return ()
-    costs = _cost_fields(search)["costs"]
+    costs = search.get("costs", {})
     if not isinstance(costs, Mapping):
         return ()
     users = tuple(k for k in costs if isinstance(k, str))
@@ -601,25 +583,16 @@ def check_splits(train: ml_collections.ConfigDict, search: SearchSettings) -> No
     data it trains on)."""
     test, trained = train.eval.data.split, train.input.data.split
     named = search.validation_split
-    if named:
-        if named in (test, trained):
-            what = (
-                "test split (train.eval.data.split)"
-                if named == test
-                else "training split (train.input.data.split)"
-            )
-            raise ValueError(
-                f"config field 'search.validation_split' is {named!r}, the "
-                f"{what}: the search would select on it; name another split or "
-                f"set it to '' to carve one with search.validation_fraction"
-            )
-        return
-    if not search.validation_fraction:
-        raise ValueError(
-            f"config field 'search.validation_fraction' is 0 and "
-            f"search.validation_split is '': the search would select on the "
-            f"test split {test!r}; set a fraction (e.g. 0.1) or name a split"
-        )
+    if named and named in (test, trained):
+        what = ("test split (train.eval.data.split)" if named == test
+                else "training split (train.input.data.split)")
+        raise ValueError(f"config field 'search.validation_split' is {named!r}, the {what}: "
+                         f"the search would select on it; name another split or set it to "
+                         f"'' to carve one with search.validation_fraction")
+    if not named and not search.validation_fraction:
+        raise ValueError(f"config field 'search.validation_fraction' is 0 and "
+                         f"search.validation_split is '': the search would select on the "
+                         f"test split {test!r}; set a fraction (e.g. 0.1) or name a split")
 
 
 def decision_config(train: Any, search: SearchSettings) -> ml_collections.ConfigDict:
@@ -628,8 +601,7 @@ def decision_config(train: Any, search: SearchSettings) -> ml_collections.Config
     from nas.train.config import with_defaults
 
     config = with_defaults(
-        ml_collections.ConfigDict(train.to_dict() if hasattr(train, "to_dict") else train)
-    )
+        ml_collections.ConfigDict(train.to_dict() if hasattr(train, "to_dict") else train))
     if not config.eval.test_split:  # (a config made here already names it)
         config.eval.test_split = config.eval.data.split
     if search.validation_split:
@@ -648,10 +620,7 @@ def candidate_train_config(train: dict[str, Any], search: SearchSettings, is_see
     or the children's learning rate and least steps, its logging interval, evaluated on the
     validation split and once on test (`decision_config`). `held_out` False: a
     study whose candidates evaluated on test (no validation split held out)."""
-    if held_out:
-        config = decision_config(train, search).to_dict()
-    else:
-        config = dict(train)
+    config = decision_config(train, search).to_dict() if held_out else dict(train)
     if is_seed and search.seed_epochs > 0:
         config["total_epochs"] = search.seed_epochs
     if not is_seed and search.child_lr > 0:
@@ -672,6 +641,5 @@ def seed_rounds(train: dict[str, Any], search: SearchSettings) -> dict[str, Any]
                              search.seed_min_gain)
     if search.seed_max_epochs <= 0:
         return None
-    return {"max_rounds": rounds.max_rounds, "patience": rounds.patience,
-            "min_gain": rounds.min_gain}
+    return dataclasses.asdict(rounds)
 
