@@ -15,16 +15,23 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
-
-if TYPE_CHECKING:  # settings imports this module
-    from nas.search.strategy.settings import SearchSettings
 
 FIELDS = ("lr", "wd", "child_lr")
 FACTORS = (0.8, 1.25)
 STREAM = 51  # folded into the proposal's rng: hparams draws never shift the others
+
+
+class HparamsSettings(Protocol):
+    """What this module reads of `settings.SearchSettings` (which imports this module)."""
+
+    @property
+    def child_lr(self) -> float: ...
+
+    @property
+    def hparams(self) -> Mapping[str, tuple[float, float]]: ...
 
 
 def check(hparams: Any, prefix: str = "search.hparams") -> dict[str, tuple[float, float]]:
@@ -52,13 +59,13 @@ def check(hparams: Any, prefix: str = "search.hparams") -> dict[str, tuple[float
     return out
 
 
-def _configured(name: str, train: Mapping[str, Any], search: SearchSettings) -> float:
+def _configured(name: str, train: Mapping[str, Any], search: HparamsSettings) -> float:
     if name == "child_lr":
         return search.child_lr or float(train.get("lr", 0.0))
     return float(train.get(name, 0.0))
 
 
-def seed_values(train: Mapping[str, Any], search: SearchSettings) -> dict[str, float]:
+def seed_values(train: Mapping[str, Any], search: HparamsSettings) -> dict[str, float]:
     """The seed's values: the config's, clipped to each range ({} when off)."""
     ranges = search.hparams
     return {name: float(np.clip(_configured(name, train, search), low, high))
@@ -66,7 +73,7 @@ def seed_values(train: Mapping[str, Any], search: SearchSettings) -> dict[str, f
 
 
 def perturb(parent: Mapping[str, float] | None, train: Mapping[str, Any],
-            search: SearchSettings, seed: int, proposal: int) -> dict[str, float]:
+            search: HparamsSettings, seed: int, proposal: int) -> dict[str, float]:
     """A child's values: its parent's (else the seed's), each times 0.8 or 1.25, clipped;
     drawn from (seed, proposal) alone."""
     ranges = search.hparams
@@ -82,7 +89,7 @@ def perturb(parent: Mapping[str, float] | None, train: Mapping[str, Any],
 
 
 def apply(config: dict[str, Any], values: Mapping[str, float] | None, is_seed: bool,
-          search: SearchSettings) -> dict[str, Any]:
+          search: HparamsSettings) -> dict[str, Any]:
     """A candidate's training config with its values: `wd`; `lr` for the seed, and for
     children not fine-tuning at `search.child_lr`; `child_lr` as a child's rate."""
     if not values:
