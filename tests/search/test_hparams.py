@@ -61,6 +61,7 @@ def test_values_apply_to_the_candidates_training_config():
 
 @pytest.mark.parametrize("bad, message", [
     ({"momentum": (0.8, 0.99)}, "search.hparams.momentum' is unknown"),
+    ({"\n": (0.8, 0.99)}, "search.hparams.\\n' is unknown"),  # a newline, escaped
     ({"lr": (1e-2, 1e-3)}, "0 < low < high"),
     ({"lr": (0.0, 1e-3)}, "0 < low < high"),
     ({"wd": 1e-4}, "must be (low, high)"),

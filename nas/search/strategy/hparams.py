@@ -19,6 +19,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from nas import schema
+
 FIELDS = ("lr", "wd", "child_lr")
 FACTORS = (0.8, 1.25)
 STREAM = 51  # folded into the proposal's rng: hparams draws never shift the others
@@ -41,11 +43,9 @@ def check(hparams: Any, prefix: str = "search.hparams") -> dict[str, tuple[float
     if not isinstance(hparams, Mapping):
         raise ValueError(f"config field '{prefix}' must be a dict of field to (low, high), "
                          f"got {type(hparams).__name__}")
+    schema.check_names(hparams, dict.fromkeys(FIELDS), f"{prefix}.")
     out = {}
     for name, bounds in hparams.items():
-        if name not in FIELDS:
-            raise ValueError(f"config field '{prefix}.{name}' is unknown; expected one of "
-                             f"{', '.join(FIELDS)}")
         if (not isinstance(bounds, list | tuple) or len(bounds) != 2
                 or not all(isinstance(b, int | float) and not isinstance(b, bool)
                            for b in bounds)):
