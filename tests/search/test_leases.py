@@ -113,5 +113,6 @@ def test_a_resumed_driver_claims_with_its_own_lease_not_the_stored_one(
         config.train.total_epochs = 0.1
         study = Driver(config, str(tmp_path)).run(progress=False)
     seed, child = study.candidates()
-    assert seed.extra_metrics["lease_given"] == pytest.approx(30.0, abs=1.0)
-    assert child.extra_metrics["lease_given"] == pytest.approx(3600.0, abs=1.0)
+    # read after training: a renewal on the way (a slow machine's) ends the lease later
+    assert 29.0 <= seed.extra_metrics["lease_given"] < 600.0
+    assert child.extra_metrics["lease_given"] >= 3599.0

@@ -532,16 +532,23 @@ def check_tensorboard() -> None:
                          f"{TENSORBOARD_PACKAGE})") from None
 
 
+def _cost_fields(search: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of a search section (a dict) that name costs, as given, {} where it leaves
+    one out: a stored section may predate any of them."""
+    return {name: search[name] if name in search else {}
+            for name in ("selection", "constraints", "latency", "costs")}
+
+
 def latency_named(search: Mapping[str, Any]) -> str:
-    """Which field of a search section (a dict) names `latency_ms` ("" if none); a stored
-    section may predate any of the fields that name costs."""
-    selection = dict(search.get("selection") or {})
+    """Which field of a search section (a dict) names `latency_ms` ("" if none)."""
+    fields = _cost_fields(search)
+    selection = dict(fields["selection"] or {})
     costs = selection.get("costs", ())
     costs = (costs,) if isinstance(costs, str) else tuple(costs or ())
     for field, named in (("search.selection.costs", LATENCY in costs),
                          ("search.selection.recommend_cost",
                           selection.get("recommend_cost") == LATENCY),
-                         ("search.constraints", LATENCY in dict(search.get("constraints") or {}))):
+                         ("search.constraints", LATENCY in dict(fields["constraints"] or {}))):
         if named:
             return field
     return ""
@@ -550,14 +557,15 @@ def latency_named(search: Mapping[str, Any]) -> str:
 def _latency(search: Mapping[str, Any]) -> LatencyConfig:
     """`search.latency` of a search section (a dict): a bad field, or "off" while something
     names latency_ms, is one line."""
-    latency = LatencyConfig.from_dict(search.get("latency") or {}, "search.latency.")
+    fields = _cost_fields(search)
+    latency = LatencyConfig.from_dict(fields["latency"] or {}, "search.latency.")
     named = latency_named(search)
     if latency.measure == "off" and named:
         raise ValueError(f"config field 'search.latency.measure' is 'off', but {named} "
                          f"names latency_ms; set it to 'auto' or 'on'")
     # a user's own latency_ms function times it instead
     timed = not (latency.measure == "off" or (latency.measure == "auto" and not named)
-                 or LATENCY in dict(search.get("costs") or {}))
+                 or LATENCY in dict(fields["costs"] or {}))
     return dataclasses.replace(latency, timed=timed)
 
 
@@ -567,7 +575,7 @@ def measured_costs(search: Any) -> tuple[str, ...]:
     `latency_ms` when it is timed."""
     if not isinstance(search, Mapping):
         return ()
-    costs = search.get("costs", {})
+    costs = _cost_fields(search)["costs"]
     if not isinstance(costs, Mapping):
         return ()
     users = tuple(k for k in costs if isinstance(k, str))
