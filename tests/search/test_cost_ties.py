@@ -118,3 +118,30 @@ def test_the_reports_front_ties_by_the_spread_too():
     wide = [candidate(1, 0.9, 1.2, 0.5), candidate(2, 0.8, 1.0, 0.5)]
     assert [c.id for c in front_of(tight, "latency_ms")] == [2, 1]
     assert [c.id for c in front_of(wide, "latency_ms")] == [1]
+
+
+@pytest.mark.parametrize(("iqr", "front"), [(0.5, [1]), (0.01, [1, 2])])
+def test_the_store_report_and_dashboard_ring_the_front_selection_ranks(tmp_path, iqr, front):
+    """A measured cost within its spread ties on every front a user reads: the study's,
+    the report's and the dashboard's pictures, as on the one parents are drawn from."""
+    import re
+
+    from nas.search import Study
+    from nas.search.reporting.dashboard import Dashboard
+    from nas.search.reporting.highlights import front_of
+    from tests.search.test_user_costs import CONFIG
+
+    study = Study.create(tmp_path, config=CONFIG)
+    for pool_row in _pool(iqr):
+        cid = study.add(_candidate_json(), parent_id=None if pool_row.id == 1 else 1,
+                        fingerprint=f"{pool_row.id:08x}")
+        study.tell(cid, {"accuracy": pool_row.accuracy, "flops": 1e6, "params": 1e5,
+                         "latency_ms": pool_row.user_costs["latency_ms"],
+                         "latency_ms_iqr": iqr})
+    assert [c.id for c in study.pareto_front("latency_ms")] == front
+    done = study.candidates("done", with_graphs=False)
+    assert sorted(c.id for c in front_of(done, "latency_ms")) == front
+    svg = next(p["svg"] for p in Dashboard(study).live.pictures()["plots"]
+               if p["cost"] == "latency_ms")
+    ringed = re.findall(r'class="point" data-id="(\d+)"[^>]*stroke="#d62728"', svg)
+    assert sorted(map(int, ringed)) == front

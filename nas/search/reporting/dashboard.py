@@ -52,7 +52,7 @@ from nas.search.strategy import recommend
 from nas.search.strategy.constraints import bounds_text
 from nas.search.strategy.pareto import front_rows
 from nas.search.strategy.population import DoneCache
-from nas.search.strategy.selection import cost_value, higher_better
+from nas.search.strategy.selection import cost_value, higher_better, spreads_of
 
 POLL_MS = 2000  # how often the overview asks for news
 
@@ -97,8 +97,8 @@ class LiveFronts:
         accuracy = np.array([r.accuracy for r in done], dtype=float)
         values = {cost: np.array([np.nan if (v := cost_value(r, cost)) is None else v
                                   for r in done], dtype=float) for cost in self.costs}
-        on = {cost: ids[front_rows(accuracy, values[cost], higher_better(cost))].tolist()
-              for cost in self.costs}
+        on = {cost: ids[front_rows(accuracy, values[cost], higher_better(cost),
+                                   spreads_of(done, cost))].tolist() for cost in self.costs}
         large = len(done) > SCALE_LIMIT
         if large:  # the highlighted candidates as points, read whole (a few rows, each
             wanted = set(marks) | {c.id for c in best_of(done, self.k)}  # once: a

@@ -17,10 +17,9 @@ import numpy as np
 from nas.search.store.candidate import Candidate, Status
 from nas.search.store.finals import Answer, answer
 from nas.search.strategy import recommend
-from nas.search.strategy.cost_ties import has_spread, tied_values
 from nas.search.strategy.pareto import front_rows
 from nas.search.strategy.population import best_order
-from nas.search.strategy.selection import cost_value, higher_better, spread_name
+from nas.search.strategy.selection import cost_value, higher_better, spreads_of
 
 # Finished candidates up to which the report draws every point and lists every row.
 SCALE_LIMIT = 300
@@ -33,12 +32,9 @@ def front_of(candidates: Sequence[Candidate], cost: str) -> list[Candidate]:
     values = {c.id: v for c in candidates if c.status == Status.DONE and c.accuracy is not None
               and (v := cost_value(c, cost)) is not None}
     done = [c for c in candidates if c.id in values]
-    ranked = np.array([values[c.id] for c in done], dtype=float)
-    spreads = np.array([cost_value(c, spread_name(cost)) or 0.0 for c in done])
-    if has_spread(spreads):
-        ranked = tied_values(ranked, spreads, higher_better(cost))
-    rows = front_rows(np.array([c.accuracy for c in done], dtype=float), ranked,
-                      higher_better(cost))
+    rows = front_rows(np.array([c.accuracy for c in done], dtype=float),
+                      np.array([values[c.id] for c in done], dtype=float),
+                      higher_better(cost), spreads_of(done, cost))
     return sorted((done[i] for i in rows), key=lambda c: (float(values[c.id]), c.id))
 
 

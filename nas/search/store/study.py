@@ -626,18 +626,23 @@ class Study:
 
     def pareto_front(self, cost: str = "flops") -> list[Candidate]:
         """Done candidates on the accuracy/`cost` front, from most accurate to cheapest,
-        those tied with a front point included. Only the front's rows are read whole."""
+        those tied with a front point included (a measured cost: within its spread, as
+        selection ranks it). Only the front's rows are read whole."""
         column, args = self._cost_column(cost)
-        if args:  # a number in the metrics' JSON
+        if args:  # a number in the metrics' JSON, its spread beside it
+            spread = "json_extract(metrics_json, ?)"
             where = "json_type(metrics_json, ?) IN ('integer', 'real')"
-            args += args
+            args = [*args, json_path(spread_name(cost)), *args]
         else:
-            where = f"{cost} IS NOT NULL"
-        done = self._rows(f"SELECT id, accuracy, {column} FROM candidates WHERE "
+            spread, where = "NULL", f"{cost} IS NOT NULL"
+        done = self._rows(f"SELECT id, accuracy, {column}, {spread} FROM candidates WHERE "
                           f"status='{Status.DONE}' AND accuracy IS NOT NULL AND {where}"
                           " ORDER BY id", args)
-        rows = front_rows(np.array([a for _, a, _ in done], dtype=float),
-                          np.array([v for _, _, v in done], dtype=float), higher_better(cost))
+        spreads = np.array([s if isinstance(s, int | float) else np.nan for *_, s in done],
+                           dtype=float)
+        rows = front_rows(np.array([r[1] for r in done], dtype=float),
+                          np.array([r[2] for r in done], dtype=float), higher_better(cost),
+                          spreads)
         with self._db.read() as c:
             return [self._get(c, done[row][0]) for row in rows.tolist()]
 

@@ -15,6 +15,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from nas.search.strategy.cost_ties import has_spread, tied_values
+
 ArrayLike = Sequence[Sequence[float]] | np.ndarray
 
 
@@ -130,13 +132,17 @@ class ParetoCurve:
         return std * self._signs
 
 
-def front_rows(accuracy: np.ndarray, values: np.ndarray, higher_better: bool = False
-               ) -> np.ndarray:
+def front_rows(accuracy: np.ndarray, values: np.ndarray, higher_better: bool = False,
+               spreads: np.ndarray | None = None) -> np.ndarray:
     """Positions of the rows on the front of accuracy against a cost (`higher_better`:
     the cost's direction), ties with a front point included, the most accurate first and
-    equal points by position; a row without a finite value in both is never on it."""
+    equal points by position; a row without a finite value in both is never on it. With
+    `spreads` (a measured cost's, `<cost>_iqr`), values within them are ties
+    (`cost_ties`), as selection ranks them."""
     accuracy = np.asarray(accuracy, dtype=float)
     values = np.asarray(values, dtype=float)
+    if has_spread(spreads):
+        values = tied_values(values, spreads, higher_better)
     rows = np.flatnonzero(np.isfinite(accuracy) & np.isfinite(values))
     if not len(rows):
         return rows

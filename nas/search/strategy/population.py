@@ -131,7 +131,8 @@ class DoneCache:
                    default=None)
 
     def front_size(self, cost: str = "flops") -> int:
-        """How many done candidates `Study.pareto_front(cost)` lists (ties included)."""
+        """How many done candidates `Study.pareto_front(cost)` lists (ties included; a
+        measured cost's values are read as they are, not tied within their spread)."""
         return self._front(cost).size
 
     def front_points(self, cost: str = "flops") -> list[tuple[float, float]]:

@@ -192,6 +192,14 @@ def cost_columns(items: Sequence[Any], costs: Sequence[str]) -> dict[str, np.nda
                          for item in items], dtype=float) for c in costs}
 
 
+def spreads_of(items: Sequence[Any], cost: str) -> np.ndarray | None:
+    """The spread of a measured `cost` of each of `items` (`<cost>_iqr`, NaN where none),
+    for a front to tie by (`pareto.front_rows`); None for a built-in cost, which has none."""
+    if cost in COSTS:
+        return None
+    return cost_columns(items, (spread_name(cost),))[spread_name(cost)]
+
+
 def size_column(sizes: Sequence[Any]) -> np.ndarray:
     """Sample sizes as selection reads them (`int(n)`), NaN where unknown (falsy)."""
     return np.array([float(int(n)) if n else math.nan for n in sizes], dtype=float)
