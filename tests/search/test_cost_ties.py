@@ -77,15 +77,15 @@ class Counter:
 
 
 def test_a_cost_with_repeats_gives_its_median_and_spread():
-    graph_json = _candidate_json()
+    graph, constants, _ = cnn.CifarNet()
     counter = Counter()
     out = measure_costs({"costs.steps": nas.Cost(counter, repeats=5),
-                         "costs.once": lambda c: 7.0}, graph_json, {}, TRAIN, {})
+                         "costs.once": lambda c: 7.0}, graph, constants, {}, TRAIN, {})
     assert out == {"steps": 3.0, "steps_iqr": 2.0, "once": 7.0}
     assert counter.n == 5
     with pytest.raises(CostFailed, match="cost 'bad' returned str"):
-        measure_costs({"costs.bad": nas.Cost(lambda c: "x", repeats=2)}, graph_json, {},
-                      TRAIN, {})
+        measure_costs({"costs.bad": nas.Cost(lambda c: "x", repeats=2)}, graph, constants,
+                      {}, TRAIN, {})
 
 
 @pytest.mark.parametrize("repeats", [0, -1, 1.5, True])

@@ -12,7 +12,6 @@ import pytest
 
 import nas
 from nas.graph import Model
-from nas.graph.serialize import graph_to_json
 from nas.io.candidate import ExportedCandidate
 from nas.search.execution.user_functions import measure_costs
 from nas.zoo import cnn
@@ -50,7 +49,7 @@ def test_the_guides_cost_times_the_exported_model_in_another_process():
     # as a search's cost with repeats, as the worker calls it: a median and a spread (two
     # processes, each importing jax: 20 timed calls each keep it short)
     cost = nas.Cost(functools.partial(space["deployed_latency_ms"], calls=20), repeats=2)
-    out = measure_costs({"costs.deployed_ms": cost}, graph_to_json(graph, constants),
-                        variables, TRAIN, {})
+    out = measure_costs({"costs.deployed_ms": cost}, graph, constants, variables, TRAIN,
+                        {})
     assert set(out) == {"deployed_ms", "deployed_ms_iqr"}
     assert out["deployed_ms"] > 0 and out["deployed_ms_iqr"] >= 0

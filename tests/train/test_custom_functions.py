@@ -9,7 +9,6 @@ import optax
 import pytest
 
 from nas.graph import Model
-from nas.graph.serialize import graph_to_json
 from nas.search.execution.user_functions import CostFailed, check_recorded, measure_costs
 from nas.train import TrainOptions, steps, train_and_eval
 from nas.train import mesh as mesh_lib
@@ -142,16 +141,16 @@ def _trained():
     graph, constants = tiny_graph()
     variables = Model(graph, constants).init(jax.random.PRNGKey(0), jnp.zeros((1, 8, 8, 3)))
     train = {"input": {"image_size": 8, "channels": 3}}
-    return graph_to_json(graph, constants), jax.tree.map(np.asarray, variables), train
+    return graph, constants, jax.tree.map(np.asarray, variables), train
 
 
 def test_a_cost_gets_the_trained_candidate_and_its_value_lands_under_its_name():
-    graph_json, variables, train = _trained()
+    graph, constants, variables, train = _trained()
 
     def batch_of_two(candidate):
         return float(np.size(candidate(np.zeros((2, *candidate.input_shape), np.float32))))
 
-    got = measure_costs({"costs.logits": batch_of_two}, graph_json, variables, train,
+    got = measure_costs({"costs.logits": batch_of_two}, graph, constants, variables, train,
                         {"accuracy": 0.5})
     assert got == {"logits": 20.0}
 
@@ -162,9 +161,9 @@ def test_a_cost_gets_the_trained_candidate_and_its_value_lands_under_its_name():
     (lambda c: float("nan"), r"cost 'latency' returned nan, expected a finite number"),
 ])
 def test_a_cost_that_fails_fails_the_candidate_with_its_cause(cost, message):
-    graph_json, variables, train = _trained()
+    graph, constants, variables, train = _trained()
     with pytest.raises(CostFailed, match=message):
-        measure_costs({"costs.latency": cost}, graph_json, variables, train, {})
+        measure_costs({"costs.latency": cost}, graph, constants, variables, train, {})
 
 
 def test_a_study_resumed_with_another_function_is_one_line():

@@ -16,7 +16,6 @@ from typing import Any
 import numpy as np
 
 from nas import functions as fn_lib
-from nas.graph.serialize import load
 from nas.io.candidate import ExportedCandidate
 from nas.search.strategy.selection import spread_name
 from nas.search.strategy.settings import SearchSettings
@@ -71,11 +70,10 @@ def check_recorded(recorded: Mapping[str, Any] | None,
                          f"workdir")
 
 
-def measure_costs(costs: Mapping[str, Callable[..., Any]], graph_json: str,
+def measure_costs(costs: Mapping[str, Callable[..., Any]], graph: Any, constants: Any,
                   variables: Mapping[str, Any], train_config: Mapping[str, Any],
                   metrics: Mapping[str, Any]) -> dict[str, float]:
     """Each cost of the trained candidate (as `nas.load_candidate` gives it), by name."""
-    graph, constants = load(graph_json)
     candidate = ExportedCandidate(path="(the trained candidate)", graph=graph,
                                   constants=dict(constants or {}), variables=dict(variables),
                                   input_shape=image_shape(train_config),

@@ -154,8 +154,8 @@ def train_candidate(
         values.update(latency_metrics(graph, constants, variables, dict(task.train_config),
                                       task.latency, turn))
     if cost_fns:
-        values.update(measure_costs(cost_fns, task.graph_json, variables, dict(task.train_config),
-                                    values))
+        values.update(measure_costs(cost_fns, graph, constants, variables,
+                                    dict(task.train_config), values))
     return values, variables
 
 

@@ -217,9 +217,8 @@ BEST_COLUMNS = ("id", "parent", "gen", "val accuracy [95%]", "test accuracy [95%
                 "flops", "params", "im/s/core")
 
 
-def best_table(study: Study, k: int) -> str:
-    """The k candidates of best validation accuracy."""
-    best = study.best(k)
+def best_table(best: Sequence[Candidate], k: int) -> str:
+    """The k candidates of best validation accuracy (`Highlights.best`)."""
     head = f"Best {k} by validation accuracy" + (
         f" (only {len(best)} done)" if len(best) < k else "")
     rows = "".join(
@@ -318,7 +317,7 @@ def render_html(study: Study, candidates: Sequence[Candidate], k: int, hl: Highl
         f"{_recommendation_html(rec, study)}"
         f"{scatters(candidates, hl)}</section>{finals_html(hl.found, study.user_costs)}"
         f'<section id="progress"><h2>Search progress</h2>{progress(candidates)}</section>'
-        f"{best_table(study, k)}"
+        f"{best_table(hl.best[:k], k)}"
         f"{table(study, listed, by_id, shown, hl.front_ids, rows_at, hl.large, len(candidates))}"
         f'<section id="front"><h2>Candidates in detail</h2><p>those on the fronts the '
         f"search ranked parents by (<code>search.selection.costs</code>): "
