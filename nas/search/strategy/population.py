@@ -131,8 +131,9 @@ class DoneCache:
                    default=None)
 
     def front_size(self, cost: str = "flops") -> int:
-        """How many done candidates `Study.pareto_front(cost)` lists (ties included; a
-        measured cost's values are read as they are, not tied within their spread)."""
+        """How many done candidates lie on the accuracy/`cost` front, ties with a front
+        point included: `Study.pareto_front`'s count, but a measured cost's values are read
+        as measured, not tied within their spread."""
         return self._front(cost).size
 
     def front_points(self, cost: str = "flops") -> list[tuple[float, float]]:
