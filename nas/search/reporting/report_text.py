@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from nas.search.reporting.highlights import Highlights
+from nas.search.reporting.highlights import Highlights, best_of
 from nas.search.reporting.svg import esc
 from nas.search.store.candidate import STATUSES, Candidate, Status
 from nas.search.store.finals import Answer, answer
@@ -81,7 +81,7 @@ def summary(study: Study, k: int = 5, *, candidates: Sequence[Candidate] | None 
         return ([c for c in candidates if c.status == status] if candidates is not None
                 else study.candidates(status, with_graphs=False))
 
-    best = study.best(k)
+    best = study.best(k) if candidates is None else best_of(candidates, k)
     stopped = listed(Status.STOPPED)
     if stopped:
         lines.append(f"stopped at a rung ({len(stopped)}): " + ", ".join(
@@ -97,8 +97,8 @@ def summary(study: Study, k: int = 5, *, candidates: Sequence[Candidate] | None 
     done = listed(Status.DONE)
     seed = next((c for c in done if c.parent_id is None), None)
     pairs = marks.pairs if marks is not None else recommend.Comparisons.of(study)
-    # by id: `best` rows are read whole, `done` without graphs, so the same candidate's two
-    # records are not equal, and the seed among the best would be printed twice
+    # by id: `best` rows may be read whole, `done` without graphs, so the same candidate's
+    # two records need not be equal, and the seed among the best would be printed twice
     shown = list(best) + ([seed] if seed is not None
                           and seed.id not in {c.id for c in best} else [])
     rows = [
