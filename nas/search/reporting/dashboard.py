@@ -52,7 +52,12 @@ from nas.search.strategy import recommend
 from nas.search.strategy.constraints import bounds_text
 from nas.search.strategy.pareto import front_rows
 from nas.search.strategy.population import DoneCache
-from nas.search.strategy.selection import cost_value, higher_better, spreads_of
+from nas.search.strategy.selection import (
+    cost_columns,
+    cost_value,
+    higher_better,
+    spreads_of,
+)
 
 POLL_MS = 2000  # how often the overview asks for news
 
@@ -95,8 +100,7 @@ class LiveFronts:
         marks = point_marks(seed, rec)
         ids = np.array([r.id for r in done], dtype=np.int64)
         accuracy = np.array([r.accuracy for r in done], dtype=float)
-        values = {cost: np.array([np.nan if (v := cost_value(r, cost)) is None else v
-                                  for r in done], dtype=float) for cost in self.costs}
+        values = cost_columns(done, self.costs)
         on = {cost: ids[front_rows(accuracy, values[cost], higher_better(cost),
                                    spreads_of(done, cost))].tolist() for cost in self.costs}
         large = len(done) > SCALE_LIMIT
