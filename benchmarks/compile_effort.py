@@ -40,6 +40,11 @@ CPU_SETTINGS = {  # XLA:GPU has no such option
     # XLA:CPU's YNN (XNNPACK) library fusions off for both programs (the trainer turns
     # them off for its train step only: nas.train.compilation.gradient_options)
     "xla_cpu_experimental_ynn_fusion_type=none": {"xla_cpu_experimental_ynn_fusion_type": ""},
+    # XLA:CPU's loop emitters in place of its MLIR fusion emitters (the test suite's
+    # setting, tests/conftest.py), alone and with the trainer's YNN setting
+    "xla_cpu_use_fusion_emitters=false": {"xla_cpu_use_fusion_emitters": False},
+    "ynn_fusion_type=none + use_fusion_emitters=false": {
+        "xla_cpu_experimental_ynn_fusion_type": "", "xla_cpu_use_fusion_emitters": False},
 }
 GPU_SETTINGS = {  # XLA:GPU's own: how hard it autotunes kernels (default 4; 0 off)
     "xla_gpu_autotune_level=0": {"xla_gpu_autotune_level": 0},
