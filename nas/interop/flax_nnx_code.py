@@ -257,7 +257,14 @@ LOADER = '''def from_variables(variables: Mapping[str, Any], *,
     """`Model` holding `variables` (variables.msgpack's: each collection, "params" and with
     batch norm "batch_stats", keyed by op name), in evaluation mode: call `model.train()`
     before training it. Every variable of Model must be given, at its shape."""
-    model = Model(rngs=rngs or nnx.Rngs(0))
+    # Model's initial weights would all be replaced: only their shapes are made. What else
+    # its layers hold (the random streams of dropout) comes from one jitted construction
+    # that returns nothing but that, so XLA drops the initializers; `rngs` advances as if
+    # Model had been built with it.
+    kept = nnx.Not((nnx.Param, nnx.BatchStat))
+    rest = nnx.jit(lambda r: nnx.state(Model(rngs=r), kept))(rngs or nnx.Rngs(0))
+    model = nnx.eval_shape(lambda: Model(rngs=nnx.Rngs(0)))
+    nnx.update(model, rest)
     loaded = set()
     for collection, ops in variables.items():
         for op, value in ops.items():

@@ -15,6 +15,7 @@ import flax.serialization
 import jax
 import numpy as np
 import pytest
+from flax import nnx
 
 import nas
 from nas.graph import Model
@@ -178,6 +179,33 @@ def test_from_variables_loads_a_parameter_held_directly_by_an_op(exported):
     model = module.from_variables(variables)
     attr = module.OP_ATTRIBUTES[param]
     np.testing.assert_array_equal(getattr(model, attr)[...], variables["params"][param])
+
+
+def _values(state):
+    """A state's leaves as numpy arrays, random keys as their key data."""
+    return [np.asarray(jax.random.key_data(v) if jax.dtypes.issubdtype(v.dtype,
+                                                                       jax.dtypes.prng_key)
+                       else v) for v in jax.tree.leaves(state)]
+
+
+def test_from_variables_holds_what_a_model_built_with_the_same_rngs_holds(exported):
+    """`from_variables` makes only the shapes of Model's initial weights; the random streams
+    of its dropout layers, and the caller's `rngs` after it, are those of a Model built with
+    the same `rngs`: in training mode both draw the same dropout."""
+    _, code, inputs, _ = exported["every_op"]
+    module, variables = _module(code, "every_op")
+    mine, theirs = nnx.Rngs(0, dropout=1), nnx.Rngs(0, dropout=1)
+    model = module.from_variables(variables, rngs=mine)
+    built = module.Model(rngs=theirs)
+    nnx.update(built, nnx.state(model, (nnx.Param, nnx.BatchStat)))
+    for a, b in zip(_values(nnx.state(model)), _values(nnx.state(built)), strict=True):
+        np.testing.assert_array_equal(a, b)
+    for a, b in zip(_values(nnx.state(mine)), _values(nnx.state(theirs)), strict=True):
+        np.testing.assert_array_equal(a, b)
+    model.train()
+    built.train()
+    call = nnx.jit(lambda m, x: m(x))
+    np.testing.assert_array_equal(call(model, inputs["batch"]), call(built, inputs["batch"]))
 
 
 def test_from_variables_refuses_bad_variables_in_one_line_naming_them(exported):
