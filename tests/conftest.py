@@ -14,7 +14,7 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 # The suite's models are tiny, so compiling costs more than running. LLVM's cheapest
 # codegen (backend level 0, no expensive passes) makes the suite from cold about a fifth
 # faster, without changing the HLO passes. XLA:CPU's loop emitters in place of its MLIR
-# fusion emitters compile a search test's train step about 3x faster, and took a quarter
+# fusion emitters compile a search test's train step about 3x faster, and took 18-23 %
 # off the cold suite (docs/benchmarks.md). A value the user set wins.
 FLAGS = {"--xla_gpu_deterministic_ops": "true", "--xla_backend_optimization_level": "0",
          "--xla_llvm_disable_expensive_passes": "true",
