@@ -9,7 +9,8 @@ taking turns (the same venv and packages for both), and prints the medians and t
     python benchmarks/import_time.py [--rev HEAD] [--rounds 7] [--module M ...]
 
 Run it in the project's venv. The working tree's `nas` and REV's are put first on the
-path, ahead of the editable install's entry.
+path, ahead of the editable install's entry. Neither tree should hold byte-compiled files
+the other lacks (`__pycache__`), or the comparison measures those.
 """
 
 from __future__ import annotations
@@ -59,9 +60,11 @@ def main() -> None:
             for module in modules:  # once each, unmeasured: the OS caches the files
                 for tree in (ROOT, base):
                     import_seconds(tree, module)
+            trees = [("tree", ROOT), ("rev", base)]
             for _ in range(args.rounds):
+                trees.reverse()  # each goes first in every other round
                 for module in modules:
-                    for name, tree in (("tree", ROOT), ("rev", base)):
+                    for name, tree in trees:
                         times.setdefault((name, module), []).append(
                             import_seconds(tree, module))
         finally:
