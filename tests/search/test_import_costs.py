@@ -1,8 +1,8 @@
 """A search's processes import only what every search needs. Each package below costs a
 process from a few tenths of a second (aiohttp) to over a second (scipy.stats, pandas) to
-import (`benchmarks/import_time.py`) and serves one path only (a report's chart, Ray, a
-dataframe, TensorBoard, the dashboard, the bundled digits' source; TensorFlow, which tfds
-takes where it is installed), so that path imports it when it runs."""
+import, on 2 cores, and serves one path only (a report's chart, Ray, a dataframe,
+TensorBoard, the dashboard, the bundled digits' source; TensorFlow, which tfds takes where
+it is installed), so that path imports it when it runs."""
 
 import os
 import subprocess
