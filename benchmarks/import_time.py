@@ -8,15 +8,14 @@ taking turns (the same venv and packages for both), and prints the medians and t
 
     python benchmarks/import_time.py [--rev HEAD] [--rounds 7] [--module M ...]
 
-Run it in the project's venv. The working tree's `nas` and REV's are put first on the
-path, ahead of the editable install's entry. Neither tree should hold byte-compiled files
+Run it in the project's venv. Each import runs in its tree's root, so that tree's `nas` is
+found before the editable install's. Neither tree should hold byte-compiled files
 the other lacks (`__pycache__`), or the comparison measures those.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import subprocess
 import sys
@@ -37,10 +36,9 @@ SNIPPET = ("import time; t = time.perf_counter(); import {module}; "
 
 def import_seconds(tree: Path, module: str) -> float:
     """Seconds one new process takes to import `module` from `tree`'s `nas`."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        filter(None, [str(tree), os.environ.get("PYTHONPATH")])))
+    # `python -c` puts its working directory first on the path, ahead of the editable install
     out = subprocess.run([sys.executable, "-c", SNIPPET.format(module=module)], cwd=tree,
-                         env=env, capture_output=True, text=True, check=True)
+                         capture_output=True, text=True, check=True)
     return float(out.stdout.split()[-1])
 
 

@@ -4,11 +4,10 @@ import, on 2 cores, and serves one path only (a report's chart, Ray, a dataframe
 TensorBoard, the dashboard, the bundled digits' source; TensorFlow, which tfds takes where
 it is installed), so that path imports it when it runs."""
 
-import os
 import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.search.conftest import ROOT
 
 ENTRY_MODULES = ("nas", "nas.search.api", "nas.search.cli", "nas.search.execution.driver",
                  "nas.search.execution.study_worker", "nas.search.execution.worker")
