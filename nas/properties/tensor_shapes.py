@@ -20,7 +20,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from nas.graph.model import op_failure
+from nas.graph.model import OpError, op_failure
 from nas.graph.ops import Graph, Op, OpType, canonical_name
 from nas.graph.validate import validate_op
 from nas.properties import op_cache
@@ -28,7 +28,7 @@ from nas.properties.resolved import eval_op_shapes, freeze, resolve_kwargs
 
 Spec = jax.ShapeDtypeStruct
 
-_OP_CACHE: dict[Any, tuple[Spec, ...]] = {}
+_OP_CACHE: dict[Any, tuple[Spec, ...] | ShapeFailure] = {}
 _OP_CACHE_MAX = 50_000
 _GRAPH_CACHE: OrderedDict[str, GraphShapes] = OrderedDict()
 _GRAPH_CACHE_MAX = 64
@@ -105,32 +105,58 @@ def propagate(ops: Iterable[Op], tensors: dict[str, Spec], constants: Mapping[st
         ins = [tensors[n] for n in op.input_names]
         shapes = [tuple(s.shape) for s in ins]
         op_kw, in_kw = resolve_kwargs(op, shapes, tensors, constants)
-        key = _op_key(op, op_kw, in_kw, ins)
-        outs = _OP_CACHE.get(key)
-        if outs is None:
-            outs = _stored_shapes(key)
-            if outs is None:
-                outs = _traced_shapes(op, op_kw, in_kw, ins)
-                op_cache.put("shapes", key, [[list(s.shape), str(s.dtype)] for s in outs])
-            if len(_OP_CACHE) >= _OP_CACHE_MAX:
-                _OP_CACHE.clear()
-            _OP_CACHE[key] = outs
+        outs = _op_shapes(op, op_kw, in_kw, ins)
+        if isinstance(outs, ShapeFailure):
+            error = op_failure(op, shapes, OpError(outs.reason, outs.reason),
+                               "failed shape inference")
+            raise ValueError(f"malformed graph: {error}") from None
         tensors.update(zip(op.output_names, outs, strict=True))
         available.update(op.output_names)
 
 
-def _traced_shapes(op: Op, op_kw: dict, in_kw: dict, ins: list[Spec]) -> tuple[Spec, ...]:
+@dataclass(frozen=True)
+class ShapeFailure:
+    """Why jax could not trace an op: as much a function of its key as a success is.
+
+    Synthesis tries many ops that do not fit (a group count that does not divide the
+    channels, a kernel larger than its input); keeping the reason makes each such op cost
+    one trace per store rather than one per try.
+    """
+
+    reason: str
+
+
+def _op_shapes(op: Op, op_kw: dict, in_kw: dict, ins: list[Spec]
+               ) -> tuple[Spec, ...] | ShapeFailure:
+    key = _op_key(op, op_kw, in_kw, ins)
+    outs = _OP_CACHE.get(key)
+    if outs is None:
+        outs = _stored_shapes(key)
+        if outs is None:
+            outs = _traced_shapes(op, op_kw, in_kw, ins)
+            op_cache.put("shapes", key, {"error": outs.reason} if isinstance(
+                outs, ShapeFailure) else [[list(s.shape), str(s.dtype)] for s in outs])
+        if len(_OP_CACHE) >= _OP_CACHE_MAX:
+            _OP_CACHE.clear()
+        _OP_CACHE[key] = outs
+    return outs
+
+
+def _traced_shapes(op: Op, op_kw: dict, in_kw: dict, ins: list[Spec]
+                   ) -> tuple[Spec, ...] | ShapeFailure:
     try:
         return tuple(eval_op_shapes(op.type, op_kw, in_kw, ins, op.num_outputs))
     except Exception as e:  # jax reports shape errors as TypeError and friends
-        error = op_failure(op, [s.shape for s in ins], e, "failed shape inference")
-        raise ValueError(f"malformed graph: {error}") from None
+        return ShapeFailure(op_failure(op, [s.shape for s in ins], e).reason)
 
 
-def _stored_shapes(key: tuple) -> tuple[Spec, ...] | None:
+def _stored_shapes(key: tuple) -> tuple[Spec, ...] | ShapeFailure | None:
     stored = op_cache.get("shapes", key)
-    return None if stored is None else tuple(Spec(tuple(shape), np.dtype(dtype))
-                                             for shape, dtype in stored)
+    if stored is None:
+        return None
+    if isinstance(stored, dict):
+        return ShapeFailure(stored["error"])
+    return tuple(Spec(tuple(shape), np.dtype(dtype)) for shape, dtype in stored)
 
 
 def _graph_key(graph: Graph, constants: Mapping[str, Any], specs: Mapping[str, Spec]) -> str:

@@ -113,3 +113,28 @@ def test_an_unreadable_store_is_skipped_with_one_warning(tmp_path, caplog):
         assert bad.read_bytes() == b"this is not a database" * 100  # untouched
     finally:
         op_cache.enable(previous or "none")
+
+
+def misfit_graph(name: str):
+    """A conv of 4 groups on 3 channels: jax cannot trace it."""
+    return new_graph(["input"], [name], [new_op(name, OpType.CONV, ["input"], op_kwargs={
+        "features": 8, "kernel_size": [3, 3], "feature_group_count": 4})])
+
+
+def misfit_error(name: str) -> str:
+    with pytest.raises(ValueError) as error:
+        tensor_shapes.graph_shapes(misfit_graph(name), {}, {"input": SHAPE})
+    return str(error.value)
+
+
+@pytest.mark.parametrize("in_memory", [True, False])
+def test_an_op_that_does_not_fit_is_traced_once_and_each_graph_is_told_its_own_op(
+        store, monkeypatch, in_memory):
+    tensor_shapes.clear_caches()
+    first = misfit_error("a")
+    assert first.startswith("malformed graph: op 'a' (CONV) failed shape inference on "
+                            "inputs [(2, 8, 8, 3)]: "), first
+    forbid_computing(monkeypatch)
+    if not in_memory:
+        tensor_shapes.clear_caches()  # only the store can answer
+    assert misfit_error("b") == first.replace("op 'a'", "op 'b'", 1)
