@@ -49,12 +49,16 @@ def _fans(shape: tuple[int, ...]) -> tuple[float, float]:
 
 
 def _truncated(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
-    """Standard normal truncated to [-2, 2] by resampling the rejected entries."""
+    """Standard normal truncated to [-2, 2] by resampling the rejected entries.
+
+    Each round tests only the entries just redrawn (about 5 % of the last), not the whole
+    array: the same draws in the same order, at half the cost for a large kernel."""
     out = rng.standard_normal(shape)
-    bad = np.abs(out) > 2
-    while bad.any():
-        out[bad] = rng.standard_normal(int(bad.sum()))
-        bad = np.abs(out) > 2
+    flat = out.reshape(-1)
+    rejected = np.flatnonzero(np.abs(flat) > 2)
+    while rejected.size:
+        flat[rejected] = rng.standard_normal(rejected.size)
+        rejected = rejected[np.abs(flat[rejected]) > 2]
     return out
 
 
