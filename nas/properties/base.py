@@ -115,8 +115,14 @@ class AbstractProperty(abc.ABC):
         return total / count if count else 0.0
 
     def _with(self, **changes: Any) -> Self:
-        """A deep copy with some fields replaced (settings such as p are carried over)."""
-        return dataclasses.replace(copy.deepcopy(self), **changes)
+        """A deep copy with some fields replaced (settings such as p are carried over).
+
+        The replaced fields' old values are not copied: inferring a candidate's property
+        from the target's replaces the target's whole table, which copying would cost."""
+        memo: dict[int, Any] = {}  # one memo: fields that share an object still share it
+        kept = {f.name: copy.deepcopy(getattr(self, f.name), memo)
+                for f in dataclasses.fields(self) if f.init and f.name not in changes}
+        return dataclasses.replace(self, **kept, **changes)
 
     def _graph_inputs(self, subgraph_model: SubgraphModel) -> Mapping[str, Any]:
         return self.input_values if self.input_values is not None else subgraph_model.inputs

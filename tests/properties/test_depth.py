@@ -79,3 +79,18 @@ def test_distance_needs_same_kind_and_an_inferred_map(cifarnet):
         depth.DepthProperty().distance_from(prop)
     with pytest.raises(ValueError, match="infer"):
         depth.DepthProperty().mutate(0)
+
+
+def test_an_inferred_property_owns_its_tables_and_keeps_its_settings(branches_model):
+    shared = {"x": (1, 4)}
+    target = depth.DepthProperty(p=0.5, delta_max=3, input_values={"a": shared, "b": shared})
+    target = target.infer(branches_model)
+    again = target.infer(branches_model)  # replaces the table, copies the rest
+    assert (again.p, again.delta_max, again.depth_map) == (0.5, 3, target.depth_map)
+    assert again.depth_map is not target.depth_map
+    assert again.input_values == target.input_values
+    assert again.input_values is not target.input_values
+    assert again.input_values["a"] is again.input_values["b"]  # shared stays shared
+    mutated = target.mutate(0)
+    mutated.depth_map.clear()
+    assert target.depth_map and again.depth_map
