@@ -43,11 +43,17 @@ class OpError(ValueError):
         return type(self), (str(self), self.reason), self.__dict__
 
 
-def op_failure(op: Op, shapes: Sequence[Sequence[int]], error: Exception,
+def failure_reason(error: Exception) -> str:
+    """What went wrong, without the op: an OpError's own reason, else the error's text."""
+    return error.reason if isinstance(error, OpError) else str(error) or type(error).__name__
+
+
+def op_failure(op: Op, shapes: Sequence[Sequence[int]], error: Exception | str,
                what: str = "failed") -> OpError:
-    """The ValueError reporting that running `op` raised `error`: names the op, its type and
-    its input shapes (jax and flax report such problems as TypeError, AssertionError, ...)."""
-    reason = error.reason if isinstance(error, OpError) else str(error) or type(error).__name__
+    """The ValueError reporting that running `op` raised `error` (or failed for the reason
+    given as text): names the op, its type and its input shapes (jax and flax report such
+    problems as TypeError, AssertionError, ...)."""
+    reason = error if isinstance(error, str) else failure_reason(error)
     shapes = [tuple(s) for s in shapes]
     return OpError(f"op {op.name!r} ({op.type.name}) {what} on inputs {shapes}: {reason}",
                    reason)

@@ -20,7 +20,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from nas.graph.model import OpError, op_failure
+from nas.graph.model import failure_reason, op_failure
 from nas.graph.ops import Graph, Op, OpType, canonical_name
 from nas.graph.validate import validate_op
 from nas.properties import op_cache
@@ -107,8 +107,7 @@ def propagate(ops: Iterable[Op], tensors: dict[str, Spec], constants: Mapping[st
         op_kw, in_kw = resolve_kwargs(op, shapes, tensors, constants)
         outs = _op_shapes(op, op_kw, in_kw, ins)
         if isinstance(outs, ShapeFailure):
-            error = op_failure(op, shapes, OpError(outs.reason, outs.reason),
-                               "failed shape inference")
+            error = op_failure(op, shapes, outs.reason, "failed shape inference")
             raise ValueError(f"malformed graph: {error}") from None
         tensors.update(zip(op.output_names, outs, strict=True))
         available.update(op.output_names)
@@ -147,7 +146,7 @@ def _traced_shapes(op: Op, op_kw: dict, in_kw: dict, ins: list[Spec]
     try:
         return tuple(eval_op_shapes(op.type, op_kw, in_kw, ins, op.num_outputs))
     except Exception as e:  # jax reports shape errors as TypeError and friends
-        return ShapeFailure(op_failure(op, [s.shape for s in ins], e).reason)
+        return ShapeFailure(failure_reason(e))
 
 
 def _stored_shapes(key: tuple) -> tuple[Spec, ...] | ShapeFailure | None:
