@@ -254,7 +254,7 @@ def _export(workdir: str) -> None:
     except ValueError as e:
         raise ValueError(f"--{e}") from None
     if home is not None:
-        why += ", the finals' retrain of it (more accurate on validation than the search's weights)"
+        why += ", the finals' retrain of it (better on validation than the search's weights)"
     try:
         if _FORMAT.value == "flax":
             from nas.search.store.export import export_flax_code

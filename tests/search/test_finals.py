@@ -227,24 +227,45 @@ def test_a_fold_is_scored_once_and_never_read_before(finished):
         assert run.metrics["epochs"] == 1 and run.correct.size == run.positions.size
 
 
-def _run(name: str, accuracy: float, test_accuracy: float) -> Run:
-    return Run(name, 2, "home", 0, 0, "recipe", "done", np.arange(4),
-               np.array([True, True, False, True]),
-               {"accuracy": accuracy, "test_accuracy": test_accuracy}, None, None)
+def _run(name: str, correct: np.ndarray, test_accuracy: float) -> Run:
+    return Run(name, 2, "home", 0, 0, "recipe", "done", np.arange(correct.size), correct,
+               {"accuracy": float(np.mean(correct)), "test_accuracy": test_accuracy}, None,
+               None)
 
 
 def test_the_take_home_choice_reads_validation_never_test(finished):
+    """The retrain is taken home only when better than the search's weights on validation
+    beyond the paired noise, whatever either scores on test."""
     study = SearchResult.load(finished).study
     child = study.get(2)
-    searched = float(child.accuracy)
-    worse_on_test = take_home_choice(child, _run("home-2", searched + 0.01, 0.0))
+    searched = study.correctness([2])[2]
+    wrong = np.flatnonzero(~searched)
+    assert wrong.size >= 8  # the tiny search leaves room to be better
+    better = searched.copy()
+    better[wrong] = True
+    worse_on_test = take_home_choice(child, _run("home-2", better, 0.0), False, searched)
     assert worse_on_test.source == "retrain" and worse_on_test.run is not None
     assert worse_on_test.metrics["test_accuracy"] == 0.0  # its own, however bad
-    better_on_test = take_home_choice(child, _run("home-2", searched - 0.01, 1.0))
-    assert better_on_test.source == "search" and better_on_test.run is None
-    tie = take_home_choice(child, _run("home-2", searched, 1.0))
-    assert tie.source == "search"
+    assert "paired, better" in worse_on_test.reason
+    one_more = searched.copy()
+    one_more[wrong[0]] = True  # one image ahead: inside the noise, the search's weights
+    ahead = take_home_choice(child, _run("home-2", one_more, 1.0), False, searched)
+    assert ahead.source == "search" and ahead.run is None
+    assert "paired, within noise" in ahead.reason
+    assert take_home_choice(child, _run("home-2", searched, 1.0), False, searched
+                            ).source == "search"
+    # the search's per-example results unknown (an older study): its weights are kept
+    unknown = take_home_choice(child, _run("home-2", better, 1.0))
+    assert unknown.source == "search" and "per-example" in unknown.reason
     assert take_home_choice(child, None).source == "search"
+
+
+def test_a_take_home_retrain_on_other_examples_is_not_paired(finished):
+    study = SearchResult.load(finished).study
+    searched = study.correctness([2])[2]
+    other = take_home_choice(study.get(2), _run("home-2", np.ones(searched.size + 1, bool),
+                                                1.0), False, searched)
+    assert other.source == "search" and "per-example" in other.reason
 
 
 def _test_accuracy(loaded) -> float:
@@ -275,13 +296,14 @@ def test_the_recommended_model_is_what_its_metrics_describe(finished, tmp_path):
     assert loaded.info["id"] == kept.candidate.id
     assert loaded.metrics["accuracy"] == pytest.approx(kept.metrics["accuracy"])
     assert _test_accuracy(loaded) == pytest.approx(loaded.metrics["test_accuracy"], abs=1e-9)
-    # a retrain more accurate on validation is the one taken home, with its own metrics
+    # a retrain better on validation is the one taken home, with its own metrics
     copy = tmp_path / "study"
     shutil.copytree(finished, copy)
     home = _retrained(str(copy), kept.candidate.id)
     store = FinalsStore(str(copy / "study.db"))
-    store.record(home.name, metrics={**home.metrics, "accuracy": 1.0}, correct=home.correct,
-                 positions=home.positions, checkpoint_path=home.checkpoint_path)
+    store.record(home.name, metrics={**home.metrics, "accuracy": 1.0},
+                 correct=np.ones_like(home.correct), positions=home.positions,
+                 checkpoint_path=home.checkpoint_path)
     store.close()
     again = SearchResult.load(copy)
     retrained = again.recommended

@@ -211,7 +211,8 @@ def answer(study: Any, pairs: Comparisons | None = None) -> Answer:
         return Answer(chosen, pick, found, home, "")
     repeated = repeats_the_search(recipe, chosen.candidate, (config or {}).get("train") or {},
                                   stored_value(config, "seed_epochs"))
-    kept = take_home_choice(chosen.candidate, home.get(chosen.candidate.id), repeated)
+    kept = take_home_choice(chosen.candidate, home.get(chosen.candidate.id), repeated,
+                            pairs.validation.get(chosen.candidate.id))
     mine = kept.test_correct if kept.run is not None else pairs.test.get(chosen.candidate.id)
     theirs = pairs.test.get(seed.id)
     test = (paired.compare(mine, theirs) if chosen.candidate.id != seed.id or

@@ -159,8 +159,8 @@ class FinalsConfig(schema.Section):
     # "scratch" (a fresh init each), "weights" (each on from its own weights, until all
     # have had the same epochs), "auto": "weights" when the seed arrived trained.
     start: str = schema.setting("auto", schema.one_of(*STARTS))
-    # Retrain the recommended architecture as the search trained, and take home whichever
-    # of that and the search's weights is more accurate on validation.
+    # Retrain the recommended architecture as the search trained, and take that home over
+    # the search's weights only when better on validation by their paired interval.
     take_home: bool = schema.setting(True, schema.Field(bool))
 
     @property
