@@ -256,7 +256,7 @@ def test_the_take_home_choice_reads_validation_never_test(finished):
                             ).source == "search"
     # the search's per-example results unknown (an older study): its weights are kept
     unknown = take_home_choice(child, _run("home-2", better, 1.0))
-    assert unknown.source == "search" and "per-example" in unknown.reason
+    assert unknown.source == "search" and "no per-example results" in unknown.reason
     assert take_home_choice(child, None).source == "search"
 
 
@@ -265,7 +265,7 @@ def test_a_take_home_retrain_on_other_examples_is_not_paired(finished):
     searched = study.correctness([2])[2]
     other = take_home_choice(study.get(2), _run("home-2", np.ones(searched.size + 1, bool),
                                                 1.0), False, searched)
-    assert other.source == "search" and "per-example" in other.reason
+    assert other.source == "search" and "no per-example results" in other.reason
 
 
 def _test_accuracy(loaded) -> float:

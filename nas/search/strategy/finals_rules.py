@@ -316,20 +316,23 @@ def take_home_choice(candidate: Scored, retrain: Run | None, repeated: bool = Fa
         why = ("a retrain would repeat its search training exactly" if repeated
                else "no retrain to compare with")
         return TakeHome(candidate, retrain, "search", f"the search's own weights ({why})")
-    scores = f"validation {float(again):.4f} against the search's weights' {_acc(searched)}"
     if searched is None:
-        return TakeHome(candidate, retrain, "retrain", f"the finals' retrain, {scores}")
+        return TakeHome(candidate, retrain, "retrain",
+                        f"the finals' retrain, validation {float(again):.4f}: the search's "
+                        f"weights have no validation accuracy")
+    scores = f"{float(again):.4f} against {float(searched):.4f}"
     versus = _retrain_vs_search(retrain, searched_correct)
     if versus is None:
         return TakeHome(candidate, retrain, "search",
-                        f"the search's own weights: the finals' retrain {scores}, and "
-                        f"without their per-example results it cannot be told better")
+                        f"the search's own weights: on validation the finals' retrain scored "
+                        f"{scores}, with no per-example results to pair them")
     if versus.decision == "better":
         return TakeHome(candidate, retrain, "retrain",
-                        f"the finals' retrain, {scores}: {versus.text()}")
+                        f"the finals' retrain, better on validation than the search's "
+                        f"weights: {scores}, {versus.text()}")
     return TakeHome(candidate, retrain, "search",
-                    f"the search's own weights: the finals' retrain {scores}, "
-                    f"{versus.text()}")
+                    f"the search's own weights, as the finals' retrain is not better on "
+                    f"validation: {scores}, {versus.text()}")
 
 
 def _retrain_vs_search(retrain: Run, searched_correct: np.ndarray | None) -> Paired | None:
@@ -341,9 +344,3 @@ def _retrain_vs_search(retrain: Run, searched_correct: np.ndarray | None) -> Pai
             else retrain.correct[np.argsort(retrain.positions, kind="stable")])
     return paired.compare(mine, searched_correct) if paired.comparable(
         mine, searched_correct) else None
-
-
-def _acc(value: float | None) -> str:
-    return "unmeasured" if value is None else f"{float(value):.4f}"
-
-
