@@ -6,7 +6,7 @@ by `nas.run_search` with its defaults. The recommended model and the seed's weig
 the search (`load_candidate(1)`) are then run on the test images here, with the paired
 counts: the search must not hand back a model worse than the seed it already had.
 
-    python benchmarks/own_model.py WORKDIR [--max-candidates 8]
+    python benchmarks/own_model.py WORKDIR [--max-candidates 8] [--seed 0]
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("workdir")
     parser.add_argument("--max-candidates", type=int, default=8)
+    parser.add_argument("--seed", type=int, default=0, help="search.seed: the proposals' draws")
     args = parser.parse_args()
     digits = load_digits()
     x = np.repeat(np.uint8(digits.images * 255 / 16)[..., None], 3, axis=-1)
@@ -48,7 +49,7 @@ def main() -> None:
     seed = nas.from_flax(model, probe, variables=model.init(jax.random.PRNGKey(3), probe))
     result = nas.run_search(seed, (x[~test], y[~test], x[test], y[test]),
                             workdir=args.workdir, max_candidates=args.max_candidates,
-                            progress=False)
+                            overrides={"search.seed": args.seed}, progress=False)
     print(result.summary())
     batch = nas.preprocess(x[test])
     recommended = result.recommended
