@@ -123,7 +123,6 @@ def init_path(workdir: str | Path, proposal: int | str) -> str:
 def remove_partial_saves(study: Study) -> list[str]:
     """Deletes what saves cut short by a kill left (*.orbax-checkpoint-tmp*), except in
     the folders of claimed candidates, where a live worker may be saving."""
-    removed = []
     workdir = Path(study.workdir)
     running = {str(c.id) for c in study.candidates(Status.RUNNING)}
     leftovers = sorted((workdir / "inits").glob("*.orbax-checkpoint-tmp*"))
@@ -133,7 +132,7 @@ def remove_partial_saves(study: Study) -> list[str]:
                 leftovers += sorted(folder.rglob("*.orbax-checkpoint-tmp*"))
     for path in leftovers:
         shutil.rmtree(path, ignore_errors=True)
-        removed.append(str(path))
+    removed = [str(path) for path in leftovers]
     if removed:
         logging.info("removed %d partial save(s): %s", len(removed), removed)
     return removed

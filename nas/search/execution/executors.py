@@ -404,7 +404,7 @@ class RayExecutor:
                              "(from a clone: pip install -e '.[ray]')") from None
         self._ray = ray
         request = settings.request()
-        ray_parts.start_or_join(ray, address or None, self.capacity, request)
+        ray_parts.start_or_join(ray, address, self.capacity, request)
         ray_parts.check_fits(ray, request)
         self._lost = tuple(getattr(ray.exceptions, n) for n in LOST_NODE_ERRORS
                            if hasattr(ray.exceptions, n))
@@ -565,7 +565,7 @@ def make_executor(kind: str, *, workers: int, ray_address: str | None,
     if kind == "local":
         return LocalExecutor(workers, hard_timeout_s, prepare_ahead, share_device)
     if kind == "ray":
-        return RayExecutor(ray_address or None, workers, hard_timeout_s, prepare_ahead,
+        return RayExecutor(ray_address, workers, hard_timeout_s, prepare_ahead,
                            share_device, settings=ray, max_tries=max_tries)
     raise ValueError(f"config field 'search.executor': unknown executor {kind!r}; expected "
                      f"'local', 'ray' or 'inline'")

@@ -57,14 +57,16 @@ def check_recorded(recorded: Mapping[str, Any] | None,
     if not recorded:
         return
     now = fn_lib.describe(functions)
+
+    def text(d: Any) -> str:
+        return f"{d['name']} (code {d['digest']})" if d else "none"
+
     # the training functions first, then the costs: the line names the first that differs
     for key in sorted(set(recorded) | set(now), key=lambda k: (k.startswith(COST_PREFIX), k)):
         was, given = recorded.get(key), now.get(key)
         if was == given:
             continue
         field = key if key.startswith(COST_PREFIX) else f"train.{key}"
-        def text(d: Any) -> str:
-            return f"{d['name']} (code {d['digest']})" if d else "none"
         raise ValueError(f"{field}: the study in {where} was run with {text(was)}, not "
                          f"{text(given)}; resume it with the same function, or start a new "
                          f"workdir")

@@ -138,8 +138,21 @@ def train_candidate(
                            stop_epochs=task.stop_epochs, device_stage=turn, functions=shipped,
                            refit=refit if task.fit is not None else None, should_stop=stop_now,
                            min_start_accuracy=task.min_start_accuracy)
-    run = functools.partial(_run_once, stop_now=stop_now, config=config, options=options,
-                            curves=task.tensorboard, workdir=task.workdir)
+
+    def run(variables: Any, where: str | None, seen: list[float]) -> tuple[Any, int, Any]:
+        """One `train_and_eval` run from `variables` in `where`, each evaluation's accuracy
+        appended to `seen`; its records mirrored to the task's TensorBoard run."""
+
+        def on_eval(epoch: int, m: Any) -> bool:
+            seen.append(float(m.acc))
+            return not stop_now(-1)
+
+        with RunWriter(round_folder(task.tensorboard, task.workdir, where)) as board:
+            here = dataclasses.replace(options, workdir=where, init_variables=variables,
+                                       evaluate_start=variables is not None,
+                                       on_record=board.record if task.tensorboard else None)
+            return train_and_eval(config, True, on_eval, options=here)
+
     if task.rounds:
         values, state = _train_rounds(run, task.rounds, task.workdir, task.init_variables,
                                       stop_now.restart)
@@ -178,23 +191,6 @@ def latency_metrics(graph: Any, constants: Any, variables: dict[str, Any],
         timing = inference_latency(infer, variables, image_shape(train_config),
                                    LatencySettings(**settings))
     return timing.metrics()
-
-
-def _run_once(variables: Any, where: str | None, seen: list[float], *,
-              stop_now: Callable[[int], bool], config: Any, options: TrainOptions,
-              curves: str | None, workdir: str | None) -> tuple[Any, int, Any]:
-    """One `train_and_eval` run from `variables` in `where`, each evaluation's accuracy
-    appended to `seen`; its records mirrored to the TensorBoard run `curves`."""
-
-    def on_eval(epoch: int, m: Any) -> bool:
-        seen.append(float(m.acc))
-        return not stop_now(-1)
-
-    with RunWriter(round_folder(curves, workdir, where)) as board:
-        here = dataclasses.replace(options, workdir=where, init_variables=variables,
-                                   evaluate_start=variables is not None,
-                                   on_record=board.record if curves else None)
-        return train_and_eval(config, True, on_eval, options=here)
 
 
 class StopCheck:

@@ -46,9 +46,7 @@ def is_current(study: Any) -> bool:
         stamp = json.loads((out / STAMP).read_text())
     except (OSError, ValueError):
         return False
-    if not all((out / name).is_file() for name in FILES):
-        return False
-    return stamp == study_state(study)
+    return all((out / name).is_file() for name in FILES) and stamp == study_state(study)
 
 
 def mark_current(study: Any, state: dict[str, Any]) -> None:

@@ -50,23 +50,23 @@ ADDED_INDEXES = {"candidates_selection": f"candidates(status, id, parent_id, acc
 
 # The number of candidates per status, kept by triggers in the transaction that changes a
 # status, so `Study.counts` (read several times per proposal) reads six rows.
-STATUS_COUNTS = """
-CREATE TABLE IF NOT EXISTS status_counts (status TEXT PRIMARY KEY, n INTEGER NOT NULL)
-;CREATE TRIGGER status_counts_insert AFTER INSERT ON candidates BEGIN
+COUNT_TRIGGERS = ("status_counts_insert", "status_counts_update", "status_counts_delete")
+STATUS_COUNTS = (
+    "CREATE TABLE IF NOT EXISTS status_counts (status TEXT PRIMARY KEY, n INTEGER NOT NULL)",
+    """CREATE TRIGGER status_counts_insert AFTER INSERT ON candidates BEGIN
     INSERT INTO status_counts(status, n) VALUES (NEW.status, 1)
         ON CONFLICT(status) DO UPDATE SET n = n + 1;
-END
-;CREATE TRIGGER status_counts_update AFTER UPDATE OF status ON candidates
+END""",
+    """CREATE TRIGGER status_counts_update AFTER UPDATE OF status ON candidates
         WHEN OLD.status IS NOT NEW.status BEGIN
     UPDATE status_counts SET n = n - 1 WHERE status = OLD.status;
     INSERT INTO status_counts(status, n) VALUES (NEW.status, 1)
         ON CONFLICT(status) DO UPDATE SET n = n + 1;
-END
-;CREATE TRIGGER status_counts_delete AFTER DELETE ON candidates BEGIN
+END""",
+    """CREATE TRIGGER status_counts_delete AFTER DELETE ON candidates BEGIN
     UPDATE status_counts SET n = n - 1 WHERE status = OLD.status;
-END
-"""
-COUNT_TRIGGERS = ("status_counts_insert", "status_counts_update", "status_counts_delete")
+END""",
+)
 
 _status_list = ", ".join(f"'{s}'" for s in STATUSES)
 _metric_cols = "\n".join(f"    {m} REAL," for m in METRICS)
@@ -276,7 +276,7 @@ def add_status_counts(conn: sqlite3.Connection) -> None:
     caller's transaction (a migration, which rebuilds the table, drops the triggers)."""
     for name in COUNT_TRIGGERS:
         conn.execute(f"DROP TRIGGER IF EXISTS {name}")
-    for statement in STATUS_COUNTS.split("\n;"):
+    for statement in STATUS_COUNTS:
         conn.execute(statement)
     conn.execute("DELETE FROM status_counts")
     conn.execute("INSERT INTO status_counts(status, n) SELECT status, COUNT(*) FROM candidates"

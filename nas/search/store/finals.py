@@ -215,6 +215,7 @@ def answer(study: Any, pairs: Comparisons | None = None) -> Answer:
                             pairs.validation.get(chosen.candidate.id))
     mine = kept.test_correct if kept.run is not None else pairs.test.get(chosen.candidate.id)
     theirs = pairs.test.get(seed.id)
-    test = (paired.compare(mine, theirs) if chosen.candidate.id != seed.id or
-            kept.run is not None else None) if paired.comparable(mine, theirs) else None
+    compared = paired.comparable(mine, theirs) and (chosen.candidate.id != seed.id
+                                                    or kept.run is not None)
+    test = paired.compare(mine, theirs) if compared else None
     return Answer(dataclasses.replace(chosen, test=test), pick, found, home, "", kept)

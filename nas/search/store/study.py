@@ -335,17 +335,17 @@ class Study:
                 if row is not None:
                     raise DuplicateCandidateError(fingerprint, row[0])
             now = time.time()
-            cur = c.execute(
+            candidate_id = int(c.execute(
                 "INSERT INTO candidates(parent_id, generation, status, graph_json, fingerprint,"
                 " seed, spec_json, properties_json, inheritance_json, blocks_json, error,"
                 " created_at, finished_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (parent_id, int(generation), status, graph_json, fingerprint, seed, *encoded,
-                 error, now, None if status == Status.PENDING else now))
+                 error, now, None if status == Status.PENDING else now)).lastrowid)
             c.executemany(PUT_META, state_rows)
             if replaces is not None:
                 c.execute("UPDATE refusals SET replaced_by=? WHERE id=?",
-                          (int(cur.lastrowid), int(replaces)))
-            return int(cur.lastrowid)
+                          (candidate_id, int(replaces)))
+            return candidate_id
 
     def tell(
         self, candidate_id: int, metrics: Any, *, checkpoint_path: str | None = None,
@@ -822,7 +822,6 @@ class Study:
     # --------------------------------------------------------------- internals
 
     def _rows(self, sql: str, args: Iterable[Any] = ()) -> list[tuple]:
-        """Every row of one read statement."""
         with self._db.read() as c:
             return c.execute(sql, tuple(args)).fetchall()
 
@@ -840,7 +839,7 @@ class Study:
                                 self._rungs(c, " WHERE candidate_id=?", (candidate_id,)))
 
     @staticmethod
-    def _rungs(c: sqlite3.Connection, where: str = "", args: Iterable[Any] = ()
+    def _rungs(c: sqlite3.Connection, where: str, args: Iterable[Any]
                ) -> dict[int, list[dict[str, Any]]]:
         """Recorded rung results by candidate id (those `where` selects, or all)."""
         out: dict[int, list[dict[str, Any]]] = {}
@@ -1144,14 +1143,14 @@ def _check_weights(graph: Any, constants: dict[str, Any], variables: Any,
                          f"{type(variables).__name__}")
     have = flatten_dict(dict(variables), sep="/")
     for name, leaf in want.items():
-        if name.startswith("params/") or name.startswith("batch_stats/"):
+        if name.startswith(("params/", "batch_stats/")):
             got = have.get(name)
             if got is None:
                 raise ValueError(f"enqueue: variables: {name} is missing (expected the "
                                  f"architecture's weights)")
-            if tuple(jnp.shape(got)) != tuple(leaf.shape):
-                raise ValueError(f"enqueue: variables: {name} has shape "
-                                 f"{tuple(jnp.shape(got))}, expected {tuple(leaf.shape)}")
+            if (got_shape := tuple(jnp.shape(got))) != tuple(leaf.shape):
+                raise ValueError(f"enqueue: variables: {name} has shape {got_shape}, expected "
+                                 f"{tuple(leaf.shape)}")
 
 
 # ------------------------------------------------------------------------ leases
@@ -1199,7 +1198,7 @@ class LeaseKeeper:
                 continue
             if not ok:
                 absl_logging.warning("%s lost its lease on candidate %d; it will not be recorded",
-                                self.worker, cid)
+                                     self.worker, cid)
                 with self._lock:
                     self._held.discard(cid)
                     self._lost.add(cid)
