@@ -1,6 +1,6 @@
 """Coverage and power of the finals' interval, by simulation at the finals' counts.
 
-The world is the one the tests check (`tests/search/test_repeated_interval.py`: calibrated
+The world is the one the tests check (`tests/stats/test_repeated_interval.py`: calibrated
 on the README search's finals, with run-to-run noise and occasional bad runs). For each
 setting, side by side on the same draws: the run part pooled over the table's
 architectures (what the finals print) and from the one comparison's two alone. Coverage:
@@ -21,8 +21,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from nas.search.strategy.repeated import compare_repeated, run_noise  # noqa: E402
-from tests.search.test_repeated_interval import World  # noqa: E402
+from nas.stats.repeated import compare_repeated, run_noise  # noqa: E402
+from tests.stats.test_repeated_interval import World  # noqa: E402
 
 SETTINGS = {
     "README finals: 2 finalists, 1 repeat of 3 folds": World(),

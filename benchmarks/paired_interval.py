@@ -5,7 +5,7 @@ of "only the first right" (p10) and "only the second right" (p01), and for each 
 counts how often it holds the true difference p10 - p01, and how often the truth lies below
 its lower end (what a non-inferiority decision reads). Side by side, on the same draws:
 
-- tango: Tango's score interval (`nas.search.strategy.tango`, what the summary prints now);
+- tango: Tango's score interval (`nas.stats.tango`, what the summary prints now);
 - conditional: the exact conditional interval (Clopper-Pearson on b / (b + c), scaled by
   (b + c) / n), what the summary printed before;
 - bootstrap: the paired percentile bootstrap (examples resampled with their pairing).
@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 
-from nas.search.strategy import paired, tango
+from nas.stats import paired, tango
 
 SCENARIOS = ((0.005, 0.005), (0.01, 0.03), (0.02, 0.02), (0.05, 0.02), (0.03, 0.0),
              (0.0, 0.02), (0.3, 0.05), (0.15, 0.15))

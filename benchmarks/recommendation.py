@@ -48,7 +48,7 @@ def measure(workdir: str, margin: float | None = None) -> dict:
     `margin` points), and how it does on test."""
     from nas.search.store.study import Study
     from nas.search.strategy import recommend
-    from nas.train import intervals
+    from nas.stats import intervals
 
     study = Study.load(workdir)
     done = study.candidates("done")

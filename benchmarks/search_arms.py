@@ -43,7 +43,7 @@ from nas.search.execution.driver import Driver
 from nas.search.reporting.highlights import front_of
 from nas.search.strategy.pareto import hypervolume
 from nas.search.strategy.recommend import cheapest_matching_seed
-from nas.train import intervals
+from nas.stats import intervals
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

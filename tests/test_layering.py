@@ -20,7 +20,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The packages of `nas`, lowest first: each may import the ones of a lower rank, never one
 # of its own rank or above, and nothing inside `nas` imports `nas` itself (the top).
 PACKAGE_LAYERS = (
-    ("nas.atomic", "nas.cli_messages", "nas.functions", "nas.schema"),  # leaf modules
+    ("nas.atomic", "nas.cli_messages", "nas.functions", "nas.schema", "nas.stats"),  # leaves
     ("nas.graph",),
     ("nas.zoo", "nas.properties"),
     ("nas.synthesis",),

@@ -1,7 +1,7 @@
 """Per-example correctness, bit-packed: which validation or test examples a model got right.
 
 Why: two candidates evaluated on the same examples are compared by pairing their results
-example by example (`nas.search.strategy.paired`), which needs every candidate's right/wrong bit per
+example by example (`nas.stats.paired`), which needs every candidate's right/wrong bit per
 example in one fixed example order. Packed with `numpy.packbits` it is n/8 bytes (18 for
 the 143 digits validation images); the text form ("N:base64") travels in metrics, JSON and
 the exported candidate's metrics without loss.

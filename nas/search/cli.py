@@ -345,7 +345,7 @@ def _main(argv: Sequence[str]) -> None:
         fail(f"unknown command {' '.join(argv[1:])!r}; expected one of {', '.join(COMMANDS)} "
              f"(search is the default)")
     if command == "import":  # writes one file: no study, no workdir
-        from nas.search.import_cli import import_checked
+        from nas.interop.cli import import_checked
 
         try:
             if not _FLAX.value:

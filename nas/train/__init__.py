@@ -1,8 +1,8 @@
 """Training and measurement of candidates: `train_and_eval`, its `TrainOptions` and its
 `Metrics`.
 
-Each is imported on first use, so that a leaf such as `nas.train.intervals` (the Wilson
-interval the search's reports use) does not pull in JAX, grain and TensorFlow Datasets:
+Each is imported on first use, so that a leaf such as `nas.train.recipes` (the training
+recipes a search config starts from) does not pull in JAX, grain and TensorFlow Datasets:
 a rerun of a finished search or a report needs none of them. The imports are statements
 inside `__getattr__` (the pattern `nas` uses too), so that `tests/test_layering.py` sees
 them.

@@ -158,7 +158,7 @@ def accuracy_rows(metrics: dict, config: ml_collections.ConfigDict | None
                   ) -> list[tuple[str, str]]:
     """(name, value) rows of every accuracy and loss measured, each accuracy naming its
     split, with its 95 % Wilson interval and n."""
-    from nas.train.intervals import percent_text
+    from nas.stats.intervals import percent_text
 
     def accuracy(acc: float, n: int, where: str) -> str:
         return percent_text(acc, n, where) if n else f"{acc * 100:.2f} % ({where})"

@@ -4,7 +4,7 @@ Why: one timing of a small model at batch 1 moves by half its value with what el
 the machine (0.47 against 0.68 ms for the same seed). So a latency here is the
 median of many calls after a warm-up, taken until the median's 95 % interval is within a
 set relative precision of it, and its interquartile range (IQR) is kept beside it: the
-search ties costs that differ by less than their spread (`nas.search.strategy.cost_ties`).
+search ties costs that differ by less than their spread (`nas.stats.cost_ties`).
 
 Limits are counts (`min_calls`, `max_calls`, checked every `check_every` calls); the clock
 (`max_seconds`) is a safety net for a model far slower than expected, never what decides

@@ -15,8 +15,8 @@ import pytest
 from flax import serialization
 
 import nas
+from nas.interop.cli import import_checked, import_flax
 from nas.search.execution.driver import Driver
-from nas.search.import_cli import import_checked, import_flax
 from nas.train.checkpoint import load_variables
 from tests.interop import models
 from tests.search.conftest import tiny_search_config

@@ -1,5 +1,5 @@
 """Measured costs within their spread are ties on the fronts parent selection draws from
-(`nas.search.strategy.cost_ties`), and a user's cost called with repeats
+(`nas.stats.cost_ties`), and a user's cost called with repeats
 records a median and its spread."""
 
 import numpy as np
@@ -8,8 +8,8 @@ import pytest
 import nas
 from nas.graph.serialize import graph_to_json
 from nas.search.execution.user_functions import CostFailed, measure_costs
-from nas.search.strategy.cost_ties import tie_heads, tied_values
 from nas.search.strategy.selection import Individual, SelectionConfig, select_parents
+from nas.stats.cost_ties import tie_heads, tied_values
 from nas.zoo import cnn
 
 

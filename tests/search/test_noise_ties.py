@@ -5,8 +5,10 @@ results on the same examples, McNemar's exact test (`paired.mcnemar`)."""
 import numpy as np
 import pytest
 
-from nas.search.strategy import paired
-from nas.search.strategy.intervals import McNemarBounds, NoiseTies, tied
+from nas.search.strategy.noise_ties import NoiseTies
+from nas.stats import paired
+from nas.stats.intervals import tied
+from nas.stats.paired import McNemarBounds
 
 
 def _rows(n, seed, with_bits=0.7, count=143):

@@ -13,8 +13,8 @@ import nas
 from nas.graph.serialize import graph_to_json
 from nas.io import examples
 from nas.search import Study
-from nas.search.strategy import intervals, paired
 from nas.search.strategy.selection import SelectionConfig
+from nas.stats import intervals, paired
 from nas.zoo import cnn
 
 N = 143  # the digits validation split

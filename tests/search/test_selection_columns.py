@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from nas.search import Individual, ParetoCurve, SelectionConfig, select_parents
-from nas.search.strategy.intervals import NoiseTies, tied
+from nas.search.strategy.noise_ties import NoiseTies
 from nas.search.strategy.selection import (
     Columns,
     age,
@@ -16,6 +16,7 @@ from nas.search.strategy.selection import (
     draw_weighted,
     lowest_rows,
 )
+from nas.stats.intervals import tied
 
 
 def _pairwise_curve(points, higher_better):

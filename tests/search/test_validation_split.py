@@ -4,12 +4,13 @@ the test split with its 95 % interval."""
 import numpy as np
 import pytest
 
-from nas.search.strategy import intervals
+from nas.search.strategy.noise_ties import NoiseTies
 from nas.search.strategy.selection import Individual, SelectionConfig, select_parents
 from nas.search.strategy.settings import decision_config, validate_search
+from nas.stats import intervals
+from nas.stats.intervals import wilson
 from nas.train import data as data_lib
 from nas.train.config import base_config
-from nas.train.intervals import wilson
 
 
 def _input(fraction):
@@ -78,7 +79,7 @@ def test_wilson_interval():
 
 def test_ties_inside_the_interval_prefer_the_cheaper():
     # 0.97 and 0.96 on 143 examples are inside one another's interval; 0.80 is not.
-    ties = intervals.NoiseTies()
+    ties = NoiseTies()
     ties.extend(np.array([0.96, 0.97, 0.80]), np.array([143.0, 143.0, 143.0]))
     assert ties.values().tolist() == [0.97, 0.97, 0.80]
     population = [

@@ -4,7 +4,7 @@ and n, and the checks it makes before printing anything (`nas.train.preflight`).
 import pytest
 from helpers import tiny_config
 
-from nas.train import intervals
+from nas.stats import intervals
 from nas.train.cli import format_settings, format_table
 from nas.train.config import with_defaults
 
@@ -26,10 +26,9 @@ def test_wilson_matches_the_roots_of_the_score_equation():
         intervals.wilson(0.5, 0)
 
 
-def test_the_search_keeps_its_interval_names():
-    from nas.search.strategy import intervals as search_intervals
-
-    assert search_intervals.text(0.975, 360) == "0.9750 [0.953, 0.987] n=360"
+def test_the_summary_text_of_one_accuracy():
+    assert intervals.text(0.975, 360) == "0.9750 [0.953, 0.987] n=360"
+    assert intervals.text(0.975, None) == "0.9750"
 
 
 def test_a_config_evaluating_on_test_says_test_with_interval_and_n():

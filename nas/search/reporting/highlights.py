@@ -28,7 +28,7 @@ SCALE_LIMIT = 300
 def front_of(candidates: Sequence[Candidate], cost: str) -> list[Candidate]:
     """Done candidates on the accuracy/`cost` front, in cost order (`cost` may be a user's,
     lower is better). A cost with a spread (`<cost>_iqr`) is tied within it, as
-    selection's fronts tie it (`nas.search.strategy.cost_ties`)."""
+    selection's fronts tie it (`nas.stats.cost_ties`)."""
     values = {c.id: v for c in candidates if c.status == Status.DONE and c.accuracy is not None
               and (v := cost_value(c, cost)) is not None}
     done = [c for c in candidates if c.id in values]

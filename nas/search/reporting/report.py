@@ -51,9 +51,10 @@ from nas.search.reporting.report_text import (
 from nas.search.reporting.svg import Point, esc, generation_colour, line_chart, scatter
 from nas.search.store.candidate import Candidate, Status
 from nas.search.store.study import Study
-from nas.search.strategy import paired, recommend
+from nas.search.strategy import recommend
 from nas.search.strategy.pareto import Front
 from nas.search.strategy.selection import check_cost, cost_value, higher_better, spread_name
+from nas.stats import paired
 
 CSS = """
 body{font-family:sans-serif;margin:1.5em;color:#222;max-width:1400px}
@@ -377,7 +378,7 @@ def write_report(study: Study, out_dir: str | os.PathLike | None = None, k: int 
 
 
 # accuracy: on the validation split (decides); test_accuracy: reported only; *_vs_seed*:
-# against the seed on the same examples (`nas.search.strategy.paired`), in accuracy points,
+# against the seed on the same examples (`nas.stats.paired`), in accuracy points,
 # empty without per-example results; recommended: 1 for the summary's recommendation;
 # start_accuracy: a child's validation accuracy with the weights it started from, before
 # fine-tuning, beside its parent's; hparams: its `search.hparams`

@@ -14,10 +14,11 @@ from nas.search.reporting.svg import esc
 from nas.search.store.candidate import STATUSES, Candidate, Status
 from nas.search.store.finals import Answer, answer
 from nas.search.store.study import Study
-from nas.search.strategy import intervals, move_mix, recommend
+from nas.search.strategy import move_mix, recommend
 from nas.search.strategy.recommend import cheapest_matching_seed
 from nas.search.strategy.selection import OBJECTIVES, cost_value
-from nas.train.intervals import wilson
+from nas.stats import intervals
+from nas.stats.intervals import wilson
 
 # Every cost a candidate is measured by, in the order the report shows them.
 COST_LABELS = (("flops", "FLOPs"), ("params", "parameters"),

@@ -14,9 +14,10 @@ from nas.io import examples
 from nas.io.candidate import ExportedCandidate, load_candidate, write_candidate
 from nas.search.store.candidate import Status
 from nas.search.strategy import hparams as hparams_lib
-from nas.search.strategy import paired, recommend
+from nas.search.strategy import recommend
 from nas.search.strategy.finals_rules import retrain_metrics
 from nas.search.strategy.settings import SearchSettings, candidate_train_config
+from nas.stats import paired
 
 
 def export_candidate(study: Any, candidate_id: int, path: str | os.PathLike,

@@ -22,7 +22,6 @@ import numpy as np
 from nas.io import examples
 from nas.search.store.candidate import Status
 from nas.search.store.database import Database
-from nas.search.strategy import paired
 from nas.search.strategy.finals_rules import (
     FinalsTable,
     Run,
@@ -39,6 +38,7 @@ from nas.search.strategy.recommend import (
     recommend_for,
 )
 from nas.search.strategy.settings import FinalsConfig, Recipe, repeats_the_search, stored_value
+from nas.stats import paired
 
 TABLE = """
 CREATE TABLE IF NOT EXISTS finals_runs (

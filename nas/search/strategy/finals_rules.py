@@ -20,8 +20,6 @@ from typing import Any
 import numpy as np
 
 from nas.io import examples
-from nas.search.strategy import paired
-from nas.search.strategy.paired import Paired
 from nas.search.strategy.pareto import front_rows
 from nas.search.strategy.recommend import (
     Comparisons,
@@ -33,13 +31,15 @@ from nas.search.strategy.recommend import (
     feasible_ids,
     seed_of,
 )
-from nas.search.strategy.repeated import (
+from nas.search.strategy.settings import Recipe
+from nas.stats import paired
+from nas.stats.paired import Paired
+from nas.stats.repeated import (
     RunNoise,
     accuracy_interval,
     compare_repeated,
     run_noise,
 )
-from nas.search.strategy.settings import Recipe
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from nas.search.strategy.cost_ties import has_spread, tied_values
+from nas.stats.cost_ties import has_spread, tied_values
 
 ArrayLike = Sequence[Sequence[float]] | np.ndarray
 

@@ -23,7 +23,6 @@ from typing import Any, Protocol
 import numpy as np
 
 from nas.search.strategy import constraints as bounds_lib
-from nas.search.strategy import intervals, paired
 from nas.search.strategy.population import best_order
 from nas.search.strategy.selection import (
     OBJECTIVES,
@@ -31,6 +30,7 @@ from nas.search.strategy.selection import (
     higher_better,
 )
 from nas.search.strategy.settings import stored_value
+from nas.stats import intervals, paired
 
 
 class Scored(Protocol):

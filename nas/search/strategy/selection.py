@@ -24,10 +24,10 @@ from nas import schema
 from nas.search.strategy import constraints as bounds_lib
 from nas.search.strategy.closest import CostIndex
 from nas.search.strategy.constraints import check_constraints
-from nas.search.strategy.cost_ties import has_spread, tied_values
 from nas.search.strategy.growing import Growing
-from nas.search.strategy.intervals import NoiseTies
+from nas.search.strategy.noise_ties import NoiseTies
 from nas.search.strategy.pareto import Front, ParetoCurve
+from nas.stats.cost_ties import has_spread, tied_values
 
 # Objective name -> whether higher is better.
 OBJECTIVES: dict[str, bool] = {
@@ -220,7 +220,7 @@ class SelectionConfig(schema.Section):
     warm_up: later individuals that do not count toward age.
     aging: "cosine" (smooth decay between 1x and 2x the horizon) or "step" (drop at it).
     noise_ties: accuracies noise cannot tell apart rank as ties, so the cost decides
-        (`nas.search.strategy.intervals`: McNemar's exact test where both have per-example
+        (`nas.search.strategy.noise_ties`: McNemar's exact test where both have per-example
         results on the same examples, else each inside the other's Wilson interval).
     noninferiority_pt: for the recommendation, not selection: a candidate is as good as
         the reference when the lower end of its paired 95 % interval (Tango's) of the

@@ -146,7 +146,7 @@ class FinalsConfig(schema.Section):
     repeats: int = schema.setting(1, schema.positive())
     # the run part's least degrees of freedom: a finalist tied with the seed was found
     # non-inferior at 2 points in 60 % of simulated finals with two, 79 % with four, 85 %
-    # with six and 98 % with ten (tests/search/test_repeated_interval.py). 0: `repeats`.
+    # with six and 98 % with ten (tests/stats/test_repeated_interval.py). 0: `repeats`.
     min_run_df: int = schema.setting(6, schema.at_least(0, expected="(0: repeats alone)"))
     # Below `cv_below` training images each repeat is a `folds`-fold cross-validation over
     # train plus validation; otherwise the validation split alone decides.

@@ -19,7 +19,7 @@ import math
 
 import numpy as np
 
-from nas.train.intervals import Z95
+from nas.stats.intervals import Z95
 
 # Bisection steps: the bracket is at most 2 wide, so 64 halvings reach the float spacing.
 _STEPS = 64

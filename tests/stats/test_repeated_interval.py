@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from scipy import optimize
 
-from nas.search.strategy.repeated import compare_repeated, run_noise
+from nas.stats.repeated import compare_repeated, run_noise
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:

@@ -1,16 +1,12 @@
-"""Accuracies that noise cannot tell apart: Wilson intervals, and tie groups of a population.
+"""The tie groups of a population: which candidates' accuracies noise cannot tell apart.
 
-Why: an accuracy measured on n examples moves by 1/n per example, and its standard error
-near 0.98 on 360 examples is 0.7 points; a difference inside that is not evidence. The
-Wilson score interval (`nas.train.intervals`) stays inside [0, 1] and behaves near 100 %.
-
-The tie groups (`NoiseTies`): from the most accurate down (equal accuracies by row), each
-row not yet grouped heads a group and takes every ungrouped row below it that it ties
-with. Two rows tie when both have per-example validation results on the same examples and
-McNemar's exact test (`nas.search.strategy.paired.mcnemar`) does not reject; otherwise when
-both sizes are known and each accuracy lies inside the other's 95 % Wilson interval. A row
-of unknown size is never grouped. Selection reads each row's accuracy as its head's, so a
-cost decides between candidates noise cannot separate.
+From the most accurate down (equal accuracies by row), each row not yet grouped heads a
+group and takes every ungrouped row below it that it ties with. Two rows tie when both have
+per-example validation results on the same examples and McNemar's exact test
+(`nas.stats.paired.mcnemar`) does not reject; otherwise when both sizes are known and each
+accuracy lies inside the other's 95 % Wilson interval (`nas.stats.intervals`). A row of
+unknown size is never grouped. Selection reads each row's accuracy as its head's, so a cost
+decides between candidates noise cannot separate.
 
 Why kept incrementally: the study only grows, and a new row joins the first head above it
 that it ties with, which changes nothing else; only a row that ties with no head above it
@@ -20,119 +16,14 @@ a pass over the heads, not a regrouping of the population.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from nas.search.strategy import paired
 from nas.search.strategy.growing import Growing
-from nas.train.intervals import Z95, wilson
-
-
-def overlap(a: tuple[float, float], b: tuple[float, float]) -> bool:
-    """Whether two intervals share a point."""
-    return a[0] <= b[1] and b[0] <= a[1]
-
-
-def text(accuracy: float, n: int | None) -> str:
-    """e.g. "0.9750 [0.948, 0.988] n=360" (no interval when n is unknown)."""
-    if not n:
-        return f"{accuracy:.4f}"
-    low, high = wilson(accuracy, int(n))
-    return f"{accuracy:.4f} [{low:.3f}, {high:.3f}] n={int(n)}"
-
-
-def compare(child: tuple[float, int | None], seed: tuple[float, int | None]) -> str:
-    """A child's accuracy against its seed's: "better", "worse", or "within noise" when
-    their intervals overlap or a size is unknown."""
-    (a, n), (b, m) = child, seed
-    if not n or not m or overlap(wilson(a, int(n)), wilson(b, int(m))):
-        return "within noise"
-    return "better" if a > b else "worse"
-
-
-def tied(a: float, n: int, b: float, m: int) -> bool:
-    """Whether accuracies `a` (on n examples) and `b` (on m) lie inside one another's
-    interval: the tie of selection and the summary (stricter than overlapping)."""
-    a_low, a_high = wilson(a, n)
-    b_low, b_high = wilson(b, m)
-    return a_low <= b <= a_high and b_low <= a <= b_high
-
-
-def wilson_arrays(accuracies: np.ndarray, sizes: np.ndarray, z: float = Z95
-                  ) -> tuple[np.ndarray, np.ndarray]:
-    """`wilson` of many accuracies at once, with the same arithmetic (the same bits)."""
-    a = np.asarray(accuracies, dtype=float)
-    n = np.asarray(sizes, dtype=float)
-    bad_n = ~((n >= 1) & (n == np.floor(n)))
-    if bad_n.any():
-        raise ValueError(f"wilson: n must be an integer >= 1 (examples measured), got "
-                         f"{n[np.argmax(bad_n)]!r}")
-    bad_a = ~((a >= 0.0) & (a <= 1.0))
-    if bad_a.any():
-        raise ValueError(f"wilson: accuracy must be a fraction in [0, 1], got "
-                         f"{float(a[np.argmax(bad_a)])!r}")
-    z2 = z * z
-    center = (a + z2 / (2 * n)) / (1 + z2 / n)
-    half = z / (1 + z2 / n) * np.sqrt(a * (1 - a) / n + z2 / (4 * n * n))
-    return np.maximum(0.0, center - half), np.minimum(1.0, center + half)
-
+from nas.stats.intervals import Z95, wilson_arrays
+from nas.stats.paired import McNemarBounds
 
 # Rows inserted one by one up to this many at a time; a larger batch regroups all.
 _INCREMENTAL = 64
-
-
-class McNemarBounds:
-    """Which paired counts are within noise: with m disagreements of which a has k right,
-    McNemar's exact test finds no difference exactly when `worse_to[m] < k <
-    better_from[m]`, found once per m by bisection over the binomial tails at 1/2."""
-
-    def __init__(self, z: float = Z95) -> None:
-        self.alpha = math.erfc(z / math.sqrt(2.0))
-        self._bounds: dict[int, tuple[int, int]] = {0: (-1, 1)}
-
-    def within(self, k: np.ndarray, m: np.ndarray) -> np.ndarray:
-        """Elementwise: is "k of m disagreements right" within noise?"""
-        k = np.asarray(k, dtype=np.int64)
-        m = np.asarray(m, dtype=np.int64)
-        unique = np.unique(m)
-        worse_to = np.empty(len(unique), dtype=np.int64)
-        better_from = np.empty(len(unique), dtype=np.int64)
-        for i, mi in enumerate(unique.tolist()):
-            worse_to[i], better_from[i] = self._of(mi)
-        at = np.searchsorted(unique, m)
-        return (worse_to[at] < k) & (k < better_from[at])
-
-    def _of(self, m: int) -> tuple[int, int]:
-        if m not in self._bounds:
-            half = self.alpha / 2.0
-            # "better": k > 0 and P(X >= k | 1/2) < alpha/2, true from some k up.
-            better_from = _first(1, m + 1, lambda k: paired.upper_tail(k, m, 0.5) < half)
-            # "worse": k < m and P(X <= k | 1/2) <= alpha/2, true up to some k.
-            worse_to = _first(0, m, lambda k: not paired.lower_tail(k, m, 0.5) <= half) - 1
-            self._bounds[m] = (worse_to, better_from)
-        return self._bounds[m]
-
-    def span(self, accuracy: np.ndarray | float, count: np.ndarray | int) -> np.ndarray:
-        """An upper bound on how much less accurate than `accuracy` a row on the same
-        `count` examples can be within noise of it, by Hoeffding's bound: within noise
-        needs (2k - m)^2 <= 2 m ln(2/alpha), and a row d below has m <= count (2 - 2
-        accuracy + d) disagreements."""
-        log = math.log(2.0 / self.alpha)
-        worst = np.maximum(0.0, 2.0 - 2.0 * np.asarray(accuracy, dtype=float))
-        count = np.maximum(np.asarray(count, dtype=float), 1.0)
-        return log / count + np.sqrt((log / count) ** 2 + 2.0 * log * worst / count) + 1e-12
-
-
-def _first(lo: int, hi: int, predicate) -> int:
-    """The smallest k in [lo, hi) where a monotone predicate holds; hi if none."""
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if predicate(mid):
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo
 
 
 class NoiseTies:

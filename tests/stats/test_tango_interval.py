@@ -5,7 +5,7 @@ degenerate tables and bad input."""
 import numpy as np
 import pytest
 
-from nas.search.strategy import paired, tango
+from nas.stats import paired, tango
 
 
 def _pt(low, high):

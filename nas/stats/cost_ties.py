@@ -2,10 +2,10 @@
 
 Why: a latency (or a user's cost called with repeats) is a median of noisy timings with
 an interquartile range; ordering 0.47 against 0.49 ms when each spreads by 0.1 ms orders
-by noise. As for accuracy (`intervals.NoiseTies`): from the cheapest up (equal values by
-row), each ungrouped row heads a group and takes every ungrouped row above it that differs
-from it by less than the larger of their two spreads, and reads as its head. A row
-without a spread (NaN or 0) ties only with an equal value.
+by noise. As for accuracy (`nas.search.strategy.noise_ties`): from the cheapest up (equal
+values by row), each ungrouped row heads a group and takes every ungrouped row above it
+that differs from it by less than the larger of their two spreads, and reads as its head.
+A row without a spread (NaN or 0) ties only with an equal value.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ three folds give two degrees of freedom, too few for any power, so the finals po
 excess over every architecture of their table (same folds, same recipe) and read a t
 quantile at the pooled degrees of freedom. That quantile, not Satterthwaite's, kept
 coverage at 95 % when the run part is large and its estimate small by chance
-(`tests/search/test_repeated_interval.py` simulates both).
+(`tests/stats/test_repeated_interval.py` simulates both).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from collections.abc import Sequence
 import numpy as np
 from scipy import special
 
-from nas.search.strategy.paired import Paired
+from nas.stats.paired import Paired
 
 
 @dataclasses.dataclass(frozen=True)

@@ -2,14 +2,15 @@
 
 Why paired: two candidates are scored on the same images, most right for both; only the
 images where they disagree tell them apart, so their difference is far less noisy than two
-separate Wilson intervals suggest. Its interval is Tango's (`nas.search.strategy.tango`),
+separate Wilson intervals suggest. Its interval is Tango's (`nas.stats.tango`),
 which counts the discordant examples as well as their direction: a child that loses 5
 test images of 360 and gains none gets [-3.21, -0.32] points, not the exact conditional
 interval's [-1.39, +0.06]. The decision is "better" or "worse" when it excludes 0, else
 "within noise"; non-inferiority at a margin reads its lower end.
 
 McNemar's exact test (`mcnemar`) is selection's test of "cannot be told apart"
-(`nas.search.strategy.intervals`): it depends only on the disagreements.
+(`nas.search.strategy.noise_ties`): it depends only on the disagreements;
+`McNemarBounds` answers it for many pairs at once.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from nas.search.strategy import tango
-from nas.train.intervals import Z95
+from nas.stats import tango
+from nas.stats.intervals import Z95
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,3 +148,56 @@ def _bisect(f: Callable[[float], float], iterations: int = 60) -> float:
         else:
             hi = mid
     return 0.5 * (lo + hi)
+
+
+class McNemarBounds:
+    """Which paired counts are within noise: with m disagreements of which a has k right,
+    McNemar's exact test finds no difference exactly when `worse_to[m] < k <
+    better_from[m]`, found once per m by bisection over the binomial tails at 1/2."""
+
+    def __init__(self, z: float = Z95) -> None:
+        self.alpha = math.erfc(z / math.sqrt(2.0))
+        self._bounds: dict[int, tuple[int, int]] = {0: (-1, 1)}
+
+    def within(self, k: np.ndarray, m: np.ndarray) -> np.ndarray:
+        """Elementwise: is "k of m disagreements right" within noise?"""
+        k = np.asarray(k, dtype=np.int64)
+        m = np.asarray(m, dtype=np.int64)
+        unique = np.unique(m)
+        worse_to = np.empty(len(unique), dtype=np.int64)
+        better_from = np.empty(len(unique), dtype=np.int64)
+        for i, mi in enumerate(unique.tolist()):
+            worse_to[i], better_from[i] = self._of(mi)
+        at = np.searchsorted(unique, m)
+        return (worse_to[at] < k) & (k < better_from[at])
+
+    def _of(self, m: int) -> tuple[int, int]:
+        if m not in self._bounds:
+            half = self.alpha / 2.0
+            # "better": k > 0 and P(X >= k | 1/2) < alpha/2, true from some k up.
+            better_from = _first(1, m + 1, lambda k: upper_tail(k, m, 0.5) < half)
+            # "worse": k < m and P(X <= k | 1/2) <= alpha/2, true up to some k.
+            worse_to = _first(0, m, lambda k: not lower_tail(k, m, 0.5) <= half) - 1
+            self._bounds[m] = (worse_to, better_from)
+        return self._bounds[m]
+
+    def span(self, accuracy: np.ndarray | float, count: np.ndarray | int) -> np.ndarray:
+        """An upper bound on how much less accurate than `accuracy` a row on the same
+        `count` examples can be within noise of it, by Hoeffding's bound: within noise
+        needs (2k - m)^2 <= 2 m ln(2/alpha), and a row d below has m <= count (2 - 2
+        accuracy + d) disagreements."""
+        log = math.log(2.0 / self.alpha)
+        worst = np.maximum(0.0, 2.0 - 2.0 * np.asarray(accuracy, dtype=float))
+        count = np.maximum(np.asarray(count, dtype=float), 1.0)
+        return log / count + np.sqrt((log / count) ** 2 + 2.0 * log * worst / count) + 1e-12
+
+
+def _first(lo: int, hi: int, predicate) -> int:
+    """The smallest k in [lo, hi) where a monotone predicate holds; hi if none."""
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if predicate(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
